@@ -1,0 +1,1 @@
+"""execsim: simulator package."""

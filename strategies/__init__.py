@@ -1,0 +1,1 @@
+"""Parallel strategies and pipeline schedules (imports nothing from the other execsim packages)."""

@@ -1,0 +1,1 @@
+"""execsim: taskgraph package."""

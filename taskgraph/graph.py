@@ -1,0 +1,243 @@
+"""The task graph: dense integer task ids, flat numpy arrays, successors in CSR form.
+
+Every array is indexed by task id. The engine reads only ``duration``, ``device`` and the CSR
+arrays; everything else (keys, categories, memory events) is metadata for reports, traces and
+delta mode. Per-device execution order is data: the lowering adds program-order edges between
+consecutive tasks of a device, so the engine stays a generic "DAG + FIFO devices" simulator.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+#: Task categories (index = code stored in ``TaskGraph.category``).
+CATEGORIES = (
+    "forward",          # 0
+    "backward",         # 1 full backward (input + weight gradients)
+    "backward-input",   # 2 I: input-gradient backward
+    "backward-weight",  # 3 W: weight-gradient backward
+    "recompute",        # 4 activation recomputation before a backward
+    "pp-send",          # 5 pipeline activation / gradient transfer
+    "tp-comm",          # 6 tensor-parallel collective
+    "cp-comm",          # 7 context-parallel collective
+    "ep-comm",          # 8 expert-parallel all-to-all
+    "dp-comm",          # 9 data-parallel gradient / parameter collective
+    "optimizer",        # 10 optimizer step
+    "other",            # 11
+)
+CAT = {name: i for i, name in enumerate(CATEGORIES)}
+COMM_CATEGORIES = frozenset({"pp-send", "tp-comm", "cp-comm", "ep-comm", "dp-comm"})
+IS_COMM_CODE = np.array([c in COMM_CATEGORIES for c in CATEGORIES], dtype=bool)
+
+
+@dataclass(frozen=True)
+class Device:
+    """A FIFO resource the engine schedules on.
+
+    name: unique display name (``rank3/compute``, ``link 0->1``).
+    rank: owning pipeline rank (the representative GPU); -1 for devices owned by no rank.
+    stream: ``compute``, ``send``, ``recv``, ``tp``, ``dp`` ... or ``link`` for a network link.
+    represents: number of physical GPUs (or links) this simulated device stands for.
+    """
+
+    name: str
+    rank: int
+    stream: str
+    represents: int = 1
+
+    @property
+    def is_link(self) -> bool:
+        return self.stream == "link"
+
+
+@dataclass
+class TaskGraph:
+    """Flat-array task graph. Build one with :class:`TaskGraphBuilder`.
+
+    duration: seconds per task (float64).
+    device: device index per task (int32), into ``devices``.
+    category: category code per task (int8), into ``CATEGORIES``.
+    op, stage, chunk, mb, rank: the task's stable key (int32; ``op`` indexes ``op_names``; -1 = n/a).
+    succ_ptr, succ_idx: successors in CSR form (task ``t``'s successors are
+        ``succ_idx[succ_ptr[t]:succ_ptr[t+1]]``).
+    devices: the devices, indexed by ``device``.
+    op_names: names of operators or phases (``fwd``, ``qkv``, ``send-act`` ...).
+    mem_task, mem_bytes, mem_at_end: memory events (issue "memory"): task ``mem_task[k]`` changes its
+        rank's memory by ``mem_bytes[k]`` at its start (``mem_at_end[k] == 0``) or end (``== 1``).
+    meta: free-form facts about how the graph was built (shown in reports).
+    """
+
+    duration: np.ndarray
+    device: np.ndarray
+    category: np.ndarray
+    op: np.ndarray
+    stage: np.ndarray
+    chunk: np.ndarray
+    mb: np.ndarray
+    rank: np.ndarray
+    succ_ptr: np.ndarray
+    succ_idx: np.ndarray
+    devices: tuple[Device, ...]
+    op_names: tuple[str, ...]
+    mem_task: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    mem_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
+    mem_at_end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def num_tasks(self) -> int:
+        return int(self.duration.shape[0])
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.succ_idx.shape[0])
+
+    @property
+    def num_devices(self) -> int:
+        return len(self.devices)
+
+    def successors(self, t: int) -> np.ndarray:
+        return self.succ_idx[self.succ_ptr[t]: self.succ_ptr[t + 1]]
+
+    def predecessors_csr(self) -> tuple[np.ndarray, np.ndarray]:
+        """Predecessors in CSR form (computed on demand; O(E log E))."""
+        n = self.num_tasks
+        src = np.repeat(np.arange(n, dtype=np.int32), np.diff(self.succ_ptr))
+        order = np.argsort(self.succ_idx, kind="stable")
+        pred_idx = src[order]
+        counts = np.bincount(self.succ_idx, minlength=n)
+        pred_ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(counts, out=pred_ptr[1:])
+        return pred_ptr, pred_idx
+
+    def is_comm(self) -> np.ndarray:
+        return IS_COMM_CODE[self.category]
+
+    def describe(self, t: int) -> str:
+        """Human-readable key of task ``t``: ``forward fwd stage=1 chunk=0 mb=3 rank=1 on rank1/compute``."""
+        parts = [CATEGORIES[self.category[t]], self.op_names[self.op[t]] if self.op[t] >= 0 else "-"]
+        for name in ("stage", "chunk", "mb", "rank"):
+            v = int(getattr(self, name)[t])
+            if v >= 0:
+                parts.append(f"{name}={v}")
+        return f"task {t} [" + " ".join(parts) + f"] on {self.devices[self.device[t]].name}"
+
+    def with_durations(self, duration: np.ndarray) -> "TaskGraph":
+        """A copy with new durations (other arrays shared)."""
+        g = TaskGraph(**{**self.__dict__})
+        g.duration = np.asarray(duration, dtype=np.float64)
+        return g
+
+
+class TaskGraphBuilder:
+    """Append-only builder: ``add_device``, ``add_task``, ``add_edge``, then ``build()``.
+
+    >>> b = TaskGraphBuilder()
+    >>> d = b.add_device(Device("rank0/compute", 0, "compute"))
+    >>> t0 = b.add_task(1.0, d, "forward", op="fwd", mb=0)
+    >>> t1 = b.add_task(2.0, d, "backward", op="bwd", mb=0)
+    >>> b.add_edge(t0, t1)
+    >>> g = b.build()
+    >>> g.num_tasks, g.successors(0).tolist()
+    (2, [1])
+    """
+
+    def __init__(self):
+        self.devices: list[Device] = []
+        self._dev_index: dict[str, int] = {}
+        self.op_names: list[str] = []
+        self._op_index: dict[str, int] = {}
+        self.duration: list[float] = []
+        self.device: list[int] = []
+        self.category: list[int] = []
+        self.op: list[int] = []
+        self.stage: list[int] = []
+        self.chunk: list[int] = []
+        self.mb: list[int] = []
+        self.rank: list[int] = []
+        self.src: list[int] = []
+        self.dst: list[int] = []
+        self.mem_task: list[int] = []
+        self.mem_bytes: list[float] = []
+        self.mem_at_end: list[int] = []
+        self.meta: dict = {}
+
+    def add_device(self, dev: Device) -> int:
+        """Add (or look up, by name) a device; returns its index."""
+        idx = self._dev_index.get(dev.name)
+        if idx is None:
+            idx = len(self.devices)
+            self.devices.append(dev)
+            self._dev_index[dev.name] = idx
+        return idx
+
+    def device_index(self, name: str) -> int:
+        return self._dev_index[name]
+
+    def op_code(self, name: str) -> int:
+        code = self._op_index.get(name)
+        if code is None:
+            code = len(self.op_names)
+            self.op_names.append(name)
+            self._op_index[name] = code
+        return code
+
+    def add_task(self, duration: float, device: int, category: str, *, op: str | None = None,
+                 stage: int = -1, chunk: int = -1, mb: int = -1, rank: int = -1) -> int:
+        t = len(self.duration)
+        self.duration.append(float(duration))
+        self.device.append(device)
+        self.category.append(CAT[category])
+        self.op.append(self.op_code(op) if op is not None else -1)
+        self.stage.append(stage)
+        self.chunk.append(chunk)
+        self.mb.append(mb)
+        self.rank.append(rank)
+        return t
+
+    def add_edge(self, u: int, v: int) -> None:
+        self.src.append(u)
+        self.dst.append(v)
+
+    def add_memory(self, task: int, nbytes: float, at_end: bool) -> None:
+        """Attach a memory change of ``nbytes`` (negative = free) to ``task``'s start or end."""
+        self.mem_task.append(task)
+        self.mem_bytes.append(float(nbytes))
+        self.mem_at_end.append(1 if at_end else 0)
+
+    @property
+    def num_tasks(self) -> int:
+        return len(self.duration)
+
+    def build(self) -> TaskGraph:
+        n = len(self.duration)
+        src = np.asarray(self.src, dtype=np.int64)
+        dst = np.asarray(self.dst, dtype=np.int32)
+        succ_ptr, succ_idx = csr_from_edges(n, src, dst)
+        i32 = lambda xs: np.asarray(xs, dtype=np.int32)  # noqa: E731
+        return TaskGraph(
+            duration=np.asarray(self.duration, dtype=np.float64),
+            device=i32(self.device),
+            category=np.asarray(self.category, dtype=np.int8),
+            op=i32(self.op), stage=i32(self.stage), chunk=i32(self.chunk), mb=i32(self.mb), rank=i32(self.rank),
+            succ_ptr=succ_ptr, succ_idx=succ_idx,
+            devices=tuple(self.devices), op_names=tuple(self.op_names),
+            mem_task=i32(self.mem_task), mem_bytes=np.asarray(self.mem_bytes, dtype=np.float64),
+            mem_at_end=np.asarray(self.mem_at_end, dtype=np.int8),
+            meta=dict(self.meta),
+        )
+
+
+def csr_from_edges(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Successor CSR from an edge list; successors of a task keep the order edges were added."""
+    src = np.asarray(src, dtype=np.int64)
+    dst = np.asarray(dst, dtype=np.int32)
+    if src.size and (src.min() < 0 or src.max() >= n or dst.min() < 0 or dst.max() >= n):
+        raise ValueError("edge endpoint out of range")
+    order = np.argsort(src, kind="stable")
+    succ_idx = dst[order]
+    counts = np.bincount(src, minlength=n) if src.size else np.zeros(n, dtype=np.int64)
+    succ_ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=succ_ptr[1:])
+    return succ_ptr, succ_idx.astype(np.int32)
