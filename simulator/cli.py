@@ -1,0 +1,148 @@
+"""The ``execsim`` command line. Library code raises; only this module prints and exits.
+
+Subcommands: ``schedule`` (print a schedule's per-rank grid), ``simulate`` (simulate a file and
+report), ``compare`` (several schedules or files side by side).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from strategies.errors import ExecsimError
+
+EXIT_USAGE = 2
+
+
+def _schedule_cmd(args) -> int:
+    from strategies.schedules import get_schedule
+    sched = get_schedule(args.schedule, args.pp, args.microbatches, args.vpp)
+    if args.json:
+        d = sched.to_json()
+        print(json.dumps({k: d[k] for k in ("pp", "microbatches", "vpp", "stage_to_rank", "orders")}))
+    elif args.csv:
+        from strategies.schedule_csv import write_schedule_csv
+        sys.stdout.write(write_schedule_csv(sched))
+    else:
+        print(sched.grid())
+    return 0
+
+
+def _load(path: str, sets: list[str]):
+    """Load a simulation input: a pipeline description (``pipeline:`` section) or a strategy file."""
+    from strategies.config import load_mapping, parse_set_value, set_dotted
+    data = load_mapping(path, "input file")
+    for item in sets or []:
+        if "=" not in item:
+            raise ExecsimError(f"--set {item!r} must look like section.key=value, e.g. --set pipeline.pp=8")
+        k, v = item.split("=", 1)
+        data = set_dotted(data, k.strip(), parse_set_value(v.strip()))
+    if "pipeline" in data:
+        from strategies.pipeline_file import parse_pipeline
+        return "pipeline", parse_pipeline(data, Path(path).parent)
+    from strategies.config import check_keys
+    check_keys(data, ("pipeline",), "")  # unknown top-level keys -> did-you-mean
+    raise ExecsimError(f"{path}: no 'pipeline' section")
+
+
+def _simulate_one(kind, spec, schedule=None):
+    from simulator.api import simulate_pipeline
+    return simulate_pipeline(spec, schedule=schedule)
+
+
+def _simulate_cmd(args) -> int:
+    from simulator.reports import format_report
+    kind, spec = _load(args.file, args.set)
+    sim = _simulate_one(kind, spec)
+    if args.trace:
+        from simulator.trace import write_chrome_trace
+        write_chrome_trace(args.trace, sim.graph, sim.result)
+    if args.json:
+        out = sim.report.to_json()
+        out["schedule"] = sim.schedule.name
+        out["sim_wall_s"] = round(sim.sim_wall_s, 6)
+        print(json.dumps(out, sort_keys=True))
+    else:
+        s = sim.schedule
+        print(format_report(sim.report, f"{args.file}: schedule {s.name}, pp={s.pp}, vpp={s.vpp}, "
+                                        f"microbatches={s.microbatches}"))
+        if args.trace:
+            print(f"trace written to {args.trace} (open in https://ui.perfetto.dev or chrome://tracing)")
+    return 0
+
+
+def _compare_cmd(args) -> int:
+    runs = []
+    if args.schedules:
+        if len(args.files) != 1:
+            raise ExecsimError("--schedules compares schedules on ONE file; give exactly one file")
+        kind, spec = _load(args.files[0], args.set)
+        for name in [s.strip() for s in args.schedules.split(",") if s.strip()]:
+            runs.append((name, _simulate_one(kind, spec, schedule=name)))
+    else:
+        for f in args.files:
+            kind, spec = _load(f, args.set)
+            runs.append((Path(f).name, _simulate_one(kind, spec)))
+    base = runs[0][1].report.makespan_s
+    rows = []
+    for label, sim in runs:
+        r = sim.report
+        rows.append({"label": label, "schedule": sim.schedule.name, "iteration_time_s": r.makespan_s,
+                     "speedup": base / r.makespan_s if r.makespan_s > 0 else float("nan"),
+                     "bubble_fraction": r.bubble_fraction, "imbalance": r.imbalance, "num_tasks": r.num_tasks})
+    if args.json:
+        print(json.dumps(rows, sort_keys=True))
+    else:
+        print(f"{'run':<24} {'iter ms':>10} {'speedup':>8} {'bubble':>8} {'imbal':>7} {'tasks':>8}")
+        for row in rows:
+            print(f"{row['label']:<24} {row['iteration_time_s'] * 1e3:>10.3f} {row['speedup']:>8.3f} "
+                  f"{row['bubble_fraction']:>8.4f} {row['imbalance']:>7.3f} {row['num_tasks']:>8}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="execsim", description="Discrete-event execution simulator for distributed "
+                                "LLM training.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("schedule", help="print a pipeline schedule's per-rank action grid")
+    s.add_argument("--schedule", required=True)
+    s.add_argument("--pp", type=int, required=True)
+    s.add_argument("--microbatches", type=int, required=True)
+    s.add_argument("--vpp", type=int, default=1)
+    g = s.add_mutually_exclusive_group()
+    g.add_argument("--json", action="store_true", help="machine-readable output")
+    g.add_argument("--csv", action="store_true", help="PyTorch action CSV (one line per rank)")
+    s.set_defaults(func=_schedule_cmd)
+
+    s = sub.add_parser("simulate", help="simulate a pipeline description or strategy file")
+    s.add_argument("file")
+    s.add_argument("--trace", metavar="OUT.json", help="write a Chrome/Perfetto trace")
+    s.add_argument("--json", action="store_true", help="print a machine-readable summary")
+    s.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field, e.g. pipeline.pp=8")
+    s.set_defaults(func=_simulate_cmd)
+
+    s = sub.add_parser("compare", help="compare schedules on one file, or several files")
+    s.add_argument("files", nargs="+")
+    s.add_argument("--schedules", help="comma-separated schedule names, e.g. 1f1b,interleaved-1f1b")
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--set", action="append", metavar="KEY=VALUE")
+    s.set_defaults(func=_compare_cmd)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except ExecsimError as exc:
+        print(f"execsim: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
