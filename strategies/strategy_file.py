@@ -1,0 +1,244 @@
+"""The strategy file: model + cluster + parallel strategy + schedule + training settings.
+
+YAML (JSON accepted). Top-level sections (``model`` and ``cluster`` are resolved by
+``taskgraph.plan.resolve``, which also runs the checks that need the model or the world size)::
+
+    model: gpt3-175b                   # preset name, a path (model YAML or HF config.json), or a mapping
+    cluster: {preset: dgx-a100-80g, nodes: 128}   # or a path to a topology YAML, or a mapping
+    parallel: {tp: 8, pp: 8, dp: 16, vpp: 2, sp: true, cp: 1, ep: 1, zero: 1}
+    schedule: interleaved-1f1b         # or {name: custom, csv: my_schedule.csv}
+    training: {micro_batch: 1, global_batch: 1536, seq_len: 2048, precision: bf16, recompute: selective}
+    options: {overlap_grad_reduce: true, overlap_param_gather: true}
+
+This module checks structure, types, ranges and unknown keys (with a did-you-mean). It imports
+nothing outside ``strategies/``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from strategies.config import (check_keys, did_you_mean, get_bool, get_float, get_int, get_str, load_mapping)
+from strategies.errors import ConfigError
+
+TOP_KEYS = ("model", "cluster", "parallel", "schedule", "training", "options")
+PARALLEL_KEYS = ("tp", "pp", "dp", "vpp", "sp", "cp", "ep", "zero", "layers_per_stage")
+TRAINING_KEYS = ("micro_batch", "global_batch", "seq_len", "precision", "recompute", "train_tokens",
+                 "recompute_layers")
+OPTION_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_bucket_mb", "flash_attention",
+               "overlap_handoff", "memory_reserve_gb", "fidelity", "profile", "collapse_ranks",
+               "fp32_grad_accum", "tp_comm_overlap")
+SCHEDULE_KEYS = ("name", "csv")
+PRECISIONS = ("bf16", "fp16", "fp8")
+RECOMPUTE = ("none", "selective", "full")
+FIDELITIES = ("operator", "coarse")
+
+
+@dataclass(frozen=True)
+class ParallelSpec:
+    """Parallel sizes.
+
+    tp, pp, cp, ep: tensor, pipeline, context, expert parallel sizes.
+    dp: data-parallel size; None = derived from the world size (num_gpus / (tp*pp*cp)).
+    vpp: chunks (virtual stages) per pipeline rank.
+    sp: Megatron sequence parallelism (needs tp > 1 to matter).
+    zero: ZeRO stage 0..3 (1 = distributed optimizer: optimizer states sharded over dp).
+    layers_per_stage: explicit transformer layers per virtual stage (len pp*vpp), or None = even split.
+    """
+
+    tp: int = 1
+    pp: int = 1
+    dp: int | None = None
+    vpp: int = 1
+    sp: bool = False
+    cp: int = 1
+    ep: int = 1
+    zero: int = 0
+    layers_per_stage: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class TrainingSpec:
+    """Training settings.
+
+    micro_batch: sequences per microbatch. global_batch: sequences per optimizer step.
+    seq_len: tokens per sequence. precision: bf16 | fp16 | fp8 (GEMM math; master weights fp32).
+    recompute: none | selective | full activation recomputation (Korthikanti 2022).
+    recompute_layers: per-layer override (list of none/selective/full, one per transformer layer), or None.
+    train_tokens: token budget for the time-to-train report (None: not reported).
+    """
+
+    micro_batch: int = 1
+    global_batch: int = 1
+    seq_len: int = 2048
+    precision: str = "bf16"
+    recompute: str = "none"
+    recompute_layers: tuple[str, ...] | None = None
+    train_tokens: float | None = None
+
+
+@dataclass(frozen=True)
+class OptionsSpec:
+    """Execution options.
+
+    overlap_grad_reduce: DP gradient reduction overlapped with backward (bucketed) vs after it.
+    overlap_param_gather: distributed-optimizer / ZeRO-3 parameter all-gather overlapped with forward.
+    grad_bucket_mb: DP gradient bucket size, MB (Megatron default 40).
+    flash_attention: attention core is FlashAttention (no s^2 attention matrix stored).
+    overlap_handoff: DualPipe overlapped F&B pairs release outputs at 'pair-end' or 'each' half's end.
+    memory_reserve_gb: memory per GPU not available to the model (CUDA context, fragmentation), GB.
+    fidelity: 'operator' (a task per operator) or 'coarse' (a task per chunk, microbatch and pass).
+    profile: path of a measured-time profile CSV that overrides the roofline, or None.
+    collapse_ranks: simulate one representative per identical group (TP peers, DP replicas).
+    fp32_grad_accum: keep an fp32 gradient accumulation buffer (Megatron default with bf16).
+    tp_comm_overlap: TP collectives overlap the next GEMM (Megatron TP-comm overlap), else exposed.
+    """
+
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
+    grad_bucket_mb: float = 40.0
+    flash_attention: bool = True
+    overlap_handoff: str = "pair-end"
+    memory_reserve_gb: float = 2.0
+    fidelity: str = "operator"
+    profile: str | None = None
+    collapse_ranks: bool = True
+    fp32_grad_accum: bool = True
+    tp_comm_overlap: bool = False
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A parsed strategy file. ``model`` / ``cluster`` stay unresolved (name, path or mapping)."""
+
+    model: Any
+    cluster: Any
+    parallel: ParallelSpec
+    schedule: str
+    schedule_csv: str | None
+    training: TrainingSpec
+    options: OptionsSpec
+    base_dir: str = "."
+    raw: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+
+def _section(data: dict, key: str, keys: tuple[str, ...]) -> dict:
+    d = data.get(key, {})
+    if d is None:
+        d = {}
+    if not isinstance(d, dict):
+        raise ConfigError(f"{key} must be a mapping (keys: {', '.join(keys)}), got {d!r}")
+    check_keys(d, keys, key)
+    return d
+
+
+def parse_strategy(data: dict, base_dir: str | Path = ".") -> Strategy:
+    """Check a strategy mapping and return a :class:`Strategy`."""
+    check_keys(data, TOP_KEYS, "")
+    for req in ("model", "cluster"):
+        if req not in data or data[req] in (None, ""):
+            raise ConfigError(f"missing required section {req!r}: give a preset name, a file path or a mapping")
+    for req in ("model", "cluster"):
+        if not isinstance(data[req], (str, dict)):
+            raise ConfigError(f"{req} = {data[req]!r} must be a preset name, a file path or a mapping")
+
+    p = _section(data, "parallel", PARALLEL_KEYS)
+    dp = p.get("dp")
+    if dp is not None:
+        dp = get_int(p, "dp", "parallel", minimum=1)
+    lps = p.get("layers_per_stage")
+    if lps is not None:
+        if not isinstance(lps, list) or not lps or not all(isinstance(x, int) and not isinstance(x, bool)
+                                                          and x >= 0 for x in lps):
+            raise ConfigError(f"parallel.layers_per_stage = {lps!r} must be a list of non-negative integers, "
+                              f"one per pipeline stage (pp*vpp values)")
+        lps = tuple(lps)
+    par = ParallelSpec(
+        tp=get_int(p, "tp", "parallel", default=1, minimum=1),
+        pp=get_int(p, "pp", "parallel", default=1, minimum=1),
+        dp=dp,
+        vpp=get_int(p, "vpp", "parallel", default=1, minimum=1),
+        sp=get_bool(p, "sp", "parallel", default=False),
+        cp=get_int(p, "cp", "parallel", default=1, minimum=1),
+        ep=get_int(p, "ep", "parallel", default=1, minimum=1),
+        zero=get_int(p, "zero", "parallel", default=0, minimum=0),
+        layers_per_stage=lps,
+    )
+    if par.zero > 3:
+        raise ConfigError(f"parallel.zero = {par.zero} must be 0, 1, 2 or 3")
+    if par.zero == 3 and par.pp > 1:
+        raise ConfigError(f"parallel.zero = 3 with parallel.pp = {par.pp}: ZeRO-3 / FSDP shards parameters over "
+                          f"data parallel ranks and is not combined with pipeline parallelism here; use zero <= 1 "
+                          f"with pp > 1, or pp = 1 with zero = 3")
+
+    sched = data.get("schedule", "1f1b" if par.vpp == 1 else "interleaved-1f1b")
+    csv = None
+    if isinstance(sched, dict):
+        check_keys(sched, SCHEDULE_KEYS, "schedule")
+        name = get_str(sched, "name", "schedule")
+        csv = sched.get("csv")
+        if name == "custom" and not isinstance(csv, str):
+            raise ConfigError("schedule.name = 'custom' needs schedule.csv: the path of a PyTorch action CSV")
+        if csv is not None and name != "custom":
+            raise ConfigError(f"schedule.csv is set but schedule.name = {name!r}: use name: custom")
+        if csv is not None:
+            csv = str(Path(base_dir) / csv) if not Path(csv).is_absolute() else csv
+        sched = name
+    elif not isinstance(sched, str):
+        raise ConfigError(f"schedule = {sched!r} must be a schedule name or {{name: custom, csv: FILE}}")
+
+    t = _section(data, "training", TRAINING_KEYS)
+    rl = t.get("recompute_layers")
+    if rl is not None:
+        if not isinstance(rl, list) or not all(isinstance(x, str) and x in RECOMPUTE for x in rl):
+            raise ConfigError(f"training.recompute_layers = {rl!r} must be a list with one of "
+                              f"{', '.join(RECOMPUTE)} per transformer layer")
+        rl = tuple(rl)
+    tt = t.get("train_tokens")
+    if tt is not None:
+        tt = get_float(t, "train_tokens", "training", positive=True)
+    tr = TrainingSpec(
+        micro_batch=get_int(t, "micro_batch", "training", default=1, minimum=1),
+        global_batch=get_int(t, "global_batch", "training", minimum=1),
+        seq_len=get_int(t, "seq_len", "training", default=2048, minimum=1),
+        precision=get_str(t, "precision", "training", default="bf16", choices=PRECISIONS),
+        recompute=get_str(t, "recompute", "training", default="none", choices=RECOMPUTE),
+        recompute_layers=rl,
+        train_tokens=tt,
+    )
+
+    o = _section(data, "options", OPTION_KEYS)
+    prof = o.get("profile")
+    if prof is not None:
+        if not isinstance(prof, str):
+            raise ConfigError(f"options.profile = {prof!r} must be the path of a profile CSV")
+        prof = str(Path(base_dir) / prof) if not Path(prof).is_absolute() else prof
+    opt = OptionsSpec(
+        overlap_grad_reduce=get_bool(o, "overlap_grad_reduce", "options", default=True),
+        overlap_param_gather=get_bool(o, "overlap_param_gather", "options", default=True),
+        grad_bucket_mb=get_float(o, "grad_bucket_mb", "options", default=40.0, positive=True),
+        flash_attention=get_bool(o, "flash_attention", "options", default=True),
+        overlap_handoff=get_str(o, "overlap_handoff", "options", default="pair-end", choices=("pair-end", "each")),
+        memory_reserve_gb=get_float(o, "memory_reserve_gb", "options", default=2.0),
+        fidelity=get_str(o, "fidelity", "options", default="operator", choices=FIDELITIES),
+        profile=prof,
+        collapse_ranks=get_bool(o, "collapse_ranks", "options", default=True),
+        fp32_grad_accum=get_bool(o, "fp32_grad_accum", "options", default=True),
+        tp_comm_overlap=get_bool(o, "tp_comm_overlap", "options", default=False),
+    )
+    return Strategy(data["model"], data["cluster"], par, sched, csv, tr, opt, str(base_dir), data)
+
+
+def load_strategy(path) -> Strategy:
+    data = load_mapping(path, "strategy file")
+    return parse_strategy(data, Path(path).parent)
+
+
+def is_strategy(data: dict) -> bool:
+    """True when a mapping looks like a strategy file rather than a pipeline description."""
+    return "pipeline" not in data and any(k in data for k in ("model", "cluster", "parallel", "training"))
+
+
+__all__ = ["Strategy", "ParallelSpec", "TrainingSpec", "OptionsSpec", "parse_strategy", "load_strategy",
+           "is_strategy", "did_you_mean"]

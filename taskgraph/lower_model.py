@@ -1,0 +1,295 @@
+"""Operator-level lowering of a real model: one task per operator and pass, with TP/CP/EP
+collectives, recompute, pipeline transfers, bucketed data-parallel gradient reduction, the
+optimizer step and parameter gathers.
+
+Inputs are cost records (:class:`StageWork`), so this module does not know how costs are computed
+(``taskgraph/costing.py`` builds them from the operator graph, the cost model and the collectives).
+
+Each simulated rank is the representative of a pipeline stage's GPUs (its TP peers and DP replicas
+behave identically); its devices are ``rank{r}/compute``, ``rank{r}/tp`` (TP/CP/EP collectives),
+``rank{r}/dp`` (data-parallel collectives) and the ``link a->b`` devices between pipeline ranks.
+
+Megatron-LM conventions modeled (Shoeybi 2019 Section 3; Korthikanti 2022 Section 4.2.2;
+Narayanan 2021 Section 4):
+* TP collectives are blocking: the next operator waits for them (unless ``tp_comm_overlap``).
+* Gradient reduction of a chunk runs in buckets during the last microbatch's backward of that chunk
+  (``overlap_grad_reduce``), else after the rank's last backward; then the optimizer step.
+* Distributed optimizer / ZeRO-1: gradients reduce-scattered, parameters all-gathered after the
+  step; with ``overlap_param_gather`` the gather overlaps the (next iteration's) forward, modeled as
+  each chunk's first forward waiting for its gather at the start of the iteration.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from strategies.actions import Action, Schedule
+from taskgraph.graph import Device, TaskGraph, TaskGraphBuilder
+from taskgraph.lower_pipeline import lower_schedule
+
+
+@dataclass(frozen=True)
+class Comm:
+    """One collective attached to an operator pass.
+
+    category: ``tp-comm``, ``cp-comm`` or ``ep-comm``. op: display name (``tp-allreduce`` ...).
+    seconds: duration. stream: device stream it runs on (``tp`` by default).
+    """
+
+    category: str
+    op: str
+    seconds: float
+    stream: str = "tp"
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """Costs of one operator of one layer on one GPU (seconds, bytes).
+
+    fwd, bwd_input, bwd_weight: compute times of the forward, input-gradient and weight-gradient
+        passes (bwd_weight = 0 for operators without weights).
+    fwd_pre, fwd_post, bwd_pre, bwd_post: collectives before / after the pass (backward lists are
+        in backward execution order).
+    selective: part of selective recomputation (its forward is re-run before the layer's backward
+        when the layer's policy is ``selective``).
+    saved_bytes: activation bytes the forward keeps for the backward under the layer's policy
+        (allocated at the forward's end, freed when the op's backward ends).
+    recompute_bytes: bytes re-materialized by recomputation before the backward (freed likewise).
+    grad_bytes: bytes of gradients this op's parameters produce (bucketed for the DP reduction).
+    """
+
+    name: str
+    fwd: float
+    bwd_input: float
+    bwd_weight: float = 0.0
+    fwd_pre: tuple[Comm, ...] = ()
+    fwd_post: tuple[Comm, ...] = ()
+    bwd_pre: tuple[Comm, ...] = ()
+    bwd_post: tuple[Comm, ...] = ()
+    selective: bool = False
+    saved_bytes: float = 0.0
+    recompute_bytes: float = 0.0
+    grad_bytes: float = 0.0
+
+
+@dataclass(frozen=True)
+class LayerWork:
+    """One layer (or the embedding / head block) of a stage: its ops in forward order and its
+    recompute policy (``none`` / ``selective`` / ``full``)."""
+
+    name: str
+    ops: tuple[OpCost, ...]
+    recompute: str = "none"
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """A DP gradient bucket of a stage: closes when the backward reaches ``(layer, op)`` (indices into
+    the stage's layers / ops), reduces in ``reduce_s``; parameters gather back in ``gather_s``."""
+
+    layer: int
+    op: int
+    nbytes: float
+    reduce_s: float
+    gather_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class StageWork:
+    """Everything one virtual stage runs per microbatch, plus its DP and optimizer work."""
+
+    layers: tuple[LayerWork, ...]
+    buckets: tuple[Bucket, ...] = ()
+    optimizer_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class IterationWork:
+    """Per-stage work plus pipeline transfer times and execution options."""
+
+    stages: tuple[StageWork, ...]
+    p2p_fwd_s: float = 0.0
+    p2p_bwd_s: float = 0.0
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
+    tp_comm_overlap: bool = False
+    represents: int = 1           # GPUs each simulated rank stands for
+    meta: dict = field(default_factory=dict)
+
+
+def _layer_ops_backward(layer: LayerWork):
+    return list(enumerate(layer.ops))[::-1]
+
+
+def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str = "pair-end") -> TaskGraph:
+    """Lower ``schedule`` with operator-level tasks from ``work`` into a task graph."""
+    if len(work.stages) != schedule.num_stages:
+        raise ValueError(f"{len(work.stages)} stage work records for {schedule.num_stages} stages")
+    b = TaskGraphBuilder()
+    for r in range(schedule.pp):
+        for stream in ("compute", "tp", "dp"):
+            b.add_device(Device(f"rank{r}/{stream}", r, stream, work.represents))
+    # last backward-ish action (B or W; I when the stage has no W) of every stage on its rank
+    last_bwd: dict[int, Action] = {}
+    first_fwd: dict[int, Action] = {}
+    for order in schedule.orders:
+        for entry in order:
+            for a in getattr(entry, "sub_actions", (entry,)):
+                if a.kind in ("B", "W") or (a.kind == "I" and not _has_w(schedule, a.stage)):
+                    last_bwd[a.stage] = a
+                if a.kind == "F" and a.stage not in first_fwd:
+                    first_fwd[a.stage] = a
+    dp_tasks: dict[int, list[int]] = {r: [] for r in range(schedule.pp)}
+
+    def emit(bld: TaskGraphBuilder, a: Action, rank: int, chunk: int):
+        st = work.stages[a.stage]
+        cdev = bld.device_index(f"rank{rank}/compute")
+        chain: list[int] = []
+        comm_tails: list[int] = []
+
+        def comp(dur, cat, op, mem_end=0.0, mem_free_end=0.0):
+            t = bld.add_task(dur, cdev, cat, op=op, stage=a.stage, chunk=chunk, mb=a.mb, rank=rank)
+            if chain:
+                bld.add_edge(chain[-1], t)
+            chain.append(t)
+            if mem_end:
+                bld.add_memory(t, mem_end, at_end=True)
+            if mem_free_end:
+                bld.add_memory(t, -mem_free_end, at_end=True)
+            return t
+
+        def comms(items):
+            for c in items:
+                dev = bld.add_device(Device(f"rank{rank}/{c.stream}", rank, c.stream, work.represents))
+                t = bld.add_task(c.seconds, dev, c.category, op=c.op, stage=a.stage, chunk=chunk, mb=a.mb, rank=rank)
+                if chain:
+                    bld.add_edge(chain[-1], t)
+                if work.tp_comm_overlap:
+                    comm_tails.append(t)
+                else:
+                    chain.append(t)
+
+        def bucket_after(t, li, oi):
+            if a != last_bwd.get(a.stage) or not work.overlap_grad_reduce:
+                return
+            for bk in st.buckets:
+                if bk.layer == li and bk.op == oi:
+                    d = bld.device_index(f"rank{rank}/dp")
+                    x = bld.add_task(bk.reduce_s, d, "dp-comm", op="dp-grad-reduce", stage=a.stage, chunk=chunk,
+                                     rank=rank)
+                    bld.add_edge(t, x)
+                    dp_tasks[rank].append(x)
+
+        if a.kind == "F":
+            for li, layer in enumerate(st.layers):
+                for op in layer.ops:
+                    comms(op.fwd_pre)
+                    comp(op.fwd, "forward", f"{layer.name}.{op.name}", mem_end=op.saved_bytes)
+                    comms(op.fwd_post)
+        else:
+            with_w = a.kind == "B"
+            for li in range(len(st.layers) - 1, -1, -1):
+                layer = st.layers[li]
+                if a.kind in ("B", "I") and layer.recompute != "none":
+                    ops = [op for op in layer.ops if layer.recompute == "full" or op.selective]
+                    if ops:
+                        if layer.recompute == "full":
+                            for op in ops:  # full recompute re-runs the layer forward, collectives included
+                                comms(op.fwd_pre)
+                                comp(op.fwd, "recompute", f"{layer.name}.{op.name}", mem_end=op.recompute_bytes)
+                                comms(op.fwd_post)
+                        else:
+                            comp(sum(op.fwd for op in ops), "recompute", f"{layer.name}.selective",
+                                 mem_end=sum(op.recompute_bytes for op in ops))
+                for oi, op in _layer_ops_backward(layer):
+                    name = f"{layer.name}.{op.name}"
+                    held = op.saved_bytes + op.recompute_bytes
+                    has_w = op.bwd_weight > 0
+                    if a.kind == "W":
+                        if has_w:
+                            t = comp(op.bwd_weight, "backward-weight", name + ".wgrad", mem_free_end=held)
+                            bucket_after(t, li, oi)
+                        continue
+                    comms(op.bwd_pre)
+                    # B: dgrad then wgrad, both "backward"; I: dgrad only, W comes later.
+                    t = comp(op.bwd_input, "backward" if with_w else "backward-input",
+                             name + (".dgrad" if has_w else ""), mem_free_end=0.0 if has_w else held)
+                    comms(op.bwd_post)
+                    if with_w and has_w:
+                        t = comp(op.bwd_weight, "backward", name + ".wgrad", mem_free_end=held)
+                    if with_w or not has_w:
+                        bucket_after(t, li, oi)
+        if not chain:  # an empty stage still needs a task to hang edges on
+            comp(0.0, "forward" if a.kind == "F" else "backward", "empty")
+        exit_ = chain[-1]
+        if comm_tails:
+            j = bld.add_task(0.0, cdev, "other", op="join", stage=a.stage, chunk=chunk, mb=a.mb, rank=rank)
+            bld.add_edge(exit_, j)
+            for t in comm_tails:
+                bld.add_edge(t, j)
+            exit_ = j
+        return chain[0], exit_
+
+    def transfer(src_stage, dst_stage, kind, mb):
+        return work.p2p_fwd_s if kind == "F" else work.p2p_bwd_s
+
+    b, tasks = lower_schedule(schedule, emit, transfer, builder=b, overlap_handoff=overlap_handoff,
+                              link_represents=work.represents)
+
+    # Epilogue per rank: (non-overlapped) gradient reduction, optimizer step, parameter gather.
+    for r in range(schedule.pp):
+        stages = [s for s in range(schedule.num_stages) if schedule.stage_to_rank[s] == r]
+        last = _last_task_of_rank(schedule, tasks, r)
+        dpdev = b.device_index(f"rank{r}/dp")
+        cdev = b.device_index(f"rank{r}/compute")
+        if not work.overlap_grad_reduce:
+            prev = last
+            for s in stages:
+                for bk in work.stages[s].buckets:
+                    x = b.add_task(bk.reduce_s, dpdev, "dp-comm", op="dp-grad-reduce", stage=s,
+                                   chunk=schedule.chunk_of(s), rank=r)
+                    b.add_edge(prev, x)
+                    prev = x
+                    dp_tasks[r].append(x)
+        opt_s = sum(work.stages[s].optimizer_s for s in stages)
+        opt = b.add_task(opt_s, cdev, "optimizer", op="optimizer-step", rank=r)
+        b.add_edge(last, opt)
+        for x in dp_tasks[r]:
+            b.add_edge(x, opt)
+        gathers = [(s, bk) for s in stages for bk in work.stages[s].buckets if bk.gather_s > 0]
+        if gathers and not work.overlap_param_gather:
+            prev = opt
+            for s, bk in gathers:
+                x = b.add_task(bk.gather_s, dpdev, "dp-comm", op="dp-param-gather", stage=s,
+                               chunk=schedule.chunk_of(s), rank=r)
+                b.add_edge(prev, x)
+                prev = x
+        elif gathers:
+            # Overlapped with the forward: each chunk's first forward waits for its own gathers.
+            for s in stages:
+                fa = first_fwd.get(s)
+                for bk in reversed(work.stages[s].buckets):  # forward order = reverse bucket order
+                    if bk.gather_s <= 0:
+                        continue
+                    x = b.add_task(bk.gather_s, dpdev, "dp-comm", op="dp-param-gather", stage=s,
+                                   chunk=schedule.chunk_of(s), rank=r)
+                    if fa is not None and bk is work.stages[s].buckets[-1]:
+                        b.add_edge(x, tasks[(fa.stage, fa.mb, "F")][0])
+    b.meta.update(work.meta)
+    b.meta["represents"] = work.represents
+    return b.build()
+
+
+def _has_w(schedule: Schedule, stage: int) -> bool:
+    for order in schedule.orders:
+        for entry in order:
+            for a in getattr(entry, "sub_actions", (entry,)):
+                if a.stage == stage and a.kind == "W":
+                    return True
+    return False
+
+
+def _last_task_of_rank(schedule: Schedule, tasks: dict, rank: int) -> int:
+    order = schedule.orders[rank]
+    entry = order[-1]
+    a = getattr(entry, "sub_actions", (entry,))[-1]
+    return tasks[(a.stage, a.mb, a.kind)][1]
