@@ -66,7 +66,8 @@ class Schedule:
     microbatches: number of microbatches per iteration.
     vpp: virtual stages (model chunks) per rank.
     stage_to_rank: ``stage_to_rank[s]`` is the rank that owns virtual stage ``s``.
-    orders: ``orders[r]`` is rank ``r``'s actions in execution order.
+    orders: ``orders[r]`` is rank ``r``'s actions in execution order (an entry may be an ``Overlap``
+        pair, see ``flatten_order``).
     """
 
     name: str
@@ -97,8 +98,108 @@ class Schedule:
             "microbatches": self.microbatches,
             "vpp": self.vpp,
             "stage_to_rank": list(self.stage_to_rank),
-            "orders": [[{"stage": a.stage, "mb": a.mb, "kind": a.kind} for a in acts] for acts in self.orders],
+            "orders": [[_entry_json(a) for a in acts] for acts in self.orders],
         }
+
+
+# --- Overlapped forward/backward pairs (DualPipe) -------------------------------------------------
+
+#: Printed suffix of an overlapped pair, as PyTorch's ``_ComputationType.OVERLAP_F_B.value``.
+OVERLAP_KIND = "OVERLAP_F_B"
+
+_OVERLAP_RE = re.compile(r"^\s*\(([^;()]*);([^;()]*)\)\s*" + OVERLAP_KIND + r"\s*$")
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """A forward and a backward of different stages run together as one overlapped unit.
+
+    Mirrors PyTorch pipelining's ``_Action(-1, OVERLAP_F_B, None, sub_actions)`` used by
+    ``ScheduleDualPipeV`` (DualPipe, DeepSeek-V3 technical report, arXiv:2412.19437,
+    Section 3.2.1 / Figure 4: the forward of one chunk overlaps the backward of another so
+    that the communication of each hides behind the computation of the other).
+
+    Parameters
+    ----------
+    forward : Action
+        The forward half (kind ``F``).
+    backward : Action
+        The backward half (kind ``B``, or ``I`` for a split input-gradient backward).
+
+    Examples
+    --------
+    >>> str(Overlap(Action(0, "F", 14), Action(1, "B", 10)))
+    '(0F14;1B10)OVERLAP_F_B'
+    """
+
+    forward: Action
+    backward: Action
+
+    def __post_init__(self):
+        if not isinstance(self.forward, Action) or self.forward.kind != "F":
+            raise ScheduleError(f"Overlap.forward must be an F action, got {self.forward!s}")
+        if not isinstance(self.backward, Action) or self.backward.kind not in ("B", "I"):
+            raise ScheduleError(f"Overlap.backward must be a B or I action, got {self.backward!s}")
+
+    @property
+    def sub_actions(self) -> tuple[Action, Action]:
+        """``(forward, backward)``, the order PyTorch lists them in ``_Action.sub_actions``."""
+        return (self.forward, self.backward)
+
+    def __str__(self) -> str:
+        # PyTorch ``_Action.__repr__`` for an action with sub_actions:
+        # f"({';'.join(sub reprs)}){computation_type.value}"
+        return f"({self.forward};{self.backward}){OVERLAP_KIND}"
+
+    @classmethod
+    def parse(cls, text: str) -> "Overlap":
+        """Parse ``'(0F14;1B10)OVERLAP_F_B'`` back into an ``Overlap``.
+
+        >>> Overlap.parse("(3F2;0B0)OVERLAP_F_B").sub_actions
+        (Action(stage=3, kind='F', mb=2), Action(stage=0, kind='B', mb=0))
+        """
+        m = _OVERLAP_RE.match(text)
+        if not m:
+            raise ScheduleError(
+                f"cannot parse overlapped entry {text!r}: expected '(<forward>;<backward>){OVERLAP_KIND}' "
+                f"such as '(0F14;1B10){OVERLAP_KIND}'"
+            )
+        return cls(Action.parse(m.group(1)), Action.parse(m.group(2)))
+
+
+def parse_entry(text: str) -> "Action | Overlap":
+    """Parse one schedule entry: a plain action (``'2F0'``) or an overlapped pair.
+
+    >>> parse_entry("2F0")
+    Action(stage=2, kind='F', mb=0)
+    >>> str(parse_entry("(0F14;1B10)OVERLAP_F_B"))
+    '(0F14;1B10)OVERLAP_F_B'
+    """
+    if text.strip().startswith("("):
+        return Overlap.parse(text)
+    return Action.parse(text)
+
+
+def flatten_order(order) -> list[Action]:
+    """Expand every ``Overlap`` of one rank's order into its (forward, backward) sub-actions.
+
+    >>> [str(a) for a in flatten_order([Action(0, "F", 0), Overlap.parse("(1F0;0B0)OVERLAP_F_B")])]
+    ['0F0', '1F0', '0B0']
+    """
+    out: list[Action] = []
+    for entry in order:
+        if isinstance(entry, Overlap):
+            out.extend(entry.sub_actions)
+        else:
+            out.append(entry)
+    return out
+
+
+def _entry_json(entry) -> dict:
+    """JSON form of one order entry; an ``Overlap`` nests its two sub-actions."""
+    if isinstance(entry, Overlap):
+        return {"kind": OVERLAP_KIND, "sub_actions": [_entry_json(a) for a in entry.sub_actions]}
+    return {"stage": entry.stage, "mb": entry.mb, "kind": entry.kind}
 
 
 def loop_placement(pp: int, vpp: int) -> tuple[int, ...]:
