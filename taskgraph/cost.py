@@ -1,0 +1,143 @@
+"""Compute-time cost model: a roofline with shape-dependent GEMM efficiency, plus a measured
+profile table that overrides it.
+
+time(op, pass) = max(FLOPs / (peak x efficiency), bytes / (HBM bandwidth x efficiency)) + launch
+(Williams, Waterman, Patterson 2009, "Roofline", eq. 1). The constants live in the GPU catalog
+(``topologies/data/gpus.yaml``, ``efficiency`` block), not here.
+
+GEMM efficiency = gemm_efficiency_max x tile quantization x wave quantization
+(NVIDIA Deep Learning Performance Guide, "Matrix Multiplication Background": tile quantization =
+useful fraction of the output tiles; wave quantization = useful fraction of the last wave of
+tiles over the SMs):
+    tiles      = ceil(m / Tm) * ceil(n / Tn) * batch
+    tile_util  = m * n * batch / (tiles * Tm * Tn)
+    wave_util  = tiles / (ceil(tiles / SMs) * SMs)
+For the backward passes of ``C[m,n] = A[m,k] B[k,n]``: input gradient dA[m,k] = dC[m,n] B^T is an
+(m, k, n) GEMM and weight gradient dB[k,n] = A^T dC is a (k, n, m) GEMM.
+"""
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from strategies.errors import ConfigError
+
+PASSES = ("fwd", "bwd_input", "bwd_weight")
+
+
+def pass_shape(g, pass_: str) -> tuple[int, int, int, int]:
+    """(m, n, k, batch) of the GEMM executed in ``pass_`` for forward GEMM ``g``."""
+    if pass_ == "fwd":
+        return g.m, g.n, g.k, g.batch
+    if pass_ == "bwd_input":
+        return g.m, g.k, g.n, g.batch
+    return g.k, g.n, g.m, g.batch
+
+
+def gemm_efficiency(m: int, n: int, k: int, batch: int, gpu, dtype: str = "bf16") -> float:
+    """Achieved fraction of dense peak for one (batched) GEMM (see module docstring)."""
+    eff = gpu.efficiency
+    tm, tn = eff.gemm_tile_m, eff.gemm_tile_n
+    tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
+    tile_util = (m * n * batch) / (tiles * tm * tn)
+    waves = math.ceil(tiles / gpu.sm_count)
+    wave_util = tiles / (waves * gpu.sm_count)
+    # a short reduction dimension cannot amortize the prologue/epilogue of a tile (k < tile_k)
+    k_util = min(1.0, k / eff.gemm_tile_k)
+    return gpu.gemm_efficiency(dtype) * tile_util * wave_util * k_util
+
+
+def _gemm_time(shape, gpu, dtype, peak) -> float:
+    m, n, k, batch = shape
+    flops = 2.0 * m * n * k * batch
+    return flops / (peak * gemm_efficiency(m, n, k, batch, gpu, dtype))
+
+
+@dataclass(frozen=True)
+class ProfileTable:
+    """Measured operator times that override the roofline.
+
+    CSV columns: ``gpu, dtype, op, pass, shape, time_us`` where ``op`` is the operator name
+    (``qkv``, ``attn_core``, ``mlp_down`` ...), ``pass`` one of fwd/bwd_input/bwd_weight, and
+    ``shape`` the canonical shape string of :func:`op_shape_key` (e.g. ``8192x1152x6144x1``).
+    """
+
+    entries: dict
+
+    @classmethod
+    def load(cls, path) -> "ProfileTable":
+        p = Path(path)
+        if not p.exists():
+            raise ConfigError(f"options.profile = {str(p)!r} does not exist: give the path of a profile CSV")
+        need = ("gpu", "dtype", "op", "pass", "shape", "time_us")
+        entries = {}
+        with p.open(newline="") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in need if c not in (reader.fieldnames or [])]
+            if missing:
+                raise ConfigError(f"profile {str(p)!r} lacks column(s) {', '.join(missing)}; "
+                                  f"the header must be {','.join(need)}")
+            for i, row in enumerate(reader, start=2):
+                if row["pass"] not in PASSES:
+                    raise ConfigError(f"profile {str(p)!r} line {i}: pass = {row['pass']!r} must be one of "
+                                      f"{', '.join(PASSES)}")
+                try:
+                    t = float(row["time_us"]) * 1e-6
+                except ValueError:
+                    raise ConfigError(f"profile {str(p)!r} line {i}: time_us = {row['time_us']!r} is not a number") from None
+                if t < 0:
+                    raise ConfigError(f"profile {str(p)!r} line {i}: time_us = {row['time_us']} must be >= 0")
+                entries[(row["gpu"].lower(), row["dtype"].lower(), row["op"], row["pass"], row["shape"])] = t
+        return cls(entries)
+
+    def lookup(self, gpu, dtype: str, op, pass_: str) -> float | None:
+        return self.entries.get((gpu.name.lower(), dtype.lower(), op.name, pass_, op_shape_key(op)))
+
+
+def op_shape_key(op) -> str:
+    """Canonical shape string: the forward GEMM shapes ``MxNxKxB`` joined by ``+``, or ``bytes=N``."""
+    if op.gemms:
+        return "+".join(f"{g.m}x{g.n}x{g.k}x{g.batch}" for g in op.gemms)
+    return f"bytes={int(op.fwd_bytes)}"
+
+
+def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True,
+            profile: ProfileTable | None = None) -> float:
+    """Seconds for one pass of one operator on one GPU."""
+    if profile is not None:
+        t = profile.lookup(gpu, dtype, op, pass_)
+        if t is not None:
+            return t
+    flops = {"fwd": op.fwd_flops, "bwd_input": op.bwd_input_flops, "bwd_weight": op.bwd_weight_flops}[pass_]
+    nbytes = {"fwd": op.fwd_bytes, "bwd_input": op.bwd_input_bytes, "bwd_weight": op.bwd_weight_bytes}[pass_]
+    if flops <= 0 and nbytes <= 0:
+        return 0.0
+    eff = gpu.efficiency
+    launch = eff.launch_overhead
+    mem_t = nbytes / (gpu.hbm_bandwidth * eff.hbm_efficiency)
+    if op.kind == "gemm" and op.gemms:
+        peak = gpu.peak_flops(dtype)
+        comp = sum(_gemm_time(pass_shape(g, pass_), gpu, dtype, peak) for g in op.gemms)
+        # gemm FLOPs may exceed the listed shapes' (e.g. fused bias); scale to the op's count
+        listed = sum(2.0 * g.m * g.n * g.k * g.batch for g in op.gemms)
+        if listed > 0:
+            comp *= flops / listed
+        return max(comp, mem_t) + launch * len(op.gemms)
+    if op.kind == "attention":
+        # attention math runs in bf16/fp16 even in fp8 recipes (Transformer Engine keeps DPA in bf16)
+        peak = gpu.peak_flops("bf16")
+        if flash:
+            e = eff.attention_fwd_efficiency if pass_ == "fwd" else eff.attention_bwd_efficiency
+            return max(flops / (peak * e), mem_t) + launch
+        # unfused: batched GEMMs for QK^T and PV plus separate softmax / dropout / mask kernels
+        gemm_flops = sum(2.0 * g.m * g.n * g.k * g.batch for g in op.gemms) or flops
+        per_flop = sum(_gemm_time(pass_shape(g, "fwd"), gpu, "bf16", peak) for g in op.gemms) / gemm_flops \
+            if op.gemms else 1.0 / (peak * eff.gemm_efficiency_max)
+        ew_t = nbytes / (gpu.hbm_bandwidth * eff.elementwise_efficiency)
+        return flops * per_flop + ew_t + launch * 4
+    # memory-bound kinds: elementwise, norm, embedding, loss, router (fp32 math peak is ample)
+    ew_t = nbytes / (gpu.hbm_bandwidth * eff.elementwise_efficiency)
+    comp = flops / gpu.peak_flops("fp32") if flops > 0 else 0.0
+    return max(ew_t, comp) + launch

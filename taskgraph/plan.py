@@ -1,0 +1,202 @@
+"""Resolve a parsed strategy file against its model and cluster: a :class:`Plan`.
+
+All checks that need the model or the world size live here (Megatron-LM's
+``validate_args`` / torchtitan's config validation are the models): heads % tp, kv_heads vs tp,
+layers over pp*vpp, global_batch % (micro_batch*dp), world size, schedule support. Every error names
+the field, the value and a fix.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from strategies.actions import Schedule
+from strategies.config import did_you_mean
+from strategies.errors import ConfigError, ScheduleError
+from strategies.schedules import SCHEDULES, get_schedule
+from strategies.strategy_file import Strategy
+from taskgraph.model import ModelSpec, get_model, load_hf_config, load_model_yaml
+from topologies.cluster import ClusterSpec, cluster_from_dict, get_cluster, load_cluster_yaml
+from topologies.placement import ParallelSizes
+
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2}  # activations stay 16-bit in fp8 recipes (TE keeps bf16 I/O)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A strategy resolved into concrete objects and sizes.
+
+    layers_per_stage: transformer layers of each virtual stage (len pp*vpp).
+    microbatches: microbatches per pipeline per iteration = global_batch / (micro_batch * dp).
+    """
+
+    strategy: Strategy
+    model: ModelSpec
+    cluster: ClusterSpec
+    sizes: ParallelSizes
+    vpp: int
+    sp: bool
+    zero: int
+    microbatches: int
+    layers_per_stage: tuple[int, ...]
+    schedule: Schedule
+
+    @property
+    def num_gpus(self) -> int:
+        return self.sizes.world_size
+
+    @property
+    def tokens_per_iteration(self) -> int:
+        return self.strategy.training.global_batch * self.strategy.training.seq_len
+
+    def stage_layers(self, stage: int) -> range:
+        """Global indices of the transformer layers in ``stage``."""
+        start = sum(self.layers_per_stage[:stage])
+        return range(start, start + self.layers_per_stage[stage])
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def resolve_model(spec, base_dir: str) -> ModelSpec:
+    if isinstance(spec, dict):
+        return load_model_yaml(spec)
+    from taskgraph.model import PRESETS
+    if spec in PRESETS:
+        return get_model(spec)
+    p = Path(spec) if Path(spec).is_absolute() else Path(base_dir) / spec
+    if p.is_dir() and (p / "config.json").exists():
+        return load_hf_config(p / "config.json")
+    if p.exists():
+        if p.suffix == ".json":
+            return load_hf_config(p)
+        return load_model_yaml(p)
+    if "/" in spec or spec.endswith((".yaml", ".yml", ".json")):
+        raise ConfigError(f"model = {spec!r}: file not found (looked at {str(p)!r}); fix the path")
+    raise ConfigError(f"model = {spec!r} is neither a preset{did_you_mean(spec, PRESETS)} nor a file; presets: "
+                      f"{', '.join(sorted(PRESETS))}")
+
+
+def resolve_cluster(spec, base_dir: str) -> ClusterSpec:
+    if isinstance(spec, dict):
+        return cluster_from_dict(spec, where="cluster")
+    p = Path(spec) if Path(spec).is_absolute() else Path(base_dir) / spec
+    if p.exists():
+        return load_cluster_yaml(p)
+    if spec.endswith((".yaml", ".yml", ".json")):
+        raise ConfigError(f"cluster = {spec!r}: file not found (looked at {str(p)!r}); fix the path")
+    return get_cluster(spec, nodes=1)
+
+
+def even_layers(layers: int, stages: int, pp: int, vpp: int) -> tuple[int, ...]:
+    if layers % stages:
+        ok = [d for d in _divisors(layers) if d % vpp == 0 or vpp == 1]
+        raise ConfigError(
+            f"model.layers = {layers} does not split evenly over pp*vpp = {pp}*{vpp} = {stages} stages; "
+            f"choose pp*vpp in {_divisors(layers)}, or give parallel.layers_per_stage (a list of {stages} "
+            f"counts summing to {layers}, e.g. shorter first and last stages as in GLM-130B / Llama 3)")
+    return (layers // stages,) * stages
+
+
+def resolve(strategy: Strategy) -> Plan:
+    """Cross-check ``strategy`` with its model and cluster and build the schedule."""
+    model = resolve_model(strategy.model, strategy.base_dir)
+    cluster = resolve_cluster(strategy.cluster, strategy.base_dir)
+    par, tr = strategy.parallel, strategy.training
+    tp, pp, cp, ep, vpp = par.tp, par.pp, par.cp, par.ep, par.vpp
+
+    if model.heads % tp:
+        raise ConfigError(f"parallel.tp = {tp} must divide model.heads = {model.heads} ({model.name}); "
+                          f"choose tp in {_divisors(model.heads)}")
+    if model.kv_heads % tp and tp % model.kv_heads:
+        raise ConfigError(f"parallel.tp = {tp} and model.kv_heads = {model.kv_heads}: one must divide the other "
+                          f"(KV heads are split over, or replicated across, TP ranks); choose tp in "
+                          f"{sorted(set(_divisors(model.kv_heads)) | {k for k in _divisors(model.heads) if k % model.kv_heads == 0})}")
+    if model.kv_heads % tp:
+        raise ConfigError(f"parallel.tp = {tp} exceeds model.kv_heads = {model.kv_heads}: KV-head replication is "
+                          f"not modeled; choose tp <= {model.kv_heads} dividing it: {_divisors(model.kv_heads)}")
+    if tr.seq_len % cp:
+        raise ConfigError(f"training.seq_len = {tr.seq_len} must be divisible by parallel.cp = {cp}")
+    if cp > 1 and (tr.seq_len // cp) % 2:
+        raise ConfigError(f"training.seq_len / parallel.cp = {tr.seq_len // cp} must be even (causal load "
+                          f"balancing splits each rank's share in two)")
+    if ep > 1 and not model.experts:
+        raise ConfigError(f"parallel.ep = {ep} but model {model.name!r} has no experts; set ep: 1")
+    if model.experts and model.experts % ep:
+        raise ConfigError(f"parallel.ep = {ep} must divide model.experts = {model.experts}; choose ep in "
+                          f"{_divisors(model.experts)}")
+    if vpp > 1 and pp == 1:
+        raise ConfigError(f"parallel.vpp = {vpp} needs parallel.pp > 1 (virtual stages interleave over pipeline "
+                          f"ranks); set vpp: 1 or pp > 1")
+
+    world = cluster.num_gpus
+    mp = tp * pp * cp
+    if par.dp is None:
+        if world % mp:
+            raise ConfigError(f"cluster has {world} GPUs, not a multiple of tp*pp*cp = {tp}*{pp}*{cp} = {mp}; "
+                              f"change the parallel sizes or the node count, or set parallel.dp explicitly")
+        dp = world // mp
+    else:
+        dp = par.dp
+        if mp * dp != world:
+            raise ConfigError(f"tp({tp}) * pp({pp}) * cp({cp}) * dp({dp}) = {mp * dp} != world size {world} "
+                              f"({cluster.nodes} nodes x {cluster.gpus_per_node} GPUs); set dp={world // mp if world % mp == 0 else '?'} "
+                              f"or change the cluster's nodes to {-(-mp * dp // cluster.gpus_per_node)}")
+    sizes = ParallelSizes(tp=tp, cp=cp, dp=dp, pp=pp, ep=ep)
+
+    if tr.global_batch % (tr.micro_batch * dp):
+        step = tr.micro_batch * dp
+        raise ConfigError(f"training.global_batch = {tr.global_batch} must be a multiple of micro_batch * dp = "
+                          f"{tr.micro_batch} * {dp} = {step}; use global_batch = {max(step, tr.global_batch // step * step)} "
+                          f"or {(tr.global_batch // step + 1) * step}")
+    microbatches = tr.global_batch // (tr.micro_batch * dp)
+
+    stages = pp * vpp
+    if par.layers_per_stage is not None:
+        lps = par.layers_per_stage
+        if len(lps) != stages:
+            raise ConfigError(f"parallel.layers_per_stage has {len(lps)} entries but pp*vpp = {stages}; give one "
+                              f"count per virtual stage")
+        if sum(lps) != model.layers:
+            raise ConfigError(f"parallel.layers_per_stage sums to {sum(lps)} but model.layers = {model.layers}; "
+                              f"make the counts add up")
+    else:
+        lps = even_layers(model.layers, stages, pp, vpp)
+    if tr.recompute_layers is not None and len(tr.recompute_layers) != model.layers:
+        raise ConfigError(f"training.recompute_layers has {len(tr.recompute_layers)} entries but the model has "
+                          f"{model.layers} layers; give one policy per layer")
+    if tr.precision == "fp8" and cluster.gpu.peak_flops_fp8 is None:
+        raise ConfigError(f"training.precision = 'fp8' but {cluster.gpu.name} has no FP8 tensor cores; use bf16 "
+                          f"or a Hopper/Blackwell cluster")
+
+    schedule = _schedule(strategy, pp, microbatches, vpp)
+    return Plan(strategy, model, cluster, sizes, vpp, par.sp and tp > 1, par.zero, microbatches, tuple(lps), schedule)
+
+
+def _schedule(strategy: Strategy, pp: int, m: int, vpp: int) -> Schedule:
+    name = strategy.schedule
+    if name == "custom":
+        from strategies.schedule_csv import read_schedule_csv
+        from strategies.validate import check_deadlock, validate_schedule
+        s = read_schedule_csv(strategy.schedule_csv)
+        if s.pp != pp or s.num_stages != pp * vpp or s.microbatches != m:
+            raise ConfigError(f"schedule.csv {strategy.schedule_csv!r} has pp={s.pp}, {s.num_stages} stages, "
+                              f"{s.microbatches} microbatches; the strategy needs pp={pp}, pp*vpp={pp * vpp}, "
+                              f"{m} microbatches (global_batch / (micro_batch*dp))")
+        validate_schedule(s)
+        check_deadlock(s)
+        return s
+    if name not in SCHEDULES:
+        raise ConfigError(f"schedule = {name!r} is not known{did_you_mean(name, SCHEDULES)}; valid: "
+                          f"{', '.join(sorted(SCHEDULES))}, or {{name: custom, csv: FILE}}")
+    if name in ("zb-v", "dualpipe-v") and vpp != 2:
+        raise ConfigError(f"schedule = {name!r} places two stages per rank (V shape): set parallel.vpp: 2")
+    if name in ("1f1b", "gpipe") and vpp != 1:
+        raise ConfigError(f"schedule = {name!r} runs one stage per rank but parallel.vpp = {vpp}: use "
+                          f"interleaved-1f1b (or another multi-chunk schedule), or set vpp: 1")
+    try:
+        return get_schedule(name, pp, m, vpp)
+    except ScheduleError as exc:
+        raise ConfigError(f"schedule = {name!r} with pp={pp}, vpp={vpp}, {m} microbatches "
+                          f"(global_batch / (micro_batch*dp)): {exc}") from None

@@ -1,0 +1,375 @@
+"""Cluster model: GPUs per node on an NVLink/NVSwitch fabric, nodes on a NIC network.
+
+A :class:`ClusterSpec` is what the collective cost model (``topologies.collectives``) and the
+placement helpers (``topologies.placement``) read. Global rank ``r`` lives on node
+``r // gpus_per_node`` at local rank ``r % gpus_per_node`` (the launcher's node-major order).
+
+Presets (``topologies/data/clusters.yaml``) model NVIDIA DGX systems; ``get_cluster`` takes the
+node count as a parameter:
+
+>>> get_cluster("dgx-h100", nodes=4).num_gpus
+32
+
+Custom clusters come from YAML or a dict through :func:`load_cluster_yaml`.
+"""
+from __future__ import annotations
+
+import math
+import os
+from numbers import Integral
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Mapping
+
+import yaml
+
+from strategies.errors import ConfigError
+from topologies.gpus import (
+    DATA_DIR, GB_PER_S, GBIT_PER_S, US, GPUSpec, check_keys, did_you_mean, get_gpu, gpu_from_dict,
+    gpu_with_overrides, number,
+)
+
+CLUSTER_PRESETS_PATH = os.path.join(DATA_DIR, "clusters.yaml")
+EXAMPLE_CLUSTER_PATH = os.path.join(DATA_DIR, "example_cluster.yaml")
+
+#: Inter-node network shapes ``to_networkx`` can build.
+#: ``rail-optimized``: NIC ``l`` of every node in a scalable unit goes to leaf switch (unit, l)
+#: (NVIDIA DGX SuperPOD reference architecture); ``fat-tree``: all NICs of a node go to the leaf
+#: of its group of ``nodes_per_leaf`` nodes. Leaves connect through ``spine_switches`` spines.
+NETWORK_TOPOLOGIES = ("rail-optimized", "fat-tree")
+
+#: Fields accepted in a cluster YAML / dict (user units).
+CLUSTER_FIELDS = (
+    "name", "description", "preset", "gpu", "nodes", "gpus_per_node", "nvlink_gbps",
+    "nvlink_latency_us", "nvlink_efficiency", "nic_gbit", "nic_latency_us", "nic_efficiency",
+    "collective_base_latency_us", "network_topology", "nodes_per_leaf", "spine_switches",
+)
+_PRESET_ONLY_FIELDS = ("aliases",)
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """A homogeneous GPU cluster, SI units throughout.
+
+    name: cluster name (preset name or the YAML's ``name``).
+    gpu: the GPU model in every slot.
+    nodes: number of nodes (servers).
+    gpus_per_node: GPUs per node, all on one NVLink/NVSwitch domain.
+    nvlink_bandwidth: NVLink bandwidth per GPU per direction, bytes/s (through the NVSwitch).
+    nvlink_latency: per-step latency alpha of an intra-node ring step, seconds.
+    nvlink_efficiency: fraction of ``nvlink_bandwidth`` NCCL reaches as bus bandwidth.
+    nic_bandwidth: network bandwidth per GPU per direction, bytes/s (one NIC per GPU, rail style).
+    nic_latency: per-step latency alpha of an inter-node step, seconds.
+    nic_efficiency: fraction of ``nic_bandwidth`` NCCL reaches as bus bandwidth.
+    collective_base_latency: fixed cost of one collective call (NCCL baseLat), seconds.
+    network_topology: one of ``NETWORK_TOPOLOGIES`` (only shapes ``to_networkx``).
+    nodes_per_leaf: nodes under one leaf switch (rail-optimized: nodes per scalable unit).
+    spine_switches: spine switch count; ``None`` = automatic (0 with one leaf, else gpus_per_node).
+    description: free text.
+    """
+
+    name: str
+    gpu: GPUSpec
+    nodes: int
+    gpus_per_node: int
+    nvlink_bandwidth: float
+    nvlink_latency: float
+    nvlink_efficiency: float
+    nic_bandwidth: float
+    nic_latency: float
+    nic_efficiency: float
+    collective_base_latency: float = 0.0
+    network_topology: str = "rail-optimized"
+    nodes_per_leaf: int = 32
+    spine_switches: int | None = None
+    description: str = field(default="", compare=False)
+
+    def __post_init__(self):
+        where = f"cluster {self.name!r}"
+        if not isinstance(self.gpu, GPUSpec):
+            raise ConfigError(f"{where}: gpu must be a GPUSpec (use topologies.gpus.get_gpu), got {self.gpu!r}")
+        for key in ("nodes", "gpus_per_node", "nodes_per_leaf"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{where}: {key} = {value!r} must be an integer >= 1")
+        for key in ("nvlink_bandwidth", "nic_bandwidth"):
+            value = getattr(self, key)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ConfigError(f"{where}: {key} = {value!r} must be a positive number of bytes/s")
+        for key in ("nvlink_efficiency", "nic_efficiency"):
+            value = getattr(self, key)
+            if not (isinstance(value, (int, float)) and 0 < value <= 1):
+                raise ConfigError(f"{where}: {key} = {value!r} must be in (0, 1]")
+        for key in ("nvlink_latency", "nic_latency", "collective_base_latency"):
+            value = getattr(self, key)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise ConfigError(f"{where}: {key} = {value!r} must be a number of seconds >= 0")
+        if self.network_topology not in NETWORK_TOPOLOGIES:
+            raise ConfigError(
+                f"{where}: network_topology = {self.network_topology!r} is not one of "
+                f"{', '.join(NETWORK_TOPOLOGIES)}{did_you_mean(self.network_topology, NETWORK_TOPOLOGIES)}"
+            )
+        s = self.spine_switches
+        if s is not None and (isinstance(s, bool) or not isinstance(s, int) or s < 0):
+            raise ConfigError(f"{where}: spine_switches = {s!r} must be an integer >= 0 (or null for auto)")
+        if self.num_leaves > 1 and self.num_spines == 0:
+            raise ConfigError(
+                f"{where}: spine_switches = 0 but the network has {self.num_leaves} leaf switches, "
+                f"which leaves them disconnected; set spine_switches >= 1 or null (auto)"
+            )
+
+    # --- sizes -------------------------------------------------------------------------------
+    @property
+    def num_gpus(self) -> int:
+        """Total GPUs: ``nodes * gpus_per_node``."""
+        return self.nodes * self.gpus_per_node
+
+    def node_of(self, rank: int) -> int:
+        """Node index of global rank ``rank`` (node-major rank order)."""
+        self._check_rank(rank)
+        return int(rank) // self.gpus_per_node
+
+    def local_rank(self, rank: int) -> int:
+        """Index of global rank ``rank`` inside its node (also its NIC rail)."""
+        self._check_rank(rank)
+        return int(rank) % self.gpus_per_node
+
+    def _check_rank(self, rank) -> None:
+        if isinstance(rank, bool) or not isinstance(rank, Integral) or not 0 <= rank < self.num_gpus:
+            raise ConfigError(
+                f"rank {rank!r} is not a GPU of cluster {self.name!r}, which has ranks 0..{self.num_gpus - 1} "
+                f"({self.nodes} nodes x {self.gpus_per_node} GPUs); use more nodes or a smaller layout"
+            )
+
+    # --- achievable bandwidths ----------------------------------------------------------------
+    @property
+    def nvlink_bus_bandwidth(self) -> float:
+        """Achievable NVLink bus bandwidth per GPU per direction: nvlink_bandwidth * nvlink_efficiency."""
+        return self.nvlink_bandwidth * self.nvlink_efficiency
+
+    @property
+    def nic_bus_bandwidth(self) -> float:
+        """Achievable network bus bandwidth per GPU per direction: nic_bandwidth * nic_efficiency."""
+        return self.nic_bandwidth * self.nic_efficiency
+
+    # --- network shape ------------------------------------------------------------------------
+    @property
+    def num_leaves(self) -> int:
+        """Leaf switches of the inter-node network (0 for a single node)."""
+        if self.nodes == 1:
+            return 0
+        groups = math.ceil(self.nodes / self.nodes_per_leaf)
+        return groups * self.gpus_per_node if self.network_topology == "rail-optimized" else groups
+
+    @property
+    def num_spines(self) -> int:
+        """Spine switches: ``spine_switches`` or, when None, 0 for <= 1 leaf else gpus_per_node."""
+        if self.spine_switches is not None:
+            return self.spine_switches if self.num_leaves > 1 else 0
+        return 0 if self.num_leaves <= 1 else self.gpus_per_node
+
+    def leaf_of(self, rank: int) -> int:
+        """Index of the leaf switch rank ``rank``'s NIC is cabled to (needs nodes > 1)."""
+        node, local = self.node_of(rank), self.local_rank(rank)
+        unit = node // self.nodes_per_leaf
+        return unit * self.gpus_per_node + local if self.network_topology == "rail-optimized" else unit
+
+    def to_networkx(self):
+        """The cluster as an undirected ``networkx.Graph``.
+
+        Nodes: ``gpu{r}`` (kind="gpu", rank, node, local_rank), one ``nvswitch{n}`` per node
+        (kind="nvswitch"; the physical 6/4/2 NVSwitch chips of a DGX act as one crossbar), and for
+        ``nodes > 1`` leaf switches ``leaf{i}`` (kind="leaf", rail or None) and spines ``spine{j}``
+        (kind="spine"). Edges carry ``kind`` ("nvlink", "nic", "uplink"), ``bandwidth`` (bytes/s
+        per direction, full duplex) and ``latency`` (seconds). A GPU-switch-GPU path sums to the
+        per-step latency of its fabric (each access edge holds half); switch-to-switch hops are
+        folded into ``nic_latency`` (uplinks have latency 0). Uplinks are sized for full bisection:
+        each leaf's downlink bandwidth split evenly over the spines.
+        """
+        import networkx as nx
+
+        g = nx.Graph(name=self.name, num_gpus=self.num_gpus, nodes=self.nodes,
+                     gpus_per_node=self.gpus_per_node, network_topology=self.network_topology)
+        for node in range(self.nodes):
+            sw = f"nvswitch{node}"
+            g.add_node(sw, kind="nvswitch", node=node)
+            for local in range(self.gpus_per_node):
+                rank = node * self.gpus_per_node + local
+                g.add_node(f"gpu{rank}", kind="gpu", rank=rank, node=node, local_rank=local)
+                g.add_edge(f"gpu{rank}", sw, kind="nvlink", bandwidth=self.nvlink_bandwidth,
+                           latency=self.nvlink_latency / 2)
+        if self.nodes == 1:
+            return g
+        rail = self.network_topology == "rail-optimized"
+        down = [0] * self.num_leaves
+        for i in range(self.num_leaves):
+            g.add_node(f"leaf{i}", kind="leaf", rail=(i % self.gpus_per_node) if rail else None)
+        for rank in range(self.num_gpus):
+            leaf = self.leaf_of(rank)
+            down[leaf] += 1
+            g.add_edge(f"gpu{rank}", f"leaf{leaf}", kind="nic", bandwidth=self.nic_bandwidth,
+                       latency=self.nic_latency / 2)
+        spines = self.num_spines
+        for j in range(spines):
+            g.add_node(f"spine{j}", kind="spine")
+            for i in range(self.num_leaves):
+                g.add_edge(f"leaf{i}", f"spine{j}", kind="uplink",
+                           bandwidth=down[i] * self.nic_bandwidth / spines, latency=0.0)
+        return g
+
+
+# --- loading --------------------------------------------------------------------------------
+def _read_yaml(path: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return yaml.safe_load(fh)
+    except OSError as exc:
+        raise ConfigError(f"cannot read cluster file {path!r}: {exc.strerror}; check the path") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"cluster file {path!r} is not valid YAML: {exc}") from exc
+
+
+@lru_cache(maxsize=1)
+def _presets() -> dict[str, dict]:
+    doc = _read_yaml(CLUSTER_PRESETS_PATH)
+    if not isinstance(doc, Mapping) or not isinstance(doc.get("presets"), Mapping):
+        raise ConfigError(f"{CLUSTER_PRESETS_PATH!r}: expected a top-level `presets:` mapping")
+    return {str(k): dict(v) for k, v in doc["presets"].items()}
+
+
+def list_presets() -> tuple[str, ...]:
+    """Names of the bundled cluster presets."""
+    return tuple(_presets())
+
+
+def _preset_dict(name: str) -> dict:
+    presets = _presets()
+    table = {}
+    for key, entry in presets.items():
+        table[key.lower()] = key
+        for alias in entry.get("aliases", ()) or ():
+            table[str(alias).lower()] = key
+    key = str(name).strip().lower()
+    if key not in table:
+        raise ConfigError(
+            f"unknown cluster preset {name!r}{did_you_mean(key, table)}; "
+            f"known presets: {', '.join(presets)} (or load a custom cluster YAML)"
+        )
+    entry = presets[table[key]]
+    check_keys(entry, tuple(f for f in CLUSTER_FIELDS if f not in ("preset", "nodes")) + _PRESET_ONLY_FIELDS,
+               f"{CLUSTER_PRESETS_PATH} preset {table[key]!r}")
+    data = {k: v for k, v in entry.items() if k not in _PRESET_ONLY_FIELDS}
+    data.setdefault("name", table[key])
+    return data
+
+
+def _gpu_field(value: Any, where: str) -> GPUSpec:
+    if isinstance(value, GPUSpec):
+        return value
+    if isinstance(value, str):
+        return get_gpu(value)
+    if isinstance(value, Mapping):
+        value = dict(value)
+        base = value.pop("base", None)
+        name = value.pop("name", None)
+        if base is not None:
+            return gpu_with_overrides(base, value, name=name)
+        return gpu_from_dict(name or "custom-gpu", value)
+    raise ConfigError(
+        f"{where}: field 'gpu' = {value!r} must be a catalog GPU name (e.g. 'H100-SXM-80GB') or a "
+        f"mapping of GPU fields (optionally with `base: <catalog name>`)"
+    )
+
+
+def cluster_from_dict(data: Mapping, *, where: str = "cluster") -> ClusterSpec:
+    """Validate a cluster dict (user units, see ``CLUSTER_FIELDS``) and build a :class:`ClusterSpec`.
+
+    ``preset: <name>`` starts from that preset; every other key overrides it.
+    """
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: expected a mapping of cluster fields, got {type(data).__name__}")
+    if set(data) == {"cluster"} and isinstance(data["cluster"], Mapping):
+        data = data["cluster"]
+    check_keys(data, CLUSTER_FIELDS, where)
+    merged: dict = {}
+    if data.get("preset") is not None:
+        preset = _preset_dict(data["preset"])
+        merged.update(preset)
+        if data.get("name") is not None and "description" not in data:
+            merged["description"] = f"based on preset {preset['name']}: {preset.get('description', '')}"
+    merged.update({k: v for k, v in data.items() if k != "preset"})
+    if "gpu" not in merged:
+        raise ConfigError(f"{where}: missing required field 'gpu'; add `gpu: H100-SXM-80GB` "
+                          f"(or `preset: dgx-h100`)")
+    gpu = _gpu_field(merged["gpu"], where)
+    if merged.get("nvlink_gbps") is None:
+        merged["nvlink_gbps"] = gpu.nvlink_bandwidth / GB_PER_S
+    need = [k for k in ("nodes", "gpus_per_node", "nvlink_latency_us", "nvlink_efficiency",
+                        "nic_gbit", "nic_latency_us", "nic_efficiency") if merged.get(k) is None]
+    if need:
+        raise ConfigError(
+            f"{where}: missing required field(s) {', '.join(need)}; set them or start from a preset "
+            f"(`preset: {', '.join(list_presets())}`)"
+        )
+    frac = dict(minimum=0.0, maximum=1.0)
+    topo = merged.get("network_topology", "rail-optimized")
+    if topo not in NETWORK_TOPOLOGIES:
+        raise ConfigError(f"{where}: field 'network_topology' = {topo!r} is not one of "
+                          f"{', '.join(NETWORK_TOPOLOGIES)}{did_you_mean(topo, NETWORK_TOPOLOGIES)}")
+    spines = merged.get("spine_switches")
+    if spines is not None:
+        spines = number(merged, "spine_switches", where, integer=True, strict=False)
+    return ClusterSpec(
+        name=str(merged.get("name", "custom")),
+        gpu=gpu,
+        nodes=number(merged, "nodes", where, integer=True),
+        gpus_per_node=number(merged, "gpus_per_node", where, integer=True),
+        nvlink_bandwidth=float(number(merged, "nvlink_gbps", where)) * GB_PER_S,
+        nvlink_latency=float(number(merged, "nvlink_latency_us", where, strict=False)) * US,
+        nvlink_efficiency=float(number(merged, "nvlink_efficiency", where, **frac)),
+        nic_bandwidth=float(number(merged, "nic_gbit", where)) * GBIT_PER_S,
+        nic_latency=float(number(merged, "nic_latency_us", where, strict=False)) * US,
+        nic_efficiency=float(number(merged, "nic_efficiency", where, **frac)),
+        collective_base_latency=float(number(merged, "collective_base_latency_us", where, strict=False,
+                                             optional=True) or 0.0) * US,
+        network_topology=topo,
+        nodes_per_leaf=(number(merged, "nodes_per_leaf", where, integer=True)
+                        if merged.get("nodes_per_leaf") is not None else 32),
+        spine_switches=spines,
+        description=str(merged.get("description", "")),
+    )
+
+
+def load_cluster_yaml(path_or_dict: str | os.PathLike | Mapping) -> ClusterSpec:
+    """Load a custom cluster from a YAML file path or an already-parsed dict.
+
+    Unknown keys raise ConfigError with a did-you-mean; see ``data/example_cluster.yaml``.
+    """
+    if isinstance(path_or_dict, Mapping):
+        return cluster_from_dict(path_or_dict)
+    if isinstance(path_or_dict, (str, os.PathLike)):
+        path = os.fspath(path_or_dict)
+        return cluster_from_dict(_read_yaml(path), where=f"cluster file {path!r}")
+    raise ConfigError(f"load_cluster_yaml expects a file path or a dict, got {type(path_or_dict).__name__}")
+
+
+def get_cluster(name: str | ClusterSpec, nodes: int = 1, **overrides) -> ClusterSpec:
+    """A preset cluster with ``nodes`` nodes; ``overrides`` use YAML field names (user units).
+
+    >>> c = get_cluster("dgx-a100-80g", nodes=2, nic_efficiency=0.8)
+    >>> (c.num_gpus, c.gpu.name, c.nic_bandwidth)
+    (16, 'A100-SXM-80GB', 25000000000.0)
+    """
+    if isinstance(name, ClusterSpec):
+        if overrides or nodes != 1:
+            raise ConfigError("get_cluster: pass a preset name to apply nodes/overrides, not a ClusterSpec "
+                              "(use dataclasses.replace on a ClusterSpec)")
+        return name
+    data = {"preset": name, "nodes": nodes, **overrides}
+    return cluster_from_dict(data, where=f"cluster preset {name!r}")
+
+
+__all__ = [
+    "ClusterSpec", "get_cluster", "load_cluster_yaml", "cluster_from_dict", "list_presets",
+    "NETWORK_TOPOLOGIES", "CLUSTER_FIELDS", "EXAMPLE_CLUSTER_PATH", "CLUSTER_PRESETS_PATH",
+]

@@ -1,0 +1,322 @@
+r"""Alpha-beta cost of NCCL collectives on the actual placement of a group's ranks.
+
+Every function has the signature ``fn(nbytes, ranks, cluster) -> seconds`` and is registered in
+:data:`COLLECTIVES`. ``nbytes`` follows the NCCL / nccl-tests conventions
+(nccl-tests ``doc/PERFORMANCE.md``):
+
+* all-reduce: the buffer size S (same on every rank);
+* all-gather: the total *output* size S (each rank contributes S/n);
+* reduce-scatter: the total *input* size S (each rank keeps S/n);
+* broadcast: the buffer size S;
+* all-to-all: the per-rank *send* buffer size S (S/n to each peer, self included);
+* send-recv: the message size S, ``ranks = [src, dst]``.
+
+Notation: n ranks, spanning k nodes with g GPUs of the group per node; B_nv = ``nvlink_bandwidth
+* nvlink_efficiency``; B_net = ``nic_bandwidth * nic_efficiency`` (per GPU, one NIC per GPU as in
+DGX rail-optimized fabrics); a_nv / a_net = per-step latencies of an NVLink / network step;
+t0 = ``collective_base_latency`` (NCCL's per-call baseLat), charged once per call.
+
+Bus bandwidth B of a ring (NCCL builds one ring per channel, each leaving a node through a
+different NIC; ring order is NCCL's choice, so the order of ``ranks`` does not matter):
+
+* k = 1: B = B_nv.
+* k > 1, g = 1 per node: B = B_net (the ring is one GPU per node, no NVLink hop).
+* k > 1, g > 1: B = min(B_nv, g_min * B_net). Derivation: with c = g rings, ring j carries S/c
+  and leaves every node once, through NIC j; every ring edge carries 2(n-1)/n of the ring's data,
+  so NIC j moves 2(n-1)/n * S/g while each GPU's NVLink moves at most 2(n-1)/n * S; both run
+  concurrently, giving t = 2(n-1)/n * S / min(B_nv, g*B_net). The node with the fewest group
+  GPUs (g_min) has the fewest NICs and bounds it. This matches nccl-tests multi-node results
+  where all-reduce busbw approaches the node's aggregate NIC bandwidth (8 x 50 GB/s on DGX H100),
+  not one NIC's. (Per-GPU NIC bandwidth alone would be the bound for all-to-all; see below.)
+
+Latency of a ring collective follows NCCL's tuning model (NCCL ``src/graph/tuning.cc``,
+``ncclTopoTuneModel``): of the ring's ``nsteps`` steps, ``nInterSteps`` cross the network and pay
+the network latency, the rest pay the NVLink latency. For all-reduce nsteps = 2(n-1) and
+nInterSteps = 2(k-1); for reduce-scatter / all-gather (n-1) and (k-1). Inside one node this is
+the textbook ``2(n-1)*alpha`` / ``(n-1)*alpha`` (Thakur, Rabenseifner, Gropp 2005).
+
+Closed forms (``alpha_ring = (n-k)*a_nv + (k-1)*a_net``):
+
+* all-reduce, ring (Patarasuk & Yuan 2009, bandwidth-optimal; Thakur et al. 2005;
+  NCCL PERFORMANCE.md busBw = algBw * 2(n-1)/n):
+  ``t0 + 2(n-1)/n * S/B + 2*alpha_ring``
+* all-reduce, hierarchical (intra-node reduce-scatter, inter-node ring all-reduce of the S/g
+  shard among the k GPUs with the same local rank -- all g of those rings run at once, each on
+  its own NIC/rail -- then intra-node all-gather; phases run back to back):
+  ``t0 + 2(g-1)/g * S/B_nv + 2(g-1)*a_nv + 2(k-1)/k * (S/g)/B_net + 2(k-1)*a_net``
+  Needs the same g on every node. ``algorithm="auto"`` takes the cheaper of ring and
+  hierarchical (ties: ring); the hierarchical form wins on latency (2(g-1) instead of 2(n-k)
+  NVLink steps) and on bandwidth when B_nv > n*B_net.
+* reduce-scatter / all-gather, ring (Thakur et al. 2005; NCCL busBw factor (n-1)/n):
+  ``t0 + (n-1)/n * S/B + alpha_ring``
+* broadcast, pipelined ring/chain (NCCL's ring broadcast; busBw factor 1, t = S/B in NCCL
+  PERFORMANCE.md; the pipeline fill crosses the n-1 hops of the chain once):
+  ``t0 + S/B + alpha_ring``
+* all-to-all, pairwise exchange (Thakur et al. 2005; NCCL busBw factor (n-1)/n):
+  every rank sends (g-1)/n * S over NVLink and (n-g)/n * S through its *own* NIC (all ranks
+  send at once, so NICs cannot be pooled), the two concurrently:
+  ``t0 + max((g_max-1)/n * S/B_nv, (n-g_min)/n * S/B_net) + (g_min-1)*a_nv + (n-g_min)*a_net``
+  which is ``t0 + (n-1)/n * S/B_nv + (n-1)*a_nv`` inside one node.
+* send-recv (point to point; NCCL busBw = algBw): ``t0 + S/B_link + a_link`` with the NVLink
+  figures when both ranks share a node, else the network ones.
+
+A group of one rank, or nbytes == 0, costs 0. Not modelled: NVLink SHARP / IB SHARP in-network
+reduction, NCCL's tree algorithm and protocol switching (LL/LL128/Simple), contention between
+concurrent groups on shared links (the simulator's job), and topology-aware ring ordering beyond
+"one NIC per ring".
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from strategies.errors import ConfigError
+from topologies.gpus import did_you_mean
+from topologies.placement import node_counts
+
+#: all-reduce algorithms accepted by :func:`all_reduce`.
+ALL_REDUCE_ALGORITHMS = ("auto", "ring", "hierarchical")
+
+
+@dataclass(frozen=True)
+class GroupLayout:
+    """How a communicator's ranks sit on the cluster.
+
+    n: number of ranks in the group.
+    nodes: nodes the group spans (k).
+    g_min: fewest group GPUs on one spanned node.
+    g_max: most group GPUs on one spanned node.
+    """
+
+    n: int
+    nodes: int
+    g_min: int
+    g_max: int
+
+    @property
+    def uniform(self) -> bool:
+        """True when every spanned node holds the same number of the group's GPUs."""
+        return self.g_min == self.g_max
+
+
+def group_layout(ranks: Iterable[int], cluster: Any) -> GroupLayout:
+    """Validate ``ranks`` against ``cluster`` and summarise their placement."""
+    ranks = _as_ranks(ranks)
+    counts = node_counts(cluster, ranks)
+    return GroupLayout(n=len(ranks), nodes=len(counts), g_min=min(counts.values()),
+                       g_max=max(counts.values()))
+
+
+def _as_ranks(ranks: Iterable[int]) -> list[int]:
+    if isinstance(ranks, (str, bytes)) or not hasattr(ranks, "__iter__"):
+        raise ConfigError(f"ranks = {ranks!r} must be a list of global ranks, e.g. [0, 1, 2, 3]")
+    out = list(ranks)
+    if not out:
+        raise ConfigError("ranks is empty; a collective needs at least one rank")
+    return out
+
+
+def _check_nbytes(nbytes: Any) -> float:
+    if (isinstance(nbytes, bool) or not isinstance(nbytes, (int, float)) or not math.isfinite(nbytes)
+            or nbytes < 0):
+        raise ConfigError(f"nbytes = {nbytes!r} must be a finite number of bytes >= 0")
+    return float(nbytes)
+
+
+def ring_bandwidth(ranks: Iterable[int], cluster: Any) -> float:
+    """Bus bandwidth B (bytes/s) of a ring over ``ranks`` (see the module docstring)."""
+    return _ring_bandwidth(group_layout(ranks, cluster), cluster)
+
+
+def _ring_bandwidth(lay: GroupLayout, cluster: Any) -> float:
+    if lay.nodes == 1:
+        return cluster.nvlink_bus_bandwidth
+    if lay.g_max == 1:
+        return cluster.nic_bus_bandwidth
+    # one ring per NIC of the group's GPUs on a node; NCCL tuning.cc/busBw = nChannels * speed
+    return min(cluster.nvlink_bus_bandwidth, lay.g_min * cluster.nic_bus_bandwidth)
+
+
+def _ring_alpha(lay: GroupLayout, cluster: Any) -> float:
+    # NCCL tuning.cc: latency += (nsteps - nInterSteps) * intraLat + nInterSteps * interLat, with
+    # nsteps = n-1, nInterSteps = k-1 per pass (all-reduce makes two passes).
+    return (lay.n - lay.nodes) * cluster.nvlink_latency + (lay.nodes - 1) * cluster.nic_latency
+
+
+def _prologue(nbytes: Any, ranks: Iterable[int], cluster: Any) -> tuple[float, GroupLayout | None]:
+    s = _check_nbytes(nbytes)
+    lay = group_layout(ranks, cluster)
+    if lay.n == 1 or s == 0:
+        return s, None
+    return s, lay
+
+
+# --- all-reduce ------------------------------------------------------------------------------
+def _all_reduce_ring(s: float, lay: GroupLayout, cluster: Any) -> float:
+    # Patarasuk & Yuan 2009; NCCL PERFORMANCE.md: t = S/B * 2(n-1)/n
+    n = lay.n
+    return (cluster.collective_base_latency + 2 * (n - 1) / n * s / _ring_bandwidth(lay, cluster)
+            + 2 * _ring_alpha(lay, cluster))
+
+
+def _all_reduce_hierarchical(s: float, lay: GroupLayout, cluster: Any) -> float:
+    g, k = lay.g_max, lay.nodes
+    intra = 2 * (g - 1) / g * s / cluster.nvlink_bus_bandwidth + 2 * (g - 1) * cluster.nvlink_latency
+    inter = 2 * (k - 1) / k * (s / g) / cluster.nic_bus_bandwidth + 2 * (k - 1) * cluster.nic_latency
+    return cluster.collective_base_latency + intra + inter
+
+
+def all_reduce_costs(nbytes: float, ranks: Iterable[int], cluster: Any) -> dict[str, float]:
+    """Seconds per applicable all-reduce algorithm, e.g. ``{"ring": ..., "hierarchical": ...}``.
+
+    ``hierarchical`` is present only when the group spans several nodes with the same number of
+    its GPUs on each.
+    """
+    s, lay = _prologue(nbytes, ranks, cluster)
+    if lay is None:
+        return {"ring": 0.0}
+    costs = {"ring": _all_reduce_ring(s, lay, cluster)}
+    if lay.nodes > 1 and lay.uniform:
+        costs["hierarchical"] = _all_reduce_hierarchical(s, lay, cluster)
+    return costs
+
+
+def all_reduce_algorithm(nbytes: float, ranks: Iterable[int], cluster: Any) -> str:
+    """The algorithm ``algorithm="auto"`` picks: the cheapest of :func:`all_reduce_costs` (ties: ring)."""
+    costs = all_reduce_costs(nbytes, ranks, cluster)
+    return min(costs, key=lambda a: (costs[a], a != "ring"))
+
+
+def all_reduce(nbytes: float, ranks: Iterable[int], cluster: Any, algorithm: str = "auto") -> float:
+    """All-reduce of an S-byte buffer: ring, hierarchical, or the cheaper of the two (``"auto"``)."""
+    if algorithm not in ALL_REDUCE_ALGORITHMS:
+        raise ConfigError(
+            f"all-reduce algorithm {algorithm!r} is not one of {', '.join(ALL_REDUCE_ALGORITHMS)}"
+            f"{did_you_mean(algorithm, ALL_REDUCE_ALGORITHMS)}"
+        )
+    costs = all_reduce_costs(nbytes, ranks, cluster)
+    if algorithm == "auto":
+        return min(costs.values())
+    if algorithm == "hierarchical" and "hierarchical" not in costs:
+        lay = group_layout(ranks, cluster)
+        if lay.n == 1 or lay.nodes == 1 or nbytes == 0:
+            return costs["ring"]  # inside one node hierarchical degenerates to the ring
+        raise ConfigError(
+            f"hierarchical all-reduce needs the same number of group GPUs on every node, but ranks "
+            f"{sorted(_as_ranks(ranks))} put between {lay.g_min} and {lay.g_max} on each of "
+            f"{lay.nodes} nodes; use algorithm='ring' or 'auto'"
+        )
+    return costs[algorithm]
+
+
+# --- other collectives -----------------------------------------------------------------------
+def reduce_scatter(nbytes: float, ranks: Iterable[int], cluster: Any) -> float:
+    """Reduce-scatter of an S-byte total input (S/n kept per rank), ring algorithm."""
+    s, lay = _prologue(nbytes, ranks, cluster)
+    if lay is None:
+        return 0.0
+    n = lay.n  # Thakur et al. 2005; NCCL PERFORMANCE.md: t = S/B * (n-1)/n
+    return (cluster.collective_base_latency + (n - 1) / n * s / _ring_bandwidth(lay, cluster)
+            + _ring_alpha(lay, cluster))
+
+
+def all_gather(nbytes: float, ranks: Iterable[int], cluster: Any) -> float:
+    """All-gather into an S-byte total output (S/n contributed per rank), ring algorithm."""
+    s, lay = _prologue(nbytes, ranks, cluster)
+    if lay is None:
+        return 0.0
+    n = lay.n  # Thakur et al. 2005; NCCL PERFORMANCE.md: t = S/B * (n-1)/n
+    return (cluster.collective_base_latency + (n - 1) / n * s / _ring_bandwidth(lay, cluster)
+            + _ring_alpha(lay, cluster))
+
+
+def broadcast(nbytes: float, ranks: Iterable[int], cluster: Any) -> float:
+    """Broadcast of an S-byte buffer from one root, pipelined ring (chain)."""
+    s, lay = _prologue(nbytes, ranks, cluster)
+    if lay is None:
+        return 0.0
+    # NCCL PERFORMANCE.md: broadcast t = S/B (busBw factor 1); pipeline fill over n-1 hops.
+    return cluster.collective_base_latency + s / _ring_bandwidth(lay, cluster) + _ring_alpha(lay, cluster)
+
+
+def all_to_all(nbytes: float, ranks: Iterable[int], cluster: Any) -> float:
+    """All-to-all with an S-byte send buffer per rank (S/n to each peer), pairwise exchange."""
+    s, lay = _prologue(nbytes, ranks, cluster)
+    if lay is None:
+        return 0.0
+    n = lay.n
+    # Thakur et al. 2005 pairwise exchange; NCCL PERFORMANCE.md alltoall busBw factor (n-1)/n.
+    t_nv = (lay.g_max - 1) / n * s / cluster.nvlink_bus_bandwidth
+    t_net = (n - lay.g_min) / n * s / cluster.nic_bus_bandwidth
+    alpha = (lay.g_min - 1) * cluster.nvlink_latency + (n - lay.g_min) * cluster.nic_latency
+    return cluster.collective_base_latency + max(t_nv, t_net) + alpha
+
+
+def send_recv(nbytes: float, ranks: Iterable[int], cluster: Any) -> float:
+    """Point-to-point transfer of S bytes between ``ranks = [src, dst]``."""
+    ranks = _as_ranks(ranks)
+    if len(ranks) > 2:
+        raise ConfigError(f"send-recv takes ranks = [src, dst], got {len(ranks)} ranks {ranks!r}")
+    s, lay = _prologue(nbytes, ranks, cluster)
+    if lay is None:
+        return 0.0
+    if lay.nodes == 1:  # NCCL PERFORMANCE.md: for send/recv busBw = algBw = S/t
+        bw, alpha = cluster.nvlink_bus_bandwidth, cluster.nvlink_latency
+    else:
+        bw, alpha = cluster.nic_bus_bandwidth, cluster.nic_latency
+    return cluster.collective_base_latency + s / bw + alpha
+
+
+#: kind -> cost function ``fn(nbytes, ranks, cluster) -> seconds``.
+COLLECTIVES: dict[str, Callable[..., float]] = {
+    "all-reduce": all_reduce,
+    "reduce-scatter": reduce_scatter,
+    "all-gather": all_gather,
+    "broadcast": broadcast,
+    "all-to-all": all_to_all,
+    "send-recv": send_recv,
+}
+
+_KIND_ALIASES = {
+    "allreduce": "all-reduce", "reducescatter": "reduce-scatter", "allgather": "all-gather",
+    "alltoall": "all-to-all", "sendrecv": "send-recv", "p2p": "send-recv", "send": "send-recv",
+    "recv": "send-recv", "bcast": "broadcast",
+}
+
+
+def normalize_kind(kind: str) -> str:
+    """Canonical collective name for ``kind`` (accepts ``all_reduce``, ``AllReduce``, ``p2p`` ...)."""
+    raw = str(kind)
+    key = raw.strip().lower().replace("_", "-").replace(" ", "-")
+    if key in COLLECTIVES:
+        return key
+    squashed = key.replace("-", "")
+    if squashed in _KIND_ALIASES:
+        return _KIND_ALIASES[squashed]
+    raise ConfigError(
+        f"unknown collective kind {raw!r}{did_you_mean(key, COLLECTIVES)}; "
+        f"valid kinds: {', '.join(COLLECTIVES)}"
+    )
+
+
+def collective_time(kind: str, nbytes: float, ranks: Iterable[int], cluster: Any, **options) -> float:
+    """Seconds for collective ``kind`` (a key of :data:`COLLECTIVES`) of ``nbytes`` over ``ranks``.
+
+    ``options`` go to the cost function (only all-reduce takes one: ``algorithm``).
+    """
+    name = normalize_kind(kind)
+    if options and name != "all-reduce":
+        raise ConfigError(f"collective {name!r} takes no options, got {', '.join(options)}")
+    unknown = [k for k in options if k != "algorithm"]
+    if unknown:
+        raise ConfigError(f"all-reduce option {unknown[0]!r} is not known{did_you_mean(unknown[0], ['algorithm'])}; "
+                          f"the only option is algorithm={'|'.join(ALL_REDUCE_ALGORITHMS)}")
+    return COLLECTIVES[name](nbytes, ranks, cluster, **options)
+
+
+__all__ = [
+    "COLLECTIVES", "ALL_REDUCE_ALGORITHMS", "GroupLayout", "group_layout", "ring_bandwidth",
+    "all_reduce", "all_reduce_costs", "all_reduce_algorithm", "reduce_scatter", "all_gather",
+    "broadcast", "all_to_all", "send_recv", "collective_time", "normalize_kind",
+]

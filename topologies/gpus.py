@@ -1,0 +1,356 @@
+"""GPU catalog: peak rates and cost-model efficiency knobs per GPU model.
+
+The data lives in ``topologies/data/gpus.yaml`` (user-facing, unit-suffixed field names); this
+module converts it to SI units (FLOP/s, bytes, bytes/s, seconds) in frozen :class:`GPUSpec`
+objects. Every figure in the YAML cites its NVIDIA datasheet/whitepaper source.
+
+>>> get_gpu("h100").name
+'H100-SXM-80GB'
+>>> get_gpu("H100-SXM-80GB").peak_flops("bf16") / 1e12
+989.4
+"""
+from __future__ import annotations
+
+import difflib
+import math
+import os
+from dataclasses import dataclass, fields
+from functools import lru_cache
+from typing import Any, Mapping
+
+import yaml
+
+from strategies.errors import ConfigError
+
+DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+GPU_CATALOG_PATH = os.path.join(DATA_DIR, "gpus.yaml")
+
+# Unit conversions (SI inside). NVIDIA quotes bandwidth in decimal units (1 GB/s = 1e9 B/s) and
+# HBM capacity in binary units (an "80GB" A100 reports 81920 MiB in nvidia-smi).
+TFLOPS = 1e12
+GB_PER_S = 1e9
+GBIT_PER_S = 1e9 / 8
+GIB = 2**30
+US = 1e-6
+
+#: dtype name -> GPUSpec attribute holding its dense peak FLOP/s.
+DTYPES = {
+    "bf16": "peak_flops_bf16",
+    "fp16": "peak_flops_fp16",
+    "fp8": "peak_flops_fp8",
+    "tf32": "peak_flops_tf32",
+    "fp32": "peak_flops_fp32",
+}
+_DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32",
+                  "float": "fp32", "e4m3": "fp8", "e5m2": "fp8", "float8": "fp8"}
+
+
+def did_you_mean(word: str, choices) -> str:
+    """A ``" (did you mean 'x'?)"`` suffix for error messages, or ``""`` when nothing is close."""
+    word, choices = str(word), [str(c) for c in choices]
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    if not close and len(word) >= 2:  # an abbreviation such as 'rail' for 'rail-optimized'
+        close = [c for c in choices if c.lower().startswith(word.lower())][:1]
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def check_keys(data: Mapping, allowed, where: str) -> None:
+    """Raise ConfigError naming the first unknown key in ``data``, with a did-you-mean hint."""
+    allowed = list(allowed)
+    for key in data:
+        if key not in allowed:
+            raise ConfigError(
+                f"{where}: unknown field {key!r}{did_you_mean(key, allowed)}; "
+                f"valid fields are {', '.join(sorted(allowed))}"
+            )
+
+
+def number(data: Mapping, key: str, where: str, *, minimum: float = 0.0, strict: bool = True,
+           maximum: float | None = None, integer: bool = False, optional: bool = False):
+    """Read a validated number from ``data[key]`` (``None`` allowed only when ``optional``)."""
+    if key not in data or data[key] is None:
+        if optional:
+            return None
+        raise ConfigError(f"{where}: missing required field {key!r}; add `{key}: <number>`")
+    value = data[key]
+    ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok_type or (isinstance(value, float) and not math.isfinite(value)):
+        kind = "an integer" if integer else "a finite number"
+        raise ConfigError(f"{where}: field {key!r} = {value!r} must be {kind}")
+    bad_low = value <= minimum if strict else value < minimum
+    if bad_low or (maximum is not None and value > maximum):
+        rel = ">" if strict else ">="
+        rng = f"{rel} {minimum}" + (f" and <= {maximum}" if maximum is not None else "")
+        raise ConfigError(f"{where}: field {key!r} = {value!r} is out of range; it must be {rng}")
+    return value
+
+
+@dataclass(frozen=True)
+class GPUEfficiency:
+    """Cost-model knobs for one GPU model (placeholders, calibrated in benchmarks/validate.py).
+
+    gemm_efficiency_max: fraction of dense bf16/fp16 peak reached by a large, well-shaped GEMM.
+    gemm_efficiency_max_fp8: same for FP8 GEMMs against the FP8 peak; ``None`` when no FP8.
+    gemm_tile_m: M extent of the dominant GEMM kernel's CTA tile (for wave quantization).
+    gemm_tile_n: N extent of that tile.
+    gemm_tile_k: K extent of that tile.
+    attention_fwd_efficiency: fraction of dense peak reached by fused (Flash) attention forward.
+    attention_bwd_efficiency: fraction of dense peak reached by fused attention backward.
+    hbm_efficiency: fraction of peak HBM bandwidth a streaming copy sustains.
+    elementwise_efficiency: fraction of peak HBM bandwidth elementwise/norm/softmax kernels reach.
+    launch_overhead: fixed per-kernel cost in seconds (launch latency plus tail).
+    """
+
+    gemm_efficiency_max: float
+    gemm_efficiency_max_fp8: float | None
+    gemm_tile_m: int
+    gemm_tile_n: int
+    gemm_tile_k: int
+    attention_fwd_efficiency: float
+    attention_bwd_efficiency: float
+    hbm_efficiency: float
+    elementwise_efficiency: float
+    launch_overhead: float
+
+
+#: YAML field names of the ``efficiency`` block.
+EFFICIENCY_FIELDS = (
+    "gemm_efficiency_max", "gemm_efficiency_max_fp8", "gemm_tile_m", "gemm_tile_n", "gemm_tile_k",
+    "attention_fwd_efficiency", "attention_bwd_efficiency", "hbm_efficiency",
+    "elementwise_efficiency", "launch_overhead_us",
+)
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """One GPU model, SI units throughout.
+
+    name: canonical catalog name, e.g. ``"H100-SXM-80GB"``.
+    aliases: other accepted spellings (lower-case), e.g. ``("h100", "h100-sxm")``.
+    architecture: NVIDIA architecture family (``"ampere"``, ``"hopper"``, ``"blackwell"``).
+    peak_flops_bf16: dense bf16 Tensor-Core peak, FLOP/s (no 2:4 sparsity).
+    peak_flops_fp16: dense fp16 Tensor-Core peak, FLOP/s.
+    peak_flops_fp8: dense fp8 Tensor-Core peak, FLOP/s; ``None`` when the GPU has no FP8.
+    peak_flops_tf32: dense tf32 Tensor-Core peak, FLOP/s.
+    peak_flops_fp32: non-tensor FP32 peak, FLOP/s.
+    hbm_capacity: HBM capacity in bytes (datasheet GB converted as GiB).
+    hbm_bandwidth: peak HBM bandwidth, bytes/s.
+    nvlink_bandwidth: native NVLink bandwidth per GPU per direction, bytes/s.
+    sm_count: number of streaming multiprocessors.
+    efficiency: cost-model efficiency knobs (:class:`GPUEfficiency`).
+    source: citation for the figures.
+    """
+
+    name: str
+    aliases: tuple[str, ...]
+    architecture: str
+    peak_flops_bf16: float
+    peak_flops_fp16: float
+    peak_flops_fp8: float | None
+    peak_flops_tf32: float
+    peak_flops_fp32: float
+    hbm_capacity: float
+    hbm_bandwidth: float
+    nvlink_bandwidth: float
+    sm_count: int
+    efficiency: GPUEfficiency
+    source: str = ""
+
+    def peak_flops(self, dtype: str = "bf16") -> float:
+        """Dense peak FLOP/s for ``dtype`` (bf16, fp16, fp8, tf32, fp32; torch-style aliases ok)."""
+        key = _DTYPE_ALIASES.get(str(dtype).lower(), str(dtype).lower())
+        if key not in DTYPES:
+            raise ConfigError(
+                f"dtype {dtype!r} is not known{did_you_mean(key, DTYPES)}; "
+                f"use one of {', '.join(DTYPES)}"
+            )
+        value = getattr(self, DTYPES[key])
+        if value is None:
+            raise ConfigError(
+                f"GPU {self.name!r} has no {key} Tensor Cores (peak_flops_{key} is None); "
+                f"pick dtype bf16/fp16 or a GPU with {key} support (Hopper or newer for fp8)"
+            )
+        return value
+
+    def gemm_efficiency(self, dtype: str = "bf16") -> float:
+        """The calibrated max GEMM efficiency for ``dtype`` (fp8 uses its own knob)."""
+        key = _DTYPE_ALIASES.get(str(dtype).lower(), str(dtype).lower())
+        if key == "fp8":
+            self.peak_flops("fp8")  # raises a clear error on GPUs without FP8
+            if self.efficiency.gemm_efficiency_max_fp8 is None:
+                raise ConfigError(f"GPU {self.name!r}: efficiency.gemm_efficiency_max_fp8 is not set")
+            return self.efficiency.gemm_efficiency_max_fp8
+        return self.efficiency.gemm_efficiency_max
+
+
+#: Top-level GPU fields accepted in YAML.
+GPU_FIELDS = (
+    "aliases", "architecture", "source", "tflops_bf16", "tflops_fp16", "tflops_fp8", "tflops_tf32",
+    "tflops_fp32", "hbm_gb", "hbm_bw_gbps", "nvlink_gbps", "sm_count", "efficiency",
+)
+
+
+def _efficiency_from_dict(data: Any, where: str) -> GPUEfficiency:
+    where = f"{where}.efficiency"
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: expected a mapping of {', '.join(EFFICIENCY_FIELDS)}, got {data!r}")
+    check_keys(data, EFFICIENCY_FIELDS, where)
+    frac = dict(minimum=0.0, maximum=1.0)
+    return GPUEfficiency(
+        gemm_efficiency_max=float(number(data, "gemm_efficiency_max", where, **frac)),
+        gemm_efficiency_max_fp8=(None if data.get("gemm_efficiency_max_fp8") is None
+                                 else float(number(data, "gemm_efficiency_max_fp8", where, **frac))),
+        gemm_tile_m=number(data, "gemm_tile_m", where, integer=True),
+        gemm_tile_n=number(data, "gemm_tile_n", where, integer=True),
+        gemm_tile_k=number(data, "gemm_tile_k", where, integer=True),
+        attention_fwd_efficiency=float(number(data, "attention_fwd_efficiency", where, **frac)),
+        attention_bwd_efficiency=float(number(data, "attention_bwd_efficiency", where, **frac)),
+        hbm_efficiency=float(number(data, "hbm_efficiency", where, **frac)),
+        elementwise_efficiency=float(number(data, "elementwise_efficiency", where, **frac)),
+        launch_overhead=float(number(data, "launch_overhead_us", where, strict=False)) * US,
+    )
+
+
+def gpu_from_dict(name: str, data: Mapping) -> GPUSpec:
+    """Build a :class:`GPUSpec` from one YAML entry (user units: TFLOP/s, GB, GB/s, us).
+
+    Raises ConfigError naming the field, the value and the fix on malformed input.
+    """
+    where = f"gpu {name!r}"
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: expected a mapping of GPU fields, got {type(data).__name__}")
+    check_keys(data, GPU_FIELDS, where)
+    aliases = data.get("aliases") or ()
+    if isinstance(aliases, str) or not all(isinstance(a, str) for a in aliases):
+        raise ConfigError(f"{where}: field 'aliases' = {aliases!r} must be a list of strings")
+    tflops_fp8 = number(data, "tflops_fp8", where, optional=True)
+    if "efficiency" not in data:
+        raise ConfigError(f"{where}: missing required field 'efficiency' (a mapping of "
+                          f"{', '.join(EFFICIENCY_FIELDS)})")
+    return GPUSpec(
+        name=str(name),
+        aliases=tuple(a.lower() for a in aliases),
+        architecture=str(data.get("architecture", "unknown")),
+        peak_flops_bf16=float(number(data, "tflops_bf16", where)) * TFLOPS,
+        peak_flops_fp16=float(number(data, "tflops_fp16", where)) * TFLOPS,
+        peak_flops_fp8=None if tflops_fp8 is None else float(tflops_fp8) * TFLOPS,
+        peak_flops_tf32=float(number(data, "tflops_tf32", where)) * TFLOPS,
+        peak_flops_fp32=float(number(data, "tflops_fp32", where)) * TFLOPS,
+        hbm_capacity=float(number(data, "hbm_gb", where)) * GIB,
+        hbm_bandwidth=float(number(data, "hbm_bw_gbps", where)) * GB_PER_S,
+        nvlink_bandwidth=float(number(data, "nvlink_gbps", where)) * GB_PER_S,
+        sm_count=number(data, "sm_count", where, integer=True),
+        efficiency=_efficiency_from_dict(data["efficiency"], where),
+        source=str(data.get("source", "")),
+    )
+
+
+def gpu_to_dict(gpu: GPUSpec) -> dict:
+    """Inverse of :func:`gpu_from_dict` (user units), e.g. to override a few fields."""
+    e = gpu.efficiency
+    return {
+        "aliases": list(gpu.aliases),
+        "architecture": gpu.architecture,
+        "source": gpu.source,
+        "tflops_bf16": gpu.peak_flops_bf16 / TFLOPS,
+        "tflops_fp16": gpu.peak_flops_fp16 / TFLOPS,
+        "tflops_fp8": None if gpu.peak_flops_fp8 is None else gpu.peak_flops_fp8 / TFLOPS,
+        "tflops_tf32": gpu.peak_flops_tf32 / TFLOPS,
+        "tflops_fp32": gpu.peak_flops_fp32 / TFLOPS,
+        "hbm_gb": gpu.hbm_capacity / GIB,
+        "hbm_bw_gbps": gpu.hbm_bandwidth / GB_PER_S,
+        "nvlink_gbps": gpu.nvlink_bandwidth / GB_PER_S,
+        "sm_count": gpu.sm_count,
+        "efficiency": {
+            **{f.name: getattr(e, f.name) for f in fields(e) if f.name != "launch_overhead"},
+            "launch_overhead_us": e.launch_overhead / US,
+        },
+    }
+
+
+def load_gpu_catalog(path: str | None = None) -> dict[str, GPUSpec]:
+    """Load a GPU catalog YAML (default: the bundled one) into ``{name: GPUSpec}``."""
+    if path is None:
+        return dict(_default_catalog())
+    return _load_catalog(path)
+
+
+def _load_catalog(path: str) -> dict[str, GPUSpec]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = yaml.safe_load(fh)
+    except OSError as exc:
+        raise ConfigError(f"cannot read GPU catalog {path!r}: {exc.strerror}; check the path") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"GPU catalog {path!r} is not valid YAML: {exc}") from exc
+    if not isinstance(doc, Mapping) or not isinstance(doc.get("gpus"), Mapping):
+        raise ConfigError(f"GPU catalog {path!r}: expected a top-level `gpus:` mapping of name -> fields")
+    catalog = {str(name): gpu_from_dict(str(name), entry) for name, entry in doc["gpus"].items()}
+    seen: dict[str, str] = {}
+    for gpu in catalog.values():
+        for key in (gpu.name.lower(), *gpu.aliases):
+            if key in seen and seen[key] != gpu.name:
+                raise ConfigError(f"GPU catalog {path!r}: alias {key!r} is used by both "
+                                  f"{seen[key]!r} and {gpu.name!r}; make aliases unique")
+            seen[key] = gpu.name
+    return catalog
+
+
+@lru_cache(maxsize=1)
+def _default_catalog() -> dict[str, GPUSpec]:
+    return _load_catalog(GPU_CATALOG_PATH)
+
+
+def _lookup_table(catalog: Mapping[str, GPUSpec]) -> dict[str, GPUSpec]:
+    table = {}
+    for gpu in catalog.values():
+        table[gpu.name.lower()] = gpu
+        for alias in gpu.aliases:
+            table[alias] = gpu
+    return table
+
+
+def list_gpus() -> tuple[str, ...]:
+    """Canonical names of the bundled GPUs."""
+    return tuple(_default_catalog())
+
+
+def get_gpu(name: str | GPUSpec, catalog: Mapping[str, GPUSpec] | None = None) -> GPUSpec:
+    """Look a GPU up by canonical name or alias (case-insensitive); did-you-mean on a miss.
+
+    >>> get_gpu("a100").hbm_bandwidth / 1e9
+    2039.0
+    """
+    if isinstance(name, GPUSpec):
+        return name
+    catalog = _default_catalog() if catalog is None else catalog
+    table = _lookup_table(catalog)
+    key = str(name).strip().lower()
+    if key in table:
+        return table[key]
+    raise ConfigError(
+        f"unknown GPU {name!r}{did_you_mean(key, table)}; known GPUs: {', '.join(catalog)} "
+        f"(or define one inline in the cluster YAML under `gpu:`)"
+    )
+
+
+def gpu_with_overrides(base: str | GPUSpec, overrides: Mapping, name: str | None = None) -> GPUSpec:
+    """A catalog GPU with some user-unit fields replaced (``efficiency`` merges key by key)."""
+    gpu = get_gpu(base)
+    data = gpu_to_dict(gpu)
+    if overrides:
+        data["aliases"] = []  # a modified part is not the catalog part any more
+        data["source"] = f"{gpu.source}; overridden: {', '.join(sorted(overrides))}"
+        name = name or f"{gpu.name}-custom"
+    for key, value in overrides.items():
+        if key == "efficiency" and isinstance(value, Mapping):
+            data["efficiency"] = {**data["efficiency"], **value}
+        else:
+            data[key] = value
+    return gpu_from_dict(name or gpu.name, data)
+
+
+__all__ = [
+    "GPUSpec", "GPUEfficiency", "get_gpu", "list_gpus", "load_gpu_catalog", "gpu_from_dict",
+    "gpu_to_dict", "gpu_with_overrides", "DTYPES", "GPU_CATALOG_PATH",
+]
