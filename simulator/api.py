@@ -58,3 +58,38 @@ def simulate_pipeline(spec: PipelineSpec, schedule: str | None = None) -> Simula
     result = simulate(graph)
     rep = report(graph, result)
     return Simulation(sched, graph, result, rep, time.perf_counter() - t0)
+
+
+@dataclass
+class StrategySimulation:
+    """A real-model simulation: the plan, the graph, the timeline result and the reports."""
+
+    plan: object
+    graph: TaskGraph
+    result: SimResult
+    report: Report
+    training: object  # simulator.training_report.TrainingReport
+    sim_wall_s: float
+
+    @property
+    def schedule(self) -> Schedule:
+        return self.plan.schedule
+
+
+def simulate_strategy(strategy, *, fidelity: str | None = None, schedule: str | None = None) -> StrategySimulation:
+    """Resolve, cost, lower and simulate a strategy (:class:`strategies.strategy_file.Strategy`)."""
+    from simulator.training_report import training_report
+    from taskgraph.costing import build_work
+    from taskgraph.lower_model import lower_model
+    from taskgraph.plan import resolve
+    if schedule is not None:
+        strategy = replace(strategy, schedule=schedule, schedule_csv=None)
+    t0 = time.perf_counter()
+    plan = resolve(strategy)
+    work = build_work(plan, fidelity=fidelity)
+    graph = lower_model(plan.schedule, work, overlap_handoff=strategy.options.overlap_handoff)
+    result = simulate(graph)
+    rep = report(graph, result)
+    wall = time.perf_counter() - t0
+    tr = training_report(plan, work, graph, result, rep)
+    return StrategySimulation(plan, graph, result, rep, tr, wall)

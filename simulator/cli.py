@@ -41,32 +41,45 @@ def _load(path: str, sets: list[str]):
     if "pipeline" in data:
         from strategies.pipeline_file import parse_pipeline
         return "pipeline", parse_pipeline(data, Path(path).parent)
-    from strategies.config import check_keys
-    check_keys(data, ("pipeline",), "")  # unknown top-level keys -> did-you-mean
-    raise ExecsimError(f"{path}: no 'pipeline' section")
+    from strategies.strategy_file import parse_strategy
+    return "strategy", parse_strategy(data, Path(path).parent)
 
 
-def _simulate_one(kind, spec, schedule=None):
-    from simulator.api import simulate_pipeline
-    return simulate_pipeline(spec, schedule=schedule)
+def _simulate_one(kind, spec, schedule=None, fidelity=None):
+    from simulator.api import simulate_pipeline, simulate_strategy
+    if kind == "pipeline":
+        return simulate_pipeline(spec, schedule=schedule)
+    return simulate_strategy(spec, schedule=schedule, fidelity=fidelity)
 
 
 def _simulate_cmd(args) -> int:
     from simulator.reports import format_report
     kind, spec = _load(args.file, args.set)
-    sim = _simulate_one(kind, spec)
+    sim = _simulate_one(kind, spec, fidelity=args.fidelity)
     if args.trace:
         from simulator.trace import write_chrome_trace
         write_chrome_trace(args.trace, sim.graph, sim.result)
+    s = sim.schedule
     if args.json:
         out = sim.report.to_json()
-        out["schedule"] = sim.schedule.name
+        out["schedule"] = s.name
         out["sim_wall_s"] = round(sim.sim_wall_s, 6)
+        if kind == "strategy":
+            t = sim.training.to_json()
+            out.update({k: v for k, v in t.items()})
+            out["critical_path"] = sim.report.to_json()["critical_path"]
         print(json.dumps(out, sort_keys=True))
     else:
-        s = sim.schedule
-        print(format_report(sim.report, f"{args.file}: schedule {s.name}, pp={s.pp}, vpp={s.vpp}, "
-                                        f"microbatches={s.microbatches}"))
+        title = f"{args.file}: schedule {s.name}, pp={s.pp}, vpp={s.vpp}, microbatches={s.microbatches}"
+        if kind == "strategy":
+            from simulator.training_report import format_training_report
+            p = sim.plan
+            title += (f"\nmodel {p.model.name} on {p.num_gpus} x {p.cluster.gpu.name} ({p.cluster.name}): "
+                      f"tp={p.sizes.tp} pp={p.sizes.pp} dp={p.sizes.dp} cp={p.sizes.cp} ep={p.sizes.ep} "
+                      f"sp={p.sp} zero={p.zero} recompute={p.strategy.training.recompute}")
+            print(format_training_report(sim.training, sim.report, title))
+        else:
+            print(format_report(sim.report, title))
         if args.trace:
             print(f"trace written to {args.trace} (open in https://ui.perfetto.dev or chrome://tracing)")
     return 0
@@ -79,11 +92,11 @@ def _compare_cmd(args) -> int:
             raise ExecsimError("--schedules compares schedules on ONE file; give exactly one file")
         kind, spec = _load(args.files[0], args.set)
         for name in [s.strip() for s in args.schedules.split(",") if s.strip()]:
-            runs.append((name, _simulate_one(kind, spec, schedule=name)))
+            runs.append((name, _simulate_one(kind, spec, schedule=name, fidelity=args.fidelity)))
     else:
         for f in args.files:
             kind, spec = _load(f, args.set)
-            runs.append((Path(f).name, _simulate_one(kind, spec)))
+            runs.append((Path(f).name, _simulate_one(kind, spec, fidelity=args.fidelity)))
     base = runs[0][1].report.makespan_s
     rows = []
     for label, sim in runs:
@@ -120,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("file")
     s.add_argument("--trace", metavar="OUT.json", help="write a Chrome/Perfetto trace")
     s.add_argument("--json", action="store_true", help="print a machine-readable summary")
-    s.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field, e.g. pipeline.pp=8")
+    s.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field, e.g. parallel.pp=16")
+    s.add_argument("--fidelity", choices=("operator", "coarse"), help="override options.fidelity")
     s.set_defaults(func=_simulate_cmd)
 
     s = sub.add_parser("compare", help="compare schedules on one file, or several files")
@@ -128,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--schedules", help="comma-separated schedule names, e.g. 1f1b,interleaved-1f1b")
     s.add_argument("--json", action="store_true")
     s.add_argument("--set", action="append", metavar="KEY=VALUE")
+    s.add_argument("--fidelity", choices=("operator", "coarse"), help="override options.fidelity")
     s.set_defaults(func=_compare_cmd)
     return p
 

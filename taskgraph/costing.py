@@ -1,0 +1,217 @@
+"""Turn a resolved :class:`~taskgraph.plan.Plan` into cost records (:class:`IterationWork`) for the
+lowering: operator times from the cost model, collective times on the actual rank placement,
+activation bytes per recompute policy, DP gradient buckets and the optimizer step.
+
+Representatives: pipeline rank r is simulated by global rank ``rank_of(0, 0, 0, r)``; its TP, CP and
+DP peers behave identically (Megatron runs them in lock step), so each simulated rank stands for
+tp*cp*dp GPUs and collectives are timed on that representative's real groups.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from taskgraph.cost import ProfileTable, op_time
+from taskgraph.lower_model import Bucket, Comm, IterationWork, LayerWork, OpCost, StageWork
+from taskgraph.operators import embedding_operators, head_operators, layer_operators
+from taskgraph.plan import DTYPE_BYTES, Plan
+from topologies.collectives import collective_time
+from topologies.placement import group_ranks, rank_of
+
+#: Adam step bytes per parameter on the GPU that owns it: read fp32 grad (4), read+write fp32 master
+#: weight (8), first and second moments (8 + 8), write bf16/fp16 weight (2). Rajbhandari et al. 2020
+#: (ZeRO) Section 3.1 for the 16-byte mixed-precision state; the update streams each once.
+ADAM_BYTES_PER_PARAM = 30
+#: Megatron-LM DDP bucket size: max(40M, 1M x dp) parameters (megatron/core/distributed/
+#: distributed_data_parallel.py, bucket_size default).
+BUCKET_MIN_PARAMS = 40_000_000
+BUCKET_PARAMS_PER_DP = 1_000_000
+
+
+@dataclass(frozen=True)
+class CostContext:
+    plan: Plan
+    profile: ProfileTable | None
+
+    @property
+    def dtype(self) -> str:
+        return self.plan.strategy.training.precision
+
+
+def _comm_time(cluster, kind: str, nbytes: float, ranks: tuple[int, ...]) -> float:
+    return _cached_comm(cluster, kind, float(nbytes), ranks)
+
+
+@lru_cache(maxsize=4096)
+def _cached_comm(cluster, kind, nbytes, ranks):
+    return collective_time(kind, nbytes, ranks, cluster)
+
+
+def grad_bytes_per_param(plan: Plan) -> int:
+    """Megatron accumulates and reduces gradients in fp32 with bf16 (arguments.py sets
+    accumulate_allreduce_grads_in_fp32 for bf16); fp16 keeps fp16 gradients."""
+    tr, opt = plan.strategy.training, plan.strategy.options
+    return 4 if (tr.precision in ("bf16", "fp8") and opt.fp32_grad_accum) else 2
+
+
+def layer_input_bytes(plan: Plan) -> float:
+    """Bytes of one layer's input activation (what full recompute keeps): 2sbh, / t with sp
+    (Korthikanti 2022 Section 5), / cp with context parallelism."""
+    tr = plan.strategy.training
+    tokens = tr.micro_batch * tr.seq_len / plan.sizes.cp
+    return DTYPE_BYTES[tr.precision] * tokens * plan.model.hidden / (plan.sizes.tp if plan.sp else 1)
+
+
+def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bool) -> OpCost:
+    plan = ctx.plan
+    gpu, cluster = plan.cluster.gpu, plan.cluster
+    flash = plan.strategy.options.flash_attention
+    t = {p: op_time(op, p, gpu, ctx.dtype, flash=flash, profile=ctx.profile) for p in ("fwd", "bwd_input", "bwd_weight")}
+    slots = {("fwd", "before"): [], ("fwd", "after"): [], ("bwd", "before"): [], ("bwd", "after"): []}
+    for c in op.comms:
+        ranks = groups[c.group]
+        secs = _comm_time(cluster, c.op, c.bytes, ranks)
+        slots[(c.phase, c.where)].append(Comm(f"{c.group}-comm", f"{c.group}-{c.op}", secs, "tp"))
+    saved, rec = float(op.saved_activation_bytes), 0.0
+    if policy == "selective":
+        saved, rec = saved - op.selective_recompute_bytes, float(op.selective_recompute_bytes)
+    elif policy == "full":
+        saved, rec = (layer_input_bytes(plan) if first_in_layer else 0.0), saved
+    return OpCost(
+        name=op.name, fwd=t["fwd"], bwd_input=t["bwd_input"], bwd_weight=t["bwd_weight"],
+        fwd_pre=tuple(slots[("fwd", "before")]), fwd_post=tuple(slots[("fwd", "after")]),
+        bwd_pre=tuple(slots[("bwd", "before")]), bwd_post=tuple(slots[("bwd", "after")]),
+        selective=op.selective_recompute_bytes > 0, saved_bytes=saved, recompute_bytes=rec,
+        grad_bytes=float(op.params) * grad_bytes_per_param(plan),
+    )
+
+
+def _zero3_comms(ctx: CostContext, ops, dp_group) -> tuple[tuple, tuple, tuple]:
+    """ZeRO-3 / FSDP per layer: all-gather parameters before forward and before backward, reduce-
+    scatter gradients after backward (Rajbhandari 2020 Section 5.3), prefetched on the dp stream."""
+    plan = ctx.plan
+    params = sum(op.params for op in ops)  # this TP shard's layer parameters, gathered over dp
+    wbytes = DTYPE_BYTES[plan.strategy.training.precision] * params
+    gbytes = grad_bytes_per_param(plan) * params
+    ag = _comm_time(plan.cluster, "all-gather", wbytes, dp_group)
+    rs = _comm_time(plan.cluster, "reduce-scatter", gbytes, dp_group)
+    return (Comm("dp-comm", "zero3-param-gather", ag, "dp"),), (Comm("dp-comm", "zero3-param-gather", ag, "dp"),), \
+        (Comm("dp-comm", "zero3-grad-reduce-scatter", rs, "dp"),)
+
+
+def build_work(plan: Plan, *, fidelity: str | None = None) -> IterationWork:
+    """Cost records for every virtual stage of ``plan``."""
+    strat = plan.strategy
+    tr, opt = strat.training, strat.options
+    profile = ProfileTable.load(opt.profile) if opt.profile else None
+    ctx = CostContext(plan, profile)
+    s = plan.sizes
+    dt = DTYPE_BYTES[tr.precision]
+    kw = dict(micro_batch=tr.micro_batch, seq_len=tr.seq_len, tp=s.tp, sp=plan.sp, cp=s.cp)
+    stages = []
+    layer_cache: dict = {}
+    for stage in range(plan.schedule.num_stages):
+        prank = plan.schedule.stage_to_rank[stage]
+        rep = rank_of(0, 0, 0, prank, s)
+        groups = {g: group_ranks(g, s, rep) for g in ("tp", "cp", "dp", "ep")}
+        layers: list[LayerWork] = []
+        if stage == 0:
+            ops = embedding_operators(plan.model, dtype_bytes=dt, **kw)
+            layers.append(LayerWork("embedding", tuple(_op_cost(ctx, o, "none", groups, False) for o in ops)))
+        for li in plan.stage_layers(stage):
+            policy = tr.recompute_layers[li] if tr.recompute_layers else tr.recompute
+            moe = plan.model.is_moe_layer(li)
+            key = (moe, policy, groups["tp"], groups["cp"], groups["ep"])
+            if key not in layer_cache:
+                ops = layer_operators(plan.model, ep=s.ep, dtype_bytes=dt, flash_attention=opt.flash_attention,
+                                      layer_index=li, **kw)
+                costs = [_op_cost(ctx, o, policy, groups, i == 0) for i, o in enumerate(ops)]
+                if plan.zero == 3:
+                    fpre, bpre, bpost = _zero3_comms(ctx, ops, groups["dp"])
+                    costs[0] = _with(costs[0], fwd_pre=fpre + costs[0].fwd_pre, bwd_post=costs[0].bwd_post + bpost)
+                    costs[-1] = _with(costs[-1], bwd_pre=bpre + costs[-1].bwd_pre)
+                layer_cache[key] = tuple(costs)
+            layers.append(LayerWork(f"layer{li}", layer_cache[key], policy))
+        if stage == plan.schedule.num_stages - 1:
+            ops = head_operators(plan.model, dtype_bytes=dt, **kw)
+            layers.append(LayerWork("head", tuple(_op_cost(ctx, o, "none", groups, False) for o in ops)))
+        stages.append(_stage_work(plan, tuple(layers), groups["dp"]))
+
+    # Pipeline transfers: activations [s/cp, b, h] split over tp (Narayanan 2021 Section 4.1
+    # scatter/gather; with sp the tensor is already sequence-sharded), rank r -> r+1 representatives.
+    p2p_bytes = dt * tr.micro_batch * tr.seq_len / s.cp * plan.model.hidden / s.tp
+    if s.pp > 1:
+        a, b = rank_of(0, 0, 0, 0, s), rank_of(0, 0, 0, 1, s)
+        p2p = _comm_time(plan.cluster, "send-recv", p2p_bytes, (a, b))
+    else:
+        p2p = 0.0
+    work = IterationWork(
+        stages=tuple(stages), p2p_fwd_s=p2p, p2p_bwd_s=p2p,
+        overlap_grad_reduce=opt.overlap_grad_reduce, overlap_param_gather=opt.overlap_param_gather,
+        tp_comm_overlap=opt.tp_comm_overlap, represents=s.tp * s.cp * s.dp,
+        meta={"model": plan.model.name, "cluster": plan.cluster.name, "num_gpus": plan.num_gpus,
+              "tp": s.tp, "pp": s.pp, "dp": s.dp, "cp": s.cp, "ep": s.ep, "vpp": plan.vpp},
+    )
+    if (fidelity or opt.fidelity) == "coarse":
+        from taskgraph.coarse import coarsen
+        work = coarsen(work)
+    return work
+
+
+def _with(c: OpCost, **kw) -> OpCost:
+    from dataclasses import replace
+    return replace(c, **kw)
+
+
+def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, ...]) -> StageWork:
+    """Gradient buckets in backward order (Megatron DDP) and the optimizer step of one stage."""
+    s = plan.sizes
+    gbp = grad_bytes_per_param(plan)
+    pbytes = DTYPE_BYTES[plan.strategy.training.precision]
+    opt = plan.strategy.options
+    limit_params = (opt.grad_bucket_mb * 1e6 / gbp) if opt.grad_bucket_mb else max(
+        BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_DP * s.dp)
+    buckets: list[Bucket] = []
+    total_params = 0.0
+    if plan.zero < 3:
+        acc = 0.0
+        for li in range(len(layers) - 1, -1, -1):
+            for oi in range(len(layers[li].ops) - 1, -1, -1):
+                gb = layers[li].ops[oi].grad_bytes
+                if gb <= 0:
+                    continue
+                acc += gb / gbp
+                total_params += gb / gbp
+                if acc >= limit_params:
+                    buckets.append(_bucket(plan, li, oi, acc, gbp, pbytes, dp_group))
+                    acc = 0.0
+        if acc > 0:  # the last (first-layer) bucket closes at the stage's first op with parameters
+            li, oi = _first_param_op(layers)
+            buckets.append(_bucket(plan, li, oi, acc, gbp, pbytes, dp_group))
+    else:
+        total_params = sum(op.grad_bytes for l in layers for op in l.ops) / gbp
+    # Optimizer: each GPU updates its 1/dp shard with the distributed optimizer (ZeRO >= 1).
+    shard = total_params / (s.dp if plan.zero >= 1 else 1)
+    gpu = plan.cluster.gpu
+    opt_s = shard * ADAM_BYTES_PER_PARAM / (gpu.hbm_bandwidth * gpu.efficiency.hbm_efficiency)
+    return StageWork(layers, tuple(buckets), opt_s)
+
+
+def _first_param_op(layers) -> tuple[int, int]:
+    for li, l in enumerate(layers):
+        for oi, op in enumerate(l.ops):
+            if op.grad_bytes > 0:
+                return li, oi
+    return 0, 0
+
+
+def _bucket(plan: Plan, li, oi, params, gbp, pbytes, dp_group) -> Bucket:
+    """Reduce: all-reduce (zero 0) or reduce-scatter (distributed optimizer, zero 1/2) of the bucket's
+    gradients; gather: all-gather of the updated bf16 parameters (zero >= 1)."""
+    c = plan.cluster
+    if plan.sizes.dp == 1:
+        return Bucket(li, oi, params * gbp, 0.0, 0.0)
+    if plan.zero == 0:
+        return Bucket(li, oi, params * gbp, _comm_time(c, "all-reduce", params * gbp, dp_group), 0.0)
+    return Bucket(li, oi, params * gbp, _comm_time(c, "reduce-scatter", params * gbp, dp_group),
+                  _comm_time(c, "all-gather", params * pbytes, dp_group))
