@@ -56,9 +56,13 @@ def _simulate_cmd(args) -> int:
     from simulator.reports import format_report
     kind, spec = _load(args.file, args.set)
     sim = _simulate_one(kind, spec, fidelity=args.fidelity)
+    mem = None
+    if kind == "strategy":
+        from simulator.memory_report import memory_report
+        mem = memory_report(sim.plan, sim.graph, sim.result)
     if args.trace:
         from simulator.trace import write_chrome_trace
-        write_chrome_trace(args.trace, sim.graph, sim.result)
+        write_chrome_trace(args.trace, sim.graph, sim.result, counters=_memory_counters(sim, mem))
     s = sim.schedule
     if args.json:
         out = sim.report.to_json()
@@ -68,6 +72,10 @@ def _simulate_cmd(args) -> int:
             t = sim.training.to_json()
             out.update({k: v for k, v in t.items()})
             out["critical_path"] = sim.report.to_json()["critical_path"]
+            m = mem.to_json()
+            for st, extra in zip(out["per_stage"], m["memory_per_stage"]):
+                st["peak_memory_gb"] = extra["total_gb"]
+            out.update(m)
         print(json.dumps(out, sort_keys=True))
     else:
         title = f"{args.file}: schedule {s.name}, pp={s.pp}, vpp={s.vpp}, microbatches={s.microbatches}"
@@ -78,11 +86,51 @@ def _simulate_cmd(args) -> int:
                       f"tp={p.sizes.tp} pp={p.sizes.pp} dp={p.sizes.dp} cp={p.sizes.cp} ep={p.sizes.ep} "
                       f"sp={p.sp} zero={p.zero} recompute={p.strategy.training.recompute}")
             print(format_training_report(sim.training, sim.report, title))
+            worst = max(mem.per_stage, key=lambda x: x.total)
+            print(f"memory: peak {worst.total / 2**30:.1f} GiB on rank {worst.rank} of {mem.capacity / 2**30:.1f} GiB "
+                  f"-> {'fits' if mem.fits else 'OOM'} (execsim memory FILE for the breakdown)")
         else:
             print(format_report(sim.report, title))
         if args.trace:
             print(f"trace written to {args.trace} (open in https://ui.perfetto.dev or chrome://tracing)")
     return 0
+
+
+def _memory_counters(sim, mem):
+    """Per-rank memory counter tracks (GiB): static states + reserve + the simulated curve."""
+    from simulator.memory_timeline import memory_curves
+    curves = memory_curves(sim.graph, sim.result)
+    base = {s.rank: s.weights + s.grads + s.optimizer + s.reserve for s in mem.per_stage} if mem else {}
+    return {r: (c.times, (c.values + base.get(r, 0.0)) / 2**30) for r, c in curves.items()}
+
+
+def _memory_cmd(args) -> int:
+    from simulator.memory_report import format_memory_report, memory_report
+    from taskgraph.memory import layer_activation_table
+    kind, spec = _load(args.file, args.set)
+    if kind != "strategy":
+        raise ExecsimError(f"{args.file} is a pipeline description; 'execsim memory' needs a strategy file "
+                           f"(model + cluster + parallel + training)")
+    sim = _simulate_one(kind, spec, fidelity=args.fidelity)
+    mem = memory_report(sim.plan, sim.graph, sim.result)
+    if args.plot:
+        from simulator.plots import plot_memory
+        static = {s.rank: s.weights + s.grads + s.optimizer + s.reserve for s in mem.per_stage}
+        plot_memory(sim.graph, sim.result, args.plot, static_bytes=static, capacity_bytes=mem.capacity,
+                    title=f"{args.file}: memory per GPU of each pipeline rank")
+    if args.json:
+        out = mem.to_json()
+        out["layers"] = layer_activation_table(sim.plan)
+        print(json.dumps(out, sort_keys=True))
+    else:
+        p = sim.plan
+        print(f"{args.file}: {p.model.name} on {p.num_gpus} x {p.cluster.gpu.name}, tp={p.sizes.tp} pp={p.sizes.pp} "
+              f"dp={p.sizes.dp} zero={p.zero} recompute={p.strategy.training.recompute}, schedule {p.schedule.name}, "
+              f"{p.microbatches} microbatches (memory per GPU, GiB)")
+        print(format_memory_report(mem, layer_activation_table(sim.plan) if args.layers else None))
+        if args.plot:
+            print(f"plot written to {args.plot}")
+    return 0 if mem.fits or not args.check else 1
 
 
 def _compare_cmd(args) -> int:
@@ -136,6 +184,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field, e.g. parallel.pp=16")
     s.add_argument("--fidelity", choices=("operator", "coarse"), help="override options.fidelity")
     s.set_defaults(func=_simulate_cmd)
+
+    s = sub.add_parser("memory", help="per-stage memory breakdown and OOM verdict of a strategy file")
+    s.add_argument("file")
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--layers", action="store_true", help="also print the per-layer activation table")
+    s.add_argument("--plot", metavar="OUT.png", help="write memory over time per rank as a PNG")
+    s.add_argument("--check", action="store_true", help="exit with status 1 when it does not fit")
+    s.add_argument("--set", action="append", metavar="KEY=VALUE")
+    s.add_argument("--fidelity", choices=("operator", "coarse"))
+    s.set_defaults(func=_memory_cmd)
 
     s = sub.add_parser("compare", help="compare schedules on one file, or several files")
     s.add_argument("files", nargs="+")

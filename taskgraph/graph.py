@@ -27,6 +27,8 @@ CATEGORIES = (
     "other",            # 11
 )
 CAT = {name: i for i, name in enumerate(CATEGORIES)}
+#: What a memory event holds (index = code in ``TaskGraph.mem_kind``).
+MEM_KINDS = ("activation", "temporary", "parameter", "buffer")
 COMM_CATEGORIES = frozenset({"pp-send", "tp-comm", "cp-comm", "ep-comm", "dp-comm"})
 IS_COMM_CODE = np.array([c in COMM_CATEGORIES for c in CATEGORIES], dtype=bool)
 
@@ -63,8 +65,9 @@ class TaskGraph:
         ``succ_idx[succ_ptr[t]:succ_ptr[t+1]]``).
     devices: the devices, indexed by ``device``.
     op_names: names of operators or phases (``fwd``, ``qkv``, ``send-act`` ...).
-    mem_task, mem_bytes, mem_at_end: memory events (issue "memory"): task ``mem_task[k]`` changes its
-        rank's memory by ``mem_bytes[k]`` at its start (``mem_at_end[k] == 0``) or end (``== 1``).
+    mem_task, mem_bytes, mem_at_end, mem_kind: memory events: task ``mem_task[k]`` changes its rank's
+        memory by ``mem_bytes[k]`` at its start (``mem_at_end[k] == 0``) or end (``== 1``); the kind
+        indexes ``MEM_KINDS`` (activation, temporary, parameter, buffer).
     meta: free-form facts about how the graph was built (shown in reports).
     """
 
@@ -83,6 +86,7 @@ class TaskGraph:
     mem_task: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
     mem_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
     mem_at_end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
+    mem_kind: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
     meta: dict = field(default_factory=dict)
 
     @property
@@ -161,6 +165,7 @@ class TaskGraphBuilder:
         self.mem_task: list[int] = []
         self.mem_bytes: list[float] = []
         self.mem_at_end: list[int] = []
+        self.mem_kind: list[int] = []
         self.meta: dict = {}
 
     def add_device(self, dev: Device) -> int:
@@ -200,11 +205,12 @@ class TaskGraphBuilder:
         self.src.append(u)
         self.dst.append(v)
 
-    def add_memory(self, task: int, nbytes: float, at_end: bool) -> None:
+    def add_memory(self, task: int, nbytes: float, at_end: bool, kind: str = "activation") -> None:
         """Attach a memory change of ``nbytes`` (negative = free) to ``task``'s start or end."""
         self.mem_task.append(task)
         self.mem_bytes.append(float(nbytes))
         self.mem_at_end.append(1 if at_end else 0)
+        self.mem_kind.append(MEM_KINDS.index(kind))
 
     @property
     def num_tasks(self) -> int:
@@ -225,6 +231,7 @@ class TaskGraphBuilder:
             devices=tuple(self.devices), op_names=tuple(self.op_names),
             mem_task=i32(self.mem_task), mem_bytes=np.asarray(self.mem_bytes, dtype=np.float64),
             mem_at_end=np.asarray(self.mem_at_end, dtype=np.int8),
+            mem_kind=np.asarray(self.mem_kind, dtype=np.int8),
             meta=dict(self.meta),
         )
 

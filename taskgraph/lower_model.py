@@ -146,15 +146,19 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
         chain: list[int] = []
         comm_tails: list[int] = []
 
-        def comp(dur, cat, op, mem_end=0.0, mem_free_end=0.0):
+        def comp(dur, cat, op, mem_end=0.0, free=(0.0, 0.0)):
+            """A compute task; ``mem_end`` bytes allocated at its end (activations, or recompute
+            temporaries for recompute tasks); ``free`` = (activation, temporary) bytes freed at its end."""
             t = bld.add_task(dur, cdev, cat, op=op, stage=a.stage, chunk=chunk, mb=a.mb, rank=rank)
             if chain:
                 bld.add_edge(chain[-1], t)
             chain.append(t)
             if mem_end:
-                bld.add_memory(t, mem_end, at_end=True)
-            if mem_free_end:
-                bld.add_memory(t, -mem_free_end, at_end=True)
+                bld.add_memory(t, mem_end, at_end=True, kind="temporary" if cat == "recompute" else "activation")
+            if free[0]:
+                bld.add_memory(t, -free[0], at_end=True, kind="activation")
+            if free[1]:
+                bld.add_memory(t, -free[1], at_end=True, kind="temporary")
             return t
 
         def comms(items):
@@ -202,20 +206,20 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
                                  mem_end=sum(op.recompute_bytes for op in ops))
                 for oi, op in _layer_ops_backward(layer):
                     name = f"{layer.name}.{op.name}"
-                    held = op.saved_bytes + op.recompute_bytes
+                    held = (op.saved_bytes, op.recompute_bytes)
                     has_w = op.bwd_weight > 0
                     if a.kind == "W":
                         if has_w:
-                            t = comp(op.bwd_weight, "backward-weight", name + ".wgrad", mem_free_end=held)
+                            t = comp(op.bwd_weight, "backward-weight", name + ".wgrad", free=held)
                             bucket_after(t, li, oi)
                         continue
                     comms(op.bwd_pre)
                     # B: dgrad then wgrad, both "backward"; I: dgrad only, W comes later.
                     t = comp(op.bwd_input, "backward" if with_w else "backward-input",
-                             name + (".dgrad" if has_w else ""), mem_free_end=0.0 if has_w else held)
+                             name + (".dgrad" if has_w else ""), free=(0.0, 0.0) if has_w else held)
                     comms(op.bwd_post)
                     if with_w and has_w:
-                        t = comp(op.bwd_weight, "backward", name + ".wgrad", mem_free_end=held)
+                        t = comp(op.bwd_weight, "backward", name + ".wgrad", free=held)
                     if with_w or not has_w:
                         bucket_after(t, li, oi)
         if not chain:  # an empty stage still needs a task to hang edges on

@@ -1,0 +1,117 @@
+"""Static memory per GPU: weights, gradients and optimizer states by precision and ZeRO stage,
+and per-layer activation bytes by recompute policy.
+
+Model states for mixed-precision Adam (Rajbhandari et al. 2020, ZeRO, Section 3.1 and Figure 1):
+16-bit weights 2Ψ, 16-bit gradients 2Ψ, optimizer states K·Ψ with K = 12 (fp32 master weights,
+momentum, variance). Partitioned over N data-parallel ranks:
+    ZeRO-0: 2Ψ + 2Ψ + 12Ψ = 16Ψ
+    ZeRO-1 (P_os):     2Ψ + 2Ψ + 12Ψ/N = 4Ψ + 12Ψ/N
+    ZeRO-2 (P_os+g):   2Ψ + (2Ψ + 12Ψ)/N = 2Ψ + 14Ψ/N
+    ZeRO-3 (P_os+g+p): 16Ψ/N
+Megatron-LM with bf16 keeps an fp32 gradient buffer (``accumulate_allreduce_grads_in_fp32``): 4Ψ
+instead of 2Ψ; with the distributed optimizer that is 6Ψ + 12Ψ/N (Megatron-LM docs,
+"Distributed Optimizer", bytes per parameter table).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from taskgraph.operators import activation_bytes_per_layer, embedding_operators, head_operators, layer_operators
+
+ADAM_STATE_BYTES = 12  # fp32 master weight + momentum + variance (ZeRO Section 3.1, K = 12)
+
+
+@dataclass(frozen=True)
+class ModelStates:
+    """Bytes of model states on one GPU."""
+
+    params: int        # parameters held (before ZeRO-3 partitioning), count
+    weights: float
+    grads: float
+    optimizer: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.grads + self.optimizer
+
+
+def model_state_bytes(params: float, *, dp: int, zero: int, weight_bytes: int = 2, grad_bytes: int = 2,
+                      optimizer_bytes: int = ADAM_STATE_BYTES) -> ModelStates:
+    """Model-state bytes of ``params`` parameters on one GPU of a ``dp``-way data-parallel group.
+
+    >>> m = model_state_bytes(1e9, dp=8, zero=1)
+    >>> m.total / 1e9   # 4 + 12/8 bytes per parameter
+    5.5
+    """
+    n = dp
+    w = weight_bytes * params / (n if zero >= 3 else 1)
+    g = grad_bytes * params / (n if zero >= 2 else 1)
+    o = optimizer_bytes * params / (n if zero >= 1 else 1)
+    return ModelStates(int(params), w, g, o)
+
+
+def params_per_gpu(plan) -> dict[int, int]:
+    """Parameters held by one GPU of each pipeline rank (TP/EP sharded). With tied embeddings and
+    pp > 1 the last stage keeps its own copy of the word embedding for the LM head (Megatron-LM
+    ``shared_embedding``), counted once per rank that holds a copy."""
+    from taskgraph.plan import DTYPE_BYTES
+    tr = plan.strategy.training
+    s = plan.sizes
+    kw = dict(micro_batch=tr.micro_batch, seq_len=tr.seq_len, tp=s.tp, sp=plan.sp, cp=s.cp,
+              dtype_bytes=DTYPE_BYTES[tr.precision])
+    sched = plan.schedule
+    last = sched.num_stages - 1
+    emb = sum(o.params for o in embedding_operators(plan.model, **kw))
+    head = sum(o.params for o in head_operators(plan.model, **kw))
+    word_emb = next(o.params for o in embedding_operators(plan.model, **kw) if o.name == "embedding")
+    if plan.model.position == "learned":
+        word_emb -= plan.model.max_seq * plan.model.hidden
+    cache: dict = {}
+    out = {}
+    for r in range(sched.pp):
+        total = 0
+        stages = [st for st in range(sched.num_stages) if sched.stage_to_rank[st] == r]
+        for st in stages:
+            for li in plan.stage_layers(st):
+                key = plan.model.is_moe_layer(li)
+                if key not in cache:
+                    cache[key] = sum(o.params for o in layer_operators(plan.model, ep=s.ep, layer_index=li, **kw))
+                total += cache[key]
+            if st == 0:
+                total += emb
+            if st == last:
+                total += head
+                if plan.model.tied_embeddings and sched.stage_to_rank[0] != r:
+                    total += word_emb
+        out[r] = int(total)
+    return out
+
+
+def static_memory(plan) -> dict[int, ModelStates]:
+    """Model states per GPU of each pipeline rank for ``plan``'s precision and ZeRO stage."""
+    from taskgraph.costing import grad_bytes_per_param
+    return {r: model_state_bytes(p, dp=plan.sizes.dp, zero=plan.zero, weight_bytes=2,
+                                 grad_bytes=grad_bytes_per_param(plan))
+            for r, p in params_per_gpu(plan).items()}
+
+
+def layer_activation_table(plan) -> list[dict]:
+    """Per transformer layer: saved activation bytes per microbatch under each policy and the chosen one."""
+    from taskgraph.plan import DTYPE_BYTES
+    tr = plan.strategy.training
+    s = plan.sizes
+    rows = []
+    cache: dict = {}
+    for li in range(plan.model.layers):
+        stage = next(st for st in range(plan.schedule.num_stages) if li in plan.stage_layers(st))
+        moe = plan.model.is_moe_layer(li)
+        if moe not in cache:
+            cache[moe] = {pol: activation_bytes_per_layer(plan.model, tr.micro_batch, tr.seq_len, s.tp, plan.sp,
+                                                          pol, plan.strategy.options.flash_attention, cp=s.cp,
+                                                          ep=s.ep, dtype_bytes=DTYPE_BYTES[tr.precision],
+                                                          layer_index=li)
+                          for pol in ("none", "selective", "full")}
+        policy = tr.recompute_layers[li] if tr.recompute_layers else tr.recompute
+        rows.append({"layer": li, "stage": stage, "rank": plan.schedule.stage_to_rank[stage], "policy": policy,
+                     **{f"{pol}_bytes": v for pol, v in cache[moe].items()}})
+    return rows
