@@ -133,6 +133,28 @@ def _memory_cmd(args) -> int:
     return 0 if mem.fits or not args.check else 1
 
 
+def _plan_recompute_cmd(args) -> int:
+    from simulator.planner import format_plan, plan_recompute
+    kind, spec = _load(args.file, args.set)
+    if kind != "strategy":
+        raise ExecsimError(f"{args.file} is a pipeline description; plan-recompute needs a strategy file")
+    rp = plan_recompute(spec, fidelity=args.fidelity)
+    if args.json:
+        out = {"uniform": {p: {"iteration_time_s": e.iteration_time_s, "peak_memory_gb": e.peak_bytes / 2**30,
+                               "fits": e.fits} for p, e in rp.uniform.items()}, "simulations": rp.steps}
+        if rp.best:
+            out["plan"] = {"recompute_layers": list(rp.best.policies), "iteration_time_s": rp.best.iteration_time_s,
+                           "peak_memory_gb": rp.best.peak_bytes / 2**30, "fits": rp.best.fits}
+        print(json.dumps(out, sort_keys=True))
+    else:
+        print(f"{args.file}: per-layer recompute plan (memory judged by simulation; GiB per GPU)")
+        print(format_plan(rp))
+        if rp.best:
+            print("use it with training.recompute_layers: [" + ", ".join(rp.best.policies) + "]"
+                  if len(rp.best.policies) <= 16 else "use it with training.recompute_layers (see --json)")
+    return 0 if rp.best else 1
+
+
 def _compare_cmd(args) -> int:
     runs = []
     if args.schedules:
@@ -194,6 +216,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--set", action="append", metavar="KEY=VALUE")
     s.add_argument("--fidelity", choices=("operator", "coarse"))
     s.set_defaults(func=_memory_cmd)
+
+    s = sub.add_parser("plan-recompute", help="choose per-layer recompute that fits with the least time")
+    s.add_argument("file")
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--set", action="append", metavar="KEY=VALUE")
+    s.add_argument("--fidelity", choices=("operator", "coarse"))
+    s.set_defaults(func=_plan_recompute_cmd)
 
     s = sub.add_parser("compare", help="compare schedules on one file, or several files")
     s.add_argument("files", nargs="+")
