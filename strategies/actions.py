@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from strategies.errors import ScheduleError
 
@@ -84,8 +85,16 @@ class Schedule:
 
     def chunk_of(self, stage: int) -> int:
         """Index of ``stage`` among the stages its rank holds (0 = the rank's first chunk)."""
-        rank = self.stage_to_rank[stage]
-        return sum(1 for s in range(stage) if self.stage_to_rank[s] == rank)
+        return self._chunks[stage]
+
+    @cached_property
+    def _chunks(self) -> tuple[int, ...]:
+        seen: dict[int, int] = {}
+        out = []
+        for r in self.stage_to_rank:
+            out.append(seen.get(r, 0))
+            seen[r] = out[-1] + 1
+        return tuple(out)
 
     def grid(self) -> str:
         """The per-rank grid, one line per rank: ``rank 0: 0F0 0F1 0B0 ...``."""
