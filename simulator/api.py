@@ -47,12 +47,33 @@ def pipeline_schedule(spec: PipelineSpec) -> Schedule:
     return get_schedule(spec.schedule, spec.pp, spec.microbatches, spec.vpp)
 
 
-def simulate_pipeline(spec: PipelineSpec, schedule: str | None = None) -> Simulation:
-    """Lower and simulate a pipeline description (optionally with another schedule name)."""
+def with_vpp(spec: PipelineSpec, vpp: int) -> PipelineSpec:
+    """The same per-rank work split into ``vpp`` chunks: per-chunk times scale by old_vpp / vpp.
+    Needs the same cost on every stage of a rank's chunks (else there is no unique split)."""
+    if vpp == spec.vpp:
+        return spec
+    fields = {}
+    for name in ("forward", "backward", "backward_input", "backward_weight", "activation"):
+        vals = getattr(spec, name)
+        if not vals:
+            continue
+        per_rank = [sum(vals[s] for s in range(spec.num_stages) if s % spec.pp == r) for r in range(spec.pp)]
+        if len(set(vals)) > 1:
+            raise ConfigError(f"cannot re-split pipeline.{name}_ms (different per stage) from vpp={spec.vpp} into "
+                              f"vpp={vpp} chunks; give one value for all stages or compare files instead")
+        fields[name] = tuple(per_rank[s % spec.pp] / vpp for s in range(spec.pp * vpp))
+    return replace(spec, vpp=vpp, **fields)
+
+
+def simulate_pipeline(spec: PipelineSpec, schedule: str | None = None, vpp: int | None = None) -> Simulation:
+    """Lower and simulate a pipeline description (optionally with another schedule / chunk count)."""
     if schedule is not None:
         spec = replace(spec, schedule=schedule, schedule_csv=None)
+    if vpp is not None:
+        spec = with_vpp(spec, vpp)
     sched = pipeline_schedule(spec)
-    costs = StageCosts(spec.forward, spec.backward, spec.backward_input, spec.backward_weight, spec.p2p)
+    costs = StageCosts(spec.forward, spec.backward, spec.backward_input, spec.backward_weight, spec.p2p,
+                       spec.activation)
     t0 = time.perf_counter()
     graph = lower_uniform(sched, costs, overlap_handoff=spec.overlap_handoff)
     result = simulate(graph)
@@ -76,7 +97,8 @@ class StrategySimulation:
         return self.plan.schedule
 
 
-def simulate_strategy(strategy, *, fidelity: str | None = None, schedule: str | None = None) -> StrategySimulation:
+def simulate_strategy(strategy, *, fidelity: str | None = None, schedule: str | None = None,
+                      vpp: int | None = None) -> StrategySimulation:
     """Resolve, cost, lower and simulate a strategy (:class:`strategies.strategy_file.Strategy`)."""
     from simulator.training_report import training_report
     from taskgraph.costing import build_work
@@ -84,6 +106,8 @@ def simulate_strategy(strategy, *, fidelity: str | None = None, schedule: str | 
     from taskgraph.plan import resolve
     if schedule is not None:
         strategy = replace(strategy, schedule=schedule, schedule_csv=None)
+    if vpp is not None and vpp != strategy.parallel.vpp:
+        strategy = replace(strategy, parallel=replace(strategy.parallel, vpp=vpp, layers_per_stage=None))
     t0 = time.perf_counter()
     plan = resolve(strategy)
     work = build_work(plan, fidelity=fidelity)

@@ -45,11 +45,29 @@ def _load(path: str, sets: list[str]):
     return "strategy", parse_strategy(data, Path(path).parent)
 
 
-def _simulate_one(kind, spec, schedule=None, fidelity=None):
+def _simulate_one(kind, spec, schedule=None, fidelity=None, vpp=None):
     from simulator.api import simulate_pipeline, simulate_strategy
     if kind == "pipeline":
-        return simulate_pipeline(spec, schedule=schedule)
-    return simulate_strategy(spec, schedule=schedule, fidelity=fidelity)
+        return simulate_pipeline(spec, schedule=schedule, vpp=vpp)
+    return simulate_strategy(spec, schedule=schedule, fidelity=fidelity, vpp=vpp)
+
+
+#: chunks per rank a schedule needs when compared against others (None = keep the file's, >= 2)
+_FIXED_VPP = {"gpipe": 1, "1f1b": 1, "zb-v": 2, "dualpipe-v": 2}
+
+
+def _schedule_item(item: str, spec, kind) -> tuple[str, int]:
+    """``name`` or ``name:vpp``. Without a count: 1 for single-chunk schedules, 2 for V schedules,
+    else the file's vpp (at least 2 for interleaved-1f1b, which equals 1f1b at vpp 1)."""
+    name, _, v = item.partition(":")
+    if v:
+        if not v.isdigit() or int(v) < 1:
+            raise ExecsimError(f"--schedules item {item!r}: the chunk count after ':' must be a positive integer")
+        return name, int(v)
+    file_vpp = spec.vpp if kind == "pipeline" else spec.parallel.vpp
+    if name in _FIXED_VPP:
+        return name, _FIXED_VPP[name]
+    return name, max(file_vpp, 2) if name == "interleaved-1f1b" else file_vpp
 
 
 def _simulate_cmd(args) -> int:
@@ -161,26 +179,58 @@ def _compare_cmd(args) -> int:
         if len(args.files) != 1:
             raise ExecsimError("--schedules compares schedules on ONE file; give exactly one file")
         kind, spec = _load(args.files[0], args.set)
-        for name in [s.strip() for s in args.schedules.split(",") if s.strip()]:
-            runs.append((name, _simulate_one(kind, spec, schedule=name, fidelity=args.fidelity)))
+        for item in [s.strip() for s in args.schedules.split(",") if s.strip()]:
+            name, vpp = _schedule_item(item, spec, kind)
+            label = item if ":" in item else (f"{name} v={vpp}" if vpp > 1 and name not in ("zb-v", "dualpipe-v") else name)
+            runs.append((label, kind, _simulate_one(kind, spec, schedule=name, fidelity=args.fidelity, vpp=vpp)))
     else:
         for f in args.files:
             kind, spec = _load(f, args.set)
-            runs.append((Path(f).name, _simulate_one(kind, spec, fidelity=args.fidelity)))
-    base = runs[0][1].report.makespan_s
-    rows = []
-    for label, sim in runs:
+            runs.append((Path(f).name, kind, _simulate_one(kind, spec, fidelity=args.fidelity)))
+    from simulator.memory_timeline import peak_per_rank
+    from simulator.training_report import exposed_comm
+    base = runs[0][2].report.makespan_s
+    rows, mems = [], []
+    for label, kind, sim in runs:
         r = sim.report
+        mem = None
+        if kind == "strategy":
+            from simulator.memory_report import memory_report
+            mem = memory_report(sim.plan, sim.graph, sim.result)
+            peaks = [x.total / 2**30 for x in mem.per_stage]
+        elif sim.graph.mem_task.size:
+            peaks = [v / 2**30 for v in peak_per_rank(sim.graph, sim.result)]
+        else:
+            peaks = []
+        mems.append(mem)
+        exposed = [exposed_comm(sim.graph, sim.result, rr.rank) for rr in r.per_rank]
         rows.append({"label": label, "schedule": sim.schedule.name, "iteration_time_s": r.makespan_s,
                      "speedup": base / r.makespan_s if r.makespan_s > 0 else float("nan"),
-                     "bubble_fraction": r.bubble_fraction, "imbalance": r.imbalance, "num_tasks": r.num_tasks})
+                     "bubble_fraction": r.bubble_fraction, "imbalance": r.imbalance, "num_tasks": r.num_tasks,
+                     "peak_memory_gb": peaks, "fits": (mem.fits if mem else None),
+                     "exposed_comm_s": max(exposed) if exposed else 0.0})
+    if args.plot:
+        from simulator.plots import plot_pipelines
+        static = [({x.rank: x.weights + x.grads + x.optimizer + x.reserve for x in m.per_stage} if m else None)
+                  for m in mems]
+        cap = next((m.capacity for m in mems if m), None)
+        plot_pipelines([(label, sim.graph, sim.result) for label, _k, sim in runs], args.plot,
+                       static_bytes=static if any(x is not None for x in static) else None, capacity_bytes=cap)
     if args.json:
         print(json.dumps(rows, sort_keys=True))
     else:
-        print(f"{'run':<24} {'iter ms':>10} {'speedup':>8} {'bubble':>8} {'imbal':>7} {'tasks':>8}")
+        unit = "s" if base >= 10 else "ms"
+        k = 1.0 if unit == "s" else 1e3
+        print(f"{'run':<22} {'iter ' + unit:>10} {'speedup':>8} {'bubble':>7} {'exp.comm ' + unit:>12} "
+              f"{'peak GiB/stage (max)':>22}  fits")
         for row in rows:
-            print(f"{row['label']:<24} {row['iteration_time_s'] * 1e3:>10.3f} {row['speedup']:>8.3f} "
-                  f"{row['bubble_fraction']:>8.4f} {row['imbalance']:>7.3f} {row['num_tasks']:>8}")
+            pk = row["peak_memory_gb"]
+            fits = "" if row["fits"] is None else ("yes" if row["fits"] else "NO")
+            print(f"{row['label']:<22} {row['iteration_time_s'] * k:>10.3f} {row['speedup']:>8.3f} "
+                  f"{row['bubble_fraction']:>7.3f} {row['exposed_comm_s'] * k:>12.3f} "
+                  f"{(' '.join(f'{x:.1f}' for x in pk) if len(pk) <= 4 else f'{max(pk):.1f}') if pk else '-':>22}  {fits}")
+        if args.plot:
+            print(f"plot written to {args.plot}")
     return 0
 
 
@@ -227,6 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("compare", help="compare schedules on one file, or several files")
     s.add_argument("files", nargs="+")
     s.add_argument("--schedules", help="comma-separated schedule names, e.g. 1f1b,interleaved-1f1b")
+    s.add_argument("--plot", metavar="OUT.png", help="write stacked pipeline Gantts + memory panel as a PNG")
     s.add_argument("--json", action="store_true")
     s.add_argument("--set", action="append", metavar="KEY=VALUE")
     s.add_argument("--fidelity", choices=("operator", "coarse"), help="override options.fidelity")

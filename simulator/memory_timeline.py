@@ -63,3 +63,9 @@ def memory_curves(graph: TaskGraph, result: SimResult) -> dict[int, MemoryCurve]
         out[r] = MemoryCurve(r, np.concatenate([[0.0], times]), np.concatenate([[0.0], values]),
                              max(peak, 0.0), float(times[k]) if peak > 0 else 0.0, alive_keys)
     return out
+
+
+def peak_per_rank(graph: TaskGraph, result: SimResult) -> list[float]:
+    """Peak dynamic memory (bytes) of each rank, in rank order (0 where no events)."""
+    curves = memory_curves(graph, result)
+    return [curves[r].peak_bytes for r in sorted(curves)]

@@ -13,6 +13,7 @@ other top-level sections; the CLI tells them apart by their keys)::
       backward_input_ms: 0.5       # optional, split-backward schedules; default backward_ms / 2
       backward_weight_ms: 0.5      # optional; default backward_ms - backward_input_ms
       p2p_ms: 0.05                 # per activation / gradient transfer between ranks
+      activation_mb: 300           # optional: MB one microbatch keeps per chunk from F until B (or W)
       overlap_handoff: pair-end    # DualPipe overlapped pairs: pair-end | each
       schedule_csv: my.csv         # only with schedule: custom (PyTorch action CSV)
 """
@@ -26,7 +27,7 @@ from strategies.config import check_keys, get_float, get_int, get_str, load_mapp
 from strategies.errors import ConfigError
 
 PIPELINE_KEYS = ("schedule", "pp", "vpp", "microbatches", "forward_ms", "backward_ms", "backward_input_ms",
-                 "backward_weight_ms", "p2p_ms", "overlap_handoff", "schedule_csv")
+                 "backward_weight_ms", "p2p_ms", "activation_mb", "overlap_handoff", "schedule_csv")
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class PipelineSpec:
     pp, vpp, microbatches: pipeline ranks, chunks per rank, microbatches per iteration.
     forward, backward, backward_input, backward_weight: per-stage times, seconds (len pp*vpp).
     p2p: seconds per inter-rank transfer.
+    activation: per-stage bytes kept per microbatch from F to B/W (empty = memory not modeled).
     overlap_handoff: ``pair-end`` or ``each`` (DualPipe overlapped F&B pairs).
     schedule_csv: path of a custom schedule, or None.
     """
@@ -52,6 +54,7 @@ class PipelineSpec:
     p2p: float
     overlap_handoff: str = "pair-end"
     schedule_csv: str | None = None
+    activation: tuple[float, ...] = ()
 
     @property
     def num_stages(self) -> int:
@@ -59,6 +62,7 @@ class PipelineSpec:
 
 
 def _per_stage_ms(d: dict, key: str, n: int, default: Any = ...) -> tuple[float, ...] | None:
+    """A per-stage value (one number or one per stage), times 1e-3 (ms -> s)."""
     where = "pipeline"
     if key not in d:
         if default is ...:
@@ -104,7 +108,9 @@ def parse_pipeline(data: dict, base_dir: Path | None = None) -> PipelineSpec:
                           "negative here: give backward_weight_ms explicitly")
     p2p = get_float(d, "p2p_ms", "pipeline", default=0.0) * 1e-3
     handoff = get_str(d, "overlap_handoff", "pipeline", default="pair-end", choices=("pair-end", "each"))
-    return PipelineSpec(schedule, pp, vpp, m, fwd, bwd, bi, bw, p2p, handoff, csv)
+    act = _per_stage_ms(d, "activation_mb", n, default=None)  # same parsing; ms->s factor undone below
+    act = tuple(a * 1e3 * 1e6 for a in act) if act else ()
+    return PipelineSpec(schedule, pp, vpp, m, fwd, bwd, bi, bw, p2p, handoff, csv, act)
 
 
 def load_pipeline(path) -> PipelineSpec:

@@ -35,6 +35,9 @@ class StageCosts:
     backward_input, backward_weight: per stage, I and W times (split backward); B = I + W is not
         enforced (a fused backward can be cheaper than its halves).
     p2p: seconds per activation or gradient transfer between two ranks (0 = instantaneous).
+    activation: per stage, bytes one microbatch's forward keeps until its backward (allocated at F's
+        end, freed at B's end, or at W's end when the backward is split: W still needs the layer
+        inputs, Qi et al. 2024 Section 2.1); empty = memory not modeled.
     """
 
     forward: tuple[float, ...]
@@ -42,6 +45,7 @@ class StageCosts:
     backward_input: tuple[float, ...]
     backward_weight: tuple[float, ...]
     p2p: float = 0.0
+    activation: tuple[float, ...] = ()
 
     @classmethod
     def uniform(cls, num_stages: int, tf: float, tb: float, p2p: float = 0.0,
@@ -168,9 +172,18 @@ def lower_uniform(schedule: Schedule, costs: StageCosts, *, overlap_handoff: str
     >>> g.num_tasks  # 8 compute tasks + 4 transfers (zero-time)
     12
     """
+    split = {(a.stage, a.mb) for order in schedule.orders for e in order
+             for a in getattr(e, "sub_actions", (e,)) if a.kind == "W"}
+
     def emit(b: TaskGraphBuilder, a: Action, rank: int, chunk: int):
         t = b.add_task(costs.time(a), b.device_index(f"rank{rank}/compute"), KIND_CATEGORY[a.kind],
                        op=a.kind, stage=a.stage, chunk=chunk, mb=a.mb, rank=rank)
+        if costs.activation:
+            act = costs.activation[a.stage]
+            if a.kind == "F":
+                b.add_memory(t, act, at_end=True)
+            elif a.kind == "B" or (a.kind == "W" and (a.stage, a.mb) in split):
+                b.add_memory(t, -act, at_end=True)
         return t, t
 
     b, _ = lower_schedule(schedule, emit, lambda s, d, k, m: costs.p2p, overlap_handoff=overlap_handoff)
