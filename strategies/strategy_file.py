@@ -27,8 +27,8 @@ PARALLEL_KEYS = ("tp", "pp", "dp", "vpp", "sp", "cp", "ep", "zero", "layers_per_
 TRAINING_KEYS = ("micro_batch", "global_batch", "seq_len", "precision", "recompute", "train_tokens",
                  "recompute_layers")
 OPTION_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_bucket_mb", "flash_attention",
-               "overlap_handoff", "memory_reserve_gb", "fidelity", "profile", "collapse_ranks",
-               "fp32_grad_accum", "tp_comm_overlap")
+               "overlap_handoff", "memory_reserve_gb", "fidelity", "profile", "fp32_grad_accum",
+               "tp_comm_overlap")
 SCHEDULE_KEYS = ("name", "csv")
 PRECISIONS = ("bf16", "fp16", "fp8")
 RECOMPUTE = ("none", "selective", "full")
@@ -84,26 +84,24 @@ class OptionsSpec:
 
     overlap_grad_reduce: DP gradient reduction overlapped with backward (bucketed) vs after it.
     overlap_param_gather: distributed-optimizer / ZeRO-3 parameter all-gather overlapped with forward.
-    grad_bucket_mb: DP gradient bucket size, MB (Megatron default 40).
+    grad_bucket_mb: DP gradient bucket size, MB of gradients; None = Megatron's max(40M, 1M x dp) parameters.
     flash_attention: attention core is FlashAttention (no s^2 attention matrix stored).
     overlap_handoff: DualPipe overlapped F&B pairs release outputs at 'pair-end' or 'each' half's end.
     memory_reserve_gb: memory per GPU not available to the model (CUDA context, fragmentation), GB.
     fidelity: 'operator' (a task per operator) or 'coarse' (a task per chunk, microbatch and pass).
     profile: path of a measured-time profile CSV that overrides the roofline, or None.
-    collapse_ranks: simulate one representative per identical group (TP peers, DP replicas).
     fp32_grad_accum: keep an fp32 gradient accumulation buffer (Megatron default with bf16).
     tp_comm_overlap: TP collectives overlap the next GEMM (Megatron TP-comm overlap), else exposed.
     """
 
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
-    grad_bucket_mb: float = 40.0
+    grad_bucket_mb: float | None = None
     flash_attention: bool = True
     overlap_handoff: str = "pair-end"
     memory_reserve_gb: float = 2.0
     fidelity: str = "operator"
     profile: str | None = None
-    collapse_ranks: bool = True
     fp32_grad_accum: bool = True
     tp_comm_overlap: bool = False
 
@@ -217,13 +215,12 @@ def parse_strategy(data: dict, base_dir: str | Path = ".") -> Strategy:
     opt = OptionsSpec(
         overlap_grad_reduce=get_bool(o, "overlap_grad_reduce", "options", default=True),
         overlap_param_gather=get_bool(o, "overlap_param_gather", "options", default=True),
-        grad_bucket_mb=get_float(o, "grad_bucket_mb", "options", default=40.0, positive=True),
+        grad_bucket_mb=get_float(o, "grad_bucket_mb", "options", default=None, positive=True),
         flash_attention=get_bool(o, "flash_attention", "options", default=True),
         overlap_handoff=get_str(o, "overlap_handoff", "options", default="pair-end", choices=("pair-end", "each")),
         memory_reserve_gb=get_float(o, "memory_reserve_gb", "options", default=2.0),
         fidelity=get_str(o, "fidelity", "options", default="operator", choices=FIDELITIES),
         profile=prof,
-        collapse_ranks=get_bool(o, "collapse_ranks", "options", default=True),
         fp32_grad_accum=get_bool(o, "fp32_grad_accum", "options", default=True),
         tp_comm_overlap=get_bool(o, "tp_comm_overlap", "options", default=False),
     )
