@@ -104,7 +104,13 @@ def load_mapping(path_or_dict: Any, what: str = "file") -> dict:
     path = Path(path_or_dict)
     if not path.exists():
         raise ConfigError(f"{what} {str(path)!r} does not exist: check the path")
-    text = path.read_text()
+    if path.is_dir():
+        raise ConfigError(f"{what} {str(path)!r} is a directory, not a file: give the path of a YAML or JSON file")
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{what} {str(path)!r} cannot be read ({exc.__class__.__name__}: {exc}); check the path "
+                          f"and that it is a text file") from None
     try:
         if path.suffix.lower() == ".json":
             data = json.loads(text)

@@ -114,6 +114,9 @@ def build_work(plan: Plan, *, fidelity: str | None = None) -> IterationWork:
         prank = plan.schedule.stage_to_rank[stage]
         rep = rank_of(0, 0, 0, prank, s)
         groups = {g: group_ranks(g, s, rep) for g in ("tp", "cp", "dp", "ep")}
+        # Gradients are reduced, and ZeRO / the distributed optimizer shard, over dp x cp (Megatron-LM
+        # parallel_state "dp-cp" group: CP ranks hold the same weights and see different tokens).
+        groups["dp"] = group_ranks("dp-cp", s, rep)
         layers: list[LayerWork] = []
         if stage == 0:
             ops = embedding_operators(plan.model, dtype_bytes=dt, **kw)
@@ -191,7 +194,7 @@ def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, 
     else:
         total_params = sum(op.grad_bytes for l in layers for op in l.ops) / gbp
     # Optimizer: each GPU updates its 1/dp shard with the distributed optimizer (ZeRO >= 1).
-    shard = total_params / (s.dp if plan.zero >= 1 else 1)
+    shard = total_params / (s.dp * s.cp if plan.zero >= 1 else 1)
     gpu = plan.cluster.gpu
     opt_s = shard * ADAM_BYTES_PER_PARAM / (gpu.hbm_bandwidth * gpu.efficiency.hbm_efficiency)
     return StageWork(layers, tuple(buckets), opt_s)
@@ -209,7 +212,7 @@ def _bucket(plan: Plan, li, oi, params, gbp, pbytes, dp_group) -> Bucket:
     """Reduce: all-reduce (zero 0) or reduce-scatter (distributed optimizer, zero 1/2) of the bucket's
     gradients; gather: all-gather of the updated bf16 parameters (zero >= 1)."""
     c = plan.cluster
-    if plan.sizes.dp == 1:
+    if len(dp_group) == 1:
         return Bucket(li, oi, params * gbp, 0.0, 0.0)
     if plan.zero == 0:
         return Bucket(li, oi, params * gbp, _comm_time(c, "all-reduce", params * gbp, dp_group), 0.0)

@@ -90,7 +90,8 @@ def params_per_gpu(plan) -> dict[int, int]:
 def static_memory(plan) -> dict[int, ModelStates]:
     """Model states per GPU of each pipeline rank for ``plan``'s precision and ZeRO stage."""
     from taskgraph.costing import grad_bytes_per_param
-    return {r: model_state_bytes(p, dp=plan.sizes.dp, zero=plan.zero, weight_bytes=2,
+    # ZeRO / distributed-optimizer shards span dp x cp (Megatron's "dp-cp" group)
+    return {r: model_state_bytes(p, dp=plan.sizes.dp * plan.sizes.cp, zero=plan.zero, weight_bytes=2,
                                  grad_bytes=grad_bytes_per_param(plan))
             for r, p in params_per_gpu(plan).items()}
 

@@ -399,14 +399,17 @@ def load_hf_config(path_or_dict: Any, name: str | None = None) -> ModelSpec:
     heads = get_int(d, "num_attention_heads", w, minimum=1)
     hidden = get_int(d, "hidden_size", w, minimum=1)
     ffn = get_int(d, "intermediate_size", w, minimum=1)
-    head_dim = d.get("head_dim")
+    head_dim = get_int(d, "head_dim", w, default=None, minimum=1) if d.get("head_dim") is not None else None
+    dropout = d.get("attention_dropout", 0.0) or 0.0
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)):
+        raise ConfigError(f"config.json attention_dropout = {dropout!r} must be a number (e.g. 0.0)")
     kw: dict = dict(
         name=name or d.get("_name_or_path") or arch or family,
         layers=get_int(d, "num_hidden_layers", w, minimum=1),
         hidden=hidden,
         heads=heads,
         kv_heads=get_int(d, "num_key_value_heads", w, default=heads, minimum=1),
-        head_dim=int(head_dim) if head_dim else None,
+        head_dim=head_dim,
         ffn=ffn,
         vocab=get_int(d, "vocab_size", w, minimum=1),
         mlp="swiglu",                      # all four use gated MLPs: gate, up, down
@@ -416,7 +419,7 @@ def load_hf_config(path_or_dict: Any, name: str | None = None) -> ModelSpec:
         tied_embeddings=bool(d.get("tie_word_embeddings", False)),  # these configs default False
         bias=bool(d.get("mlp_bias", False)),
         qkv_bias=True if family == "qwen2" else bool(d.get("attention_bias", False)),
-        dropout=float(d.get("attention_dropout", 0.0) or 0.0) > 0,
+        dropout=float(dropout) > 0,
     )
     if family == "mixtral":
         kw.update(experts=get_int(d, "num_local_experts", w, minimum=1),

@@ -66,8 +66,11 @@ def resolve_model(spec, base_dir: str) -> ModelSpec:
     if spec in PRESETS:
         return get_model(spec)
     p = Path(spec) if Path(spec).is_absolute() else Path(base_dir) / spec
-    if p.is_dir() and (p / "config.json").exists():
-        return load_hf_config(p / "config.json")
+    if p.is_dir():
+        if (p / "config.json").exists():
+            return load_hf_config(p / "config.json")
+        raise ConfigError(f"model = {spec!r} is a directory without config.json (looked at {str(p)!r}); give a "
+                          f"model YAML, a Hugging Face config.json, or a folder that holds one")
     if p.exists():
         if p.suffix == ".json":
             return load_hf_config(p)
@@ -147,9 +150,10 @@ def resolve(strategy: Strategy) -> Plan:
 
     if tr.global_batch % (tr.micro_batch * dp):
         step = tr.micro_batch * dp
+        lo, hi = tr.global_batch // step * step, (tr.global_batch // step + 1) * step
+        fix = f"{lo} or {hi}" if lo > 0 else f"{hi}"
         raise ConfigError(f"training.global_batch = {tr.global_batch} must be a multiple of micro_batch * dp = "
-                          f"{tr.micro_batch} * {dp} = {step}; use global_batch = {max(step, tr.global_batch // step * step)} "
-                          f"or {(tr.global_batch // step + 1) * step}")
+                          f"{tr.micro_batch} * {dp} = {step}; use global_batch = {fix}, or change micro_batch")
     microbatches = tr.global_batch // (tr.micro_batch * dp)
 
     stages = pp * vpp
@@ -179,13 +183,23 @@ def _schedule(strategy: Strategy, pp: int, m: int, vpp: int) -> Schedule:
     if name == "custom":
         from strategies.schedule_csv import read_schedule_csv
         from strategies.validate import check_deadlock, validate_schedule
-        s = read_schedule_csv(strategy.schedule_csv)
+        csv = strategy.schedule_csv
+        if not Path(csv).is_file():
+            raise ConfigError(f"schedule.csv = {csv!r}: file not found; fix the path (relative paths are read from "
+                              f"the strategy file's folder)")
+        try:
+            s = read_schedule_csv(csv)
+        except ScheduleError as exc:
+            raise ConfigError(f"schedule.csv {csv!r}: {exc}") from None
         if s.pp != pp or s.num_stages != pp * vpp or s.microbatches != m:
             raise ConfigError(f"schedule.csv {strategy.schedule_csv!r} has pp={s.pp}, {s.num_stages} stages, "
                               f"{s.microbatches} microbatches; the strategy needs pp={pp}, pp*vpp={pp * vpp}, "
                               f"{m} microbatches (global_batch / (micro_batch*dp))")
-        validate_schedule(s)
-        check_deadlock(s)
+        try:
+            validate_schedule(s)
+            check_deadlock(s)
+        except ScheduleError as exc:
+            raise ConfigError(f"schedule.csv {csv!r}: {exc}") from None
         return s
     if name not in SCHEDULES:
         raise ConfigError(f"schedule = {name!r} is not known{did_you_mean(name, SCHEDULES)}; valid: "

@@ -59,7 +59,7 @@ def _strategy_examples():
     for path in EXAMPLES:
         with open(path) as f:
             d = yaml.safe_load(f)
-        if "pipeline" not in d:
+        if "model" in d and "cluster" in d:  # strategy files (not pipeline or component files)
             out.append(path)
     return out
 

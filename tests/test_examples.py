@@ -1,0 +1,148 @@
+"""Every example in strategies/examples/ simulates and satisfies the timeline invariants.
+
+Three kinds of YAML live there: pipeline descriptions (a ``pipeline:`` section), strategy files
+(model + cluster + parallel ...) and the model / topology YAML files a strategy references by a
+relative path. Each strategy file is simulated once (module cache) and checked for: iteration time
+> 0, tasks ending at or after their start, no overlap on a device, no task before its
+predecessors, 0 < MFU < 1, memory events summing to zero on every device, and peak memory within
+the GPU's capacity (the examples are meant to be runnable layouts).
+"""
+from __future__ import annotations
+
+import time
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.helpers import assert_timeline_invariants
+from simulator.api import simulate_pipeline, simulate_strategy
+from strategies.config import load_mapping
+from strategies.pipeline_file import load_pipeline
+from strategies.strategy_file import is_strategy, load_strategy
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "strategies" / "examples"
+FILES = sorted(EXAMPLES.glob("*.yaml"))
+
+#: Strategy files simulated at coarse fidelity (a task per chunk, microbatch and pass) to keep the
+#: suite fast; everything else runs at operator fidelity.
+COARSE = {"gpt3-175b-1024-a100.yaml"}
+
+
+def _kind(path: Path) -> str:
+    data = load_mapping(path)
+    if "pipeline" in data:
+        return "pipeline"
+    if is_strategy(data):
+        return "strategy"
+    return "component"
+
+
+PIPELINES = [p for p in FILES if _kind(p) == "pipeline"]
+STRATEGIES = [p for p in FILES if _kind(p) == "strategy"]
+COMPONENTS = [p for p in FILES if _kind(p) == "component"]
+
+
+@lru_cache(maxsize=None)
+def _simulate(path: Path):
+    t0 = time.perf_counter()
+    if _kind(path) == "pipeline":
+        sim = simulate_pipeline(load_pipeline(path))
+    else:
+        sim = simulate_strategy(load_strategy(path), fidelity="coarse" if path.name in COARSE else None)
+    return sim, time.perf_counter() - t0
+
+
+def _ids(paths):
+    return [p.name for p in paths]
+
+
+def test_examples_present():
+    names = {p.name for p in FILES}
+    for want in ("llama3-70b-64-h100.yaml", "llama3-8b-8-h100.yaml", "korthikanti-175b.yaml",
+                 "mixtral-8x7b-64-h100.yaml", "custom-model.yaml", "custom-cluster.yaml",
+                 "custom-model-cluster.yaml"):
+        assert want in names
+    readme = (EXAMPLES / "README.md").read_text()
+    for p in FILES:
+        assert p.name in readme, f"{p.name} has no line in strategies/examples/README.md"
+
+
+@pytest.mark.parametrize("path", PIPELINES + STRATEGIES, ids=_ids(PIPELINES + STRATEGIES))
+def test_example_timeline(path: Path):
+    sim, _ = _simulate(path)
+    g, r = sim.graph, sim.result
+    assert g.num_tasks > 0
+    assert sim.report.makespan_s > 0 and r.makespan > 0
+    assert np.all(g.duration >= 0)
+    assert np.all(r.end >= r.start), "a task ends before it starts"
+    assert np.all(r.start >= 0)
+    assert np.isclose(r.end.max(), r.makespan)
+    assert_timeline_invariants(g, r)
+
+
+@pytest.mark.parametrize("path", STRATEGIES, ids=_ids(STRATEGIES))
+def test_example_strategy_metrics(path: Path):
+    sim, _ = _simulate(path)
+    tr = sim.training
+    assert tr.iteration_time_s > 0
+    assert 0 < tr.mfu < 1, f"MFU {tr.mfu}"
+    assert tr.mfu <= tr.hfu + 1e-12 < 1
+    assert tr.tokens_per_s > 0
+
+
+@pytest.mark.parametrize("path", PIPELINES + STRATEGIES, ids=_ids(PIPELINES + STRATEGIES))
+def test_example_memory_balances(path: Path):
+    """Every allocation is freed by the end of the iteration, on every device."""
+    g = _simulate(path)[0].graph
+    if g.mem_bytes.size == 0:
+        return
+    scale = max(1.0, float(np.abs(g.mem_bytes).sum()))
+    assert abs(float(g.mem_bytes.sum())) <= 1e-9 * scale
+    per_device = np.bincount(g.device[g.mem_task], weights=g.mem_bytes, minlength=g.num_devices)
+    assert np.all(np.abs(per_device) <= 1e-9 * scale)
+
+
+@pytest.mark.parametrize("path", STRATEGIES, ids=_ids(STRATEGIES))
+def test_example_fits_in_memory(path: Path):
+    from simulator.memory_report import memory_report
+    sim, _ = _simulate(path)
+    mem = memory_report(sim.plan, sim.graph, sim.result)
+    assert mem.fits, f"{path.name}: an example layout that does not fit in GPU memory"
+
+
+def test_korthikanti_175b_layout():
+    """The Korthikanti 2022 run: 64 A100s, tp 8, pp 8, 3 chunks of 4 layers per rank, dp 1, 64 microbatches."""
+    sim, _ = _simulate(EXAMPLES / "korthikanti-175b.yaml")
+    p = sim.plan
+    assert (p.num_gpus, p.sizes.tp, p.sizes.pp, p.sizes.dp, p.vpp, p.microbatches) == (64, 8, 8, 1, 3, 64)
+    assert p.layers_per_stage == (4,) * 24
+    assert p.sp and p.strategy.training.recompute == "selective"
+    assert p.strategy.options.flash_attention is False
+    # Korthikanti 2022 Table 5: 13.75 s per iteration with selective recompute + sp; stay in range.
+    assert 7.0 < sim.training.iteration_time_s < 28.0
+
+
+def test_custom_model_and_cluster_are_used():
+    sim, _ = _simulate(EXAMPLES / "custom-model-cluster.yaml")
+    p = sim.plan
+    assert p.model.name == "llama3.2-3b" and p.model.tied_embeddings and p.model.kv_heads == 8
+    assert p.cluster.name == "hgx-h100-roce-4n" and p.cluster.num_gpus == 32
+    assert p.cluster.network_topology == "fat-tree"
+    assert p.layers_per_stage == (15, 13)
+
+
+@pytest.mark.parametrize("path", COMPONENTS, ids=_ids(COMPONENTS))
+def test_component_files_load_and_are_referenced(path: Path):
+    """Model / topology YAML files load on their own and some strategy example uses them."""
+    from taskgraph.model import load_model_yaml
+    from topologies.cluster import load_cluster_yaml
+    users = [s for s in STRATEGIES if path.name in (str(load_mapping(s).get("model")),
+                                                     str(load_mapping(s).get("cluster")))]
+    assert users, f"{path.name} is referenced by no strategy example"
+    data = load_mapping(users[0])
+    if data.get("model") == path.name:
+        assert load_model_yaml(path).param_count() > 0
+    else:
+        assert load_cluster_yaml(path).num_gpus > 0
