@@ -337,3 +337,17 @@ def test_benchmark_script_smoke(tmp_path, capsys):
     assert all(r["identical_to_reference"] for r in data["results"])
     assert "python" in data["machine"] and "cpu_count" in data["machine"]
     assert "tasks/s" in capsys.readouterr().out
+
+
+def test_regression_start_before_ready_case():
+    # Found by the delta-mode fuzzer against an intermediate engine edit: task 2 started before it was ready.
+    import numpy as np
+    from simulator.engine import simulate_arrays
+    dur = np.array([1.02515665, 0.69150387, 1.1015235, 1.15739764, 1.0167961])
+    dev = np.array([0, 1, 1, 0, 1], dtype=np.int32)
+    ptr = np.array([0, 3, 3, 3, 4, 7], dtype=np.int64)
+    idx = np.array([1, 3, 2, 2, 1, 3, 2], dtype=np.int32)
+    r = simulate_arrays(dur, dev, ptr, idx, 2)
+    assert np.all(r.start >= r.ready)
+    src = np.repeat(np.arange(5), np.diff(ptr))
+    assert np.all(r.start[idx] >= r.end[src])

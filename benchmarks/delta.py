@@ -1,0 +1,323 @@
+"""Benchmark: delta simulation (simulator/delta.py) vs a full run, on a 1F1B pipeline graph.
+
+    python -m benchmarks.delta [--tasks 1e5] [--ranks 8] [--ops 24] [--reps 5] [--seed 0]
+
+Builds a 1F1B pipeline (``--ranks`` stages, microbatches chosen to reach ``--tasks``, ``--ops`` operator
+tasks per (stage, microbatch, pass), program-order edges per rank, activation / gradient sends on link
+devices, a per-rank data-parallel all-reduce on a ``dp`` stream and an optimizer step at the end), then
+applies single changes at early / middle / late positions and reports, per change: tasks re-timed by
+the delta, tasks whose start/end changed, the delta's wall time, a full run's wall time
+(:func:`simulator.engine.simulate_arrays` on the changed graph; both medians over ``--reps``), and the
+speedup (median over reps of full / delta, each rep running both back to back, so machine load
+mostly cancels). Every delta result
+is checked against the full run (exact equality). Delta idea: Jia et al. 2019, FlexFlow, Section 5.3.
+
+Change kinds:
+* ``slack``: a task with free slack (gap before every successor, graph or device) gets longer by half
+  its slack: the change is absorbed.
+* ``crit+`` / ``crit-``: a task with no free slack gets 20 % longer / shorter.
+* ``move``: a send leaves its link and runs on the sender's compute stream (reorders that FIFO queue).
+* ``split``: one operator task is replaced by two tasks (FlexFlow's operator replacement).
+* ``late(f) crit x3``: a critical task at fraction f of the makespan gets 3x longer (1-15 % of the
+  tasks move: the range where the sweep is between 1x and 10x a full run).
+* ``dp``: the last rank's all-reduce gets 20 % longer.
+* ``first``: the very first task gets 20 % longer: everything after it moves (fallback expected).
+
+For changes that fell back, the last column shows what the sweep alone (``budget=None``) would have
+re-timed and cost: the fallback rule gives up after ``budget`` (5 %) of a full run, so a change is
+never much slower than a full run, at the price of not using the sweep where it would win by < ~20x.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+
+import numpy as np
+
+from simulator.delta import DeltaSimulator
+from simulator.engine import simulate_arrays
+from taskgraph.graph import CAT, Device, TaskGraph, csr_from_edges
+
+
+def pipeline_1f1b(ranks: int = 8, microbatches: int = 32, ops: int = 8, seed: int = 0) -> TaskGraph:
+    """A 1F1B pipeline task graph, built block-wise with numpy.
+
+    Devices: ``rank{s}/compute``, ``rank{s}/dp`` per rank, ``link s->s+1`` and ``link s+1->s``.
+    Rank ``s`` runs ``min(ranks - s - 1, m)`` warm-up forwards, then alternates F/B, then drains the
+    backwards; each (pass, microbatch) block is a chain of ``ops`` operator tasks; consecutive blocks of
+    a rank are joined by program-order edges; F(s, mb) feeds a send on ``link s->s+1`` that feeds
+    F(s+1, mb); B(s, mb) feeds a send on ``link s->s-1`` that feeds B(s-1, mb); F(s, mb) also feeds
+    B(s, mb). After its last backward, a rank all-reduces on its dp stream, then steps the optimizer.
+    Durations (seconds) are random around 1 ms per forward op (backward 2x), so ties are rare.
+    """
+    p, m, k = int(ranks), int(microbatches), int(ops)
+    rng = np.random.default_rng(seed)
+    devices = [Device(f"rank{s}/compute", s, "compute") for s in range(p)]
+    devices += [Device(f"rank{s}/dp", s, "dp") for s in range(p)]
+    link = {}
+    for s in range(p - 1):
+        link[(s, s + 1)] = len(devices)
+        devices.append(Device(f"link {s}->{s + 1}", -1, "link"))
+        link[(s + 1, s)] = len(devices)
+        devices.append(Device(f"link {s + 1}->{s}", -1, "link"))
+
+    # program order of blocks per rank: (pass, mb) with pass 0 = F, 1 = B
+    blocks = []  # (rank, pass, mb)
+    for s in range(p):
+        w = min(p - s - 1, m)
+        seq = [(0, j) for j in range(w)]
+        for i in range(m - w):
+            seq += [(0, w + i), (1, i)]
+        seq += [(1, j) for j in range(m - w, m)]
+        blocks += [(s, ps, j) for ps, j in seq]
+    nb = len(blocks)
+    b_rank = np.array([b[0] for b in blocks], dtype=np.int64)
+    b_pass = np.array([b[1] for b in blocks], dtype=np.int64)
+    b_mb = np.array([b[2] for b in blocks], dtype=np.int64)
+    first = np.arange(nb, dtype=np.int64) * k  # first task id of each block
+    last = first + k - 1
+    block_of = {blocks[i]: i for i in range(nb)}
+
+    n_ops = nb * k
+    n_send = 2 * (p - 1) * m
+    n = n_ops + n_send + 2 * p
+    duration = np.empty(n)
+    device = np.empty(n, dtype=np.int64)
+    category = np.empty(n, dtype=np.int8)
+    stage = np.empty(n, dtype=np.int32)
+    mbs = np.full(n, -1, dtype=np.int32)
+
+    t_rank = np.repeat(b_rank, k)
+    t_pass = np.repeat(b_pass, k)
+    duration[:n_ops] = rng.uniform(0.8e-3, 1.2e-3, n_ops) * np.where(t_pass == 1, 2.0, 1.0)
+    device[:n_ops] = t_rank
+    category[:n_ops] = np.where(t_pass == 1, CAT["backward"], CAT["forward"])
+    stage[:n_ops] = t_rank
+    mbs[:n_ops] = np.repeat(b_mb, k)
+
+    src, dst = [], []
+    # chains inside blocks
+    ids = np.arange(n_ops, dtype=np.int64)
+    inner = ids[(ids % k) != k - 1]
+    src.append(inner)
+    dst.append(inner + 1)
+    # program order between consecutive blocks of a rank
+    same = b_rank[1:] == b_rank[:-1]
+    src.append(last[:-1][same])
+    dst.append(first[1:][same])
+    # F(s, mb) -> B(s, mb)
+    fb = np.array([[last[block_of[(s, 0, j)]], first[block_of[(s, 1, j)]]] for s in range(p) for j in range(m)],
+                  dtype=np.int64)
+    src.append(fb[:, 0])
+    dst.append(fb[:, 1])
+    # sends
+    t = n_ops
+    e_s, e_d = [], []
+    for s in range(p):
+        for j in range(m):
+            if s < p - 1:  # activation s -> s+1
+                duration[t] = rng.uniform(0.15e-3, 0.25e-3)
+                device[t] = link[(s, s + 1)]
+                category[t] = CAT["pp-send"]
+                stage[t] = s
+                mbs[t] = j
+                e_s += [last[block_of[(s, 0, j)]], t]
+                e_d += [t, first[block_of[(s + 1, 0, j)]]]
+                t += 1
+            if s > 0:  # gradient s -> s-1
+                duration[t] = rng.uniform(0.15e-3, 0.25e-3)
+                device[t] = link[(s, s - 1)]
+                category[t] = CAT["pp-send"]
+                stage[t] = s
+                mbs[t] = j
+                e_s += [last[block_of[(s, 1, j)]], t]
+                e_d += [t, first[block_of[(s - 1, 1, j)]]]
+                t += 1
+    for s in range(p):  # all-reduce after the rank's last block, then the optimizer
+        lb = max(i for i in range(nb) if b_rank[i] == s)
+        duration[t], device[t], category[t], stage[t] = 8e-3, p + s, CAT["dp-comm"], s
+        duration[t + 1], device[t + 1], category[t + 1], stage[t + 1] = 2e-3, s, CAT["optimizer"], s
+        e_s += [last[lb], t]
+        e_d += [t, t + 1]
+        t += 2
+    assert t == n
+    src.append(np.array(e_s, dtype=np.int64))
+    dst.append(np.array(e_d, dtype=np.int64))
+    succ_ptr, succ_idx = csr_from_edges(n, np.concatenate(src), np.concatenate(dst))
+    minus = np.full(n, -1, dtype=np.int32)
+    return TaskGraph(
+        duration=duration, device=device.astype(np.int32), category=category,
+        op=np.zeros(n, dtype=np.int32), stage=stage, chunk=minus, mb=mbs, rank=stage.copy(),
+        succ_ptr=succ_ptr, succ_idx=succ_idx, devices=tuple(devices), op_names=("op",),
+        meta={"ranks": p, "microbatches": m, "ops": k},
+    )
+
+
+def free_slack(graph: TaskGraph, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per task: min over successors and the next task on its device of (their start - its end)."""
+    n = graph.num_tasks
+    slack = np.full(n, np.inf)
+    src = np.repeat(np.arange(n), np.diff(graph.succ_ptr))
+    np.minimum.at(slack, src, start[graph.succ_idx] - end[src])
+    order = np.lexsort((start, graph.device))
+    same = graph.device[order][1:] == graph.device[order][:-1]
+    a, b = order[:-1][same], order[1:][same]
+    np.minimum.at(slack, a, start[b] - end[a])
+    return slack
+
+
+def _pick(cands: np.ndarray, start: np.ndarray, where: float) -> int:
+    """The candidate whose start is nearest the given fraction of the makespan."""
+    target = where * end_max if (end_max := float(start.max())) else 0.0
+    return int(cands[np.argmin(np.abs(start[cands] - target))])
+
+
+def _changes(g: TaskGraph, base):
+    """(name, apply(ds) -> (stats, undo(ds)))."""
+    n_ops = g.meta["ranks"] * 2 * g.meta["microbatches"] * g.meta["ops"]
+    slack = free_slack(g, base.start, base.end)
+    is_op = np.zeros(g.num_tasks, bool)
+    is_op[:n_ops] = True
+    out = []
+    for pos, frac in (("early", 0.05), ("middle", 0.5), ("late", 0.9)):
+        absorbed = np.flatnonzero(is_op & (slack > 1e-4) & np.isfinite(slack))
+        crit = np.flatnonzero(is_op & (slack == 0))
+        if absorbed.size:
+            t = _pick(absorbed, base.start, frac)
+            out.append((f"{pos} slack", _set_dur(t, g.duration[t] + 0.5 * slack[t])))
+        t = _pick(crit, base.start, frac)
+        out.append((f"{pos} crit+", _set_dur(t, g.duration[t] * 1.2)))
+        out.append((f"{pos} crit-", _set_dur(t, g.duration[t] * 0.8)))
+        sends = np.flatnonzero(g.category == CAT["pp-send"])
+        t = _pick(sends, base.start, frac)
+        out.append((f"{pos} move", _set_dev(t, int(g.stage[t]))))
+        t = _pick(crit, base.start, frac)
+        out.append((f"{pos} split", _split(t, g)))
+    crit = np.flatnonzero(is_op & (slack == 0))
+    for frac in (0.85, 0.9, 0.95):  # a 3x longer critical op late: 1-15 % of the tasks move
+        t = _pick(crit, base.start, frac)
+        out.append((f"late({frac}) crit x3", _set_dur(t, g.duration[t] * 3.0)))
+    dp = np.flatnonzero(g.category == CAT["dp-comm"])
+    t = int(dp[np.argmax(base.start[dp])])
+    out.append(("late dp", _set_dur(t, g.duration[t] * 1.2)))
+    t = int(base.order[0])
+    out.append(("first crit+", _set_dur(t, g.duration[t] * 1.2)))
+    return out
+
+
+def _set_dur(t, new):
+    def apply(ds):
+        old = ds._dur[t]
+        st = ds.set_durations([t], [new])
+        return st, lambda d: d.set_durations([t], [old])
+    return apply
+
+
+def _set_dev(t, new):
+    def apply(ds):
+        old = ds._dev[t]
+        st = ds.set_devices([t], [new])
+        return st, lambda d: d.set_devices([t], [old])
+    return apply
+
+
+def _split(t, g):
+    def apply(ds):
+        preds, succs, dur, dev = ds.predecessors(t), ds.successors(t), ds._dur[t], ds._dev[t]
+        edges = [(u, ~0) for u in preds] + [(~0, ~1)] + [(~1, v) for v in succs]
+        st = ds.replace_tasks([t], [0.55 * dur, 0.55 * dur], [dev, dev], edges)
+        new = st.new_ids
+
+        def undo(d):
+            back = [(u, ~0) for u in preds] + [(~0, v) for v in succs]
+            d.replace_tasks(list(new), [dur], [dev], back)
+        return st, undo
+    return apply
+
+
+def run(tasks: float = 1e5, ranks: int = 8, ops: int = 24, reps: int = 5, seed: int = 0, check: bool = True):
+    """Build the graph, run every change ``reps`` times; returns a list of row dicts."""
+    m = max(1, round(float(tasks) / (2 * ranks * ops)))
+    g = pipeline_1f1b(ranks, m, ops, seed)
+    base = simulate_arrays(g.duration, g.device, g.succ_ptr, g.succ_idx, g.num_devices)
+    t0 = time.perf_counter()
+    ds = DeltaSimulator(g)
+    build_s = time.perf_counter() - t0
+    rows = []
+    for name, apply in _changes(g, base):
+        d_times, f_times, stats = [], [], None
+        for rep in range(reps):  # delta and full interleaved: the machine is shared and noisy
+            gc.collect()
+            st, undo = apply(ds)
+            d_times.append(st.wall_s)
+            stats = stats or st
+            arrays = ds.graph_arrays()
+            gc.collect()
+            t0 = time.perf_counter()
+            full = simulate_arrays(*arrays)
+            f_times.append(time.perf_counter() - t0)
+            if check and rep == 0:
+                res = ds.result()
+                assert np.array_equal(full.start, res.start) and np.array_equal(full.end, res.end), name
+                assert np.array_equal(full.order, res.order), name
+            undo(ds)
+        # paired per rep (the two runs of a rep see the same machine load), then the median
+        speedup = float(np.median(np.array(f_times) / np.array(d_times)))
+        row = dict(change=name, retimed=stats.retimed, changed=stats.changed, moved=stats.moved,
+                   fallback=stats.reason if stats.fallback else "", delta_s=float(np.median(d_times)),
+                   full_s=float(np.median(f_times)), speedup=speedup, pure=None)
+        if stats.fallback:  # what the sweep alone would have cost (no budget)
+            budget, ds.budget = ds.budget, None
+            pure = []
+            for _ in range(max(1, reps // 3)):
+                st, undo = apply(ds)
+                pure.append((st.wall_s, st.retimed))
+                undo(ds)
+            ds.budget = budget
+            row["pure"] = (float(np.median([p[0] for p in pure])), pure[0][1])
+        rows.append(row)
+    if check:  # after all the undos the state is the base timeline again
+        res = ds.result()
+        assert np.array_equal(res.start, base.start) and np.array_equal(res.end, base.end)
+        assert np.array_equal(res.order, base.order)
+    return g, build_s, rows
+
+
+def format_table(g, build_s, rows) -> str:
+    n = g.num_tasks
+    lines = [f"1F1B pipeline: {n} tasks, {g.meta['ranks']} ranks, {g.meta['microbatches']} microbatches, "
+             f"{g.meta['ops']} ops per block; DeltaSimulator build {build_s:.2f} s",
+             "| change | re-timed | % tasks | start/end changed | delta ms | full ms | speedup | fallback "
+             "| sweep alone: re-timed, ms, speedup |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        sp = r["speedup"]
+        pure = "-"
+        if r["pure"] is not None:
+            ps, pr = r["pure"]
+            pure = f"{pr} ({100 * pr / n:.1f} %), {1e3 * ps:.1f}, {r['full_s'] / ps:.2f}x"
+        lines.append(f"| {r['change']} | {r['retimed']} | {100 * r['retimed'] / n:.2f} | {r['changed']} | "
+                     f"{1e3 * r['delta_s']:.2f} | {1e3 * r['full_s']:.1f} | "
+                     f"{sp:.0f}x | " if sp >= 10 else
+                     f"| {r['change']} | {r['retimed']} | {100 * r['retimed'] / n:.2f} | {r['changed']} | "
+                     f"{1e3 * r['delta_s']:.2f} | {1e3 * r['full_s']:.1f} | {sp:.2f}x | ")
+        lines[-1] += f"{r['fallback'] or '-'} | {pure} |"
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tasks", type=float, default=1e5)
+    ap.add_argument("--ranks", type=int, default=8)
+    ap.add_argument("--ops", type=int, default=24)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-check", action="store_true")
+    a = ap.parse_args(argv)
+    g, build_s, rows = run(a.tasks, a.ranks, a.ops, a.reps, a.seed, check=not a.no_check)
+    print(format_table(g, build_s, rows))
+
+
+if __name__ == "__main__":
+    main()

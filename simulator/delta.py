@@ -1,0 +1,1132 @@
+"""Delta simulation: re-simulate only the tasks whose timing changes after a local change.
+
+Reference: Jia et al. 2019, "Beyond Data and Model Parallelism for Deep Neural Networks" (FlexFlow),
+Section 5.3 "Delta Simulation Algorithm": a strategy search evaluates thousands of candidates that
+differ from the previous one in a single operator; instead of simulating the whole task graph again,
+start from the previous timeline and propagate the change through the tasks whose ready / start / end
+times actually change. This module implements that idea *exactly* for the FIFO engine of
+:mod:`simulator.engine` (results are bit-identical to a full run, including per-device order and the
+global pop order), and handles the part the paper leaves implicit: a change of ready times reorders the
+FIFO queue of a device.
+
+Engine semantics (simulator/engine.py, FlexFlow Section 5.2)
+------------------------------------------------------------
+A heap of tasks whose predecessors have all finished, keyed ``key(x) = (R(x), x)``; pop the smallest;
+``S(x) = max(R(x), free[dev(x)])``, ``E(x) = S(x) + dur(x)``, ``free[dev(x)] = E(x)``; a successor's
+ready time ``R(v) = max(0, max over predecessors E(u))``; it is pushed when its last predecessor pops.
+
+The model the delta works on, and why it equals the engine
+----------------------------------------------------------
+Model equations, with ``prev(x)`` the task just before ``x`` in the *key-sorted* list of its device::
+
+    R(x) = max(0, max_{u in pred(x)} E(u))
+    S(x) = max(R(x), E(prev(x)))            (0 when x is first on its device)
+    E(x) = S(x) + dur(x)
+
+Call a timeline *canonical* when every edge ``u -> v`` goes forward in key order,
+``key(u) < key(v)`` (then the key-sorted order of all tasks is a topological order).
+
+Lemma 1 (model = engine). Let (R, S, E) satisfy the model equations and be canonical; let pi be all
+tasks sorted by key. Then the engine pops exactly pi and produces exactly (R, S, E).
+Proof by induction over pops: suppose the engine popped pi_1..pi_k with these values. Every task in its
+heap has all predecessors among pi_1..pi_k, so its heap key is (R, id) with the model's R. pi_{k+1}
+is in the heap (canonical: its predecessors come earlier in pi), and every other heap entry is some
+pi_j with j > k+1, hence a larger key: the engine pops pi_{k+1}. Its ``free[dev]`` is the end of the last
+popped task on that device, i.e. ``E(prev(pi_{k+1}))``: start and end agree. QED. (The engine's result
+is unique, so a canonical fixed point of the model is unique too.)
+
+Lemma 2 (when it is canonical). With every duration > 0 each edge has ``R(v) >= E(u) > R(u)``:
+always canonical. With zero durations an edge can tie (``R(u) == R(v)``, u a zero-duration task
+that did not wait) and then goes backwards iff ``v < u``; the engine then pops v after u although
+its key is smaller, i.e. the pop order is not key-sorted (this is the "explicit rule" the notes in
+shared/notes/engine-measurements.md ask for). Such timelines are *non-canonical*; delta mode detects
+them (see below) and falls back to a full run, counted in :class:`DeltaStats` with the reason.
+Conversely the engine's pop order is key-sorted iff its timeline is canonical.
+
+Delta algorithm (a sweep in key order over the dirty tasks only)
+----------------------------------------------------------------
+State: R, S, E per task; per device a queue of the device's tasks sorted by key (chunked parallel
+lists of ready times and ids, searched with ``bisect``); successor and predecessor lists.
+A change marks *dirty* the tasks whose inputs changed (its own duration / device / predecessor set,
+the task after a removed or inserted list entry). Then a heap of events is processed in increasing
+key order; the current event key is the *sweep point* K. Invariant (INV): every list entry with key
+< K is final (its values and position equal the new fixed point), and every task whose new key is < K
+is in its list at that key. Events for a dirty task x:
+
+* process at ``(nr(x), x)`` where ``nr(x) = max(0, E of predecessors)`` is known (no predecessor is
+  *unresolved*, below): put x's list entry at its new key / device if needed, ``prev`` = the entry
+  just below, compute S and E. If E changed, the successors' ready times are updated incrementally
+  (they become dirty only if their ready time really changes); if the entry moved or E changed, the
+  next entry of the list becomes dirty (its ``prev`` or ``E(prev)`` changed). Otherwise nothing
+  propagates: early termination.
+* *move*: when a predecessor's new end gives x a new ready time (and no predecessor is unresolved),
+  x's entry moves at once to its new key, which is > K; the entries after its old and its new place
+  become dirty. If the new key is not below x's current end, x's successors could be reached by the
+  sweep before x, so x becomes *unresolved*: each successor gets a pending count and cannot be
+  processed (nor passed as clean) until x is.
+* *vacate* at x's old list key, if the sweep reaches it while x is dirty but cannot be processed
+  there (some predecessor is unresolved, or its ready time is known to move but it was not moved):
+  x's entry leaves the list (so tasks behind it no longer see a stale end; the next entry becomes
+  dirty), and x becomes unresolved. This keeps INV when a task moves *later* past other tasks of its
+  device: the engine would not have x in its heap yet, and neither has the sweep.
+* New tasks start unresolved.
+
+Why INV holds with durations > 0: every event pushed while processing the event at K has a key > K
+(successors: ``R >= E(x) > R(x)``; list neighbours: after the entry at K), a dirty task's list entry is
+always >= K, and a provisional ``nr(y)`` computed from a predecessor p that is dirty but not yet
+resolved is ``>= E_old(p) > key_old(p)``, so the sweep meets p's old entry (and vacates or processes
+p) before it could process y. A moved entry sits at y's provisional key ``(nr(y), y) > K``: nothing
+below it changes, nothing above it is processed before y, and if ``nr(y)`` changes again (a
+predecessor processed at some K' < nr(y)) it moves again before the sweep gets there. Its successors
+have keys ``>= (E(y), .)`` (their ready time includes y's current end), so y comes first when
+``nr(y) < E(y)``; otherwise they pend on y. Hence each dirty task is processed once, with final
+inputs, and at the end every task satisfies the model equations (a task never marked dirty had no
+input change). The result is canonical (Lemma 2), so by Lemma 1 it equals the engine.
+Work: the dirty tasks (ready, start or end changed, or moved in a device queue) and their direct
+successors / list neighbours, each O(log n + degree + chunk memmove) -- not the suffix after the change.
+
+With zero durations the same sweep runs with guards: a pop below the previous sweep point, or an input
+change of an already processed task, aborts to a full run; at the end, edges at tasks whose ready
+time changed (and new edges) are checked to go forward in key order (the timeline before the change
+was canonical, so other edges still do). If no guard fired, the result is a canonical fixed point and
+equals the engine by Lemma 1; otherwise the full run is used (counted).
+
+Fallback (cheaper when the change touches much of the graph): the change is applied and the sweep
+runs with a time budget, ``budget`` times a full run (the fastest full run so far: engine + state
+rebuild; checked every 32 events; one event costs several engine pops, so only a sweep
+that stays small can win). The sweep cannot know in advance how far a change will spread, so this is
+the ski-rental rule: at most ``budget`` of a full run is wasted. When the budget runs out, when the
+timeline is not canonical, or when a guard fires, :func:`simulator.engine.simulate_arrays` runs on
+the current graph (tombstones enter it as isolated
+zero-duration tasks: such a task pops at (0, id), starts and ends at its device's current free time
+and leaves it unchanged, so it affects no other task), and the delta state is rebuilt from its
+arrays with buffer copies; device queues are rebuilt lazily, per device, on first use.
+Every fallback is reported in :class:`DeltaStats` (``fallback``, ``reason``).
+
+Task ids
+--------
+Ids are stable across changes. :meth:`DeltaSimulator.replace_tasks` reuses the removed ids
+(ascending) for the first new tasks and appends ids for the rest; a removed id that is not reused is a
+*tombstone*: it has no device entry and no edges, and NaN times in :attr:`start` & co. (A tombstone is
+not a zero-duration task on a virtual device: that would still take part in the FIFO tie-breaks and
+in the edges.) :meth:`DeltaSimulator.result` and :meth:`DeltaSimulator.graph_arrays` renumber the live
+tasks densely, keeping their relative order, so ties break the same way and ``result()`` equals
+``simulate_arrays(*graph_arrays())``; with no tombstones the two numberings coincide.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from array import array
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
+from itertools import chain
+
+import numpy as np
+
+from simulator.engine import SimResult, simulate_arrays
+from strategies.errors import SimulationError
+
+_NAN = float("nan")
+
+
+class _Abort(Exception):
+    """Internal: the sweep gives up (budget spent or a zero-duration guard fired)."""
+
+
+@dataclass
+class DeltaStats:
+    """What one change cost.
+
+    retimed: tasks whose times were recomputed (all live tasks after a fallback).
+    changed: tasks whose start or end changed (new tasks count; removed ones do not).
+    moved: tasks whose device-queue key changed (new ready time or new device): FIFO reorderings.
+    vacated: tasks pulled out of their device queue while their new time was unknown.
+    fallback: True when a full run was used.
+    reason: why ('' when no fallback).
+    wall_s: wall-clock seconds of the call.
+    new_ids: ids given to the new tasks of :meth:`DeltaSimulator.replace_tasks`.
+    removed: tasks removed.
+    """
+
+    retimed: int = 0
+    changed: int = 0
+    moved: int = 0
+    vacated: int = 0
+    fallback: bool = False
+    reason: str = ""
+    wall_s: float = 0.0
+    new_ids: tuple = ()
+    removed: int = 0
+
+
+_LOAD = 256  # entries per chunk of a device queue (split at 2x): bounded memmoves on insert/delete
+
+
+class _Groups:
+    """The tasks of a full run grouped by device, in pop order (shared by the device queues, which
+    take their slice on first use)."""
+
+    __slots__ = ("order", "dev_o", "ready", "nd", "perm", "bounds")
+
+    def __init__(self, order, dev_o, ready, nd):
+        self.order, self.dev_o, self.ready, self.nd = order, dev_o, ready, nd
+        self.perm = None
+
+    def device(self, d):
+        """(ids, ready times) of device d's tasks in pop order (numpy)."""
+        if self.perm is None:
+            small = self.dev_o.astype(np.int16 if self.nd < 32768 else np.int32)
+            self.perm = np.argsort(small, kind="stable")  # radix sort for small ints
+            self.bounds = np.zeros(self.nd + 1, dtype=np.int64)
+            np.cumsum(np.bincount(self.dev_o, minlength=self.nd), out=self.bounds[1:])
+        ids = self.order[self.perm[self.bounds[d]:self.bounds[d + 1]]]
+        return ids, self.ready[ids]
+
+
+class _Queue:
+    """One device's tasks sorted by key (ready, id): a list of chunks (parallel lists of ready times and
+    ids) plus each chunk's first key, so a lookup is two bisects and an insert / delete moves at most
+    2 * _LOAD entries (one flat list would memmove O(n) per change).
+
+    After a full run a queue starts as a slice of the run's arrays (``src``); on first use it gets
+    its chunk index (``fr``, ``fi``), and each chunk becomes Python lists only when it is touched
+    (an unmaterialized chunk is ``R[c] = (a, b)``, ``I[c] = None``: rows a..b of the slice), so a
+    change pays for the chunks it touches, not for the device. In a non-canonical timeline the queue
+    holds the engine's device order instead (only ``ids()`` is used then)."""
+
+    __slots__ = ("R", "I", "fr", "fi", "src", "np")
+
+    def __init__(self, src=None):
+        self.src = src  # (_Groups, device) or None
+        if src is None:
+            self.R, self.I, self.fr, self.fi = [], [], [], []
+        else:
+            self.R = None
+
+    def _load(self):
+        groups, d = self.src
+        self.src = None
+        ids, rs = self.np = groups.device(d)
+        L = _LOAD
+        m = ids.shape[0]
+        self.R = [(a, min(a + L, m)) for a in range(0, m, L)]
+        self.I = [None] * len(self.R)
+        self.fr = rs[::L].tolist()
+        self.fi = ids[::L].tolist()
+
+    def _mat(self, c):
+        """Materialize chunk c; returns (R[c], I[c])."""
+        a, b = self.R[c]
+        ids, rs = self.np
+        Rc = self.R[c] = rs[a:b].tolist()
+        Ic = self.I[c] = ids[a:b].tolist()
+        return Rc, Ic
+
+    def ids(self) -> list:
+        if self.R is None:
+            return self.src[0].device(self.src[1])[0].tolist()
+        out = []
+        for c, Ic in enumerate(self.I):
+            if Ic is None:
+                a, b = self.R[c]
+                out.extend(self.np[0][a:b].tolist())
+            else:
+                out.extend(Ic)
+        return out
+
+    def _find(self, r, x):
+        """(chunk, index) where key (r, x) is, or would be inserted; the chunk is materialized."""
+        fr = self.fr
+        c = bisect_right(fr, r) - 1
+        if c >= 0 and fr[c] == r:
+            fi = self.fi
+            while c >= 0 and fr[c] == r and fi[c] > x:
+                c -= 1
+        if c < 0:
+            c = 0
+        Ic = self.I[c]
+        if Ic is None:
+            Rc, Ic = self._mat(c)
+        else:
+            Rc = self.R[c]
+        i = bisect_left(Rc, r)
+        L = len(Rc)
+        while i < L and Ic[i] < x and Rc[i] == r:
+            i += 1
+        return c, i
+
+    def _last_before(self, c):
+        """(ready, id) of the last entry of chunk c - 1 (materializing it)."""
+        Ip = self.I[c - 1]
+        if Ip is None:
+            Rp, Ip = self._mat(c - 1)
+        else:
+            Rp = self.R[c - 1]
+        return Rp[-1], Ip[-1]
+
+    def remove(self, r, x) -> int:
+        """Delete x (key (r, x)); return the id of the entry that followed it, or -1."""
+        if self.R is None:
+            self._load()
+        c, i = self._find(r, x)
+        Rc = self.R[c]
+        Ic = self.I[c]
+        del Rc[i]
+        del Ic[i]
+        if not Ic:
+            del self.R[c]
+            del self.I[c]
+            del self.fr[c]
+            del self.fi[c]
+            return self.fi[c] if c < len(self.fi) else -1
+        if i == 0:
+            self.fr[c] = Rc[0]
+            self.fi[c] = Ic[0]
+        if i < len(Ic):
+            return Ic[i]
+        return self.fi[c + 1] if c + 1 < len(self.fi) else -1
+
+    def move(self, r0, x, r1):
+        """Change x's key from (r0, x) to (r1, x). When its neighbours stay the same, only the key is
+        rewritten and (-2, -2) is returned; otherwise the entry moves and the ids after its old and
+        after its new place are returned (-1 = none)."""
+        if self.R is None:
+            self._load()
+        c, i = self._find(r0, x)
+        Rc = self.R[c]
+        Ic = self.I[c]
+        if i:
+            ok = Rc[i - 1] < r1 or (Rc[i - 1] == r1 and Ic[i - 1] < x)
+        elif c:
+            pr, pi = self._last_before(c)
+            ok = pr < r1 or (pr == r1 and pi < x)
+        else:
+            ok = True
+        if ok:
+            j = i + 1
+            if j < len(Ic):
+                ok = r1 < Rc[j] or (r1 == Rc[j] and x < Ic[j])
+            elif c + 1 < len(self.fr):
+                nx = self.fr[c + 1]
+                ok = r1 < nx or (r1 == nx and x < self.fi[c + 1])
+            if ok:
+                Rc[i] = r1
+                if i == 0:
+                    self.fr[c] = r1
+                return -2, -2
+        return self.remove(r0, x), self.place(r1, x, False)[1]
+
+    def place(self, r, x, present: bool):
+        """Insert x at key (r, x) unless ``present``; return (id before it, id after it), -1 = none."""
+        if self.R is None:
+            self._load()
+        if not self.I:
+            self.R.append([r])
+            self.I.append([x])
+            self.fr.append(r)
+            self.fi.append(x)
+            return -1, -1
+        c, i = self._find(r, x)
+        Rc = self.R[c]
+        Ic = self.I[c]
+        if not present:
+            Rc.insert(i, r)
+            Ic.insert(i, x)
+            if i == 0:
+                self.fr[c] = r
+                self.fi[c] = x
+        prev = Ic[i - 1] if i else (self._last_before(c)[1] if c else -1)
+        j = i + 1
+        L = len(Ic)
+        nxt = Ic[j] if j < L else (self.fi[c + 1] if c + 1 < len(self.fi) else -1)
+        if L > 2 * _LOAD:
+            h = L // 2
+            self.R.insert(c + 1, Rc[h:])
+            self.I.insert(c + 1, Ic[h:])
+            self.fr.insert(c + 1, Rc[h])
+            self.fi.insert(c + 1, Ic[h])
+            del Rc[h:]
+            del Ic[h:]
+        return prev, nxt
+
+
+def _zeros(typecode: str, n: int) -> array:
+    return array(typecode, bytes(8 * n))
+
+
+class DeltaSimulator:
+    """Incremental FIFO-engine simulation of a task graph under local changes (see module doc).
+
+    Build from a :class:`taskgraph.graph.TaskGraph` (``DeltaSimulator(graph)``) or from the engine's raw
+    arrays (:meth:`from_arrays`). The constructor runs a full simulation.
+
+    budget: the sweep gives up (and a full run is used) once the change has taken this fraction of
+        a full run's time (the fastest full run so far: engine + state rebuild), so a
+        change that moves most of the timeline costs about ``1 + budget`` full runs
+        (``python -m benchmarks.delta``). ``None``: no time budget.
+    max_work: also give up after this many processed + vacated tasks (deterministic; None = no limit).
+    """
+
+    def __init__(self, graph=None, *, budget: float | None = 0.05, max_work: int | None = None,
+                 _arrays=None):
+        if _arrays is None:
+            if graph is None:
+                raise ValueError("DeltaSimulator needs a TaskGraph (or use DeltaSimulator.from_arrays)")
+            _arrays = (graph.duration, graph.device, graph.succ_ptr, graph.succ_idx, graph.num_devices)
+            self._describe_graph = graph
+        else:
+            self._describe_graph = None
+        duration, device, succ_ptr, succ_idx, num_devices = _arrays
+        self.budget = budget
+        self.max_work = max_work
+        self._t_full = math.inf
+        self._t_full_n = 0
+        self._nd = max(int(num_devices), 1)
+        dur_np = np.array(duration, dtype=np.float64).reshape(-1)
+        n = int(dur_np.shape[0])
+        dev_np = np.array(device, dtype=np.int32).reshape(-1)
+        if dev_np.shape[0] != n:
+            raise ValueError(f"device has {dev_np.shape[0]} entries for {n} tasks")
+        self._check_durations(dur_np)
+        if n and (int(dev_np.min()) < 0 or int(dev_np.max()) >= self._nd):
+            raise ValueError(f"a device index is outside [0, {self._nd})")
+        ptr = np.asarray(succ_ptr, dtype=np.int64).reshape(-1)
+        idx = np.asarray(succ_idx, dtype=np.int64).reshape(-1)
+        if ptr.shape[0] != n + 1 or (n and (ptr[0] != 0 or ptr[-1] != idx.shape[0])):
+            raise ValueError("succ_ptr must have num_tasks + 1 entries, start at 0 and end at the edge count")
+        if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= n):
+            raise ValueError("successor id out of range")
+        pl, il = ptr.tolist(), idx.tolist()
+        self._succ = [il[pl[i]:pl[i + 1]] for i in range(n)]
+        order = np.argsort(idx, kind="stable")
+        src = np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr))[order].tolist()
+        pp = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(idx, minlength=n), out=pp[1:])
+        pp = pp.tolist()
+        self._pred = [src[pp[i]:pp[i + 1]] for i in range(n)]
+        self._csr = (ptr, idx)
+        self._csr_dirty: set[int] = set()  # tasks whose successor list changed since _csr was built
+        self._dur_np = dur_np
+        self._dev_np = dev_np
+        self._alive_np = np.ones(n, dtype=bool)
+        self._dur = array("d", dur_np.tobytes())
+        self._dev = dev_np.tolist()
+        self._alive = [True] * n
+        self._n_live = n
+        self._n_zero = int(np.count_nonzero(dur_np == 0.0))
+        self._broken: str | None = None
+        self._st = self._nr = self._pend = None
+        self._full()
+
+    @classmethod
+    def from_arrays(cls, duration, device, succ_ptr, succ_idx, num_devices: int, *,
+                    budget: float | None = 0.05, max_work: int | None = None) -> "DeltaSimulator":
+        """Same inputs as :func:`simulator.engine.simulate_arrays`."""
+        return cls(None, budget=budget, max_work=max_work,
+                   _arrays=(duration, device, succ_ptr, succ_idx, num_devices))
+
+    # ------------------------------------------------------------------ accessors
+    @property
+    def num_tasks(self) -> int:
+        """Live tasks (tombstones excluded)."""
+        return self._n_live
+
+    @property
+    def num_ids(self) -> int:
+        """Size of the id space (live tasks + tombstones)."""
+        return len(self._dur)
+
+    @property
+    def num_devices(self) -> int:
+        return self._nd
+
+    @property
+    def canonical(self) -> bool:
+        """True when the pop order is key-sorted (always with positive durations); else changes fall back."""
+        return self._canonical
+
+    @property
+    def ready(self) -> np.ndarray:
+        """Ready time per id (NaN for tombstones)."""
+        self._check_ok()
+        return np.frombuffer(self._R, dtype=np.float64).copy()
+
+    @property
+    def start(self) -> np.ndarray:
+        self._check_ok()
+        return np.frombuffer(self._S, dtype=np.float64).copy()
+
+    @property
+    def end(self) -> np.ndarray:
+        self._check_ok()
+        return np.frombuffer(self._E, dtype=np.float64).copy()
+
+    @property
+    def duration(self) -> np.ndarray:
+        return self._dur_np.copy()
+
+    @property
+    def device(self) -> np.ndarray:
+        return self._dev_np.copy()
+
+    def alive(self, task: int) -> bool:
+        return 0 <= task < len(self._alive) and self._alive[task]
+
+    def successors(self, task: int) -> list[int]:
+        return list(self._succ[task])
+
+    def predecessors(self, task: int) -> list[int]:
+        return list(self._pred[task])
+
+    @property
+    def makespan(self) -> float:
+        """Latest end (kept up to date by every change)."""
+        self._check_ok()
+        return self._mk
+
+    def device_order(self, d: int) -> list[int]:
+        """Ids of device ``d``'s tasks in the order it runs them (FIFO by (ready, id))."""
+        self._check_ok()
+        return self._Q[d].ids()
+
+    @property
+    def pop_order(self) -> np.ndarray:
+        """Live ids in the engine's global pop order (key-sorted when canonical; sorted lazily)."""
+        self._check_ok()
+        if self._order_cache is None:
+            live = self.live_ids()
+            r = np.frombuffer(self._R, dtype=np.float64)[live]
+            self._order_cache = live[np.lexsort((live, r))]
+        return self._order_cache.copy()
+
+    def live_ids(self) -> np.ndarray:
+        """Internal ids of the live tasks, ascending: compact id ``i`` is internal id ``live_ids()[i]``."""
+        return np.flatnonzero(self._alive_np)
+
+    def graph_arrays(self):
+        """The current live graph, renumbered densely (order kept): ``(duration, device, succ_ptr,
+        succ_idx, num_devices)``, the inputs of :func:`simulator.engine.simulate_arrays`."""
+        live = self.live_ids()
+        remap = np.full(len(self._dur), -1, dtype=np.int64)
+        remap[live] = np.arange(live.size)
+        succ = self._succ
+        lv = live.tolist()
+        counts = np.array([len(succ[x]) for x in lv], dtype=np.int64)
+        ptr = np.zeros(live.size + 1, dtype=np.int64)
+        np.cumsum(counts, out=ptr[1:])
+        flat = np.fromiter(chain.from_iterable(succ[x] for x in lv), dtype=np.int64, count=int(ptr[-1]))
+        idx = remap[flat].astype(np.int32)
+        return self._dur_np[live].copy(), self._dev_np[live].copy(), ptr, idx, self._nd
+
+    def result(self) -> SimResult:
+        """The timeline as a :class:`SimResult` over the compact numbering (equal to a full run of
+        :meth:`graph_arrays`)."""
+        self._check_ok()
+        live = self.live_ids()
+        remap = np.full(len(self._dur), -1, dtype=np.int64)
+        remap[live] = np.arange(live.size)
+        return SimResult(
+            ready=np.frombuffer(self._R, dtype=np.float64)[live],
+            start=np.frombuffer(self._S, dtype=np.float64)[live],
+            end=np.frombuffer(self._E, dtype=np.float64)[live],
+            order=remap[self.pop_order].astype(np.int32),
+            makespan=self._mk,
+        )
+
+    # ------------------------------------------------------------------ changes
+    def set_durations(self, task_ids, new_durations) -> DeltaStats:
+        """Change the durations of live tasks, then re-simulate incrementally."""
+        t0 = time.perf_counter()
+        self._check_ok()
+        ids = np.asarray(task_ids, dtype=np.int64).reshape(-1).tolist()
+        vals_np = np.asarray(new_durations, dtype=np.float64).reshape(-1)
+        if len(ids) != vals_np.shape[0]:
+            raise ValueError("task_ids and new_durations differ in length")
+        self._check_durations(vals_np)
+        self._check_live(ids)
+        dur, dur_np = self._dur, self._dur_np
+        seeds = []
+        for x, v in zip(ids, vals_np.tolist()):
+            if dur[x] != v:
+                self._n_zero += (v == 0.0) - (dur[x] == 0.0)
+                dur[x] = v
+                dur_np[x] = v
+                seeds.append(x)
+        return self._delta(t0, seeds, 0, [], [], set(), (), 0, (), False)
+
+    def set_devices(self, task_ids, new_devices) -> DeltaStats:
+        """Move live tasks to other devices (streams); their FIFO queues change, incrementally."""
+        t0 = time.perf_counter()
+        self._check_ok()
+        ids = np.asarray(task_ids, dtype=np.int64).reshape(-1).tolist()
+        vals = np.asarray(new_devices, dtype=np.int64).reshape(-1).tolist()
+        if len(ids) != len(vals):
+            raise ValueError("task_ids and new_devices differ in length")
+        self._check_live(ids)
+        for d in vals:
+            if not 0 <= d < self._nd:
+                raise ValueError(f"device index {d} out of range [0, {self._nd}); add_devices() first")
+        dev = self._dev
+        seeds = []
+        for x, d in zip(ids, vals):
+            if dev[x] != d:
+                dev[x] = d
+                self._dev_np[x] = d
+                seeds.append(x)
+        return self._delta(t0, seeds, len(seeds), [], [], set(), (), 0, (), False)
+
+    def add_devices(self, k: int = 1) -> int:
+        """Append ``k`` empty devices; returns the index of the first."""
+        first = self._nd
+        self._nd += int(k)
+        self._Q.extend(_Queue() for _ in range(k))
+        return first
+
+    def replace_tasks(self, remove, durations=(), devices=(), edges=(), *, remove_edges=(),
+                      reuse_ids: bool = True) -> DeltaStats:
+        """FlexFlow's change: replace a set of tasks (e.g. one operator's) by a new set.
+
+        remove: live ids to delete (with all their edges).
+        durations, devices: one entry per new task.
+        edges: ``(u, v)`` pairs to add; an id ``>= 0`` is an existing live task (not removed), and
+            ``~j`` (i.e. ``-1 - j``) is the ``j``-th new task. Edges between existing tasks are allowed
+            (e.g. a new program-order edge).
+        remove_edges: ``(u, v)`` pairs between existing tasks to delete (one occurrence each).
+        reuse_ids: give the removed ids (ascending) to the first new tasks, so a same-size replacement
+            keeps the id space (and the tie-break positions) of the operator it replaces; otherwise,
+            and for the rest, new ids are appended. The ids given are in ``stats.new_ids``.
+
+        A cycle makes the full run raise :class:`SimulationError`; the simulator is then unusable
+        (every later call raises).
+        """
+        t0 = time.perf_counter()
+        self._check_ok()
+        rem = sorted(set(np.asarray(remove, dtype=np.int64).reshape(-1).tolist()))
+        self._check_live(rem)
+        durs_np = np.asarray(durations, dtype=np.float64).reshape(-1)
+        devs = np.asarray(devices, dtype=np.int64).reshape(-1).tolist()
+        if durs_np.shape[0] != len(devs):
+            raise ValueError("durations and devices must have one entry per new task")
+        self._check_durations(durs_np)
+        durs = durs_np.tolist()
+        for d in devs:
+            if not 0 <= d < self._nd:
+                raise ValueError(f"device index {d} out of range [0, {self._nd}); add_devices() first")
+        k = len(durs)
+        rem_set = set(rem)
+        alive = self._alive
+        n_ids = len(self._dur)
+        reused = rem[:k] if reuse_ids else []
+        new_ids = reused + list(range(n_ids, n_ids + k - len(reused)))
+
+        def resolve(t) -> int:
+            t = int(t)
+            if t < 0:
+                j = ~t
+                if j >= k:
+                    raise ValueError(f"edge names new task {j} but only {k} new tasks are given")
+                return new_ids[j]
+            if not (0 <= t < n_ids and alive[t]) or t in rem_set:
+                raise ValueError(f"edge endpoint {t} is not a live task that stays")
+            return t
+
+        # validate everything before mutating, so errors leave the state untouched
+        add = [(resolve(u), resolve(v)) for u, v in edges]
+        drop = [(resolve(u), resolve(v)) for u, v in remove_edges]
+        new_set = set(new_ids)
+        for u, v in drop:
+            if u in new_set or v in new_set or v not in self._succ[u]:
+                raise ValueError(f"remove_edges: no edge {u} -> {v} between existing tasks")
+
+        R, S, E, dur, dev, succ, pred = self._R, self._S, self._E, self._dur, self._dev, self._succ, self._pred
+        where, alive_np, dur_np, dev_np = self._where, self._alive_np, self._dur_np, self._dev_np
+        canonical = self._canonical
+        mk_lost = False
+        # 1. remove tasks: out of their device queues, edges dropped; successors' predecessor sets change
+        touched: set[int] = set()
+        dev_marks: list[int] = []
+        for x in rem:
+            alive[x] = False
+        for x in rem:
+            w = where[x]
+            if w != -1 and canonical:
+                nxt = self._Q[w].remove(R[x], x)
+                if nxt != -1:
+                    dev_marks.append(nxt)
+            if E[x] >= self._mk:
+                mk_lost = True
+            for y in succ[x]:
+                if alive[y]:
+                    pred[y] = [p for p in pred[y] if p != x]
+                    touched.add(y)
+            for p in pred[x]:
+                if alive[p]:
+                    succ[p] = [s for s in succ[p] if s != x]
+                    self._csr_dirty.add(p)
+            succ[x] = []
+            pred[x] = []
+            self._n_zero -= dur[x] == 0.0
+            R[x] = S[x] = E[x] = self._lk[x] = _NAN
+            where[x] = -1
+            alive_np[x] = False
+            dur[x] = 0.0  # a tombstone enters full runs as an isolated zero-duration task (module doc)
+            dur_np[x] = 0.0
+            dev[x] = 0
+            dev_np[x] = 0
+        # 2. new tasks
+        grow = len(new_ids) - len(reused)
+        if grow:
+            nan_block = array("d", [_NAN]) * grow
+            for arr in (R, S, E, self._lk):
+                arr.extend(nan_block)
+            dur.extend(_zeros("d", grow))
+            where.extend(array("q", [-1]) * grow)
+            self._st.extend(_zeros("q", grow))
+            self._pend.extend(_zeros("q", grow))
+            self._nr.extend(_zeros("d", grow))
+            self._oS.extend(_zeros("d", grow))
+            self._oE.extend(_zeros("d", grow))
+            dev.extend([0] * grow)
+            alive.extend([False] * grow)
+            succ.extend([] for _ in range(grow))
+            pred.extend([] for _ in range(grow))
+            self._dur_np = dur_np = np.concatenate([dur_np, np.zeros(grow)])
+            self._dev_np = dev_np = np.concatenate([dev_np, np.zeros(grow, dtype=np.int32)])
+            self._alive_np = alive_np = np.concatenate([alive_np, np.zeros(grow, dtype=bool)])
+        for j, x in enumerate(new_ids):
+            dur[x] = dur_np[x] = durs[j]
+            dev[x] = dev_np[x] = devs[j]
+            alive[x] = True
+            alive_np[x] = True
+            self._n_zero += durs[j] == 0.0
+        self._n_live += k - len(rem)
+        # 3. edges
+        for u, v in drop:
+            succ[u].remove(v)
+            pred[v].remove(u)
+            touched.add(v)
+        for u, v in add:
+            succ[u].append(v)
+            pred[v].append(u)
+            if v not in new_set:
+                touched.add(v)
+        self._csr_dirty.update(new_ids)
+        self._csr_dirty.update(rem)
+        self._csr_dirty.update(u for u, _ in chain(add, drop))
+        touched -= new_set
+        dev_marks = [z for z in dev_marks if alive[z] and z not in new_set]  # next entry may be removed too
+        return self._delta(t0, [], 0, dev_marks, new_ids, touched, tuple(add), len(rem), tuple(new_ids),
+                           mk_lost)
+
+    # ------------------------------------------------------------------ internals
+    @staticmethod
+    def _check_durations(vals: np.ndarray) -> None:
+        ok = np.isfinite(vals) & (vals >= 0.0)
+        if not ok.all():
+            bad = vals[~ok][0]
+            raise ValueError(f"delta mode needs finite durations >= 0, got {bad!r}")
+
+    def _check_live(self, ids) -> None:
+        n = len(self._alive)
+        for x in ids:
+            if not (0 <= x < n and self._alive[x]):
+                raise ValueError(f"task {x} is not a live task")
+
+    def _check_ok(self) -> None:
+        if self._broken is not None:
+            raise SimulationError("DeltaSimulator is unusable after a failed change: " + self._broken)
+
+    def _csr_arrays(self):
+        """Successor CSR of the whole id space for the engine, patched from the last one: unchanged
+        tasks' segments are block-copied, changed ones rewritten from the successor lists."""
+        dirty = self._csr_dirty
+        if not dirty:
+            return self._csr
+        succ = self._succ
+        n = len(succ)
+        ptr0, idx0 = self._csr
+        n0 = ptr0.shape[0] - 1
+        dl = sorted(dirty)
+        counts = np.zeros(n, dtype=np.int64)
+        counts[:n0] = np.diff(ptr0)
+        counts[dl] = [len(succ[t]) for t in dl]
+        ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(counts, out=ptr[1:])
+        idx = np.empty(int(ptr[-1]), dtype=np.int64)
+        prev = 0
+        for t in dl:
+            if t > prev:  # tasks prev..t-1 are unchanged, hence < n0 (every id added since is dirty)
+                idx[ptr[prev]:ptr[t]] = idx0[ptr0[prev]:ptr0[t]]
+            idx[ptr[t]:ptr[t + 1]] = succ[t]
+            prev = t + 1
+        if prev < n0:
+            idx[ptr[prev]:] = idx0[ptr0[prev]:]
+        self._csr = (ptr, idx)
+        dirty.clear()
+        return self._csr
+
+    def _delta(self, t0, seeds, n_dev_moves, dev_marks, new_tasks, touched, new_edges, removed, new_ids,
+               mk_lost) -> DeltaStats:
+        """Run the sweep from the given dirty sets; fall back to a full run when it gives up."""
+        self._order_cache = None
+        if not self._canonical:
+            return self._fallback(t0, "timeline before the change was not canonical (zero-duration tie)",
+                                  (), new_ids, removed)
+        R, E, pred, succ, where = self._R, self._E, self._pred, self._succ, self._where
+        st, nr, pend = self._st, self._nr, self._pend
+        heap: list = []
+        dirtied: list[int] = []
+
+        def dirty_in_list(x):
+            if st[x] == 0:
+                st[x] = 1
+                dirtied.append(x)
+                if where[x] != -1:
+                    heap.append((R[x], x))
+
+        for x in seeds:  # own duration / device changed; ready unchanged
+            dirty_in_list(x)
+            nr[x] = R[x]
+        for z in dev_marks:
+            dirty_in_list(z)
+            nr[z] = R[z]
+        for x in new_tasks:  # unresolved from the start: their successors wait for them
+            st[x] = 3
+            dirtied.append(x)
+        for x in new_tasks:
+            for y in succ[x]:
+                pend[y] += 1
+                dirty_in_list(y)
+        for y in touched:
+            dirty_in_list(y)
+        for y in chain(touched, new_tasks):
+            if not pend[y]:
+                m = 0.0
+                for p in pred[y]:
+                    if E[p] > m:
+                        m = E[p]
+                nr[y] = m
+                heap.append((m, y))
+        stats = DeltaStats(removed=removed, new_ids=new_ids)
+        if not dirtied:
+            if mk_lost:
+                self._mk = self._recompute_makespan()
+            stats.wall_s = time.perf_counter() - t0
+            stats.changed = 0
+            return stats
+        heapq.heapify(heap)
+        deadline = math.inf if self.budget is None else t0 + self.budget * self._t_full
+        guard = self._n_zero > 0
+        try:
+            processed, changed, moved, vacated, retimed_r, emax, lost = self._sweep(
+                heap, dirtied, self.max_work, deadline, guard)
+        except _Abort as exc:
+            return self._fallback(t0, str(exc), dirtied, new_ids, removed)
+        left = sum(1 for x in dirtied if st[x] != 2)
+        if left:
+            return self._fallback(t0, f"{left} task(s) never became ready (cycle)", dirtied, new_ids, removed)
+        if guard:
+            bad = self._backward_edge(retimed_r, new_edges)
+            if bad is not None:
+                return self._fallback(
+                    t0, f"zero-duration tie: edge {bad[0]} -> {bad[1]} goes backwards in (ready, id) "
+                        f"order, the engine's pop order is not key-sorted", dirtied, new_ids, removed)
+        for x in dirtied:
+            st[x] = 0
+        self._mk = self._recompute_makespan() if (lost or mk_lost) else emax
+        stats.retimed = processed
+        stats.changed = changed
+        stats.moved = moved + n_dev_moves
+        stats.vacated = vacated
+        stats.wall_s = time.perf_counter() - t0
+        return stats
+
+    def _recompute_makespan(self) -> float:
+        if not self._n_live:
+            return 0.0
+        return float(np.nanmax(np.frombuffer(self._E, dtype=np.float64)))
+
+    def _backward_edge(self, tasks, new_edges):
+        R, succ, pred = self._R, self._succ, self._pred
+        for x in tasks:
+            rx = R[x]
+            for v in succ[x]:
+                if R[v] < rx or (R[v] == rx and v < x):
+                    return (x, v)
+            for u in pred[x]:
+                if rx < R[u] or (rx == R[u] and x < u):
+                    return (u, x)
+        for u, v in new_edges:
+            if R[v] < R[u] or (R[v] == R[u] and v < u):
+                return (u, v)
+        return None
+
+    def _sweep(self, heap, dirtied, limit, deadline, guard):
+        """The event loop (see module doc). Returns counters, the largest new end and whether an end
+        that was the makespan decreased.
+
+        st[x]: 0 clean, 1 dirty, 3 dirty and unresolved (vacated, new, or moved to a key not below
+        its end: its successors pend on it), 2 done. nr[x]: x's new ready time when st is odd and
+        pend[x] == 0. pend[x]: unresolved predecessors. lk[x]: the ready time of x's queue entry on
+        device where[x] (-1: no entry). Ids whose st left 0 are appended to ``dirtied``.
+        """
+        R, S, E = self._R, self._S, self._E
+        dur, dev, succ, pred, where = self._dur, self._dev, self._succ, self._pred, self._where
+        st, nr, pend, lk = self._st, self._nr, self._pend, self._lk
+        oS, oE = self._oS, self._oE
+        Q = self._Q
+        pop, push = heapq.heappop, heapq.heappush
+        mark = dirtied.append
+        processed = changed = moved = vacated = work = 0
+        if limit is None:
+            limit = -1
+        clock = time.perf_counter
+        timed = deadline != math.inf
+        retimed_r: list[int] = []
+        mk0 = self._mk
+        emax = -math.inf
+        lost = False
+        Kr, Kx = -math.inf, -1
+
+        def mark_queue(z):
+            """z's queue predecessor changed."""
+            sz = st[z]
+            if sz == 0:
+                st[z] = 1
+                mark(z)
+                nr[z] = R[z]
+                push(heap, (R[z], z))
+            elif sz == 2:
+                raise _Abort("zero-duration tie: a processed task's queue predecessor changed")
+
+        def block_successors(y):
+            """y may be processed after its successors' keys: they wait for it (pend)."""
+            for v in succ[y]:
+                pend[v] += 1
+                sv = st[v]
+                if sv == 0:
+                    st[v] = 1
+                    mark(v)
+                    if where[v] != -1:
+                        push(heap, (lk[v], v))  # vacate it there if it is still waiting
+                elif sv == 2:
+                    raise _Abort("zero-duration tie: a processed task's predecessor changed")
+
+        def relocate(y, new, sy):
+            """y (pend 0) gets the new ready time ``new``: move its entry there now."""
+            nr[y] = new
+            w = where[y]
+            d = dev[y]
+            if w == d and lk[y] == new:
+                push(heap, (new, y))
+                return
+            if w != -1 and guard and (lk[y] < Kr or (lk[y] == Kr and y < Kx)):
+                raise _Abort("zero-duration tie: a task behind the sweep changed")
+            if w == d:
+                z, z2 = Q[d].move(lk[y], y, new)
+                if z >= 0:
+                    mark_queue(z)
+                if z2 >= 0:
+                    mark_queue(z2)
+            else:
+                if w != -1:
+                    z = Q[w].remove(lk[y], y)
+                    if z != -1:
+                        mark_queue(z)
+                z = Q[d].place(new, y, False)[1]
+                where[y] = d
+                if z != -1:
+                    mark_queue(z)
+            lk[y] = new
+            push(heap, (new, y))
+            if sy != 3 and new >= E[y]:
+                st[y] = 3
+                block_successors(y)
+
+        while heap:
+            r, x = pop(heap)
+            sx = st[x]
+            if not sx & 1:
+                continue  # clean or done: a stale event
+            if guard:
+                if r < Kr or (r == Kr and x < Kx):
+                    raise _Abort("zero-duration tie: an event fell behind the sweep")
+                Kr, Kx = r, x
+            if not pend[x] and nr[x] == r:
+                # ---- process x at its final key (r, x)
+                d = dev[x]
+                w = where[x]
+                if w != -1 and (w != d or lk[x] != r):
+                    z = Q[w].remove(lk[x], x)
+                    if z != -1:
+                        mark_queue(z)
+                    w = -1
+                pv, z = Q[d].place(r, x, w != -1)
+                pe = E[pv] if pv != -1 else 0.0
+                s = r if r > pe else pe
+                e = s + dur[x]
+                oe = E[x]
+                if w == -1:
+                    where[x] = d
+                    lk[x] = r
+                    mark_next = True
+                else:
+                    mark_next = e != oe
+                if R[x] != r:
+                    moved += 1
+                    if guard:
+                        retimed_r.append(x)
+                if e != oe or s != S[x]:
+                    changed += 1
+                    if e > emax:
+                        emax = e
+                    if oe >= mk0 and e < oe:
+                        lost = True
+                oS[x] = S[x]  # kept for the stats of a fallback
+                oE[x] = oe
+                R[x] = r
+                S[x] = s
+                E[x] = e
+                st[x] = 2
+                processed += 1
+                work += 1
+                if work == limit:
+                    raise _Abort(f"work limit of {limit} tasks reached")
+                if timed and not work & 31 and clock() > deadline:
+                    raise _Abort(f"time budget spent after {work} tasks")
+                if mark_next and z != -1:
+                    mark_queue(z)
+                if sx == 3:  # x was unresolved: release its successors
+                    for y in succ[x]:
+                        c = pend[y] - 1
+                        pend[y] = c
+                        if not c:
+                            m = 0.0
+                            for p in pred[y]:
+                                if E[p] > m:
+                                    m = E[p]
+                            if where[y] != -1 and lk[y] != m:
+                                relocate(y, m, st[y])
+                            else:
+                                nr[y] = m
+                                push(heap, (m, y))
+                elif e != oe:
+                    for y in succ[x]:
+                        if pend[y]:
+                            continue  # its ready time is computed when it is released
+                        sy = st[y]
+                        if sy == 0:
+                            cur = R[y]
+                        elif sy == 2:
+                            raise _Abort("zero-duration tie: a processed task's predecessor changed")
+                        else:
+                            cur = nr[y]
+                        if e > cur:
+                            new = e
+                        elif e == cur or oe != cur:
+                            continue  # ready time unchanged
+                        else:  # the old maximum decreased: recompute
+                            new = 0.0
+                            for p in pred[y]:
+                                if E[p] > new:
+                                    new = E[p]
+                            if new == cur:
+                                continue
+                        if sy == 0:
+                            st[y] = 1
+                            mark(y)
+                        relocate(y, new, sy)
+            elif where[x] != -1 and lk[x] == r:
+                # ---- vacate: x's entry is at the sweep point but x cannot be processed here
+                z = Q[where[x]].remove(r, x)
+                if z != -1:
+                    mark_queue(z)
+                where[x] = -1
+                vacated += 1
+                work += 1
+                if work == limit:
+                    raise _Abort(f"work limit of {limit} tasks reached")
+                if timed and not work & 31 and clock() > deadline:
+                    raise _Abort(f"time budget spent after {work} tasks")
+                if sx != 3:
+                    st[x] = 3
+                    block_successors(x)
+            # else: a stale event
+        if emax < mk0 and not lost:
+            emax = mk0
+        return processed, changed, moved, vacated, retimed_r, max(emax, mk0), lost
+
+    def _fallback(self, t0, reason, dirtied, new_ids, removed) -> DeltaStats:
+        st, pend, S, E, oS, oE = self._st, self._pend, self._S, self._E, self._oS, self._oE
+        for x in dirtied:  # leave the sweep scratch all zero; undo the sweep's writes for the stats
+            if st[x] == 2:
+                S[x] = oS[x]
+                E[x] = oE[x]
+            st[x] = 0
+            pend[x] = 0
+        old_S, old_E, old_alive = S, E, self._alive_np.copy()
+        self._full()
+        wall = time.perf_counter() - t0
+        n_old = len(old_S)  # tasks whose start or end changed (new ones count), vectorized
+        nS = np.frombuffer(self._S, dtype=np.float64)
+        nE = np.frombuffer(self._E, dtype=np.float64)
+        diff = self._alive_np.copy()
+        diff[:n_old] &= ~((nS[:n_old] == np.frombuffer(old_S, dtype=np.float64))
+                          & (nE[:n_old] == np.frombuffer(old_E, dtype=np.float64)) & old_alive)
+        if new_ids:
+            diff[list(new_ids)] = True
+        return DeltaStats(retimed=self._n_live, fallback=True, reason=reason, wall_s=wall,
+                          new_ids=new_ids, removed=removed, changed=int(np.count_nonzero(diff)))
+
+    def _full(self) -> None:
+        """Full run with :func:`simulator.engine.simulate_arrays`; rebuilds the delta state from it."""
+        t0 = time.perf_counter()
+        n = len(self._dur)
+        ptr, idx = self._csr_arrays()
+        g = self._describe_graph
+        describe = g.describe if (g is not None and n == g.num_tasks and self._n_live == n) else None
+        try:
+            res = simulate_arrays(self._dur_np, self._dev_np, ptr, idx, self._nd, describe=describe)
+        except SimulationError as exc:
+            self._broken = str(exc)
+            raise
+        alive = self._alive_np
+        order = res.order.astype(np.int64)
+        ready, start, end = res.ready, res.start, res.end
+        if self._n_live < n:  # drop tombstones (isolated zero-duration tasks: they changed nothing)
+            order = order[alive[order]]
+            dead = ~alive
+            ready, start, end = ready.copy(), start.copy(), end.copy()
+            ready[dead] = start[dead] = end[dead] = _NAN
+        canonical = True
+        if self._n_zero and order.size > 1:
+            r = ready[order]
+            canonical = bool(np.all((r[1:] > r[:-1]) | ((r[1:] == r[:-1]) & (order[1:] > order[:-1]))))
+        ready = np.ascontiguousarray(ready, dtype=np.float64)
+        self._R = array("d", ready.tobytes())
+        self._S = array("d", np.ascontiguousarray(start, dtype=np.float64).tobytes())
+        self._E = array("d", np.ascontiguousarray(end, dtype=np.float64).tobytes())
+        self._lk = array("d", self._R)
+        where = self._dev_np.astype(np.int64)
+        if self._n_live < n:
+            where[~alive] = -1
+        self._where = array("q", where.tobytes())
+        groups = _Groups(order, self._dev_np[order], ready, self._nd)
+        self._Q = [_Queue((groups, d)) for d in range(self._nd)]
+        self._mk = float(res.makespan) if self._n_live else 0.0
+        self._canonical = canonical
+        self._order_cache = order
+        if self._st is None or len(self._st) != n:
+            self._st = _zeros("q", n)  # sweep scratch (see _sweep), all zero between changes
+            self._pend = _zeros("q", n)
+            self._nr = _zeros("d", n)
+            self._oS = _zeros("d", n)
+            self._oE = _zeros("d", n)
+        t = time.perf_counter() - t0
+        if abs(n - self._t_full_n) * 10 > n:  # the graph changed size: forget older timings
+            self._t_full = t
+            self._t_full_n = n
+        else:  # the fastest run seen: a slow (loaded) run must not inflate the budget
+            self._t_full = min(self._t_full, t)

@@ -1,0 +1,376 @@
+"""Delta simulation (simulator/delta.py) equals full simulation (simulator/engine.py) exactly.
+
+Delta simulation after Jia et al. 2019, "Beyond Data and Model Parallelism for Deep Neural Networks"
+(FlexFlow), Section 5.3 "Delta Simulation Algorithm". Every test compares start, end, ready, the
+global pop order, each device's FIFO order and the makespan with a full run of the same graph.
+No timing assertions (shared, noisy machines): only counts of re-timed tasks.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+import simulator.delta as delta_mod
+from simulator.delta import DeltaSimulator
+from simulator.engine import simulate_arrays
+from strategies.errors import SimulationError
+from taskgraph.graph import Device, TaskGraphBuilder, csr_from_edges
+
+
+# ---------------------------------------------------------------------------------------- helpers
+def assert_matches_full(ds: DeltaSimulator):
+    """The delta state equals a full engine run of the current graph, bit for bit."""
+    arrays = ds.graph_arrays()
+    full = simulate_arrays(*arrays)
+    res = ds.result()
+    np.testing.assert_array_equal(res.start, full.start)
+    np.testing.assert_array_equal(res.end, full.end)
+    np.testing.assert_array_equal(res.ready, full.ready)
+    np.testing.assert_array_equal(res.order, full.order)
+    assert res.makespan == full.makespan == ds.makespan
+    live = ds.live_ids()
+    dev = arrays[1]
+    for d in range(arrays[4]):
+        assert ds.device_order(d) == live[full.order[dev[full.order] == d]].tolist()
+    return full
+
+
+def device_orders(ds: DeltaSimulator) -> dict:
+    return {d: ds.device_order(d) for d in range(ds.num_devices)}
+
+
+def reordered(before: dict, after: dict) -> bool:
+    """Did two tasks that stay on one device swap their FIFO order?"""
+    for d, old in before.items():
+        new = after[d]
+        common = set(old) & set(new)
+        if [t for t in old if t in common] != [t for t in new if t in common]:
+            return True
+    return False
+
+
+def graph_arrays_from(n, nd, edges, dur, dev):
+    src = np.array([u for u, _ in edges], dtype=np.int64)
+    dst = np.array([v for _, v in edges], dtype=np.int64)
+    ptr, idx = csr_from_edges(n, src, dst)
+    return np.asarray(dur, dtype=np.float64), np.asarray(dev, dtype=np.int32), ptr, idx, nd
+
+
+# ------------------------------------------------------------------------------ property test
+@st.composite
+def graphs(draw):
+    n = draw(st.integers(1, 40))
+    nd = draw(st.integers(1, 4))
+    kind = draw(st.sampled_from(["int", "int", "float", "zero"]))  # integer durations -> ties
+    perm = draw(st.permutations(range(n)))  # ids not in topological order: edges go both ways
+    p = draw(st.floats(0.0, 0.25))
+    rnd = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    edges = [(perm[u], perm[v]) for v in range(n) for u in range(v) if rnd.random() < p]
+    if kind == "float":
+        dur = rnd.uniform(0.1, 2.0, n)
+    else:
+        dur = rnd.integers(0 if kind == "zero" else 1, 4, n).astype(float)
+    dev = rnd.integers(0, nd, n)
+    return kind, graph_arrays_from(n, nd, edges, dur, dev)
+
+
+def _new_duration(data, kind):
+    if kind == "float":
+        return data.draw(st.floats(0.05, 3.0))
+    return float(data.draw(st.integers(0 if kind == "zero" else 1, 5)))
+
+
+def _random_change(data, ds: DeltaSimulator, kind: str, nd: int):
+    live = ds.live_ids().tolist()
+    what = data.draw(st.sampled_from(["dur", "dur", "dev", "replace"]))
+    if what == "dur":  # longer or shorter
+        ids = data.draw(st.lists(st.sampled_from(live), min_size=1, max_size=3))
+        return what, ds.set_durations(ids, [_new_duration(data, kind) for _ in ids])
+    if what == "dev":
+        ids = data.draw(st.lists(st.sampled_from(live), min_size=1, max_size=3, unique=True))
+        return what, ds.set_devices(ids, [data.draw(st.integers(0, nd - 1)) for _ in ids])
+    # operator replacement: remove up to 3 tasks, add up to 3 with edges consistent with a topological
+    # order of the remaining tasks (so no cycle), optionally chained among themselves
+    rem = data.draw(st.lists(st.sampled_from(live), min_size=0, max_size=3, unique=True))
+    keep = [t for t in ds.pop_order.tolist() if t not in set(rem)]  # pop order is topological
+    k = data.draw(st.integers(0 if rem else 1, 3))
+    places = sorted(data.draw(st.integers(0, len(keep))) for _ in range(k))
+    edges = []
+    for j, place in enumerate(places):
+        for q, t in enumerate(keep):
+            if data.draw(st.integers(0, 9)) == 0:
+                edges.append((t, ~j) if q < place else (~j, t))
+        if j and data.draw(st.booleans()):
+            edges.append((~(j - 1), ~j))
+    durs = [_new_duration(data, kind) for _ in range(k)]
+    devs = [data.draw(st.integers(0, nd - 1)) for _ in range(k)]
+    return what, ds.replace_tasks(rem, durs, devs, edges, reuse_ids=data.draw(st.booleans()))
+
+
+@settings(max_examples=1000, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(g=graphs(), data=st.data())
+def test_delta_equals_full_after_successive_changes(g, data):
+    kind, arrays = g
+    small_chunks = data.draw(st.booleans())
+    max_work = data.draw(st.one_of(st.none(), st.integers(1, 8)))  # small limits force fallbacks
+    old_load = delta_mod._LOAD
+    if small_chunks:
+        delta_mod._LOAD = 2  # exercise chunk splits and chunk boundaries on small graphs
+    try:
+        ds = DeltaSimulator.from_arrays(*arrays, budget=None, max_work=max_work)
+        assert_matches_full(ds)
+        for _ in range(data.draw(st.integers(1, 5))):
+            if not ds.num_tasks:
+                break
+            before = device_orders(ds)
+            what, stats = _random_change(data, ds, kind, arrays[4])
+            assert_matches_full(ds)
+            event(f"{what}: {'fallback' if stats.fallback else 'delta'}")
+            if reordered(before, device_orders(ds)):
+                event("a device's FIFO order changed")
+    finally:
+        delta_mod._LOAD = old_load
+
+
+def test_random_changes_reorder_fifo_queues_and_stay_exact():
+    """Deterministic companion of the property test: many changes reorder some device's FIFO queue
+    (so that case is exercised, not just possible), and every result is exact."""
+    rng = np.random.default_rng(7)
+    reorders = deltas = 0
+    for _ in range(150):
+        n, nd = int(rng.integers(5, 30)), int(rng.integers(1, 4))
+        edges = [(u, v) for v in range(n) for u in range(v) if rng.random() < 0.12]
+        dur = rng.integers(1, 4, n).astype(float)
+        ds = DeltaSimulator.from_arrays(*graph_arrays_from(n, nd, edges, dur, rng.integers(0, nd, n)),
+                                        budget=None)
+        for _ in range(3):
+            before = device_orders(ds)
+            t = int(rng.integers(0, n))
+            stats = ds.set_durations([t], [float(rng.integers(1, 6))])
+            assert_matches_full(ds)
+            deltas += not stats.fallback
+            reorders += reordered(before, device_orders(ds))
+    assert deltas == 450  # positive durations: never a fallback without a budget
+    assert reorders >= 20
+
+
+# --------------------------------------------------------------------------- hand-checked cases
+def _builder(ndev=3):
+    b = TaskGraphBuilder()
+    for i in range(ndev):
+        b.add_device(Device(f"rank{i}/compute", i, "compute"))
+    return b
+
+
+def test_duration_change_hand_checked():
+    # device 0: A (id 0, 2 s) and B (id 1, 1 s), both ready at 0 -> A first (lower id), B waits.
+    b = _builder(1)
+    a = b.add_task(2.0, 0, "forward")
+    bb = b.add_task(1.0, 0, "forward")
+    ds = DeltaSimulator(b.build(), budget=None)
+    assert ds.start.tolist() == [0.0, 2.0]
+    stats = ds.set_durations([a], [5.0])
+    assert ds.start.tolist() == [0.0, 5.0] and ds.end.tolist() == [5.0, 6.0]
+    assert ds.makespan == 6.0
+    assert stats.retimed == 2 and stats.changed == 2 and not stats.fallback
+    assert ds.device_order(0) == [a, bb]
+    assert_matches_full(ds)
+
+
+def test_fifo_reorder_hand_checked():
+    # P (dev 1, 1 s) -> X (dev 0, 2 s);  Q (dev 2, 2 s) -> Y (dev 0, 2 s).
+    # Before: X ready 1, Y ready 2 -> dev 0 runs X [1, 3], Y [3, 5].
+    # P becomes 3 s long: X ready 3, Y ready 2 -> dev 0 runs Y [2, 4], X [4, 6] (the queue reorders).
+    b = _builder(3)
+    p = b.add_task(1.0, 1, "forward")
+    x = b.add_task(2.0, 0, "forward")
+    q = b.add_task(2.0, 2, "forward")
+    y = b.add_task(2.0, 0, "forward")
+    b.add_edge(p, x)
+    b.add_edge(q, y)
+    ds = DeltaSimulator(b.build(), budget=None)
+    assert ds.device_order(0) == [x, y]
+    assert (ds.start[x], ds.start[y]) == (1.0, 3.0)
+    stats = ds.set_durations([p], [3.0])
+    assert ds.device_order(0) == [y, x]
+    assert (ds.start[y], ds.end[y], ds.start[x], ds.end[x]) == (2.0, 4.0, 4.0, 6.0)
+    assert ds.pop_order.tolist() == [p, q, y, x]
+    assert stats.moved >= 1 and not stats.fallback
+    assert_matches_full(ds)
+    # and back: the queue reorders again
+    ds.set_durations([p], [1.0])
+    assert ds.device_order(0) == [x, y]
+    assert_matches_full(ds)
+
+
+def test_device_move_hand_checked():
+    # A, B, C on dev 0 (1 s each, no edges): [0,1], [1,2], [2,3]. Move B to dev 1: B [0,1], C [1,2].
+    b = _builder(2)
+    ids = [b.add_task(1.0, 0, "forward") for _ in range(3)]
+    ds = DeltaSimulator(b.build(), budget=None)
+    stats = ds.set_devices([ids[1]], [1])
+    assert ds.start.tolist() == [0.0, 0.0, 1.0]
+    assert ds.device_order(0) == [ids[0], ids[2]] and ds.device_order(1) == [ids[1]]
+    assert stats.moved == 1 and stats.changed == 2
+    assert_matches_full(ds)
+
+
+def test_replace_tasks_split_hand_checked():
+    # chain A (dev 0, 1 s) -> B (dev 0, 2 s) -> C (dev 1, 1 s); split B into B1, B2 (1.5 s each).
+    b = _builder(2)
+    a = b.add_task(1.0, 0, "forward")
+    bb = b.add_task(2.0, 0, "forward")
+    c = b.add_task(1.0, 1, "forward")
+    b.add_edge(a, bb)
+    b.add_edge(bb, c)
+    ds = DeltaSimulator(b.build(), budget=None)
+    assert ds.end[c] == 4.0
+    stats = ds.replace_tasks([bb], [1.5, 1.5], [0, 0], [(a, ~0), (~0, ~1), (~1, c)])
+    b1, b2 = stats.new_ids
+    assert b1 == bb and b2 == 3  # the removed id is reused, the second new task gets a new id
+    assert (ds.start[b1], ds.start[b2], ds.start[c], ds.end[c]) == (1.0, 2.5, 4.0, 5.0)
+    assert ds.num_tasks == 4 and stats.removed == 1 and not stats.fallback
+    assert_matches_full(ds)
+    # back to one task, without id reuse: ids 1 and 3 become tombstones, compact numbering kept
+    stats = ds.replace_tasks([b1, b2], [2.0], [0], [(a, ~0), (~0, c)], reuse_ids=False)
+    assert stats.new_ids == (4,)
+    assert not ds.alive(1) and not ds.alive(3) and np.isnan(ds.start[1])
+    assert ds.live_ids().tolist() == [0, 2, 4]
+    assert ds.end[c] == 4.0
+    assert_matches_full(ds)
+
+
+def test_replace_tasks_remove_edges_and_add_program_order():
+    b = _builder(2)
+    t = [b.add_task(1.0, i % 2, "forward") for i in range(4)]
+    b.add_edge(t[0], t[1])
+    b.add_edge(t[1], t[2])
+    ds = DeltaSimulator(b.build(), budget=None)
+    ds.replace_tasks([], edges=[(t[2], t[3])], remove_edges=[(t[1], t[2])])
+    assert ds.predecessors(t[2]) == [] and ds.successors(t[2]) == [t[3]]
+    assert_matches_full(ds)
+    with pytest.raises(ValueError):
+        ds.replace_tasks([], remove_edges=[(t[0], t[3])])  # no such edge
+    assert_matches_full(ds)
+
+
+def test_change_absorbed_by_slack_retimes_few_tasks():
+    # a long 1F1B-like chain on three devices plus a side task with lots of slack
+    b = _builder(3)
+    chain = [b.add_task(1.0, i % 3, "forward") for i in range(3000)]
+    for u, v in zip(chain, chain[1:]):
+        b.add_edge(u, v)
+    side = b.add_task(1.0, 2, "forward")  # ready at 0 on dev 2, which is idle until chain[2] at 2
+    b.add_edge(side, chain[2])
+    ds = DeltaSimulator(b.build(), budget=None)
+    stats = ds.set_durations([side], [1.5])  # still ends before chain[2] becomes ready
+    assert not stats.fallback and stats.retimed <= 3 and stats.changed == 1
+    assert_matches_full(ds)
+    # a change on the critical path moves everything after it: all tasks re-timed, still exact
+    stats = ds.set_durations([chain[10]], [2.0])
+    assert stats.changed == 2990 and not stats.fallback
+    assert_matches_full(ds)
+
+
+def test_zero_duration_tie_is_non_canonical_and_falls_back():
+    # u (id 1, 0 s, dev 0) -> v (id 0, 0 s, dev 1): both ready at 0, the engine pops 1 before 0 even
+    # though key (0, 0) < (0, 1): the pop order is not (ready, id)-sorted.
+    arrays = graph_arrays_from(3, 2, [(1, 0)], [0.0, 0.0, 1.0], [1, 0, 1])
+    ds = DeltaSimulator.from_arrays(*arrays, budget=None)
+    assert not ds.canonical
+    assert ds.pop_order.tolist() == simulate_arrays(*arrays).order.tolist()
+    stats = ds.set_durations([2], [2.0])
+    assert stats.fallback and "canonical" in stats.reason
+    assert_matches_full(ds)
+
+
+def test_zero_duration_change_that_creates_a_tie_falls_back():
+    # canonical at first (task 1 takes 1 s); making it 0 s creates the backward tie 1 -> 0
+    arrays = graph_arrays_from(3, 2, [(1, 0)], [0.0, 1.0, 1.0], [1, 0, 1])
+    ds = DeltaSimulator.from_arrays(*arrays, budget=None)
+    assert ds.canonical
+    stats = ds.set_durations([1], [0.0])
+    assert stats.fallback and "zero-duration" in stats.reason
+    assert not ds.canonical
+    assert_matches_full(ds)
+    stats = ds.set_durations([1], [1.0])  # fallback again (not canonical before), canonical after
+    assert stats.fallback and ds.canonical
+    assert_matches_full(ds)
+
+
+def test_work_limit_and_budget_fall_back_exactly():
+    b = _builder(2)
+    chain = [b.add_task(1.0, i % 2, "forward") for i in range(500)]
+    for u, v in zip(chain, chain[1:]):
+        b.add_edge(u, v)
+    g = b.build()
+    ds = DeltaSimulator(g, budget=None, max_work=10)
+    stats = ds.set_durations([chain[0]], [3.0])
+    assert stats.fallback and "work limit" in stats.reason and stats.retimed == 500
+    assert stats.changed == 500
+    assert_matches_full(ds)
+    ds = DeltaSimulator(g, budget=0.0)  # no time at all: gives up at the first check (32 events)
+    stats = ds.set_durations([chain[0]], [3.0])
+    assert stats.fallback and "time budget" in stats.reason
+    assert_matches_full(ds)
+    stats = ds.set_durations([chain[-1]], [2.0])  # a small change still fits before the first check
+    assert not stats.fallback and stats.retimed == 1
+    assert_matches_full(ds)
+
+
+def test_cycle_raises_and_poisons():
+    b = _builder(1)
+    x = b.add_task(1.0, 0, "forward")
+    y = b.add_task(1.0, 0, "forward")
+    b.add_edge(x, y)
+    ds = DeltaSimulator(b.build(), budget=None)
+    with pytest.raises(SimulationError):
+        ds.replace_tasks([], edges=[(y, x)])
+    with pytest.raises(SimulationError):
+        _ = ds.start
+
+
+def test_invalid_changes_leave_state_untouched():
+    b = _builder(2)
+    x = b.add_task(1.0, 0, "forward")
+    ds = DeltaSimulator(b.build(), budget=None)
+    with pytest.raises(ValueError):
+        ds.set_durations([x], [-1.0])
+    with pytest.raises(ValueError):
+        ds.set_durations([x], [float("nan")])
+    with pytest.raises(ValueError):
+        ds.set_durations([5], [1.0])
+    with pytest.raises(ValueError):
+        ds.set_devices([x], [7])
+    with pytest.raises(ValueError):
+        ds.replace_tasks([x], [1.0], [0], [(x, ~0)])  # a removed task cannot get an edge
+    with pytest.raises(ValueError):
+        ds.replace_tasks([], [1.0], [0], [(~3, x)])  # no such new task
+    assert ds.end.tolist() == [1.0] and ds.num_tasks == 1
+    assert_matches_full(ds)
+    first = ds.add_devices(2)
+    assert first == 2 and ds.num_devices == 4
+    ds.set_devices([x], [3])
+    assert ds.device_order(3) == [x]
+    assert_matches_full(ds)
+
+
+def test_empty_graph_and_removing_everything():
+    ds = DeltaSimulator.from_arrays(np.zeros(0), np.zeros(0, np.int32), np.zeros(1, np.int64),
+                                    np.zeros(0, np.int32), 1)
+    assert ds.makespan == 0.0 and ds.num_tasks == 0
+    stats = ds.replace_tasks([], [2.0], [0])
+    assert stats.new_ids == (0,) and ds.makespan == 2.0
+    assert_matches_full(ds)
+    ds.replace_tasks([0])
+    assert ds.num_tasks == 0 and ds.makespan == 0.0
+    assert_matches_full(ds)
+
+
+def test_benchmark_graph_changes_are_exact():
+    bench = pytest.importorskip("benchmarks.delta")
+    g, _, rows = bench.run(tasks=3000, ranks=4, ops=4, reps=1, check=True)  # asserts exactness
+    assert {r["change"] for r in rows} >= {"early slack", "middle crit+", "late split", "late dp"}
