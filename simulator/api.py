@@ -127,3 +127,67 @@ def simulate_strategy(strategy, *, fidelity: str | None = None, schedule: str | 
     wall = time.perf_counter() - t0
     tr = training_report(plan, work, graph, result, rep)
     return StrategySimulation(plan, graph, result, rep, tr, wall)
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """One delta-mode change and its outcome.
+
+    change: ``PATTERN=FACTOR`` as given; tasks: how many tasks matched; iteration_time_s: after the
+    change; retimed: tasks the delta simulation re-timed; fallback: whether it fell back to a full
+    run (and why); wall_s: seconds the delta call took.
+    """
+
+    change: str
+    tasks: int
+    iteration_time_s: float
+    retimed: int
+    changed: int
+    fallback: bool
+    reason: str
+    wall_s: float
+
+
+def parse_what_if(text: str) -> tuple[str, float]:
+    pattern, sep, factor = text.rpartition("=")
+    try:
+        f = float(factor)
+    except ValueError:
+        f = -1.0
+    if not sep or not pattern or f < 0:
+        raise ConfigError(f"--what-if {text!r} must look like PATTERN=FACTOR with FACTOR >= 0, e.g. "
+                          f"'layer3.*=1.5' (operator names), 'dp-comm=0' (a category) or '*=1.1'")
+    return pattern, f
+
+
+def what_if(graph: TaskGraph, changes: list[str], *, budget: float | None = 0.05) -> tuple[float, list[WhatIf]]:
+    """Apply ``PATTERN=FACTOR`` changes one after another with delta simulation.
+
+    A pattern matches a task's operator name (``layer3.mlp_up.wgrad``, ``F``, ``send-act`` ...) or its
+    category (``dp-comm``, ``recompute`` ...), shell-style (``fnmatch``). Returns the base iteration
+    time and one :class:`WhatIf` per change (changes accumulate).
+    """
+    import fnmatch
+
+    import numpy as np
+
+    from simulator.delta import DeltaSimulator
+    from taskgraph.graph import CATEGORIES
+    ds = DeltaSimulator(graph, budget=budget)
+    base = ds.makespan
+    ops = np.array(list(graph.op_names) + [""], dtype=object)[graph.op]
+    cats = np.array(CATEGORIES, dtype=object)[graph.category]
+    dur = graph.duration.copy()
+    out = []
+    for text in changes:
+        pattern, factor = parse_what_if(text)
+        op_hit = np.array([fnmatch.fnmatchcase(o, pattern) for o in ops.tolist()], dtype=bool) if ops.size else ops
+        hit = np.flatnonzero(op_hit | (cats == pattern))
+        if hit.size == 0:
+            raise ConfigError(f"--what-if {text!r}: no task matches {pattern!r}; patterns match operator names "
+                              f"such as {', '.join(sorted(set(ops.tolist()))[:5])} or categories such as "
+                              f"{', '.join(sorted(set(cats.tolist()))[:5])}")
+        dur[hit] = dur[hit] * factor
+        st = ds.set_durations(hit, dur[hit])
+        out.append(WhatIf(text, int(hit.size), ds.makespan, st.retimed, st.changed, st.fallback, st.reason, st.wall_s))
+    return base, out
