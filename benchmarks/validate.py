@@ -1,0 +1,495 @@
+"""Accuracy benchmark: simulate published, measured training runs and compare iteration times.
+
+    python -m benchmarks.validate [--rows PATTERN] [--json out.json] [--fidelity operator|coarse|auto]
+                                  [--markdown table.md] [--check-fidelity]
+
+Reads ``benchmarks/validation/published_runs.csv`` (a copy of the shared table of measured runs; the
+``source`` column says where each figure comes from), builds a strategy mapping per row
+(:func:`strategy_for`), simulates it (:func:`simulator.api.simulate_strategy`), converts the measured
+metric to seconds per iteration with the conventions of ``benchmarks/validation/README.md``
+(:func:`measured_seconds`) and prints predicted vs measured with the % error per row, grouped by
+source, with the mean and max absolute error per group and overall. Rows the simulator cannot express
+are listed with the reason. docs/validation.md documents the method and the results.
+
+``--rows`` is a comma-separated list of globs (``fnmatch``) or, without glob characters, substrings
+of the row id, e.g. ``--rows 'K22-*'``, ``--rows N21`` or ``--rows 'K22-22B*,MPT-7B*'``.
+``--fidelity auto`` (default) uses operator fidelity unless a row would exceed
+``OPERATOR_TASK_LIMIT`` operator tasks, then coarse (one task per chunk, microbatch and pass;
+``taskgraph/coarse.py``); ``--fidelity operator`` / ``coarse`` force one.
+``--check-fidelity`` simulates the selected rows at both fidelities and prints the difference;
+``--markdown`` writes the table pasted into docs/validation.md.
+
+Assumptions shared by all rows (each one stated where it is applied):
+
+* Model: GPT rows are Megatron GPT (GELU 4h MLP, learned positions, LayerNorm, biases, tied
+  embeddings, dropout); Llama rows SwiGLU / RoPE / RMSNorm, no biases, untied head, no dropout
+  (Touvron 2023); MPT rows GELU / ALiBi / LayerNorm, no biases, tied, no dropout (MosaicML
+  llm-foundry ``mpt`` config: ``no_bias: true``, ``alibi: true``); BLOOM as the ``bloom-176b``
+  preset with the row's vocabulary.
+* Cluster: the DGX preset of the row's GPU with ``num_gpus / 8`` nodes.
+* FlashAttention: off for the 2021-2022 Megatron rows (Narayanan 2021 and Korthikanti 2022 predate
+  it; BLOOM's run started in March 2022, before FlashAttention, Dao 2022, was released), on for
+  later ones.
+* Megatron 2021-2022 (Narayanan 2021, Korthikanti 2022, BLOOM's Megatron-DeepSpeed) reduced data-
+  parallel gradients after the last backward, not overlapped: Megatron-LM's local DDP of that time
+  calls ``allreduce_gradients()`` after ``forward_backward_func`` in ``train_step``; bucketed overlap
+  (``--overlap-grad-reduce``) came with Megatron-core in 2023. Korthikanti 2022 Section 6.3 says so
+  explicitly for the DP=8 530B run. (Not applied to the DeepSpeed ZeRO-3 rows.)
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import fnmatch
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CSV_PATH = Path(__file__).resolve().parent / "validation" / "published_runs.csv"
+
+#: GPU of a row -> cluster preset (topologies/data/clusters.yaml).
+GPU_PRESET = {"A100-SXM-80GB": "dgx-a100-80g", "A100-SXM-40GB": "dgx-a100-40g", "H100-SXM-80GB": "dgx-h100"}
+GPUS_PER_NODE = 8  # DGX A100 / DGX H100 (clusters.yaml sources)
+#: Above this many estimated operator-level tasks ``--fidelity auto`` switches a row to coarse.
+OPERATOR_TASK_LIMIT = 400_000
+#: Zero-bubble rows give no vocabulary; Qi et al. 2024 train GPT-style models, GPT-2's BPE has 50257.
+ZB_VOCAB = 50257
+#: Narayanan 2021 Table 1/2 give neither micro-batch size nor chunks per stage (see _vpp_assumed).
+N21_MICRO_BATCH = 1
+#: Chunks per pipeline rank assumed when a row says "interleaved" without the count: the largest
+#: divisor of layers/pp that is <= 3, i.e. the 3 chunks per stage Korthikanti 2022 used for 175B and
+#: 530B on the same code base (benchmarks/validation/README.md caveats).
+MAX_ASSUMED_VPP = 3
+
+
+class NotExpressible(Exception):
+    """The row cannot be expressed as a strategy; the message says why."""
+
+
+@dataclass
+class Result:
+    id: str
+    group: str
+    metric: str
+    measured_s: float | None = None
+    predicted_s: float | None = None
+    error_pct: float | None = None
+    fidelity: str = ""
+    tasks: int = 0
+    wall_s: float = 0.0
+    assumptions: list = field(default_factory=list)
+    not_expressible: str | None = None
+    detail: dict = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------- the data
+def load_rows(path: str | Path = CSV_PATH) -> list[dict]:
+    """Rows of the CSV as dicts of strings (header = column names)."""
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def group_of(row: dict) -> str:
+    """Report group: source (short) and the kind of figure."""
+    src = row["source"]
+    if "Korthikanti" in src:
+        return "Korthikanti 2022 Table 4 (one layer)" if row["metric"] == "layer_fwd_bwd_time" \
+            else "Korthikanti 2022 (iteration time)"
+    if "Narayanan" in src:
+        return f"Narayanan 2021 {row['table']}"
+    if "zero bubble" in src:
+        return "Qi 2024 zero bubble"
+    if "bigscience" in src:
+        return "BLOOM-176B log"
+    if "mosaicml" in src:
+        return "MosaicML llm-foundry"
+    if "NeMo" in src:
+        return "NVIDIA NeMo"
+    return src
+
+
+def _int(row: dict, key: str) -> int | None:
+    v = row[key].strip()
+    return None if v in ("", "n/a") else int(v)
+
+
+# ---------------------------------------------------------------------------- metric conversions
+def eq3_flops(global_batch: int, seq_len: int, layers: int, hidden: int, vocab: int) -> float:
+    """Narayanan 2021 eq. 3 FLOPs per iteration, which counts the recomputed forward (4 passes):
+    F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h))."""
+    B, s, l, h, V = global_batch, seq_len, layers, hidden, vocab
+    return 96.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h))
+
+
+def model_flops_generic(row: dict) -> float:
+    """"Model" FLOPs per iteration for tflops_per_gpu_model rows (README conventions): 6 x matmul
+    parameters x tokens plus causal attention 12 l s^2 h B / 2 (QK^T and PV over the unmasked
+    half; Narayanan 2021 eq. 3 derivation with the causal halving NeMo counts)."""
+    l, h, a, kv = _int(row, "layers"), _int(row, "hidden"), _int(row, "heads"), _int(row, "kv_heads")
+    f, V, s, B = _int(row, "ffn"), _int(row, "vocab"), _int(row, "seq_len"), _int(row, "global_batch")
+    if None in (l, h, a, kv, f, V, s, B):
+        raise NotExpressible("model-FLOP conversion needs layers, hidden, heads, kv_heads, ffn, vocab, "
+                             "seq_len and global_batch")
+    d = h // a
+    mats = 3 if "llama" in row["model"].lower() else 2
+    per_layer = h * (a + 2 * kv) * d + a * d * h + mats * h * f
+    matmul_params = l * per_layer + V * h
+    return 6.0 * matmul_params * B * s + 12.0 * l * s * s * h * B / 2.0
+
+
+def measured_seconds(row: dict) -> float:
+    """The measured figure as seconds per iteration (or per layer fwd+bwd for layer rows)."""
+    metric, v = row["metric"], float(row["value"])
+    n = _int(row, "num_gpus")
+    if metric == "iteration_time":
+        return v
+    if metric == "layer_fwd_bwd_time":
+        return v * 1e-3
+    gb = _int(row, "global_batch")
+    if gb is None:
+        raise NotExpressible(f"global_batch = n/a: {metric} cannot be turned into an iteration time")
+    if metric == "tflops_per_gpu_eq3":
+        vocab = _int(row, "vocab")
+        F = eq3_flops(gb, _int(row, "seq_len"), _int(row, "layers"), _int(row, "hidden"), vocab)
+        return F / (n * v * 1e12)
+    if metric == "samples_per_sec_per_gpu":
+        return gb / (v * n)
+    if metric == "tokens_per_sec_per_gpu":
+        return gb * _int(row, "seq_len") / (v * n)
+    if metric == "tflops_per_gpu_model":
+        return model_flops_generic(row) / (n * v * 1e12)
+    raise NotExpressible(f"unknown metric {metric!r}")
+
+
+# ---------------------------------------------------------------------------- row -> strategy
+def _family(row: dict) -> str:
+    m = row["model"].lower()
+    for fam in ("llama", "mpt", "bloom"):
+        if fam in m:
+            return fam
+    return "gpt"
+
+
+def model_mapping(row: dict, notes: list, *, layers: int | None = None) -> dict:
+    """Inline model mapping (taskgraph.model.load_model_yaml fields) for the row."""
+    fam = _family(row)
+    vocab = _int(row, "vocab")
+    if vocab is None:
+        if "zero bubble" not in row["source"]:
+            raise NotExpressible("vocab = n/a")
+        vocab = ZB_VOCAB
+        notes.append(f"vocab n/a: assumed GPT-2's {ZB_VOCAB}")
+    seq = _int(row, "seq_len")
+    m = dict(name=row["id"], layers=layers or _int(row, "layers"), hidden=_int(row, "hidden"),
+             heads=_int(row, "heads"), kv_heads=_int(row, "kv_heads"), ffn=_int(row, "ffn"), vocab=vocab)
+    if fam == "llama":  # Touvron 2023 Section 2.2; HF LlamaConfig
+        m.update(mlp="swiglu", position="rope", norm="rmsnorm", bias=False, tied_embeddings=False,
+                 dropout=False, max_seq=seq)
+    elif fam == "mpt":  # llm-foundry MPT: no_bias, alibi, expansion_ratio 4, tied (no lm_head), no dropout
+        m.update(mlp="gelu", position="alibi", norm="layernorm", bias=False, tied_embeddings=True,
+                 dropout=False, max_seq=seq)
+    elif fam == "bloom":  # BigScience 2022 Table 3 / bloom-176b preset: ALiBi, embedding LayerNorm, no dropout
+        m.update(mlp="gelu", position="alibi", norm="layernorm", bias=True, tied_embeddings=True,
+                 embedding_norm=True, dropout=False, max_seq=seq)
+    else:  # Megatron GPT (Shoeybi 2019; Narayanan 2021): GELU 4h, learned positions, biases, dropout
+        m.update(mlp="gelu", position="learned", norm="layernorm", bias=True, tied_embeddings=True,
+                 dropout=True, max_seq=seq)
+    return m
+
+
+def _flash(row: dict) -> bool:
+    src = row["source"]
+    return not any(k in src for k in ("Korthikanti", "Narayanan", "bigscience"))
+
+
+def _megatron_2021_22(row: dict) -> bool:
+    return any(k in row["source"] for k in ("Korthikanti", "Narayanan", "bigscience"))
+
+
+def _vpp_assumed(layers: int, pp: int) -> int:
+    per = layers // pp
+    return max(d for d in range(1, min(per, MAX_ASSUMED_VPP) + 1) if per % d == 0)
+
+
+def _zb_layers_per_stage(layers: int, pp: int, vpp: int) -> list[int]:
+    """Qi 2024: first and last pipeline stage hold one fewer layer (the embedding and the loss take
+    their place). With one layer per chunk (vpp = max) the first and last virtual stage hold none."""
+    if vpp == 1:
+        per = (layers + 2) // pp
+        if per * pp != layers + 2:
+            raise NotExpressible(f"layers + 2 = {layers + 2} does not split over pp = {pp}")
+        return [per - 1] + [per] * (pp - 2) + [per - 1]
+    return [0] + [1] * (pp * vpp - 2) + [0]
+
+
+def strategy_for(row: dict) -> tuple[dict, list[str]]:
+    """Strategy mapping (strategies.strategy_file.parse_strategy input) and the assumptions made."""
+    notes: list[str] = []
+    gb = _int(row, "global_batch")
+    if gb is None:
+        raise NotExpressible("global_batch = n/a (the source gives only a throughput at an unstated batch)")
+    if row["recompute"] in ("", "n/a"):
+        raise NotExpressible("recompute = n/a")
+    n = _int(row, "num_gpus")
+    if n % GPUS_PER_NODE:
+        raise NotExpressible(f"num_gpus = {n} is not a whole number of 8-GPU nodes")
+    layer_row = row["metric"] == "layer_fwd_bwd_time"
+    model = model_mapping(row, notes)
+    layers = model["layers"]
+    tp, pp, dp, cp, ep = (_int(row, k) for k in ("tp", "pp", "dp", "cp", "ep"))
+    mb = _int(row, "micro_batch")
+    if mb is None:
+        mb = N21_MICRO_BATCH
+        notes.append(f"micro_batch n/a: assumed {N21_MICRO_BATCH}")
+    sched = row["schedule"]
+    vpp_s = row["vpp"].strip()
+    layers_per_stage = None
+    if vpp_s == "max":
+        # Qi 2024 Table 3: interleaved 1F1B with one layer per chunk; total stages = layers + 2 slots.
+        if (layers + 2) % pp:
+            raise NotExpressible(f"vpp = max: layers + 2 = {layers + 2} not divisible by pp = {pp}")
+        vpp = (layers + 2) // pp
+        notes.append(f"vpp=max: one layer per chunk, vpp={vpp}")
+    elif vpp_s in ("", "n/a"):
+        vpp = _vpp_assumed(layers, pp) if (sched == "interleaved" and pp > 1) else 1
+        if sched == "interleaved" and pp > 1:
+            notes.append(f"vpp n/a: assumed {vpp} (largest divisor of layers/pp <= {MAX_ASSUMED_VPP})")
+    else:
+        vpp = int(vpp_s)
+    if "zero bubble" in row["source"]:
+        layers_per_stage = _zb_layers_per_stage(layers, pp, vpp)
+        notes.append("first/last stage one layer fewer (Qi 2024)")
+    elif _family(row) == "bloom" and layers % (pp * vpp):
+        # Megatron-DeepSpeed partition_method 'type:transformer|embedding': the two embedding
+        # (tied) layers count as layers, so 70 + 2 = 72 slots over 12 stages, 6 each.
+        per = (layers + 2) // (pp * vpp)
+        layers_per_stage = [per - 1] + [per] * (pp * vpp - 2) + [per - 1]
+        notes.append(f"BLOOM partition: layers_per_stage {per - 1}/{per}.../{per - 1}")
+    if pp == 1 or sched in ("n/a", "1f1b") or layer_row:
+        schedule = "1f1b"
+        if vpp != 1:
+            vpp = 1
+    elif sched == "interleaved":
+        schedule = "interleaved-1f1b" if vpp > 1 else "1f1b"
+    elif sched == "zb-1p":
+        schedule = "zb-h1"  # Qi 2024 ZB-H1 (the paper's "ZB-1p" with its handcrafted order)
+    else:
+        raise NotExpressible(f"schedule = {sched!r} not known")
+    parallel = dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, sp=row["sp"].strip() == "yes",
+                    zero=_int(row, "zero"))
+    if layers_per_stage is not None:
+        parallel["layers_per_stage"] = layers_per_stage
+    if parallel["zero"] == 3 and pp > 1:
+        raise NotExpressible("ZeRO-3 with pipeline parallelism is not modeled")
+    training = dict(micro_batch=mb, global_batch=gb, seq_len=_int(row, "seq_len"), precision=row["precision"],
+                    recompute=row["recompute"])
+    options = dict(flash_attention=_flash(row))
+    if _megatron_2021_22(row) and parallel["zero"] < 3:  # (the ZeRO-3 rows are DeepSpeed, not Megatron DDP)
+        options["overlap_grad_reduce"] = False
+    if "NOT overlapped" in row["notes"]:
+        options["overlap_grad_reduce"] = False
+    nodes = n // GPUS_PER_NODE
+    if layer_row:
+        # One layer, one micro-batch, the TP group of one node (Korthikanti 2022 Table 4).
+        nodes = 1
+        parallel.update(pp=1, dp=1, vpp=1)
+        training["global_batch"] = mb
+    if row["gpu"] not in GPU_PRESET:
+        raise NotExpressible(f"gpu = {row['gpu']!r} has no cluster preset")
+    d = dict(model=model, cluster=dict(preset=GPU_PRESET[row["gpu"]], nodes=nodes), parallel=parallel,
+             schedule=schedule, training=training, options=options)
+    return d, notes
+
+
+def estimated_operator_tasks(d: dict) -> int:
+    """Rough operator-level task count: microbatches x layers x ~40 tasks per layer and microbatch
+    (10 operators x 3 passes plus collectives and recompute)."""
+    p, t = d["parallel"], d["training"]
+    mbs = t["global_batch"] // (t["micro_batch"] * (p.get("dp") or 1))
+    return mbs * d["model"]["layers"] * 40
+
+
+# ---------------------------------------------------------------------------- simulation
+def _layer_times(sim) -> tuple[float, float]:
+    """Forward and backward seconds of transformer layer 0 from a one-layer simulation's timeline:
+    from the start of layer 0's first forward (backward or recompute) compute task to the end of its
+    last one. The layer's TP collectives fall between those points (each layer begins and ends with
+    a norm or residual op on the compute stream), so they count as the lowering exposes them."""
+    from simulator.timeline import timeline
+    df = timeline(sim.graph, sim.result)
+    l0 = df[(df["stream"] == "compute") & df["op"].str.startswith("layer0.")]
+    fwd = l0[l0["category"] == "forward"]
+    bwd = l0[l0["category"] != "forward"]
+    return float(fwd["end"].max() - fwd["start"].min()), float(bwd["end"].max() - bwd["start"].min())
+
+
+def run_row(row: dict, fidelity: str = "auto") -> Result:
+    from simulator.api import simulate_strategy
+    from strategies.strategy_file import parse_strategy
+    res = Result(row["id"], group_of(row), row["metric"])
+    try:
+        d, notes = strategy_for(row)
+        res.assumptions = notes
+        res.measured_s = measured_seconds(row)
+    except NotExpressible as exc:
+        res.not_expressible = str(exc)
+        return res
+    layer_row = row["metric"] == "layer_fwd_bwd_time"
+    fid = fidelity
+    if layer_row:
+        fid = "operator"  # the layer split needs operator tasks
+    elif fid == "auto":
+        fid = "coarse" if estimated_operator_tasks(d) > OPERATOR_TASK_LIMIT else "operator"
+    t0 = time.perf_counter()
+    sim = simulate_strategy(parse_strategy(d), fidelity=fid)
+    res.wall_s = time.perf_counter() - t0
+    res.fidelity, res.tasks = fid, sim.graph.num_tasks
+    if layer_row:
+        f, b = _layer_times(sim)
+        res.predicted_s = f + b
+        res.detail = {"fwd_ms": 1e3 * f, "bwd_ms": 1e3 * b}
+    else:
+        res.predicted_s = sim.training.iteration_time_s
+        res.detail = {"mfu": sim.training.mfu, "microbatches": sim.training.microbatches,
+                      "bubble_fraction": sim.report.bubble_fraction}
+    res.error_pct = 100.0 * (res.predicted_s - res.measured_s) / res.measured_s
+    return res
+
+
+def select(rows: list[dict], pattern: str | None) -> list[dict]:
+    """Rows whose id matches ``pattern``: comma-separated globs (fnmatch) or substrings."""
+    if not pattern:
+        return rows
+    pats = [p.strip() for p in pattern.split(",") if p.strip()]
+
+    def hit(rid: str) -> bool:
+        return any(fnmatch.fnmatchcase(rid, p) if any(ch in p for ch in "*?[") else p in rid for p in pats)
+    return [r for r in rows if hit(r["id"])]
+
+
+def summarize(results: list[Result]) -> dict:
+    """Mean and max absolute % error per group and overall (simulated rows only)."""
+    groups: dict[str, list[float]] = {}
+    for r in results:
+        if r.error_pct is not None:
+            groups.setdefault(r.group, []).append(abs(r.error_pct))
+    out = {g: {"n": len(v), "mae_pct": sum(v) / len(v), "max_pct": max(v)} for g, v in groups.items()}
+    allv = [x for v in groups.values() for x in v]
+    if allv:
+        out["overall"] = {"n": len(allv), "mae_pct": sum(allv) / len(allv), "max_pct": max(allv)}
+    return out
+
+
+def _fmt_s(x: float | None, layer: bool) -> str:
+    if x is None:
+        return "-"
+    return f"{1e3 * x:9.2f} ms" if layer else f"{x:9.3f} s "
+
+
+def format_results(results: list[Result]) -> str:
+    lines = []
+    groups: dict[str, list[Result]] = {}
+    for r in results:
+        groups.setdefault(r.group, []).append(r)
+    summ = summarize(results)
+    for g, rs in groups.items():
+        lines.append(f"\n== {g}")
+        lines.append(f"{'id':24s} {'measured':>12s} {'predicted':>12s} {'error':>8s}  {'fid':8s} {'tasks':>8s}  notes")
+        for r in rs:
+            if r.not_expressible:
+                lines.append(f"{r.id:24s} {'not expressible: ' + r.not_expressible}")
+                continue
+            layer = r.metric == "layer_fwd_bwd_time"
+            notes = list(r.assumptions)
+            if layer:
+                notes.insert(0, f"fwd {r.detail['fwd_ms']:.2f} ms bwd {r.detail['bwd_ms']:.2f} ms")
+            elif "mfu" in r.detail:
+                notes.insert(0, f"MFU {100 * r.detail['mfu']:.1f}%")
+            lines.append(f"{r.id:24s} {_fmt_s(r.measured_s, layer):>12s} {_fmt_s(r.predicted_s, layer):>12s} "
+                         f"{r.error_pct:+7.1f}%  {r.fidelity:8s} {r.tasks:>8d}  {'; '.join(notes)}")
+        if g in summ:
+            s = summ[g]
+            lines.append(f"{'':24s} mean |error| {s['mae_pct']:.1f}%   max |error| {s['max_pct']:.1f}%   "
+                         f"({s['n']} rows)")
+    if "overall" in summ:
+        s = summ["overall"]
+        lines.append(f"\nOVERALL: mean |error| {s['mae_pct']:.1f}%   max |error| {s['max_pct']:.1f}%   ({s['n']} rows)")
+    ne = [r for r in results if r.not_expressible]
+    if ne:
+        lines.append(f"not expressible: {len(ne)} row(s): " + ", ".join(r.id for r in ne))
+    return "\n".join(lines)
+
+
+def format_markdown(results: list[Result]) -> str:
+    """The per-row table and the per-group summary as Markdown (pasted into docs/validation.md)."""
+    out = ["| row | group | measured | predicted | error | fidelity | assumptions |",
+           "|---|---|---:|---:|---:|---|---|"]
+    for r in results:
+        if r.not_expressible:
+            out.append(f"| {r.id} | {r.group} | | | not expressible | | {r.not_expressible} |")
+            continue
+        layer = r.metric == "layer_fwd_bwd_time"
+        unit, k = ("ms", 1e3) if layer else ("s", 1.0)
+        notes = ([f"fwd {r.detail['fwd_ms']:.2f} ms, bwd {r.detail['bwd_ms']:.2f} ms"] if layer else []) + r.assumptions
+        out.append(f"| {r.id} | {r.group} | {k * r.measured_s:.3f} {unit} | {k * r.predicted_s:.3f} {unit} | "
+                   f"{r.error_pct:+.1f}% | {r.fidelity} | {'; '.join(notes)} |")
+    out += ["", "| group | rows | mean abs error | max abs error |", "|---|---:|---:|---:|"]
+    for g, s in summarize(results).items():
+        out.append(f"| {g} | {s['n']} | {s['mae_pct']:.1f}% | {s['max_pct']:.1f}% |")
+    return "\n".join(out)
+
+
+def check_fidelity(rows: list[dict]) -> str:
+    """Predicted iteration time of each row at operator and at coarse fidelity, and their difference."""
+    lines = [f"{'id':24s} {'operator':>12s} {'coarse':>12s} {'diff':>8s}"]
+    for row in rows:
+        if row["metric"] == "layer_fwd_bwd_time":
+            continue
+        a, b = run_row(row, "operator"), run_row(row, "coarse")
+        if a.predicted_s is None:
+            continue
+        lines.append(f"{row['id']:24s} {a.predicted_s:10.3f} s {b.predicted_s:10.3f} s "
+                     f"{100 * (b.predicted_s / a.predicted_s - 1):+7.2f}%  ({a.tasks} vs {b.tasks} tasks)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.validate", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", help="glob or substring of row ids to run")
+    ap.add_argument("--json", help="write per-row results and the summary to this JSON file")
+    ap.add_argument("--fidelity", choices=("auto", "operator", "coarse"), default="auto",
+                    help="auto: operator unless a row is very large (then coarse)")
+    ap.add_argument("--csv", default=str(CSV_PATH), help="measured-runs CSV (default: the project copy)")
+    ap.add_argument("--markdown", help="also write the per-row table and group summary as Markdown here")
+    ap.add_argument("--check-fidelity", action="store_true",
+                    help="instead: simulate the selected rows at operator and coarse fidelity and compare")
+    args = ap.parse_args(argv)
+    rows = select(load_rows(args.csv), args.rows)
+    if not rows:
+        print(f"no row id matches {args.rows!r}", file=sys.stderr)
+        return 2
+    if args.check_fidelity:
+        print(check_fidelity(rows))
+        return 0
+    t0 = time.perf_counter()
+    results = []
+    for row in rows:
+        results.append(run_row(row, args.fidelity))
+        r = results[-1]
+        if r.error_pct is not None:
+            print(f"  {r.id:24s} {r.error_pct:+7.1f}%  ({r.fidelity}, {r.tasks} tasks, {r.wall_s:.1f} s)",
+                  file=sys.stderr, flush=True)
+    print(format_results(results))
+    print(f"wall time {time.perf_counter() - t0:.1f} s")
+    if args.markdown:
+        Path(args.markdown).write_text(format_markdown(results) + "\n")
+    if args.json:
+        payload = {"rows": [r.__dict__ for r in results], "summary": summarize(results)}
+        Path(args.json).write_text(json.dumps(payload, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
