@@ -28,8 +28,12 @@ Assumptions shared by all rows (each one stated where it is applied):
   preset with the row's vocabulary.
 * Cluster: the DGX preset of the row's GPU with ``num_gpus / 8`` nodes.
 * FlashAttention: off for the 2021-2022 Megatron rows (Narayanan 2021 and Korthikanti 2022 predate
-  it; BLOOM's run started in March 2022, before FlashAttention, Dao 2022, was released), on for
-  later ones.
+  it; BLOOM's run started in March 2022, before FlashAttention, Dao 2022, was released) and for the
+  zero-bubble rows (their measured peak memory, e.g. 30 GB for GPT-1.5B 1F1B, is only reachable
+  with the 5as^2b attention scores stored: Korthikanti 2022 Table 2); on for later ones.
+* Pipeline send/recv blocks the sender (Megatron-LM default, ``overlap_p2p_comm`` off).
+* Peak memory (rows whose notes give one): the simulated peak over pipeline ranks with no reserve
+  (the papers report allocated memory), compared in GiB.
 * Megatron 2021-2022 (Narayanan 2021, Korthikanti 2022, BLOOM's Megatron-DeepSpeed) reduced data-
   parallel gradients after the last backward, not overlapped: Megatron-LM's local DDP of that time
   calls ``allreduce_gradients()`` after ``forward_backward_func`` in ``train_step``; bucketed overlap
@@ -42,6 +46,7 @@ import argparse
 import csv
 import fnmatch
 import json
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -82,6 +87,9 @@ class Result:
     assumptions: list = field(default_factory=list)
     not_expressible: str | None = None
     detail: dict = field(default_factory=dict)
+    memory_measured_gb: float | None = None
+    memory_predicted_gb: float | None = None
+    memory_error_pct: float | None = None
 
 
 # ---------------------------------------------------------------------------- the data
@@ -201,7 +209,7 @@ def model_mapping(row: dict, notes: list, *, layers: int | None = None) -> dict:
 
 def _flash(row: dict) -> bool:
     src = row["source"]
-    return not any(k in src for k in ("Korthikanti", "Narayanan", "bigscience"))
+    return not any(k in src for k in ("Korthikanti", "Narayanan", "bigscience", "zero bubble"))
 
 
 def _megatron_2021_22(row: dict) -> bool:
@@ -354,6 +362,14 @@ def run_row(row: dict, fidelity: str = "auto") -> Result:
         res.predicted_s = sim.training.iteration_time_s
         res.detail = {"mfu": sim.training.mfu, "microbatches": sim.training.microbatches,
                       "bubble_fraction": sim.report.bubble_fraction}
+        mm = re.search(r"peak memory (\d+(?:\.\d+)?) GB", row.get("notes") or "")
+        if mm:
+            from simulator.memory_report import memory_report
+            mem = memory_report(sim.plan, sim.graph, sim.result)
+            reserve = sim.plan.strategy.options.memory_reserve_gb * 2**30
+            res.memory_measured_gb = float(mm.group(1))
+            res.memory_predicted_gb = (max(st.total for st in mem.per_stage) - reserve) / 2**30
+            res.memory_error_pct = 100.0 * (res.memory_predicted_gb / res.memory_measured_gb - 1)
     res.error_pct = 100.0 * (res.predicted_s - res.measured_s) / res.measured_s
     return res
 
@@ -379,6 +395,9 @@ def summarize(results: list[Result]) -> dict:
     allv = [x for v in groups.values() for x in v]
     if allv:
         out["overall"] = {"n": len(allv), "mae_pct": sum(allv) / len(allv), "max_pct": max(allv)}
+    mem = [abs(r.memory_error_pct) for r in results if r.memory_error_pct is not None]
+    if mem:
+        out["peak memory"] = {"n": len(mem), "mae_pct": sum(mem) / len(mem), "max_pct": max(mem)}
     return out
 
 
@@ -407,6 +426,9 @@ def format_results(results: list[Result]) -> str:
                 notes.insert(0, f"fwd {r.detail['fwd_ms']:.2f} ms bwd {r.detail['bwd_ms']:.2f} ms")
             elif "mfu" in r.detail:
                 notes.insert(0, f"MFU {100 * r.detail['mfu']:.1f}%")
+            if r.memory_error_pct is not None:
+                notes.insert(0, f"peak memory {r.memory_predicted_gb:.1f} vs {r.memory_measured_gb:.0f} GiB "
+                                f"({r.memory_error_pct:+.1f}%)")
             lines.append(f"{r.id:24s} {_fmt_s(r.measured_s, layer):>12s} {_fmt_s(r.predicted_s, layer):>12s} "
                          f"{r.error_pct:+7.1f}%  {r.fidelity:8s} {r.tasks:>8d}  {'; '.join(notes)}")
         if g in summ:
@@ -433,6 +455,9 @@ def format_markdown(results: list[Result]) -> str:
         layer = r.metric == "layer_fwd_bwd_time"
         unit, k = ("ms", 1e3) if layer else ("s", 1.0)
         notes = ([f"fwd {r.detail['fwd_ms']:.2f} ms, bwd {r.detail['bwd_ms']:.2f} ms"] if layer else []) + r.assumptions
+        if r.memory_error_pct is not None:
+            notes.insert(0, f"peak memory {r.memory_predicted_gb:.1f} vs {r.memory_measured_gb:.0f} GiB "
+                            f"({r.memory_error_pct:+.1f}%)")
         out.append(f"| {r.id} | {r.group} | {k * r.measured_s:.3f} {unit} | {k * r.predicted_s:.3f} {unit} | "
                    f"{r.error_pct:+.1f}% | {r.fidelity} | {'; '.join(notes)} |")
     out += ["", "| group | rows | mean abs error | max abs error |", "|---|---:|---:|---:|"]

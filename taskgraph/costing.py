@@ -8,7 +8,7 @@ tp*cp*dp GPUs and collectives are timed on that representative's real groups.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from taskgraph.cost import ProfileTable, op_time
@@ -99,66 +99,176 @@ def _zero3_comms(ctx: CostContext, ops, dp_group) -> tuple[tuple, tuple, tuple]:
         (Comm("dp-comm", "zero3-grad-reduce-scatter", rs, "dp"),)
 
 
-def build_work(plan: Plan, *, fidelity: str | None = None) -> IterationWork:
-    """Cost records for every virtual stage of ``plan``."""
+#: Memo of cost records shared by every build_work call (a strategy sweep re-costs the same layers
+#: and stages many times). Keys start with a context id standing for every plan input the costs read
+#: (see ``_context_id``); plans with a measured profile are not memoized (the file could change).
+_MEMO: dict = {}
+_CONTEXTS: dict = {}
+_MEMO_MAX = 8192
+
+
+def clear_cost_cache() -> None:
+    """Forget memoized cost records and collective times (for benchmarks measuring cold costs)."""
+    _MEMO.clear()
+    _CONTEXTS.clear()
+    _cached_comm.cache_clear()
+    _rep_groups.cache_clear()
+
+
+def _memo(key, fn):
+    v = _MEMO.get(key)
+    if v is None:
+        if len(_MEMO) >= _MEMO_MAX:
+            _MEMO.clear()
+        v = _MEMO[key] = fn()
+    return v
+
+
+def _context_id(plan: Plan) -> int | None:
+    """A small int for the plan inputs stage costs depend on besides the stage's own layers."""
     strat = plan.strategy
     tr, opt = strat.training, strat.options
+    if opt.profile:
+        return None
+    key = (plan.model, plan.cluster, plan.sizes, plan.sp, plan.zero, tr.micro_batch, tr.seq_len, tr.precision,
+           opt.flash_attention, opt.fp32_grad_accum, opt.grad_bucket_mb)
+    try:
+        cid = _CONTEXTS.get(key)
+    except TypeError:  # an unhashable field (a custom model spec holding a list, say)
+        return None
+    if cid is None:
+        if len(_CONTEXTS) >= _MEMO_MAX:
+            _CONTEXTS.clear()
+            _MEMO.clear()
+        cid = _CONTEXTS[key] = len(_CONTEXTS)
+    return cid
+
+
+@lru_cache(maxsize=1024)
+def _rep_groups(sizes, prank: int) -> tuple:
+    """(axis, ranks) of the representative of pipeline rank ``prank``: tp, cp, dp (= dp x cp) and ep."""
+    rep = rank_of(0, 0, 0, prank, sizes)
+    groups = {g: group_ranks(g, sizes, rep) for g in ("tp", "cp", "dp", "ep")}
+    # Gradients are reduced, and ZeRO / the distributed optimizer shard, over dp x cp (Megatron-LM
+    # parallel_state "dp-cp" group: CP ranks hold the same weights and see different tokens).
+    groups["dp"] = group_ranks("dp-cp", sizes, rep)
+    return tuple(groups.items())
+
+
+def build_work(plan: Plan, *, fidelity: str | None = None) -> IterationWork:
+    """Cost records for every virtual stage of ``plan``.
+
+    Stage records are memoized across calls by everything they depend on (the plan's model, cluster,
+    sizes, training and cost options, the stage's pipeline rank, whether it holds the embedding or
+    the head, and its layers' MoE flags and recompute policies); coarse stages too.
+    """
+    strat = plan.strategy
+    tr, opt = strat.training, strat.options
+    coarse = (fidelity or opt.fidelity) == "coarse"
     profile = ProfileTable.load(opt.profile) if opt.profile else None
     ctx = CostContext(plan, profile)
+    cid = _context_id(plan)
     s = plan.sizes
     dt = DTYPE_BYTES[tr.precision]
     kw = dict(micro_batch=tr.micro_batch, seq_len=tr.seq_len, tp=s.tp, sp=plan.sp, cp=s.cp)
     stages = []
     layer_cache: dict = {}
-    for stage in range(plan.schedule.num_stages):
+    S = plan.schedule.num_stages
+    for stage in range(S):
         prank = plan.schedule.stage_to_rank[stage]
-        rep = rank_of(0, 0, 0, prank, s)
-        groups = {g: group_ranks(g, s, rep) for g in ("tp", "cp", "dp", "ep")}
-        # Gradients are reduced, and ZeRO / the distributed optimizer shard, over dp x cp (Megatron-LM
-        # parallel_state "dp-cp" group: CP ranks hold the same weights and see different tokens).
-        groups["dp"] = group_ranks("dp-cp", s, rep)
-        layers: list[LayerWork] = []
-        if stage == 0:
-            ops = embedding_operators(plan.model, dtype_bytes=dt, **kw)
-            layers.append(LayerWork("embedding", tuple(_op_cost(ctx, o, "none", groups, False) for o in ops)))
-        for li in plan.stage_layers(stage):
-            policy = tr.recompute_layers[li] if tr.recompute_layers else tr.recompute
-            moe = plan.model.is_moe_layer(li)
-            key = (moe, policy, groups["tp"], groups["cp"], groups["ep"])
-            if key not in layer_cache:
-                ops = layer_operators(plan.model, ep=s.ep, dtype_bytes=dt, flash_attention=opt.flash_attention,
-                                      layer_index=li, **kw)
-                costs = [_op_cost(ctx, o, policy, groups, i == 0) for i, o in enumerate(ops)]
-                if plan.zero == 3:
-                    fpre, bpre, bpost = _zero3_comms(ctx, ops, groups["dp"])
-                    costs[0] = _with(costs[0], fwd_pre=fpre + costs[0].fwd_pre, bwd_post=costs[0].bwd_post + bpost)
-                    costs[-1] = _with(costs[-1], bwd_pre=bpre + costs[-1].bwd_pre)
-                layer_cache[key] = tuple(costs)
-            layers.append(LayerWork(f"layer{li}", layer_cache[key], policy))
-        if stage == plan.schedule.num_stages - 1:
-            ops = head_operators(plan.model, dtype_bytes=dt, **kw)
-            layers.append(LayerWork("head", tuple(_op_cost(ctx, o, "none", groups, False) for o in ops)))
-        stages.append(_stage_work(plan, tuple(layers), groups["dp"]))
+        groups = dict(_rep_groups(s, prank))
+        lis = plan.stage_layers(stage)
+        pols = [tr.recompute_layers[li] if tr.recompute_layers else tr.recompute for li in lis]
+        if cid is None:
+            stages.append(_build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw))
+            continue
+        sig = (cid, stage == 0, stage == S - 1, prank,
+               tuple((plan.model.is_moe_layer(li), p) for li, p in zip(lis, pols)))
+        if coarse:
+            stages.append(_memo(("coarse",) + sig, lambda: _coarse_stage(
+                _build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw))))
+            continue
+        parts = _memo(("stage",) + sig, lambda: _stage_parts(
+            _build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw)))
+        stages.append(_named_stage(parts, lis, pols, stage == 0, stage == S - 1))
 
     # Pipeline transfers: activations [s/cp, b, h] split over tp (Narayanan 2021 Section 4.1
     # scatter/gather; with sp the tensor is already sequence-sharded), rank r -> r+1 representatives.
     p2p_bytes = dt * tr.micro_batch * tr.seq_len / s.cp * plan.model.hidden / s.tp
-    if s.pp > 1:
-        a, b = rank_of(0, 0, 0, 0, s), rank_of(0, 0, 0, 1, s)
-        p2p = _comm_time(plan.cluster, "send-recv", p2p_bytes, (a, b))
-    else:
-        p2p = 0.0
+    pairs = {}
+    sched = plan.schedule
+    for st in range(sched.num_stages - 1):  # every boundary, timed on its own placement (NVLink or NIC)
+        ra, rb = sched.stage_to_rank[st], sched.stage_to_rank[st + 1]
+        if ra != rb:
+            for x, y in ((ra, rb), (rb, ra)):
+                pairs[(x, y)] = _comm_time(plan.cluster, "send-recv", p2p_bytes,
+                                           (rank_of(0, 0, 0, x, s), rank_of(0, 0, 0, y, s)))
+    p2p = max(pairs.values(), default=0.0)
     work = IterationWork(
         stages=tuple(stages), p2p_fwd_s=p2p, p2p_bwd_s=p2p,
         overlap_grad_reduce=opt.overlap_grad_reduce, overlap_param_gather=opt.overlap_param_gather,
-        tp_comm_overlap=opt.tp_comm_overlap, represents=s.tp * s.cp * s.dp,
+        tp_comm_overlap=opt.tp_comm_overlap, p2p_overlap=opt.p2p_overlap, p2p_pairs=pairs,
+        represents=s.tp * s.cp * s.dp,
         meta={"model": plan.model.name, "cluster": plan.cluster.name, "num_gpus": plan.num_gpus,
               "tp": s.tp, "pp": s.pp, "dp": s.dp, "cp": s.cp, "ep": s.ep, "vpp": plan.vpp},
     )
-    if (fidelity or opt.fidelity) == "coarse":
-        from taskgraph.coarse import coarsen
-        work = coarsen(work)
+    if coarse:
+        if cid is None:
+            from taskgraph.coarse import coarsen
+            return coarsen(work)
+        # the stages are coarse already (memoized); coarsen() would only add the meta entry
+        work = replace(work, meta={**work.meta, "fidelity": "coarse"})
     return work
+
+
+def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: dict, layer_cache: dict, dt: int,
+                 kw: dict) -> StageWork:
+    """Operator-level cost records of one stage."""
+    tr, opt, s = plan.strategy.training, plan.strategy.options, plan.sizes
+    layers: list[LayerWork] = []
+    if stage == 0:
+        ops = embedding_operators(plan.model, dtype_bytes=dt, **kw)
+        layers.append(LayerWork("embedding", tuple(_op_cost(ctx, o, "none", groups, False) for o in ops)))
+    for li, policy in zip(lis, pols):
+        moe = plan.model.is_moe_layer(li)
+        key = (moe, policy, groups["tp"], groups["cp"], groups["ep"])
+        if key not in layer_cache:
+            ops = layer_operators(plan.model, ep=s.ep, dtype_bytes=dt, flash_attention=opt.flash_attention,
+                                  layer_index=li, **kw)
+            costs = [_op_cost(ctx, o, policy, groups, i == 0) for i, o in enumerate(ops)]
+            if plan.zero == 3:
+                fpre, bpre, bpost = _zero3_comms(ctx, ops, groups["dp"])
+                costs[0] = _with(costs[0], fwd_pre=fpre + costs[0].fwd_pre, bwd_post=costs[0].bwd_post + bpost)
+                costs[-1] = _with(costs[-1], bwd_pre=bpre + costs[-1].bwd_pre)
+            layer_cache[key] = tuple(costs)
+        layers.append(LayerWork(f"layer{li}", layer_cache[key], policy))
+    if stage == plan.schedule.num_stages - 1:
+        ops = head_operators(plan.model, dtype_bytes=dt, **kw)
+        layers.append(LayerWork("head", tuple(_op_cost(ctx, o, "none", groups, False) for o in ops)))
+    return _stage_work(plan, tuple(layers), groups["dp"])
+
+
+def _coarse_stage(st: StageWork) -> StageWork:
+    from taskgraph.coarse import coarsen
+    return coarsen(IterationWork(stages=(st,))).stages[0]
+
+
+def _stage_parts(st: StageWork) -> tuple:
+    """A stage's records without the layer names (which depend on the stage's layer indices)."""
+    return tuple(l.ops for l in st.layers), st.buckets, st.optimizer_s
+
+
+def _named_stage(parts: tuple, lis, pols, first: bool, last: bool) -> StageWork:
+    """Rebuild a stage from :func:`_stage_parts` with its own layer names."""
+    ops, buckets, opt_s = parts
+    layers = [LayerWork("embedding", ops[0])] if first else []
+    i = len(layers)
+    for li, pol in zip(lis, pols):
+        layers.append(LayerWork(f"layer{li}", ops[i], pol))
+        i += 1
+    if last:
+        layers.append(LayerWork("head", ops[i]))
+    return StageWork(tuple(layers), buckets, opt_s)
 
 
 def _with(c: OpCost, **kw) -> OpCost:

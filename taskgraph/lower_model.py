@@ -112,6 +112,8 @@ class IterationWork:
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
     tp_comm_overlap: bool = False
+    p2p_overlap: bool = False     # Megatron default: blocking pipeline send/recv
+    p2p_pairs: dict = field(default_factory=dict)  # (src rank, dst rank) -> seconds; default p2p_fwd_s/p2p_bwd_s
     represents: int = 1           # GPUs each simulated rank stands for
     meta: dict = field(default_factory=dict)
 
@@ -234,10 +236,13 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
         return chain[0], exit_
 
     def transfer(src_stage, dst_stage, kind, mb):
+        pair = (schedule.stage_to_rank[src_stage], schedule.stage_to_rank[dst_stage])
+        if pair in work.p2p_pairs:
+            return work.p2p_pairs[pair]
         return work.p2p_fwd_s if kind == "F" else work.p2p_bwd_s
 
     b, tasks = lower_schedule(schedule, emit, transfer, builder=b, overlap_handoff=overlap_handoff,
-                              link_represents=work.represents)
+                              link_represents=work.represents, p2p_overlap=work.p2p_overlap)
 
     # Epilogue per rank: (non-overlapped) gradient reduction, optimizer step, parameter gather.
     for r in range(schedule.pp):

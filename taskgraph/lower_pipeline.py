@@ -80,8 +80,12 @@ def _entries(order) -> list[tuple[Action, int]]:
 
 def lower_schedule(schedule: Schedule, emit: Emitter, transfer: TransferTime, *,
                    builder: TaskGraphBuilder | None = None, overlap_handoff: str = "pair-end",
-                   link_represents: int = 1) -> tuple[TaskGraphBuilder, dict]:
+                   link_represents: int = 1, p2p_overlap: bool = True) -> tuple[TaskGraphBuilder, dict]:
     """Add the tasks of ``schedule`` to ``builder`` (a new one by default).
+
+    ``p2p_overlap``: transfers overlap the sender's next compute (True), or the sender's next action
+    waits until its send has finished (False: Megatron-LM's default blocking
+    ``send_forward_recv_backward`` style p2p, ``overlap_p2p_comm=False``).
 
     Returns the builder and a dict ``(stage, mb, kind) -> (entry, exit)`` for later passes
     (memory events, data-parallel epilogue).
@@ -94,10 +98,13 @@ def lower_schedule(schedule: Schedule, emit: Emitter, transfer: TransferTime, *,
     for r in range(schedule.pp):
         b.add_device(Device(f"rank{r}/compute", r, "compute"))
     tasks: dict[tuple[int, int, str], tuple[int, int]] = {}
+    next_entry: dict[tuple[int, int, str], int] = {}  # action -> entry task of its rank's next action
     pair_exit: dict[tuple[int, int], int] = {}  # (rank, pair-id) -> exit of the pair's last action
     pair_of: dict[tuple[int, int, str], tuple[int, int]] = {}
+    pair_last: dict[tuple[int, int], tuple[int, int, str]] = {}  # (rank, pair-id) -> its last action
     for r, order in enumerate(schedule.orders):
         prev_exit = -1
+        prev_key = None
         for action, pair in _entries(order):
             if s2r[action.stage] != r:
                 raise ScheduleError(f"rank {r} holds action {action} but stage {action.stage} lives on "
@@ -109,10 +116,13 @@ def lower_schedule(schedule: Schedule, emit: Emitter, transfer: TransferTime, *,
             tasks[key] = (entry, exit_)
             if prev_exit >= 0:
                 b.add_edge(prev_exit, entry)  # program order
+                next_entry[prev_key] = entry
             prev_exit = exit_
+            prev_key = key
             if pair >= 0:
                 pair_exit[(r, pair)] = exit_
                 pair_of[key] = (r, pair)
+                pair_last[(r, pair)] = key
 
     def out_task(key):  # the task whose end releases this action's output
         if overlap_handoff == "pair-end" and key in pair_of:
@@ -139,6 +149,16 @@ def lower_schedule(schedule: Schedule, emit: Emitter, transfer: TransferTime, *,
                        stage=src_stage, chunk=schedule.chunk_of(src_stage), mb=dst_key[1], rank=ra)
         b.add_edge(u, t)
         b.add_edge(t, v)
+        if not p2p_overlap:  # blocking send: the sender's next action waits for the transfer
+            nxt = next_entry.get(_sender_key(src_key))
+            if nxt is not None:
+                b.add_edge(t, nxt)
+
+    def _sender_key(src_key):
+        # with pair-end hand-off the transfer leaves at the pair's end: block after the pair
+        if overlap_handoff == "pair-end" and src_key in pair_of:
+            return pair_last[pair_of[src_key]]
+        return src_key
 
     for (s, m, k) in list(tasks):
         key = (s, m, k)

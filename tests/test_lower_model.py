@@ -82,8 +82,14 @@ def test_two_stage_pipeline_with_transfers_is_consistent():
     s = Schedule("hand", 2, 2, 1, (0, 1), orders)
     ops = (OpCost("a", 1.0, 1.0, 1.0, saved_bytes=3.0),)
     st = StageWork((LayerWork("L0", ops),))
-    g = lower_model(s, IterationWork((st, st), p2p_fwd_s=0.25, p2p_bwd_s=0.25))
+    g = lower_model(s, IterationWork((st, st), p2p_fwd_s=0.25, p2p_bwd_s=0.25, p2p_overlap=True))
     r = simulate(g)
     assert_timeline_invariants(g, r)
     # (m + p - 1) * (tf + tb) + 2 transfers on the critical path, each way
     assert r.makespan == pytest.approx((2 + 2 - 1) * 3.0 + 2 * 0.25)
+    # Blocking sends (Megatron default): rank 0's F1 waits for F0's activation to leave (1.0 -> 1.25),
+    # rank 1's F1 waits for its gradient send (4.25 -> 4.5); hand-computed makespan 9.75.
+    g = lower_model(s, IterationWork((st, st), p2p_fwd_s=0.25, p2p_bwd_s=0.25, p2p_overlap=False))
+    r = simulate(g)
+    assert_timeline_invariants(g, r)
+    assert r.makespan == pytest.approx(9.75)
