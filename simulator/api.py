@@ -121,8 +121,13 @@ def simulate_strategy(strategy, *, fidelity: str | None = None, schedule: str | 
     t0 = time.perf_counter()
     plan = resolve(strategy)
     work = build_work(plan, fidelity=fidelity)
-    graph = lower_model(plan.schedule, work, overlap_handoff=strategy.options.overlap_handoff)
-    result = simulate(graph)
+    if (fidelity or strategy.options.fidelity) == "coarse":
+        # vectorized lowering + verified static-order timeline: the same graph and result arrays
+        from simulator.search import lower_and_simulate
+        graph, result = lower_and_simulate(plan.schedule, work, strategy.options.overlap_handoff)
+    else:
+        graph = lower_model(plan.schedule, work, overlap_handoff=strategy.options.overlap_handoff)
+        result = simulate(graph)
     rep = report(graph, result)
     wall = time.perf_counter() - t0
     tr = training_report(plan, work, graph, result, rep)

@@ -2,6 +2,7 @@
 looked up by name (a new schedule is one function in this dict)."""
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Callable
 
 from strategies.actions import Schedule
@@ -29,7 +30,42 @@ def get_schedule(name: str, pp: int, microbatches: int, vpp: int = 1) -> Schedul
     for field, value in (("pp", pp), ("microbatches", microbatches), ("vpp", vpp)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ScheduleError(f"{field} must be a positive integer, got {value!r}")
-    return fn(pp, microbatches, vpp)
+    return _generate(fn, pp, microbatches, vpp)
+
+
+#: Generated schedules kept, least recently used first: at most this many actions in all (about
+#: 150 bytes each); a schedule larger than that is not kept.
+_CACHE: "OrderedDict[tuple, tuple[Schedule, int]]" = OrderedDict()
+_CACHE_MAX_ACTIONS = 1_000_000
+_cached_actions = 0
+
+
+def _generate(fn: ScheduleFn, pp: int, microbatches: int, vpp: int) -> Schedule:
+    """Schedule functions are pure and schedules immutable, so the same arguments return the same
+    :class:`Schedule` object (a strategy sweep regenerates none; the coarse lowering caches its index
+    structures on the object). Keyed by the function, so re-registering a name cannot go stale."""
+    global _cached_actions
+    key = (fn, pp, microbatches, vpp)
+    hit = _CACHE.get(key)
+    if hit is not None:
+        _CACHE.move_to_end(key)
+        return hit[0]
+    sched = fn(pp, microbatches, vpp)
+    size = sum(len(o) for o in sched.orders)
+    if size <= _CACHE_MAX_ACTIONS:
+        _CACHE[key] = (sched, size)
+        _cached_actions += size
+        while _cached_actions > _CACHE_MAX_ACTIONS:
+            _, (_, n) = _CACHE.popitem(last=False)
+            _cached_actions -= n
+    return sched
+
+
+def clear_schedule_cache() -> None:
+    """Forget generated schedules."""
+    global _cached_actions
+    _CACHE.clear()
+    _cached_actions = 0
 
 
 # Schedule families register themselves on import (kept at the bottom: they import ``register``).

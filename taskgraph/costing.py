@@ -195,14 +195,19 @@ def build_work(plan: Plan, *, fidelity: str | None = None) -> IterationWork:
     # Pipeline transfers: activations [s/cp, b, h] split over tp (Narayanan 2021 Section 4.1
     # scatter/gather; with sp the tensor is already sequence-sharded), rank r -> r+1 representatives.
     p2p_bytes = dt * tr.micro_batch * tr.seq_len / s.cp * plan.model.hidden / s.tp
-    pairs = {}
     sched = plan.schedule
-    for st in range(sched.num_stages - 1):  # every boundary, timed on its own placement (NVLink or NIC)
-        ra, rb = sched.stage_to_rank[st], sched.stage_to_rank[st + 1]
-        if ra != rb:
-            for x, y in ((ra, rb), (rb, ra)):
-                pairs[(x, y)] = _comm_time(plan.cluster, "send-recv", p2p_bytes,
-                                           (rank_of(0, 0, 0, x, s), rank_of(0, 0, 0, y, s)))
+
+    def boundary_times() -> dict:
+        pairs = {}
+        for st in range(sched.num_stages - 1):  # every boundary, timed on its own placement (NVLink or NIC)
+            ra, rb = sched.stage_to_rank[st], sched.stage_to_rank[st + 1]
+            if ra != rb:
+                for x, y in ((ra, rb), (rb, ra)):
+                    pairs[(x, y)] = _comm_time(plan.cluster, "send-recv", p2p_bytes,
+                                               (rank_of(0, 0, 0, x, s), rank_of(0, 0, 0, y, s)))
+        return pairs
+
+    pairs = boundary_times() if cid is None else dict(_memo(("p2p", cid, sched.stage_to_rank), boundary_times))
     p2p = max(pairs.values(), default=0.0)
     work = IterationWork(
         stages=tuple(stages), p2p_fwd_s=p2p, p2p_bwd_s=p2p,

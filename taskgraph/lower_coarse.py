@@ -1,0 +1,636 @@
+"""Vectorized lowering of a schedule with *coarse* cost records (``taskgraph/coarse.py``).
+
+:func:`lower_coarse` returns the same :class:`~taskgraph.graph.TaskGraph` as
+``lower_model(schedule, coarsen(work))`` -- the same task ids, devices, categories, keys, operator
+names, successor lists (in the same order), memory events and meta -- built with numpy instead of
+one ``TaskGraphBuilder`` call per task. Identical arrays give identical simulations.
+
+How the generic path numbers tasks (``taskgraph/lower_pipeline.py`` + ``lower_model.py``), which is
+what this module reproduces:
+
+1. *emission*: ranks in order, each rank's actions in program order (an ``Overlap`` pair expands to
+   its forward then its backward half). A coarse stage is one operator, so an action emits
+   F -> 1 task; B -> dgrad + wgrad (only one task when the stage has no weight gradient);
+   I -> 1; W -> 1 (an ``empty`` task when the stage has no weight gradient); the last backward of a
+   stage (with ``overlap_grad_reduce``) is followed by one ``dp-grad-reduce`` task per bucket.
+2. *transfers*: actions in the same order; one ``pp-send`` task on link ``a->b`` for every data
+   dependency that crosses ranks (links are numbered as they first appear; its time is
+   ``work.p2p_pairs[(a, b)]`` when given); with blocking p2p (``work.p2p_overlap`` false) the
+   sender's next action also waits for the transfer.
+3. *epilogue*, per rank: non-overlapped gradient reductions, the optimizer step, parameter gathers.
+
+The structure depends on the schedule and on a small *shape* of the work (which stages have a weight
+gradient, bucket counts, which buckets gather parameters, which stages keep activations, the overlap
+and blocking-p2p flags); durations and bytes are looked up per call. Structures are cached on the
+schedule object (within a global task budget), so re-lowering a schedule with other costs (a
+strategy sweep) only gathers numbers.
+
+Anything this fast path does not cover (operator-level work, malformed schedules: missing or
+duplicated actions, actions on the wrong rank, empty ranks, deadlocks) raises :class:`NotCoarse`
+from :func:`coarse_layout`; :func:`lower_coarse` then falls back to the generic lowering, which
+produces the usual errors.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from strategies.actions import Schedule
+from taskgraph.graph import CAT, Device, TaskGraph, csr_from_edges
+from taskgraph.lower_model import IterationWork
+
+#: action kind codes
+F, B, I, W = 0, 1, 2, 3
+_KIND = {"F": F, "B": B, "I": I, "W": W}
+
+# task roles: (category, operator-name template) -- "{n}" is the stage operator's "layer.op" name
+_ROLES = (
+    ("forward", "{n}"),                   # 0 F
+    ("backward", "{n}.dgrad"),            # 1 B: input gradient
+    ("backward", "{n}.wgrad"),            # 2 B: weight gradient
+    ("backward", "{n}"),                  # 3 B of a stage without weight gradient
+    ("backward-input", "{n}.dgrad"),      # 4 I
+    ("backward-input", "{n}"),            # 5 I of a stage without weight gradient
+    ("backward-weight", "{n}.wgrad"),     # 6 W
+    ("backward", "empty"),                # 7 W of a stage without weight gradient
+    ("dp-comm", "dp-grad-reduce"),        # 8 DP gradient bucket
+    ("pp-send", "send-act"),              # 9 activation transfer
+    ("pp-send", "send-grad"),             # 10 gradient transfer
+    ("optimizer", "optimizer-step"),      # 11
+    ("dp-comm", "dp-param-gather"),       # 12
+)
+R_F, R_BD, R_BW, R_B1, R_ID, R_I1, R_WW, R_WE, R_RED, R_TF, R_TB, R_OPT, R_GAT = range(13)
+_ROLE_CAT = np.array([CAT[c] for c, _ in _ROLES], dtype=np.int8)
+#: roles that allocate (+1) or free (-1) the stage's activations at their end
+_ROLE_MEM = np.array([1, 0, -1, -1, 0, -1, -1, 0, 0, 0, 0, 0, 0], dtype=np.int64)
+
+#: Layouts are cached on their schedule; all cached layouts together hold at most this many tasks
+#: (about 300 bytes each with the timeline's sweep order), oldest evicted first.
+_LAYOUT_TASK_BUDGET = 1_000_000
+_CACHE_ATTR = "_lower_coarse_cache"
+_LAYOUTS: "deque[tuple[dict, tuple, int]]" = deque()  # (schedule cache, key, tasks), oldest first
+_layout_tasks = 0
+
+
+class NotCoarse(Exception):
+    """The vectorized path does not apply (not coarse work, or a schedule the generic lowering
+    rejects); use the generic lowering."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Per-schedule action index
+
+
+@dataclass
+class ActionIndex:
+    """The schedule's actions in emission order (rank-major, program order) as arrays."""
+
+    stage: np.ndarray
+    kind: np.ndarray
+    mb: np.ndarray
+    rank: np.ndarray
+    chunk: np.ndarray
+    prev: np.ndarray          # previous action of the same rank (-1 for the first)
+    data_src: np.ndarray      # action whose output this one consumes across stages (-1: none)
+    data_out: np.ndarray      # action whose exit releases that output (pair-end hand-off), -1: none
+    cross: np.ndarray         # the data dependency crosses ranks (a transfer task)
+    same_src: np.ndarray      # same-stage predecessor: F(s,m) for B/I, I(s,m) for W; -1: none
+    last_bwd: np.ndarray      # per stage: the action after which DP buckets reduce (-1: none)
+    first_fwd: np.ndarray     # per stage: first F action (-1: none)
+    rank_last: np.ndarray     # per rank: its last action
+    topo: np.ndarray          # a topological order of the actions
+    num_stages: int
+    pp: int
+
+
+def _build_actions(schedule: Schedule, handoff: str) -> ActionIndex:
+    s2r = schedule.stage_to_rank
+    S, P = schedule.num_stages, schedule.pp
+    if len(schedule.orders) != P:
+        raise NotCoarse("orders and pp disagree")
+    st: list[int] = []
+    kd: list[int] = []
+    mbs: list[int] = []
+    rk: list[int] = []
+    pr: list[int] = []
+    npairs = 0
+    try:
+        for r, order in enumerate(schedule.orders):
+            if not order:
+                raise NotCoarse(f"rank {r} has no actions")
+            for entry in order:
+                subs = getattr(entry, "sub_actions", None)
+                if subs is None:
+                    if s2r[entry.stage] != r:
+                        raise NotCoarse("action on the wrong rank")
+                    st.append(entry.stage)
+                    kd.append(_KIND[entry.kind])
+                    mbs.append(entry.mb)
+                    rk.append(r)
+                    pr.append(-1)
+                else:
+                    for a in subs:
+                        if s2r[a.stage] != r:
+                            raise NotCoarse("action on the wrong rank")
+                        st.append(a.stage)
+                        kd.append(_KIND[a.kind])
+                        mbs.append(a.mb)
+                        rk.append(r)
+                        pr.append(npairs)
+                    npairs += 1
+    except (IndexError, KeyError, AttributeError, TypeError) as exc:
+        raise NotCoarse(str(exc)) from None
+    stage = np.asarray(st, dtype=np.int64)
+    kind = np.asarray(kd, dtype=np.int64)
+    mb = np.asarray(mbs, dtype=np.int64)
+    rank = np.asarray(rk, dtype=np.int64)
+    pair = np.asarray(pr, dtype=np.int64)
+    A = stage.size
+    if stage.min() < 0 or mb.min() < 0:
+        raise NotCoarse("negative stage or microbatch")
+    M = int(mb.max()) + 1
+    code = (stage * M + mb) * 4 + kind
+    lut = np.full(S * M * 4, -1, dtype=np.int64)
+    lut[code] = np.arange(A)
+    if np.count_nonzero(lut >= 0) != A:
+        raise NotCoarse("an action appears twice")
+
+    def look(s, m, k):
+        ok = (s >= 0) & (s < S)
+        return np.where(ok, lut[(np.clip(s, 0, S - 1) * M + m) * 4 + k], -1)
+
+    ar = np.arange(A)
+    first = np.ones(A, dtype=bool)
+    first[1:] = rank[1:] != rank[:-1]
+    prev = np.where(first, -1, ar - 1)
+
+    isF, isB, isI, isW = kind == F, kind == B, kind == I, kind == W
+    isBI = isB | isI
+    data_src = np.full(A, -1, dtype=np.int64)
+    m = isF & (stage > 0)
+    src = look(stage - 1, mb, F)
+    if np.any(m & (src < 0)):
+        raise NotCoarse("missing forward")
+    data_src[m] = src[m]
+    m = isBI & (stage < S - 1)
+    sb, si = look(stage + 1, mb, B), look(stage + 1, mb, I)
+    src = np.where(sb >= 0, sb, si)
+    if np.any(m & (src < 0)):
+        raise NotCoarse("missing backward")
+    data_src[m] = src[m]
+    fsame, isame = look(stage, mb, F), look(stage, mb, I)
+    if np.any(isBI & (fsame < 0)) or np.any(isW & (isame < 0)):
+        raise NotCoarse("missing same-stage predecessor")
+    same_src = np.where(isBI, fsame, np.where(isW, isame, -1))
+
+    out = ar.copy()
+    if handoff == "pair-end" and npairs:
+        inpair = pair >= 0
+        pair_last = np.zeros(npairs, dtype=np.int64)
+        np.maximum.at(pair_last, pair[inpair], ar[inpair])
+        out[inpair] = pair_last[pair[inpair]]
+    has_src = data_src >= 0
+    data_out = np.where(has_src, out[np.maximum(data_src, 0)], -1)
+    cross = has_src & (rank[np.maximum(data_src, 0)] != rank)
+
+    has_w = np.zeros(S, dtype=bool)
+    has_w[stage[isW]] = True
+    cand = isB | isW | (isI & ~has_w[stage])
+    last_bwd = np.full(S, -1, dtype=np.int64)
+    np.maximum.at(last_bwd, stage[cand], ar[cand])
+    first_fwd = np.full(S, A, dtype=np.int64)
+    np.minimum.at(first_fwd, stage[isF], ar[isF])
+    first_fwd[first_fwd == A] = -1
+    rank_last = np.full(P, -1, dtype=np.int64)
+    np.maximum.at(rank_last, rank, ar)
+
+    topo = _topo_order(A, prev, data_out, same_src)
+    chunks = np.asarray(schedule._chunks, dtype=np.int64)
+    return ActionIndex(stage, kind, mb, rank, chunks[stage], prev, data_src, data_out, cross, same_src,
+                       last_bwd, first_fwd, rank_last, topo, S, P)
+
+
+def _topo_order(A: int, *preds: np.ndarray) -> np.ndarray:
+    """Kahn's algorithm over the action graph (program order, data and same-stage edges)."""
+    src = np.concatenate([p[p >= 0] for p in preds])
+    dst = np.concatenate([np.flatnonzero(p >= 0) for p in preds])
+    ptr, succ = csr_from_edges(A, src, dst)
+    indeg = np.bincount(dst, minlength=A).tolist()
+    ptr_l, succ_l = ptr.tolist(), succ.tolist()
+    queue = deque(np.flatnonzero(np.asarray(indeg) == 0).tolist())
+    order = []
+    pop, push, emit = queue.popleft, queue.append, order.append
+    while queue:
+        a = pop()
+        emit(a)
+        for v in succ_l[ptr_l[a]:ptr_l[a + 1]]:
+            c = indeg[v] - 1
+            indeg[v] = c
+            if c == 0:
+                push(v)
+    if len(order) != A:
+        raise NotCoarse("the schedule deadlocks")
+    return np.asarray(order, dtype=np.int64)
+
+
+def _cache(schedule: Schedule) -> dict:
+    c = schedule.__dict__.get(_CACHE_ATTR)
+    if c is None:
+        c = {}
+        schedule.__dict__[_CACHE_ATTR] = c  # frozen dataclass: write the instance dict directly
+    return c
+
+
+def action_index(schedule: Schedule, overlap_handoff: str = "pair-end") -> ActionIndex:
+    """The (cached) :class:`ActionIndex` of ``schedule``; raises :class:`NotCoarse`."""
+    c = _cache(schedule)
+    key = ("actions", overlap_handoff)
+    idx = c.get(key)
+    if idx is None:
+        idx = c[key] = _build_actions(schedule, overlap_handoff)
+    return idx
+
+
+# --------------------------------------------------------------------------------------------------
+# Work shape and per-shape layout
+
+
+def work_shape(work: IterationWork) -> tuple:
+    """What of ``work`` changes the graph's structure; raises :class:`NotCoarse` for work that is not
+    one operator per stage without collectives (i.e. not ``coarsen``'s output)."""
+    names = None
+    has_w, nb, gat, memf = [], [], [], []
+    for st in work.stages:
+        if len(st.layers) != 1 or len(st.layers[0].ops) != 1:
+            raise NotCoarse("not one operator per stage")
+        layer = st.layers[0]
+        op = layer.ops[0]
+        if layer.recompute != "none" or op.fwd_pre or op.fwd_post or op.bwd_pre or op.bwd_post or op.recompute_bytes:
+            raise NotCoarse("operator with collectives or recompute")
+        n = f"{layer.name}.{op.name}"
+        if names is None:
+            names = n
+        elif n != names:
+            raise NotCoarse("stage operators named differently")
+        for bk in st.buckets:
+            if bk.layer != 0 or bk.op != 0:
+                raise NotCoarse("bucket not at the stage operator")
+        has_w.append(op.bwd_weight > 0)
+        nb.append(len(st.buckets))
+        gat.append(tuple(bk.gather_s > 0 for bk in st.buckets))
+        memf.append(bool(op.saved_bytes))
+    return (names, tuple(has_w), tuple(nb), tuple(gat), tuple(memf), bool(work.overlap_grad_reduce),
+            bool(work.overlap_param_gather), bool(getattr(work, "p2p_overlap", True)))
+
+
+@dataclass
+class Layout:
+    """Task-level structure of one (schedule, hand-off, work shape): every array of the TaskGraph
+    except durations and memory bytes, plus how to gather those from a work record."""
+
+    n: int
+    device: np.ndarray
+    category: np.ndarray
+    op: np.ndarray
+    stage: np.ndarray
+    chunk: np.ndarray
+    mb: np.ndarray
+    rank: np.ndarray
+    src: np.ndarray             # edges in insertion order
+    dst: np.ndarray
+    succ_ptr: np.ndarray
+    succ_idx: np.ndarray
+    op_names: tuple
+    links: tuple                # (a, b) of link devices in device order
+    vidx: np.ndarray            # per task: index into the value table (see values())
+    mem_task: np.ndarray
+    mem_sign: np.ndarray        # +1 allocate, -1 free
+    mem_stage: np.ndarray
+    num_stages: int
+    pp: int
+    nbuckets: int
+    schedule_meta: dict
+    extra: dict = field(default_factory=dict)   # lazily built helpers (devices, solver order ...)
+
+    def values(self, work: IterationWork) -> np.ndarray:
+        """The value table durations index: F, I and W times per stage, 0, bucket reduce times, bucket
+        gather times (flattened per stage), optimizer time per rank, then per link the activation
+        and the gradient transfer times (``work.p2p_pairs[(a, b)]`` when given, else
+        ``p2p_fwd_s`` / ``p2p_bwd_s``, as ``lower_model``'s transfer function)."""
+        S = self.num_stages
+        ops = [st.layers[0].ops[0] for st in work.stages]
+        vals = [o.fwd for o in ops]
+        vals += [o.bwd_input for o in ops]
+        vals += [o.bwd_weight for o in ops]
+        vals.append(0.0)
+        vals += [bk.reduce_s for st in work.stages for bk in st.buckets]
+        vals += [bk.gather_s for st in work.stages for bk in st.buckets]
+        s2r = self.extra["stage_to_rank"]
+        for r in range(self.pp):
+            vals.append(sum(work.stages[s].optimizer_s for s in range(S) if s2r[s] == r))
+        pairs = getattr(work, "p2p_pairs", None) or {}
+        for link in self.links:
+            t = pairs.get(link)
+            vals += [work.p2p_fwd_s, work.p2p_bwd_s] if t is None else [t, t]
+        return np.asarray(vals, dtype=np.float64)
+
+    def durations(self, work: IterationWork) -> np.ndarray:
+        return self.values(work)[self.vidx]
+
+    def memory_bytes(self, work: IterationWork) -> np.ndarray:
+        saved = np.asarray([float(st.layers[0].ops[0].saved_bytes) for st in work.stages], dtype=np.float64)
+        return np.where(self.mem_sign > 0, saved[self.mem_stage], -saved[self.mem_stage])
+
+    def devices(self, represents: int) -> tuple[Device, ...]:
+        key = ("devices", represents)
+        d = self.extra.get(key)
+        if d is None:
+            d = tuple(Device(f"rank{r}/{s}", r, s, represents) for r in range(self.pp) for s in ("compute", "tp", "dp"))
+            d += tuple(Device(f"link {a}->{b}", a, "link", represents) for a, b in self.links)
+            self.extra[key] = d
+        return d
+
+
+def coarse_layout(schedule: Schedule, work: IterationWork, overlap_handoff: str = "pair-end") -> Layout:
+    """The (cached) :class:`Layout` of ``schedule`` with coarse ``work``; raises :class:`NotCoarse`."""
+    if overlap_handoff not in ("pair-end", "each"):
+        raise NotCoarse("unknown hand-off")
+    if len(work.stages) != schedule.num_stages:
+        raise NotCoarse("stage count mismatch")
+    shape = work_shape(work)
+    c = _cache(schedule)
+    key = ("layout", overlap_handoff, shape)
+    lay = c.get(key)
+    if lay is None:
+        lay = _build_layout(schedule, action_index(schedule, overlap_handoff), shape)
+        _remember(c, key, lay)
+    return lay
+
+
+def _remember(c: dict, key: tuple, lay: "Layout") -> None:
+    global _layout_tasks
+    c[key] = lay
+    _LAYOUTS.append((c, key, lay.n))
+    _layout_tasks += lay.n
+    while _layout_tasks > _LAYOUT_TASK_BUDGET and len(_LAYOUTS) > 1:
+        oc, ok, n = _LAYOUTS.popleft()
+        _layout_tasks -= n
+        oc.pop(ok, None)
+
+
+def clear_layout_cache() -> None:
+    """Drop every cached layout (their schedules keep only the small action indexes)."""
+    global _layout_tasks
+    while _LAYOUTS:
+        oc, ok, _ = _LAYOUTS.popleft()
+        oc.pop(ok, None)
+    _layout_tasks = 0
+
+
+def _segments(counts: np.ndarray):
+    """(owner, local index, offsets) of a concatenation of ``counts[i]`` items per owner i."""
+    off = np.zeros(counts.size, dtype=np.int64)
+    if counts.size > 1:
+        np.cumsum(counts[:-1], out=off[1:])
+    total = int(counts.sum())
+    owner = np.repeat(np.arange(counts.size), counts)
+    local = np.arange(total) - off[owner]
+    return owner, local, off
+
+
+def _build_layout(schedule: Schedule, ax: ActionIndex, shape: tuple) -> Layout:
+    names, has_w_t, nb_t, gat_t, memf_t, ogr, opg, p2p_overlap = shape
+    S, P = ax.num_stages, ax.pp
+    A = ax.stage.size
+    s2r = schedule.stage_to_rank
+    chunk_of = np.asarray(schedule._chunks, dtype=np.int64)
+    st, kd, rk = ax.stage, ax.kind, ax.rank
+    hw_s = np.asarray(has_w_t, dtype=bool)
+    nb_s = np.asarray(nb_t, dtype=np.int64)
+    boff = np.zeros(S, dtype=np.int64)
+    np.cumsum(nb_s[:-1], out=boff[1:])
+    NB = int(nb_s.sum())
+    OBI, OBW, OZERO = S, 2 * S, 3 * S
+    ORED = 3 * S + 1
+    OGAT = ORED + NB
+    OOPT = OGAT + NB
+    OLINK = OOPT + P
+
+    # ---- phase 1: emission -----------------------------------------------------------------------
+    hw = hw_s[st]
+    isB = kd == B
+    base = np.where(isB & hw, 2, 1)
+    called = isB | ((kd == I) & ~hw) | ((kd == W) & hw)
+    is_lb = np.zeros(A, dtype=bool)
+    is_lb[ax.last_bwd[ax.last_bwd >= 0]] = True
+    bk = np.where(is_lb & called, nb_s[st], 0) if ogr else np.zeros(A, dtype=np.int64)
+    cnt = base + bk
+    aid, local, off = _segments(cnt)
+    N1 = int(cnt.sum())
+    entry = off
+    exit_ = off + (isB & hw)
+    a_st, a_kd, a_hw = st[aid], kd[aid], hw[aid]
+    is_comp = local < base[aid]
+    role = np.full(N1, R_RED, dtype=np.int64)
+    role = np.where(is_comp & (a_kd == F), R_F, role)
+    role = np.where(is_comp & (a_kd == B) & a_hw, np.where(local == 0, R_BD, R_BW), role)
+    role = np.where(is_comp & (a_kd == B) & ~a_hw, R_B1, role)
+    role = np.where(is_comp & (a_kd == I), np.where(a_hw, R_ID, R_I1), role)
+    role = np.where(is_comp & (a_kd == W), np.where(a_hw, R_WW, R_WE), role)
+    vtab = np.array([0, OBI, OBW, OBI, OBI, OBI, OBW, OZERO], dtype=np.int64)
+    vidx1 = np.where(is_comp, vtab[np.minimum(role, 7)] + np.where(role == R_WE, 0, a_st),
+                     ORED + boff[a_st] + (local - base[aid]))
+    dev1 = 3 * rk[aid] + np.where(is_comp, 0, 2)
+    mb1 = np.where(is_comp, ax.mb[aid], -1)
+
+    # ---- phase 2: transfers ------------------------------------------------------------------------
+    X = np.flatnonzero(ax.cross)
+    NX = X.size
+    xsrc = ax.data_src[X]
+    ra, rb = rk[xsrc], rk[X]
+    lkey = ra * P + rb
+    uk, first_i = np.unique(lkey, return_index=True)
+    lorder = np.argsort(first_i, kind="stable")
+    link_num = np.empty(uk.size, dtype=np.int64)
+    link_num[lorder] = np.arange(uk.size)
+    links = tuple((int(uk[i] // P), int(uk[i] % P)) for i in lorder)
+    xdev = 3 * P + link_num[np.searchsorted(uk, lkey)]
+    xfwd = kd[X] == F
+    xid = N1 + np.arange(NX)
+    xfer_of = np.full(A, -1, dtype=np.int64)
+    xfer_of[X] = xid
+
+    # ---- phase 3: epilogue (per rank, plain Python: a few hundred tasks) ---------------------------
+    N2 = N1 + NX
+    e_role, e_vidx, e_dev, e_stage, e_chunk, e_rank = [], [], [], [], [], []
+    e3_src, e3_dst = [], []
+    bucket_tasks = np.flatnonzero(role == R_RED)
+    bucket_rank = rk[aid[bucket_tasks]]
+    nxt = N2
+
+    def add(r_, v_, d_, s_, c_, k_):
+        nonlocal nxt
+        e_role.append(r_)
+        e_vidx.append(v_)
+        e_dev.append(d_)
+        e_stage.append(s_)
+        e_chunk.append(c_)
+        e_rank.append(k_)
+        nxt += 1
+        return nxt - 1
+
+    for r in range(P):
+        stages = [s for s in range(S) if s2r[s] == r]
+        last = int(exit_[ax.rank_last[r]])
+        dp_dev = 3 * r + 2
+        if not ogr:
+            prev = last
+            dp_tasks = []
+            for s in stages:
+                for j in range(nb_t[s]):
+                    x = add(R_RED, ORED + int(boff[s]) + j, dp_dev, s, int(chunk_of[s]), r)
+                    e3_src.append(prev)
+                    e3_dst.append(x)
+                    prev = x
+                    dp_tasks.append(x)
+        else:
+            dp_tasks = bucket_tasks[bucket_rank == r].tolist()
+        opt = add(R_OPT, OOPT + r, 3 * r, -1, -1, r)
+        e3_src.append(last)
+        e3_dst.append(opt)
+        e3_src.extend(dp_tasks)
+        e3_dst.extend([opt] * len(dp_tasks))
+        if not opg:
+            prev = opt
+            for s in stages:
+                for j in range(nb_t[s]):
+                    if gat_t[s][j]:
+                        x = add(R_GAT, OGAT + int(boff[s]) + j, dp_dev, s, int(chunk_of[s]), r)
+                        e3_src.append(prev)
+                        e3_dst.append(x)
+                        prev = x
+        else:
+            for s in stages:
+                fa = int(ax.first_fwd[s])
+                for j in range(nb_t[s] - 1, -1, -1):
+                    if not gat_t[s][j]:
+                        continue
+                    x = add(R_GAT, OGAT + int(boff[s]) + j, dp_dev, s, int(chunk_of[s]), r)
+                    if fa >= 0 and j == nb_t[s] - 1:
+                        e3_src.append(x)
+                        e3_dst.append(int(entry[fa]))
+    n = nxt
+
+    # ---- task arrays ----------------------------------------------------------------------------------
+    roles = np.concatenate([role, np.where(xfwd, R_TF, R_TB), np.asarray(e_role, dtype=np.int64)])
+    xlink = link_num[np.searchsorted(uk, lkey)]
+    vidx = np.concatenate([vidx1, OLINK + 2 * xlink + np.where(xfwd, 0, 1), np.asarray(e_vidx, dtype=np.int64)])
+    device = np.concatenate([dev1, xdev, np.asarray(e_dev, dtype=np.int64)]).astype(np.int32)
+    stage = np.concatenate([a_st, st[xsrc], np.asarray(e_stage, dtype=np.int64)]).astype(np.int32)
+    chunk = np.concatenate([chunk_of[a_st], chunk_of[st[xsrc]], np.asarray(e_chunk, dtype=np.int64)]).astype(np.int32)
+    mbv = np.concatenate([mb1, ax.mb[X], np.full(n - N2, -1, dtype=np.int64)]).astype(np.int32)
+    rank = np.concatenate([rk[aid], ra, np.asarray(e_rank, dtype=np.int64)]).astype(np.int32)
+    category = _ROLE_CAT[roles]
+    role_names = [t.format(n=names) for _, t in _ROLES]
+    uniq_names: dict[str, int] = {}
+    role_code = np.array([uniq_names.setdefault(nm, len(uniq_names)) for nm in role_names], dtype=np.int64)
+    name_code = role_code[roles]
+    used, first_at = np.unique(name_code, return_index=True)
+    by_first = used[np.argsort(first_at, kind="stable")]
+    remap = np.full(len(uniq_names), -1, dtype=np.int64)
+    remap[by_first] = np.arange(by_first.size)
+    op = remap[name_code].astype(np.int32)
+    inv_names = {v: k for k, v in uniq_names.items()}
+    op_names = tuple(inv_names[int(c)] for c in by_first)
+
+    # ---- edges in insertion order ---------------------------------------------------------------------
+    # phase 1, per action: dgrad->wgrad, exit->bucket tasks, previous action's exit->entry
+    has_chain = (isB & hw).astype(np.int64)
+    has_prev = (ax.prev >= 0).astype(np.int64)
+    eo, el, _ = _segments(has_chain + bk + has_prev)
+    is_chain_e = (has_chain[eo] == 1) & (el == 0)
+    bj = el - has_chain[eo]
+    is_bucket_e = ~is_chain_e & (bj < bk[eo])
+    prev_exit = exit_[np.maximum(ax.prev[eo], 0)]
+    src1 = np.where(is_chain_e, entry[eo], np.where(is_bucket_e, exit_[eo], prev_exit))
+    dst1 = np.where(is_chain_e, entry[eo] + 1, np.where(is_bucket_e, entry[eo] + base[eo] + bj, entry[eo]))
+    # phase 2, per action: same-stage edge (B/I: F's exit, W: I's exit), then the data connection:
+    # exit -> entry on one rank, else exit -> transfer -> entry, plus (blocking p2p) transfer -> the
+    # entry of the sender's next action
+    has_same = (ax.same_src >= 0).astype(np.int64)
+    has_data = (ax.data_src >= 0).astype(np.int64)
+    crs = ax.cross.astype(np.int64)
+    sender = np.maximum(ax.data_out, 0)
+    nxt_a = np.minimum(sender + 1, A - 1)
+    has_next = (sender + 1 < A) & (rk[nxt_a] == rk[sender])
+    blocks = (crs == 1) & has_next & (not p2p_overlap)
+    eo, el, _ = _segments(has_same + has_data * (1 + crs + blocks))
+    is_same_e = (has_same[eo] == 1) & (el == 0)
+    k = el - has_same[eo]
+    u = exit_[sender[eo]]
+    t = xfer_of[eo]
+    v = entry[eo]
+    c_ = crs[eo] == 1
+    src2 = np.where(is_same_e, exit_[np.maximum(ax.same_src[eo], 0)], np.where(c_ & (k >= 1), t, u))
+    dst2 = np.where(is_same_e, v, np.where(c_ & (k == 0), t, np.where(c_ & (k == 2), entry[nxt_a[eo]], v)))
+    src = np.concatenate([src1, src2, np.asarray(e3_src, dtype=np.int64)])
+    dst = np.concatenate([dst1, dst2, np.asarray(e3_dst, dtype=np.int64)])
+    succ_ptr, succ_idx = csr_from_edges(n, src, dst)
+
+    # ---- memory events (emission order) -------------------------------------------------------------
+    memf = np.asarray(memf_t, dtype=bool)
+    sign1 = _ROLE_MEM[role]
+    mm = (sign1 != 0) & memf[a_st]
+    mem_task = np.flatnonzero(mm)
+
+    lay = Layout(n=n, device=device, category=category, op=op, stage=stage, chunk=chunk, mb=mbv, rank=rank,
+                 src=src, dst=dst, succ_ptr=succ_ptr, succ_idx=succ_idx, op_names=op_names, links=links,
+                 vidx=vidx, mem_task=mem_task.astype(np.int32), mem_sign=sign1[mem_task],
+                 mem_stage=a_st[mem_task], num_stages=S, pp=P, nbuckets=NB,
+                 schedule_meta=dict(schedule=schedule.name, pp=schedule.pp, vpp=schedule.vpp,
+                                    microbatches=schedule.microbatches, num_stages=S))
+    lay.extra["stage_to_rank"] = tuple(s2r)
+    lay.extra["entry"] = entry
+    lay.extra["exit"] = exit_
+    lay.extra["actions"] = ax
+    lay.extra["n_phase1"] = N1
+    lay.extra["phase1_action"] = aid
+    lay.extra["transfer_dst"] = X
+    lay.extra["roles"] = roles
+    lay.extra["overlap_param_gather"] = opg
+    return lay
+
+
+# --------------------------------------------------------------------------------------------------
+# The graph
+
+
+def graph_from_layout(lay: Layout, work: IterationWork) -> TaskGraph:
+    """The TaskGraph of ``lay`` with ``work``'s durations and bytes (arrays copied from the cache, so
+    callers may modify them)."""
+    meta = dict(lay.schedule_meta)
+    meta.update(work.meta)
+    meta["represents"] = work.represents
+    nm = lay.mem_task.size
+    return TaskGraph(
+        duration=lay.durations(work), device=lay.device.copy(), category=lay.category.copy(), op=lay.op.copy(),
+        stage=lay.stage.copy(), chunk=lay.chunk.copy(), mb=lay.mb.copy(), rank=lay.rank.copy(),
+        succ_ptr=lay.succ_ptr.copy(), succ_idx=lay.succ_idx.copy(), devices=lay.devices(work.represents),
+        op_names=lay.op_names, mem_task=lay.mem_task.copy(), mem_bytes=lay.memory_bytes(work),
+        mem_at_end=np.ones(nm, dtype=np.int8), mem_kind=np.zeros(nm, dtype=np.int8), meta=meta,
+    )
+
+
+def lower_coarse(schedule: Schedule, work: IterationWork, *, overlap_handoff: str = "pair-end") -> TaskGraph:
+    """``lower_model(schedule, work, overlap_handoff=...)`` for coarse ``work``, vectorized.
+
+    Work that is not coarse falls back to :func:`taskgraph.lower_model.lower_model`.
+    """
+    try:
+        lay = coarse_layout(schedule, work, overlap_handoff)
+    except NotCoarse:
+        from taskgraph.lower_model import lower_model
+        return lower_model(schedule, work, overlap_handoff=overlap_handoff)
+    return graph_from_layout(lay, work)
