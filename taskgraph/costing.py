@@ -95,7 +95,8 @@ def _zero3_comms(ctx: CostContext, ops, dp_group) -> tuple[tuple, tuple, tuple]:
     gbytes = grad_bytes_per_param(plan) * params
     ag = _comm_time(plan.cluster, "all-gather", wbytes, dp_group)
     rs = _comm_time(plan.cluster, "reduce-scatter", gbytes, dp_group)
-    return (Comm("dp-comm", "zero3-param-gather", ag, "dp"),), (Comm("dp-comm", "zero3-param-gather", ag, "dp"),), \
+    return (Comm("dp-comm", "zero3-param-gather", ag, "dp", mem_bytes=wbytes),), \
+        (Comm("dp-comm", "zero3-param-gather", ag, "dp", mem_bytes=wbytes),), \
         (Comm("dp-comm", "zero3-grad-reduce-scatter", rs, "dp"),)
 
 

@@ -31,7 +31,7 @@ from taskgraph.lower_pipeline import lower_schedule
 class Comm:
     """One collective attached to an operator pass.
 
-    category: ``tp-comm``, ``cp-comm`` or ``ep-comm``. op: display name (``tp-allreduce`` ...).
+    category: ``tp-comm``, ``cp-comm``, ``ep-comm`` or ``dp-comm``. op: display name (``tp-allreduce`` ...).
     seconds: duration. stream: device stream it runs on (``tp`` by default).
     """
 
@@ -39,6 +39,8 @@ class Comm:
     op: str
     seconds: float
     stream: str = "tp"
+    mem_bytes: float = 0.0  # buffer allocated when it ends and freed when its layer's pass ends
+                            # (ZeRO-3 gathered parameters, Rajbhandari 2020 Section 5.3)
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,7 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
         cdev = bld.device_index(f"rank{rank}/compute")
         chain: list[int] = []
         comm_tails: list[int] = []
+        layer_buffers: list[float] = []
 
         def comp(dur, cat, op, mem_end=0.0, free=(0.0, 0.0)):
             """A compute task; ``mem_end`` bytes allocated at its end (activations, or recompute
@@ -169,10 +172,19 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
                 t = bld.add_task(c.seconds, dev, c.category, op=c.op, stage=a.stage, chunk=chunk, mb=a.mb, rank=rank)
                 if chain:
                     bld.add_edge(chain[-1], t)
+                if c.mem_bytes:
+                    bld.add_memory(t, c.mem_bytes, at_end=True, kind="parameter")
+                    layer_buffers.append(c.mem_bytes)
                 if work.tp_comm_overlap:
                     comm_tails.append(t)
                 else:
                     chain.append(t)
+
+        def end_layer():
+            """Free the layer's gathered buffers when its pass (last task so far) ends."""
+            if layer_buffers and chain:
+                bld.add_memory(chain[-1], -sum(layer_buffers), at_end=True, kind="parameter")
+            layer_buffers.clear()
 
         def bucket_after(t, li, oi):
             if a != last_bwd.get(a.stage) or not work.overlap_grad_reduce:
@@ -191,6 +203,7 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
                     comms(op.fwd_pre)
                     comp(op.fwd, "forward", f"{layer.name}.{op.name}", mem_end=op.saved_bytes)
                     comms(op.fwd_post)
+                end_layer()
         else:
             with_w = a.kind == "B"
             for li in range(len(st.layers) - 1, -1, -1):
@@ -224,6 +237,7 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
                         t = comp(op.bwd_weight, "backward", name + ".wgrad", free=held)
                     if with_w or not has_w:
                         bucket_after(t, li, oi)
+                end_layer()
         if not chain:  # an empty stage still needs a task to hang edges on
             comp(0.0, "forward" if a.kind == "F" else "backward", "empty")
         exit_ = chain[-1]

@@ -89,3 +89,38 @@ def test_memory_report_on_gpt3_example():
     assert len(mem.per_stage[0].alive_microbatches) == 23
     acts = [s.activations for s in mem.per_stage]
     assert acts == sorted(acts, reverse=True)
+
+
+def test_gathered_buffers_live_between_gather_and_layer_end():
+    from taskgraph.lower_model import Comm
+    from taskgraph.graph import MEM_KINDS
+    gather = Comm("dp-comm", "zero3-param-gather", 0.5, "dp", mem_bytes=100.0)
+    ops = (OpCost("a", 1.0, 1.0, 1.0, fwd_pre=(gather,), saved_bytes=1.0), OpCost("b", 1.0, 1.0, 1.0))
+    w = IterationWork((StageWork((LayerWork("L0", ops), LayerWork("L1", ops))),))
+    g = lower_model(get_schedule("1f1b", 1, 1), w)
+    r = simulate(g)
+    c = memory_curves(g, r)[0]
+    # L0: gather ends 0.5 (+100), a ends 1.5 (+1), b ends 2.5 (L0's buffer freed); L1: gather ends
+    # 3.0 (+100), a ends 4.0 (+1) -> peak 102 = one layer's buffer + both activations, never 200
+    assert c.peak_bytes == 102.0 and c.peak_time == 4.0
+    assert abs(c.values[-1]) < 1e-9
+    par = g.mem_kind == MEM_KINDS.index("parameter")
+    assert g.mem_bytes[par].sum() == 0.0 and (g.mem_bytes[par] > 0).sum() == 2
+
+
+def test_zero3_strategy_memory_includes_gathered_layer():
+    from simulator.api import simulate_strategy
+    from simulator.memory_report import memory_report
+    from strategies.strategy_file import parse_strategy
+    s = parse_strategy({"model": "llama3-8b", "cluster": {"preset": "dgx-h100", "nodes": 1},
+                        "parallel": {"zero": 3}, "training": {"micro_batch": 1, "global_batch": 16, "seq_len": 4096}})
+    sim = simulate_strategy(s)
+    g = sim.graph
+    c = memory_curves(g, sim.result)[0]
+    assert c.values.min() >= -1e-3 and abs(c.values[-1]) < 1e-3
+    from taskgraph.graph import MEM_KINDS
+    par = g.mem_bytes[(g.mem_kind == MEM_KINDS.index("parameter")) & (g.mem_bytes > 0)]
+    # a bf16 gather per layer in forward and in backward, per microbatch (16 / (1 x dp 8) = 2)
+    assert par.size == 32 * 2 * 2
+    assert np.allclose(par, 2 * sim.plan.model.layer_params(0))
+    assert memory_report(sim.plan, sim.graph, sim.result).fits
