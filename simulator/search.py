@@ -305,26 +305,13 @@ def _memo(key, fn):
 def _flops(plan) -> tuple[float, float]:
     """(model FLOPs per token, recomputed forward FLOPs per microbatch summed over layers, before
     scaling by GPUs and microbatches) -- training_report's numbers, memoized."""
-    from taskgraph.operators import layer_operators, model_flops_per_token
+    from taskgraph.operators import model_flops_per_token
     tr, s = plan.strategy.training, plan.sizes
     flash = plan.strategy.options.flash_attention
 
     def compute():
-        mf = model_flops_per_token(plan.model, tr.seq_len, "megatron")
-        recompute = 0.0
-        kw = dict(micro_batch=tr.micro_batch, seq_len=tr.seq_len, tp=s.tp, sp=plan.sp, cp=s.cp, ep=s.ep,
-                  flash_attention=flash)
-        cache = {}
-        for li in range(plan.model.layers):
-            policy = tr.recompute_layers[li] if tr.recompute_layers else tr.recompute
-            if policy == "none":
-                continue
-            key = (policy, plan.model.is_moe_layer(li))
-            if key not in cache:
-                ops = layer_operators(plan.model, layer_index=li, **kw)
-                cache[key] = sum(o.fwd_flops for o in ops if policy == "full" or o.selective_recompute_bytes > 0)
-            recompute += cache[key]
-        return mf, recompute
+        from simulator.training_report import recompute_flops_per_microbatch
+        return model_flops_per_token(plan.model, tr.seq_len, "megatron"), recompute_flops_per_microbatch(plan)
 
     return _memo(("flops", plan.model, tr.seq_len, tr.micro_batch, tr.recompute, tr.recompute_layers, s.tp,
                   plan.sp, s.cp, s.ep, flash), compute)

@@ -102,18 +102,14 @@ def exposed_comm(graph: TaskGraph, result: SimResult, rank: int) -> float:
     return _measure_minus(_union(result.start[comm], result.end[comm]), _union(result.start[comp], result.end[comp]))
 
 
-def training_report(plan, work, graph: TaskGraph, result: SimResult, rep: Report) -> TrainingReport:
-    from taskgraph.operators import layer_operators, model_flops_per_token
-    tr = plan.strategy.training
-    s = plan.sizes
-    it = rep.makespan_s
-    tokens = plan.tokens_per_iteration
-    model_flops = model_flops_per_token(plan.model, tr.seq_len, "megatron") * tokens
-    # Recomputed forward FLOPs (HFU): per layer per microbatch per GPU, times all GPUs and microbatches.
-    recompute = 0.0
+def recompute_flops_per_microbatch(plan) -> float:
+    """Recomputed forward FLOPs per microbatch on one GPU, summed over all layers (HFU numerator
+    extra; Korthikanti 2022 Section 6.3): attention core under selective, whole layer under full."""
+    from taskgraph.operators import layer_operators
+    tr, s = plan.strategy.training, plan.sizes
     kw = dict(micro_batch=tr.micro_batch, seq_len=tr.seq_len, tp=s.tp, sp=plan.sp, cp=s.cp, ep=s.ep,
               flash_attention=plan.strategy.options.flash_attention)
-    cache = {}
+    total, cache = 0.0, {}
     for li in range(plan.model.layers):
         policy = tr.recompute_layers[li] if tr.recompute_layers else tr.recompute
         if policy == "none":
@@ -122,7 +118,19 @@ def training_report(plan, work, graph: TaskGraph, result: SimResult, rep: Report
         if key not in cache:
             ops = layer_operators(plan.model, layer_index=li, **kw)
             cache[key] = sum(o.fwd_flops for o in ops if policy == "full" or o.selective_recompute_bytes > 0)
-        recompute += cache[key]
+        total += cache[key]
+    return total
+
+
+def training_report(plan, work, graph: TaskGraph, result: SimResult, rep: Report) -> TrainingReport:
+    from taskgraph.operators import model_flops_per_token
+    tr = plan.strategy.training
+    s = plan.sizes
+    it = rep.makespan_s
+    tokens = plan.tokens_per_iteration
+    model_flops = model_flops_per_token(plan.model, tr.seq_len, "megatron") * tokens
+    # Recomputed forward FLOPs (HFU): per layer per microbatch per GPU, times all GPUs and microbatches.
+    recompute = recompute_flops_per_microbatch(plan)
     recompute *= s.tp * s.cp * s.dp * plan.microbatches
     peak = plan.cluster.gpu.peak_flops("bf16")
     n = plan.num_gpus

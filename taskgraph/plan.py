@@ -181,25 +181,11 @@ def resolve(strategy: Strategy) -> Plan:
 def _schedule(strategy: Strategy, pp: int, m: int, vpp: int) -> Schedule:
     name = strategy.schedule
     if name == "custom":
-        from strategies.schedule_csv import read_schedule_csv
-        from strategies.validate import check_deadlock, validate_schedule
-        csv = strategy.schedule_csv
-        if not Path(csv).is_file():
-            raise ConfigError(f"schedule.csv = {csv!r}: file not found; fix the path (relative paths are read from "
-                              f"the strategy file's folder)")
-        try:
-            s = read_schedule_csv(csv)
-        except ScheduleError as exc:
-            raise ConfigError(f"schedule.csv {csv!r}: {exc}") from None
+        s = load_custom_schedule(strategy.schedule_csv, "schedule.csv")
         if s.pp != pp or s.num_stages != pp * vpp or s.microbatches != m:
             raise ConfigError(f"schedule.csv {strategy.schedule_csv!r} has pp={s.pp}, {s.num_stages} stages, "
                               f"{s.microbatches} microbatches; the strategy needs pp={pp}, pp*vpp={pp * vpp}, "
                               f"{m} microbatches (global_batch / (micro_batch*dp))")
-        try:
-            validate_schedule(s)
-            check_deadlock(s)
-        except ScheduleError as exc:
-            raise ConfigError(f"schedule.csv {csv!r}: {exc}") from None
         return s
     if name not in SCHEDULES:
         raise ConfigError(f"schedule = {name!r} is not known{did_you_mean(name, SCHEDULES)}; valid: "
@@ -214,3 +200,19 @@ def _schedule(strategy: Strategy, pp: int, m: int, vpp: int) -> Schedule:
     except ScheduleError as exc:
         raise ConfigError(f"schedule = {name!r} with pp={pp}, vpp={vpp}, {m} microbatches "
                           f"(global_batch / (micro_batch*dp)): {exc}") from None
+
+
+def load_custom_schedule(csv: str, field: str) -> Schedule:
+    """Read, validate and deadlock-check a PyTorch action CSV; errors name ``field`` and the file."""
+    from strategies.schedule_csv import read_schedule_csv
+    from strategies.validate import check_deadlock, validate_schedule
+    if not Path(csv).is_file():
+        raise ConfigError(f"{field} = {csv!r}: file not found; fix the path (relative paths are read from the "
+                          f"input file's folder)")
+    try:
+        s = read_schedule_csv(csv)
+        validate_schedule(s)
+        check_deadlock(s)
+    except ScheduleError as exc:
+        raise ConfigError(f"{field} {csv!r}: {exc}") from None
+    return s

@@ -111,3 +111,17 @@ def test_console_script_no_traceback(tmp_path):
     bad.write_text("pipeline: {pp: 0, microbatches: 2, forward_ms: 1, backward_ms: 2}\n")
     p = subprocess.run([sys.executable, "-m", "simulator.cli", "simulate", str(bad)], capture_output=True, text=True)
     assert p.returncode == 2 and "pipeline.pp = 0 must be >= 1" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_custom_schedule_csv_round_trip(capsys, tmp_path):
+    rc, csv, _ = run(capsys, "schedule", "--schedule", "zb-h1", "--pp", "4", "--microbatches", "8", "--csv")
+    (tmp_path / "zb.csv").write_text(csv)
+    (tmp_path / "p.yaml").write_text("pipeline: {schedule: custom, schedule_csv: zb.csv, pp: 4, microbatches: 8, "
+                                     "forward_ms: 1, backward_ms: 2, backward_input_ms: 1, backward_weight_ms: 1}\n")
+    rc, out, _ = run(capsys, "simulate", str(tmp_path / "p.yaml"), "--json")
+    assert rc == 0 and json.loads(out)["makespan_s"] == pytest.approx((3 * 8 + 3) * 1e-3)  # ZB-H1: 3m + p - 1
+    (tmp_path / "bad.csv").write_text("0F0,0B0\n1B0,1F0\n")
+    (tmp_path / "b.yaml").write_text("pipeline: {schedule: custom, schedule_csv: bad.csv, pp: 2, microbatches: 1, "
+                                     "forward_ms: 1, backward_ms: 2}\n")
+    rc, _, err = run(capsys, "simulate", str(tmp_path / "b.yaml"))
+    assert rc == 2 and "pipeline.schedule_csv" in err and "rank 1, position 0" in err
