@@ -135,10 +135,12 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
     # last backward-ish action (B or W; I when the stage has no W) of every stage on its rank
     last_bwd: dict[int, Action] = {}
     first_fwd: dict[int, Action] = {}
+    stages_with_w = {a.stage for order in schedule.orders for e in order
+                     for a in getattr(e, "sub_actions", (e,)) if a.kind == "W"}
     for order in schedule.orders:
         for entry in order:
             for a in getattr(entry, "sub_actions", (entry,)):
-                if a.kind in ("B", "W") or (a.kind == "I" and not _has_w(schedule, a.stage)):
+                if a.kind in ("B", "W") or (a.kind == "I" and a.stage not in stages_with_w):
                     last_bwd[a.stage] = a
                 if a.kind == "F" and a.stage not in first_fwd:
                     first_fwd[a.stage] = a
@@ -300,15 +302,6 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
     b.meta.update(work.meta)
     b.meta["represents"] = work.represents
     return b.build()
-
-
-def _has_w(schedule: Schedule, stage: int) -> bool:
-    for order in schedule.orders:
-        for entry in order:
-            for a in getattr(entry, "sub_actions", (entry,)):
-                if a.stage == stage and a.kind == "W":
-                    return True
-    return False
 
 
 def _last_task_of_rank(schedule: Schedule, tasks: dict, rank: int) -> int:

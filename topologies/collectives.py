@@ -211,24 +211,25 @@ def all_reduce(nbytes: float, ranks: Iterable[int], cluster: Any, algorithm: str
 
 
 # --- other collectives -----------------------------------------------------------------------
-def reduce_scatter(nbytes: float, ranks: Iterable[int], cluster: Any) -> float:
-    """Reduce-scatter of an S-byte total input (S/n kept per rank), ring algorithm."""
+def _ring_one_pass(nbytes: float, ranks: Iterable[int], cluster: Any) -> float:
+    """One ring pass moving (n-1)/n of S: reduce-scatter and all-gather cost the same.
+    Thakur et al. 2005; NCCL PERFORMANCE.md: t = S/B * (n-1)/n."""
     s, lay = _prologue(nbytes, ranks, cluster)
     if lay is None:
         return 0.0
-    n = lay.n  # Thakur et al. 2005; NCCL PERFORMANCE.md: t = S/B * (n-1)/n
+    n = lay.n
     return (cluster.collective_base_latency + (n - 1) / n * s / _ring_bandwidth(lay, cluster)
             + _ring_alpha(lay, cluster))
+
+
+def reduce_scatter(nbytes: float, ranks: Iterable[int], cluster: Any) -> float:
+    """Reduce-scatter of an S-byte total input (S/n kept per rank), ring algorithm."""
+    return _ring_one_pass(nbytes, ranks, cluster)
 
 
 def all_gather(nbytes: float, ranks: Iterable[int], cluster: Any) -> float:
     """All-gather into an S-byte total output (S/n contributed per rank), ring algorithm."""
-    s, lay = _prologue(nbytes, ranks, cluster)
-    if lay is None:
-        return 0.0
-    n = lay.n  # Thakur et al. 2005; NCCL PERFORMANCE.md: t = S/B * (n-1)/n
-    return (cluster.collective_base_latency + (n - 1) / n * s / _ring_bandwidth(lay, cluster)
-            + _ring_alpha(lay, cluster))
+    return _ring_one_pass(nbytes, ranks, cluster)
 
 
 def broadcast(nbytes: float, ranks: Iterable[int], cluster: Any) -> float:
