@@ -5,6 +5,19 @@ time(op, pass) = max(FLOPs / (peak x efficiency), bytes / (HBM bandwidth x effic
 (Williams, Waterman, Patterson 2009, "Roofline", eq. 1). The constants live in the GPU catalog
 (``topologies/data/gpus.yaml``, ``efficiency`` block), not here.
 
+Weight-gradient GEMMs accumulate into the persistent main-gradient buffer, reading and writing it once
+per micro-batch (Megatron-LM gradient_accumulation_fusion: the wgrad GEMM runs with beta = 1 into
+``weight.main_grad``, megatron/core/tensor_parallel/layers.py,
+LinearWithGradAccumulationAndAsyncCommunication.backward). That traffic sits in the GEMM epilogue
+and scales with the weight size, not with the micro-batch's tokens. On GPUs whose GEMM kernels run the
+epilogue after the main loop (Ampere sm80 CUTLASS 2.x-style kernels: NVIDIA CUTLASS
+media/docs/efficient_gemm.md, "Epilogue") it adds to the main loop's time; Hopper's warp-specialized
+persistent ping-pong kernels overlap one tile's epilogue with another's math (same document,
+"Warp-Specialized Persistent Ping-Pong kernel design"), so there it only enters the roofline's
+memory term. ``efficiency.gemm_epilogue_overlap`` selects the case per GPU. Forward and
+input-gradient epilogues write activation-sized outputs after a hidden-sized reduction loop; their
+share (~2%) stays folded into the calibrated ``gemm_efficiency_max``.
+
 GEMM efficiency = gemm_efficiency_max x tile quantization x wave quantization
 (NVIDIA Deep Learning Performance Guide, "Matrix Multiplication Background": tile quantization =
 useful fraction of the output tiles; wave quantization = useful fraction of the last wave of
@@ -25,6 +38,9 @@ from pathlib import Path
 from strategies.errors import ConfigError
 
 PASSES = ("fwd", "bwd_input", "bwd_weight")
+
+#: element size of a GEMM's output in each compute precision (fp8 GEMMs write bf16)
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
 
 
 def pass_shape(g, pass_: str) -> tuple[int, int, int, int]:
@@ -103,9 +119,18 @@ def op_shape_key(op) -> str:
     return f"bytes={int(op.fwd_bytes)}"
 
 
+def grad_accumulate_bytes(op, grad_accum_bytes: int) -> float:
+    """HBM bytes one micro-batch's weight-gradient GEMMs move to accumulate into the main-gradient
+    buffer of ``grad_accum_bytes``-byte elements: read it and write it back (module docstring)."""
+    return sum(2.0 * grad_accum_bytes * g.k * g.n * g.batch for g in op.gemms)
+
+
 def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True,
-            profile: ProfileTable | None = None) -> float:
-    """Seconds for one pass of one operator on one GPU."""
+            profile: ProfileTable | None = None, grad_accum_bytes: int = 0) -> float:
+    """Seconds for one pass of one operator on one GPU.
+
+    ``grad_accum_bytes``: element size of the main-gradient buffer weight-gradient GEMMs accumulate
+    into (4: fp32, 2: fp16/bf16); 0 = the gradient is written once and not accumulated."""
     if profile is not None:
         t = profile.lookup(gpu, dtype, op, pass_)
         if t is not None:
@@ -124,7 +149,17 @@ def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True,
         listed = sum(2.0 * g.m * g.n * g.k * g.batch for g in op.gemms)
         if listed > 0:
             comp *= flops / listed
-        return max(comp, mem_t) + launch * len(op.gemms)
+        launches = launch * len(op.gemms)
+        if pass_ == "bwd_weight" and grad_accum_bytes > 0:
+            bw = gpu.hbm_bandwidth * eff.hbm_efficiency
+            # the plain gradient write counted in the operator's bytes becomes the accumulation
+            plain = sum(float(g.k * g.n * g.batch) for g in op.gemms) * DTYPE_BYTES.get(dtype, 2)
+            acc_t = grad_accumulate_bytes(op, grad_accum_bytes) / bw
+            rest_t = max(0.0, nbytes - plain) / bw
+            if eff.gemm_epilogue_overlap:
+                return max(comp, rest_t + acc_t) + launches
+            return max(comp, rest_t) + acc_t + launches
+        return max(comp, mem_t) + launches
     if op.kind == "attention":
         # attention math runs in bf16/fp16 even in fp8 recipes (Transformer Engine keeps DPA in bf16)
         peak = gpu.peak_flops("bf16")

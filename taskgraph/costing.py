@@ -66,7 +66,9 @@ def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bo
     plan = ctx.plan
     gpu, cluster = plan.cluster.gpu, plan.cluster
     flash = plan.strategy.options.flash_attention
-    t = {p: op_time(op, p, gpu, ctx.dtype, flash=flash, profile=ctx.profile) for p in ("fwd", "bwd_input", "bwd_weight")}
+    gacc = grad_bytes_per_param(plan)  # weight gradients accumulate into main_grad per micro-batch
+    t = {p: op_time(op, p, gpu, ctx.dtype, flash=flash, profile=ctx.profile, grad_accum_bytes=gacc)
+         for p in ("fwd", "bwd_input", "bwd_weight")}
     slots = {("fwd", "before"): [], ("fwd", "after"): [], ("bwd", "before"): [], ("bwd", "after"): []}
     for c in op.comms:
         ranks = groups[c.group]

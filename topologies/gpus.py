@@ -99,6 +99,9 @@ class GPUEfficiency:
     hbm_efficiency: fraction of peak HBM bandwidth a streaming copy sustains.
     elementwise_efficiency: fraction of peak HBM bandwidth elementwise/norm/softmax kernels reach.
     launch_overhead: fixed per-kernel cost in seconds (launch latency plus tail).
+    gemm_epilogue_overlap: GEMM kernels overlap one tile's epilogue (output and accumulation
+        traffic) with another tile's math (Hopper warp-specialized kernels); False = the epilogue
+        follows the main loop (Ampere), so weight-gradient accumulation adds to the GEMM time.
     """
 
     gemm_efficiency_max: float
@@ -111,13 +114,14 @@ class GPUEfficiency:
     hbm_efficiency: float
     elementwise_efficiency: float
     launch_overhead: float
+    gemm_epilogue_overlap: bool = True
 
 
 #: YAML field names of the ``efficiency`` block.
 EFFICIENCY_FIELDS = (
     "gemm_efficiency_max", "gemm_efficiency_max_fp8", "gemm_tile_m", "gemm_tile_n", "gemm_tile_k",
     "attention_fwd_efficiency", "attention_bwd_efficiency", "hbm_efficiency",
-    "elementwise_efficiency", "launch_overhead_us",
+    "elementwise_efficiency", "launch_overhead_us", "gemm_epilogue_overlap",
 )
 
 
@@ -208,7 +212,15 @@ def _efficiency_from_dict(data: Any, where: str) -> GPUEfficiency:
         hbm_efficiency=float(number(data, "hbm_efficiency", where, **frac)),
         elementwise_efficiency=float(number(data, "elementwise_efficiency", where, **frac)),
         launch_overhead=float(number(data, "launch_overhead_us", where, strict=False)) * US,
+        gemm_epilogue_overlap=_optional_bool(data, "gemm_epilogue_overlap", where, default=True),
     )
+
+
+def _optional_bool(data: Mapping, key: str, where: str, *, default: bool) -> bool:
+    value = data.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}: field {key!r} = {value!r} must be true or false")
+    return value
 
 
 def gpu_from_dict(name: str, data: Mapping) -> GPUSpec:
@@ -264,6 +276,7 @@ def gpu_to_dict(gpu: GPUSpec) -> dict:
         "efficiency": {
             **{f.name: getattr(e, f.name) for f in fields(e) if f.name != "launch_overhead"},
             "launch_overhead_us": e.launch_overhead / US,
+            "gemm_epilogue_overlap": e.gemm_epilogue_overlap,
         },
     }
 
