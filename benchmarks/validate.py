@@ -216,6 +216,14 @@ def _megatron_2021_22(row: dict) -> bool:
     return any(k in row["source"] for k in ("Korthikanti", "Narayanan", "bigscience"))
 
 
+def _sync_tp_backward(row: dict) -> bool:
+    """Code bases whose column-parallel backward all-reduce is synchronous: Megatron-LM of Narayanan
+    2021 (April 2021; the asynchronous LinearWithGradAccumulationAndAsyncAllreduce came later that
+    year) and BigScience's Megatron-DeepSpeed fork (megatron/mpu/layers.py: ColumnParallelLinear
+    calls copy_to_tensor_model_parallel_region, whose backward is a blocking all-reduce)."""
+    return any(k in row["source"] for k in ("Narayanan", "bigscience"))
+
+
 def _vpp_assumed(layers: int, pp: int) -> int:
     per = layers // pp
     return max(d for d in range(1, min(per, MAX_ASSUMED_VPP) + 1) if per % d == 0)
@@ -298,6 +306,8 @@ def strategy_for(row: dict) -> tuple[dict, list[str]]:
         options["overlap_grad_reduce"] = False
     if "NOT overlapped" in row["notes"]:
         options["overlap_grad_reduce"] = False
+    if _sync_tp_backward(row):
+        options["tp_async_backward"] = False
     nodes = n // GPUS_PER_NODE
     if layer_row:
         # One layer, one micro-batch, the TP group of one node (Korthikanti 2022 Table 4).

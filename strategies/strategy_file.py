@@ -28,7 +28,7 @@ TRAINING_KEYS = ("micro_batch", "global_batch", "seq_len", "precision", "recompu
                  "recompute_layers")
 OPTION_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_bucket_mb", "flash_attention",
                "overlap_handoff", "memory_reserve_gb", "fidelity", "profile", "fp32_grad_accum",
-               "tp_comm_overlap", "p2p_overlap")
+               "tp_comm_overlap", "p2p_overlap", "tp_async_backward")
 SCHEDULE_KEYS = ("name", "csv")
 PRECISIONS = ("bf16", "fp16", "fp8")
 RECOMPUTE = ("none", "selective", "full")
@@ -92,6 +92,9 @@ class OptionsSpec:
     profile: path of a measured-time profile CSV that overrides the roofline, or None.
     fp32_grad_accum: keep an fp32 gradient accumulation buffer (Megatron default with bf16).
     tp_comm_overlap: TP collectives overlap the next GEMM (Megatron TP-comm overlap), else exposed.
+    tp_async_backward: the column-parallel layers' backward collectives run concurrently with their
+        GEMMs (Megatron-LM's asynchronous TP all-reduce / SP all-gather and reduce-scatter, on by
+        default since late 2021); False = every TP collective blocks (Megatron-LM of early 2021).
     p2p_overlap: pipeline send/recv overlaps the sender's compute; False = Megatron-LM's default
         blocking p2p (``overlap_p2p_comm`` off): the sender's next action waits for its send.
     """
@@ -107,6 +110,7 @@ class OptionsSpec:
     fp32_grad_accum: bool = True
     tp_comm_overlap: bool = False
     p2p_overlap: bool = False
+    tp_async_backward: bool = True
 
 
 @dataclass(frozen=True)
@@ -227,6 +231,7 @@ def parse_strategy(data: dict, base_dir: str | Path = ".") -> Strategy:
         fp32_grad_accum=get_bool(o, "fp32_grad_accum", "options", default=True),
         tp_comm_overlap=get_bool(o, "tp_comm_overlap", "options", default=False),
         p2p_overlap=get_bool(o, "p2p_overlap", "options", default=False),
+        tp_async_backward=get_bool(o, "tp_async_backward", "options", default=True),
     )
     return Strategy(data["model"], data["cluster"], par, sched, csv, tr, opt, str(base_dir), data)
 

@@ -70,10 +70,12 @@ def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bo
     t = {p: op_time(op, p, gpu, ctx.dtype, flash=flash, profile=ctx.profile, grad_accum_bytes=gacc)
          for p in ("fwd", "bwd_input", "bwd_weight")}
     slots = {("fwd", "before"): [], ("fwd", "after"): [], ("bwd", "before"): [], ("bwd", "after"): []}
+    async_bwd = plan.strategy.options.tp_async_backward
     for c in op.comms:
         ranks = groups[c.group]
         secs = _comm_time(cluster, c.op, c.bytes, ranks)
-        slots[(c.phase, c.where)].append(Comm(f"{c.group}-comm", f"{c.group}-{c.op}", secs, "tp"))
+        slots[(c.phase, c.where)].append(Comm(f"{c.group}-comm", f"{c.group}-{c.op}", secs, "tp",
+                                              overlaps=c.overlaps if async_bwd else ""))
     saved, rec = float(op.saved_activation_bytes), 0.0
     if policy == "selective":
         saved, rec = saved - op.selective_recompute_bytes, float(op.selective_recompute_bytes)
@@ -134,7 +136,7 @@ def _context_id(plan: Plan) -> int | None:
     if opt.profile:
         return None
     key = (plan.model, plan.cluster, plan.sizes, plan.sp, plan.zero, tr.micro_batch, tr.seq_len, tr.precision,
-           opt.flash_attention, opt.fp32_grad_accum, opt.grad_bucket_mb)
+           opt.flash_attention, opt.fp32_grad_accum, opt.grad_bucket_mb, opt.tp_async_backward)
     try:
         cid = _CONTEXTS.get(key)
     except TypeError:  # an unhashable field (a custom model spec holding a list, say)

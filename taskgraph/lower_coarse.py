@@ -315,15 +315,16 @@ class Layout:
     extra: dict = field(default_factory=dict)   # lazily built helpers (devices, solver order ...)
 
     def values(self, work: IterationWork) -> np.ndarray:
-        """The value table durations index: F, I and W times per stage, 0, bucket reduce times, bucket
-        gather times (flattened per stage), optimizer time per rank, then per link the activation
-        and the gradient transfer times (``work.p2p_pairs[(a, b)]`` when given, else
+        """The value table durations index: F, I, W and B's wgrad (W less ``wgrad_overlap``) times
+        per stage, 0, bucket reduce times, bucket gather times (flattened per stage), optimizer time
+        per rank, then per link the activation and the gradient transfer times (``work.p2p_pairs[(a, b)]`` when given, else
         ``p2p_fwd_s`` / ``p2p_bwd_s``, as ``lower_model``'s transfer function)."""
         S = self.num_stages
         ops = [st.layers[0].ops[0] for st in work.stages]
         vals = [o.fwd for o in ops]
         vals += [o.bwd_input for o in ops]
         vals += [o.bwd_weight for o in ops]
+        vals += [o.bwd_weight - o.wgrad_overlap for o in ops]
         vals.append(0.0)
         vals += [bk.reduce_s for st in work.stages for bk in st.buckets]
         vals += [bk.gather_s for st in work.stages for bk in st.buckets]
@@ -412,8 +413,8 @@ def _build_layout(schedule: Schedule, ax: ActionIndex, shape: tuple) -> Layout:
     boff = np.zeros(S, dtype=np.int64)
     np.cumsum(nb_s[:-1], out=boff[1:])
     NB = int(nb_s.sum())
-    OBI, OBW, OZERO = S, 2 * S, 3 * S
-    ORED = 3 * S + 1
+    OBI, OBW, OBWB, OZERO = S, 2 * S, 3 * S, 4 * S
+    ORED = 4 * S + 1
     OGAT = ORED + NB
     OOPT = OGAT + NB
     OLINK = OOPT + P
@@ -439,7 +440,7 @@ def _build_layout(schedule: Schedule, ax: ActionIndex, shape: tuple) -> Layout:
     role = np.where(is_comp & (a_kd == B) & ~a_hw, R_B1, role)
     role = np.where(is_comp & (a_kd == I), np.where(a_hw, R_ID, R_I1), role)
     role = np.where(is_comp & (a_kd == W), np.where(a_hw, R_WW, R_WE), role)
-    vtab = np.array([0, OBI, OBW, OBI, OBI, OBI, OBW, OZERO], dtype=np.int64)
+    vtab = np.array([0, OBI, OBWB, OBI, OBI, OBI, OBW, OZERO], dtype=np.int64)
     vidx1 = np.where(is_comp, vtab[np.minimum(role, 7)] + np.where(role == R_WE, 0, a_st),
                      ORED + boff[a_st] + (local - base[aid]))
     dev1 = 3 * rk[aid] + np.where(is_comp, 0, 2)

@@ -11,7 +11,12 @@ behave identically); its devices are ``rank{r}/compute``, ``rank{r}/tp`` (TP/CP/
 
 Megatron-LM conventions modeled (Shoeybi 2019 Section 3; Korthikanti 2022 Section 4.2.2;
 Narayanan 2021 Section 4):
-* TP collectives are blocking: the next operator waits for them (unless ``tp_comm_overlap``).
+* TP collectives are blocking: the next operator waits for them (unless ``tp_comm_overlap``),
+  except the column-parallel backward ones marked ``Comm.overlaps`` (Megatron-LM's asynchronous
+  TP backward, ``LinearWithGradAccumulationAndAsyncCommunication.backward``): the SP all-gather of
+  the saved input runs concurrently with the dgrad GEMM, the all-reduce / reduce-scatter of the input
+  gradient with the wgrad GEMM, and the next operator waits for both. A split backward (I without
+  W) has no wgrad to hide behind, so there the input-gradient collective stays exposed.
 * Gradient reduction of a chunk runs in buckets during the last microbatch's backward of that chunk
   (``overlap_grad_reduce``), else after the rank's last backward; then the optimizer step.
 * Distributed optimizer / ZeRO-1: gradients reduce-scattered, parameters all-gathered after the
@@ -41,6 +46,7 @@ class Comm:
     stream: str = "tp"
     mem_bytes: float = 0.0  # buffer allocated when it ends and freed when its layer's pass ends
                             # (ZeRO-3 gathered parameters, Rajbhandari 2020 Section 5.3)
+    overlaps: str = ""      # "dgrad" / "wgrad": runs concurrently with that backward GEMM (module doc)
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,10 @@ class OpCost:
         (allocated at the forward's end, freed when the op's backward ends).
     recompute_bytes: bytes re-materialized by recomputation before the backward (freed likewise).
     grad_bytes: bytes of gradients this op's parameters produce (bucketed for the DP reduction).
+    wgrad_overlap: seconds by which the weight-gradient task of a fused backward (B) is shorter
+        than ``bwd_weight`` because collectives that ``bwd_input`` counts ran concurrently with it
+        (coarse records only, ``taskgraph/coarse.py``; operator records express overlap through
+        ``Comm.overlaps``).
     """
 
     name: str
@@ -71,6 +81,7 @@ class OpCost:
     saved_bytes: float = 0.0
     recompute_bytes: float = 0.0
     grad_bytes: float = 0.0
+    wgrad_overlap: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -151,14 +162,22 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
         cdev = bld.device_index(f"rank{rank}/compute")
         chain: list[int] = []
         comm_tails: list[int] = []
+        waits: list[int] = []   # asynchronous collectives the next chained task waits for
         layer_buffers: list[float] = []
+
+        def after_chain(t, consume=True):
+            if chain:
+                bld.add_edge(chain[-1], t)
+            for w in waits:
+                bld.add_edge(w, t)
+            if consume:
+                waits.clear()
 
         def comp(dur, cat, op, mem_end=0.0, free=(0.0, 0.0)):
             """A compute task; ``mem_end`` bytes allocated at its end (activations, or recompute
             temporaries for recompute tasks); ``free`` = (activation, temporary) bytes freed at its end."""
             t = bld.add_task(dur, cdev, cat, op=op, stage=a.stage, chunk=chunk, mb=a.mb, rank=rank)
-            if chain:
-                bld.add_edge(chain[-1], t)
+            after_chain(t)
             chain.append(t)
             if mem_end:
                 bld.add_memory(t, mem_end, at_end=True, kind="temporary" if cat == "recompute" else "activation")
@@ -168,12 +187,18 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
                 bld.add_memory(t, -free[1], at_end=True, kind="temporary")
             return t
 
-        def comms(items):
+        def comms(items, side=False):
+            """Collectives in order; ``side``: asynchronous ones, not chained (returned instead)."""
+            out = []
+            if side and items and not chain:  # the action's entry task carries its incoming edges
+                comp(0.0, "other", "start")
             for c in items:
                 dev = bld.add_device(Device(f"rank{rank}/{c.stream}", rank, c.stream, work.represents))
                 t = bld.add_task(c.seconds, dev, c.category, op=c.op, stage=a.stage, chunk=chunk, mb=a.mb, rank=rank)
-                if chain:
-                    bld.add_edge(chain[-1], t)
+                after_chain(t, consume=not side)
+                if side:
+                    out.append(t)
+                    continue
                 if c.mem_bytes:
                     bld.add_memory(t, c.mem_bytes, at_end=True, kind="parameter")
                     layer_buffers.append(c.mem_bytes)
@@ -181,6 +206,7 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
                     comm_tails.append(t)
                 else:
                     chain.append(t)
+            return out
 
         def end_layer():
             """Free the layer's gathered buffers when its pass (last task so far) ends."""
@@ -230,19 +256,28 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
                             t = comp(op.bwd_weight, "backward-weight", name + ".wgrad", free=held)
                             bucket_after(t, li, oi)
                         continue
-                    comms(op.bwd_pre)
+                    # asynchronous column-parallel collectives (module docstring): the all-gather
+                    # of the saved input beside dgrad; dX's reduction beside wgrad (B only)
+                    early = [c for c in op.bwd_pre if has_w and c.overlaps == "dgrad"]
+                    late = [c for c in op.bwd_post if with_w and has_w and c.overlaps == "wgrad"]
+                    comms([c for c in op.bwd_pre if c not in early])
+                    xs = comms(early, side=True)
                     # B: dgrad then wgrad, both "backward"; I: dgrad only, W comes later.
                     t = comp(op.bwd_input, "backward" if with_w else "backward-input",
                              name + (".dgrad" if has_w else ""), free=(0.0, 0.0) if has_w else held)
-                    comms(op.bwd_post)
+                    waits.extend(xs)
+                    comms([c for c in op.bwd_post if c not in late])
+                    ys = comms(late, side=True)
                     if with_w and has_w:
-                        t = comp(op.bwd_weight, "backward", name + ".wgrad", free=held)
+                        t = comp(op.bwd_weight - op.wgrad_overlap, "backward", name + ".wgrad", free=held)
+                    waits.extend(ys)
                     if with_w or not has_w:
                         bucket_after(t, li, oi)
                 end_layer()
         if not chain:  # an empty stage still needs a task to hang edges on
             comp(0.0, "forward" if a.kind == "F" else "backward", "empty")
         exit_ = chain[-1]
+        comm_tails.extend(waits)
         if comm_tails:
             j = bld.add_task(0.0, cdev, "other", op="join", stage=a.stage, chunk=chunk, mb=a.mb, rank=rank)
             bld.add_edge(exit_, j)

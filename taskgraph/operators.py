@@ -90,6 +90,11 @@ class Collective:
     bytes: int
     """Full buffer size in bytes: the reduced tensor (all-reduce), the gathered output
     (all-gather), the unreduced input (reduce-scatter), this GPU's send buffer (all-to-all)."""
+    overlaps: str = ""
+    """'dgrad' / 'wgrad': the backward GEMM this collective can run concurrently with when the
+    column-parallel backward is asynchronous (Megatron-LM LinearWithGradAccumulationAndAsyncCommunication:
+    the SP all-gather of the saved input overlaps the input-gradient GEMM, the all-reduce or
+    reduce-scatter of the input gradient overlaps the weight-gradient GEMM); '' = always blocking."""
 
 
 @dataclass(frozen=True)
@@ -255,15 +260,16 @@ def _residual(c: _Ctx, name: str, layer: int) -> Operator:
 def _column_comms(c: _Ctx, tokens: int) -> tuple:
     """Column-parallel GEMM (qkv, mlp_up, lm_head): Megatron 'f' operator (Shoeybi 2019 Fig. 3):
     fwd identity, bwd all-reduce of the input grad. With sp (Korthikanti 2022 Section 4.2.2):
-    fwd all-gather before, bwd all-gather of the saved sharded input + reduce-scatter of dX."""
+    fwd all-gather before, bwd all-gather of the saved sharded input + reduce-scatter of dX.
+    The backward ones may overlap the dgrad / wgrad GEMMs (``Collective.overlaps``)."""
     if c.tp == 1:
         return ()
     nbytes = c.dt * tokens * c.m.hidden
     if c.sp:
         return (Collective("tp", "all-gather", "fwd", "before", nbytes),
-                Collective("tp", "all-gather", "bwd", "before", nbytes),
-                Collective("tp", "reduce-scatter", "bwd", "after", nbytes))
-    return (Collective("tp", "all-reduce", "bwd", "after", nbytes),)
+                Collective("tp", "all-gather", "bwd", "before", nbytes, overlaps="dgrad"),
+                Collective("tp", "reduce-scatter", "bwd", "after", nbytes, overlaps="wgrad"))
+    return (Collective("tp", "all-reduce", "bwd", "after", nbytes, overlaps="wgrad"),)
 
 
 def _row_comms(c: _Ctx, tokens: int) -> tuple:

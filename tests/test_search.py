@@ -29,14 +29,14 @@ GRAPH_ARRAYS = ("duration", "device", "category", "op", "stage", "chunk", "mb", 
 
 
 def coarse_work(S, *, nb=3, bw=1.0, gather=True, ogr=True, opg=True, saved=5.0, p2p=(0.05, 0.06),
-                p2p_overlap=True, pairs=None, zero_stages=()):
+                p2p_overlap=True, pairs=None, zero_stages=(), wov=0.0):
     """Coarse records (one operator per stage, as taskgraph.coarse.coarsen makes) with distinct
     per-stage times so that a wrong index would show."""
     stages = []
     for s in range(S):
         z = s in zero_stages
         op = OpCost("chunk", 0.0 if z else 1.0 + 0.1 * s, 0.0 if z else 2.0 + 0.05 * s, bw * (0.7 + 0.01 * s),
-                    saved_bytes=saved * (s + 1), grad_bytes=10.0)
+                    saved_bytes=saved * (s + 1), grad_bytes=10.0, wgrad_overlap=wov * bw * (0.7 + 0.01 * s))
         bks = tuple(Bucket(0, 0, 1.0, 0.3 + 0.01 * j, 0.2 + 0.001 * j if gather else 0.0) for j in range(nb))
         stages.append(StageWork((LayerWork("chunk", (op,)),), bks, 0.5 + 0.01 * s))
     w = IterationWork(tuple(stages), p2p[0], p2p[1], ogr, opg, represents=4, meta={"model": "toy"})
@@ -71,6 +71,7 @@ WORK_CASES = {
     "plain": {}, "no-wgrad": dict(bw=0.0), "no-buckets": dict(nb=0), "no-gather": dict(gather=False),
     "serial-reduce": dict(ogr=False), "serial-gather": dict(opg=False), "no-memory": dict(saved=0.0),
     "blocking-p2p": dict(p2p_overlap=False), "link-times": dict(pairs={(0, 1): 0.125, (1, 0): 0.25}),
+    "wgrad-overlap": dict(wov=0.4),
 }
 
 
