@@ -308,6 +308,10 @@ def strategy_for(row: dict) -> tuple[dict, list[str]]:
         options["overlap_grad_reduce"] = False
     if _sync_tp_backward(row):
         options["tp_async_backward"] = False
+    if "NeMo" in row["source"] and vpp > 1:
+        # NeMo enables overlap_p2p_comm (and batch_p2p_comm off) with virtual pipelining (NeMo docs,
+        # features/optimizations/communication_overlap.rst, "Pipeline-parallel Communication Overlap")
+        options["p2p_overlap"] = True
     nodes = n // GPUS_PER_NODE
     if layer_row:
         # One layer, one micro-batch, the TP group of one node (Korthikanti 2022 Table 4).

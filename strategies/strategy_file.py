@@ -28,11 +28,14 @@ TRAINING_KEYS = ("micro_batch", "global_batch", "seq_len", "precision", "recompu
                  "recompute_layers")
 OPTION_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_bucket_mb", "flash_attention",
                "overlap_handoff", "memory_reserve_gb", "fidelity", "profile", "fp32_grad_accum",
-               "tp_comm_overlap", "p2p_overlap", "tp_async_backward")
+               "tp_comm_overlap", "p2p_overlap", "tp_async_backward", "p2p_host_gap_us")
 SCHEDULE_KEYS = ("name", "csv")
 PRECISIONS = ("bf16", "fp16", "fp8")
 RECOMPUTE = ("none", "selective", "full")
 FIDELITIES = ("operator", "coarse")
+#: Host gap after each blocking pipeline exchange, microseconds: calibrated on the 12 zero-bubble-paper
+#: 1F1B rows (Qi 2024, Megatron-LM fork; mean signed error 0), see docs/validation.md.
+P2P_HOST_GAP_US = 500.0
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,9 @@ class OptionsSpec:
         default since late 2021); False = every TP collective blocks (Megatron-LM of early 2021).
     p2p_overlap: pipeline send/recv overlaps the sender's compute; False = Megatron-LM's default
         blocking p2p (``overlap_p2p_comm`` off): the sender's next action waits for its send.
+    p2p_host_gap_us: with blocking p2p, microseconds both sides' GPUs idle after each exchange:
+        Megatron synchronizes the device after every batched send/recv (``batch_p2p_sync``), so the
+        next action starts only once the host has launched its first kernel again.
     """
 
     overlap_grad_reduce: bool = True
@@ -111,6 +117,7 @@ class OptionsSpec:
     tp_comm_overlap: bool = False
     p2p_overlap: bool = False
     tp_async_backward: bool = True
+    p2p_host_gap_us: float = P2P_HOST_GAP_US
 
 
 @dataclass(frozen=True)
@@ -232,6 +239,7 @@ def parse_strategy(data: dict, base_dir: str | Path = ".") -> Strategy:
         tp_comm_overlap=get_bool(o, "tp_comm_overlap", "options", default=False),
         p2p_overlap=get_bool(o, "p2p_overlap", "options", default=False),
         tp_async_backward=get_bool(o, "tp_async_backward", "options", default=True),
+        p2p_host_gap_us=get_float(o, "p2p_host_gap_us", "options", default=P2P_HOST_GAP_US),
     )
     return Strategy(data["model"], data["cluster"], par, sched, csv, tr, opt, str(base_dir), data)
 

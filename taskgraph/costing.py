@@ -213,6 +213,12 @@ def build_work(plan: Plan, *, fidelity: str | None = None) -> IterationWork:
         return pairs
 
     pairs = boundary_times() if cid is None else dict(_memo(("p2p", cid, sched.stage_to_rank), boundary_times))
+    if not opt.p2p_overlap and opt.p2p_host_gap_us:
+        # Blocking exchanges synchronize the device (Megatron-LM p2p_communication._communicate:
+        # torch.cuda.synchronize() after batch_isend_irecv when batch_p2p_sync, the default), so both
+        # sides' GPUs idle until the host launches the next action's first kernel.
+        gap = opt.p2p_host_gap_us * 1e-6
+        pairs = {k: v + gap for k, v in pairs.items()}
     p2p = max(pairs.values(), default=0.0)
     work = IterationWork(
         stages=tuple(stages), p2p_fwd_s=p2p, p2p_bwd_s=p2p,

@@ -155,3 +155,32 @@ def test_tp_async_backward_option_shortens_tp_runs():
     # coarse fidelity agrees with operator fidelity in both modes
     for s, t in ((on, t_on), (off, t_off)):
         assert simulate_strategy(s, fidelity="coarse").result.makespan == pytest.approx(t, rel=1e-9)
+
+
+def test_blocking_p2p_host_gap_is_added_to_every_boundary():
+    """Megatron's batch_p2p_sync: each blocking exchange idles both GPUs for the host gap."""
+    from strategies.strategy_file import P2P_HOST_GAP_US, parse_strategy
+    from taskgraph.costing import build_work
+    from taskgraph.plan import resolve
+    base = {"model": "llama3-8b", "cluster": {"preset": "dgx-h100", "nodes": 1}, "parallel": {"pp": 4, "dp": 2},
+            "training": {"micro_batch": 1, "global_batch": 8, "seq_len": 2048}}
+
+    def pairs(**opts):
+        return build_work(resolve(parse_strategy({**base, "options": opts}))).p2p_pairs
+
+    plain = pairs(p2p_host_gap_us=0)
+    assert set(plain) == {(0, 1), (1, 0), (1, 2), (2, 1), (2, 3), (3, 2)}
+    for opts, gap in (({}, P2P_HOST_GAP_US), ({"p2p_host_gap_us": 120}, 120.0), ({"p2p_overlap": True}, 0.0)):
+        got = pairs(**opts)
+        assert got.keys() == plain.keys()
+        for k in plain:
+            assert got[k] == pytest.approx(plain[k] + gap * 1e-6), (opts, k)
+
+
+def test_p2p_host_gap_must_be_non_negative():
+    from strategies.errors import ConfigError
+    from strategies.strategy_file import parse_strategy
+    with pytest.raises(ConfigError, match=r"options.p2p_host_gap_us = -1"):
+        parse_strategy({"model": "llama3-8b", "cluster": {"preset": "dgx-h100", "nodes": 1},
+                        "training": {"micro_batch": 1, "global_batch": 8, "seq_len": 2048},
+                        "options": {"p2p_host_gap_us": -1}})
