@@ -168,10 +168,11 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
         def after_chain(t, consume=True):
             if chain:
                 bld.add_edge(chain[-1], t)
-            for w in waits:
-                bld.add_edge(w, t)
-            if consume:
-                waits.clear()
+            if waits:
+                for w in waits:
+                    bld.add_edge(w, t)
+                if consume:
+                    waits.clear()
 
         def comp(dur, cat, op, mem_end=0.0, free=(0.0, 0.0)):
             """A compute task; ``mem_end`` bytes allocated at its end (activations, or recompute
@@ -189,8 +190,10 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
 
         def comms(items, side=False):
             """Collectives in order; ``side``: asynchronous ones, not chained (returned instead)."""
+            if not items:
+                return ()
             out = []
-            if side and items and not chain:  # the action's entry task carries its incoming edges
+            if side and not chain:  # the action's entry task carries its incoming edges
                 comp(0.0, "other", "start")
             for c in items:
                 dev = bld.add_device(Device(f"rank{rank}/{c.stream}", rank, c.stream, work.represents))
@@ -256,21 +259,28 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
                             t = comp(op.bwd_weight, "backward-weight", name + ".wgrad", free=held)
                             bucket_after(t, li, oi)
                         continue
-                    # asynchronous column-parallel collectives (module docstring): the all-gather
-                    # of the saved input beside dgrad; dX's reduction beside wgrad (B only)
-                    early = [c for c in op.bwd_pre if has_w and c.overlaps == "dgrad"]
-                    late = [c for c in op.bwd_post if with_w and has_w and c.overlaps == "wgrad"]
-                    comms([c for c in op.bwd_pre if c not in early])
-                    xs = comms(early, side=True)
                     # B: dgrad then wgrad, both "backward"; I: dgrad only, W comes later.
-                    t = comp(op.bwd_input, "backward" if with_w else "backward-input",
-                             name + (".dgrad" if has_w else ""), free=(0.0, 0.0) if has_w else held)
-                    waits.extend(xs)
-                    comms([c for c in op.bwd_post if c not in late])
-                    ys = comms(late, side=True)
-                    if with_w and has_w:
-                        t = comp(op.bwd_weight - op.wgrad_overlap, "backward", name + ".wgrad", free=held)
-                    waits.extend(ys)
+                    cat, dname = ("backward" if with_w else "backward-input"), name + (".dgrad" if has_w else "")
+                    if has_w and any(c.overlaps for c in op.bwd_pre + op.bwd_post):
+                        # asynchronous column-parallel collectives (module docstring): the all-gather
+                        # of the saved input beside dgrad; dX's reduction beside wgrad (B only)
+                        early = [c for c in op.bwd_pre if c.overlaps == "dgrad"]
+                        late = [c for c in op.bwd_post if with_w and c.overlaps == "wgrad"]
+                        comms([c for c in op.bwd_pre if c.overlaps != "dgrad"])
+                        xs = comms(early, side=True)
+                        t = comp(op.bwd_input, cat, dname)
+                        waits.extend(xs)
+                        comms([c for c in op.bwd_post if not (with_w and c.overlaps == "wgrad")])
+                        ys = comms(late, side=True)
+                        if with_w:
+                            t = comp(op.bwd_weight - op.wgrad_overlap, "backward", name + ".wgrad", free=held)
+                        waits.extend(ys)
+                    else:
+                        comms(op.bwd_pre)
+                        t = comp(op.bwd_input, cat, dname, free=(0.0, 0.0) if has_w else held)
+                        comms(op.bwd_post)
+                        if with_w and has_w:
+                            t = comp(op.bwd_weight - op.wgrad_overlap, "backward", name + ".wgrad", free=held)
                     if with_w or not has_w:
                         bucket_after(t, li, oi)
                 end_layer()
