@@ -39,8 +39,9 @@ from strategies.errors import ConfigError
 
 PASSES = ("fwd", "bwd_input", "bwd_weight")
 
-#: element size of a GEMM's output in each compute precision (fp8 GEMMs write bf16)
-DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
+#: bytes per activation / GEMM-output element in each training precision: fp8 recipes keep 16-bit
+#: I/O (Transformer Engine casts to fp8 inside the GEMM and writes bf16)
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2}
 
 
 def pass_shape(g, pass_: str) -> tuple[int, int, int, int]:
@@ -153,7 +154,7 @@ def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True,
         if pass_ == "bwd_weight" and grad_accum_bytes > 0:
             bw = gpu.hbm_bandwidth * eff.hbm_efficiency
             # the plain gradient write counted in the operator's bytes becomes the accumulation
-            plain = sum(float(g.k * g.n * g.batch) for g in op.gemms) * DTYPE_BYTES.get(dtype, 2)
+            plain = sum(float(g.k * g.n * g.batch) for g in op.gemms) * DTYPE_BYTES[dtype]
             acc_t = grad_accumulate_bytes(op, grad_accum_bytes) / bw
             rest_t = max(0.0, nbytes - plain) / bw
             if eff.gemm_epilogue_overlap:

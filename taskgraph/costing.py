@@ -86,7 +86,7 @@ def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bo
         fwd_pre=tuple(slots[("fwd", "before")]), fwd_post=tuple(slots[("fwd", "after")]),
         bwd_pre=tuple(slots[("bwd", "before")]), bwd_post=tuple(slots[("bwd", "after")]),
         selective=op.selective_recompute_bytes > 0, saved_bytes=saved, recompute_bytes=rec,
-        grad_bytes=float(op.params) * grad_bytes_per_param(plan),
+        grad_bytes=float(op.params) * gacc,
     )
 
 

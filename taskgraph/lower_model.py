@@ -264,23 +264,21 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
                     if has_w and any(c.overlaps for c in op.bwd_pre + op.bwd_post):
                         # asynchronous column-parallel collectives (module docstring): the all-gather
                         # of the saved input beside dgrad; dX's reduction beside wgrad (B only)
+                        pre = [c for c in op.bwd_pre if c.overlaps != "dgrad"]
                         early = [c for c in op.bwd_pre if c.overlaps == "dgrad"]
+                        post = [c for c in op.bwd_post if not (with_w and c.overlaps == "wgrad")]
                         late = [c for c in op.bwd_post if with_w and c.overlaps == "wgrad"]
-                        comms([c for c in op.bwd_pre if c.overlaps != "dgrad"])
-                        xs = comms(early, side=True)
-                        t = comp(op.bwd_input, cat, dname)
-                        waits.extend(xs)
-                        comms([c for c in op.bwd_post if not (with_w and c.overlaps == "wgrad")])
-                        ys = comms(late, side=True)
-                        if with_w:
-                            t = comp(op.bwd_weight - op.wgrad_overlap, "backward", name + ".wgrad", free=held)
-                        waits.extend(ys)
                     else:
-                        comms(op.bwd_pre)
-                        t = comp(op.bwd_input, cat, dname, free=(0.0, 0.0) if has_w else held)
-                        comms(op.bwd_post)
-                        if with_w and has_w:
-                            t = comp(op.bwd_weight - op.wgrad_overlap, "backward", name + ".wgrad", free=held)
+                        pre, early, post, late = op.bwd_pre, (), op.bwd_post, ()
+                    comms(pre)
+                    xs = comms(early, side=True)
+                    t = comp(op.bwd_input, cat, dname, free=(0.0, 0.0) if has_w else held)
+                    waits.extend(xs)
+                    comms(post)
+                    ys = comms(late, side=True)
+                    if with_w and has_w:
+                        t = comp(op.bwd_weight - op.wgrad_overlap, "backward", name + ".wgrad", free=held)
+                    waits.extend(ys)
                     if with_w or not has_w:
                         bucket_after(t, li, oi)
                 end_layer()

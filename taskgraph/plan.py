@@ -15,11 +15,10 @@ from strategies.config import did_you_mean
 from strategies.errors import ConfigError, ScheduleError
 from strategies.schedules import SCHEDULES, get_schedule
 from strategies.strategy_file import Strategy
+from taskgraph.cost import DTYPE_BYTES  # noqa: F401  (re-exported: the one element-size table)
 from taskgraph.model import ModelSpec, get_model, load_hf_config, load_model_yaml
 from topologies.cluster import ClusterSpec, cluster_from_dict, get_cluster, load_cluster_yaml
 from topologies.placement import ParallelSizes
-
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2}  # activations stay 16-bit in fp8 recipes (TE keeps bf16 I/O)
 
 
 @dataclass(frozen=True)

@@ -276,7 +276,6 @@ def gpu_to_dict(gpu: GPUSpec) -> dict:
         "efficiency": {
             **{f.name: getattr(e, f.name) for f in fields(e) if f.name != "launch_overhead"},
             "launch_overhead_us": e.launch_overhead / US,
-            "gemm_epilogue_overlap": e.gemm_epilogue_overlap,
         },
     }
 
