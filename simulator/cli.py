@@ -74,6 +74,8 @@ def _simulate_cmd(args) -> int:
     from simulator.reports import format_report
     kind, spec = _load(args.file, args.set)
     sim = _simulate_one(kind, spec, fidelity=args.fidelity)
+    for w in getattr(getattr(sim, "plan", None), "warnings", ()):
+        print(f"execsim: warning: {w}", file=sys.stderr)
     mem = None
     if kind == "strategy":
         from simulator.memory_report import memory_report

@@ -66,14 +66,14 @@ def _layer_costs(plan):
     rows = layer_activation_table(plan)
     flops = {}
     for li in range(plan.model.layers):
-        moe = plan.model.is_moe_layer(li)
+        moe = plan.model.layer_kind(li)
         if moe not in flops:
             ops = layer_operators(plan.model, micro_batch=tr.micro_batch, seq_len=tr.seq_len, tp=s.tp, sp=plan.sp,
                                   cp=s.cp, ep=s.ep, dtype_bytes=DTYPE_BYTES[tr.precision],
                                   flash_attention=plan.strategy.options.flash_attention, layer_index=li)
             flops[moe] = {"none": 0.0, "selective": sum(o.fwd_flops for o in ops if o.selective_recompute_bytes > 0),
                           "full": sum(o.fwd_flops for o in ops)}
-    return rows, [flops[plan.model.is_moe_layer(li)] for li in range(plan.model.layers)]
+    return rows, [flops[plan.model.layer_kind(li)] for li in range(plan.model.layers)]
 
 
 def plan_recompute(strategy: Strategy, *, fidelity: str | None = None, max_steps: int = 40) -> RecomputePlan:

@@ -114,7 +114,7 @@ def recompute_flops_per_microbatch(plan) -> float:
         policy = tr.recompute_layers[li] if tr.recompute_layers else tr.recompute
         if policy == "none":
             continue
-        key = (policy, plan.model.is_moe_layer(li))
+        key = (policy, plan.model.layer_kind(li))
         if key not in cache:
             ops = layer_operators(plan.model, layer_index=li, **kw)
             cache[key] = sum(o.fwd_flops for o in ops if policy == "full" or o.selective_recompute_bytes > 0)

@@ -188,7 +188,7 @@ def build_work(plan: Plan, *, fidelity: str | None = None) -> IterationWork:
             stages.append(_build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw))
             continue
         sig = (cid, stage == 0, stage == S - 1, prank,
-               tuple((plan.model.is_moe_layer(li), p) for li, p in zip(lis, pols)))
+               tuple((plan.model.layer_kind(li), p) for li, p in zip(lis, pols)))
         if coarse:
             stages.append(_memo(("coarse",) + sig, lambda: _coarse_stage(
                 _build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw))))
@@ -246,8 +246,7 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
         ops = embedding_operators(plan.model, dtype_bytes=dt, **kw)
         layers.append(LayerWork("embedding", tuple(_op_cost(ctx, o, "none", groups, False) for o in ops)))
     for li, policy in zip(lis, pols):
-        moe = plan.model.is_moe_layer(li)
-        key = (moe, policy, groups["tp"], groups["cp"], groups["ep"])
+        key = (plan.model.layer_kind(li), policy, groups["tp"], groups["cp"], groups["ep"])
         if key not in layer_cache:
             ops = layer_operators(plan.model, ep=s.ep, dtype_bytes=dt, flash_attention=opt.flash_attention,
                                   layer_index=li, **kw)
@@ -259,7 +258,7 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
             layer_cache[key] = tuple(costs)
         layers.append(LayerWork(f"layer{li}", layer_cache[key], policy))
     if stage == plan.schedule.num_stages - 1:
-        ops = head_operators(plan.model, dtype_bytes=dt, **kw)
+        ops = head_operators(plan.model, dtype_bytes=dt, ep=s.ep, flash_attention=opt.flash_attention, **kw)
         layers.append(LayerWork("head", tuple(_op_cost(ctx, o, "none", groups, False) for o in ops)))
     return _stage_work(plan, tuple(layers), groups["dp"])
 

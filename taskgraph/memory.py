@@ -62,7 +62,7 @@ def params_per_gpu(plan) -> dict[int, int]:
     sched = plan.schedule
     last = sched.num_stages - 1
     emb = sum(o.params for o in embedding_operators(plan.model, **kw))
-    head = sum(o.params for o in head_operators(plan.model, **kw))
+    head = sum(o.params for o in head_operators(plan.model, ep=s.ep, **kw))
     word_emb = next(o.params for o in embedding_operators(plan.model, **kw) if o.name == "embedding")
     if plan.model.position == "learned":
         word_emb -= plan.model.max_seq * plan.model.hidden
@@ -73,7 +73,7 @@ def params_per_gpu(plan) -> dict[int, int]:
         stages = [st for st in range(sched.num_stages) if sched.stage_to_rank[st] == r]
         for st in stages:
             for li in plan.stage_layers(st):
-                key = plan.model.is_moe_layer(li)
+                key = plan.model.layer_kind(li)
                 if key not in cache:
                     cache[key] = sum(o.params for o in layer_operators(plan.model, ep=s.ep, layer_index=li, **kw))
                 total += cache[key]
@@ -105,7 +105,7 @@ def layer_activation_table(plan) -> list[dict]:
     cache: dict = {}
     for li in range(plan.model.layers):
         stage = next(st for st in range(plan.schedule.num_stages) if li in plan.stage_layers(st))
-        moe = plan.model.is_moe_layer(li)
+        moe = plan.model.layer_kind(li)
         if moe not in cache:
             cache[moe] = {pol: activation_bytes_per_layer(plan.model, tr.micro_batch, tr.seq_len, s.tp, plan.sp,
                                                           pol, plan.strategy.options.flash_attention, cp=s.cp,

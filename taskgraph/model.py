@@ -16,10 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
-from strategies.config import check_keys, did_you_mean, get_bool, get_int, get_str, load_mapping
+from strategies.config import check_keys, did_you_mean, get_bool, get_float, get_int, get_str, load_mapping
 from strategies.errors import ConfigError
 
-MLP_KINDS = ("gelu", "swiglu")          # gelu: up + down (2 GEMMs); swiglu: gate + up + down (3 GEMMs)
+MLP_KINDS = ("gelu", "swiglu", "geglu")  # gelu: up + down (2 GEMMs); swiglu/geglu: gate + up + down (3)
+GATED_MLPS = ("swiglu", "geglu")        # Shazeer 2020 "GLU Variants Improve Transformer": SwiGLU, GEGLU
+ATTENTION_KINDS = ("standard", "mla")   # mla: DeepSeek-V2 multi-head latent attention (DeepSeek-AI 2024)
 NORM_KINDS = ("layernorm", "rmsnorm")   # layernorm: weight + bias (2h); rmsnorm: weight only (h)
 POSITION_KINDS = ("learned", "rope", "alibi")  # only "learned" has parameters (max_seq x h)
 
@@ -42,6 +44,8 @@ class ParamCounts:
     """The norm after the last layer."""
     lm_head: int
     """Output projection (hidden x vocab); 0 when tied to the word embeddings."""
+    mtp: int = 0
+    """Multi-token-prediction modules (DeepSeek-V3 Section 2.2), NOT included in ``total``."""
 
     @property
     def total(self) -> int:
@@ -102,6 +106,38 @@ class ModelSpec:
     moe_layers: MoeLayers = "all"
     """Which layers are MoE: 'all', an int k (layer i is MoE when i % k == 0, Megatron-core
     moe_layer_freq), or a tuple of 0-based layer indices."""
+    attention: str = "standard"
+    """'standard' multi-head / grouped-query attention, or 'mla': DeepSeek multi-head latent
+    attention (DeepSeek-V2, arXiv:2405.04434 Section 2.1): queries and keys/values go through
+    low-rank latents (q_lora_rank, kv_lora_rank) plus a decoupled RoPE key shared by all heads. With
+    'mla', head_dim is the query/key width per head (qk_nope + qk_rope) and v_head_dim the value width."""
+    q_lora_rank: int = 0
+    """MLA query latent width d_c' (DeepSeek-V3: 1536); 0 = queries projected directly from h."""
+    kv_lora_rank: int = 0
+    """MLA key/value latent width d_c (DeepSeek-V3: 512)."""
+    qk_rope_head_dim: int = 0
+    """MLA decoupled RoPE width d_h^R of queries and of the shared key (DeepSeek-V3: 64)."""
+    v_head_dim: int | None = None
+    """Value features per head; defaults to head_dim (MLA DeepSeek-V3: 128 with head_dim 192)."""
+    qk_norm: bool = False
+    """RMSNorm over head_dim on queries and keys (Qwen3, Gemma 3; Dehghani 2023 ViT-22B): 2 d params."""
+    sandwich_norm: bool = False
+    """Extra norms after attention and after the MLP (Gemma 2/3: pre- and post-norms, 4 per layer)."""
+    sliding_window: int = 0
+    """Local attention window in tokens (Gemma 2: 4096, Gemma 3: 1024, Mistral 7B v0.1: 4096); 0 = none."""
+    global_attention_every: int = 0
+    """With a sliding window, layer i attends globally when (i+1) % k == 0 (Gemma 2: 2, Gemma 3: 6,
+    Hugging Face Gemma2/Gemma3 modeling code); 0 = every layer uses the window."""
+    logit_softcap: float = 0.0
+    """Final-logit soft-capping c: logits <- c tanh(logits / c) (Gemma 2 report, Section 2); 0 = off.
+    Attention soft-capping runs inside the fused attention kernel and costs no extra HBM traffic."""
+    router_bias: bool = False
+    """MoE router carries a per-expert bias (DeepSeek-V3 auxiliary-loss-free balancing, Section 2.1.2)."""
+    mtp_layers: int = 0
+    """Multi-token-prediction modules after the main model (DeepSeek-V3 Section 2.2: D = 1). Each has
+    an h x 2h projection, two RMSNorms and one transformer layer like the last one, and shares the
+    embedding and output head. Not counted in ``param_count`` (DeepSeek reports 671B without the
+    14B of MTP), but held and trained by the last pipeline stage."""
 
     def __post_init__(self) -> None:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - frozen dataclass
@@ -112,7 +148,8 @@ class ModelSpec:
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"{w} model.{f} = {v!r} must be a positive integer")
-        for f, choices in (("mlp", MLP_KINDS), ("norm", NORM_KINDS), ("position", POSITION_KINDS)):
+        for f, choices in (("mlp", MLP_KINDS), ("norm", NORM_KINDS), ("position", POSITION_KINDS),
+                           ("attention", ATTENTION_KINDS)):
             v = getattr(self, f)
             if v not in choices:
                 raise ConfigError(f"{w} model.{f} = {v!r} is not one of {', '.join(choices)}"
@@ -136,14 +173,36 @@ class ModelSpec:
             set_("qkv_bias", self.bias)
         if self.expert_ffn is None:
             set_("expert_ffn", self.ffn)
-        for f in ("head_dim", "ffn", "expert_ffn"):
+        if self.v_head_dim is None:
+            set_("v_head_dim", self.head_dim)
+        for f in ("head_dim", "ffn", "expert_ffn", "v_head_dim"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"{w} model.{f} = {v!r} must be a positive integer")
-        for f in ("experts", "top_k", "shared_experts"):
+        for f in ("experts", "top_k", "shared_experts", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
+                  "sliding_window", "global_attention_every", "mtp_layers"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ConfigError(f"{w} model.{f} = {v!r} must be a non-negative integer")
+        cap = self.logit_softcap
+        if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0 <= cap < float("inf"):
+            raise ConfigError(f"{w} model.logit_softcap = {cap!r} must be a finite number >= 0 (0 = off)")
+        if self.attention == "mla":
+            if not self.kv_lora_rank or not self.qk_rope_head_dim:
+                raise ConfigError(f"{w} model.attention = 'mla' needs kv_lora_rank and qk_rope_head_dim > 0 "
+                                  f"(DeepSeek-V3: 512 and 64)")
+            if self.qk_rope_head_dim >= self.head_dim:
+                raise ConfigError(f"{w} model.qk_rope_head_dim = {self.qk_rope_head_dim} must be smaller than "
+                                  f"model.head_dim = {self.head_dim} (head_dim = qk_nope + qk_rope, e.g. 128 + 64)")
+            if self.kv_heads != self.heads:
+                raise ConfigError(f"{w} model.kv_heads = {self.kv_heads}: MLA decompresses keys and values per "
+                                  f"head, so kv_heads must equal heads ({self.heads}); drop kv_heads")
+        elif self.q_lora_rank or self.kv_lora_rank or self.qk_rope_head_dim:
+            raise ConfigError(f"{w} model.q_lora_rank/kv_lora_rank/qk_rope_head_dim are MLA fields but "
+                              f"model.attention = {self.attention!r}; set attention: mla or drop them")
+        if self.global_attention_every and not self.sliding_window:
+            raise ConfigError(f"{w} model.global_attention_every = {self.global_attention_every} needs "
+                              f"model.sliding_window > 0")
         if self.experts and not 1 <= self.top_k <= self.experts:
             raise ConfigError(f"{w} model.top_k = {self.top_k} must be in 1..{self.experts} "
                               f"(model.experts) for an MoE model")
@@ -190,35 +249,77 @@ class ModelSpec:
         """0-based indices of the MoE layers."""
         return tuple(i for i in range(self.layers) if self.is_moe_layer(i))
 
+    def is_local_attention_layer(self, i: int) -> bool:
+        """Whether layer ``i`` attends within ``sliding_window`` tokens (see global_attention_every)."""
+        if not self.sliding_window:
+            return False
+        k = self.global_attention_every
+        return not (k and (i + 1) % k == 0)
+
+    def layer_kind(self, i: int) -> tuple:
+        """Hashable key shared by layers with identical operators (MoE or dense, local or global
+        attention): costs and memory computed for one layer of a kind hold for all of them."""
+        return (self.is_moe_layer(i), self.is_local_attention_layer(i))
+
+    @property
+    def gated_mlp(self) -> bool:
+        """MLP has gate, up and down matrices (SwiGLU / GEGLU, Shazeer 2020)."""
+        return self.mlp in GATED_MLPS
+
     # ---------------------------------------------------------------- parameters
     def norm_params(self) -> int:
         """Parameters of one norm: 2h for LayerNorm (gain+bias), h for RMSNorm."""
         return (2 if self.norm == "layernorm" else 1) * self.hidden
 
     def qkv_params(self) -> int:
-        """Fused QKV projection: h x (a + 2 g) d weights (+ bias). GQA: Ainslie 2023."""
-        out = (self.heads + 2 * self.kv_heads) * self.head_dim
-        return self.hidden * out + (out if self.qkv_bias else 0)
+        """Query/key/value projections (+ bias, + q/k norms).
+
+        Standard: fused h x (a + 2 g) d (GQA: Ainslie 2023). MLA (DeepSeek-V2 Section 2.1.2-2.1.3,
+        DeepSeek-V3 inference/model.py): W^DQ h x d_c' + its RMSNorm + W^UQ d_c' x a d_qk (or
+        h x a d_qk without a query latent), W^DKV h x (d_c + d^R) + its RMSNorm + W^UKV
+        d_c x a (d_nope + d_v)."""
+        h, a, d = self.hidden, self.heads, self.head_dim
+        if self.attention == "mla":
+            qr, kr, rope = self.q_lora_rank, self.kv_lora_rank, self.qk_rope_head_dim
+            q = (h * qr + qr + qr * a * d) if qr else h * a * d
+            kv = h * (kr + rope) + kr + kr * a * (d - rope + self.v_head_dim)
+            return q + kv + (2 * d if self.qk_norm else 0)
+        out = (a + 2 * self.kv_heads) * d
+        return h * out + (out if self.qkv_bias else 0) + (2 * d if self.qk_norm else 0)
 
     def attn_out_params(self) -> int:
-        """Attention output projection: (a d) x h (+ bias h)."""
-        return self.heads * self.head_dim * self.hidden + (self.hidden if self.bias else 0)
+        """Attention output projection: (a d_v) x h (+ bias h)."""
+        return self.heads * self.v_head_dim * self.hidden + (self.hidden if self.bias else 0)
 
     def mlp_params(self, ffn: int | None = None) -> int:
-        """One MLP (or one expert) of intermediate size ``ffn``: 2 or 3 (SwiGLU) h x f matrices."""
+        """One MLP (or one expert) of intermediate size ``ffn``: 2 or 3 (gated) h x f matrices."""
         f = self.ffn if ffn is None else ffn
-        mats = 3 if self.mlp == "swiglu" else 2
+        mats = 3 if self.gated_mlp else 2
         bias = ((mats - 1) * f + self.hidden) if self.bias else 0
         return mats * self.hidden * f + bias
 
     def router_params(self) -> int:
-        """MoE router: h x E, no bias (Fedus 2021 Switch / Jiang 2024 Mixtral)."""
-        return self.hidden * self.experts
+        """MoE router: h x E (Fedus 2021 Switch / Jiang 2024 Mixtral), + E bias terms with
+        DeepSeek-V3's auxiliary-loss-free balancing (Section 2.1.2)."""
+        return self.hidden * self.experts + (self.experts if self.router_bias else 0)
+
+    def norms_per_layer(self) -> int:
+        """2 pre-norms, or 4 with Gemma's sandwich (pre + post) norms."""
+        return 4 if self.sandwich_norm else 2
+
+    def mtp_params(self) -> int:
+        """Multi-token-prediction modules (DeepSeek-V3 Section 2.2, eq. 21): per module two RMSNorms,
+        the h x 2h projection M_k and one transformer layer (like the last main layer); embedding and
+        output head are shared with the main model."""
+        if not self.mtp_layers:
+            return 0
+        return self.mtp_layers * (2 * self.norm_params() + 2 * self.hidden * self.hidden
+                                  + self.layer_params(self.layers - 1) + self.norm_params())
 
     def layer_params(self, i: int = 0, *, active: bool = False) -> int:
         """Parameters of layer ``i``; ``active`` counts only top_k routed experts (MoE)."""
         attn = self.qkv_params() + self.attn_out_params()
-        norms = 2 * self.norm_params()
+        norms = self.norms_per_layer() * self.norm_params()
         if not self.is_moe_layer(i):
             return attn + norms + self.mlp_params()
         routed = self.top_k if active else self.experts
@@ -237,6 +338,7 @@ class ModelSpec:
             layers=tuple(self.layer_params(i, active=active) for i in range(self.layers)),
             final_norm=self.norm_params(),
             lm_head=0 if self.tied_embeddings else self.vocab * self.hidden,
+            mtp=self.mtp_params(),
         )
 
     def param_count(self) -> int:
@@ -259,9 +361,9 @@ def _gpt(name: str, layers: int, hidden: int, heads: int, vocab: int = 51200, ma
 def _llama(name: str, layers: int, hidden: int, heads: int, kv_heads: int, ffn: int, vocab: int,
            max_seq: int, **kw: Any) -> ModelSpec:
     """Llama style: RoPE, RMSNorm, SwiGLU, no biases, untied head, no dropout."""
+    base = dict(mlp="swiglu", norm="rmsnorm", position="rope", bias=False, tied_embeddings=False, dropout=False)
     return ModelSpec(name=name, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
-                     ffn=ffn, vocab=vocab, max_seq=max_seq, mlp="swiglu", norm="rmsnorm",
-                     position="rope", bias=False, tied_embeddings=False, dropout=False, **kw)
+                     ffn=ffn, vocab=vocab, max_seq=max_seq, **{**base, **kw})
 
 
 gpt_style = _gpt  # public alias: build GPT-2-style models ad hoc (e.g. the zero-bubble paper's)
@@ -279,8 +381,24 @@ PUBLISHED_PARAMS = {
     "llama3-405b": 405.8e9,  # Dubey 2024 (Llama 3 herd) Table 3 ("405B"), HF total 405.85B
     "mixtral-8x7b": 46.7e9,  # Jiang 2024 (Mixtral) Section 2: 46.7B total, 12.9B active
     "bloom-176b": 176.2e9,   # BigScience 2022 (BLOOM) Table 3 / HF bigscience/bloom (176,247,271,424)
+    "deepseek-v3": 671e9,    # DeepSeek-V3 report (arXiv:2412.19437) Abstract: 671B total (MTP's 14B excluded)
+    "qwen3-8b": 8.2e9,       # Qwen3 technical report (arXiv:2505.09388) Table 1 / HF model card: 8.2B
+    "qwen3-32b": 32.8e9,     # Qwen3 model card: 32.8B
+    "qwen3-30b-a3b": 30.5e9,     # Qwen3 report Table 2 / model card: 30.5B total, 3.3B activated
+    "qwen3-235b-a22b": 235e9,    # Qwen3 report Table 2 / model card: 235B total, 22B activated
+    "gemma2-2b": 2.61e9,     # Gemma 2 report (arXiv:2408.00118) Table 1 + HF safetensors (2,614,341,888)
+    "gemma2-9b": 9.24e9,     # HF google/gemma-2-9b safetensors total (9,241,705,984)
+    "gemma2-27b": 27.2e9,    # HF google/gemma-2-27b safetensors total (27,227,128,320)
+    "gemma3-1b": 1.0e9,      # Gemma 3 report (arXiv:2503.19786) Table 1 / HF google/gemma-3-1b-pt (999,885,952)
+    "phi3-mini": 3.8e9,      # Phi-3 report (arXiv:2404.14219) Section 2: phi-3-mini 3.8B (HF 3,821,079,552)
+    "phi3-medium": 14e9,     # Phi-3 report Section 2: phi-3-medium 14B (HF 13,960,238,080)
 }
-PUBLISHED_ACTIVE_PARAMS = {"mixtral-8x7b": 12.9e9}  # Jiang 2024 Section 2
+PUBLISHED_ACTIVE_PARAMS = {
+    "mixtral-8x7b": 12.9e9,      # Jiang 2024 Section 2
+    "deepseek-v3": 37e9,         # DeepSeek-V3 report Abstract: 37B activated per token
+    "qwen3-30b-a3b": 3.3e9,      # Qwen3 report Table 2
+    "qwen3-235b-a22b": 22e9,     # Qwen3 report Table 2
+}
 
 PRESETS: dict[str, ModelSpec] = {
     # Brown 2020 Table 2.1: 96 layers, d_model 12288, 96 heads, n_ctx 2048, GPT-2 BPE vocab 50257.
@@ -303,6 +421,39 @@ PRESETS: dict[str, ModelSpec] = {
     # LayerNorm + embedding LayerNorm, biases, tied head; hidden/attention dropout 0.
     "bloom-176b": ModelSpec(name="bloom-176b", layers=70, hidden=14336, heads=112, vocab=250880,
                             position="alibi", embedding_norm=True, dropout=False),
+    # DeepSeek-V3 report (arXiv:2412.19437) Section 4.2 + HF deepseek-ai/DeepSeek-V3 config.json: 61 layers,
+    # h 7168, 128 heads, MLA (d_c 512, d_c' 1536, d_h 128 + d_h^R 64, d_v 128), first 3 layers dense
+    # (ffn 18432), then 1 shared + 256 routed experts of 2048, top-8, vocab 129280, 1 MTP module.
+    "deepseek-v3": _llama("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 4096, attention="mla",
+                          head_dim=192, v_head_dim=128, q_lora_rank=1536, kv_lora_rank=512, qk_rope_head_dim=64,
+                          experts=256, top_k=8, expert_ffn=2048, shared_experts=1, router_bias=True,
+                          moe_layers=tuple(range(3, 61)), mtp_layers=1),
+    # Qwen3 report (arXiv:2505.09388) Tables 1-2 + HF config.json: QK-norm, GQA, head_dim 128.
+    "qwen3-8b": _llama("qwen3-8b", 36, 4096, 32, 8, 12288, 151936, 32768, head_dim=128, qk_norm=True),
+    "qwen3-32b": _llama("qwen3-32b", 64, 5120, 64, 8, 25600, 151936, 32768, head_dim=128, qk_norm=True),
+    "qwen3-30b-a3b": _llama("qwen3-30b-a3b", 48, 2048, 32, 4, 6144, 151936, 32768, head_dim=128, qk_norm=True,
+                            experts=128, top_k=8, expert_ffn=768),
+    "qwen3-235b-a22b": _llama("qwen3-235b-a22b", 94, 4096, 64, 4, 12288, 151936, 32768, head_dim=128,
+                              qk_norm=True, experts=128, top_k=8, expert_ffn=1536),
+    # Gemma 2 report (arXiv:2408.00118) Table 1 + HF config.json: GeGLU, sandwich RMSNorms, tied
+    # embeddings, vocab 256000, window 4096 on every other layer, final logit soft-cap 30.
+    "gemma2-2b": _llama("gemma2-2b", 26, 2304, 8, 4, 9216, 256000, 8192, head_dim=256, mlp="geglu",
+                        tied_embeddings=True, sandwich_norm=True, sliding_window=4096, global_attention_every=2,
+                        logit_softcap=30.0),
+    "gemma2-9b": _llama("gemma2-9b", 42, 3584, 16, 8, 14336, 256000, 8192, head_dim=256, mlp="geglu",
+                        tied_embeddings=True, sandwich_norm=True, sliding_window=4096, global_attention_every=2,
+                        logit_softcap=30.0),
+    "gemma2-27b": _llama("gemma2-27b", 46, 4608, 32, 16, 36864, 256000, 8192, head_dim=128, mlp="geglu",
+                         tied_embeddings=True, sandwich_norm=True, sliding_window=4096, global_attention_every=2,
+                         logit_softcap=30.0),
+    # Gemma 3 report (arXiv:2503.19786) Section 2 + HF google/gemma-3-1b-pt: 5 local (window 512 for 1B)
+    # : 1 global, QK-norm instead of soft-capping, vocab 262144.
+    "gemma3-1b": _llama("gemma3-1b", 26, 1152, 4, 1, 6912, 262144, 32768, head_dim=256, mlp="geglu",
+                        tied_embeddings=True, sandwich_norm=True, qk_norm=True, sliding_window=512,
+                        global_attention_every=6),
+    # Phi-3 report (arXiv:2404.14219) Section 2 + HF config.json: Llama-style, vocab 32064, window 2047.
+    "phi3-mini": _llama("phi3-mini", 32, 3072, 32, 32, 8192, 32064, 4096, sliding_window=2047),
+    "phi3-medium": _llama("phi3-medium", 40, 5120, 40, 10, 17920, 32064, 4096, sliding_window=2047),
 }
 
 
@@ -318,8 +469,10 @@ def get_model(name: str) -> ModelSpec:
 # -------------------------------------------------------------------- loaders
 _FIELDS = tuple(f.name for f in dataclasses.fields(ModelSpec))
 _INT_FIELDS = ("layers", "hidden", "heads", "vocab", "kv_heads", "head_dim", "ffn", "max_seq",
-               "experts", "top_k", "expert_ffn", "shared_experts")
-_BOOL_FIELDS = ("tied_embeddings", "bias", "qkv_bias", "embedding_norm", "dropout")
+               "experts", "top_k", "expert_ffn", "shared_experts", "q_lora_rank", "kv_lora_rank",
+               "qk_rope_head_dim", "v_head_dim", "sliding_window", "global_attention_every", "mtp_layers")
+_BOOL_FIELDS = ("tied_embeddings", "bias", "qkv_bias", "embedding_norm", "dropout", "qk_norm", "sandwich_norm",
+                "router_bias")
 
 
 def load_model_yaml(path_or_dict: Any) -> ModelSpec:
@@ -342,9 +495,12 @@ def load_model_yaml(path_or_dict: Any) -> ModelSpec:
     for f in _BOOL_FIELDS:
         if f in d:
             kw[f] = None if d[f] is None else get_bool(d, f, "model")
-    for f, choices in (("mlp", MLP_KINDS), ("norm", NORM_KINDS), ("position", POSITION_KINDS)):
+    for f, choices in (("mlp", MLP_KINDS), ("norm", NORM_KINDS), ("position", POSITION_KINDS),
+                       ("attention", ATTENTION_KINDS)):
         if f in d:
             kw[f] = get_str(d, f, "model", choices=choices)
+    if "logit_softcap" in d:
+        kw["logit_softcap"] = get_float(d, "logit_softcap", "model")
     if "name" in d:
         kw["name"] = str(d["name"])
     if "moe_layers" in d:
@@ -362,66 +518,283 @@ def _underived(spec: ModelSpec) -> dict:
     overriding e.g. ``hidden`` on top of a preset re-derives head_dim and ffn."""
     d = dataclasses.asdict(spec)
     derived = {"kv_heads": spec.heads, "head_dim": spec.hidden // spec.heads, "ffn": 4 * spec.hidden,
-               "qkv_bias": spec.bias, "expert_ffn": spec.ffn}
+               "qkv_bias": spec.bias, "expert_ffn": spec.ffn, "v_head_dim": spec.head_dim}
     for k, v in derived.items():
         if d[k] == v:
             d[k] = None
     return d
 
 
+#: Hugging Face config.json keys that do not change time or memory (numerics, tokenizer ids,
+#: inference-only settings, bookkeeping). They are accepted silently; any other key the loader does
+#: not use is reported by ``load_hf_config(..., unused=[])`` (and by the CLI as one warning line).
+HF_IRRELEVANT_KEYS = frozenset({
+    "_name_or_path", "architectures", "model_type", "auto_map", "transformers_version", "torch_dtype",
+    "dtype", "bos_token_id", "eos_token_id", "pad_token_id", "initializer_range", "rms_norm_eps",
+    "layer_norm_eps", "rope_theta", "rope_scaling", "rope_parameters", "use_cache", "hidden_act",
+    "hidden_activation", "attention_dropout", "hidden_dropout", "embd_pdrop", "resid_pdrop",
+    "output_router_logits", "router_aux_loss_coef", "router_jitter_noise", "aux_loss_alpha",
+    "seq_aux", "quantization_config", "pretraining_tp", "original_max_position_embeddings",
+    "query_pre_attn_scalar", "attn_logit_softcapping", "cache_implementation", "final_logit_softcapping",
+    "routed_scaling_factor", "scoring_func", "topk_method", "norm_topk_prob", "ep_size",
+    "n_group", "topk_group", "num_nextn_predict_layers", "use_sliding_window", "max_window_layers",
+    "rope_local_base_freq", "partial_rotary_factor", "bos_token", "eos_token", "tie_word_embeddings",
+    "use_bidirectional_attention", "num_experts", "moe_intermediate_size", "decoder_sparse_step",
+    "mlp_only_layers", "num_experts_per_tok", "num_local_experts", "n_routed_experts",
+    "n_shared_experts", "first_k_dense_replace", "moe_layer_freq", "q_lora_rank", "kv_lora_rank",
+    "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "sliding_window", "sliding_window_pattern",
+    "layer_types", "head_dim", "num_key_value_heads", "mlp_bias", "attention_bias",
+    "max_position_embeddings", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+    "num_attention_heads", "qkv_bias", "text_config", "vision_config", "mm_tokens_per_image",
+    "boi_token_index", "eoi_token_index", "image_token_index", "initializer_factor",
+})
+# Keys that only some families use: the family parser marks what it reads (``_HF.used``) and the
+# rest of the file, minus HF_IRRELEVANT_KEYS, is reported. HF_IRRELEVANT_KEYS lists the family keys
+# too so that a key known to one family is not reported as unknown when another family's file has it
+# (e.g. Mistral's "sliding_window": null); family parsers still check the values they read.
+
+
+class _HF:
+    """One config.json being read: typed getters that record which keys were used."""
+
+    def __init__(self, d: dict, where: str = "config.json") -> None:
+        self.d, self.where, self.used = d, where, set()
+
+    def int(self, key: str, default: Any = ..., minimum: int = 1) -> Any:
+        self.used.add(key)
+        if key in self.d and self.d[key] is None and default is not ...:
+            return default
+        return get_int(self.d, key, self.where, default=default, minimum=minimum)
+
+    def bool(self, key: str, default: bool) -> bool:
+        self.used.add(key)
+        if self.d.get(key) is None:
+            return default
+        return get_bool(self.d, key, self.where)
+
+    def float(self, key: str, default: float = 0.0) -> float:
+        self.used.add(key)
+        v = self.d.get(key)
+        if v is None:
+            return default
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v in (float("inf"), float("-inf")):
+            raise ConfigError(f"{self.where} {key} = {str(v)[:60]!r} must be a finite number")
+        return float(v)
+
+    def act(self, key: str, allowed: tuple) -> str:
+        self.used.add(key)
+        v = self.d.get(key)
+        if v is not None and v not in allowed:
+            raise ConfigError(f"{self.where} {key} = {str(v)[:60]!r}: only {', '.join(allowed)} is modeled "
+                              f"for this architecture")
+        return v
+
+
+def _hf_common(c: _HF, *, mlp: str = "swiglu", tied_default: bool = False) -> dict:
+    """Fields every supported family shares: RoPE, RMSNorm, a gated MLP (3 GEMMs), no dropout
+    unless attention_dropout > 0."""
+    heads = c.int("num_attention_heads")
+    dropout = c.float("attention_dropout")
+    return dict(
+        layers=c.int("num_hidden_layers"), hidden=c.int("hidden_size"), heads=heads,
+        kv_heads=c.int("num_key_value_heads", heads), head_dim=c.int("head_dim", None),
+        ffn=c.int("intermediate_size"), vocab=c.int("vocab_size"), mlp=mlp, norm="rmsnorm",
+        position="rope", max_seq=c.int("max_position_embeddings", 2048),
+        tied_embeddings=c.bool("tie_word_embeddings", tied_default), bias=c.bool("mlp_bias", False),
+        qkv_bias=c.bool("attention_bias", False), dropout=dropout > 0)
+
+
+def _hf_window(c: _HF, kw: dict, *, every: int = 0) -> None:
+    """Sliding-window attention on all layers (Mistral 7B v0.1, Phi-3) or on all but every
+    ``every``-th layer (Gemma 2/3); ``layer_types`` (newer configs) is read when present."""
+    w = c.int("sliding_window", 0, minimum=0)
+    if not w:
+        return
+    kw["sliding_window"] = w
+    types = c.d.get("layer_types")
+    c.used.add("layer_types")
+    if isinstance(types, list) and types:
+        glob = [i for i, t in enumerate(types) if t == "full_attention"]
+        if glob:
+            k = glob[0] + 1
+            if [i for i in range(len(types)) if (i + 1) % k == 0] != glob:
+                raise ConfigError(f"{c.where} layer_types: full-attention layers {glob[:8]} are not every k-th "
+                                  f"layer; only periodic patterns are modeled")
+            every = k
+    elif "sliding_window_pattern" in c.d:
+        every = c.int("sliding_window_pattern")
+    kw["global_attention_every"] = every
+
+
+def _hf_llama(c: _HF) -> dict:
+    kw = _hf_common(c)
+    c.act("hidden_act", ("silu",))
+    return kw
+
+
+def _hf_mistral(c: _HF) -> dict:
+    kw = _hf_llama(c)
+    _hf_window(c, kw)
+    return kw
+
+
+def _hf_mixtral(c: _HF) -> dict:
+    kw = _hf_mistral(c)
+    kw.update(experts=c.int("num_local_experts"), top_k=c.int("num_experts_per_tok"), expert_ffn=kw["ffn"])
+    return kw
+
+
+def _hf_qwen2(c: _HF) -> dict:
+    kw = _hf_llama(c)
+    kw["qkv_bias"] = True  # Qwen2 q/k/v projections carry biases (HF Qwen2Attention bias=True)
+    if c.bool("use_sliding_window", False):
+        raise ConfigError(f"{c.where} use_sliding_window = true: Qwen's per-layer window (max_window_layers) is "
+                          f"not modeled; set it false (the released Qwen2/Qwen3 checkpoints do)")
+    return kw
+
+
+def _hf_qwen3(c: _HF) -> dict:
+    kw = _hf_llama(c)
+    kw["qk_norm"] = True   # HF Qwen3Attention q_norm / k_norm (RMSNorm over head_dim)
+    if c.bool("use_sliding_window", False):
+        raise ConfigError(f"{c.where} use_sliding_window = true: Qwen's per-layer window (max_window_layers) is "
+                          f"not modeled; set it false (the released Qwen2/Qwen3 checkpoints do)")
+    return kw
+
+
+def _hf_qwen3_moe(c: _HF) -> dict:
+    kw = _hf_qwen3(c)
+    E = c.int("num_experts")
+    step = c.int("decoder_sparse_step", 1)
+    dense = c.d.get("mlp_only_layers") or []
+    c.used.add("mlp_only_layers")
+    if not isinstance(dense, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in dense):
+        raise ConfigError(f"{c.where} mlp_only_layers = {str(dense)[:60]} must be a list of layer indices")
+    # HF Qwen3MoeDecoderLayer: MoE when layer not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0
+    moe = tuple(i for i in range(kw["layers"]) if i not in dense and (i + 1) % step == 0)
+    kw.update(experts=E, top_k=c.int("num_experts_per_tok"), expert_ffn=c.int("moe_intermediate_size"),
+              moe_layers="all" if len(moe) == kw["layers"] else moe)
+    return kw
+
+
+def _hf_phi3(c: _HF) -> dict:
+    kw = _hf_common(c)   # Phi-3 fuses qkv and gate_up; the parameter count is Llama's
+    c.act("hidden_act", ("silu",))
+    _hf_window(c, kw)
+    return kw
+
+
+def _hf_gemma2(c: _HF, *, every: int = 2) -> dict:
+    # Gemma 2 report (arXiv:2408.00118) Section 2: GeGLU, RMSNorm pre+post (sandwich), tied embeddings,
+    # local sliding window 4096 alternating with global attention, logit soft-capping.
+    kw = _hf_common(c, mlp="geglu", tied_default=True)
+    c.act("hidden_activation", ("gelu_pytorch_tanh", "gelu"))
+    kw["sandwich_norm"] = True
+    _hf_window(c, kw, every=every)
+    kw["logit_softcap"] = c.float("final_logit_softcapping")
+    return kw
+
+
+def _hf_gemma3(c: _HF) -> dict:
+    # Gemma 3 report (arXiv:2503.19786) Section 2: 5 local (window 1024) : 1 global layers, QK-norm
+    # replacing soft-capping; HF Gemma3 config sliding_window_pattern = 6.
+    kw = _hf_gemma2(c, every=6)
+    kw["qk_norm"] = True
+    return kw
+
+
+def _hf_deepseek(c: _HF) -> dict:
+    # DeepSeek-V3 report (arXiv:2412.19437) Section 2 / 4.2 and HF DeepseekV3 config: MLA, DeepSeekMoE
+    # with 1 shared + 256 routed experts (top-8), first 3 layers dense, 1 MTP module.
+    kw = _hf_common(c)
+    c.act("hidden_act", ("silu",))
+    layers = kw["layers"]
+    first_dense = c.int("first_k_dense_replace", 0, minimum=0)
+    freq = c.int("moe_layer_freq", 1)
+    E = c.int("n_routed_experts", 0, minimum=0)
+    moe = tuple(i for i in range(first_dense, layers) if i % freq == 0) if E else ()
+    nope = c.int("qk_nope_head_dim")
+    rope = c.int("qk_rope_head_dim")
+    kw.update(attention="mla", q_lora_rank=c.int("q_lora_rank", 0, minimum=0), kv_lora_rank=c.int("kv_lora_rank"),
+              qk_rope_head_dim=rope, head_dim=nope + rope, v_head_dim=c.int("v_head_dim"),
+              kv_heads=kw["heads"], mtp_layers=c.int("num_nextn_predict_layers", 0, minimum=0))
+    if E:
+        kw.update(experts=E, top_k=c.int("num_experts_per_tok"), expert_ffn=c.int("moe_intermediate_size"),
+                  shared_experts=c.int("n_shared_experts", 0, minimum=0),
+                  moe_layers="all" if len(moe) == layers else moe,
+                  router_bias=c.d.get("topk_method") == "noaux_tc")
+    return kw
+
+
+#: architectures name -> parser of its config.json fields (one function per family)
 HF_ARCHITECTURES = {
-    "LlamaForCausalLM": "llama",
-    "MistralForCausalLM": "mistral",
-    "MixtralForCausalLM": "mixtral",
-    "Qwen2ForCausalLM": "qwen2",
+    "LlamaForCausalLM": _hf_llama,
+    "MistralForCausalLM": _hf_mistral,
+    "MixtralForCausalLM": _hf_mixtral,
+    "Qwen2ForCausalLM": _hf_qwen2,
+    "Qwen3ForCausalLM": _hf_qwen3,
+    "Qwen3MoeForCausalLM": _hf_qwen3_moe,
+    "Phi3ForCausalLM": _hf_phi3,
+    "Gemma2ForCausalLM": _hf_gemma2,
+    "Gemma3ForCausalLM": _hf_gemma3,
+    "Gemma3ForConditionalGeneration": _hf_gemma3,
+    "DeepseekV2ForCausalLM": _hf_deepseek,
+    "DeepseekV3ForCausalLM": _hf_deepseek,
 }
+_HF_MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "mixtral": "MixtralForCausalLM",
+                   "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
+                   "phi3": "Phi3ForCausalLM", "gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
+                   "gemma3": "Gemma3ForConditionalGeneration", "deepseek_v2": "DeepseekV2ForCausalLM",
+                   "deepseek_v3": "DeepseekV3ForCausalLM"}
 
 
-def load_hf_config(path_or_dict: Any, name: str | None = None) -> ModelSpec:
+def load_hf_config(path_or_dict: Any, name: str | None = None, *, unused: list | None = None) -> ModelSpec:
     """Build a ModelSpec from a Hugging Face ``config.json`` (file, its directory, or dict).
 
-    Supported: LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM; all
-    are RoPE + RMSNorm + gated MLP (3 GEMMs). Keys not affecting cost (rope_theta, rms_norm_eps,
-    sliding_window, ...) are ignored. Llama's ``attention_bias`` maps to qkv_bias (its o_proj bias,
-    h params per layer, is not represented).
+    Supported architectures: the keys of :data:`HF_ARCHITECTURES` (Llama, Mistral, Mixtral, Qwen2,
+    Qwen3, Qwen3-MoE, Phi-3, Gemma 2, Gemma 3, DeepSeek-V2/V3), found by ``architectures`` or
+    ``model_type``. A multimodal Gemma 3 file is read from its ``text_config`` (the vision tower is
+    not modeled and is reported in ``unused``). Keys in :data:`HF_IRRELEVANT_KEYS` do not change time
+    or memory; any other key the family does not read is appended to ``unused`` (when a list is
+    given) - unless it is a near-miss of a key the family reads, which is an error with a suggestion.
+    Llama's ``attention_bias`` maps to qkv_bias (its o_proj bias, h params per layer, is not represented).
+
+    >>> m = load_hf_config({"architectures": ["Qwen3ForCausalLM"], "num_hidden_layers": 36, "hidden_size": 4096,
+    ...     "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288,
+    ...     "vocab_size": 151936, "tie_word_embeddings": False})
+    >>> round(m.param_count() / 1e9, 2)   # Qwen3-8B: 8.19B
+    8.19
     """
     if not isinstance(path_or_dict, dict) and Path(path_or_dict).is_dir():
         path_or_dict = Path(path_or_dict) / "config.json"
     d = load_mapping(path_or_dict, "Hugging Face config")
     archs = d.get("architectures") or []
-    arch = next((a for a in archs if a in HF_ARCHITECTURES), None)
-    family = HF_ARCHITECTURES.get(arch) if arch else d.get("model_type")
-    if family not in HF_ARCHITECTURES.values():
+    if not isinstance(archs, list):
+        raise ConfigError(f"config.json architectures = {str(archs)[:60]} must be a list of class names")
+    arch = next((a for a in archs if a in HF_ARCHITECTURES), None) or _HF_MODEL_TYPES.get(d.get("model_type"))
+    if arch is None:
         got = archs[0] if archs else d.get("model_type")
-        raise ConfigError(f"Hugging Face config architectures = {got!r} is not supported"
-                          f"{did_you_mean(got, HF_ARCHITECTURES)}; supported: {', '.join(HF_ARCHITECTURES)}")
-    w = "config.json"
-    heads = get_int(d, "num_attention_heads", w, minimum=1)
-    hidden = get_int(d, "hidden_size", w, minimum=1)
-    ffn = get_int(d, "intermediate_size", w, minimum=1)
-    head_dim = get_int(d, "head_dim", w, default=None, minimum=1) if d.get("head_dim") is not None else None
-    dropout = d.get("attention_dropout", 0.0) or 0.0
-    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)):
-        raise ConfigError(f"config.json attention_dropout = {dropout!r} must be a number (e.g. 0.0)")
-    kw: dict = dict(
-        name=name or d.get("_name_or_path") or arch or family,
-        layers=get_int(d, "num_hidden_layers", w, minimum=1),
-        hidden=hidden,
-        heads=heads,
-        kv_heads=get_int(d, "num_key_value_heads", w, default=heads, minimum=1),
-        head_dim=head_dim,
-        ffn=ffn,
-        vocab=get_int(d, "vocab_size", w, minimum=1),
-        mlp="swiglu",                      # all four use gated MLPs: gate, up, down
-        norm="rmsnorm",
-        position="rope",
-        max_seq=get_int(d, "max_position_embeddings", w, default=2048, minimum=1),
-        tied_embeddings=bool(d.get("tie_word_embeddings", False)),  # these configs default False
-        bias=bool(d.get("mlp_bias", False)),
-        qkv_bias=True if family == "qwen2" else bool(d.get("attention_bias", False)),
-        dropout=float(dropout) > 0,
-    )
-    if family == "mixtral":
-        kw.update(experts=get_int(d, "num_local_experts", w, minimum=1),
-                  top_k=get_int(d, "num_experts_per_tok", w, minimum=1), expert_ffn=ffn)
-    return ModelSpec(**kw)
+        raise ConfigError(f"Hugging Face config architectures = {str(got)[:60]!r} is not supported"
+                          f"{did_you_mean(str(got), HF_ARCHITECTURES)}; supported: {', '.join(HF_ARCHITECTURES)}")
+    extra: list = []
+    if isinstance(d.get("text_config"), dict):   # multimodal wrapper (Gemma3ForConditionalGeneration)
+        if d.get("vision_config") is not None:
+            extra.append("vision_config (vision tower not modeled)")
+        top_name = d.get("_name_or_path")
+        d = dict(d["text_config"])
+        d.setdefault("_name_or_path", top_name)
+    c = _HF(d)
+    kw = HF_ARCHITECTURES[arch](c)
+    kw["name"] = name or d.get("_name_or_path") or arch
+    spec = ModelSpec(**kw)
+    reads = sorted(c.used)
+    for key in d:
+        if key in c.used or key in HF_IRRELEVANT_KEYS:
+            continue
+        close = did_you_mean(key, reads)
+        if close:
+            raise ConfigError(f"config.json key {key[:60]!r} is not a {arch} field{close}; fix its name")
+        extra.append(key[:60])
+    if unused is not None:
+        unused.extend(extra)
+    return spec

@@ -24,6 +24,7 @@ reproduces their Table 2.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -51,6 +52,8 @@ _EW_FLOPS = {
     "rmsnorm": (4, 8, 2),      # square-sum, rsqrt scale, gain; gain grad
     "gelu": (8, 12, 0),        # tanh approximation (Hendrycks & Gimpel 2016)
     "swiglu": (5, 8, 0),       # silu(gate) * up, per output element (Shazeer 2020)
+    "geglu": (10, 14, 0),      # gelu_tanh(gate) * up, per output element (Shazeer 2020 GEGLU)
+    "softcap": (3, 3, 0),      # c * tanh(x / c) (Gemma 2 report Section 2)
     "residual": (3, 1, 0),     # bias + dropout scale + add (Megatron bias_dropout_add)
     "loss": (5, 2, 0),         # max, sub, exp, sum, pick; softmax - onehot (per logit)
 }
@@ -284,23 +287,76 @@ def _row_comms(c: _Ctx, tokens: int) -> tuple:
     return (Collective("tp", "all-reduce", "fwd", "after", nbytes),)
 
 
+def attention_pairs(s: int, causal_halved: bool, window: int = 0) -> float:
+    """(query, key) pairs one head scores over one sequence of ``s`` tokens.
+
+    Causal: s(s+1)/2 executed by a flash kernel (masked half skipped), s^2 otherwise. A sliding
+    window w (Beltagy 2020 Longformer; Mistral 7B, Jiang 2023 Section 2) keeps each query's last w
+    keys: w s - w(w-1)/2 pairs for s >= w (a flash kernel skips tiles outside the band).
+    """
+    if window and window < s:
+        return float(window * s - window * (window - 1) // 2)
+    return s * (s + 1) / 2 if causal_halved else float(s * s)
+
+
+def _qk_projections(c: _Ctx, layer: int) -> tuple:
+    """Q/K/V projection operators, their column-parallel output width per GPU, and the bytes of
+    Q, K and V the attention core reads and saves. Standard: one fused column-parallel GEMM.
+    MLA (DeepSeek-V2 Section 2.1, DeepSeek-V3 inference/model.py): the down-projections W^DQ,
+    W^DKV are replicated on every TP rank (plain Linear), the up-projections W^UQ, W^UKV are
+    column-parallel over heads; the latents pass an RMSNorm (folded into the up-projection)."""
+    m, dt, tp = c.m, c.dt, c.tp
+    h, d, dv = m.hidden, m.head_dim, m.v_head_dim
+    at, gt = m.heads // tp, m.kv_heads // tp
+    qkn = 2 * d if m.qk_norm else 0
+    if m.attention != "mla":
+        qkv_n = (at + 2 * gt) * d
+        qkv = _gemm("qkv", layer, c.T, qkv_n, h, dt,
+                    params=h * qkv_n + (qkv_n if m.qkv_bias else 0) + qkn,
+                    saved=dt * c.Tsp * h,  # input 2sbh, sharded with sp (Korthikanti 2022 Sec. 4.2.2)
+                    comms=_column_comms(c, c.T))
+        return [qkv], dt * c.T * qkv_n, dt * c.b * c.s * 2 * gt * d
+    qr, kr, rope = m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim
+    ops = []
+    gather = _column_comms(c, c.T)
+    # the sequence-parallel input is gathered once and feeds both down-projections; their input
+    # gradients are complete on every rank (replicated weights), so no reduce-scatter follows
+    fwd_gather = tuple(x for x in gather if x.phase == "fwd")
+    bwd_gather = tuple(x for x in gather if x.phase == "bwd" and x.op == "all-gather")
+    latent_ar = ((Collective("tp", "all-reduce", "bwd", "after", dt * c.T * ((qr or 0) + kr), overlaps="wgrad"),)
+                 if tp > 1 else ())  # column-parallel up-projections: dgrad partial sums over tp
+    kv_down = _gemm("kv_down", layer, c.T, kr + rope, h, dt, params=h * (kr + rope),
+                    saved=dt * c.Tsp * h, comms=fwd_gather + bwd_gather)
+    ops.append(kv_down)
+    if qr:
+        ops.append(_gemm("q_down", layer, c.T, qr, h, dt, params=h * qr, saved=0))
+        ops.append(_gemm("q_up", layer, c.T, at * d, qr, dt, params=qr * at * d + qr + qkn // 2,
+                         saved=dt * c.T * qr))
+    else:
+        ops.append(_gemm("q_proj", layer, c.T, at * d, h, dt, params=h * at * d + qkn // 2, saved=0))
+    ops.append(_gemm("kv_up", layer, c.T, at * (d - rope + dv), kr, dt,
+                     params=kr * at * (d - rope + dv) + kr + qkn // 2, saved=dt * c.T * kr, comms=latent_ar))
+    q_bytes = dt * c.T * at * d
+    k_bytes = dt * c.T * at * d                           # per-head keys: nope part + shared rope part
+    v_bytes = dt * c.T * at * dv
+    kv_full = dt * c.b * c.s * at * (d + dv)
+    return ops, q_bytes + k_bytes + v_bytes, kv_full
+
+
 def _attention_ops(c: _Ctx, layer: int) -> list:
     m, dt, tp = c.m, c.dt, c.tp
-    h, d = m.hidden, m.head_dim
-    at, gt = m.heads // tp, m.kv_heads // tp
-    qkv_n = (at + 2 * gt) * d
-    qkv = _gemm("qkv", layer, c.T, qkv_n, h, dt,
-                params=h * qkv_n + (qkv_n if m.qkv_bias else 0),
-                saved=dt * c.Tsp * h,  # input 2sbh, sharded with sp (Korthikanti 2022 Sec. 4.2.2)
-                comms=_column_comms(c, c.T))
+    h, d, dv = m.hidden, m.head_dim, m.v_head_dim
+    at = m.heads // tp
+    proj, qkv_bytes, kv_full = _qk_projections(c, layer)
     # Attention core. pairs = (query, key) dot products per (sequence, head) on this GPU; with cp
     # the causal work is load-balanced over ranks (Megatron CP zig-zag split), so total / cp.
-    pairs = (c.s * (c.s + 1) / 2 if c.causal_halved else float(c.s * c.s)) / c.cp
-    fwd = 4.0 * c.b * at * d * pairs                      # QK^T + PV (Narayanan 2021 eq. 3)
+    window = m.sliding_window if m.is_local_attention_layer(layer) else 0
+    pairs = attention_pairs(c.s, c.causal_halved, window) / c.cp
+    fwd = 2.0 * c.b * at * (d + dv) * pairs               # QK^T + PV (Narayanan 2021 eq. 3: 4 b a d)
     bwd = (FLASH_BWD_FACTOR if c.flash else UNFUSED_BWD_FACTOR) * fwd
-    qkv_bytes = dt * c.T * qkv_n                          # Q, K, V: 4sbh/t + 2sbh/t (Korthikanti 4.1)
-    kv_full = dt * c.b * c.s * 2 * gt * d                 # K and V of the whole sequence (cp gather)
-    o_bytes = dt * c.T * at * d
+    # qkv_bytes: Q, K, V 4sbh/t + 2sbh/t with MHA (Korthikanti 4.1); kv_full: K and V of the whole
+    # sequence (cp gather)
+    o_bytes = dt * c.T * at * dv
     if c.flash:
         internals = LSE_BYTES * c.b * at * c.sq           # softmax stats replace the s^2 tensors
         score_io_f = score_io_b = 0
@@ -317,25 +373,25 @@ def _attention_ops(c: _Ctx, layer: int) -> list:
         Collective("cp", "reduce-scatter", "bwd", "after", kv_full))  # dK, dV back to their owners
     core = Operator(
         "attn_core", "attention", layer,
-        (GemmShape(c.sq, c.s, d, c.b * at), GemmShape(c.sq, d, c.s, c.b * at)),
+        (GemmShape(c.sq, c.s, d, c.b * at), GemmShape(c.sq, dv, c.s, c.b * at)),
         fwd, bwd, 0.0,
         fwd_bytes=dt * c.T * at * d + kv_full + o_bytes + (LSE_BYTES * c.b * at * c.sq if c.flash else 0)
         + score_io_f,
         bwd_input_bytes=2 * (dt * c.T * at * d + kv_full + o_bytes) + score_io_b,
         saved_activation_bytes=qkv_bytes + internals, selective_recompute_bytes=internals,
         comms=cp_comms)
-    out = _gemm("attn_out", layer, c.T, h, at * d, dt,
-                params=at * d * h + (h if m.bias else 0),
+    out = _gemm("attn_out", layer, c.T, h, at * dv, dt,
+                params=at * dv * h + (h if m.bias else 0),
                 saved=o_bytes,                            # its input, 2sbh/t (Korthikanti 4.1)
                 comms=_row_comms(c, c.T))
-    return [qkv, core, out]
+    return proj + [core, out]
 
 
 def _dense_mlp_ops(c: _Ctx, layer: int) -> list:
     m, dt = c.m, c.dt
     h, ft = m.hidden, m.ffn // c.tp
-    gated = m.mlp == "swiglu"
-    n_up = 2 * ft if gated else ft                        # SwiGLU: gate and up fused (Shazeer 2020)
+    gated = m.gated_mlp
+    n_up = 2 * ft if gated else ft                        # SwiGLU/GEGLU: gate and up fused (Shazeer 2020)
     up = _gemm("mlp_gate_up" if gated else "mlp_up", layer, c.T, n_up, h, dt,
                params=h * n_up + (n_up if m.bias else 0),
                saved=dt * c.Tsp * h,                      # input 2sbh (Korthikanti 2022 4.1)
@@ -356,10 +412,10 @@ def _moe_ops(c: _Ctx, layer: int) -> list:
     receive T * top_k tokens in expectation (Lepikhin 2020 GShard Sec. 2; Fedus 2021 Switch)."""
     m, dt, tp = c.m, c.dt, c.tp
     h, E, k = m.hidden, m.experts, m.top_k
-    mats = 3 if m.mlp == "swiglu" else 2
+    mats = 3 if m.gated_mlp else 2
     fe = m.expert_ffn // tp                               # expert tensor parallel = tp (Megatron-core)
     e_loc = E // c.ep
-    router = _gemm("moe_router", layer, c.Tsp, E, h, dt, kind="router", params=h * E,
+    router = _gemm("moe_router", layer, c.Tsp, E, h, dt, kind="router", params=m.router_params(),
                    saved=dt * c.Tsp * h + 4 * c.Tsp * E)  # input + fp32 routing probabilities
     Te = c.T * k                                          # token copies processed by local experts
     per_expert = math.ceil(Te / e_loc)
@@ -423,11 +479,30 @@ def layer_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int
     """
     c = _context(model, micro_batch, seq_len, tp, sp, cp, ep, dtype_bytes, flash_attention,
                  causal_halved)
-    ops = [_norm(c, "input_norm", layer_index)]
-    ops += _attention_ops(c, layer_index)
-    ops += [_residual(c, "attn_residual", layer_index), _norm(c, "post_attn_norm", layer_index)]
-    ops += _moe_ops(c, layer_index) if model.is_moe_layer(layer_index) else _dense_mlp_ops(c, layer_index)
-    ops.append(_residual(c, "mlp_residual", layer_index))
+    return _layer_ops(c, layer_index)
+
+
+def _layer_ops(c: _Ctx, layer_index: int, prefix: str = "", layer: int | None = None) -> list:
+    """Ops of decoder layer ``layer_index`` (``prefix``/``layer`` relabel an MTP module's layer)."""
+    model = c.m
+    li = layer_index
+    ops = [_norm(c, "input_norm", li)]
+    attn = _attention_ops(c, li)
+    if model.qk_norm:  # RMSNorm over head_dim on Q and K (Qwen3 / Gemma 3): read + write both
+        at, gt = model.heads // c.tp, model.kv_heads // c.tp
+        e = c.T * (at + gt) * model.head_dim
+        attn.insert(len(attn) - 2, _elementwise("qk_norm", "norm", li, e, "rmsnorm", reads=1, writes=1,
+                                                bwd_reads=2, bwd_writes=1, dt=c.dt, saved=c.dt * e))
+    ops += attn
+    if model.sandwich_norm:  # Gemma 2/3 post-attention norm before the residual add
+        ops.append(_norm(c, "post_attn_out_norm", li))
+    ops += [_residual(c, "attn_residual", li), _norm(c, "post_attn_norm", li)]
+    ops += _moe_ops(c, li) if model.is_moe_layer(li) else _dense_mlp_ops(c, li)
+    if model.sandwich_norm:
+        ops.append(_norm(c, "post_mlp_norm", li))
+    ops.append(_residual(c, "mlp_residual", li))
+    if prefix or layer is not None:
+        ops = [dataclasses.replace(o, name=prefix + o.name, layer=li if layer is None else layer) for o in ops]
     return ops
 
 
@@ -460,23 +535,56 @@ def embedding_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp:
 
 
 def head_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int = 1,
-                   sp: bool = False, cp: int = 1, dtype_bytes: int = 2) -> list:
-    """Final norm, vocab-parallel LM head and vocab-parallel cross-entropy loss."""
+                   sp: bool = False, cp: int = 1, dtype_bytes: int = 2, ep: int = 1,
+                   flash_attention: bool = True) -> list:
+    """Final norm, vocab-parallel LM head (+ Gemma's logit soft-capping) and vocab-parallel
+    cross-entropy loss, then the multi-token-prediction modules (DeepSeek-V3 Section 2.2) if any."""
     c = _context(model, micro_batch, seq_len, tp, sp, cp, 1, dtype_bytes, True, None)
-    h, dt = model.hidden, dtype_bytes
+    ops = _lm_head_ops(c, "")
+    for k in range(model.mtp_layers):
+        ops += _mtp_ops(model, k, micro_batch=micro_batch, seq_len=seq_len, tp=tp, sp=sp, cp=cp,
+                        dtype_bytes=dtype_bytes, ep=ep, flash_attention=flash_attention)
+    return ops
+
+
+def _mtp_ops(model: ModelSpec, k: int, *, ep: int, flash_attention: bool, **kw) -> list:
+    """MTP module k (DeepSeek-V3 Section 2.2, eqs. 21-23): RMSNorm of the previous depth's hidden
+    state and of the shifted token embedding (the embedding lookup is shared: its cost is one more
+    gather, folded in here as the norm's traffic), the h x 2h projection M_k (replicated over tp like
+    a column-parallel GEMM with its sequence-parallel gather), one transformer layer like the main
+    model's last, and the shared output head and loss of depth k + 1."""
+    c = _context(model, kw["micro_batch"], kw["seq_len"], kw["tp"], kw["sp"], kw["cp"], ep,
+                 kw["dtype_bytes"], flash_attention, None)
+    p = f"mtp{k}_"
+    h, dt = model.hidden, c.dt
+    ops = [_norm(c, p + "hnorm", -2), _norm(c, p + "enorm", -2)]
+    proj = _gemm(p + "eh_proj", -2, c.T, h // c.tp, 2 * h, dt, params=2 * h * h // c.tp,
+                 saved=2 * dt * c.Tsp * h, comms=_column_comms(c, c.T) + _row_comms(c, c.T))
+    ops.append(dataclasses.replace(proj, comms=tuple(x for x in proj.comms if x.op != "all-reduce")))
+    ops += _layer_ops(c, model.layers - 1, prefix=p, layer=-2)
+    return ops + _lm_head_ops(c, p, shared=True)
+
+
+def _lm_head_ops(c: _Ctx, prefix: str, shared: bool = False) -> list:
+    model, tp = c.m, c.tp
+    h, dt = model.hidden, c.dt
     vt = math.ceil(model.vocab / tp)
     # With tied embeddings the weight lives in the embedding (a PP last stage keeps a copy).
-    lm = _gemm("lm_head", -2, c.T, vt, h, dt, params=0 if model.tied_embeddings else vt * h,
+    lm = _gemm(prefix + "lm_head", -2, c.T, vt, h, dt, params=0 if model.tied_embeddings or shared else vt * h,
                saved=dt * c.Tsp * h,            # input 2sbh/t with sp (Korthikanti 2022 Sec. 4.3)
                comms=_column_comms(c, c.T))
     logits = c.T * vt
     loss_comms = tuple(Collective("tp", "all-reduce", "fwd", "after", 4 * c.T)
                        for _ in range(3)) if tp > 1 else ()  # max, target logit, sum-exp (Megatron)
-    loss = _elementwise("loss", "loss", -2, logits, "loss", reads=0, writes=0, bwd_reads=0,
+    loss = _elementwise(prefix + "loss", "loss", -2, logits, "loss", reads=0, writes=0, bwd_reads=0,
                         bwd_writes=0, dt=dt, saved=LOGIT_BYTES * logits,  # 4sbv/t (Korthikanti 4.3)
                         extra_fwd_bytes=logits * (dt + 2 * LOGIT_BYTES),
                         extra_bwd_bytes=logits * (LOGIT_BYTES + dt), comms=loss_comms)
-    return [_norm(c, "final_norm", -2), lm, loss]
+    ops = [_norm(c, prefix + "final_norm", -2), lm]
+    if model.logit_softcap:  # c tanh(x / c) over the logits: one more read + write (Gemma 2 Section 2)
+        ops.append(_elementwise(prefix + "logit_softcap", "elementwise", -2, logits, "softcap", reads=1, writes=1,
+                                bwd_reads=2, bwd_writes=1, dt=dt, saved=dt * logits))
+    return ops + [loss]
 
 
 def model_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int = 1, sp: bool = False,
@@ -571,18 +679,28 @@ def model_flops_per_token(model: ModelSpec, seq_len: int, convention: str = "meg
         raise ConfigError(f"convention = {convention!r} is not one of {', '.join(FLOP_CONVENTIONS)}"
                           f"{did_you_mean(convention, FLOP_CONVENTIONS)}")
     m = model
-    ad = m.heads * m.head_dim
-    mats = 3 if m.mlp == "swiglu" else 2
+    mats = 3 if m.gated_mlp else 2
+    h, a, d, dv = m.hidden, m.heads, m.head_dim, m.v_head_dim
+    if m.attention == "mla":  # DeepSeek-V2 Section 2.1: down/up projections of queries and keys/values
+        qr, kr, rope = m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim
+        attn_w = ((h * qr + qr * a * d) if qr else h * a * d) + h * (kr + rope) + kr * a * (d - rope + dv)
+    else:
+        attn_w = h * (a + 2 * m.kv_heads) * d
+    attn_w += a * dv * h
     layer_w = 0
+    ctx = 0.0   # sum over layers of the attended context length (full mask for local layers: window)
     for i in range(m.layers):
-        w = m.hidden * (m.heads + 2 * m.kv_heads) * m.head_dim + ad * m.hidden
+        w = attn_w
         if m.is_moe_layer(i):
-            w += m.router_params() + (m.top_k + m.shared_experts) * mats * m.hidden * m.expert_ffn
+            w += h * m.experts + (m.top_k + m.shared_experts) * mats * h * m.expert_ffn  # router + experts
         else:
-            w += mats * m.hidden * m.ffn
+            w += mats * h * m.ffn
         layer_w += w
+        ctx += min(seq_len, m.sliding_window) if m.is_local_attention_layer(i) else seq_len
+    # 12 l s (a d) = 6 l s a (d_qk + d_v) when d_qk = d_v
+    attn = 6.0 * ctx * a * (d + dv)
     if convention == "megatron":
-        return 6.0 * (layer_w + m.vocab * m.hidden) + 12.0 * m.layers * seq_len * ad
+        return 6.0 * (layer_w + m.vocab * h) + attn
     if convention == "palm":
-        return 6.0 * m.active_param_count() + 12.0 * m.layers * ad * seq_len
-    return 6.0 * layer_w + 6.0 * m.layers * seq_len * ad
+        return 6.0 * m.active_param_count() + attn
+    return 6.0 * layer_w + attn / 2

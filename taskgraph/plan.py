@@ -39,6 +39,8 @@ class Plan:
     microbatches: int
     layers_per_stage: tuple[int, ...]
     schedule: Schedule
+    warnings: tuple = ()
+    """Inputs read but not modeled (e.g. Hugging Face config keys), one string each; the CLI prints them."""
 
     @property
     def num_gpus(self) -> int:
@@ -58,7 +60,8 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def resolve_model(spec, base_dir: str) -> ModelSpec:
+def resolve_model(spec, base_dir: str, unused: list | None = None) -> ModelSpec:
+    """The model of a strategy file; Hugging Face config keys that are not modeled go to ``unused``."""
     if isinstance(spec, dict):
         return load_model_yaml(spec)
     from taskgraph.model import PRESETS
@@ -67,12 +70,12 @@ def resolve_model(spec, base_dir: str) -> ModelSpec:
     p = Path(spec) if Path(spec).is_absolute() else Path(base_dir) / spec
     if p.is_dir():
         if (p / "config.json").exists():
-            return load_hf_config(p / "config.json")
+            return load_hf_config(p / "config.json", unused=unused)
         raise ConfigError(f"model = {spec!r} is a directory without config.json (looked at {str(p)!r}); give a "
                           f"model YAML, a Hugging Face config.json, or a folder that holds one")
     if p.exists():
         if p.suffix == ".json":
-            return load_hf_config(p)
+            return load_hf_config(p, unused=unused)
         return load_model_yaml(p)
     if "/" in spec or spec.endswith((".yaml", ".yml", ".json")):
         raise ConfigError(f"model = {spec!r}: file not found (looked at {str(p)!r}); fix the path")
@@ -103,7 +106,8 @@ def even_layers(layers: int, stages: int, pp: int, vpp: int) -> tuple[int, ...]:
 
 def resolve(strategy: Strategy) -> Plan:
     """Cross-check ``strategy`` with its model and cluster and build the schedule."""
-    model = resolve_model(strategy.model, strategy.base_dir)
+    unused: list = []
+    model = resolve_model(strategy.model, strategy.base_dir, unused)
     cluster = resolve_cluster(strategy.cluster, strategy.base_dir)
     par, tr = strategy.parallel, strategy.training
     tp, pp, cp, ep, vpp = par.tp, par.pp, par.cp, par.ep, par.vpp
@@ -174,7 +178,10 @@ def resolve(strategy: Strategy) -> Plan:
                           f"or a Hopper/Blackwell cluster")
 
     schedule = _schedule(strategy, pp, microbatches, vpp)
-    return Plan(strategy, model, cluster, sizes, vpp, par.sp and tp > 1, par.zero, microbatches, tuple(lps), schedule)
+    warnings = (f"model config keys not modeled (ignored): {', '.join(unused[:20])}"
+                f"{' ...' if len(unused) > 20 else ''}",) if unused else ()
+    return Plan(strategy, model, cluster, sizes, vpp, par.sp and tp > 1, par.zero, microbatches, tuple(lps), schedule,
+                warnings)
 
 
 def _schedule(strategy: Strategy, pp: int, m: int, vpp: int) -> Schedule:
