@@ -309,7 +309,54 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--set", action="append", metavar="KEY=VALUE")
     s.add_argument("--fidelity", choices=("operator", "coarse"), help="override options.fidelity")
     s.set_defaults(func=_compare_cmd)
+
+    s = sub.add_parser("import", help="write a strategy file from a Megatron-LM launch script, a NeMo recipe "
+                       "or a torchtitan TOML",
+                       epilog="examples:\n  execsim import megatron train_gpt.sh --cluster dgx-h100 --nodes 8 -o s.yaml\n"
+                              "  execsim import nemo llama3_8b.yaml -o s.yaml          # nodes from trainer.num_nodes\n"
+                              "  execsim import torchtitan llama3_8b.toml --cluster dgx-h100 --nodes 1 -o s.yaml",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.add_argument("kind", choices=("megatron", "nemo", "torchtitan"), help="what SOURCE is")
+    s.add_argument("source", help="the file, or - for standard input")
+    s.add_argument("-o", "--output", metavar="OUT.yaml", help="write the strategy here (default: standard output)")
+    s.add_argument("--cluster", metavar="PRESET", help="cluster preset, e.g. dgx-h100 (required unless the "
+                   "source names one)")
+    s.add_argument("--nodes", type=int, help="number of nodes (default: from the source where it says)")
+    s.add_argument("--vocab", type=int, help="vocabulary size when the source's tokenizer does not tell it")
+    s.set_defaults(func=_import_cmd)
     return p
+
+
+def _import_cmd(args) -> int:
+    from simulator.importing import import_strategy, summary
+    if args.source == "-":
+        text, origin = sys.stdin.read(), "standard input"
+    else:
+        path = Path(args.source)
+        if not path.is_file():
+            raise ExecsimError(f"import source {args.source!r} is not a file: give the path of the "
+                               f"{args.kind} configuration, or - for standard input")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ExecsimError(f"import source {args.source!r} cannot be read ({exc.__class__.__name__}); "
+                               f"give a UTF-8 text file") from None
+        origin = path.name
+    out, imp = import_strategy(args.kind, text, origin=origin, cluster=args.cluster, nodes=args.nodes,
+                               vocab=args.vocab)
+    if imp.unmodeled:
+        print(f"execsim: warning: {summary(imp)}", file=sys.stderr)
+    if args.output:
+        if Path(args.output).resolve() == Path(args.source).resolve():
+            raise ExecsimError(f"-o {args.output!r} is the import source: choose another output path")
+        try:
+            Path(args.output).write_text(out)
+        except OSError as exc:
+            raise ExecsimError(f"cannot write {args.output!r} ({exc.strerror or exc}); choose a writable path") from None
+        print(f"strategy written to {args.output} (execsim simulate {args.output})")
+    else:
+        sys.stdout.write(out)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

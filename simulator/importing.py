@@ -1,0 +1,81 @@
+"""``execsim import``: finish an imported strategy against its cluster, check it, write it as YAML.
+
+The importers (:mod:`strategies.importers`) map flags and keys; what needs the cluster (world size,
+torchtitan's data-parallel degree -1 and per-rank batch, GPUs per node the source states) is settled
+here, and the result is resolved exactly as ``execsim simulate`` would, so a file this writes simulates.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from strategies.errors import ConfigError
+from strategies.importers import Imported, import_config
+
+
+def finish(imp: Imported) -> dict:
+    """The strategy mapping of ``imp`` with the cluster-dependent fields filled in and checked."""
+    from taskgraph.plan import resolve_cluster
+    s = {k: (dict(v) if isinstance(v, dict) else v) for k, v in imp.strategy.items() if not k.startswith("_")}
+    cl = resolve_cluster(s["cluster"], ".")
+    gpn = imp.strategy.get("_gpus_per_node")
+    if gpn is not None and str(gpn) != str(cl.gpus_per_node):
+        raise ConfigError(f"{imp.source}: the source runs {gpn} GPUs per node but cluster preset "
+                          f"{cl.name!r} has {cl.gpus_per_node}; pick a matching --cluster")
+    par, tr = s["parallel"], s["training"]
+    world = cl.num_gpus
+    model_par = par["tp"] * par["pp"] * par["cp"]
+    if world % model_par:
+        raise ConfigError(f"{imp.source}: tp({par['tp']}) * pp({par['pp']}) * cp({par['cp']}) = {model_par} does not "
+                          f"divide the cluster's {world} GPUs; change --nodes")
+    dp = par.get("dp", world // model_par)
+    if dp * model_par != world:
+        raise ConfigError(f"{imp.source}: tp({par['tp']}) * pp({par['pp']}) * cp({par['cp']}) * dp({dp}) = "
+                          f"{dp * model_par} != {world} GPUs of {cl.nodes} x {cl.gpus_per_node}; change --nodes")
+    if "_local_batch" in imp.strategy:   # torchtitan: local_batch_size per data-parallel rank
+        tr["global_batch"] = imp.strategy["_local_batch"] * dp
+        par.pop("dp", None)
+    if "_steps" in imp.strategy:
+        tr["train_tokens"] = float(imp.strategy["_steps"] * tr["global_batch"] * tr["seq_len"])
+    return s
+
+
+def check(strategy: dict) -> None:
+    """Resolve ``strategy`` as ``execsim simulate`` would (raises the same one-line errors)."""
+    from strategies.strategy_file import parse_strategy
+    from taskgraph.plan import resolve
+    resolve(parse_strategy(strategy, "."))
+
+
+def to_yaml(strategy: dict, imp: Imported, origin: str) -> str:
+    """The strategy as a commented YAML strategy file."""
+    import yaml
+    head = [f"# Imported by `execsim import {imp.source}` from {origin}.",
+            "# Settings of the source that execsim does not model (not represented below):"]
+    if imp.unmodeled:
+        line = ""
+        for item in imp.unmodeled:
+            if len(line) + len(item) > 95:
+                head.append(f"#   {line.rstrip(', ')}")
+                line = ""
+            line += f"{item}, "
+        head.append(f"#   {line.rstrip(', ')}")
+    else:
+        head[-1] = "# Every setting of the source is represented."
+    body = yaml.safe_dump(strategy, sort_keys=False, default_flow_style=None, width=100)
+    return "\n".join(head) + "\n" + body
+
+
+def import_strategy(kind: str, text: str, *, origin: str, cluster: str | None = None, nodes: int | None = None,
+                    vocab: int | None = None) -> tuple[str, Imported]:
+    """Import, finish, check; returns the YAML text and the :class:`Imported` record."""
+    imp = import_config(kind, text, cluster=cluster, nodes=nodes, vocab=vocab)
+    strategy = finish(imp)
+    check(strategy)
+    return to_yaml(strategy, imp, origin), imp
+
+
+def summary(imp: Imported, limit: int = 25) -> str:
+    """One warning line listing what the source sets and execsim does not model."""
+    items: list[Any] = list(imp.unmodeled)
+    more = f" ... and {len(items) - limit} more" if len(items) > limit else ""
+    return f"{imp.source} settings not modeled (listed in the file header): {', '.join(items[:limit])}{more}"
