@@ -28,7 +28,7 @@ TRAINING_KEYS = ("micro_batch", "global_batch", "seq_len", "precision", "recompu
                  "recompute_layers")
 OPTION_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_bucket_mb", "flash_attention",
                "overlap_handoff", "memory_reserve_gb", "fidelity", "profile", "fp32_grad_accum",
-               "tp_comm_overlap", "p2p_overlap", "tp_async_backward", "p2p_host_gap_us")
+               "tp_comm_overlap", "p2p_overlap", "tp_async_backward", "p2p_host_gap_us", "moe_imbalance", "moe_capacity_factor")
 SCHEDULE_KEYS = ("name", "csv")
 PRECISIONS = ("bf16", "fp16", "fp8")
 RECOMPUTE = ("none", "selective", "full")
@@ -103,6 +103,13 @@ class OptionsSpec:
     p2p_host_gap_us: with blocking p2p, microseconds both sides' GPUs idle after each exchange:
         Megatron synchronizes the device after every batched send/recv (``batch_p2p_sync``), so the
         next action starts only once the host has launched its first kernel again.
+    moe_imbalance: MoE routing skew: tokens routed to the busiest expert-parallel rank over the
+        mean (>= 1; 1 = perfectly balanced). The busiest rank sets the pace of the EP group's
+        all-to-all and of the layer (GShard, Lepikhin 2020 Section 2.2; measured expert loads in
+        DeepSeek-V3 Section 4.5 / Mixtral Section 5).
+    moe_capacity_factor: expert capacity as a multiple of the mean load (Switch Transformer, Fedus
+        2021 Section 2.2; Megatron --moe-expert-capacity-factor); tokens past it are dropped, so the
+        busiest rank processes min(imbalance, factor) x mean. None = dropless (MegaBlocks, Gale 2023).
     """
 
     overlap_grad_reduce: bool = True
@@ -118,6 +125,15 @@ class OptionsSpec:
     p2p_overlap: bool = False
     tp_async_backward: bool = True
     p2p_host_gap_us: float = P2P_HOST_GAP_US
+    moe_imbalance: float = 1.0
+    moe_capacity_factor: float | None = None
+
+    @property
+    def moe_load(self) -> float:
+        """Load of the busiest expert-parallel rank relative to the mean (see moe_imbalance)."""
+        if self.moe_capacity_factor is None:
+            return self.moe_imbalance
+        return min(self.moe_imbalance, self.moe_capacity_factor)
 
 
 @dataclass(frozen=True)
@@ -240,6 +256,8 @@ def parse_strategy(data: dict, base_dir: str | Path = ".") -> Strategy:
         p2p_overlap=get_bool(o, "p2p_overlap", "options", default=False),
         tp_async_backward=get_bool(o, "tp_async_backward", "options", default=True),
         p2p_host_gap_us=get_float(o, "p2p_host_gap_us", "options", default=P2P_HOST_GAP_US),
+        moe_imbalance=get_float(o, "moe_imbalance", "options", default=1.0, minimum=1.0),
+        moe_capacity_factor=get_float(o, "moe_capacity_factor", "options", default=None, positive=True),
     )
     return Strategy(data["model"], data["cluster"], par, sched, csv, tr, opt, str(base_dir), data)
 

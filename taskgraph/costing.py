@@ -136,7 +136,7 @@ def _context_id(plan: Plan) -> int | None:
     if opt.profile:
         return None
     key = (plan.model, plan.cluster, plan.sizes, plan.sp, plan.zero, tr.micro_batch, tr.seq_len, tr.precision,
-           opt.flash_attention, opt.fp32_grad_accum, opt.grad_bucket_mb, opt.tp_async_backward)
+           opt.flash_attention, opt.fp32_grad_accum, opt.grad_bucket_mb, opt.tp_async_backward, opt.moe_load)
     try:
         cid = _CONTEXTS.get(key)
     except TypeError:  # an unhashable field (a custom model spec holding a list, say)
@@ -249,7 +249,7 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
         key = (plan.model.layer_kind(li), policy, groups["tp"], groups["cp"], groups["ep"])
         if key not in layer_cache:
             ops = layer_operators(plan.model, ep=s.ep, dtype_bytes=dt, flash_attention=opt.flash_attention,
-                                  layer_index=li, **kw)
+                                  layer_index=li, moe_load=opt.moe_load, **kw)
             costs = [_op_cost(ctx, o, policy, groups, i == 0) for i, o in enumerate(ops)]
             if plan.zero == 3:
                 fpre, bpre, bpost = _zero3_comms(ctx, ops, groups["dp"])
@@ -258,7 +258,8 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
             layer_cache[key] = tuple(costs)
         layers.append(LayerWork(f"layer{li}", layer_cache[key], policy))
     if stage == plan.schedule.num_stages - 1:
-        ops = head_operators(plan.model, dtype_bytes=dt, ep=s.ep, flash_attention=opt.flash_attention, **kw)
+        ops = head_operators(plan.model, dtype_bytes=dt, ep=s.ep, flash_attention=opt.flash_attention,
+                             moe_load=opt.moe_load, **kw)
         layers.append(LayerWork("head", tuple(_op_cost(ctx, o, "none", groups, False) for o in ops)))
     return _stage_work(plan, tuple(layers), groups["dp"])
 

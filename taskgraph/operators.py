@@ -177,6 +177,7 @@ class _Ctx:
     dt: int
     flash: bool
     causal_halved: bool
+    moe_load: float = 1.0   # busiest EP rank's routed tokens / mean (OptionsSpec.moe_load)
 
 
 def _choices(n: int, limit: int = 8) -> str:
@@ -185,7 +186,7 @@ def _choices(n: int, limit: int = 8) -> str:
 
 
 def _context(model: ModelSpec, micro_batch: int, seq_len: int, tp: int, sp: bool, cp: int, ep: int,
-             dtype_bytes: int, flash_attention: bool, causal_halved: bool | None) -> _Ctx:
+             dtype_bytes: int, flash_attention: bool, causal_halved: bool | None, moe_load: float = 1.0) -> _Ctx:
     for name, v in (("micro_batch", micro_batch), ("seq_len", seq_len), ("parallel.tp", tp),
                     ("parallel.cp", cp), ("parallel.ep", ep), ("dtype_bytes", dtype_bytes)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -217,8 +218,11 @@ def _context(model: ModelSpec, micro_batch: int, seq_len: int, tp: int, sp: bool
                           f"set parallel.sp: true (Megatron requires it) or tp: 1")
     sq = seq_len // cp
     T = micro_batch * sq
+    if isinstance(moe_load, bool) or not isinstance(moe_load, (int, float)) or not 1.0 <= moe_load < float("inf"):
+        raise ConfigError(f"options.moe_imbalance = {moe_load!r} must be a finite number >= 1 (1 = balanced)")
     return _Ctx(model, micro_batch, seq_len, sq, T, T // tp if sp else T, tp, sp, cp, ep,
-                dtype_bytes, flash_attention, flash_attention if causal_halved is None else causal_halved)
+                dtype_bytes, flash_attention, flash_attention if causal_halved is None else causal_halved,
+                float(moe_load))
 
 
 # ---------------------------------------------------------------------- operator builders
@@ -409,7 +413,10 @@ def _dense_mlp_ops(c: _Ctx, layer: int) -> list:
 
 def _moe_ops(c: _Ctx, layer: int) -> list:
     """Router + routed experts (+ shared experts). Balanced routing: each GPU's E/ep local experts
-    receive T * top_k tokens in expectation (Lepikhin 2020 GShard Sec. 2; Fedus 2021 Switch)."""
+    receive T * top_k tokens in expectation (Lepikhin 2020 GShard Sec. 2; Fedus 2021 Switch). With
+    ``moe_load`` > 1 these are the numbers of the busiest expert-parallel rank, which receives
+    moe_load x the mean: its expert GEMMs, permutations, saved activations and the all-to-all volume
+    it receives scale by moe_load; the all-to-all and the next layer wait for it (GShard Sec. 2.2)."""
     m, dt, tp = c.m, c.dt, c.tp
     h, E, k = m.hidden, m.experts, m.top_k
     mats = 3 if m.gated_mlp else 2
@@ -417,7 +424,7 @@ def _moe_ops(c: _Ctx, layer: int) -> list:
     e_loc = E // c.ep
     router = _gemm("moe_router", layer, c.Tsp, E, h, dt, kind="router", params=m.router_params(),
                    saved=dt * c.Tsp * h + 4 * c.Tsp * E)  # input + fp32 routing probabilities
-    Te = c.T * k                                          # token copies processed by local experts
+    Te = math.ceil(c.T * k * c.moe_load)                  # token copies processed by local experts
     per_expert = math.ceil(Te / e_loc)
     up = GemmShape(per_expert, (mats - 1) * fe, h, e_loc)
     down = GemmShape(per_expert, h, fe, e_loc)
@@ -428,7 +435,7 @@ def _moe_ops(c: _Ctx, layer: int) -> list:
     permute_io = 4 * dt * Te * h                          # permute + unpermute copies
     act_io = dt * Te * fe * mats
     comms: list = []
-    a2a = dt * c.Tsp * k * h                              # dispatch / combine send buffer
+    a2a = dt * math.ceil(c.Tsp * k * c.moe_load) * h      # dispatch / combine buffer of the busiest rank
     ag = dt * Te * h
     if c.ep > 1:
         comms.append(Collective("ep", "all-to-all", "fwd", "before", a2a))
@@ -471,14 +478,15 @@ def _moe_ops(c: _Ctx, layer: int) -> list:
 def layer_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int = 1,
                     sp: bool = False, cp: int = 1, ep: int = 1, dtype_bytes: int = 2,
                     flash_attention: bool = True, layer_index: int = 0,
-                    causal_halved: bool | None = None) -> list:
+                    causal_halved: bool | None = None, moe_load: float = 1.0) -> list:
     """Operators of decoder layer ``layer_index`` on one GPU, in forward order.
 
     ``causal_halved``: count only the unmasked s(s+1)/2 attention pairs; default (None) = what
     the kernel executes: True with flash attention, False for the unfused kernel.
+    ``moe_load``: routed tokens of the busiest expert-parallel rank over the mean (MoE layers).
     """
     c = _context(model, micro_batch, seq_len, tp, sp, cp, ep, dtype_bytes, flash_attention,
-                 causal_halved)
+                 causal_halved, moe_load)
     return _layer_ops(c, layer_index)
 
 
@@ -536,25 +544,25 @@ def embedding_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp:
 
 def head_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int = 1,
                    sp: bool = False, cp: int = 1, dtype_bytes: int = 2, ep: int = 1,
-                   flash_attention: bool = True) -> list:
+                   flash_attention: bool = True, moe_load: float = 1.0) -> list:
     """Final norm, vocab-parallel LM head (+ Gemma's logit soft-capping) and vocab-parallel
     cross-entropy loss, then the multi-token-prediction modules (DeepSeek-V3 Section 2.2) if any."""
     c = _context(model, micro_batch, seq_len, tp, sp, cp, 1, dtype_bytes, True, None)
     ops = _lm_head_ops(c, "")
     for k in range(model.mtp_layers):
         ops += _mtp_ops(model, k, micro_batch=micro_batch, seq_len=seq_len, tp=tp, sp=sp, cp=cp,
-                        dtype_bytes=dtype_bytes, ep=ep, flash_attention=flash_attention)
+                        dtype_bytes=dtype_bytes, ep=ep, flash_attention=flash_attention, moe_load=moe_load)
     return ops
 
 
-def _mtp_ops(model: ModelSpec, k: int, *, ep: int, flash_attention: bool, **kw) -> list:
+def _mtp_ops(model: ModelSpec, k: int, *, ep: int, flash_attention: bool, moe_load: float = 1.0, **kw) -> list:
     """MTP module k (DeepSeek-V3 Section 2.2, eqs. 21-23): RMSNorm of the previous depth's hidden
     state and of the shifted token embedding (the embedding lookup is shared: its cost is one more
     gather, folded in here as the norm's traffic), the h x 2h projection M_k (replicated over tp like
     a column-parallel GEMM with its sequence-parallel gather), one transformer layer like the main
     model's last, and the shared output head and loss of depth k + 1."""
     c = _context(model, kw["micro_batch"], kw["seq_len"], kw["tp"], kw["sp"], kw["cp"], ep,
-                 kw["dtype_bytes"], flash_attention, None)
+                 kw["dtype_bytes"], flash_attention, None, moe_load)
     p = f"mtp{k}_"
     h, dt = model.hidden, c.dt
     ops = [_norm(c, p + "hnorm", -2), _norm(c, p + "enorm", -2)]
@@ -646,7 +654,7 @@ def operator_graph(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int 
 def activation_bytes_per_layer(model: ModelSpec, micro_batch: int, seq_len: int, tp: int = 1,
                                sp: bool = False, recompute: str = "none", flash_attention: bool = True,
                                *, cp: int = 1, ep: int = 1, dtype_bytes: int = 2,
-                               layer_index: int = 0) -> int:
+                               layer_index: int = 0, moe_load: float = 1.0) -> int:
     """Bytes one layer keeps for backward per micro-batch on one GPU (Korthikanti 2022 Table 2).
 
     'none': sum of saved_activation_bytes; 'selective': minus the attention-core internals
@@ -657,7 +665,7 @@ def activation_bytes_per_layer(model: ModelSpec, micro_batch: int, seq_len: int,
                           f"{did_you_mean(recompute, RECOMPUTE)}")
     ops = layer_operators(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, sp=sp, cp=cp, ep=ep,
                           dtype_bytes=dtype_bytes, flash_attention=flash_attention,
-                          layer_index=layer_index)
+                          layer_index=layer_index, moe_load=moe_load)
     if recompute == "full":
         return dtype_bytes * micro_batch * (seq_len // cp) * model.hidden // (tp if sp else 1)
     drop = recompute == "selective"

@@ -174,3 +174,39 @@ def test_new_families_simulate_end_to_end(preset, tmp_path):
     assert op.training.to_json()["iteration_time_s"] > 0
     # coarse fidelity exposes more communication today (2-7% here; docs/performance.md), never less
     assert op.result.makespan <= co.result.makespan * (1 + 1e-9) <= 1.10 * op.result.makespan
+
+
+def _mixtral(tmp_path, **options):
+    from strategies.strategy_file import parse_strategy
+    return parse_strategy({"model": {"preset": "mixtral-8x7b", "layers": 4}, "cluster": {"preset": "dgx-h100", "nodes": 2},
+                           "parallel": {"tp": 1, "pp": 2, "ep": 8}, "schedule": "1f1b",
+                           "training": {"micro_batch": 1, "global_batch": 16, "seq_len": 2048},
+                           "options": options}, tmp_path)
+
+
+def test_moe_imbalance_one_is_todays_balanced_routing(tmp_path):
+    from simulator.api import simulate_strategy
+    base = simulate_strategy(_mixtral(tmp_path))
+    same = simulate_strategy(_mixtral(tmp_path, moe_imbalance=1.0))
+    assert same.result.makespan == base.result.makespan
+    assert list(same.graph.duration) == list(base.graph.duration)
+
+
+def test_moe_busiest_rank_sets_the_pace(tmp_path):
+    from simulator.api import simulate_strategy
+    m = get_model("mixtral-8x7b")
+    kw = dict(micro_batch=1, seq_len=2048, ep=8)
+    even = {o.name: o for o in layer_operators(m, **kw)}
+    skew = {o.name: o for o in layer_operators(m, **kw, moe_load=1.5)}
+    assert skew["moe_experts"].fwd_flops == pytest.approx(1.5 * even["moe_experts"].fwd_flops)
+    assert skew["moe_experts"].saved_activation_bytes == pytest.approx(1.5 * even["moe_experts"].saved_activation_bytes)
+    a2a = lambda ops: [x.bytes for x in ops["moe_experts"].comms if x.op == "all-to-all"]  # noqa: E731
+    assert a2a(skew) == [1.5 * b for b in a2a(even)]
+    assert skew["qkv"] == even["qkv"] and skew["moe_router"] == even["moe_router"]
+    base = simulate_strategy(_mixtral(tmp_path)).result.makespan
+    slow = simulate_strategy(_mixtral(tmp_path, moe_imbalance=1.5)).result.makespan
+    capped = simulate_strategy(_mixtral(tmp_path, moe_imbalance=1.5, moe_capacity_factor=1.25)).result.makespan
+    at_cap = simulate_strategy(_mixtral(tmp_path, moe_imbalance=1.25)).result.makespan
+    assert base < capped == at_cap < slow      # dropping tokens past capacity bounds the busiest rank's work
+    with pytest.raises(ConfigError, match="moe_imbalance"):
+        _mixtral(tmp_path, moe_imbalance=0.8)
