@@ -182,6 +182,7 @@ _MEGATRON_READ = {
     "use-flash-attn", "attention-backend", "transformer-impl", "attention-dropout", "hidden-dropout",
     "train-iters", "train-samples", "nnodes", "nproc-per-node", "accumulate-allreduce-grads-in-fp32",
     "use-torch-fsdp2", "expert-tensor-parallel-size", "apply-layernorm-1p", "vocab-file", "merge-file",
+    "cp-comm-type",
 }
 
 
@@ -294,20 +295,25 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
     flash = backend in ("flash", "fused", "auto") and (impl == "transformer_engine" or flags.get("use-flash-attn") is True)
     if backend == "flash" or flags.get("use-flash-attn") is True:
         flash = True
+    cp_type = str(flags.get("cp-comm-type", "p2p"))   # Megatron default: p2p (ring attention)
+    cp_map = {"p2p": "ring", "a2a": "a2a", "allgather": "allgather"}
+    if cp_type not in cp_map:
+        order.append(f"cp-comm-type {cp_type} (hierarchical not modeled; simulated as ring)")
     options = {"overlap_grad_reduce": flags.get("overlap-grad-reduce") is True,
                "overlap_param_gather": flags.get("overlap-param-gather") is True,
                "tp_comm_overlap": flags.get("tp-comm-overlap") is True,
                "flash_attention": bool(flash),
                # Megatron keeps main grads in fp32 with bf16 (arguments.py forces it) or when asked
                "fp32_grad_accum": precision != "fp16" or flags.get("accumulate-allreduce-grads-in-fp32") is True}
+    if parallel["cp"] > 1:
+        options["cp_comm"] = cp_map.get(cp_type, "ring")
     nn_, npn = _int(flags, "nnodes"), _int(flags, "nproc-per-node")
     strategy = {"model": model, "cluster": _cluster(cluster, nodes if nodes is not None else nn_, "megatron arguments"),
                 "parallel": parallel, "schedule": "interleaved-1f1b" if vpp > 1 else "1f1b",
                 "training": training, "options": options}
     if npn is not None:
         strategy["_gpus_per_node"] = npn
-    unmodeled = tuple("--" + f if not f.startswith("expert-tensor") else f
-                      for f in dict.fromkeys(order) if f not in _MEGATRON_READ)
+    unmodeled = tuple("--" + f if " " not in f else f for f in dict.fromkeys(order) if f not in _MEGATRON_READ)
     return Imported(strategy, unmodeled, "megatron")
 
 

@@ -28,7 +28,8 @@ TRAINING_KEYS = ("micro_batch", "global_batch", "seq_len", "precision", "recompu
                  "recompute_layers")
 OPTION_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_bucket_mb", "flash_attention",
                "overlap_handoff", "memory_reserve_gb", "fidelity", "profile", "fp32_grad_accum",
-               "tp_comm_overlap", "p2p_overlap", "tp_async_backward", "p2p_host_gap_us", "moe_imbalance", "moe_capacity_factor")
+               "tp_comm_overlap", "p2p_overlap", "tp_async_backward", "p2p_host_gap_us", "moe_imbalance", "moe_capacity_factor",
+               "cp_comm", "cp_load_balance")
 SCHEDULE_KEYS = ("name", "csv")
 PRECISIONS = ("bf16", "fp16", "fp8")
 RECOMPUTE = ("none", "selective", "full")
@@ -110,6 +111,10 @@ class OptionsSpec:
     moe_capacity_factor: expert capacity as a multiple of the mean load (Switch Transformer, Fedus
         2021 Section 2.2; Megatron --moe-expert-capacity-factor); tokens past it are dropped, so the
         busiest rank processes min(imbalance, factor) x mean. None = dropless (MegaBlocks, Gale 2023).
+    cp_comm: context-parallel attention: 'allgather' K/V (Llama 3), 'ring' p2p overlapped with the
+        attention chunks (Ring Attention; Megatron/TE "p2p"), 'a2a' Ulysses all-to-all over heads.
+    cp_load_balance: causal load balancing over CP ranks (Megatron's zig-zag chunks); False = the
+        rank holding the last queries does (2cp-1)/cp of the balanced attention work and sets the pace.
     """
 
     overlap_grad_reduce: bool = True
@@ -127,6 +132,8 @@ class OptionsSpec:
     p2p_host_gap_us: float = P2P_HOST_GAP_US
     moe_imbalance: float = 1.0
     moe_capacity_factor: float | None = None
+    cp_comm: str = "allgather"
+    cp_load_balance: bool = True
 
     @property
     def moe_load(self) -> float:
@@ -258,6 +265,8 @@ def parse_strategy(data: dict, base_dir: str | Path = ".") -> Strategy:
         p2p_host_gap_us=get_float(o, "p2p_host_gap_us", "options", default=P2P_HOST_GAP_US),
         moe_imbalance=get_float(o, "moe_imbalance", "options", default=1.0, minimum=1.0),
         moe_capacity_factor=get_float(o, "moe_capacity_factor", "options", default=None, positive=True),
+        cp_comm=get_str(o, "cp_comm", "options", default="allgather", choices=("allgather", "ring", "a2a")),
+        cp_load_balance=get_bool(o, "cp_load_balance", "options", default=True),
     )
     return Strategy(data["model"], data["cluster"], par, sched, csv, tr, opt, str(base_dir), data)
 

@@ -74,8 +74,15 @@ def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bo
     for c in op.comms:
         ranks = groups[c.group]
         secs = _comm_time(cluster, c.op, c.bytes, ranks)
+        overlaps = c.overlaps if async_bwd else ""
+        if c.overlaps == "attn":
+            # ring attention (Liu 2023 Section 3): cp-1 exchanges, each hidden behind one chunk's
+            # attention (1/cp of the core pass); only the remainder is exposed
+            n = len(ranks)
+            secs = max(0.0, secs - (n - 1) / n * t["fwd" if c.phase == "fwd" else "bwd_input"])
+            overlaps = ""
         slots[(c.phase, c.where)].append(Comm(f"{c.group}-comm", f"{c.group}-{c.op}", secs, "tp",
-                                              overlaps=c.overlaps if async_bwd else ""))
+                                              overlaps=overlaps))
     saved, rec = float(op.saved_activation_bytes), 0.0
     if policy == "selective":
         saved, rec = saved - op.selective_recompute_bytes, float(op.selective_recompute_bytes)
@@ -136,7 +143,8 @@ def _context_id(plan: Plan) -> int | None:
     if opt.profile:
         return None
     key = (plan.model, plan.cluster, plan.sizes, plan.sp, plan.zero, tr.micro_batch, tr.seq_len, tr.precision,
-           opt.flash_attention, opt.fp32_grad_accum, opt.grad_bucket_mb, opt.tp_async_backward, opt.moe_load)
+           opt.flash_attention, opt.fp32_grad_accum, opt.grad_bucket_mb, opt.tp_async_backward, opt.moe_load,
+           opt.cp_comm, opt.cp_load_balance)
     try:
         cid = _CONTEXTS.get(key)
     except TypeError:  # an unhashable field (a custom model spec holding a list, say)
@@ -249,7 +257,8 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
         key = (plan.model.layer_kind(li), policy, groups["tp"], groups["cp"], groups["ep"])
         if key not in layer_cache:
             ops = layer_operators(plan.model, ep=s.ep, dtype_bytes=dt, flash_attention=opt.flash_attention,
-                                  layer_index=li, moe_load=opt.moe_load, **kw)
+                                  layer_index=li, moe_load=opt.moe_load, cp_comm=opt.cp_comm,
+                                  cp_balance=opt.cp_load_balance, **kw)
             costs = [_op_cost(ctx, o, policy, groups, i == 0) for i, o in enumerate(ops)]
             if plan.zero == 3:
                 fpre, bpre, bpost = _zero3_comms(ctx, ops, groups["dp"])

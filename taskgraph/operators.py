@@ -38,6 +38,12 @@ KINDS = ("gemm", "attention", "elementwise", "norm", "embedding", "loss", "route
          "collective")  # "collective": reserved for passes that turn comms into graph nodes
 COLLECTIVE_OPS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all")
 RECOMPUTE = ("none", "selective", "full")
+#: context-parallel attention variants: 'allgather' K/V before attention (Llama 3, Dubey 2024 Section
+#: 3.3.2); 'ring' K/V chunks passed around the CP ring while the current chunk's attention runs (Ring
+#: Attention, Liu 2023 Section 3; Megatron-core / Transformer Engine cp_comm_type "p2p"); 'a2a'
+#: all-to-all of Q, K, V to heads-split full sequences and of the output back (DeepSpeed-Ulysses,
+#: Jacobs 2023 Section 3; Transformer Engine cp_comm_type "a2a").
+CP_COMMS = ("allgather", "ring", "a2a")
 FLOP_CONVENTIONS = ("megatron", "palm", "kaplan")
 
 MASK_BYTES = 1   # dropout masks are stored as 1 byte per element (Korthikanti 2022 Section 4.1)
@@ -94,7 +100,9 @@ class Collective:
     """Full buffer size in bytes: the reduced tensor (all-reduce), the gathered output
     (all-gather), the unreduced input (reduce-scatter), this GPU's send buffer (all-to-all)."""
     overlaps: str = ""
-    """'dgrad' / 'wgrad': the backward GEMM this collective can run concurrently with when the
+    """'attn': a ring-attention exchange hidden behind the attention core's chunks (costing folds the
+    overlap: exposed = max(0, t_comm - (cp-1)/cp x t_core)).
+    'dgrad' / 'wgrad': the backward GEMM this collective can run concurrently with when the
     column-parallel backward is asynchronous (Megatron-LM LinearWithGradAccumulationAndAsyncCommunication:
     the SP all-gather of the saved input overlaps the input-gradient GEMM, the all-reduce or
     reduce-scatter of the input gradient overlaps the weight-gradient GEMM); '' = always blocking."""
@@ -178,6 +186,8 @@ class _Ctx:
     flash: bool
     causal_halved: bool
     moe_load: float = 1.0   # busiest EP rank's routed tokens / mean (OptionsSpec.moe_load)
+    cp_comm: str = "allgather"  # context-parallel attention: allgather | ring | a2a (CP_COMMS)
+    cp_balance: bool = True     # causal load balancing over CP ranks (zig-zag chunks)
 
 
 def _choices(n: int, limit: int = 8) -> str:
@@ -186,7 +196,8 @@ def _choices(n: int, limit: int = 8) -> str:
 
 
 def _context(model: ModelSpec, micro_batch: int, seq_len: int, tp: int, sp: bool, cp: int, ep: int,
-             dtype_bytes: int, flash_attention: bool, causal_halved: bool | None, moe_load: float = 1.0) -> _Ctx:
+             dtype_bytes: int, flash_attention: bool, causal_halved: bool | None, moe_load: float = 1.0,
+             cp_comm: str = "allgather", cp_balance: bool = True) -> _Ctx:
     for name, v in (("micro_batch", micro_batch), ("seq_len", seq_len), ("parallel.tp", tp),
                     ("parallel.cp", cp), ("parallel.ep", ep), ("dtype_bytes", dtype_bytes)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -220,9 +231,16 @@ def _context(model: ModelSpec, micro_batch: int, seq_len: int, tp: int, sp: bool
     T = micro_batch * sq
     if isinstance(moe_load, bool) or not isinstance(moe_load, (int, float)) or not 1.0 <= moe_load < float("inf"):
         raise ConfigError(f"options.moe_imbalance = {moe_load!r} must be a finite number >= 1 (1 = balanced)")
+    if cp_comm not in CP_COMMS:
+        raise ConfigError(f"options.cp_comm = {str(cp_comm)[:40]!r} is not one of {', '.join(CP_COMMS)}"
+                          f"{did_you_mean(str(cp_comm), CP_COMMS)}")
+    if cp > 1 and cp_comm == "a2a" and ((model.heads // tp) % cp or (model.kv_heads // tp) % cp):
+        raise ConfigError(f"options.cp_comm = 'a2a' (Ulysses) splits heads over cp: heads/tp = {model.heads // tp} and "
+                          f"kv_heads/tp = {model.kv_heads // tp} must both be divisible by parallel.cp = {cp}; "
+                          f"use cp_comm: ring or allgather, or a cp dividing both")
     return _Ctx(model, micro_batch, seq_len, sq, T, T // tp if sp else T, tp, sp, cp, ep,
                 dtype_bytes, flash_attention, flash_attention if causal_halved is None else causal_halved,
-                float(moe_load))
+                float(moe_load), cp_comm, bool(cp_balance))
 
 
 # ---------------------------------------------------------------------- operator builders
@@ -353,9 +371,14 @@ def _attention_ops(c: _Ctx, layer: int) -> list:
     at = m.heads // tp
     proj, qkv_bytes, kv_full = _qk_projections(c, layer)
     # Attention core. pairs = (query, key) dot products per (sequence, head) on this GPU; with cp
-    # the causal work is load-balanced over ranks (Megatron CP zig-zag split), so total / cp.
+    # the causal work is load-balanced over ranks (Megatron CP zig-zag split: each rank holds chunks
+    # i and 2cp-1-i), so total / cp. Without balancing the CP rank holding the last s/cp queries
+    # scores the most pairs and sets the pace (Brandon 2023 Striped Attention Section 3: (2cp-1)/cp x).
     window = m.sliding_window if m.is_local_attention_layer(layer) else 0
     pairs = attention_pairs(c.s, c.causal_halved, window) / c.cp
+    if c.cp > 1 and not c.cp_balance and c.causal_halved:
+        q = c.s // c.cp
+        pairs = attention_pairs(c.s, True, window) - attention_pairs(c.s - q, True, window)
     fwd = 2.0 * c.b * at * (d + dv) * pairs               # QK^T + PV (Narayanan 2021 eq. 3: 4 b a d)
     bwd = (FLASH_BWD_FACTOR if c.flash else UNFUSED_BWD_FACTOR) * fwd
     # qkv_bytes: Q, K, V 4sbh/t + 2sbh/t with MHA (Korthikanti 4.1); kv_full: K and V of the whole
@@ -371,10 +394,23 @@ def _attention_ops(c: _Ctx, layer: int) -> list:
         # scores written, softmax r/w, dropout r/w + mask, PV read; backward ~2x (approximate)
         score_io_f = A * (4 * dt + ((2 * dt + MASK_BYTES) if m.dropout else 0))
         score_io_b = 2 * score_io_f
-    cp_comms = () if c.cp == 1 else (
-        Collective("cp", "all-gather", "fwd", "before", kv_full),     # KV all-gather / ring passes
-        Collective("cp", "all-gather", "bwd", "before", kv_full),
-        Collective("cp", "reduce-scatter", "bwd", "after", kv_full))  # dK, dV back to their owners
+    if c.cp == 1:
+        cp_comms = ()
+    elif c.cp_comm == "a2a":
+        # Ulysses: Q, K, V (this rank's sequence shard, all its heads) -> full sequence, heads / cp;
+        # the output back; the backward mirrors both. Send buffer = the local tensor.
+        kv_full = kv_full // c.cp
+        cp_comms = (Collective("cp", "all-to-all", "fwd", "before", qkv_bytes),
+                    Collective("cp", "all-to-all", "fwd", "after", o_bytes),
+                    Collective("cp", "all-to-all", "bwd", "before", o_bytes),
+                    Collective("cp", "all-to-all", "bwd", "after", qkv_bytes))
+    else:
+        # all-gather K, V (and again in backward), reduce-scatter dK, dV to their owners; 'ring' moves
+        # the same bytes in cp-1 p2p steps that overlap the attention of the chunk at hand
+        ov = "attn" if c.cp_comm == "ring" else ""
+        cp_comms = (Collective("cp", "all-gather", "fwd", "before", kv_full, overlaps=ov),
+                    Collective("cp", "all-gather", "bwd", "before", kv_full, overlaps=ov),
+                    Collective("cp", "reduce-scatter", "bwd", "after", kv_full, overlaps=ov))
     core = Operator(
         "attn_core", "attention", layer,
         (GemmShape(c.sq, c.s, d, c.b * at), GemmShape(c.sq, dv, c.s, c.b * at)),
@@ -478,7 +514,8 @@ def _moe_ops(c: _Ctx, layer: int) -> list:
 def layer_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int = 1,
                     sp: bool = False, cp: int = 1, ep: int = 1, dtype_bytes: int = 2,
                     flash_attention: bool = True, layer_index: int = 0,
-                    causal_halved: bool | None = None, moe_load: float = 1.0) -> list:
+                    causal_halved: bool | None = None, moe_load: float = 1.0, cp_comm: str = "allgather",
+                    cp_balance: bool = True) -> list:
     """Operators of decoder layer ``layer_index`` on one GPU, in forward order.
 
     ``causal_halved``: count only the unmasked s(s+1)/2 attention pairs; default (None) = what
@@ -486,7 +523,7 @@ def layer_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int
     ``moe_load``: routed tokens of the busiest expert-parallel rank over the mean (MoE layers).
     """
     c = _context(model, micro_batch, seq_len, tp, sp, cp, ep, dtype_bytes, flash_attention,
-                 causal_halved, moe_load)
+                 causal_halved, moe_load, cp_comm, cp_balance)
     return _layer_ops(c, layer_index)
 
 
@@ -654,7 +691,7 @@ def operator_graph(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int 
 def activation_bytes_per_layer(model: ModelSpec, micro_batch: int, seq_len: int, tp: int = 1,
                                sp: bool = False, recompute: str = "none", flash_attention: bool = True,
                                *, cp: int = 1, ep: int = 1, dtype_bytes: int = 2,
-                               layer_index: int = 0, moe_load: float = 1.0) -> int:
+                               layer_index: int = 0, moe_load: float = 1.0, cp_comm: str = "allgather") -> int:
     """Bytes one layer keeps for backward per micro-batch on one GPU (Korthikanti 2022 Table 2).
 
     'none': sum of saved_activation_bytes; 'selective': minus the attention-core internals
@@ -665,7 +702,7 @@ def activation_bytes_per_layer(model: ModelSpec, micro_batch: int, seq_len: int,
                           f"{did_you_mean(recompute, RECOMPUTE)}")
     ops = layer_operators(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, sp=sp, cp=cp, ep=ep,
                           dtype_bytes=dtype_bytes, flash_attention=flash_attention,
-                          layer_index=layer_index, moe_load=moe_load)
+                          layer_index=layer_index, moe_load=moe_load, cp_comm=cp_comm)
     if recompute == "full":
         return dtype_bytes * micro_batch * (seq_len // cp) * model.hidden // (tp if sp else 1)
     drop = recompute == "selective"

@@ -113,3 +113,12 @@ def test_block_recompute_maps_per_layer():
 def test_gpus_per_node_must_match_cluster(capsys):
     rc, _, err = run(capsys, "import", "nemo", NEMO, "--cluster", "gb200-nvl72")
     assert rc == 2 and "8 GPUs per node" in err
+
+
+def test_megatron_context_parallel_comm_type():
+    cp = BASE + "--context-parallel-size 2 "
+    assert import_config("megatron", cp, cluster="dgx-h100", nodes=1).strategy["options"]["cp_comm"] == "ring"
+    imp = import_config("megatron", cp + "--cp-comm-type a2a", cluster="dgx-h100", nodes=1)
+    assert imp.strategy["options"]["cp_comm"] == "a2a"
+    imp = import_config("megatron", cp + "--cp-comm-type a2a+p2p", cluster="dgx-h100", nodes=1)
+    assert imp.strategy["options"]["cp_comm"] == "ring" and any("a2a+p2p" in u for u in imp.unmodeled)

@@ -210,3 +210,59 @@ def test_moe_busiest_rank_sets_the_pace(tmp_path):
     assert base < capped == at_cap < slow      # dropping tokens past capacity bounds the busiest rank's work
     with pytest.raises(ConfigError, match="moe_imbalance"):
         _mixtral(tmp_path, moe_imbalance=0.8)
+
+
+def _cp_core(cp_comm="allgather", cp=4, balance=True, **kw):
+    ops = layer_operators(get_model("llama3-8b"), micro_batch=1, seq_len=8192, tp=2, sp=True, cp=cp,
+                          cp_comm=cp_comm, cp_balance=balance, **kw)
+    return next(o for o in ops if o.name == "attn_core")
+
+
+def test_context_parallel_variants():
+    ag, ring, a2a = _cp_core("allgather"), _cp_core("ring"), _cp_core("a2a")
+    assert ag.fwd_flops == ring.fwd_flops == a2a.fwd_flops                # same work, different traffic
+    assert [(x.op, x.overlaps) for x in ring.comms] == [("all-gather", "attn")] * 2 + [("reduce-scatter", "attn")]
+    assert [x.overlaps for x in ag.comms] == ["", "", ""]
+    # Ulysses: Q, K, V of this rank's sequence shard out, the output back; backward mirrors
+    T, at, gt, d = 8192 // 4, 32 // 2, 8 // 2, 128
+    assert [(x.op, x.phase, x.where, x.bytes) for x in a2a.comms] == [
+        ("all-to-all", "fwd", "before", 2 * T * (at + 2 * gt) * d), ("all-to-all", "fwd", "after", 2 * T * at * d),
+        ("all-to-all", "bwd", "before", 2 * T * at * d), ("all-to-all", "bwd", "after", 2 * T * (at + 2 * gt) * d)]
+    with pytest.raises(ConfigError, match="Ulysses"):
+        _cp_core("a2a", cp=8)   # kv_heads/tp = 4 cannot split over 8
+    with pytest.raises(ConfigError, match="cp_comm"):
+        _cp_core("rings")
+
+
+def test_causal_load_balancing_over_cp():
+    s, cp = 8192, 4
+    bal, unbal = _cp_core(balance=True), _cp_core(balance=False)
+    q = s // cp
+    last = attention_pairs(s, True) - attention_pairs(s - q, True)
+    assert unbal.fwd_flops / bal.fwd_flops == pytest.approx(last / (attention_pairs(s, True) / cp))
+    assert unbal.fwd_flops / bal.fwd_flops == pytest.approx((2 * cp - 1) / cp, rel=1e-3)
+
+
+def test_ring_attention_exposes_only_what_the_chunks_do_not_hide(tmp_path):
+    from strategies.strategy_file import parse_strategy
+    from taskgraph.costing import build_work
+    from taskgraph.cost import op_time
+    from taskgraph.plan import resolve
+    from topologies.collectives import collective_time
+
+    def core_cost(cp_comm):
+        s = parse_strategy({"model": {"preset": "llama3-8b", "layers": 2}, "cluster": {"preset": "dgx-h100", "nodes": 1},
+                            "parallel": {"tp": 2, "cp": 4, "sp": True}, "schedule": "1f1b",
+                            "training": {"micro_batch": 1, "global_batch": 1, "seq_len": 8192},
+                            "options": {"cp_comm": cp_comm}}, tmp_path)
+        plan = resolve(s)
+        work = build_work(plan)
+        layer = next(lw for lw in work.stages[0].layers if lw.name.startswith("layer"))
+        return plan, next(c for c in layer.ops if c.name == "attn_core")
+
+    plan, ag = core_cost("allgather")
+    _, ring = core_cost("ring")
+    assert ring.fwd == ag.fwd and ring.bwd_input == ag.bwd_input
+    t_ag = ag.fwd_pre[0].seconds
+    assert ring.fwd_pre[0].seconds == pytest.approx(max(0.0, t_ag - 3 / 4 * ag.fwd))
+    assert ring.fwd_pre[0].seconds < t_ag
