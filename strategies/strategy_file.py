@@ -23,13 +23,13 @@ from strategies.config import (check_keys, did_you_mean, get_bool, get_float, ge
 from strategies.errors import ConfigError
 
 TOP_KEYS = ("model", "cluster", "parallel", "schedule", "training", "options")
-PARALLEL_KEYS = ("tp", "pp", "dp", "vpp", "sp", "cp", "ep", "zero", "layers_per_stage")
+PARALLEL_KEYS = ("tp", "pp", "dp", "vpp", "sp", "cp", "ep", "zero", "layers_per_stage", "dp_shard")
 TRAINING_KEYS = ("micro_batch", "global_batch", "seq_len", "precision", "recompute", "train_tokens",
                  "recompute_layers")
 OPTION_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_bucket_mb", "flash_attention",
                "overlap_handoff", "memory_reserve_gb", "fidelity", "profile", "fp32_grad_accum",
                "tp_comm_overlap", "p2p_overlap", "tp_async_backward", "p2p_host_gap_us", "moe_imbalance", "moe_capacity_factor",
-               "cp_comm", "cp_load_balance")
+               "cp_comm", "cp_load_balance", "reshard_after_forward")
 SCHEDULE_KEYS = ("name", "csv")
 PRECISIONS = ("bf16", "fp16", "fp8")
 RECOMPUTE = ("none", "selective", "full")
@@ -47,8 +47,11 @@ class ParallelSpec:
     dp: data-parallel size; None = derived from the world size (num_gpus / (tp*pp*cp)).
     vpp: chunks (virtual stages) per pipeline rank.
     sp: Megatron sequence parallelism (needs tp > 1 to matter).
-    zero: ZeRO stage 0..3 (1 = distributed optimizer: optimizer states sharded over dp).
+    zero: ZeRO stage 0..3 (1 = distributed optimizer: optimizer states sharded over dp; 3 = FSDP).
     layers_per_stage: explicit transformer layers per virtual stage (len pp*vpp), or None = even split.
+    dp_shard: HSDP / partial sharding: ZeRO shards over groups of dp_shard data-parallel ranks and
+        replicates across dp*cp / dp_shard such groups (PyTorch HSDP; torchtitan
+        data_parallel_shard_degree; Megatron --num-distributed-optimizer-instances); None = all dp*cp.
     """
 
     tp: int = 1
@@ -60,6 +63,7 @@ class ParallelSpec:
     ep: int = 1
     zero: int = 0
     layers_per_stage: tuple[int, ...] | None = None
+    dp_shard: int | None = None
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,10 @@ class OptionsSpec:
         attention chunks (Ring Attention; Megatron/TE "p2p"), 'a2a' Ulysses all-to-all over heads.
     cp_load_balance: causal load balancing over CP ranks (Megatron's zig-zag chunks); False = the
         rank holding the last queries does (2cp-1)/cp of the balanced attention work and sets the pace.
+    reshard_after_forward: ZeRO-3 / FSDP frees gathered parameters after each layer's forward and
+        gathers them again for backward (True), or keeps a stage's gathered parameters through all
+        its microbatches (False, as Llama 3 trained); None = torchtitan's default: False with
+        pipeline parallelism, True without (torchtitan fsdp_reshard_after_forward = "default").
     """
 
     overlap_grad_reduce: bool = True
@@ -134,6 +142,7 @@ class OptionsSpec:
     moe_capacity_factor: float | None = None
     cp_comm: str = "allgather"
     cp_load_balance: bool = True
+    reshard_after_forward: bool | None = None
 
     @property
     def moe_load(self) -> float:
@@ -199,13 +208,13 @@ def parse_strategy(data: dict, base_dir: str | Path = ".") -> Strategy:
         ep=get_int(p, "ep", "parallel", default=1, minimum=1),
         zero=get_int(p, "zero", "parallel", default=0, minimum=0),
         layers_per_stage=lps,
+        dp_shard=get_int(p, "dp_shard", "parallel", default=None, minimum=1),
     )
     if par.zero > 3:
         raise ConfigError(f"parallel.zero = {par.zero} must be 0, 1, 2 or 3")
-    if par.zero == 3 and par.pp > 1:
-        raise ConfigError(f"parallel.zero = 3 with parallel.pp = {par.pp}: ZeRO-3 / FSDP shards parameters over "
-                          f"data parallel ranks and is not combined with pipeline parallelism here; use zero <= 1 "
-                          f"with pp > 1, or pp = 1 with zero = 3")
+    if par.dp_shard is not None and par.zero == 0:
+        raise ConfigError(f"parallel.dp_shard = {par.dp_shard} shards ZeRO states, but parallel.zero = 0; set zero "
+                          f">= 1 (3 for HSDP) or drop dp_shard")
 
     sched = data.get("schedule", "1f1b" if par.vpp == 1 else "interleaved-1f1b")
     csv = None
@@ -267,6 +276,7 @@ def parse_strategy(data: dict, base_dir: str | Path = ".") -> Strategy:
         moe_capacity_factor=get_float(o, "moe_capacity_factor", "options", default=None, positive=True),
         cp_comm=get_str(o, "cp_comm", "options", default="allgather", choices=("allgather", "ring", "a2a")),
         cp_load_balance=get_bool(o, "cp_load_balance", "options", default=True),
+        reshard_after_forward=get_bool(o, "reshard_after_forward", "options", default=None),
     )
     return Strategy(data["model"], data["cluster"], par, sched, csv, tr, opt, str(base_dir), data)
 

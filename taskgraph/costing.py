@@ -97,18 +97,65 @@ def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bo
     )
 
 
-def _zero3_comms(ctx: CostContext, ops, dp_group) -> tuple[tuple, tuple, tuple]:
-    """ZeRO-3 / FSDP per layer: all-gather parameters before forward and before backward, reduce-
-    scatter gradients after backward (Rajbhandari 2020 Section 5.3), prefetched on the dp stream."""
+def shard_groups(plan: Plan, dp_group: tuple) -> tuple[tuple, tuple]:
+    """(shard group, replica group) of the representative for ZeRO / FSDP states. HSDP (PyTorch
+    ``fully_shard`` on a 2-D ("replicate", "shard") mesh; torchtitan data_parallel_shard_degree)
+    shards over consecutive data-parallel ranks and replicates across the groups; without
+    ``dp_shard`` the shard group is the whole dp x cp group and the replica group is the rank alone."""
+    k = plan.shard_size
+    return tuple(dp_group[:k]), tuple(dp_group[::k])
+
+
+def _grad_reduce_time(plan: Plan, gbytes: float, dp_group: tuple) -> float:
+    """Reduce-scatter of gradients over the shard group, then (HSDP) all-reduce of the shard over the
+    replica group (PyTorch HSDP: reduce-scatter intra-shard-group, all-reduce inter)."""
+    shard, rep = shard_groups(plan, dp_group)
+    t = _comm_time(plan.cluster, "reduce-scatter", gbytes, shard) if len(shard) > 1 else 0.0
+    if len(rep) > 1:
+        t += _comm_time(plan.cluster, "all-reduce", gbytes / len(shard), rep)
+    return t
+
+
+def fsdp_layer_comms(plan: Plan) -> tuple[bool, bool, bool]:
+    """Which ZeRO-3 / FSDP collectives run per layer and microbatch: (gather before forward, gather
+    before backward, reduce-scatter after backward).
+
+    Without pipeline parallelism FSDP gathers before each layer's forward, again before its backward
+    when it resharded after forward, and reduce-scatters its gradients after backward (Rajbhandari
+    2020 Section 5.3; PyTorch FSDP2 ``fully_shard``). With pipeline parallelism torch.distributed.
+    pipelining turns off gradient sync and resharding after backward until a stage's last backward
+    (``backward_maybe_with_nosync``): gradients are reduce-scattered once per stage at the end (as DP
+    buckets), and with reshard_after_forward False the stage's parameters are gathered once per
+    iteration (as the distributed optimizer's parameter gather) instead of per layer and microbatch.
+    """
+    if plan.zero < 3:
+        return False, False, False
+    reshard = plan.reshard_after_forward
+    if plan.sizes.pp == 1:
+        return True, reshard, True
+    return reshard, reshard, False
+
+
+def _zero3_comms(ctx: CostContext, ops, dp_group, fwd_hide: float, bwd_hide: float) -> tuple[tuple, tuple, tuple]:
+    """ZeRO-3 / FSDP collectives of one layer (see :func:`fsdp_layer_comms`), on the dp stream.
+
+    Prefetch (FSDP2 forward/backward prefetch; DeepSpeed ZeRO-3 prefetch, Rajbhandari 2020 Section 5.3):
+    a layer's all-gather is issued while the previous layer computes, so only max(0, t_gather -
+    t_hide) is exposed, ``t_hide`` being the compute of the layer before it in that pass (0 for the
+    first layer a stage runs in the pass). The gathered buffer lives from the gather to the end of
+    the layer's pass (``Comm.mem_bytes``)."""
     plan = ctx.plan
     params = sum(op.params for op in ops)  # this TP shard's layer parameters, gathered over dp
     wbytes = DTYPE_BYTES[plan.strategy.training.precision] * params
     gbytes = grad_bytes_per_param(plan) * params
-    ag = _comm_time(plan.cluster, "all-gather", wbytes, dp_group)
-    rs = _comm_time(plan.cluster, "reduce-scatter", gbytes, dp_group)
-    return (Comm("dp-comm", "zero3-param-gather", ag, "dp", mem_bytes=wbytes),), \
-        (Comm("dp-comm", "zero3-param-gather", ag, "dp", mem_bytes=wbytes),), \
-        (Comm("dp-comm", "zero3-grad-reduce-scatter", rs, "dp"),)
+    shard, _ = shard_groups(plan, dp_group)
+    g_fwd, g_bwd, rs_each = fsdp_layer_comms(plan)
+    ag = _comm_time(plan.cluster, "all-gather", wbytes, shard) if len(shard) > 1 else 0.0
+    fpre = (Comm("dp-comm", "zero3-param-gather", max(0.0, ag - fwd_hide), "dp", mem_bytes=wbytes),) if g_fwd else ()
+    bpre = (Comm("dp-comm", "zero3-param-gather", max(0.0, ag - bwd_hide), "dp", mem_bytes=wbytes),) if g_bwd else ()
+    bpost = (Comm("dp-comm", "zero3-grad-reduce-scatter", _grad_reduce_time(plan, gbytes, dp_group), "dp"),) \
+        if rs_each else ()
+    return fpre, bpre, bpost
 
 
 #: Memo of cost records shared by every build_work call (a strategy sweep re-costs the same layers
@@ -144,7 +191,7 @@ def _context_id(plan: Plan) -> int | None:
         return None
     key = (plan.model, plan.cluster, plan.sizes, plan.sp, plan.zero, tr.micro_batch, tr.seq_len, tr.precision,
            opt.flash_attention, opt.fp32_grad_accum, opt.grad_bucket_mb, opt.tp_async_backward, opt.moe_load,
-           opt.cp_comm, opt.cp_load_balance)
+           opt.cp_comm, opt.cp_load_balance, plan.shard_size, plan.reshard_after_forward)
     try:
         cid = _CONTEXTS.get(key)
     except TypeError:  # an unhashable field (a custom model spec holding a list, say)
@@ -253,15 +300,21 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
     if stage == 0:
         ops = embedding_operators(plan.model, dtype_bytes=dt, **kw)
         layers.append(LayerWork("embedding", tuple(_op_cost(ctx, o, "none", groups, False) for o in ops)))
-    for li, policy in zip(lis, pols):
-        key = (plan.model.layer_kind(li), policy, groups["tp"], groups["cp"], groups["ep"])
+    for j, (li, policy) in enumerate(zip(lis, pols)):
+        # ZeRO-3 prefetch hides a gather behind the previous layer of the pass: the stage's first
+        # layer (forward) and last layer (backward) have nothing to hide behind
+        edge = (j == 0, j == len(lis) - 1) if plan.zero == 3 else (False, False)
+        key = (plan.model.layer_kind(li), policy, groups["tp"], groups["cp"], groups["ep"], edge)
         if key not in layer_cache:
             ops = layer_operators(plan.model, ep=s.ep, dtype_bytes=dt, flash_attention=opt.flash_attention,
                                   layer_index=li, moe_load=opt.moe_load, cp_comm=opt.cp_comm,
                                   cp_balance=opt.cp_load_balance, **kw)
             costs = [_op_cost(ctx, o, policy, groups, i == 0) for i, o in enumerate(ops)]
             if plan.zero == 3:
-                fpre, bpre, bpost = _zero3_comms(ctx, ops, groups["dp"])
+                fwd_c = sum(c.fwd for c in costs)
+                bwd_c = sum(c.bwd_input + c.bwd_weight for c in costs)
+                fpre, bpre, bpost = _zero3_comms(ctx, ops, groups["dp"], 0.0 if edge[0] else fwd_c,
+                                                 0.0 if edge[1] else bwd_c)
                 costs[0] = _with(costs[0], fwd_pre=fpre + costs[0].fwd_pre, bwd_post=costs[0].bwd_post + bpost)
                 costs[-1] = _with(costs[-1], bwd_pre=bpre + costs[-1].bwd_pre)
             layer_cache[key] = tuple(costs)
@@ -311,7 +364,7 @@ def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, 
         BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_DP * s.dp)
     buckets: list[Bucket] = []
     total_params = 0.0
-    if plan.zero < 3:
+    if not fsdp_layer_comms(plan)[2]:   # gradients reduced in buckets at the end (DDP / ZeRO 1-2 / FSDP + PP)
         acc = 0.0
         for li in range(len(layers) - 1, -1, -1):
             for oi in range(len(layers[li].ops) - 1, -1, -1):
@@ -328,8 +381,8 @@ def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, 
             buckets.append(_bucket(plan, li, oi, acc, gbp, pbytes, dp_group))
     else:
         total_params = sum(op.grad_bytes for l in layers for op in l.ops) / gbp
-    # Optimizer: each GPU updates its 1/dp shard with the distributed optimizer (ZeRO >= 1).
-    shard = total_params / (s.dp * s.cp if plan.zero >= 1 else 1)
+    # Optimizer: each GPU updates its 1/dp shard with the distributed optimizer (ZeRO >= 1; HSDP: 1/dp_shard).
+    shard = total_params / (plan.shard_size if plan.zero >= 1 else 1)
     gpu = plan.cluster.gpu
     opt_s = shard * ADAM_BYTES_PER_PARAM / (gpu.hbm_bandwidth * gpu.efficiency.hbm_efficiency)
     return StageWork(layers, tuple(buckets), opt_s)
@@ -351,5 +404,8 @@ def _bucket(plan: Plan, li, oi, params, gbp, pbytes, dp_group) -> Bucket:
         return Bucket(li, oi, params * gbp, 0.0, 0.0)
     if plan.zero == 0:
         return Bucket(li, oi, params * gbp, _comm_time(c, "all-reduce", params * gbp, dp_group), 0.0)
-    return Bucket(li, oi, params * gbp, _comm_time(c, "reduce-scatter", params * gbp, dp_group),
-                  _comm_time(c, "all-gather", params * pbytes, dp_group))
+    shard, _ = shard_groups(plan, dp_group)
+    # FSDP + PP resharding after forward gathers per layer instead (fsdp_layer_comms)
+    gather = plan.zero < 3 or not plan.reshard_after_forward
+    return Bucket(li, oi, params * gbp, _grad_reduce_time(plan, params * gbp, dp_group),
+                  _comm_time(c, "all-gather", params * pbytes, shard) if gather and len(shard) > 1 else 0.0)

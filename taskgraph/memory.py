@@ -36,16 +36,20 @@ class ModelStates:
 
 
 def model_state_bytes(params: float, *, dp: int, zero: int, weight_bytes: int = 2, grad_bytes: int = 2,
-                      optimizer_bytes: int = ADAM_STATE_BYTES) -> ModelStates:
+                      optimizer_bytes: int = ADAM_STATE_BYTES, shard_weights: bool | None = None,
+                      shard_grads: bool | None = None) -> ModelStates:
     """Model-state bytes of ``params`` parameters on one GPU of a ``dp``-way data-parallel group.
+
+    ``shard_weights`` / ``shard_grads`` override the ZeRO stage's rule (weights sharded from stage 3,
+    gradients from stage 2) where the execution keeps them whole (FSDP with pipelining, below).
 
     >>> m = model_state_bytes(1e9, dp=8, zero=1)
     >>> m.total / 1e9   # 4 + 12/8 bytes per parameter
     5.5
     """
     n = dp
-    w = weight_bytes * params / (n if zero >= 3 else 1)
-    g = grad_bytes * params / (n if zero >= 2 else 1)
+    w = weight_bytes * params / (n if (zero >= 3 if shard_weights is None else shard_weights) else 1)
+    g = grad_bytes * params / (n if (zero >= 2 if shard_grads is None else shard_grads) else 1)
     o = optimizer_bytes * params / (n if zero >= 1 else 1)
     return ModelStates(int(params), w, g, o)
 
@@ -88,11 +92,19 @@ def params_per_gpu(plan) -> dict[int, int]:
 
 
 def static_memory(plan) -> dict[int, ModelStates]:
-    """Model states per GPU of each pipeline rank for ``plan``'s precision and ZeRO stage."""
+    """Model states per GPU of each pipeline rank for ``plan``'s precision and ZeRO stage.
+
+    ZeRO / distributed-optimizer shards span dp x cp (Megatron's "dp-cp" group), or ``dp_shard`` ranks
+    with HSDP. With pipeline parallelism gradients accumulate whole over a stage's microbatches and are
+    reduce-scattered after its last backward (Megatron's distributed optimizer; torch.distributed.
+    pipelining with FSDP turns gradient sync off until then), so they are not sharded; FSDP + PP that
+    does not reshard after forward keeps the stage's gathered weights through the step (Llama 3)."""
     from taskgraph.costing import grad_bytes_per_param
-    # ZeRO / distributed-optimizer shards span dp x cp (Megatron's "dp-cp" group)
-    return {r: model_state_bytes(p, dp=plan.sizes.dp * plan.sizes.cp, zero=plan.zero, weight_bytes=2,
-                                 grad_bytes=grad_bytes_per_param(plan))
+    pp1 = plan.sizes.pp == 1
+    shard_w = None if plan.zero < 3 else (pp1 or plan.reshard_after_forward)
+    shard_g = None if pp1 else False
+    return {r: model_state_bytes(p, dp=plan.shard_size, zero=plan.zero, weight_bytes=2,
+                                 grad_bytes=grad_bytes_per_param(plan), shard_weights=shard_w, shard_grads=shard_g)
             for r, p in params_per_gpu(plan).items()}
 
 

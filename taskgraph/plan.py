@@ -47,6 +47,17 @@ class Plan:
         return self.sizes.world_size
 
     @property
+    def shard_size(self) -> int:
+        """Ranks ZeRO/FSDP states are sharded over: dp_shard (HSDP) or all dp*cp replicas."""
+        return self.strategy.parallel.dp_shard or self.sizes.dp * self.sizes.cp
+
+    @property
+    def reshard_after_forward(self) -> bool:
+        """FSDP frees gathered parameters after each layer's forward (see OptionsSpec)."""
+        r = self.strategy.options.reshard_after_forward
+        return (self.sizes.pp == 1) if r is None else r
+
+    @property
     def tokens_per_iteration(self) -> int:
         return self.strategy.training.global_batch * self.strategy.training.seq_len
 
@@ -150,6 +161,9 @@ def resolve(strategy: Strategy) -> Plan:
                               f"({cluster.nodes} nodes x {cluster.gpus_per_node} GPUs); set dp={world // mp if world % mp == 0 else '?'} "
                               f"or change the cluster's nodes to {-(-mp * dp // cluster.gpus_per_node)}")
     sizes = ParallelSizes(tp=tp, cp=cp, dp=dp, pp=pp, ep=ep)
+    if par.dp_shard is not None and (dp * cp) % par.dp_shard:
+        raise ConfigError(f"parallel.dp_shard = {par.dp_shard} must divide dp*cp = {dp}*{cp} = {dp * cp} (the ranks "
+                          f"that hold the same weights); choose dp_shard in {_divisors(dp * cp)[:16]}")
 
     if tr.global_batch % (tr.micro_batch * dp):
         step = tr.micro_batch * dp
