@@ -94,14 +94,17 @@ def test_example_strategy_metrics(path: Path):
 
 @pytest.mark.parametrize("path", PIPELINES + STRATEGIES, ids=_ids(PIPELINES + STRATEGIES))
 def test_example_memory_balances(path: Path):
-    """Every allocation is freed by the end of the iteration, on every device."""
+    """Every allocation is freed by the end of the iteration, on every GPU (a buffer may be allocated by
+    a task on one stream and freed by one on another stream of the same GPU: ZeRO-3 gathers on the dp
+    stream, freed at the end of the layer's pass on the compute stream)."""
     g = _simulate(path)[0].graph
     if g.mem_bytes.size == 0:
         return
     scale = max(1.0, float(np.abs(g.mem_bytes).sum()))
     assert abs(float(g.mem_bytes.sum())) <= 1e-9 * scale
-    per_device = np.bincount(g.device[g.mem_task], weights=g.mem_bytes, minlength=g.num_devices)
-    assert np.all(np.abs(per_device) <= 1e-9 * scale)
+    rank_of_device = np.array([d.rank for d in g.devices])
+    per_rank = np.bincount(rank_of_device[g.device[g.mem_task]], weights=g.mem_bytes)
+    assert np.all(np.abs(per_rank) <= 1e-9 * scale)
 
 
 @pytest.mark.parametrize("path", STRATEGIES, ids=_ids(STRATEGIES))

@@ -8,7 +8,7 @@ from simulator.cli import main
 from strategies.errors import ConfigError
 from strategies.importers import import_config
 
-DATA = Path(__file__).parent / "data" / "imports"
+DATA = Path(__file__).resolve().parent.parent / "strategies" / "examples" / "sources"
 MEGATRON = DATA / "train_gpt3_175b_distributed.sh"
 NEMO = DATA / "nemo_llama3_8b.yaml"
 TITAN = DATA / "torchtitan_llama3_8b.toml"
@@ -122,3 +122,18 @@ def test_megatron_context_parallel_comm_type():
     assert imp.strategy["options"]["cp_comm"] == "a2a"
     imp = import_config("megatron", cp + "--cp-comm-type a2a+p2p", cluster="dgx-h100", nodes=1)
     assert imp.strategy["options"]["cp_comm"] == "ring" and any("a2a+p2p" in u for u in imp.unmodeled)
+
+
+@pytest.mark.parametrize("args,example", [
+    (("megatron", "train_gpt3_175b_distributed.sh", "--cluster", "dgx-a100-80g", "--nodes", "128"),
+     "megatron-gpt3-175b-1024-a100.yaml"),
+    (("nemo", "nemo_llama3_8b.yaml", "--cluster", "dgx-h100"), "nemo-llama3-8b-8-h100.yaml"),
+    (("torchtitan", "torchtitan_llama3_8b.toml", "--cluster", "dgx-a100-80g", "--nodes", "8"),
+     "torchtitan-llama3-8b-64-a100.yaml"),
+])
+def test_shipped_imported_examples_round_trip(args, example, tmp_path, capsys):
+    out = tmp_path / "out.yaml"
+    kind, src, *rest = args
+    rc, _, _ = run(capsys, "import", kind, DATA / src, *rest, "-o", out)
+    assert rc == 0
+    assert out.read_text() == (DATA.parent / example).read_text()
