@@ -644,22 +644,21 @@ def _hf_mixtral(c: _HF) -> dict:
     return kw
 
 
-def _hf_qwen2(c: _HF) -> dict:
-    kw = _hf_llama(c)
-    kw["qkv_bias"] = True  # Qwen2 q/k/v projections carry biases (HF Qwen2Attention bias=True)
+def _hf_qwen(c: _HF, **fields) -> dict:
+    """Qwen2/Qwen3: Llama's fields plus ``fields``; Qwen's per-layer window is refused, not ignored."""
+    kw = {**_hf_llama(c), **fields}
     if c.bool("use_sliding_window", False):
         raise ConfigError(f"{c.where} use_sliding_window = true: Qwen's per-layer window (max_window_layers) is "
                           f"not modeled; set it false (the released Qwen2/Qwen3 checkpoints do)")
     return kw
+
+
+def _hf_qwen2(c: _HF) -> dict:
+    return _hf_qwen(c, qkv_bias=True)   # Qwen2 q/k/v projections carry biases (HF Qwen2Attention bias=True)
 
 
 def _hf_qwen3(c: _HF) -> dict:
-    kw = _hf_llama(c)
-    kw["qk_norm"] = True   # HF Qwen3Attention q_norm / k_norm (RMSNorm over head_dim)
-    if c.bool("use_sliding_window", False):
-        raise ConfigError(f"{c.where} use_sliding_window = true: Qwen's per-layer window (max_window_layers) is "
-                          f"not modeled; set it false (the released Qwen2/Qwen3 checkpoints do)")
-    return kw
+    return _hf_qwen(c, qk_norm=True)    # HF Qwen3Attention q_norm / k_norm (RMSNorm over head_dim)
 
 
 def _hf_qwen3_moe(c: _HF) -> dict:
