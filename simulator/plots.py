@@ -23,8 +23,9 @@ Conventions:
   the pass that occupies most of that pixel's time span and more opaque the busier it is (any work
   shows at least faintly, as a one-pixel bar would). Busy time per pixel comes from prefix sums of
   the sorted starts and ends, so 1e5-1e6 tasks render in well under a second.
-* Panel titles give the iteration time and the compute bubble fraction (idle / busy summed over the
-  ranks' compute streams, as ``simulator.reports.report``'s ``bubble_fraction``).
+* Panel titles give the iteration time, the pipeline bubble (idle waiting on cross-stage
+  dependencies, over compute, summed over ranks: ``simulator.reports.Report.bubble_fraction``) and
+  the exposed communication share, both from :func:`simulator.breakdown.time_breakdown`.
 * Output is deterministic: fixed dpi, figure size a function of the inputs only, no layout engine,
   no ``Software`` metadata, so identical inputs give byte-identical PNGs.
 
@@ -137,9 +138,8 @@ def plot_pipelines(runs: Sequence[tuple[str, TaskGraph, SimResult]], path: str |
     used_groups: set[int] = set()
     for ax, (label, g, r), lay in zip(axes, runs, layouts):
         used_groups |= _draw_gantt(ax, g, r, lay, scale, x_hi, axes_w_px)
-        bubble = _bubble_fraction(g, r)
-        ax.set_title(f"{label}   iteration {_fmt_time(r.makespan, unit, scale)}   "
-                     f"bubble {bubble:.1%} (idle/busy)", loc="left", fontsize=10)
+        ax.set_title(f"{label}   iteration {_fmt_time(r.makespan, unit, scale)}   {_terms(g, r)}",
+                     loc="left", fontsize=10)
     if memory:
         _draw_memory_runs(axes[-1], runs, statics, capacity_bytes, scale)
     for ax in axes[:-1]:
@@ -248,16 +248,17 @@ def _fmt_time(t: float, unit: str, scale: float) -> str:
     return f"{v:.4g} {unit}" if abs(v) < 1e4 else f"{v:,.0f} {unit}"
 
 
-def _bubble_fraction(g: TaskGraph, r: SimResult) -> float:
-    """Sum of compute-stream idle over sum of compute-stream busy (``reports.Report.bubble_fraction``),
-    counted per device so devices without a rank are handled too."""
-    is_compute = np.array([d.stream == "compute" for d in g.devices], dtype=bool)
-    if not is_compute.any() or g.num_tasks == 0:
-        return 0.0
-    busy = np.bincount(g.device, weights=g.duration, minlength=g.num_devices)[is_compute]
-    idle = np.maximum(float(r.makespan) - busy, 0.0)
-    total = busy.sum()
-    return float(idle.sum() / total) if total > 0 else 0.0
+def _terms(g: TaskGraph, r: SimResult) -> str:
+    """``pipeline bubble 3.6% of compute, exposed comm 10.6% of time`` (``simulator.breakdown``)."""
+    from simulator.breakdown import time_breakdown
+    bd = time_breakdown(g, r.start, r.end, r.ready, float(r.makespan))
+    comp = sum(b.compute_s for b in bd)
+    if not bd or comp <= 0:
+        return ""
+    bubble = sum(b.pipeline_bubble_s for b in bd) / comp
+    exposed = sum(b.exposed_comm_s for b in bd) / (len(bd) * float(r.makespan))
+    head = "no pipeline bubble (one rank)" if len(bd) == 1 else f"pipeline bubble {bubble:.1%} of compute"
+    return f"{head}, exposed comm {exposed:.1%} of time"
 
 
 def _row_layout(g: TaskGraph, r: SimResult, comm_rows: bool) -> dict:
