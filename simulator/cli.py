@@ -85,7 +85,7 @@ def _simulate_cmd(args) -> int:
         from simulator.trace import write_chrome_trace
         write_chrome_trace(args.trace, sim.graph, sim.result, counters=_memory_counters(sim, mem))
     if args.html:
-        _write_html(args.html, args.file, kind, sim)
+        _write_html(args.html, args.file, kind, sim, args.set)
     s = sim.schedule
     deltas = None
     if args.mode == "delta" or args.what_if:
@@ -149,14 +149,15 @@ def _simulate_cmd(args) -> int:
 def _report_cmd(args) -> int:
     kind, spec = _load(args.file, args.set)
     sim = _simulate_one(kind, spec, fidelity=args.fidelity)
-    _write_html(args.output, args.file, kind, sim)
+    _write_html(args.output, args.file, kind, sim, args.set)
     print(f"report written to {args.output}")
     return 0
 
 
-def _write_html(path: str, source: str, kind: str, sim) -> None:
+def _write_html(path: str, source: str, kind: str, sim, sets=None) -> None:
     from simulator.html_report import write_html_report
-    write_html_report(path, sim, source=source, strategy_text=Path(source).read_text(encoding="utf-8"))
+    label = source + (" with --set " + " ".join(sets) if sets else "")
+    write_html_report(path, sim, source=label, strategy_text=Path(source).read_text(encoding="utf-8"))
 
 
 def _memory_counters(sim, mem):

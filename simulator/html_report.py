@@ -41,10 +41,9 @@ def _ns(x) -> list[int]:
 
 
 def _gantt(graph, result) -> dict:
-    lay = _row_layout(graph, result, True)
-    row, grp, s, e, mb, action = _segments(graph, result, lay["row_of_dev"])
+    lay = _row_layout(graph, result, "auto")
+    row, grp, s, e, mb, action, chunk = _segments(graph, result, lay["row_of_dev"])
     n = graph.num_tasks
-    chunk = np.zeros(s.size, dtype=np.int64)   # chunk of the bar's tasks (0 when not a stage task)
     cp_flag = np.zeros(s.size, dtype=np.int64)  # 1 when a critical-path task lies in the bar
     collapsed = False
     if n and s.size:
@@ -59,7 +58,6 @@ def _gantt(graph, result) -> dict:
         key = row[b_order].astype(np.float64) * (4.0 * float(result.makespan) + 1.0) + s[b_order]
         tkey = rows_all[idx].astype(np.float64) * (4.0 * float(result.makespan) + 1.0) + result.start[idx]
         bar = b_order[np.clip(np.searchsorted(key, tkey, side="right") - 1, 0, s.size - 1)]
-        chunk[bar] = np.maximum(graph.chunk[idx], 0)
         np.maximum.at(cp_flag, bar, on_cp[idx].astype(np.int64))
     if s.size > MAX_BARS:
         collapsed = True
