@@ -360,11 +360,11 @@ _JS = r"""
   function xOf(t) { return LEFT + (t - t0) * (W - LEFT - 8) / (t1 - t0); }
   function tOf(x) { return t0 + (x - LEFT) * (t1 - t0) / (W - LEFT - 8); }
   function ticks() {
-    var span = (t1 - t0) / U[0], raw = span / 8, p = Math.pow(10, Math.floor(Math.log10(raw))), st = p;
-    [1, 2, 5, 10].forEach(function (m) { if (raw > m * p) st = m * p * (m === 10 ? 1 : 2); });
-    if (st < raw) st = raw;
-    var out = [], a = Math.ceil(t0 / U[0] / st) * st;
-    for (var v = a; v <= t1 / U[0]; v += st) out.push(v);
+    // about 8 ticks at 1, 2 or 5 times a power of ten
+    var raw = (t1 - t0) / U[0] / 8, p = Math.pow(10, Math.floor(Math.log10(raw))), st = 10 * p;
+    [5, 2, 1].forEach(function (m) { if (m * p >= raw) st = m * p; });
+    var out = [], a = Math.ceil(t0 / U[0] / st);
+    for (var j = a; j * st <= t1 / U[0] && out.length < 50; j++) out.push(j * st);
     return out;
   }
   function draw() {

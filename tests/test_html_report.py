@@ -95,3 +95,33 @@ def test_renders_in_headless_chromium(tmp_path):
     assert float(img.std()) > 0.05  # not a blank page
     blue = np.all(np.abs(img - np.array([0x00, 0x72, 0xB2]) / 255.0) < 0.02, axis=-1).sum()
     assert blue > 500  # forward bars of the Gantt are drawn
+
+
+INTERACT = """<script>
+(function () {
+  var c = document.getElementById("gantt"), r = c.getBoundingClientRect();
+  function ev(type, x, extra) {
+    var init = Object.assign({clientX: r.left + x, clientY: r.top + 30, bubbles: true, cancelable: true}, extra || {});
+    c.dispatchEvent(type === "wheel" ? new WheelEvent(type, init) : new MouseEvent(type, init));
+  }
+  for (var i = 0; i < 6; i++) ev("wheel", 400, {deltaY: -100});   // zoom in around x=400
+  ev("mousedown", 400); ev("mousemove", 300); ev("mouseup", 300);  // pan
+  ev("mousemove", 420);                                            // hover tooltip
+  document.getElementById("showcp").click();                       // critical path off
+  ev("wheel", 400, {deltaY: 100}); ev("dblclick", 400);            // zoom out, reset
+  window.dispatchEvent(new Event("resize"));
+  document.body.setAttribute("data-interacted", "ok");
+})();
+</script></body>"""
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None,
+                    reason="headless browser test needs Chromium: apt-get install -y chromium (Debian package)")
+def test_zoom_pan_hover_run_without_errors(tmp_path):
+    page = tmp_path / "report.html"
+    page.write_text(html_report(pipe_sim(), source=PIPE).replace("</body>", INTERACT))
+    p = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
+                        "--virtual-time-budget=3000", "--window-size=1200,900", "--dump-dom", page.as_uri()],
+                       capture_output=True, text=True, timeout=120)
+    assert 'data-rendered="ok"' in p.stdout and 'data-interacted="ok"' in p.stdout
+    assert [ln for ln in p.stderr.splitlines() if "CONSOLE" in ln] == []
