@@ -74,7 +74,7 @@ def simulate_pipeline(spec: PipelineSpec, schedule: str | None = None, vpp: int 
     t0 = time.perf_counter()
     graph = lower_uniform(sched, costs, overlap_handoff=spec.overlap_handoff)
     result = simulate(graph)
-    rep = report(graph, result)
+    rep = report(graph, result, sched)
     return Simulation(sched, graph, result, rep, time.perf_counter() - t0)
 
 
@@ -115,7 +115,7 @@ def simulate_strategy(strategy, *, fidelity: str | None = None, schedule: str | 
     else:
         graph = lower_model(plan.schedule, work, overlap_handoff=strategy.options.overlap_handoff)
         result = simulate(graph)
-    rep = report(graph, result)
+    rep = report(graph, result, plan.schedule)
     wall = time.perf_counter() - t0
     tr = training_report(plan, work, graph, result, rep)
     return StrategySimulation(plan, graph, result, rep, tr, wall)

@@ -73,6 +73,9 @@ def _schedule_item(item: str, spec, kind) -> tuple[str, int]:
 def _simulate_cmd(args) -> int:
     from simulator.reports import format_report
     kind, spec = _load(args.file, args.set)
+    if args.check and kind != "strategy":
+        raise ExecsimError(f"--check needs a strategy file (model + cluster give the memory capacity); {args.file} "
+                           f"is a pipeline description")
     sim = _simulate_one(kind, spec, fidelity=args.fidelity)
     for w in getattr(getattr(sim, "plan", None), "warnings", ()):
         print(f"execsim: warning: {w}", file=sys.stderr)
@@ -83,6 +86,8 @@ def _simulate_cmd(args) -> int:
     if args.trace:
         from simulator.trace import write_chrome_trace
         write_chrome_trace(args.trace, sim.graph, sim.result, counters=_memory_counters(sim, mem))
+    if args.html:
+        _write_html(args.html, args.file, kind, sim, args.set)
     s = sim.schedule
     deltas = None
     if args.mode == "delta" or args.what_if:
@@ -109,6 +114,8 @@ def _simulate_cmd(args) -> int:
             for st, extra in zip(out["per_stage"], m["memory_per_stage"]):
                 st["peak_memory_gb"] = extra["total_gb"]
             out.update(m)
+        out["oom"] = None if mem is None else not mem.fits
+        out.setdefault("fits", None)
         print(json.dumps(out, sort_keys=True))
     else:
         title = f"{args.file}: schedule {s.name}, pp={s.pp}, vpp={s.vpp}, microbatches={s.microbatches}"
@@ -133,7 +140,26 @@ def _simulate_cmd(args) -> int:
                       f"{sim.graph.num_tasks} tasks in {d.wall_s * 1e3:.2f} ms{fb}")
         if args.trace:
             print(f"trace written to {args.trace} (open in https://ui.perfetto.dev or chrome://tracing)")
+        if args.html:
+            print(f"HTML report written to {args.html}")
+    if args.check and mem is not None and not mem.fits:
+        print(f"execsim: check failed: {args.file} does not fit in memory", file=sys.stderr)
+        return 1
     return 0
+
+
+def _report_cmd(args) -> int:
+    kind, spec = _load(args.file, args.set)
+    sim = _simulate_one(kind, spec, fidelity=args.fidelity)
+    _write_html(args.output, args.file, kind, sim, args.set)
+    print(f"report written to {args.output}")
+    return 0
+
+
+def _write_html(path: str, source: str, kind: str, sim, sets=None) -> None:
+    from simulator.html_report import write_html_report
+    label = source + (" with --set " + " ".join(sets) if sets else "")
+    write_html_report(path, sim, source=label, strategy_text=Path(source).read_text(encoding="utf-8"))
 
 
 def _memory_counters(sim, mem):
@@ -178,7 +204,7 @@ def _plan_recompute_cmd(args) -> int:
     kind, spec = _load(args.file, args.set)
     if kind != "strategy":
         raise ExecsimError(f"{args.file} is a pipeline description; plan-recompute needs a strategy file")
-    rp = plan_recompute(spec, fidelity=args.fidelity)
+    rp = plan_recompute(spec, fidelity=args.fidelity, progress=None)
     if args.json:
         out = {"uniform": {p: {"iteration_time_s": e.iteration_time_s, "peak_memory_gb": e.peak_bytes / 2**30,
                                "fits": e.fits} for p, e in rp.uniform.items()}, "simulations": rp.steps}
@@ -201,16 +227,18 @@ def _compare_cmd(args) -> int:
         if len(args.files) != 1:
             raise ExecsimError("--schedules compares schedules on ONE file; give exactly one file")
         kind, spec = _load(args.files[0], args.set)
-        for item in [s.strip() for s in args.schedules.split(",") if s.strip()]:
+        from simulator.progress import progress
+        items = [s.strip() for s in args.schedules.split(",") if s.strip()]
+        for item in progress(items, desc="compare", unit="schedule"):
             name, vpp = _schedule_item(item, spec, kind)
             label = item if ":" in item else (f"{name} v={vpp}" if vpp > 1 and name not in ("zb-v", "dualpipe-v") else name)
             runs.append((label, kind, _simulate_one(kind, spec, schedule=name, fidelity=args.fidelity, vpp=vpp)))
     else:
-        for f in args.files:
+        from simulator.progress import progress
+        for f in progress(args.files, desc="compare", unit="file"):
             kind, spec = _load(f, args.set)
             runs.append((Path(f).name, kind, _simulate_one(kind, spec, fidelity=args.fidelity)))
     from simulator.memory_timeline import peak_per_rank
-    from simulator.training_report import exposed_comm
     base = runs[0][2].report.makespan_s
     rows, mems = [], []
     for label, kind, sim in runs:
@@ -225,10 +253,11 @@ def _compare_cmd(args) -> int:
         else:
             peaks = []
         mems.append(mem)
-        exposed = [exposed_comm(sim.graph, sim.result, rr.rank) for rr in r.per_rank]
+        exposed = [rr.exposed_comm_s for rr in r.per_rank]
         rows.append({"label": label, "schedule": sim.schedule.name, "iteration_time_s": r.makespan_s,
                      "speedup": base / r.makespan_s if r.makespan_s > 0 else float("nan"),
-                     "bubble_fraction": r.bubble_fraction, "imbalance": r.imbalance, "num_tasks": r.num_tasks,
+                     "bubble_fraction": r.bubble_fraction, "ideal_bubble_fraction": r.ideal_bubble_fraction,
+                     "time_split": dict(r.time_split), "imbalance": r.imbalance, "num_tasks": r.num_tasks,
                      "peak_memory_gb": peaks, "fits": (mem.fits if mem else None),
                      "exposed_comm_s": max(exposed) if exposed else 0.0})
     if args.plot:
@@ -256,27 +285,63 @@ def _compare_cmd(args) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="execsim", description="Discrete-event execution simulator for distributed "
-                                "LLM training.")
-    sub = p.add_subparsers(dest="command", required=True)
+_EX = "examples:\n  "
 
-    s = sub.add_parser("schedule", help="print a pipeline schedule's per-rank action grid")
-    s.add_argument("--schedule", required=True)
-    s.add_argument("--pp", type=int, required=True)
-    s.add_argument("--microbatches", type=int, required=True)
-    s.add_argument("--vpp", type=int, default=1)
+
+def _sub(sub, name: str, help: str, examples: list[str]):
+    """A subcommand whose --help ends with runnable examples."""
+    return sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".",
+                          epilog=_EX + "\n  ".join(examples), formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+_SET_HELP = "override a field of the file, e.g. parallel.pp=16 or training.micro_batch=2 (repeatable)"
+_FID_HELP = "override options.fidelity: operator (one task per operator pass) or coarse (one per stage pass, fast)"
+_EXAMPLE = "strategies/examples/gpt3-175b-1024-a100.yaml"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from simulator import __version__
+    p = argparse.ArgumentParser(
+        prog="execsim", description="Discrete-event execution simulator for distributed LLM training.",
+        epilog=_EX + "\n  ".join([f"execsim simulate {_EXAMPLE}",
+                                   f"execsim simulate {_EXAMPLE} --json --check",
+                                   f"execsim simulate {_EXAMPLE} --html report.html",
+                                   f"execsim compare {_EXAMPLE} --schedules 1f1b,interleaved-1f1b --plot cmp.png",
+                                   "execsim <command> --help   (options and examples of one command)"]),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"execsim {__version__}",
+                   help="print the version and exit")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    s = _sub(sub, "schedule", "print a pipeline schedule's per-rank action grid",
+             ["execsim schedule --schedule interleaved-1f1b --pp 4 --microbatches 8 --vpp 2",
+              "execsim schedule --schedule zb-h1 --pp 4 --microbatches 8 --csv > zb.csv"])
+    s.add_argument("--schedule", required=True, help="schedule name: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v, "
+                   "dualpipe-v, looped-bfs")
+    s.add_argument("--pp", type=int, required=True, help="pipeline ranks")
+    s.add_argument("--microbatches", type=int, required=True, help="microbatches per iteration")
+    s.add_argument("--vpp", type=int, default=1, help="chunks (virtual stages) per rank (default 1)")
     g = s.add_mutually_exclusive_group()
     g.add_argument("--json", action="store_true", help="machine-readable output")
     g.add_argument("--csv", action="store_true", help="PyTorch action CSV (one line per rank)")
     s.set_defaults(func=_schedule_cmd)
 
-    s = sub.add_parser("simulate", help="simulate a pipeline description or strategy file")
-    s.add_argument("file")
+    s = _sub(sub, "simulate", "simulate a pipeline description or strategy file",
+             [f"execsim simulate {_EXAMPLE}",
+              f"execsim simulate {_EXAMPLE} --fidelity coarse --json",
+              f"execsim simulate {_EXAMPLE} --check --set training.micro_batch=16 --set training.recompute=none   # exit 1: OOM",
+              f"execsim simulate {_EXAMPLE} --html report.html --trace trace.json",
+              f"execsim simulate {_EXAMPLE} --mode delta --what-if 'dp-comm=0' --what-if 'layer3.*=1.5'"])
+    s.add_argument("file", help="strategy file (model + cluster + parallel + training) or pipeline description")
     s.add_argument("--trace", metavar="OUT.json", help="write a Chrome/Perfetto trace")
-    s.add_argument("--json", action="store_true", help="print a machine-readable summary")
-    s.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field, e.g. parallel.pp=16")
-    s.add_argument("--fidelity", choices=("operator", "coarse"), help="override options.fidelity")
+    s.add_argument("--html", metavar="OUT.html", help="write a self-contained interactive HTML report "
+                   "(summary, per-stage table, Gantt, memory, bubble and exposed communication, critical path)")
+    s.add_argument("--json", action="store_true", help="print a machine-readable summary (includes fits / oom "
+                   "for strategy files)")
+    s.add_argument("--check", action="store_true", help="exit with status 1 when memory does not fit (strategy "
+                   "files)")
+    s.add_argument("--set", action="append", metavar="KEY=VALUE", help=_SET_HELP)
+    s.add_argument("--fidelity", choices=("operator", "coarse"), help=_FID_HELP)
     s.add_argument("--mode", choices=("full", "delta"), default="full",
                    help="delta: keep the simulation state and re-simulate only what each --what-if change affects")
     s.add_argument("--what-if", action="append", metavar="PATTERN=FACTOR",
@@ -284,43 +349,59 @@ def build_parser() -> argparse.ArgumentParser:
                         "'layer3.*=1.5' or 'dp-comm=0'; repeatable, changes accumulate")
     s.set_defaults(func=_simulate_cmd)
 
-    s = sub.add_parser("memory", help="per-stage memory breakdown and OOM verdict of a strategy file")
-    s.add_argument("file")
-    s.add_argument("--json", action="store_true")
+    s = _sub(sub, "report", "write the HTML report of a strategy file or pipeline description",
+             [f"execsim report {_EXAMPLE} -o report.html",
+              "execsim report strategies/examples/pipeline-interleaved.yaml -o pipe.html --set pipeline.pp=8"])
+    s.add_argument("file", help="strategy file or pipeline description")
+    s.add_argument("-o", "--output", metavar="OUT.html", required=True, help="the HTML file to write")
+    s.add_argument("--set", action="append", metavar="KEY=VALUE", help=_SET_HELP)
+    s.add_argument("--fidelity", choices=("operator", "coarse"), help=_FID_HELP)
+    s.set_defaults(func=_report_cmd)
+
+    s = _sub(sub, "memory", "per-stage memory breakdown and OOM verdict of a strategy file",
+             [f"execsim memory {_EXAMPLE} --layers", f"execsim memory {_EXAMPLE} --plot mem.png",
+              f"execsim memory {_EXAMPLE} --check --set training.micro_batch=16 --set training.recompute=none   # exit 1: OOM"])
+    s.add_argument("file", help="strategy file")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
     s.add_argument("--layers", action="store_true", help="also print the per-layer activation table")
     s.add_argument("--plot", metavar="OUT.png", help="write memory over time per rank as a PNG")
     s.add_argument("--check", action="store_true", help="exit with status 1 when it does not fit")
-    s.add_argument("--set", action="append", metavar="KEY=VALUE")
-    s.add_argument("--fidelity", choices=("operator", "coarse"))
+    s.add_argument("--set", action="append", metavar="KEY=VALUE", help=_SET_HELP)
+    s.add_argument("--fidelity", choices=("operator", "coarse"), help=_FID_HELP)
     s.set_defaults(func=_memory_cmd)
 
-    s = sub.add_parser("plan-recompute", help="choose per-layer recompute that fits with the least time")
-    s.add_argument("file")
-    s.add_argument("--json", action="store_true")
-    s.add_argument("--set", action="append", metavar="KEY=VALUE")
-    s.add_argument("--fidelity", choices=("operator", "coarse"))
+    s = _sub(sub, "plan-recompute", "choose per-layer recompute that fits with the least time",
+             [f"execsim plan-recompute {_EXAMPLE}", f"execsim plan-recompute {_EXAMPLE} --json --fidelity coarse"])
+    s.add_argument("file", help="strategy file")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.add_argument("--set", action="append", metavar="KEY=VALUE", help=_SET_HELP)
+    s.add_argument("--fidelity", choices=("operator", "coarse"), help=_FID_HELP)
     s.set_defaults(func=_plan_recompute_cmd)
 
-    s = sub.add_parser("compare", help="compare schedules on one file, or several files")
-    s.add_argument("files", nargs="+")
-    s.add_argument("--schedules", help="comma-separated schedule names, e.g. 1f1b,interleaved-1f1b")
+    s = _sub(sub, "compare", "compare schedules on one file, or several files",
+             [f"execsim compare {_EXAMPLE} --schedules 1f1b,interleaved-1f1b,zb-h1,zb-v --plot cmp.png",
+              "execsim compare strategies/examples/pipeline-1f1b.yaml --schedules 1f1b,interleaved-1f1b:4",
+              "execsim compare A.yaml B.yaml --json"])
+    s.add_argument("files", nargs="+", help="one file with --schedules, or several files")
+    s.add_argument("--schedules", help="comma-separated schedule names, NAME:VPP for a chunk count, e.g. "
+                   "1f1b,interleaved-1f1b:4")
     s.add_argument("--plot", metavar="OUT.png", help="write stacked pipeline Gantts + memory panel as a PNG")
-    s.add_argument("--json", action="store_true")
-    s.add_argument("--set", action="append", metavar="KEY=VALUE")
-    s.add_argument("--fidelity", choices=("operator", "coarse"), help="override options.fidelity")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.add_argument("--set", action="append", metavar="KEY=VALUE", help=_SET_HELP)
+    s.add_argument("--fidelity", choices=("operator", "coarse"), help=_FID_HELP)
     s.set_defaults(func=_compare_cmd)
 
-    s = sub.add_parser("import", help="write a strategy file from a Megatron-LM launch script, a NeMo recipe "
-                       "or a torchtitan TOML",
-                       epilog="examples:\n  execsim import megatron train_gpt.sh --cluster dgx-h100 --nodes 8 -o s.yaml\n"
-                              "  execsim import nemo llama3_8b.yaml -o s.yaml          # nodes from trainer.num_nodes\n"
-                              "  execsim import torchtitan llama3_8b.toml --cluster dgx-h100 --nodes 1 -o s.yaml",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    s = _sub(sub, "import", "write a strategy file from a Megatron-LM launch script, a NeMo recipe or a torchtitan TOML",
+             ["execsim import megatron strategies/examples/sources/train_gpt3_175b_distributed.sh "
+              "--cluster dgx-a100-80g --nodes 128 -o gpt3.yaml",
+              "execsim import nemo strategies/examples/sources/nemo_llama3_8b.yaml --cluster dgx-h100 -o s.yaml",
+              "execsim import torchtitan strategies/examples/sources/torchtitan_llama3_8b.toml --cluster dgx-h100 "
+              "--nodes 1"])
     s.add_argument("kind", choices=("megatron", "nemo", "torchtitan"), help="what SOURCE is")
     s.add_argument("source", help="the file, or - for standard input")
     s.add_argument("-o", "--output", metavar="OUT.yaml", help="write the strategy here (default: standard output)")
-    s.add_argument("--cluster", metavar="PRESET", help="cluster preset, e.g. dgx-h100 (required unless the "
-                   "source names one)")
+    s.add_argument("--cluster", metavar="PRESET", help="cluster preset, e.g. dgx-h100 or dgx-a100-80g (required: "
+                   "launch scripts and recipes do not name the hardware)")
     s.add_argument("--nodes", type=int, help="number of nodes (default: from the source where it says)")
     s.add_argument("--vocab", type=int, help="vocabulary size when the source's tokenizer does not tell it")
     s.set_defaults(func=_import_cmd)

@@ -76,11 +76,23 @@ def _layer_costs(plan):
     return rows, [flops[plan.model.layer_kind(li)] for li in range(plan.model.layers)]
 
 
-def plan_recompute(strategy: Strategy, *, fidelity: str | None = None, max_steps: int = 40) -> RecomputePlan:
+def plan_recompute(strategy: Strategy, *, fidelity: str | None = None, max_steps: int = 40,
+                   progress: bool | None = None) -> RecomputePlan:
+    """``progress``: a bar of simulations on stderr (``None``: only on a terminal; ``simulator.progress``)."""
+    from simulator.progress import progress_bar
     from taskgraph.plan import resolve
     plan = resolve(strategy)
     L = plan.model.layers
-    uniform = {p: evaluate(strategy, (p,) * L, fidelity) for p in ORDER}
+    with progress_bar(None, "plan-recompute", progress, "simulation") as bar:
+        return _plan(strategy, plan, L, fidelity, max_steps, bar)
+
+
+def _plan(strategy, plan, L, fidelity, max_steps, bar) -> RecomputePlan:
+    def evaluate_(policies):
+        ev = evaluate(strategy, policies, fidelity)
+        bar.update(1)
+        return ev
+    uniform = {p: evaluate_((p,) * L) for p in ORDER}
     rows, flops = _layer_costs(plan)
     policies = ["none"] * L
     ev = uniform["none"]
@@ -117,7 +129,7 @@ def plan_recompute(strategy: Strategy, *, fidelity: str | None = None, max_steps
                     break
         if not changed:
             break
-        ev = evaluate(strategy, policies, fidelity)
+        ev = evaluate_(policies)
         steps += 1
     best = ev if ev.fits else None
     for p in ORDER:  # a uniform policy that fits and is faster wins (never worse than uniform full)

@@ -8,10 +8,19 @@ Conventions:
 
 * Time axis in ms, or in s when the longest iteration is over 10 s (same unit on every panel).
 * Memory in GiB (2**30 bytes), the unit ``topologies.gpus`` stores HBM capacities in.
-* Gantt rows: the compute stream of each rank (``rank r``), and under it, thinner, one row per kind
-  of communication stream of that rank that ever does work: ``tp`` (TP/CP/EP collectives), ``dp``,
-  ``p2p`` (the rank's outgoing ``link`` devices, ``send``/``recv`` streams). Devices without a rank
-  get one row each, after the ranks.
+* Gantt rows: the compute stream of each rank (``rank r``), and under it, thinner, its
+  communication. ``comm_rows="auto"`` (the default) scales with the rank count: up to
+  ``SEPARATE_COMM_MAX_RANKS`` ranks get one thin row per kind of communication stream that ever does
+  work (``tp`` for TP/CP/EP collectives, ``dp``, ``p2p`` for the rank's outgoing ``link`` devices and
+  ``send``/``recv`` streams); up to ``MERGED_COMM_MAX_RANKS`` one merged ``comm`` row per rank; beyond
+  that compute rows only (the panel title says so). Devices without a rank get one row each, after
+  the ranks.
+* Label sizes scale with the row height in pixels; when rows are too thin for every label, every
+  k-th rank is labeled.
+* Interleaved chunks: chunk c of a rank is drawn in its pass color mixed toward white by
+  ``CHUNK_SHADE * c / (vpp - 1)``; the legend shows the shades of the forward color.
+* Legends sit outside the data: the pass legend in the figure header, the memory legend in a band
+  under the time axis (it never covers the capacity line).
 * Bars are colored by pass (F, B, I, W, recompute, communication, optimizer, other) with the
   Okabe-Ito colorblind-safe palette; consecutive tasks of one device that belong to the same pass
   of the same (stage, microbatch) and touch are drawn as one bar (operator-level graphs become one
@@ -23,8 +32,9 @@ Conventions:
   the pass that occupies most of that pixel's time span and more opaque the busier it is (any work
   shows at least faintly, as a one-pixel bar would). Busy time per pixel comes from prefix sums of
   the sorted starts and ends, so 1e5-1e6 tasks render in well under a second.
-* Panel titles give the iteration time and the compute bubble fraction (idle / busy summed over the
-  ranks' compute streams, as ``simulator.reports.report``'s ``bubble_fraction``).
+* Panel titles give the iteration time, the pipeline bubble (idle waiting on cross-stage
+  dependencies, over compute, summed over ranks: ``simulator.reports.Report.bubble_fraction``) and
+  the exposed communication share, both from :func:`simulator.breakdown.time_breakdown`.
 * Output is deterministic: fixed dpi, figure size a function of the inputs only, no layout engine,
   no ``Software`` metadata, so identical inputs give byte-identical PNGs.
 
@@ -54,6 +64,12 @@ DPI = 100
 FIG_WIDTH_IN = 14.0
 #: panels with more bars than this draw no borders or labels and merge sub-pixel gaps
 LABEL_LIMIT = 2000
+#: comm_rows="auto": one thin row per communication kind up to this many ranks ...
+SEPARATE_COMM_MAX_RANKS = 8
+#: ... one merged communication row per rank up to this many, compute rows only beyond
+MERGED_COMM_MAX_RANKS = 32
+#: how far the last chunk's color is mixed toward white (chunk 0 keeps the pass color)
+CHUNK_SHADE = 0.5
 GIB = float(2**30)
 
 # Pass groups: (name shown in the legend, face color, label text color). Okabe-Ito palette.
@@ -88,7 +104,8 @@ _HEADER_IN = 0.55          # figure title + legend
 _TITLE_IN = 0.32           # space above each panel for its title
 _XAXIS_IN = 0.5            # tick labels and x label under the last panel
 _COMPUTE_ROW_IN, _THIN_ROW_IN = 0.24, 0.13
-_MAX_PANEL_IN = 8.0
+_MAX_PANEL_IN = 12.0
+_MEMORY_LEGEND_ROW_IN = 0.2   # one row of the memory legend band under the time axis
 _MEMORY_PANEL_IN = 2.6
 _COMPUTE_ROW_H, _THIN_ROW_H = 1.0, 0.45  # row heights in y units; bars fill 80 %
 
@@ -98,8 +115,9 @@ _COMPUTE_ROW_H, _THIN_ROW_H = 1.0, 0.45  # row heights in y units; bars fill 80 
 
 def plot_pipelines(runs: Sequence[tuple[str, TaskGraph, SimResult]], path: str | PathLike, *,
                    memory: bool = True, title: str | None = None, static_bytes=None,
-                   capacity_bytes: float | None = None, comm_rows: bool = True) -> None:
-    """Write a PNG with one pipeline Gantt panel per run, stacked on a shared time axis.
+                   capacity_bytes: float | None = None, comm_rows: bool | str = "auto") -> Figure:
+    """Write a PNG with one pipeline Gantt panel per run, stacked on a shared time axis; returns the
+    matplotlib Figure (for inspection; the file is already written).
 
     runs: ``(label, graph, result)`` triples, drawn top to bottom.
     memory: add a last panel with memory over time: per run, the rank with the highest peak
@@ -108,7 +126,9 @@ def plot_pipelines(runs: Sequence[tuple[str, TaskGraph, SimResult]], path: str |
     static_bytes: static memory (weights, gradients, optimizer state) added to the dynamic curves:
         a scalar (every rank), a ``{rank: bytes}`` dict, or a sequence of those with one item per run.
     capacity_bytes: draw a horizontal line at this memory capacity.
-    comm_rows: draw the thin communication rows under each rank.
+    comm_rows: thin communication rows under each rank: ``"auto"`` (by rank count, see the module
+        docstring), ``"separate"`` (one per kind; ``True`` is the same), ``"merged"`` (one per rank) or
+        ``False`` (none).
     """
     runs = list(runs)
     if not runs:
@@ -120,11 +140,13 @@ def plot_pipelines(runs: Sequence[tuple[str, TaskGraph, SimResult]], path: str |
 
     layouts = [_row_layout(g, r, comm_rows) for _, g, r in runs]
     heights = _panel_heights(layouts, memory)
-    fig_h = _inches_for_px(_HEADER_IN + sum(_TITLE_IN + h for h in heights) + _XAXIS_IN)
+    fig_h = _inches_for_px(_HEADER_IN + sum(_TITLE_IN + h for h in heights) + _XAXIS_IN
+                           + _memory_legend_in(len(runs), capacity_bytes, memory))
     fig, canvas = _figure(FIG_WIDTH_IN, fig_h)
     axes_w_px = (FIG_WIDTH_IN - _LEFT_IN - _RIGHT_IN) * DPI
 
     top = fig_h - _HEADER_IN
+    vpp = max([int(g.chunk.max()) + 1 if g.num_tasks else 1 for _, g, _ in runs] + [1])
     axes = []
     for h in heights:
         top -= _TITLE_IN
@@ -136,10 +158,10 @@ def plot_pipelines(runs: Sequence[tuple[str, TaskGraph, SimResult]], path: str |
 
     used_groups: set[int] = set()
     for ax, (label, g, r), lay in zip(axes, runs, layouts):
-        used_groups |= _draw_gantt(ax, g, r, lay, scale, x_hi, axes_w_px)
-        bubble = _bubble_fraction(g, r)
-        ax.set_title(f"{label}   iteration {_fmt_time(r.makespan, unit, scale)}   "
-                     f"bubble {bubble:.1%} (idle/busy)", loc="left", fontsize=10)
+        used_groups |= _draw_gantt(ax, g, r, lay, scale, x_hi, axes_w_px, vpp)
+        hidden = "   (communication rows hidden at this rank count)" if lay["comm_hidden"] else ""
+        ax.set_title(f"{label}   iteration {_fmt_time(r.makespan, unit, scale)}   {_terms(g, r)}{hidden}",
+                     loc="left", fontsize=10)
     if memory:
         _draw_memory_runs(axes[-1], runs, statics, capacity_bytes, scale)
     for ax in axes[:-1]:
@@ -148,6 +170,12 @@ def plot_pipelines(runs: Sequence[tuple[str, TaskGraph, SimResult]], path: str |
     axes[0].set_xlim(0.0, x_hi * scale)
 
     handles = [Patch(facecolor=GROUPS[i][1], edgecolor="none", label=GROUPS[i][0]) for i in sorted(used_groups)]
+    if vpp > 1:
+        shown = range(vpp) if vpp <= 3 else (0, vpp - 1)  # many chunks: the two ends of the shade ramp
+        handles += [Patch(facecolor=_shade(GROUPS[0][1], c, vpp), edgecolor="none",
+                          label=f"chunk {c}" + (" (lighter)" if c and vpp <= 3 else
+                                                f" (chunks 1-{vpp - 2} in between)" if c else ""))
+                    for c in shown]
     header_y = 1.0 - (0.5 * _HEADER_IN) / fig_h
     if title:
         fig.text(_LEFT_IN / FIG_WIDTH_IN, header_y, title, ha="left", va="center", fontsize=12, weight="bold")
@@ -155,14 +183,34 @@ def plot_pipelines(runs: Sequence[tuple[str, TaskGraph, SimResult]], path: str |
         fig.legend(handles=handles, loc="center right", bbox_to_anchor=(1.0 - _RIGHT_IN / FIG_WIDTH_IN, header_y),
                    ncol=len(handles), fontsize=8, frameon=False, handlelength=1.2, columnspacing=1.0)
     _save(fig, canvas, path)
+    return fig
 
 
 def pipeline_figure_size(runs: Sequence[tuple[str, TaskGraph, SimResult]], *, memory: bool = True,
-                         comm_rows: bool = True) -> tuple[int, int]:
+                         comm_rows: bool | str = "auto", capacity_bytes: float | None = None) -> tuple[int, int]:
     """(width, height) in pixels of the PNG :func:`plot_pipelines` writes for these arguments."""
     layouts = [_row_layout(g, r, comm_rows) for _, g, r in runs]
-    h_in = _HEADER_IN + sum(_TITLE_IN + h for h in _panel_heights(layouts, memory)) + _XAXIS_IN
+    h_in = (_HEADER_IN + sum(_TITLE_IN + h for h in _panel_heights(layouts, memory)) + _XAXIS_IN
+            + _memory_legend_in(len(runs), capacity_bytes, memory))
     return int(round(FIG_WIDTH_IN * DPI)), int(round(h_in * DPI))
+
+
+def _memory_legend_in(n_runs: int, capacity_bytes, memory: bool) -> float:
+    """Height of the memory legend band under the time axis (one entry per run, + capacity)."""
+    if not memory:
+        return 0.0
+    n = n_runs + (capacity_bytes is not None)
+    return _MEMORY_LEGEND_ROW_IN * (-(-n // _MEMORY_LEGEND_COLS)) + 0.05
+
+
+_MEMORY_LEGEND_COLS = 3
+
+
+def _shade(color: str, chunk: int, vpp: int):
+    """``color`` mixed toward white for chunk ``chunk`` of ``vpp`` (chunk 0 unchanged)."""
+    rgb = np.array([int(color[i:i + 2], 16) / 255.0 for i in (1, 3, 5)])
+    f = CHUNK_SHADE * chunk / (vpp - 1) if vpp > 1 else 0.0
+    return tuple((rgb + (1.0 - rgb) * f).tolist())
 
 
 def _inches_for_px(h_in: float) -> float:
@@ -248,21 +296,37 @@ def _fmt_time(t: float, unit: str, scale: float) -> str:
     return f"{v:.4g} {unit}" if abs(v) < 1e4 else f"{v:,.0f} {unit}"
 
 
-def _bubble_fraction(g: TaskGraph, r: SimResult) -> float:
-    """Sum of compute-stream idle over sum of compute-stream busy (``reports.Report.bubble_fraction``),
-    counted per device so devices without a rank are handled too."""
-    is_compute = np.array([d.stream == "compute" for d in g.devices], dtype=bool)
-    if not is_compute.any() or g.num_tasks == 0:
-        return 0.0
-    busy = np.bincount(g.device, weights=g.duration, minlength=g.num_devices)[is_compute]
-    idle = np.maximum(float(r.makespan) - busy, 0.0)
-    total = busy.sum()
-    return float(idle.sum() / total) if total > 0 else 0.0
+def _terms(g: TaskGraph, r: SimResult) -> str:
+    """``pipeline bubble 3.6% of compute, exposed comm 10.6% of time`` (``simulator.breakdown``)."""
+    from simulator.breakdown import time_breakdown
+    bd = time_breakdown(g, r.start, r.end, r.ready, float(r.makespan))
+    comp = sum(b.compute_s for b in bd)
+    if not bd or comp <= 0:
+        return ""
+    bubble = sum(b.pipeline_bubble_s for b in bd) / comp
+    exposed = sum(b.exposed_comm_s for b in bd) / (len(bd) * float(r.makespan))
+    head = "no pipeline bubble (one rank)" if len(bd) == 1 else f"pipeline bubble {bubble:.1%} of compute"
+    return f"{head}, exposed comm {exposed:.1%} of time"
 
 
-def _row_layout(g: TaskGraph, r: SimResult, comm_rows: bool) -> dict:
+def _comm_mode(g: TaskGraph, comm_rows) -> str:
+    """``"separate"``, ``"merged"`` or ``"none"`` for this graph (``"auto"`` by rank count)."""
+    if comm_rows is False or comm_rows is None:
+        return "none"
+    if comm_rows in ("separate", "merged", "none"):
+        return comm_rows
+    if comm_rows is not True and comm_rows != "auto":
+        raise ValueError(f"comm_rows = {comm_rows!r}; use 'auto', 'separate', 'merged', True or False")
+    n = len({d.rank for d in g.devices if d.stream == "compute" and d.rank >= 0})
+    if comm_rows is True or n <= SEPARATE_COMM_MAX_RANKS:
+        return "separate"
+    return "merged" if n <= MERGED_COMM_MAX_RANKS else "none"
+
+
+def _row_layout(g: TaskGraph, r: SimResult, comm_rows) -> dict:
     """Rows of one Gantt panel: ``labels``, ``kinds`` ("compute"/"thin"), ``y0`` (top of each row),
     ``heights``, and ``row_of_dev`` (row index per device, -1 = not drawn)."""
+    mode = _comm_mode(g, comm_rows)
     nd = g.num_devices
     active = np.zeros(nd, dtype=bool)
     if g.num_tasks:
@@ -272,10 +336,10 @@ def _row_layout(g: TaskGraph, r: SimResult, comm_rows: bool) -> dict:
     for i, d in enumerate(g.devices):
         if d.stream == "compute":
             key = (0, d.rank, 0, "") if d.rank >= 0 else (1, 0, 0, d.name)
-        elif not comm_rows or not active[i]:
+        elif mode == "none" or not active[i]:
             continue
         else:
-            kind = _STREAM_ROW.get(d.stream, d.stream)
+            kind = _STREAM_ROW.get(d.stream, d.stream) if mode == "separate" else "comm"
             sub = (_ROW_ORDER.index(kind) + 1) if kind in _ROW_ORDER else len(_ROW_ORDER) + 1
             key = (0, d.rank, sub, kind) if d.rank >= 0 else (1, 0, 0, d.name)
         keys.setdefault(key, []).append(i)
@@ -295,7 +359,9 @@ def _row_layout(g: TaskGraph, r: SimResult, comm_rows: bool) -> dict:
     y0 = np.concatenate([[0.0], np.cumsum(heights_a)[:-1]]) if heights else np.zeros(0)
     return {"labels": labels, "kinds": kinds, "heights": heights_a, "y0": y0, "row_of_dev": row_of_dev,
             "total": float(heights_a.sum()) if heights else 1.0,
-            "n_compute": kinds.count("compute"), "n_thin": kinds.count("thin")}
+            "n_compute": kinds.count("compute"), "n_thin": kinds.count("thin"),
+            "comm_hidden": mode == "none" and comm_rows not in (False, None, "none") and bool(
+                np.any(active & np.array([d.stream != "compute" for d in g.devices], dtype=bool)))}
 
 
 def _panel_heights(layouts, memory: bool) -> list[float]:
@@ -308,11 +374,11 @@ def _panel_heights(layouts, memory: bool) -> list[float]:
 
 
 def _segments(g: TaskGraph, r: SimResult, row_of_dev: np.ndarray):
-    """Bars of one panel, sorted by (device, start): (row, group, start, end, mb, action) arrays.
+    """Bars of one panel, sorted by (device, start): (row, group, start, end, mb, action, chunk) arrays.
     Touching tasks of one device with the same pass, stage and microbatch are merged into one bar;
     ``action`` numbers the runs of bars of one device with the same pass, stage and microbatch
     (an operator-level action split by blocking collectives is one action)."""
-    empty = (np.zeros(0, np.int64),) * 2 + (np.zeros(0),) * 2 + (np.zeros(0, np.int64),) * 2
+    empty = (np.zeros(0, np.int64),) * 2 + (np.zeros(0),) * 2 + (np.zeros(0, np.int64),) * 3
     if g.num_tasks == 0:
         return empty
     rows_all = row_of_dev[g.device]
@@ -333,7 +399,8 @@ def _segments(g: TaskGraph, r: SimResult, row_of_dev: np.ndarray):
     first = np.flatnonzero(brk)
     seg_end = np.maximum.reduceat(e, first)
     action = np.cumsum(~same)[first] - 1
-    return row_of_dev[dev[first]], grp[first], s[first], seg_end, mb[first].astype(np.int64), action
+    chunk = np.maximum(g.chunk[idx[first]], 0).astype(np.int64)
+    return row_of_dev[dev[first]], grp[first], s[first], seg_end, mb[first].astype(np.int64), action, chunk
 
 
 def _coverage(s: np.ndarray, e: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -354,26 +421,31 @@ def _coverage(s: np.ndarray, e: np.ndarray, bounds: np.ndarray) -> tuple[np.ndar
     return np.where(present, np.maximum(busy, 0.0), 0.0), present
 
 
-def _draw_raster(ax, row, grp, s, e, lay, scale: float, x_hi: float, axes_w_px: float) -> set:
+def _draw_raster(ax, row, grp, s, e, lay, scale: float, x_hi: float, axes_w_px: float, chunk=None,
+                 vpp: int = 1) -> set:
     """Draw a dense panel as one image row per Gantt row, one image column per screen pixel: a
     column takes the color of the pass that occupies most of it, more opaque the busier it is
     (any work at all shows at least faintly, as a one-pixel bar would)."""
     n_px = max(int(round(axes_w_px)), 1)
     bounds = np.linspace(0.0, x_hi, n_px + 1)
     px = x_hi / n_px
-    rgb = np.array([[int(c[i:i + 2], 16) / 255.0 for i in (1, 3, 5)] for _, c, _ in GROUPS])
+    vpp = max(int(vpp), 1)
+    chunk = np.zeros(s.size, dtype=np.int64) if chunk is None else np.minimum(chunk, vpp - 1)
+    ng = len(GROUPS) * vpp  # (pass, chunk) colour keys
+    rgb = _bar_colors(np.repeat(np.arange(len(GROUPS)), vpp), np.tile(np.arange(vpp), len(GROUPS)), vpp)
+    key = grp * vpp + chunk
     used = set()
     heights, y0 = lay["heights"], lay["y0"]
     for rw in np.unique(row).tolist():
         in_row = row == rw
-        occ = np.full((len(GROUPS), n_px), -1.0)
+        occ = np.full((ng, n_px), -1.0)
         busy = np.zeros(n_px, dtype=bool)
-        for gp in np.unique(grp[in_row]).tolist():
-            sel = in_row & (grp == gp)
+        for kk in np.unique(key[in_row]).tolist():
+            sel = in_row & (key == kk)
             sec, present = _coverage(s[sel], e[sel], bounds)
-            occ[gp] = np.where(present, sec, -1.0)
+            occ[kk] = np.where(present, sec, -1.0)
             busy |= present
-            used.add(gp)
+            used.add(kk // vpp)
         total = np.maximum(occ, 0.0).sum(axis=0)
         img = np.zeros((1, n_px, 4))
         img[0, :, :3] = rgb[np.argmax(occ, axis=0)]
@@ -384,25 +456,48 @@ def _draw_raster(ax, row, grp, s, e, lay, scale: float, x_hi: float, axes_w_px: 
     return used
 
 
-def _draw_gantt(ax, g: TaskGraph, r: SimResult, lay: dict, scale: float, x_hi: float, axes_w_px: float) -> set:
-    row, grp, s, e, mb, action = _segments(g, r, lay["row_of_dev"])
+def _row_px(ax, lay: dict) -> float:
+    """Height in pixels of one compute row of this panel."""
+    h_px = ax.get_position().height * ax.figure.get_figheight() * DPI
+    return h_px * _COMPUTE_ROW_H / max(lay["total"], 1e-9)
+
+
+def _draw_gantt(ax, g: TaskGraph, r: SimResult, lay: dict, scale: float, x_hi: float, axes_w_px: float,
+                vpp: int = 1) -> set:
+    row, grp, s, e, mb, action, chunk = _segments(g, r, lay["row_of_dev"])
+    row_px = _row_px(ax, lay)
     if s.size > LABEL_LIMIT:
-        used = _draw_raster(ax, row, grp, s, e, lay, scale, x_hi, axes_w_px)
+        used = _draw_raster(ax, row, grp, s, e, lay, scale, x_hi, axes_w_px, chunk, vpp)
     else:
-        used = _draw_bars(ax, row, grp, s, e, lay, scale)
-        _label_actions(ax, lay, row, grp, s, e, mb, action, scale, axes_w_px / (x_hi * scale))
+        used = _draw_bars(ax, row, grp, s, e, lay, scale, chunk, vpp)
+        _label_actions(ax, lay, row, grp, s, e, mb, action, scale, axes_w_px / (x_hi * scale), row_px, chunk)
     heights, y0 = lay["heights"], lay["y0"]
     if r.makespan > 0:
         ax.axvline(float(r.makespan) * scale, color="black", lw=0.8, ls=":")
     ax.set_ylim(lay["total"], 0.0)
-    centers = y0 + 0.5 * heights
-    ax.set_yticks(centers.tolist())
-    ax.set_yticklabels(lay["labels"])
-    for lab, kind in zip(ax.get_yticklabels(), lay["kinds"]):
+    # label sizes follow the row height (points = px * 72 / DPI); too-thin rows label every k-th rank
+    compute_pt = float(np.clip(0.62 * row_px * 72.0 / DPI, 5.0, 8.0))
+    thin_px = row_px * _THIN_ROW_H / _COMPUTE_ROW_H
+    step = max(1, int(np.ceil(9.0 / max(row_px, 1e-9))))
+    ticks, labels, kinds = [], [], []
+    k = 0
+    for i, (lab, kind) in enumerate(zip(lay["labels"], lay["kinds"])):
         if kind == "compute":
-            lab.set_fontsize(8)
+            k += 1
+            if (k - 1) % step:
+                continue
+        elif thin_px < 6.0 or step > 1:
+            continue
+        ticks.append(float(y0[i] + 0.5 * heights[i]))
+        labels.append(lab)
+        kinds.append(kind)
+    ax.set_yticks(ticks)
+    ax.set_yticklabels(labels)
+    for lab, kind in zip(ax.get_yticklabels(), kinds):
+        if kind == "compute":
+            lab.set_fontsize(compute_pt)
         else:
-            lab.set_fontsize(6)
+            lab.set_fontsize(float(np.clip(0.7 * thin_px * 72.0 / DPI, 4.5, 6.0)))
             lab.set_color("#555555")
     ax.tick_params(axis="y", length=0)
     ax.tick_params(axis="x", labelsize=8)
@@ -411,13 +506,23 @@ def _draw_gantt(ax, g: TaskGraph, r: SimResult, lay: dict, scale: float, x_hi: f
     return used
 
 
-def _draw_bars(ax, row, grp, s, e, lay, scale: float) -> set:
-    """Draw bars as one collection per (row, group), as ``broken_barh`` would, built from numpy."""
+def _bar_colors(grp: np.ndarray, chunk: np.ndarray, vpp: int) -> np.ndarray:
+    """RGB per bar: the pass color, mixed toward white by chunk (``_shade``)."""
+    base = np.array([[int(c[i:i + 2], 16) / 255.0 for i in (1, 3, 5)] for _, c, _ in GROUPS])[grp]
+    f = (CHUNK_SHADE * chunk / (vpp - 1) if vpp > 1 else np.zeros(chunk.size))[:, None]
+    return base + (1.0 - base) * f
+
+
+def _draw_bars(ax, row, grp, s, e, lay, scale: float, chunk=None, vpp: int = 1) -> set:
+    """Draw bars as one collection per (row, group), as ``broken_barh`` would, built from numpy;
+    each bar shaded by its chunk."""
     used = set()
     heights, y0 = lay["heights"], lay["y0"]
+    chunk = np.zeros(s.size, dtype=np.int64) if chunk is None else chunk
     key = row * len(GROUPS) + grp
     order = np.lexsort((s, key))
-    key, row, grp, s, e = key[order], row[order], grp[order], s[order], e[order]
+    key, row, grp, s, e, chunk = key[order], row[order], grp[order], s[order], e[order], chunk[order]
+    colors = _bar_colors(grp, chunk, vpp)
     bounds = np.flatnonzero(np.r_[True, key[1:] != key[:-1], True])
     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
         rw, gp = int(row[a]), int(grp[a])
@@ -430,21 +535,24 @@ def _draw_bars(ax, row, grp, s, e, lay, scale: float) -> set:
         verts[:, 2, 0] = verts[:, 3, 0] = x1
         verts[:, 0, 1] = verts[:, 3, 1] = top
         verts[:, 1, 1] = verts[:, 2, 1] = bot
-        ax.add_collection(PolyCollection(verts, closed=True, facecolors=GROUPS[gp][1], edgecolors="white",
+        ax.add_collection(PolyCollection(verts, closed=True, facecolors=colors[a:b], edgecolors="white",
                                          linewidths=0.3), autolim=False)
     return used
 
 
-def _label_actions(ax, lay, row, grp, s, e, mb, action, scale: float, px_per_unit: float) -> None:
-    """Write the microbatch number at the middle of each compute action wide enough to hold it."""
-    if s.size == 0:
+def _label_actions(ax, lay, row, grp, s, e, mb, action, scale: float, px_per_unit: float, row_px: float = 24.0,
+                   chunk=None) -> None:
+    """Write the microbatch number at the middle of each compute action wide enough to hold it (font
+    size follows the row height; rows under ~8 px get no labels)."""
+    fs = float(min(7.0, 0.55 * row_px * 72.0 / DPI))
+    if s.size == 0 or fs < 4.5:
         return
     first = np.flatnonzero(np.r_[True, action[1:] != action[:-1]])
     last = np.r_[first[1:] - 1, s.size - 1]
     heights, y0, kinds = lay["heights"], lay["y0"], lay["kinds"]
     # room for the longest label of the panel, so all bars of one width are labeled alike
     digits = len(str(max(int(mb.max()), 0)))
-    need = (6.0 * digits + 4.0) / (scale * px_per_unit)  # seconds a label needs
+    need = ((6.0 * fs / 7.0) * digits + 4.0) / (scale * px_per_unit)  # seconds a label needs
     for a, b in zip(first.tolist(), last.tolist()):
         gp, rw, m = int(grp[a]), int(row[a]), int(mb[a])
         if gp not in _LABELED_GROUPS or m < 0 or kinds[rw] != "compute":
@@ -452,7 +560,7 @@ def _label_actions(ax, lay, row, grp, s, e, mb, action, scale: float, px_per_uni
         text = str(m)
         w = e[a:b + 1] - s[a:b + 1]
         k = a + int(np.argmax(w))
-        lo_hi, color = None, GROUPS[gp][2]
+        lo_hi, color = None, (GROUPS[gp][2] if chunk is None or chunk[a] == 0 else "black")
         if w[k - a] >= need:  # inside the action's widest bar
             lo_hi = (float(s[k]), float(e[k]))
         elif float(e[a:b + 1].max()) - float(s[a]) >= need:  # over the action's span (bars and gaps)
@@ -460,7 +568,7 @@ def _label_actions(ax, lay, row, grp, s, e, mb, action, scale: float, px_per_uni
         if lo_hi is None:
             continue
         ax.text((lo_hi[0] + lo_hi[1]) * 0.5 * scale, y0[rw] + 0.5 * heights[rw], text, ha="center",
-                va="center", fontsize=7, color=color, clip_on=True)
+                va="center", fontsize=fs, color=color, clip_on=True)
 
 
 def _per_run_static(static_bytes, n_runs: int) -> list:
@@ -522,4 +630,11 @@ def _draw_memory_runs(ax, runs, statics, capacity_bytes, scale: float) -> None:
     ax.set_axisbelow(True)
     ax.set_title("memory over time: rank with the highest peak of each run (static + activations)",
                  loc="left", fontsize=10)
-    ax.legend(loc="upper right", fontsize=8, framealpha=0.85)
+    # legend in the band under the time axis (never over the curves or the capacity line)
+    fig = ax.figure
+    band_in = _memory_legend_in(len(runs), capacity_bytes, True)
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="upper left", ncol=_MEMORY_LEGEND_COLS, fontsize=8, frameon=False,
+                   bbox_to_anchor=(_LEFT_IN / FIG_WIDTH_IN, band_in / fig.get_figheight()), borderaxespad=0.0,
+                   handlelength=2.0, columnspacing=1.5)

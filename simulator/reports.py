@@ -1,10 +1,13 @@
-"""Reports computed from a simulated timeline: makespan, per-rank busy/idle/bubble, imbalance,
-critical path split by category.
+"""Reports computed from a simulated timeline: makespan, per-rank compute / exposed communication /
+pipeline bubble / other idle, imbalance, critical path split by category.
 
-Bubble convention (Narayanan et al. 2021, Section 2.2.1): the bubble fraction of a rank is its
-compute stream's idle time within the iteration divided by its busy time, t_pb / t_id; for 1F1B
-with uniform stages that is (p-1)/m, and (p-1)/(v*m) for the interleaved schedule. ``idle_fraction``
-is the same idle time divided by the iteration time.
+The four-way split of each rank's iteration is :func:`simulator.breakdown.time_breakdown` (the one
+definition, ``docs/glossary.md``). Bubble convention (Narayanan et al. 2021, Section 2.2.1): the
+bubble fraction is the *pipeline bubble* (idle waiting on a cross-stage dependency) divided by the
+compute time, t_pb / t_id; for 1F1B with uniform stages that is (p-1)/m, and (p-1)/(v*m) for the
+interleaved schedule (``ideal_bubble_fraction``). Exposed communication and other idle are NOT
+bubble. ``idle_fraction`` is all non-compute time (exposed comm + bubble + other idle) divided by
+the iteration time.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from simulator.breakdown import ideal_bubble_fraction, time_breakdown
 from simulator.engine import SimResult
 from taskgraph.graph import CATEGORIES, TaskGraph
 
@@ -21,10 +25,13 @@ class RankReport:
     """One rank's compute stream over the iteration [0, makespan] (seconds)."""
 
     rank: int
-    busy_s: float
-    idle_s: float
-    bubble_fraction: float  # idle / busy (Narayanan 2021 t_pb / t_id)
+    busy_s: float           # compute
+    idle_s: float           # makespan - busy = exposed_comm_s + pipeline_bubble_s + other_idle_s
+    bubble_fraction: float  # pipeline_bubble / busy (Narayanan 2021 t_pb / t_id)
     idle_fraction: float    # idle / makespan
+    exposed_comm_s: float = 0.0      # communication running while compute is idle
+    pipeline_bubble_s: float = 0.0   # idle waiting on a cross-stage dependency
+    other_idle_s: float = 0.0        # idle for any other reason
 
 
 @dataclass(frozen=True)
@@ -42,18 +49,24 @@ class CriticalPath:
 @dataclass(frozen=True)
 class Report:
     makespan_s: float
-    bubble_fraction: float  # sum of idle / sum of busy over ranks
-    idle_fraction: float    # mean over ranks of idle / makespan
+    bubble_fraction: float  # sum of pipeline bubble / sum of busy over ranks (Narayanan t_pb / t_id)
+    idle_fraction: float    # mean over ranks of idle / makespan (idle = everything but compute)
     imbalance: float        # max busy / mean busy
     per_rank: tuple[RankReport, ...]
     critical_path: CriticalPath
     num_tasks: int
     num_devices: int
+    #: Narayanan 2021 closed form (p-1)/(v*m) for gpipe / 1f1b / interleaved-1f1b, else None
+    ideal_bubble_fraction: float | None = None
+    #: sum over ranks of each part / (ranks * makespan): compute, exposed_comm, pipeline_bubble, other_idle
+    time_split: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {
             "makespan_s": self.makespan_s,
             "bubble_fraction": self.bubble_fraction,
+            "ideal_bubble_fraction": self.ideal_bubble_fraction,
+            "time_split": dict(self.time_split),
             "idle_fraction": self.idle_fraction,
             "imbalance": self.imbalance,
             "num_tasks": self.num_tasks,
@@ -117,24 +130,37 @@ def critical_path(graph: TaskGraph, result: SimResult) -> CriticalPath:
     return CriticalPath(tuple(path), dict(sorted(by_cat.items(), key=lambda kv: -kv[1])))
 
 
-def report(graph: TaskGraph, result: SimResult) -> Report:
+def report(graph: TaskGraph, result: SimResult, schedule=None) -> Report:
+    """Makespan, per-rank split, imbalance and critical path. ``schedule`` (a
+    :class:`strategies.actions.Schedule`, optional) adds Narayanan's ideal bubble fraction."""
     makespan = float(result.makespan)
-    busy = compute_busy(graph)
     per_rank = []
-    for r, b in busy.items():
-        idle = max(makespan - b, 0.0)
-        per_rank.append(RankReport(r, b, idle, idle / b if b > 0 else 0.0, idle / makespan if makespan > 0 else 0.0))
+    busy = compute_busy(graph)  # sum of durations (the split's compute is the same up to rounding)
+    for b in time_breakdown(graph, result.start, result.end, result.ready, makespan):
+        c = busy.get(b.rank, b.compute_s)
+        idle = max(makespan - c, 0.0)
+        per_rank.append(RankReport(b.rank, c, idle, b.pipeline_bubble_s / c if c > 0 else 0.0,
+                                   idle / makespan if makespan > 0 else 0.0,
+                                   b.exposed_comm_s, b.pipeline_bubble_s, b.other_idle_s))
     total_busy = sum(x.busy_s for x in per_rank)
     mean_busy = total_busy / len(per_rank) if per_rank else 0.0
+    denom = len(per_rank) * makespan
+    split = {k: (sum(getattr(x, a) for x in per_rank) / denom if denom > 0 else 0.0)
+             for k, a in (("compute", "busy_s"), ("exposed_comm", "exposed_comm_s"),
+                          ("pipeline_bubble", "pipeline_bubble_s"), ("other_idle", "other_idle_s"))}
+    ideal = (ideal_bubble_fraction(schedule.name, schedule.pp, schedule.vpp, schedule.microbatches)
+             if schedule is not None else None)
     return Report(
         makespan_s=makespan,
-        bubble_fraction=(sum(x.idle_s for x in per_rank) / total_busy) if total_busy > 0 else 0.0,
+        bubble_fraction=(sum(x.pipeline_bubble_s for x in per_rank) / total_busy) if total_busy > 0 else 0.0,
         idle_fraction=float(np.mean([x.idle_fraction for x in per_rank])) if per_rank else 0.0,
         imbalance=(max(x.busy_s for x in per_rank) / mean_busy) if mean_busy > 0 else 1.0,
         per_rank=tuple(per_rank),
         critical_path=critical_path(graph, result),
         num_tasks=graph.num_tasks,
         num_devices=graph.num_devices,
+        ideal_bubble_fraction=ideal,
+        time_split=split,
     )
 
 
@@ -143,14 +169,32 @@ def format_report(rep: Report, title: str = "") -> str:
     lines = []
     if title:
         lines.append(title)
-    lines.append(f"iteration time {rep.makespan_s * ms:.3f} ms   bubble fraction {rep.bubble_fraction:.4f} "
-                 f"(idle/busy)   idle fraction {rep.idle_fraction:.4f}   imbalance {rep.imbalance:.3f}   "
-                 f"tasks {rep.num_tasks}")
-    lines.append(f"{'rank':>4} {'busy ms':>10} {'idle ms':>10} {'bubble':>8}")
+    lines.append(f"iteration time {rep.makespan_s * ms:.3f} ms   {format_bubble(rep)}   "
+                 f"imbalance {rep.imbalance:.3f}   tasks {rep.num_tasks}")
+    lines.append(format_split(rep))
+    lines.append(f"{'rank':>4} {'compute ms':>10} {'exp.comm ms':>11} {'bubble ms':>10} {'other ms':>9} {'bubble':>8}")
     for r in rep.per_rank:
-        lines.append(f"{r.rank:>4} {r.busy_s * ms:>10.3f} {r.idle_s * ms:>10.3f} {r.bubble_fraction:>8.4f}")
+        lines.append(f"{r.rank:>4} {r.busy_s * ms:>10.3f} {r.exposed_comm_s * ms:>11.3f} "
+                     f"{r.pipeline_bubble_s * ms:>10.3f} {r.other_idle_s * ms:>9.3f} {r.bubble_fraction:>8.4f}")
     cp = rep.critical_path
     total = cp.length_s or 1.0
     parts = ", ".join(f"{k} {v * ms:.3f} ms ({100 * v / total:.0f}%)" for k, v in cp.by_category.items())
     lines.append(f"critical path: {len(cp.tasks)} tasks, {cp.length_s * ms:.3f} ms: {parts}")
     return "\n".join(lines)
+
+
+def format_bubble(rep: Report) -> str:
+    """``pipeline bubble 0.0365 (ideal (p-1)/(v*m) 0.0365)`` -- the headline bubble, one wording."""
+    if len(rep.per_rank) == 1:
+        return "pipeline bubble none (one pipeline rank)"
+    ideal = (f" (ideal (p-1)/(v*m) {rep.ideal_bubble_fraction:.4f})" if rep.ideal_bubble_fraction is not None
+             else "")
+    return f"pipeline bubble {rep.bubble_fraction:.4f} of compute{ideal}"
+
+
+def format_split(rep: Report) -> str:
+    """One line: share of the ranks' iteration time in each part (they sum to 100 %)."""
+    ts = rep.time_split or {}
+    names = (("compute", "compute"), ("exposed_comm", "exposed comm"), ("pipeline_bubble", "pipeline bubble"),
+             ("other_idle", "other idle"))
+    return "time split (all ranks): " + ", ".join(f"{label} {100 * ts.get(k, 0.0):.1f}%" for k, label in names)

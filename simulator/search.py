@@ -341,8 +341,16 @@ def _peaks(pp: int, task: np.ndarray, delta: np.ndarray, t: np.ndarray, erank: n
     return out
 
 
+def _bubble(graph_like, start: np.ndarray, end: np.ndarray, makespan: float, busy: list[float]) -> float:
+    """Report.bubble_fraction: sum of pipeline bubble (simulator.breakdown) / sum of busy."""
+    from simulator.breakdown import time_breakdown
+    bd = time_breakdown(graph_like, start, end, None, makespan)
+    comp = sum(busy)
+    return sum(b.pipeline_bubble_s for b in bd) / comp if comp > 0 else 0.0
+
+
 def _metrics(plan, makespan: float, busy: list[float], peaks: list[float], num_tasks: int, fidelity: str,
-             timeline: str, t0: float) -> Evaluation:
+             timeline: str, t0: float, bubble: float = 0.0) -> Evaluation:
     """The report() / training_report() / memory_report() formulas on the needed numbers only."""
     from simulator.memory_report import GB
     tr, s = plan.strategy.training, plan.sizes
@@ -352,7 +360,6 @@ def _metrics(plan, makespan: float, busy: list[float], peaks: list[float], num_t
         per.append((b, idle, idle / makespan if makespan > 0 else 0.0))
     total_busy = sum(x[0] for x in per)
     mean_busy = total_busy / len(per) if per else 0.0
-    bubble = (sum(x[1] for x in per) / total_busy) if total_busy > 0 else 0.0
     idle_fraction = float(np.mean([x[2] for x in per])) if per else 0.0
     imbalance = (max(x[0] for x in per) / mean_busy) if mean_busy > 0 else 1.0
     mf, rec = _flops(plan)
@@ -451,12 +458,16 @@ def evaluate(strategy, fidelity: str | None = "coarse", *, schedule: str | None 
         busy = _layout_busy(lay, dur)
         task = lay.mem_task.astype(np.int64)
         peaks = _peaks(lay.pp, task, lay.memory_bytes(work), end[task], lay.rank[task].astype(np.int64))
-        return _metrics(plan, makespan, busy, peaks, lay.n, fid, timeline, t0)
+        from types import SimpleNamespace
+        shape = SimpleNamespace(num_tasks=lay.n, succ_ptr=lay.succ_ptr, succ_idx=lay.succ_idx, device=lay.device,
+                                category=lay.category, devices=lay.devices(1))
+        return _metrics(plan, makespan, busy, peaks, lay.n, fid, timeline, t0, _bubble(shape, start, end, makespan, busy))
     from taskgraph.lower_model import lower_model
     graph = lower_model(plan.schedule, work, overlap_handoff=handoff)
     r = simulate(graph)
     busy, peaks = _graph_numbers(graph, r.start, r.end)
-    return _metrics(plan, float(r.makespan), busy, peaks, graph.num_tasks, fid, "engine", t0)
+    return _metrics(plan, float(r.makespan), busy, peaks, graph.num_tasks, fid, "engine", t0,
+                    _bubble(graph, r.start, r.end, float(r.makespan), busy))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -544,18 +555,21 @@ def grid(**axes: Iterable) -> list[dict]:
 
 
 def sweep(base_strategy, variations: Iterable[Mapping[str, Any]] | Mapping[str, Iterable], *,
-          fidelity: str | None = "coarse", require_fit: bool = True):
+          fidelity: str | None = "coarse", require_fit: bool = True, progress: bool | None = None):
     """Evaluate ``base_strategy`` under each variation (see :func:`vary`); a mapping of lists is
     expanded with :func:`grid`. Returns a pandas DataFrame, one row per variation: its keys, then
     ``feasible``, ``error`` and the :class:`Evaluation` fields (``peak_memory_gb`` as the maximum
     over ranks; ``memory_gb_per_rank`` the tuple). Feasible rows come first, fastest first; then
     those that do not fit in memory (``require_fit``; their times are kept), then those rejected
-    with their error message (invalid sizes, an unsupported schedule ...).
+    with their error message (invalid sizes, an unsupported schedule ...). ``progress``: a bar on
+    stderr (``None``: only when stderr is a terminal; ``simulator.progress``).
     """
     import pandas as pd
+
+    from simulator.progress import progress as _progress
     variations = grid(**variations) if isinstance(variations, Mapping) else list(variations)
     rows = []
-    for i, var in enumerate(variations):
+    for i, var in enumerate(_progress(variations, desc="sweep", enabled=progress, unit="case")):
         row: dict[str, Any] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in var.items()}
         try:
             ev = evaluate(vary(base_strategy, var), fidelity)

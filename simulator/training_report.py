@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.engine import SimResult
-from simulator.reports import Report
+from simulator.reports import Report, format_bubble, format_split
 from taskgraph.graph import TaskGraph
 
 
@@ -28,9 +28,10 @@ class StageReport:
     layers: int
     gpus: int
     compute_s: float
-    exposed_comm_s: float
-    bubble_s: float
-    bubble_fraction: float  # bubble / compute
+    exposed_comm_s: float   # communication running while compute is idle
+    bubble_s: float         # pipeline bubble: idle waiting on a cross-stage dependency
+    bubble_fraction: float  # bubble / compute (Narayanan 2021 t_pb / t_id)
+    other_idle_s: float = 0.0  # idle for any other reason (simulator.breakdown)
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ def _measure_minus(a: np.ndarray, b: np.ndarray) -> float:
 
 def exposed_comm(graph: TaskGraph, result: SimResult, rank: int) -> float:
     """Seconds during which rank's communication (its comm streams and outgoing links) runs while
-    its compute stream is idle."""
+    its compute stream is idle (``simulator.breakdown``'s exposed communication)."""
     dev_rank = np.array([d.rank for d in graph.devices])
     dev_compute = np.array([d.stream == "compute" for d in graph.devices])
     on_rank = dev_rank[graph.device] == rank
@@ -138,14 +139,16 @@ def training_report(plan, work, graph: TaskGraph, result: SimResult, rep: Report
     hfu = (model_flops + recompute) / (it * n * peak) if it > 0 else 0.0
     fp8 = plan.cluster.gpu.peak_flops_fp8
     per_stage = []
-    busy = {r.rank: r for r in rep.per_rank}
+    busy = {r.rank: r for r in rep.per_rank}  # the split of simulator.breakdown.time_breakdown
     for r in range(plan.schedule.pp):
         stages = tuple(st for st in range(plan.schedule.num_stages) if plan.schedule.stage_to_rank[st] == r)
-        comp = busy[r].busy_s if r in busy else 0.0
-        exp = exposed_comm(graph, result, r)
-        bubble = max(it - comp - exp, 0.0)
+        rr = busy.get(r)
+        comp = rr.busy_s if rr else 0.0
+        exp = rr.exposed_comm_s if rr else 0.0
+        bubble = rr.pipeline_bubble_s if rr else 0.0
         per_stage.append(StageReport(r, stages, sum(plan.layers_per_stage[st] for st in stages), s.tp * s.cp * s.dp,
-                                     comp, exp, bubble, bubble / comp if comp > 0 else 0.0))
+                                     comp, exp, bubble, bubble / comp if comp > 0 else 0.0,
+                                     rr.other_idle_s if rr else 0.0))
     tps = tokens / it if it > 0 else 0.0
     days = gpu_hours = None
     if tr.train_tokens and tps > 0:
@@ -165,14 +168,15 @@ def format_training_report(tr: TrainingReport, rep: Report, title: str = "") -> 
     lines.append(f"iteration time {tr.iteration_time_s:.3f} s   tokens/s {tr.tokens_per_s:,.0f}   "
                  f"tokens/s/GPU {tr.tokens_per_s_per_gpu:,.1f}   MFU {100 * tr.mfu:.1f}%   HFU {100 * tr.hfu:.1f}%")
     lines.append(f"GPUs {tr.num_gpus} (each simulated rank stands for {tr.gpus_per_simulated_rank} GPUs: its TP, CP "
-                 f"and DP peers)   microbatches {tr.microbatches}   bubble fraction {rep.bubble_fraction:.3f}   "
-                 f"imbalance {rep.imbalance:.3f}   tasks {rep.num_tasks}")
+                 f"and DP peers)   microbatches {tr.microbatches}   imbalance {rep.imbalance:.3f}   "
+                 f"tasks {rep.num_tasks}")
+    lines.append(f"{format_bubble(rep)}   {format_split(rep)}")
     lines.append(f"{'rank':>4} {'stages':>10} {'layers':>6} {'compute s':>10} {'exposed comm s':>15} {'bubble s':>9} "
-                 f"{'bubble':>7}")
+                 f"{'other idle s':>12} {'bubble':>7}")
     for s in tr.per_stage:
         st = ",".join(map(str, s.stages))
         lines.append(f"{s.rank:>4} {st:>10} {s.layers:>6} {s.compute_s:>10.3f} {s.exposed_comm_s:>15.3f} "
-                     f"{s.bubble_s:>9.3f} {s.bubble_fraction:>7.3f}")
+                     f"{s.bubble_s:>9.3f} {s.other_idle_s:>12.3f} {s.bubble_fraction:>7.3f}")
     cp = rep.critical_path
     total = cp.length_s or 1.0
     parts = ", ".join(f"{k} {v:.3f} s ({100 * v / total:.0f}%)" for k, v in list(cp.by_category.items())[:6])

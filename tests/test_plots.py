@@ -113,7 +113,7 @@ def test_memory_panel_without_memory_events(tmp_path):
     runs = small_runs()
     p = tmp_path / "nomem.png"
     plot_pipelines(runs, p, memory=True, capacity_bytes=1e9)
-    assert pixel_size(p) == pipeline_figure_size(runs, memory=True)
+    assert pixel_size(p) == pipeline_figure_size(runs, memory=True, capacity_bytes=1e9)
 
 
 def test_plot_memory(tmp_path):
@@ -174,3 +174,54 @@ def test_large_graph_renders_in_image_mode(tmp_path):
     r = simulate(g)
     plot_pipelines([("50k", g, r)], tmp_path / "big.png", memory=True)
     assert pixel_size(tmp_path / "big.png") == pipeline_figure_size([("300k", g, r)])
+
+
+def uniform_pp(name, pp, m, vpp=1):
+    s = get_schedule(name, pp, m, vpp)
+    return uniform_run(f"{name} pp={pp}", s)
+
+
+@pytest.mark.parametrize("pp,expect", [(4, "separate"), (16, "merged"), (64, "none")])
+def test_comm_rows_collapse_with_rank_count(tmp_path, pp, expect):
+    from simulator.plots import _row_layout
+    _, g, r = run = uniform_pp("1f1b", pp, pp)
+    lay = _row_layout(g, r, "auto")
+    assert lay["n_compute"] == pp
+    assert lay["n_thin"] == {"separate": pp, "merged": pp, "none": 0}[expect]  # p2p only in these graphs
+    assert lay["comm_hidden"] == (expect == "none")
+    if expect != "none":
+        assert set(lay["labels"][1::2]) == ({"p2p"} if expect == "separate" else {"comm"})
+    fig = plot_pipelines([run], tmp_path / "p.png", memory=False)
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    sizes = {t.get_fontsize() for t in ax.get_yticklabels() if t.get_text().startswith("rank")}
+    assert labels[0] == "rank 0" and len(sizes) == 1 and 5.0 <= sizes.pop() <= 8.0
+    # labels never overlap: at most one rank label per ~9 px of panel height
+    h_px = ax.get_position().height * fig.get_figheight() * 100
+    assert sum(lab.startswith("rank") for lab in labels) <= h_px / 9 + 1
+
+
+def test_interleaved_chunks_are_shaded(tmp_path):
+    from simulator.plots import _shade
+    run = uniform_pp("interleaved-1f1b", 4, 8, vpp=2)
+    p = tmp_path / "il.png"
+    fig = plot_pipelines([run], p, memory=False)
+    f_color = GROUPS[0][1]
+    light = "#" + "".join(f"{round(v * 255):02X}" for v in _shade(f_color, 1, 2))
+    assert color_pixels(p, f_color) > 200 and color_pixels(p, light) > 200
+    assert [t.get_text() for t in fig.legends[0].get_texts()][-2:] == ["chunk 0", "chunk 1 (lighter)"]
+
+
+def test_memory_legend_is_outside_the_axes(tmp_path):
+    runs = [model_run("1f1b"), model_run("zb-h1")]
+    fig = plot_pipelines(runs, tmp_path / "m.png", static_bytes={0: 20e9, 1: 25e9}, capacity_bytes=80 * 2**30)
+    mem_ax = fig.axes[-1]
+    canvas = fig.canvas
+    renderer = canvas.get_renderer()
+    mem_leg = next(lg for lg in fig.legends if any("capacity" in t.get_text() for t in lg.get_texts()))
+    leg = mem_leg.get_window_extent(renderer)
+    box = mem_ax.get_window_extent(renderer)
+    assert leg.y1 < box.y0  # the memory legend sits wholly below the memory axes
+    texts = [t.get_text() for t in mem_leg.get_texts()]
+    assert texts[-1] == "capacity 80.0 GiB" and len(texts) == 3
+    assert mem_ax.get_legend() is None

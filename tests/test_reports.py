@@ -30,6 +30,9 @@ def test_report_exact_values():
     assert (r1.busy_s, r1.idle_s) == (3.0, 2.5)
     assert r0.bubble_fraction == pytest.approx(2.5 / 3.0)
     assert rep.bubble_fraction == pytest.approx(5.0 / 6.0)
+    # the send [2, 2.5] overlaps rank 0's B: not exposed; rank 0's tail and rank 1's head are bubble
+    assert (r0.exposed_comm_s, r0.pipeline_bubble_s, r0.other_idle_s) == (0.0, 2.5, 0.0)
+    assert (r1.exposed_comm_s, r1.pipeline_bubble_s, r1.other_idle_s) == (0.0, 2.5, 0.0)
     assert rep.imbalance == 1.0
 
 
