@@ -1,7 +1,8 @@
 """The ``execsim`` command line. Library code raises; only this module prints and exits.
 
 Subcommands: ``schedule`` (print a schedule's per-rank grid), ``simulate`` (simulate a file and
-report), ``compare`` (several schedules or files side by side).
+report), ``compare`` (several schedules or files side by side), ``search`` (strategies, GPU counts and
+cost: ``simulator/search_cli.py``).
 """
 from __future__ import annotations
 
@@ -307,6 +308,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--set", action="append", metavar="KEY=VALUE")
     s.add_argument("--fidelity", choices=("operator", "coarse"), help="override options.fidelity")
     s.set_defaults(func=_compare_cmd)
+
+    from simulator.search_cli import add_parser as _add_search
+    _add_search(sub)
     return p
 
 

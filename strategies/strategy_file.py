@@ -28,7 +28,8 @@ TRAINING_KEYS = ("micro_batch", "global_batch", "seq_len", "precision", "recompu
                  "recompute_layers")
 OPTION_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_bucket_mb", "flash_attention",
                "overlap_handoff", "memory_reserve_gb", "fidelity", "profile", "fp32_grad_accum",
-               "tp_comm_overlap", "p2p_overlap", "tp_async_backward", "p2p_host_gap_us")
+               "tp_comm_overlap", "p2p_overlap", "tp_async_backward", "p2p_host_gap_us",
+               "price_per_gpu_hour_usd")
 SCHEDULE_KEYS = ("name", "csv")
 PRECISIONS = ("bf16", "fp16", "fp8")
 RECOMPUTE = ("none", "selective", "full")
@@ -103,6 +104,8 @@ class OptionsSpec:
     p2p_host_gap_us: with blocking p2p, microseconds both sides' GPUs idle after each exchange:
         Megatron synchronizes the device after every batched send/recv (``batch_p2p_sync``), so the
         next action starts only once the host has launched its first kernel again.
+    price_per_gpu_hour_usd: rental price, US dollars per GPU-hour, for the cost reports; None = the
+        GPU's price in topologies/data/prices.yaml.
     """
 
     overlap_grad_reduce: bool = True
@@ -118,6 +121,7 @@ class OptionsSpec:
     p2p_overlap: bool = False
     tp_async_backward: bool = True
     p2p_host_gap_us: float = P2P_HOST_GAP_US
+    price_per_gpu_hour_usd: float | None = None
 
 
 @dataclass(frozen=True)
@@ -240,6 +244,7 @@ def parse_strategy(data: dict, base_dir: str | Path = ".") -> Strategy:
         p2p_overlap=get_bool(o, "p2p_overlap", "options", default=False),
         tp_async_backward=get_bool(o, "tp_async_backward", "options", default=True),
         p2p_host_gap_us=get_float(o, "p2p_host_gap_us", "options", default=P2P_HOST_GAP_US),
+        price_per_gpu_hour_usd=get_float(o, "price_per_gpu_hour_usd", "options", default=None, positive=True),
     )
     return Strategy(data["model"], data["cluster"], par, sched, csv, tr, opt, str(base_dir), data)
 
