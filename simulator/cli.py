@@ -103,6 +103,7 @@ def _simulate_cmd(args) -> int:
         if kind == "strategy":
             t = sim.training.to_json()
             out.update({k: v for k, v in t.items()})
+            out.update(_cost_fields(sim, args.price))
             out["critical_path"] = sim.report.to_json()["critical_path"]
             m = mem.to_json()
             for st, extra in zip(out["per_stage"], m["memory_per_stage"]):
@@ -118,6 +119,10 @@ def _simulate_cmd(args) -> int:
                       f"tp={p.sizes.tp} pp={p.sizes.pp} dp={p.sizes.dp} cp={p.sizes.cp} ep={p.sizes.ep} "
                       f"sp={p.sp} zero={p.zero} recompute={p.strategy.training.recompute}")
             print(format_training_report(sim.training, sim.report, title))
+            money = _cost_fields(sim, args.price)
+            if money["cost_usd"] is not None:
+                print(f"cost: ${money['cost_usd']:,.0f} at ${money['price_per_gpu_hour_usd']:.2f} per GPU-hour "
+                      f"(topologies/data/prices.yaml; override with --price or options.price_per_gpu_hour_usd)")
             worst = max(mem.per_stage, key=lambda x: x.total)
             print(f"memory: peak {worst.total / 2**30:.1f} GiB on rank {worst.rank} of {mem.capacity / 2**30:.1f} GiB "
                   f"-> {'fits' if mem.fits else 'OOM'} (execsim memory FILE for the breakdown)")
@@ -133,6 +138,16 @@ def _simulate_cmd(args) -> int:
         if args.trace:
             print(f"trace written to {args.trace} (open in https://ui.perfetto.dev or chrome://tracing)")
     return 0
+
+
+def _cost_fields(sim, override) -> dict:
+    """Price per GPU-hour and the cost of training.train_tokens (topologies/pricing.py); None when
+    there is no token budget or no price."""
+    from topologies.pricing import plan_price
+    price = plan_price(sim.plan, override)
+    hours = sim.training.train_gpu_hours
+    return {"price_per_gpu_hour_usd": price,
+            "cost_usd": hours * price if (hours is not None and price is not None) else None}
 
 
 def _memory_counters(sim, mem):
@@ -281,6 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--what-if", action="append", metavar="PATTERN=FACTOR",
                    help="scale matching tasks' durations (operator name or category, shell pattern), e.g. "
                         "'layer3.*=1.5' or 'dp-comm=0'; repeatable, changes accumulate")
+    s.add_argument("--price", type=float, metavar="USD", help="price per GPU-hour for the cost line")
     s.set_defaults(func=_simulate_cmd)
 
     s = sub.add_parser("memory", help="per-stage memory breakdown and OOM verdict of a strategy file")

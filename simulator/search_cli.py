@@ -25,6 +25,8 @@ def add_parser(sub) -> None:
     s.add_argument("--method", choices=("exhaustive", "mcmc"), default="exhaustive")
     s.add_argument("--budget", type=int, metavar="K", help="MCMC: simulations to spend (default min(200, grid))")
     s.add_argument("--seed", type=int, default=0, help="MCMC random seed")
+    s.add_argument("--start", choices=("file", "random"), default="file",
+                   help="MCMC: start from the file's strategy (default) or a random candidate")
     s.add_argument("--nonuniform", action="store_true",
                    help="MCMC: also move layers between stages and change single layers' recompute")
     s.add_argument("--axis", action="append", metavar="NAME=V1,V2",
@@ -102,7 +104,7 @@ def run(args) -> int:
                      deadline_days=args.deadline_days, train_tokens=args.train_tokens, method=args.method,
                      budget=args.budget, seed=args.seed, backend=args.backend, jobs=args.jobs, price=args.price,
                      fidelity=args.fidelity, nonuniform=args.nonuniform, progress=progress,
-                     ray_address=args.ray_address)
+                     ray_address=args.ray_address, start=args.start)
     finally:
         bar.close()
     if args.csv:

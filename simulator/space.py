@@ -26,6 +26,10 @@ micro-batch's forward through all stages before its first backward, so when rank
 backward, micro-batch 0's activations of all its stages are alive. Rank 0 always holds stage 0 (and
 with it the embedding) and, with even layers, layers/pp layers. A candidate whose bound exceeds the
 GPU's memory cannot fit and is pruned without simulation; the tests check bound <= simulated peak.
+Tighter, when the schedule is known: rank 0's action order gives the most chunk forwards in flight
+(forward done, backward not yet), each holding at least the smallest chunk's activations
+(:func:`inflight_chunks`; Narayanan 2021 Section 2.2: 1F1B keeps at most pp micro-batches in flight
+on the first rank); the bound takes the larger of the two.
 """
 from __future__ import annotations
 
@@ -413,24 +417,50 @@ def static_bound(ctx: Context, c: Candidate) -> float:
     if len(_BOUND_MEMO) > 65536:
         _BOUND_MEMO.clear()
     stages = c.pp * c.vpp
-    if c.layers_per_stage is not None:
-        lps = c.layers_per_stage
-        r0 = [s for s in range(stages) if _rank_of_stage(c, s) == 0]
-        layer_ids = [li for s in r0 for li in range(sum(lps[:s]), sum(lps[:s + 1]))]
-    else:
-        per = ctx.model.layers // stages
-        r0 = [s for s in range(stages) if _rank_of_stage(c, s) == 0]
-        layer_ids = [li for s in r0 for li in range(s * per, (s + 1) * per)]
+    lps = c.layers_per_stage or (ctx.model.layers // stages,) * stages
+    starts = [sum(lps[:s]) for s in range(stages)]
     params = _embedding_params(ctx, c)
-    act = 0.0
-    for li in layer_ids:
-        p, acts = _layer_numbers(ctx, c, ctx.model.is_moe_layer(li), li)
-        params += p
-        pol = c.recompute_layers[li] if c.recompute_layers else c.recompute
-        act += acts[pol]
+    chunk_acts = []
+    for s in (s for s in range(stages) if _rank_of_stage(c, s) == 0):
+        act = 0.0
+        for li in range(starts[s], starts[s] + lps[s]):
+            p, acts = _layer_numbers(ctx, c, ctx.model.is_moe_layer(li), li)
+            params += p
+            act += acts[c.recompute_layers[li] if c.recompute_layers else c.recompute]
+        chunk_acts.append(act)
     gacc = 4 if (tr.precision in ("bf16", "fp8") and opt.fp32_grad_accum) else 2  # costing.grad_bytes_per_param
     states = model_state_bytes(params, dp=c.dp * c.cp, zero=c.zero, weight_bytes=2, grad_bytes=gacc)
+    m = tr.global_batch // (c.micro_batch * c.dp)
+    act = max(sum(chunk_acts), inflight_chunks(c.schedule, c.pp, m, c.vpp) * min(chunk_acts, default=0.0))
     return states.total + act + opt.memory_reserve_gb * 2**30
+
+
+def inflight_chunks(schedule: str, pp: int, microbatches: int, vpp: int) -> int:
+    """Most (chunk, micro-batch) forwards whose backward has not run yet at any point of rank 0's
+    order: each holds a chunk's saved activations (allocated by its forward, released by its B or I
+    action at the latest), so in-flight x the smallest chunk's activations bounds the peak from
+    below. 1 when the schedule rejects these sizes (the candidate then fails at evaluation)."""
+    key = ("inflight", schedule, pp, microbatches, vpp)
+    hit = _BOUND_MEMO.get(key)
+    if hit is None:
+        from strategies.errors import ScheduleError
+        from strategies.schedules import get_schedule
+        hit = 1
+        try:
+            order = get_schedule(schedule, pp, microbatches, vpp).orders[0] if microbatches >= 1 else ()
+        except ScheduleError:
+            order = ()
+        cur = 0
+        # an overlapped F&B pair (DualPipe) counts its backward's release first: still a lower bound
+        flat = [x for a in order for x in ((a.backward, a.forward) if hasattr(a, "backward") else (a,))]
+        for a in flat:
+            if a.kind == "F":
+                cur += 1
+                hit = max(hit, cur)
+            elif a.kind in ("B", "I"):
+                cur -= 1
+        _BOUND_MEMO[key] = hit
+    return hit
 
 
 def _rank_of_stage(c: Candidate, s: int) -> int:

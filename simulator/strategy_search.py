@@ -85,13 +85,15 @@ def search(base, *, gpus: int | None = None, gpus_range: tuple[int, int] | None 
            space: SearchSpace = SearchSpace(), objective: str | None = None, deadline_days: float | None = None,
            train_tokens: float | None = None, method: str = "exhaustive", budget: int | None = None, seed: int = 0,
            backend: str = "local", jobs: int | None = None, price: float | None = None, fidelity: str = "coarse",
-           nonuniform: bool = False, beta: float = 20.0, progress: Callable[[list[dict]], None] | None = None,
-           ray_address: str | None = None, candidates: list[Candidate] | None = None, chunk: int = 16
-           ) -> SearchResult:
+           nonuniform: bool = False, beta: float = 100.0, progress: Callable[[list[dict]], None] | None = None,
+           ray_address: str | None = None, candidates: list[Candidate] | None = None, chunk: int = 16,
+           start: str = "file") -> SearchResult:
     """Search strategies for ``base`` (a :class:`strategies.strategy_file.Strategy`); see the module
     docstring. ``gpus`` / ``gpus_range`` set the world sizes (default: the file's cluster);
     ``candidates`` replaces the enumerated grid (tests, benchmarks); ``chunk``: candidates per
-    backend task."""
+    backend task; ``start``: where the MCMC chain starts, ``file`` (the file's own strategy when it
+    is in the space, as FlexFlow starts from an expert-designed strategy) or ``random`` (a seeded
+    random candidate)."""
     import pandas as pd
     from topologies.pricing import check_price, price_per_gpu_hour
     t0 = time.perf_counter()
@@ -149,10 +151,12 @@ def search(base, *, gpus: int | None = None, gpus_range: tuple[int, int] | None 
         from simulator.mcmc import metropolis_hastings
         if budget is None:
             budget = min(200, len(cands))
-        start = _file_candidate(ctx, base, cands)
+        if start not in ("file", "random"):
+            raise ConfigError(f"MCMC start {start!r} must be 'file' or 'random'")
+        first = _file_candidate(ctx, base, cands) if start == "file" else None
         rows = metropolis_hastings(cands, ctx, lambda c: evaluate_row(job, c),
                                    lambda r: objective_value(r, objective, deadline_days), budget=budget, seed=seed,
-                                   beta=beta, nonuniform=nonuniform, start=start, progress=progress)
+                                   beta=beta, nonuniform=nonuniform, start=first, progress=progress)
     table = rank_rows(rows, objective, deadline_days)
     best = best_strategy = None
     message, closest = "", None

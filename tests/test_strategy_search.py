@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import time
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from topologies.pricing import price_per_gpu_hour, training_cost
 EXAMPLES = Path(__file__).resolve().parent.parent / "strategies" / "examples"
 L8 = EXAMPLES / "llama3-8b-8-h100.yaml"
 GPT3 = EXAMPLES / "gpt3-175b-1024-a100.yaml"
-#: llama3-8b on one DGX H100: 142 valid candidates, only the optimum within 2% of it
+#: llama3-8b on one DGX H100: 132 candidates after pruning, only the optimum within 2% of it
 SMALL = SearchSpace(tp=(1, 2), pp=(1, 2), vpp=(1, 2), cp=(1, 2), micro_batch=(1, 2), zero=(1,),
                     recompute=("none", "selective", "full"))
 
@@ -84,7 +85,7 @@ def test_parse_axis():
 def test_static_bound_is_a_lower_bound_of_the_simulated_peak(l8, exhaustive):
     """Every simulated candidate's rank-0 peak is at least the bound the pruning used."""
     t = exhaustive.table
-    assert len(t) == 142 and set(t["status"]) == {"ok", "oom"}
+    assert len(t) == 132 and set(t["status"]) == {"ok", "oom"}
     assert (t["static_bound_gb"] <= t["peak_memory_gb"] + 1e-9).all()
     # and a pruned candidate really does not fit
     ctx = context(l8)
@@ -110,15 +111,21 @@ def test_exhaustive_best_is_the_fastest_and_matches_evaluate(l8, exhaustive):
 
 
 def test_mcmc_finds_the_optimum_in_9_of_10_seeds(l8, exhaustive):
-    """Budget 20 simulations of 142 (random sampling of 20 finds the only candidate within 2% in
-    2 of 10 seeds, benchmarks/search.py)."""
-    opt = exhaustive.table.iloc[0]["days_to_train"]
-    hits = 0
+    """Budget 40 simulations of the 132 candidates, chains started at random candidates (the file's
+    own strategy is the optimum here): 9 of 10 seeds find the optimum itself (seed 3 stops 4.1%
+    above it); 40 uniform random samples contain the only candidate within 2% in 4 of 10 seeds."""
+    t = exhaustive.table
+    opt = t.iloc[0]["days_to_train"]
+    good = t["meets"] & (t["days_to_train"] <= 1.02 * opt)
+    assert good.sum() == 1
+    hits, sampled = 0, 0
     for seed in range(10):
-        r = search(l8, space=SMALL, method="mcmc", budget=20, seed=seed)
-        assert r.evaluations <= 20
+        r = search(l8, space=SMALL, method="mcmc", budget=40, seed=seed, start="random")
+        assert r.evaluations <= 40
         hits += r.best is not None and r.table.iloc[0]["days_to_train"] <= 1.02 * opt
+        sampled += bool(good.iloc[random.Random(seed).sample(range(len(t)), 40)].any())
     assert hits >= 9
+    assert sampled <= 4  # what the same budget of uniform random samples achieves
 
 
 def test_mcmc_is_reproducible_and_nonuniform_moves_stay_valid(l8):
