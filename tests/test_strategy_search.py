@@ -241,3 +241,33 @@ def test_cli_search_no_answer_and_errors(capsys):
     assert "execsim: error: --gpus 12 is impossible" in capsys.readouterr().err
     assert main(["search", *args, "--gpus-range", "8-16"]) == 2
     assert "--gpus-range '8-16' must look like A:B" in capsys.readouterr().err
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(2, 6), st.integers(1, 8), st.randoms(use_true_random=False))
+def test_collective_times_depend_on_the_group_layout_only(nodes, size, rnd):
+    """What taskgraph.costing._groups_sig relies on: relabelling nodes and the GPUs inside them
+    (same group_layout) leaves every collective's time unchanged."""
+    from topologies.cluster import get_cluster
+    from topologies.collectives import COLLECTIVES, collective_time, group_layout
+    c = get_cluster("dgx-a100-80g", nodes=nodes)
+    g = c.gpus_per_node
+    ranks = rnd.sample(range(nodes * g), min(size, nodes * g))
+    node_perm = list(range(nodes))
+    rnd.shuffle(node_perm)
+    local_perm = list(range(g))
+    rnd.shuffle(local_perm)
+    other = [node_perm[r // g] * g + local_perm[r % g] for r in ranks]
+    assert group_layout(ranks, c) == group_layout(other, c)
+    for kind in COLLECTIVES:
+        if kind == "send-recv" and len(ranks) > 2:
+            continue
+        assert collective_time(kind, 1.5e8, ranks, c) == collective_time(kind, 1.5e8, other, c)
+
+
+def test_simulate_prints_the_cost(capsys):
+    assert main(["simulate", str(L8), "--fidelity", "coarse", "--json", "--price", "2.0"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["price_per_gpu_hour_usd"] == 2.0 and d["cost_usd"] == d["train_gpu_hours"] * 2.0
+    assert main(["simulate", str(L8), "--fidelity", "coarse"]) == 0
+    assert "at $2.99 per GPU-hour" in capsys.readouterr().out
