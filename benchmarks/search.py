@@ -15,7 +15,8 @@
    and ``cluster`` keys) at both fidelities, and the gap.
 4. ``execsim search`` (simulator/strategy_search.py) on GPT-3 175B / 1024 A100, default space:
    * first pass (every cache cleared once, then the whole space) with 1 and 2 local processes, and a
-     warm second pass; against the same candidates evaluated naively in the same run (every cache
+     warm second pass; wall-clock rates and rates per CPU-second (user + system time of the process
+     and its workers: what the search costs independently of other load on a shared machine); against the same candidates evaluated naively in the same run (every cache
      cleared before each evaluation, what a loop of ``simulate_strategy``-style cold runs costs),
      on an every-k-th subset so that the naive loop stays short; best of ``--repeat`` runs;
    * ``--backend ray`` against ``local`` on the same subset (byte-identical tables checked; Ray
@@ -234,11 +235,22 @@ def search_section(s, args) -> None:
         return search(s, jobs=jobs, candidates=subset)
 
     for jobs in (1, 2):
-        dt, res = _best_time(lambda: first(jobs), rep)
+        cpu = []
+
+        def timed():
+            t0 = os.times()
+            r = first(jobs)
+            t1 = os.times()
+            cpu.append(t1.user + t1.system + t1.children_user + t1.children_system
+                       - (t0.user + t0.system + t0.children_user + t0.children_system))
+            return r
+
+        dt, res = _best_time(timed, rep)
         tasks = int(res.table["num_tasks"].sum())
         print(f"  first pass, {jobs} process{'es' if jobs > 1 else ''}: {res.evaluations} simulated in {dt:.2f} s = "
-              f"{res.evaluations / dt:.0f} evaluations/s ({tasks / dt / 1e6:.2f} M tasks/s, {tasks / res.evaluations:.0f} "
-              f"tasks per candidate); best {res.best.label()}: {res.table.iloc[0]['iteration_time_s']:.3f} s")
+              f"{res.evaluations / dt:.0f} evaluations/s wall, {res.evaluations / min(cpu):.0f} per CPU-second "
+              f"({tasks / dt / 1e6:.2f} M tasks/s, {tasks / res.evaluations:.0f} tasks per candidate); best "
+              f"{res.best.label()}: {res.table.iloc[0]['iteration_time_s']:.3f} s")
     dt_w, res_w = _best_time(lambda: search(s, jobs=1), rep)
     print(f"  warm second pass, 1 process: {res_w.evaluations / dt_w:.0f} evaluations/s")
 

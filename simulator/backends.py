@@ -74,8 +74,8 @@ def evaluate_row(job: Job, c: Candidate) -> dict:
     row = _cell(c)
     row.update({k: NAN for k in METRIC_FIELDS})
     row.update(status="invalid", error="", microbatches=0, num_tasks=0, timeline="")
-    row["static_bound_gb"] = static_bound(job.ctx, c) / 2**30
     try:
+        row["static_bound_gb"] = static_bound(job.ctx, c) / 2**30
         ev = evaluate(candidate_strategy(job.ctx, c), job.fidelity)
     except ExecsimError as exc:
         row["error"] = str(exc)

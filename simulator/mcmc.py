@@ -31,6 +31,7 @@ from dataclasses import replace
 from typing import Callable, Sequence
 
 from simulator.space import RECOMPUTE, Candidate, Context, static_bound, valid_variant
+from strategies.errors import ConfigError
 
 #: Axes a proposal may change; ``pipe`` is the (vpp, schedule) pair (a schedule fixes the chunks).
 AXES = ("gpus", "tp", "pp", "cp", "ep", "pipe", "sp", "zero", "recompute", "micro_batch")
@@ -119,7 +120,6 @@ def metropolis_hastings(cands: Sequence[Candidate], ctx: Context, evaluate: Call
     infeasible); ``start``: the first state (default: a random grid candidate).
     """
     if budget < 1:
-        from strategies.errors import ConfigError
         raise ConfigError(f"--budget {budget} must be >= 1 simulation")
     rng = random.Random(seed)
     nb = Neighbours(cands)
@@ -130,7 +130,10 @@ def metropolis_hastings(cands: Sequence[Candidate], ctx: Context, evaluate: Call
     def score(c: Candidate) -> float:
         r = seen.get(c)
         if r is None:
-            if static_bound(ctx, c) > cap:
+            try:
+                if static_bound(ctx, c) > cap:
+                    return math.inf
+            except ConfigError:  # the operators reject this combination: invalid, not simulated
                 return math.inf
             r = seen[c] = evaluate(c)
             rows.append(r)

@@ -148,7 +148,7 @@ def run(args) -> int:
             b = res.table.iloc[0]
             print(f"best: {res.best.label()} on {res.best.gpus} GPUs: iteration {b['iteration_time_s']:.3f} s, "
                   f"{b['tokens_per_s']:,.0f} tokens/s, MFU {100 * b['mfu']:.1f}%, peak {b['peak_memory_gb']:.1f} GiB, "
-                  f"{b['days_to_train']:.1f} days, {b['gpu_hours']:,.0f} GPU-hours"
+                  f"{b['days_to_train']:.3g} days, {b['gpu_hours']:,.0f} GPU-hours"
                   + (f", ${b['cost_usd']:,.0f}" if not math.isnan(b['cost_usd']) else ""))
         for what, path in (("table", args.csv), ("Pareto plot", args.plot), ("best strategy", args.write_best)):
             if path and not (what == "best strategy" and res.best is None):
@@ -172,7 +172,7 @@ def write_strategy(strategy, path: str, *, price: float | None = None, fidelity:
                    header: str = "") -> None:
     """Write ``strategy`` (a parsed Strategy whose fields the search set) as a strategy file that
     ``execsim simulate`` reads back to the same strategy; relative model/cluster/profile paths are
-    rewritten relative to ``path``'s folder."""
+    rewritten for ``path``'s folder (absolute when outside it)."""
     import yaml
     from dataclasses import asdict
     out_dir = Path(path).resolve().parent
@@ -180,7 +180,8 @@ def write_strategy(strategy, path: str, *, price: float | None = None, fidelity:
 
     def rel(p):
         if isinstance(p, str) and (base_dir / p).exists() and not os.path.isabs(p):
-            return os.path.relpath(base_dir / p, out_dir)
+            r = os.path.relpath(base_dir / p, out_dir)
+            return str((base_dir / p).resolve()) if r.startswith("..") else r
         return p
 
     par = {k: v for k, v in asdict(strategy.parallel).items()}

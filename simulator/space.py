@@ -12,7 +12,8 @@ policy) with the checks of :func:`taskgraph.plan.resolve` that need no schedule,
 * ``layers % (pp*vpp) == 0``, vpp > 1 only with pp > 1, the schedule's chunks per rank (one for
   1f1b / gpipe / zb-h1, two for the V schedules, >= 2 for interleaved-1f1b);
 * ``seq_len % cp == 0`` with an even share per CP rank; ``experts % ep == 0`` and ``dp % ep == 0``;
-* ZeRO-3 only with pp = 1; sp only when tp > 1 (it is a no-op otherwise).
+* ZeRO-3 only with pp = 1; sp only when tp > 1 (it is a no-op otherwise), and always with tp > 1
+  on MoE models (Megatron requires it).
 
 What these checks do not catch (a schedule's micro-batch rule, say) :func:`taskgraph.plan.resolve`
 still raises when the candidate is evaluated; the row then carries that error.
@@ -317,7 +318,11 @@ def enumerate_space(ctx: Context, space: SearchSpace, gpus_list: Iterable[int], 
                                                     stats.invalid += 1
                                                     continue
                                                 if prune:
-                                                    b = static_bound(ctx, c)
+                                                    try:
+                                                        b = static_bound(ctx, c)
+                                                    except ConfigError:  # a rule the checks above miss
+                                                        stats.invalid += 1
+                                                        continue
                                                     if b > cap:
                                                         stats.pruned_memory += 1
                                                         stats.pruned.append((b / 2**30, c))
@@ -347,6 +352,8 @@ def _make(ctx: Context, gpus, tp, cp, pp, vpp, sched, ep, mb, zero, rec, sp) -> 
     if zero == 3 and pp > 1:
         return None
     if sp and tp == 1:
+        return None
+    if experts and tp > 1 and not sp:  # Megatron: MoE with tensor parallelism needs sequence parallelism
         return None
     return Candidate(gpus, tp, pp, dp, cp, ep, vpp, sched, bool(sp), zero, rec, mb)
 
@@ -402,10 +409,11 @@ def _layer_numbers(ctx: Context, c: Candidate, moe: bool, layer_index: int) -> t
 def _embedding_params(ctx: Context, c: Candidate) -> float:
     from taskgraph.operators import embedding_operators
     tr = ctx.base.training
-    key = ("emb", ctx.model, c.tp, tr.seq_len)
+    sp = c.sp and c.tp > 1
+    key = ("emb", ctx.model, c.tp, sp, c.cp, tr.seq_len)
     hit = _BOUND_MEMO.get(key)
     if hit is None:
-        ops = embedding_operators(ctx.model, micro_batch=1, seq_len=tr.seq_len, tp=c.tp, sp=False, cp=c.cp)
+        ops = embedding_operators(ctx.model, micro_batch=1, seq_len=tr.seq_len, tp=c.tp, sp=sp, cp=c.cp)
         hit = _BOUND_MEMO[key] = float(sum(o.params for o in ops))
     return hit
 

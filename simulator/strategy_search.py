@@ -257,11 +257,12 @@ def format_table(result: SearchResult, top: int = 10) -> str:
                          f"invalid: {r['error'][:60]}")
             continue
         flag = "" if r["meets"] else (" OOM" if r["status"] == "oom" else " late")
+        days = f"{r['days_to_train']:>7.1f}" if r["days_to_train"] >= 10 else f"{r['days_to_train']:>7.3g}"
+        cost = "-" if math.isnan(r["cost_usd"]) else f"{r['cost_usd']:,.0f}"
         lines.append(f"{r['rank']:>3} {r['gpus']:>5} {r['tp']:>3} {r['pp']:>3} {r['dp']:>4} {r['cp']:>2} {r['ep']:>2} "
                      f"{r['vpp']:>3} {sched:<16} {r['micro_batch']:>2} {rec:<9} {r['zero']:>1} "
                      f"{r['iteration_time_s']:>8.3f} {r['tokens_per_s']:>10,.0f} {100 * r['mfu']:>5.1f}% "
-                     f"{r['peak_memory_gb']:>7.1f} {r['days_to_train']:>7.1f} {r['gpu_hours']:>10,.0f} "
-                     f"{r['cost_usd']:>12,.0f}{flag}")
+                     f"{r['peak_memory_gb']:>7.1f} {days} {r['gpu_hours']:>10,.0f} {cost:>12}{flag}")
     return "\n".join(lines)
 
 

@@ -271,3 +271,15 @@ def test_simulate_prints_the_cost(capsys):
     assert d["price_per_gpu_hour_usd"] == 2.0 and d["cost_usd"] == d["train_gpu_hours"] * 2.0
     assert main(["simulate", str(L8), "--fidelity", "coarse"]) == 0
     assert "at $2.99 per GPU-hour" in capsys.readouterr().out
+
+
+def test_moe_rules_and_expert_axis():
+    """Mixtral (8 experts) on 64 GPUs: ep divides experts and dp; tp > 1 needs sp on MoE models."""
+    s = load_strategy(EXAMPLES / "mixtral-8x7b-64-h100.yaml")
+    ctx = context(s)
+    sp = SearchSpace(tp=(1, 2), pp=(1,), vpp=(1,), cp=(1,), ep=(1, 8, 16), sp=(False, True), micro_batch=(1,),
+                     zero=(1,), recompute=("none",))
+    cands, stats = enumerate_space(ctx, sp, [64], prune=False)
+    assert [(c.tp, c.ep, c.sp, c.dp) for c in cands] == [(1, 1, False, 64), (1, 8, False, 64), (2, 1, True, 32),
+                                                         (2, 8, True, 32)]
+    assert stats.invalid == 12 - 4
