@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from simulator.backends import ROW_FIELDS, Job, evaluate_row, evaluate_rows
-from simulator.space import (Candidate, SearchSpace, SpaceStats, check_gpus, context, enumerate_space, gpu_counts,
-                             static_bound, valid_variant)
+from simulator.space import Candidate, SearchSpace, SpaceStats, check_gpus, context, enumerate_space, gpu_counts
 from strategies.errors import ConfigError
 
 OBJECTIVES = ("time", "cost", "tokens-per-dollar")
@@ -58,7 +57,6 @@ class SearchResult:
     wall_s: float
     message: str = ""
     closest: object = None
-    extra: dict = field(default_factory=dict)
 
 
 def objective_value(row: dict, objective: str, deadline_days: float | None = None) -> float:
@@ -94,7 +92,6 @@ def search(base, *, gpus: int | None = None, gpus_range: tuple[int, int] | None 
     backend task; ``start``: where the MCMC chain starts, ``file`` (the file's own strategy when it
     is in the space, as FlexFlow starts from an expert-designed strategy) or ``random`` (a seeded
     random candidate)."""
-    import pandas as pd
     from topologies.pricing import check_price, price_per_gpu_hour
     t0 = time.perf_counter()
     if method not in METHODS:
@@ -237,11 +234,6 @@ def _gpus_text(gpus_list) -> str:
     return f"{gpus_list[0]} GPUs" if len(gpus_list) == 1 else f"{gpus_list[0]}-{gpus_list[-1]} GPUs"
 
 
-#: Columns of the ranked text table and the CSV/JSON outputs' first columns.
-SHOW = ("rank", "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "schedule", "micro_batch", "recompute", "zero", "sp",
-        "iteration_time_s", "tokens_per_s", "mfu", "peak_memory_gb", "days_to_train", "gpu_hours", "cost_usd")
-
-
 def format_table(result: SearchResult, top: int = 10) -> str:
     """The ranked rows as text (the CLI's table)."""
     df = result.table
@@ -267,4 +259,4 @@ def format_table(result: SearchResult, top: int = 10) -> str:
 
 
 __all__ = ["search", "SearchResult", "objective_value", "rank_rows", "row_candidate", "format_table", "OBJECTIVES",
-           "METHODS", "SHOW", "valid_variant", "static_bound"]
+           "METHODS"]

@@ -7,18 +7,17 @@ from __future__ import annotations
 import json
 import math
 import random
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from simulator.backends import candidate_strategy, evaluate_row, Job, ray_available
+from simulator.backends import Job, candidate_strategy, evaluate_row, ray_available
 from simulator.cli import main
 from simulator.search import evaluate
 from simulator.search_plots import pareto_front
-from simulator.space import Candidate, SearchSpace, context, enumerate_space, gpu_counts, parse_axis, static_bound
+from simulator.space import SearchSpace, context, enumerate_space, gpu_counts, parse_axis
 from simulator.strategy_search import objective_value, search
 from strategies.errors import ConfigError
 from strategies.strategy_file import load_strategy
