@@ -148,12 +148,16 @@ def run(args) -> int:
             b = res.table.iloc[0]
             print(f"best: {res.best.label()} on {res.best.gpus} GPUs: iteration {b['iteration_time_s']:.3f} s, "
                   f"{b['tokens_per_s']:,.0f} tokens/s, MFU {100 * b['mfu']:.1f}%, peak {b['peak_memory_gb']:.1f} GiB, "
-                  f"{b['days_to_train']:.3g} days, {b['gpu_hours']:,.0f} GPU-hours"
+                  f"{_days(b['days_to_train'])} days, {b['gpu_hours']:,.0f} GPU-hours"
                   + (f", ${b['cost_usd']:,.0f}" if not math.isnan(b['cost_usd']) else ""))
         for what, path in (("table", args.csv), ("Pareto plot", args.plot), ("best strategy", args.write_best)):
             if path and not (what == "best strategy" and res.best is None):
                 print(f"{what} written to {path}")
     return 0 if res.best is not None else 1
+
+
+def _days(d: float) -> str:
+    return f"{d:,.1f}" if d >= 10 else f"{d:.3g}"
 
 
 def _json_row(row, cols) -> dict:
