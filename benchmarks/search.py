@@ -13,6 +13,19 @@
    DataFrame, infeasible ones with their reasons) and its evaluations per second.
 3. Coarse vs operator fidelity: iteration time of every strategy example (files with both ``model``
    and ``cluster`` keys) at both fidelities, and the gap.
+4. ``execsim search`` (simulator/strategy_search.py) on GPT-3 175B / 1024 A100, default space:
+   * first pass (every cache cleared once, then the whole space) with 1 and 2 local processes, and a
+     warm second pass; wall-clock rates and rates per CPU-second (user + system time of the process
+     and its workers: what the search costs independently of other load on a shared machine); against the same candidates evaluated naively in the same run (every cache
+     cleared before each evaluation, what a loop of ``simulate_strategy``-style cold runs costs),
+     on an every-k-th subset so that the naive loop stays short; best of ``--repeat`` runs;
+   * ``--backend ray`` against ``local`` on the same subset (byte-identical tables checked; Ray
+     start-up timed separately), when Ray is installed;
+   * MCMC (budget 100) against the exhaustive optimum over 10 seeds, and random sampling of the
+     same budget;
+   * delta simulation (simulator/delta.py) against the full static-order sweep for a local MCMC
+     proposal (one layer's recompute policy, one stage's micro-batches re-timed) and for a change at
+     the end of the timeline.
 
 Timings are wall-clock on whatever machine runs this (a shared 2-core box is noisy: compare medians).
 """
@@ -134,6 +147,8 @@ def gaps() -> list[tuple[str, float, float, float, float]]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer runs, no operator-fidelity gaps")
+    ap.add_argument("--repeat", type=int, default=3, help="search timings: best of this many runs")
+    ap.add_argument("--no-ray", action="store_true", help="skip the Ray comparison")
     args = ap.parse_args(argv)
     from simulator.search import evaluate, grid, sweep
     from strategies.strategy_file import load_strategy
@@ -180,6 +195,8 @@ def main(argv=None) -> int:
                                 if k in row and not pd.isna(row[k]))
                 print(f"    {var}: {row.error[:160]}")
 
+    search_section(s, args)
+
     if not args.quick:
         print("\ncoarse vs operator fidelity (iteration time):")
         worst = 0.0
@@ -189,6 +206,145 @@ def main(argv=None) -> int:
                   f"(operator evaluation {wall:.2f} s)")
         print(f"  largest |gap| {worst:.2f}%")
     return 0
+
+
+def _best_time(fn, repeat: int) -> tuple[float, object]:
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t)
+    return best, out
+
+
+def search_section(s, args) -> None:
+    """Section 4 of the module docstring."""
+    import os
+    from simulator.backends import Job, evaluate_row, ray_available
+    from simulator.space import SearchSpace, context, enumerate_space
+    from simulator.strategy_search import search
+    rep = 1 if args.quick else args.repeat
+    ctx = context(s)
+    cands, stats = enumerate_space(ctx, SearchSpace(), [1024])
+    print(f"\nexecsim search, GPT-3 175B on 1024 A100, default space: {stats.kept} candidates after {stats.invalid} "
+          f"invalid and {stats.pruned_memory} pruned by the static memory bound; {len(os.sched_getaffinity(0))} CPUs, "
+          f"load {os.getloadavg()[0]:.1f}")
+
+    def first(jobs, subset=None):
+        clear_caches()
+        return search(s, jobs=jobs, candidates=subset)
+
+    for jobs in (1, 2):
+        cpu = []
+
+        def timed():
+            t0 = os.times()
+            r = first(jobs)
+            t1 = os.times()
+            cpu.append(t1.user + t1.system + t1.children_user + t1.children_system
+                       - (t0.user + t0.system + t0.children_user + t0.children_system))
+            return r
+
+        dt, res = _best_time(timed, rep)
+        tasks = int(res.table["num_tasks"].sum())
+        print(f"  first pass, {jobs} process{'es' if jobs > 1 else ''}: {res.evaluations} simulated in {dt:.2f} s = "
+              f"{res.evaluations / dt:.0f} evaluations/s wall, {res.evaluations / min(cpu):.0f} per CPU-second "
+              f"({tasks / dt / 1e6:.2f} M tasks/s, {tasks / res.evaluations:.0f} tasks per candidate); best "
+              f"{res.best.label()}: {res.table.iloc[0]['iteration_time_s']:.3f} s")
+    dt_w, res_w = _best_time(lambda: search(s, jobs=1), rep)
+    print(f"  warm second pass, 1 process: {res_w.evaluations / dt_w:.0f} evaluations/s")
+
+    k = 5 if args.quick else 4
+    subset = cands[::k]
+    job = Job(ctx, 1.79, 3e11)
+
+    def naive():
+        for c in subset:
+            clear_caches()
+            evaluate_row(job, c)
+
+    dt_n, _ = _best_time(naive, 1)
+    dt_1, r1 = _best_time(lambda: first(1, subset), rep)
+    dt_2, r2 = _best_time(lambda: first(2, subset), rep)
+    assert r1.table.to_csv(index=False) == r2.table.to_csv(index=False)
+    print(f"  every {k}th candidate ({len(subset)}): naive (caches cleared before each) {len(subset) / dt_n:.0f}/s; "
+          f"search first pass 1 process {len(subset) / dt_1:.0f}/s ({dt_n / dt_1:.1f}x), 2 processes "
+          f"{len(subset) / dt_2:.0f}/s ({dt_n / dt_2:.1f}x)")
+    if ray_available() and not args.no_ray:
+        import ray
+        t = time.perf_counter()
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        start = time.perf_counter() - t
+        try:
+            search(s, backend="ray", candidates=subset[:8])  # workers import execsim once
+            dt_r, rr = _best_time(lambda: (clear_caches(), search(s, backend="ray", candidates=subset))[1], rep)
+        finally:
+            ray.shutdown()
+        same = rr.table.to_csv(index=False) == r1.table.to_csv(index=False)
+        print(f"  ray (local, 2 CPUs; start-up {start:.1f} s not counted): {len(subset) / dt_r:.0f}/s vs local "
+              f"{len(subset) / dt_2:.0f}/s with 2 processes; tables byte-identical: {same}")
+    mcmc_section(s, res_w, rep)
+    delta_section(s)
+
+
+def mcmc_section(s, exhaustive, rep) -> None:
+    import random
+    from simulator.strategy_search import search
+    opt = exhaustive.table.iloc[0]["days_to_train"]
+    ok = exhaustive.table[exhaustive.table["meets"]]
+    within = int((ok["days_to_train"] <= 1.02 * opt).sum())
+    budget = 100
+    hits, gaps, walls = 0, [], []
+    for seed in range(10):
+        t = time.perf_counter()
+        r = search(s, method="mcmc", budget=budget, seed=seed, start="random")
+        walls.append(time.perf_counter() - t)
+        g = r.table.iloc[0]["days_to_train"] / opt - 1 if r.best is not None else float("inf")
+        gaps.append(g)
+        hits += g <= 0.02
+    rnd = 0
+    n = len(exhaustive.table)
+    for seed in range(10):
+        idx = random.Random(seed).sample(range(n), budget)
+        sub = exhaustive.table.iloc[idx]
+        sub = sub[sub["meets"]]
+        rnd += bool(len(sub)) and sub["days_to_train"].min() <= 1.02 * opt
+    print(f"  MCMC from random starts, budget {budget} of {n} candidates ({within} within 2% of the optimum): within 2% in {hits}/10 "
+          f"seeds (gaps {', '.join(f'{100 * g:.1f}%' for g in gaps)}), median {statistics.median(walls):.1f} s; "
+          f"random sampling of {budget}: {rnd}/10")
+
+
+def delta_section(s) -> None:
+    """Delta re-simulation vs the full static-order sweep for local changes of the GPT-3 example."""
+    import numpy as np
+    from simulator.delta import DeltaSimulator
+    from simulator.search import _layout_order, static_order_timeline
+    from taskgraph.costing import build_work
+    from taskgraph.lower_coarse import coarse_layout, graph_from_layout
+    from taskgraph.plan import resolve
+    plan = resolve(s)
+    work = build_work(plan, fidelity="coarse")
+    lay = coarse_layout(plan.schedule, work, s.options.overlap_handoff)
+    g = graph_from_layout(lay, work)
+    o = _layout_order(lay)
+    dur = g.duration
+    stage = np.asarray(g.stage)
+    end = static_order_timeline(o, dur)[2]
+    cases = {"one stage's backward x1.1 (a layer's recompute changed)":
+             np.flatnonzero((np.asarray(g.stage) == 5) & (np.asarray(g.category) == 1)),
+             "last-finishing task x1.1": np.array([int(np.argmax(end))])}
+    print("  delta vs full static-order sweep, GPT-3 example (%d tasks):" % g.num_tasks)
+    for name, ids in cases.items():
+        new = dur.copy()
+        new[ids] *= 1.1
+        full, _ = _best_time(lambda: static_order_timeline(o, new), 5)
+        ds = DeltaSimulator(g, budget=None)
+        t = time.perf_counter()
+        st = ds.set_durations(ids, new[ids])
+        dt = time.perf_counter() - t
+        same = float(ds.makespan) == float(static_order_timeline(o, new)[2].max())
+        print(f"    {name}: {ids.size} tasks changed, delta re-timed {st.retimed} in {dt * 1e3:.2f} ms vs full sweep "
+              f"{full * 1e3:.2f} ms ({'delta' if dt < full else 'full sweep'} wins; same makespan: {same})")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """The ``execsim`` command line. Library code raises; only this module prints and exits.
 
 Subcommands: ``schedule`` (print a schedule's per-rank grid), ``simulate`` (simulate a file and
-report), ``compare`` (several schedules or files side by side).
+report), ``compare`` (several schedules or files side by side), ``search`` (strategies, GPU counts and
+cost: ``simulator/search_cli.py``).
 """
 from __future__ import annotations
 
@@ -109,6 +110,7 @@ def _simulate_cmd(args) -> int:
         if kind == "strategy":
             t = sim.training.to_json()
             out.update({k: v for k, v in t.items()})
+            out.update(_cost_fields(sim, args.price))
             out["critical_path"] = sim.report.to_json()["critical_path"]
             m = mem.to_json()
             for st, extra in zip(out["per_stage"], m["memory_per_stage"]):
@@ -126,6 +128,10 @@ def _simulate_cmd(args) -> int:
                       f"tp={p.sizes.tp} pp={p.sizes.pp} dp={p.sizes.dp} cp={p.sizes.cp} ep={p.sizes.ep} "
                       f"sp={p.sp} zero={p.zero} recompute={p.strategy.training.recompute}")
             print(format_training_report(sim.training, sim.report, title))
+            money = _cost_fields(sim, args.price)
+            if money["cost_usd"] is not None:
+                print(f"cost: ${money['cost_usd']:,.0f} at ${money['price_per_gpu_hour_usd']:.2f} per GPU-hour "
+                      f"(topologies/data/prices.yaml; override with --price or options.price_per_gpu_hour_usd)")
             worst = max(mem.per_stage, key=lambda x: x.total)
             print(f"memory: peak {worst.total / 2**30:.1f} GiB on rank {worst.rank} of {mem.capacity / 2**30:.1f} GiB "
                   f"-> {'fits' if mem.fits else 'OOM'} (execsim memory FILE for the breakdown)")
@@ -160,6 +166,16 @@ def _write_html(path: str, source: str, kind: str, sim, sets=None) -> None:
     from simulator.html_report import write_html_report
     label = source + (" with --set " + " ".join(sets) if sets else "")
     write_html_report(path, sim, source=label, strategy_text=Path(source).read_text(encoding="utf-8"))
+
+
+def _cost_fields(sim, override) -> dict:
+    """Price per GPU-hour and the cost of training.train_tokens (topologies/pricing.py); None when
+    there is no token budget or no price."""
+    from topologies.pricing import plan_price
+    price = plan_price(sim.plan, override)
+    hours = sim.training.train_gpu_hours
+    return {"price_per_gpu_hour_usd": price,
+            "cost_usd": hours * price if (hours is not None and price is not None) else None}
 
 
 def _memory_counters(sim, mem):
@@ -347,6 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--what-if", action="append", metavar="PATTERN=FACTOR",
                    help="scale matching tasks' durations (operator name or category, shell pattern), e.g. "
                         "'layer3.*=1.5' or 'dp-comm=0'; repeatable, changes accumulate")
+    s.add_argument("--price", type=float, metavar="USD", help="price per GPU-hour for the cost line")
     s.set_defaults(func=_simulate_cmd)
 
     s = _sub(sub, "report", "write the HTML report of a strategy file or pipeline description",
@@ -405,6 +422,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--nodes", type=int, help="number of nodes (default: from the source where it says)")
     s.add_argument("--vocab", type=int, help="vocabulary size when the source's tokenizer does not tell it")
     s.set_defaults(func=_import_cmd)
+
+    from simulator.search_cli import add_parser as _add_search
+    _add_search(sub)
     return p
 
 

@@ -29,7 +29,8 @@ TRAINING_KEYS = ("micro_batch", "global_batch", "seq_len", "precision", "recompu
 OPTION_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_bucket_mb", "flash_attention",
                "overlap_handoff", "memory_reserve_gb", "fidelity", "profile", "fp32_grad_accum",
                "tp_comm_overlap", "p2p_overlap", "tp_async_backward", "p2p_host_gap_us", "moe_imbalance", "moe_capacity_factor",
-               "cp_comm", "cp_load_balance", "reshard_after_forward")
+               "cp_comm", "cp_load_balance", "reshard_after_forward",
+               "price_per_gpu_hour_usd")
 SCHEDULE_KEYS = ("name", "csv")
 PRECISIONS = ("bf16", "fp16", "fp8")
 RECOMPUTE = ("none", "selective", "full")
@@ -123,6 +124,8 @@ class OptionsSpec:
         gathers them again for backward (True), or keeps a stage's gathered parameters through all
         its microbatches (False, as Llama 3 trained); None = torchtitan's default: False with
         pipeline parallelism, True without (torchtitan fsdp_reshard_after_forward = "default").
+    price_per_gpu_hour_usd: rental price, US dollars per GPU-hour, for the cost reports; None = the
+        GPU's price in topologies/data/prices.yaml.
     """
 
     overlap_grad_reduce: bool = True
@@ -150,6 +153,7 @@ class OptionsSpec:
         if self.moe_capacity_factor is None:
             return self.moe_imbalance
         return min(self.moe_imbalance, self.moe_capacity_factor)
+    price_per_gpu_hour_usd: float | None = None
 
 
 @dataclass(frozen=True)
@@ -208,7 +212,7 @@ def parse_strategy(data: dict, base_dir: str | Path = ".") -> Strategy:
         ep=get_int(p, "ep", "parallel", default=1, minimum=1),
         zero=get_int(p, "zero", "parallel", default=0, minimum=0),
         layers_per_stage=lps,
-        dp_shard=get_int(p, "dp_shard", "parallel", default=None, minimum=1),
+        dp_shard=None if p.get("dp_shard") is None else get_int(p, "dp_shard", "parallel", minimum=1),
     )
     if par.zero > 3:
         raise ConfigError(f"parallel.zero = {par.zero} must be 0, 1, 2 or 3")
@@ -273,10 +277,13 @@ def parse_strategy(data: dict, base_dir: str | Path = ".") -> Strategy:
         tp_async_backward=get_bool(o, "tp_async_backward", "options", default=True),
         p2p_host_gap_us=get_float(o, "p2p_host_gap_us", "options", default=P2P_HOST_GAP_US),
         moe_imbalance=get_float(o, "moe_imbalance", "options", default=1.0, minimum=1.0),
-        moe_capacity_factor=get_float(o, "moe_capacity_factor", "options", default=None, positive=True),
+        moe_capacity_factor=None if o.get("moe_capacity_factor") is None else get_float(
+            o, "moe_capacity_factor", "options", positive=True),
         cp_comm=get_str(o, "cp_comm", "options", default="allgather", choices=("allgather", "ring", "a2a")),
         cp_load_balance=get_bool(o, "cp_load_balance", "options", default=True),
-        reshard_after_forward=get_bool(o, "reshard_after_forward", "options", default=None),
+        reshard_after_forward=None if o.get("reshard_after_forward") is None else get_bool(
+            o, "reshard_after_forward", "options"),
+        price_per_gpu_hour_usd=get_float(o, "price_per_gpu_hour_usd", "options", default=None, positive=True),
     )
     return Strategy(data["model"], data["cluster"], par, sched, csv, tr, opt, str(base_dir), data)
 

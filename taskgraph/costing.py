@@ -172,6 +172,7 @@ def clear_cost_cache() -> None:
     _CONTEXTS.clear()
     _cached_comm.cache_clear()
     _rep_groups.cache_clear()
+    _groups_sig.cache_clear()
 
 
 def _memo(key, fn):
@@ -204,6 +205,27 @@ def _context_id(plan: Plan) -> int | None:
     return cid
 
 
+def _layer_context(plan: Plan) -> tuple:
+    """What a layer's cost records depend on besides its MoE flag, recompute policy and TP/CP/EP
+    groups (the per-layer key in ``_build_stage``): shared by plans that differ only in pp, dp,
+    ZeRO 0-2, the schedule or layers per stage (a strategy search re-costs the same layers)."""
+    tr, opt, s = plan.strategy.training, plan.strategy.options, plan.sizes
+    return (plan.model, plan.cluster, s.tp, plan.sp, s.cp, s.ep, tr.micro_batch, tr.seq_len, tr.precision,
+            opt.flash_attention, opt.fp32_grad_accum, opt.tp_async_backward, opt.moe_load, opt.cp_comm,
+            opt.cp_load_balance,
+            (s, plan.shard_size, plan.reshard_after_forward) if plan.zero == 3 else None)
+
+
+@lru_cache(maxsize=4096)
+def _groups_sig(cluster, sizes, prank: int) -> tuple:
+    """The placement of pipeline rank ``prank``'s groups as collective costs see it: collective times
+    depend on a group's ranks only through ``topologies.collectives.group_layout`` (size, nodes,
+    GPUs per node; tested in tests/test_strategy_search.py), so stages on pipeline ranks with equal
+    signatures have equal cost records (a stage memo key; identical middle stages collapse)."""
+    from topologies.collectives import group_layout
+    return tuple((axis, group_layout(ranks, cluster)) for axis, ranks in _rep_groups(sizes, prank))
+
+
 @lru_cache(maxsize=1024)
 def _rep_groups(sizes, prank: int) -> tuple:
     """(axis, ranks) of the representative of pipeline rank ``prank``: tp, cp, dp (= dp x cp) and ep."""
@@ -232,7 +254,7 @@ def build_work(plan: Plan, *, fidelity: str | None = None) -> IterationWork:
     dt = DTYPE_BYTES[tr.precision]
     kw = dict(micro_batch=tr.micro_batch, seq_len=tr.seq_len, tp=s.tp, sp=plan.sp, cp=s.cp)
     stages = []
-    layer_cache: dict = {}
+    layer_cache: dict = {} if cid is None else _memo(("layers",) + _layer_context(plan), dict)
     S = plan.schedule.num_stages
     for stage in range(S):
         prank = plan.schedule.stage_to_rank[stage]
@@ -242,7 +264,7 @@ def build_work(plan: Plan, *, fidelity: str | None = None) -> IterationWork:
         if cid is None:
             stages.append(_build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw))
             continue
-        sig = (cid, stage == 0, stage == S - 1, prank,
+        sig = (cid, stage == 0, stage == S - 1, _groups_sig(plan.cluster, s, prank),
                tuple((plan.model.layer_kind(li), p) for li, p in zip(lis, pols)))
         if coarse:
             stages.append(_memo(("coarse",) + sig, lambda: _coarse_stage(
