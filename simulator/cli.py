@@ -254,6 +254,36 @@ def _compare_cmd(args) -> int:
     return 0
 
 
+def _goodput_cmd(args) -> int:
+    """A whole run with failures, checkpoints and restarts (simulator/goodput.py)."""
+    from simulator.goodput import daly_goodput, format_goodput, goodput_report, setup_from_strategy, simulate_run
+    kind, spec = _load(args.file, args.set)
+    if kind != "strategy":
+        raise ExecsimError(f"{args.file} is a pipeline description; 'execsim goodput' needs a strategy file "
+                           f"(model + cluster + parallel + training, and optionally a goodput: section)")
+    setup = setup_from_strategy(spec, days=args.days, train_tokens=args.train_tokens, interval=args.interval)
+    rep = goodput_report(setup, args.seeds, sweep=not args.no_sweep)
+    if args.plot:
+        from dataclasses import replace as _replace
+
+        from simulator.goodput_plot import plot_run
+        run = simulate_run(_replace(setup.model, interval_s=rep["interval_s"]), setup.spec.seed,
+                           record_checkpoints=True)
+        m = setup.model
+        plot_run(run, rep, args.plot, closed_form=lambda t: daly_goodput(
+            t, m.save_block_s + m.save_commit_s, setup.mean_down_s, setup.mtbf_s))
+    if args.json:
+        print(json.dumps(rep, sort_keys=True))
+    else:
+        p = spec
+        print(format_goodput(rep, f"{args.file}: a {'%.4g days' % setup.spec.days if setup.spec.days else '%.4g-token' % setup.spec.train_tokens} "
+                                  f"run with failures, checkpoints and restarts"))
+        if args.plot:
+            print(f"plot written to {args.plot}")
+        del p
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="execsim", description="Discrete-event execution simulator for distributed "
                                 "LLM training.")
@@ -307,6 +337,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--set", action="append", metavar="KEY=VALUE")
     s.add_argument("--fidelity", choices=("operator", "coarse"), help="override options.fidelity")
     s.set_defaults(func=_compare_cmd)
+
+    s = sub.add_parser("goodput", help="a whole training run: failures, checkpoints, restarts, goodput (SimPy)")
+    s.add_argument("file")
+    g = s.add_mutually_exclusive_group()
+    g.add_argument("--days", type=float, help="wall-clock horizon in days (overrides goodput.days)")
+    g.add_argument("--train-tokens", type=float, help="token budget (overrides goodput.train_tokens)")
+    s.add_argument("--seeds", type=int, help="independent runs (default goodput.seeds, 20)")
+    s.add_argument("--interval", metavar="young|daly|SECONDS|S1,S2,..",
+                   help="checkpoint interval policy (overrides goodput.checkpoint.interval_s)")
+    s.add_argument("--no-sweep", action="store_true", help="skip the search for the best interval")
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--plot", metavar="OUT.png", help="tokens vs wall time with failures and checkpoints, and "
+                   "goodput vs interval")
+    s.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field, e.g. goodput.restart_s=600")
+    s.set_defaults(func=_goodput_cmd)
     return p
 
 

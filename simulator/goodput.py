@@ -377,6 +377,9 @@ class _Run:
                     self.losses["load"] += m.load_s
                     if comp is not None:
                         self.by_comp[comp.name] += m.restart_s + m.load_s
+                    if self.missing > 0 and not (m.elastic and m.dp - self.missing >= 1):
+                        kind, comp = "restart", None  # a node was drained while restarting: wait for it
+                        continue
                     self.events.append((env.now, "restart", ""))
                     self.dp_now = m.dp - self.missing  # nodes repaired meanwhile rejoin
                     self.min_dp = min(self.min_dp, self.dp_now)
