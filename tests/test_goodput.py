@@ -170,3 +170,15 @@ def test_cli_goodput_json_deterministic_and_errors(tmp_path, capsys):
         assert main(["goodput", str(f), *argv]) == 2
         err = capsys.readouterr().err
         assert msg in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_llama3_405b_example_lands_in_the_published_range():
+    # Llama 3 report Sec. 3.3.4: 419 unexpected interruptions in 54 days on 16,384 H100, > 90 % effective
+    # training time. 419 +- 2 sqrt(419) is the Poisson band of the count.
+    from simulator.goodput import goodput_report, setup_from_strategy
+    from strategies.strategy_file import load_strategy
+    st = load_strategy("strategies/examples/llama3-405b-16k-h100-goodput.yaml")
+    rep = goodput_report(setup_from_strategy(st), 5, sweep=False)
+    assert 419 - 2 * 419 ** 0.5 <= rep["interruptions"]["mean"] <= 419 + 2 * 419 ** 0.5
+    assert 0.90 < rep["goodput"]["mean"] < 1.0
+    assert rep["expected_failures"] == pytest.approx(419, rel=1e-3)
