@@ -275,12 +275,10 @@ def _goodput_cmd(args) -> int:
     if args.json:
         print(json.dumps(rep, sort_keys=True))
     else:
-        p = spec
-        print(format_goodput(rep, f"{args.file}: a {'%.4g days' % setup.spec.days if setup.spec.days else '%.4g-token' % setup.spec.train_tokens} "
-                                  f"run with failures, checkpoints and restarts"))
+        length = f"{setup.spec.days:g}-day" if setup.spec.days else f"{setup.spec.train_tokens:.4g}-token"
+        print(format_goodput(rep, f"{args.file}: a {length} run with failures, checkpoints and restarts"))
         if args.plot:
             print(f"plot written to {args.plot}")
-        del p
     return 0
 
 
