@@ -301,6 +301,35 @@ def _compare_cmd(args) -> int:
     return 0
 
 
+def _goodput_cmd(args) -> int:
+    """A whole run with failures, checkpoints and restarts (simulator/goodput.py)."""
+    from simulator.goodput import daly_goodput, format_goodput, goodput_report, setup_from_strategy, simulate_run
+    kind, spec = _load(args.file, args.set)
+    if kind != "strategy":
+        raise ExecsimError(f"{args.file} is a pipeline description; 'execsim goodput' needs a strategy file "
+                           f"(model + cluster + parallel + training, and optionally a goodput: section)")
+    setup = setup_from_strategy(spec, days=args.days, train_tokens=args.train_tokens, interval=args.interval)
+    rep = goodput_report(setup, args.seeds, sweep=not args.no_sweep)
+    if args.plot:
+        from dataclasses import replace as _replace
+
+        from simulator.goodput_plot import plot_run
+        run = simulate_run(_replace(setup.model, interval_s=rep["interval_s"]), setup.spec.seed,
+                           record_checkpoints=True)
+        m = setup.model
+        plot_run(run, rep, args.plot, closed_form=lambda t: daly_goodput(
+            t, m.save_block_s + m.save_commit_s, setup.mean_down_s, setup.mtbf_s))
+    if args.json:
+        print(json.dumps(rep, sort_keys=True))
+    else:
+        length = f"{setup.spec.days:g}-day" if setup.spec.days else f"{setup.spec.train_tokens:.4g}-token"
+        print(format_goodput(rep, f"{args.file}: a {length} run with failures, checkpoints and restarts"))
+        if args.plot:
+            print(f"plot written to {args.plot}")
+    return 0
+
+
+
 _EX = "examples:\n  "
 
 
@@ -425,6 +454,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     from simulator.search_cli import add_parser as _add_search
     _add_search(sub)
+
+    s = _sub(sub, "goodput", "simulate a whole training run: failures, checkpoints, restarts, goodput (SimPy)",
+             ["execsim goodput strategies/examples/llama3-405b-16k-h100-goodput.yaml",
+              "execsim goodput strategies/examples/llama3-405b-16k-h100-goodput.yaml --seeds 50 --plot run.png",
+              "execsim goodput strategies/examples/llama3-405b-16k-h100-goodput.yaml --interval daly --no-sweep --json",
+              "execsim goodput strategies/examples/llama3-405b-16k-h100-goodput.yaml --set goodput.spares=0 "
+              "--set goodput.elastic=true"])
+    s.add_argument("file", help="strategy file; its goodput: section sets failure rates, recovery and checkpoints")
+    g = s.add_mutually_exclusive_group()
+    g.add_argument("--days", type=float, help="wall-clock horizon in days (overrides goodput.days)")
+    g.add_argument("--train-tokens", type=float, help="token budget (overrides goodput.train_tokens)")
+    s.add_argument("--seeds", type=int, help="independent runs (default goodput.seeds, 20)")
+    s.add_argument("--interval", metavar="young|daly|SECONDS|S1,S2,..",
+                   help="checkpoint interval policy (overrides goodput.checkpoint.interval_s)")
+    s.add_argument("--no-sweep", action="store_true", help="skip the search for the best interval")
+    s.add_argument("--json", action="store_true", help="machine-readable output (keys in docs/goodput.md)")
+    s.add_argument("--plot", metavar="OUT.png", help="tokens vs wall time with failures and checkpoints, and "
+                   "goodput vs interval")
+    s.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field, e.g. goodput.restart_s=600")
+    s.set_defaults(func=_goodput_cmd)
     return p
 
 

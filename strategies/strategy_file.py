@@ -22,7 +22,7 @@ from typing import Any
 from strategies.config import (check_keys, did_you_mean, get_bool, get_float, get_int, get_str, load_mapping)
 from strategies.errors import ConfigError
 
-TOP_KEYS = ("model", "cluster", "parallel", "schedule", "training", "options")
+TOP_KEYS = ("model", "cluster", "parallel", "schedule", "training", "options", "goodput")
 PARALLEL_KEYS = ("tp", "pp", "dp", "vpp", "sp", "cp", "ep", "zero", "layers_per_stage", "dp_shard")
 TRAINING_KEYS = ("micro_batch", "global_batch", "seq_len", "precision", "recompute", "train_tokens",
                  "recompute_layers")
@@ -184,6 +184,9 @@ def _section(data: dict, key: str, keys: tuple[str, ...]) -> dict:
 def parse_strategy(data: dict, base_dir: str | Path = ".") -> Strategy:
     """Check a strategy mapping and return a :class:`Strategy`."""
     check_keys(data, TOP_KEYS, "")
+    if "goodput" in data:  # a whole run with failures (execsim goodput); schema in strategies/goodput_file.py
+        from strategies.goodput_file import parse_goodput
+        parse_goodput(data["goodput"])
     for req in ("model", "cluster"):
         if req not in data or data[req] in (None, ""):
             raise ConfigError(f"missing required section {req!r}: give a preset name, a file path or a mapping")
