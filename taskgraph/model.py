@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Union
 
 from strategies.config import check_keys, did_you_mean, get_bool, get_int, get_str, load_mapping
-from strategies.errors import ConfigError
+from strategies.errors import ConfigError, brief
+from strategies.limits import MAX_DIM, MAX_LAYERS
 
 MLP_KINDS = ("gelu", "swiglu")          # gelu: up + down (2 GEMMs); swiglu: gate + up + down (3 GEMMs)
 NORM_KINDS = ("layernorm", "rmsnorm")   # layernorm: weight + bias (2h); rmsnorm: weight only (h)
@@ -27,7 +28,9 @@ MoeLayers = Union[str, int, tuple]
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """Divisors for an error message: bounded work and length (``strategies.config.divisors``)."""
+    from strategies.config import divisors
+    return divisors(n)
 
 
 @dataclass(frozen=True)
@@ -105,22 +108,31 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - frozen dataclass
-        w = f"model {self.name!r}:"
+        w = f"model {brief(self.name)}:"
         if not isinstance(self.name, str) or not self.name:
-            raise ConfigError(f"model.name = {self.name!r} must be a non-empty string")
+            raise ConfigError(f"model.name = {brief(self.name)} must be a non-empty string")
         for f in ("layers", "hidden", "heads", "vocab", "max_seq"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"{w} model.{f} = {v!r} must be a positive integer")
+                raise ConfigError(f"{w} model.{f} = {brief(v)} must be a positive integer")
+        if self.layers > MAX_LAYERS:
+            raise ConfigError(f"{w} model.layers = {self.layers} is over the limit of {MAX_LAYERS:,} layers "
+                              f"(docs/strategy-file.md, Limits); is it the right value?")
+        for f in ("hidden", "heads", "vocab", "kv_heads", "head_dim", "ffn", "expert_ffn", "experts", "top_k",
+                  "shared_experts", "max_seq"):
+            v = getattr(self, f)
+            if isinstance(v, int) and not isinstance(v, bool) and v > MAX_DIM:
+                raise ConfigError(f"{w} model.{f} = {v} is over the limit of {MAX_DIM:,} (2^24; docs/strategy-file.md, "
+                                  f"Limits); is it the right value?")
         for f, choices in (("mlp", MLP_KINDS), ("norm", NORM_KINDS), ("position", POSITION_KINDS)):
             v = getattr(self, f)
             if v not in choices:
-                raise ConfigError(f"{w} model.{f} = {v!r} is not one of {', '.join(choices)}"
+                raise ConfigError(f"{w} model.{f} = {brief(v)} is not one of {', '.join(choices)}"
                                   f"{did_you_mean(v, choices)}")
         if self.kv_heads is None:
             set_("kv_heads", self.heads)
         if isinstance(self.kv_heads, bool) or not isinstance(self.kv_heads, int):
-            raise ConfigError(f"{w} model.kv_heads = {self.kv_heads!r} must be a positive integer")
+            raise ConfigError(f"{w} model.kv_heads = {brief(self.kv_heads)} must be a positive integer")
         if self.kv_heads < 1 or self.heads % self.kv_heads:
             raise ConfigError(f"{w} model.heads={self.heads} is not divisible by model.kv_heads="
                               f"{self.kv_heads}; choose kv_heads in {_divisors(self.heads)}")
@@ -139,11 +151,11 @@ class ModelSpec:
         for f in ("head_dim", "ffn", "expert_ffn"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"{w} model.{f} = {v!r} must be a positive integer")
+                raise ConfigError(f"{w} model.{f} = {brief(v)} must be a positive integer")
         for f in ("experts", "top_k", "shared_experts"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ConfigError(f"{w} model.{f} = {v!r} must be a non-negative integer")
+                raise ConfigError(f"{w} model.{f} = {brief(v)} must be a non-negative integer")
         if self.experts and not 1 <= self.top_k <= self.experts:
             raise ConfigError(f"{w} model.top_k = {self.top_k} must be in 1..{self.experts} "
                               f"(model.experts) for an MoE model")
@@ -156,7 +168,7 @@ class ModelSpec:
             set_("moe_layers", ml)
         if isinstance(ml, str):
             if ml != "all":
-                raise ConfigError(f"{w} model.moe_layers = {ml!r}: use 'all', an integer k (every "
+                raise ConfigError(f"{w} model.moe_layers = {brief(ml)}: use 'all', an integer k (every "
                                   f"k-th layer) or a list of layer indices")
         elif isinstance(ml, int) and not isinstance(ml, bool):
             if ml < 1:
@@ -164,10 +176,10 @@ class ModelSpec:
         elif isinstance(ml, tuple):
             bad = [i for i in ml if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self.layers]
             if bad:
-                raise ConfigError(f"{w} model.moe_layers has {bad!r}: indices must be integers in "
+                raise ConfigError(f"{w} model.moe_layers has {brief(bad)}: indices must be integers in "
                                   f"0..{self.layers - 1}")
         else:
-            raise ConfigError(f"{w} model.moe_layers = {ml!r}: use 'all', an integer or a list")
+            raise ConfigError(f"{w} model.moe_layers = {brief(ml)}: use 'all', an integer or a list")
 
     # ---------------------------------------------------------------- structure
     @property
@@ -310,7 +322,7 @@ def get_model(name: str) -> ModelSpec:
     """The preset called ``name`` (case-insensitive)."""
     key = str(name).lower()
     if key not in PRESETS:
-        raise ConfigError(f"unknown model preset {name!r}{did_you_mean(key, PRESETS)}; "
+        raise ConfigError(f"unknown model preset {brief(name)}{did_you_mean(key, PRESETS)}; "
                           f"known presets: {', '.join(PRESETS)}")
     return PRESETS[key]
 
@@ -389,11 +401,20 @@ def load_hf_config(path_or_dict: Any, name: str | None = None) -> ModelSpec:
         path_or_dict = Path(path_or_dict) / "config.json"
     d = load_mapping(path_or_dict, "Hugging Face config")
     archs = d.get("architectures") or []
+    if isinstance(archs, str):
+        archs = [archs]
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise ConfigError(f"config.json architectures = {brief(archs)} must be a list of class names such as "
+                          f"['LlamaForCausalLM']")
     arch = next((a for a in archs if a in HF_ARCHITECTURES), None)
-    family = HF_ARCHITECTURES.get(arch) if arch else d.get("model_type")
+    mt = d.get("model_type")
+    family = HF_ARCHITECTURES.get(arch) if arch else (mt if isinstance(mt, str) else None)
+    for k in ("tie_word_embeddings", "mlp_bias", "attention_bias", "head_dim"):
+        if k in d and d[k] is None:
+            d = {kk: vv for kk, vv in d.items() if kk != k}  # null = the architecture's default
     if family not in HF_ARCHITECTURES.values():
         got = archs[0] if archs else d.get("model_type")
-        raise ConfigError(f"Hugging Face config architectures = {got!r} is not supported"
+        raise ConfigError(f"Hugging Face config architectures = {brief(got)} is not supported"
                           f"{did_you_mean(got, HF_ARCHITECTURES)}; supported: {', '.join(HF_ARCHITECTURES)}")
     w = "config.json"
     heads = get_int(d, "num_attention_heads", w, minimum=1)
@@ -402,9 +423,9 @@ def load_hf_config(path_or_dict: Any, name: str | None = None) -> ModelSpec:
     head_dim = get_int(d, "head_dim", w, default=None, minimum=1) if d.get("head_dim") is not None else None
     dropout = d.get("attention_dropout", 0.0) or 0.0
     if isinstance(dropout, bool) or not isinstance(dropout, (int, float)):
-        raise ConfigError(f"config.json attention_dropout = {dropout!r} must be a number (e.g. 0.0)")
+        raise ConfigError(f"config.json attention_dropout = {brief(dropout)} must be a number (e.g. 0.0)")
     kw: dict = dict(
-        name=name or d.get("_name_or_path") or arch or family,
+        name=name or (d.get("_name_or_path") if isinstance(d.get("_name_or_path"), str) else None) or arch or family,
         layers=get_int(d, "num_hidden_layers", w, minimum=1),
         hidden=hidden,
         heads=heads,
@@ -416,9 +437,9 @@ def load_hf_config(path_or_dict: Any, name: str | None = None) -> ModelSpec:
         norm="rmsnorm",
         position="rope",
         max_seq=get_int(d, "max_position_embeddings", w, default=2048, minimum=1),
-        tied_embeddings=bool(d.get("tie_word_embeddings", False)),  # these configs default False
-        bias=bool(d.get("mlp_bias", False)),
-        qkv_bias=True if family == "qwen2" else bool(d.get("attention_bias", False)),
+        tied_embeddings=get_bool(d, "tie_word_embeddings", w, default=False),  # these configs default False
+        bias=get_bool(d, "mlp_bias", w, default=False),
+        qkv_bias=True if family == "qwen2" else get_bool(d, "attention_bias", w, default=False),
         dropout=float(dropout) > 0,
     )
     if family == "mixtral":
