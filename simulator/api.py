@@ -7,9 +7,11 @@ from dataclasses import dataclass, replace
 from simulator.engine import SimResult, simulate
 from simulator.reports import Report, report
 from strategies.actions import Schedule
-from strategies.errors import ConfigError
+from strategies.errors import ConfigError, brief
+from strategies.limits import check_tasks
 from strategies.pipeline_file import PipelineSpec
 from strategies.schedules import SCHEDULES, get_schedule
+from taskgraph.estimate import estimate_tasks
 from taskgraph.graph import TaskGraph
 from taskgraph.lower_pipeline import StageCosts, lower_uniform
 
@@ -30,16 +32,16 @@ def pipeline_schedule(spec: PipelineSpec) -> Schedule:
         from taskgraph.plan import load_custom_schedule
         sched = load_custom_schedule(spec.schedule_csv, "pipeline.schedule_csv")
         if sched.pp != spec.pp or sched.num_stages != spec.num_stages:
-            raise ConfigError(f"pipeline.schedule_csv {spec.schedule_csv!r} has {sched.pp} ranks and "
+            raise ConfigError(f"pipeline.schedule_csv {brief(spec.schedule_csv)} has {sched.pp} ranks and "
                               f"{sched.num_stages} stages, but pipeline.pp = {spec.pp} and pp*vpp = "
                               f"{spec.num_stages}: make them agree")
         if sched.microbatches != spec.microbatches:
-            raise ConfigError(f"pipeline.schedule_csv {spec.schedule_csv!r} has {sched.microbatches} microbatches "
+            raise ConfigError(f"pipeline.schedule_csv {brief(spec.schedule_csv)} has {sched.microbatches} microbatches "
                               f"but pipeline.microbatches = {spec.microbatches}: make them agree")
         return sched
     if spec.schedule not in SCHEDULES:
         from strategies.config import did_you_mean
-        raise ConfigError(f"pipeline.schedule = {spec.schedule!r} is not a known schedule"
+        raise ConfigError(f"pipeline.schedule = {brief(spec.schedule)} is not a known schedule"
                           f"{did_you_mean(spec.schedule, SCHEDULES)}; valid: {', '.join(sorted(SCHEDULES))}, custom")
     return get_schedule(spec.schedule, spec.pp, spec.microbatches, spec.vpp)
 
@@ -69,6 +71,10 @@ def simulate_pipeline(spec: PipelineSpec, schedule: str | None = None, vpp: int 
     if vpp is not None:
         spec = with_vpp(spec, vpp)
     sched = pipeline_schedule(spec)
+    if sched.num_stages != spec.num_stages:
+        raise ConfigError(f"pipeline.schedule = {brief(spec.schedule)} places {sched.num_stages // sched.pp} stages per "
+                          f"rank but pipeline.vpp = {spec.vpp}: set pipeline.vpp: {sched.num_stages // sched.pp}")
+    check_tasks(estimate_tasks(sched), "this pipeline")
     costs = StageCosts(spec.forward, spec.backward, spec.backward_input, spec.backward_weight, spec.p2p,
                        spec.activation)
     t0 = time.perf_counter()
@@ -107,7 +113,10 @@ def simulate_strategy(strategy, *, fidelity: str | None = None, schedule: str | 
         strategy = replace(strategy, parallel=replace(strategy.parallel, vpp=vpp, layers_per_stage=None))
     t0 = time.perf_counter()
     plan = resolve(strategy)
-    work = build_work(plan, fidelity=fidelity)
+    work = build_work(plan, fidelity=fidelity, check_profile=True)
+    coarse = (fidelity or strategy.options.fidelity) == "coarse"
+    check_tasks(estimate_tasks(plan.schedule, None if coarse else work),
+                f"this strategy ({'coarse' if coarse else 'operator'} fidelity)")
     if (fidelity or strategy.options.fidelity) == "coarse":
         # vectorized lowering + verified static-order timeline: the same graph and result arrays
         from simulator.search import lower_and_simulate
@@ -141,13 +150,14 @@ class WhatIf:
 
 
 def parse_what_if(text: str) -> tuple[str, float]:
+    import math
     pattern, sep, factor = text.rpartition("=")
     try:
         f = float(factor)
     except ValueError:
         f = -1.0
-    if not sep or not pattern or f < 0:
-        raise ConfigError(f"--what-if {text!r} must look like PATTERN=FACTOR with FACTOR >= 0, e.g. "
+    if not sep or not pattern or not math.isfinite(f) or f < 0 or f > 1e6:
+        raise ConfigError(f"--what-if {brief(text)} must look like PATTERN=FACTOR with a finite FACTOR in [0, 1e6], e.g. "
                           f"'layer3.*=1.5' (operator names), 'dp-comm=0' (a category) or '*=1.1'")
     return pattern, f
 
@@ -176,7 +186,7 @@ def what_if(graph: TaskGraph, changes: list[str], *, budget: float | None = 0.05
         op_hit = np.array([fnmatch.fnmatchcase(o, pattern) for o in ops.tolist()], dtype=bool) if ops.size else ops
         hit = np.flatnonzero(op_hit | (cats == pattern))
         if hit.size == 0:
-            raise ConfigError(f"--what-if {text!r}: no task matches {pattern!r}; patterns match operator names "
+            raise ConfigError(f"--what-if {brief(text)}: no task matches {brief(pattern)}; patterns match operator names "
                               f"such as {', '.join(sorted(set(ops.tolist()))[:5])} or categories such as "
                               f"{', '.join(sorted(set(cats.tolist()))[:5])}")
         dur[hit] = dur[hit] * factor
