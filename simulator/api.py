@@ -8,7 +8,7 @@ from simulator.engine import SimResult, simulate
 from simulator.reports import Report, report
 from strategies.actions import Schedule
 from strategies.errors import ConfigError, brief
-from strategies.limits import check_tasks
+from strategies.limits import check_actions, check_tasks
 from strategies.pipeline_file import PipelineSpec
 from strategies.schedules import SCHEDULES, get_schedule
 from taskgraph.estimate import estimate_tasks
@@ -51,6 +51,7 @@ def with_vpp(spec: PipelineSpec, vpp: int) -> PipelineSpec:
     Needs the same cost on every stage of a rank's chunks (else there is no unique split)."""
     if vpp == spec.vpp:
         return spec
+    check_actions(spec.pp, vpp, spec.microbatches, f"{spec.schedule} with {vpp} chunks per rank")
     fields = {}
     for name in ("forward", "backward", "backward_input", "backward_weight", "activation"):
         vals = getattr(spec, name)

@@ -10,22 +10,69 @@ import json
 import sys
 from pathlib import Path
 
-from strategies.errors import ExecsimError
+from strategies.errors import ExecsimError, brief, cut
 
 EXIT_USAGE = 2
+EXIT_INTERNAL = 3
+
+
+def _json_safe(x):
+    """``x`` with non-finite floats replaced by None (JSON has no NaN or Infinity)."""
+    import math
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    if hasattr(x, "item") and not isinstance(x, (str, bytes)):  # numpy scalars
+        return _json_safe(x.item())
+    return x
+
+
+def _print_json(obj) -> None:
+    """Print ``obj`` as strict JSON (``allow_nan=False`` after replacing non-finite numbers by null)."""
+    print(json.dumps(_json_safe(obj), sort_keys=True, allow_nan=False))
+
+
+def _input_files(path: str, kind: str, spec) -> list[str]:
+    """Every file a run reads: the input file and the files it names (never overwritten)."""
+    files = [path]
+    base = Path(path).parent
+    if kind == "pipeline":
+        files.append(spec.schedule_csv)
+    else:
+        for ref in (spec.model, spec.cluster):
+            if isinstance(ref, str):
+                files += [ref, str(base / ref), str(base / ref / "config.json")]
+        files += [spec.schedule_csv, spec.options.profile]
+    return [f for f in files if f]
+
+
+def _check_outputs(args, inputs, **outputs) -> dict:
+    """Check every output flag of this command before any simulation (``simulator.outputs``)."""
+    from simulator.outputs import check_outputs
+    return check_outputs({f"--{k.replace('_', '-')}": v for k, v in outputs.items()}, inputs=inputs,
+                         mkdir=getattr(args, "mkdir", False))
 
 
 def _schedule_cmd(args) -> int:
     from strategies.schedules import get_schedule
+    outs = _check_outputs(args, [], output=args.output)
     sched = get_schedule(args.schedule, args.pp, args.microbatches, args.vpp)
     if args.json:
         d = sched.to_json()
-        print(json.dumps({k: d[k] for k in ("pp", "microbatches", "vpp", "stage_to_rank", "orders")}))
+        text = json.dumps({k: d[k] for k in ("pp", "microbatches", "vpp", "stage_to_rank", "orders")}) + "\n"
     elif args.csv:
         from strategies.schedule_csv import write_schedule_csv
-        sys.stdout.write(write_schedule_csv(sched))
+        text = write_schedule_csv(sched)
     else:
-        print(sched.grid())
+        text = sched.grid() + "\n"
+    if outs:
+        from simulator.outputs import write_output
+        write_output(outs["--output"], text, "--output")
+    else:
+        sys.stdout.write(text)
     return 0
 
 
@@ -37,7 +84,10 @@ def _load(path: str, sets: list[str]):
         if "=" not in item:
             raise ExecsimError(f"--set {item!r} must look like section.key=value, e.g. --set pipeline.pp=8")
         k, v = item.split("=", 1)
-        data = set_dotted(data, k.strip(), parse_set_value(v.strip()))
+        if not k.strip() or any(not part for part in k.strip().split(".")):
+            raise ExecsimError(f"--set {brief(item)}: the key before '=' must be a dotted field name such as "
+                               f"parallel.pp")
+        data = set_dotted(data, k.strip(), parse_set_value(v.strip(), k.strip()))
     if "pipeline" in data:
         from strategies.pipeline_file import parse_pipeline
         return "pipeline", parse_pipeline(data, Path(path).parent)
@@ -59,10 +109,19 @@ _FIXED_VPP = {"gpipe": 1, "1f1b": 1, "zb-v": 2, "dualpipe-v": 2}
 def _schedule_item(item: str, spec, kind) -> tuple[str, int]:
     """``name`` or ``name:vpp``. Without a count: 1 for single-chunk schedules, 2 for V schedules,
     else the file's vpp (at least 2 for interleaved-1f1b, which equals 1f1b at vpp 1)."""
+    from strategies.schedules import SCHEDULES
     name, _, v = item.partition(":")
+    if name == "custom":
+        raise ExecsimError("--schedules custom: a custom schedule needs its CSV; put schedule: {name: custom, csv: "
+                           "FILE} in a file and compare files instead (execsim compare a.yaml b.yaml)")
+    if name not in SCHEDULES:
+        from strategies.config import did_you_mean
+        raise ExecsimError(f"--schedules item {brief(item)}: unknown schedule {brief(name)}"
+                           f"{did_you_mean(name, SCHEDULES)}; valid: {', '.join(sorted(SCHEDULES))}")
     if v:
-        if not v.isdigit() or int(v) < 1:
-            raise ExecsimError(f"--schedules item {item!r}: the chunk count after ':' must be a positive integer")
+        if not v.isascii() or not v.isdigit() or len(v) > 6 or int(v) < 1:
+            raise ExecsimError(f"--schedules item {brief(item)}: the chunk count after ':' must be a positive "
+                               f"integer (at most 6 digits)")
         return name, int(v)
     file_vpp = spec.vpp if kind == "pipeline" else spec.parallel.vpp
     if name in _FIXED_VPP:
@@ -72,20 +131,22 @@ def _schedule_item(item: str, spec, kind) -> tuple[str, int]:
 
 def _simulate_cmd(args) -> int:
     from simulator.reports import format_report
+    if args.what_if and args.mode != "delta":
+        raise ExecsimError("--what-if needs --mode delta (re-simulate only what each change affects)")
+    if args.what_if:
+        from simulator.api import parse_what_if
+        for w in args.what_if:
+            parse_what_if(w)
     kind, spec = _load(args.file, args.set)
+    outs = _check_outputs(args, _input_files(args.file, kind, spec), trace=args.trace)
     sim = _simulate_one(kind, spec, fidelity=args.fidelity)
     mem = None
     if kind == "strategy":
         from simulator.memory_report import memory_report
         mem = memory_report(sim.plan, sim.graph, sim.result)
-    if args.trace:
-        from simulator.trace import write_chrome_trace
-        write_chrome_trace(args.trace, sim.graph, sim.result, counters=_memory_counters(sim, mem))
     s = sim.schedule
     deltas = None
     if args.mode == "delta" or args.what_if:
-        if args.mode != "delta":
-            raise ExecsimError("--what-if needs --mode delta (re-simulate only what each change affects)")
         import time as _time
         from simulator.api import what_if
         from simulator.engine import simulate as _full
@@ -93,6 +154,12 @@ def _simulate_cmd(args) -> int:
         t0 = _time.perf_counter()
         _full(sim.graph)
         full_s = _time.perf_counter() - t0
+    if outs:
+        from simulator.outputs import write_output
+        from simulator.trace import write_chrome_trace
+        counters = _memory_counters(sim, mem)
+        write_output(outs["--trace"], lambda tmp: write_chrome_trace(tmp, sim.graph, sim.result, counters=counters),
+                     "--trace")
     if args.json:
         out = sim.report.to_json()
         if deltas is not None:
@@ -107,7 +174,7 @@ def _simulate_cmd(args) -> int:
             for st, extra in zip(out["per_stage"], m["memory_per_stage"]):
                 st["peak_memory_gb"] = extra["total_gb"]
             out.update(m)
-        print(json.dumps(out, sort_keys=True))
+        _print_json(out)
     else:
         title = f"{args.file}: schedule {s.name}, pp={s.pp}, vpp={s.vpp}, microbatches={s.microbatches}"
         if kind == "strategy":
@@ -149,17 +216,20 @@ def _memory_cmd(args) -> int:
     if kind != "strategy":
         raise ExecsimError(f"{args.file} is a pipeline description; 'execsim memory' needs a strategy file "
                            f"(model + cluster + parallel + training)")
+    outs = _check_outputs(args, _input_files(args.file, kind, spec), plot=args.plot)
     sim = _simulate_one(kind, spec, fidelity=args.fidelity)
     mem = memory_report(sim.plan, sim.graph, sim.result)
-    if args.plot:
+    if outs:
+        from simulator.outputs import write_output
         from simulator.plots import plot_memory
         static = {s.rank: s.weights + s.grads + s.optimizer + s.reserve for s in mem.per_stage}
-        plot_memory(sim.graph, sim.result, args.plot, static_bytes=static, capacity_bytes=mem.capacity,
-                    title=f"{args.file}: memory per GPU of each pipeline rank")
+        write_output(outs["--plot"], lambda tmp: plot_memory(
+            sim.graph, sim.result, tmp, static_bytes=static, capacity_bytes=mem.capacity,
+            title=f"{args.file}: memory per GPU of each pipeline rank"), "--plot")
     if args.json:
         out = mem.to_json()
         out["layers"] = layer_activation_table(sim.plan)
-        print(json.dumps(out, sort_keys=True))
+        _print_json(out)
     else:
         p = sim.plan
         print(f"{args.file}: {p.model.name} on {p.num_gpus} x {p.cluster.gpu.name}, tp={p.sizes.tp} pp={p.sizes.pp} "
@@ -183,7 +253,7 @@ def _plan_recompute_cmd(args) -> int:
         if rp.best:
             out["plan"] = {"recompute_layers": list(rp.best.policies), "iteration_time_s": rp.best.iteration_time_s,
                            "peak_memory_gb": rp.best.peak_bytes / 2**30, "fits": rp.best.fits}
-        print(json.dumps(out, sort_keys=True))
+        _print_json(out)
     else:
         print(f"{args.file}: per-layer recompute plan (memory judged by simulation; GiB per GPU)")
         print(format_plan(rp))
@@ -195,17 +265,25 @@ def _plan_recompute_cmd(args) -> int:
 
 def _compare_cmd(args) -> int:
     runs = []
-    if args.schedules:
+    if args.schedules is not None:
         if len(args.files) != 1:
             raise ExecsimError("--schedules compares schedules on ONE file; give exactly one file")
+        items = [s.strip() for s in args.schedules.split(",") if s.strip()]
+        if not items:
+            raise ExecsimError(f"--schedules {brief(args.schedules)} names no schedule: give comma-separated names, "
+                               f"e.g. --schedules 1f1b,interleaved-1f1b")
+        if len(items) > 64:
+            raise ExecsimError(f"--schedules names {len(items)} schedules; compare at most 64 at a time")
         kind, spec = _load(args.files[0], args.set)
-        for item in [s.strip() for s in args.schedules.split(",") if s.strip()]:
-            name, vpp = _schedule_item(item, spec, kind)
+        outs = _check_outputs(args, _input_files(args.files[0], kind, spec), plot=args.plot)
+        todo = [(item, *_schedule_item(item, spec, kind)) for item in items]
+        for item, name, vpp in todo:
             label = item if ":" in item else (f"{name} v={vpp}" if vpp > 1 and name not in ("zb-v", "dualpipe-v") else name)
             runs.append((label, kind, _simulate_one(kind, spec, schedule=name, fidelity=args.fidelity, vpp=vpp)))
     else:
-        for f in args.files:
-            kind, spec = _load(f, args.set)
+        loaded = [(f, *_load(f, args.set)) for f in args.files]
+        outs = _check_outputs(args, [x for f, k, sp in loaded for x in _input_files(f, k, sp)], plot=args.plot)
+        for f, kind, spec in loaded:
             runs.append((Path(f).name, kind, _simulate_one(kind, spec, fidelity=args.fidelity)))
     from simulator.memory_timeline import peak_per_rank
     from simulator.training_report import exposed_comm
@@ -229,15 +307,17 @@ def _compare_cmd(args) -> int:
                      "bubble_fraction": r.bubble_fraction, "imbalance": r.imbalance, "num_tasks": r.num_tasks,
                      "peak_memory_gb": peaks, "fits": (mem.fits if mem else None),
                      "exposed_comm_s": max(exposed) if exposed else 0.0})
-    if args.plot:
+    if outs:
+        from simulator.outputs import write_output
         from simulator.plots import plot_pipelines
         static = [({x.rank: x.weights + x.grads + x.optimizer + x.reserve for x in m.per_stage} if m else None)
                   for m in mems]
         cap = next((m.capacity for m in mems if m), None)
-        plot_pipelines([(label, sim.graph, sim.result) for label, _k, sim in runs], args.plot,
-                       static_bytes=static if any(x is not None for x in static) else None, capacity_bytes=cap)
+        write_output(outs["--plot"], lambda tmp: plot_pipelines(
+            [(label, sim.graph, sim.result) for label, _k, sim in runs], tmp,
+            static_bytes=static if any(x is not None for x in static) else None, capacity_bytes=cap), "--plot")
     if args.json:
-        print(json.dumps(rows, sort_keys=True))
+        _print_json(rows)
     else:
         unit = "s" if base >= 10 else "ms"
         k = 1.0 if unit == "s" else 1e3
@@ -254,9 +334,23 @@ def _compare_cmd(args) -> int:
     return 0
 
 
+class _UsageError(ExecsimError):
+    """A command-line argument argparse refused."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad argument is one ``execsim: error:`` line (like every other error)."""
+
+    def error(self, message):
+        raise _UsageError(f"{self.prog}: {cut(message, 200)} (see '{self.prog} --help')")
+
+
+_MKDIR_HELP = "create the output file's folder if it does not exist"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="execsim", description="Discrete-event execution simulator for distributed "
-                                "LLM training.")
+    p = _Parser(prog="execsim", description="Discrete-event execution simulator for distributed "
+                "LLM training.")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("schedule", help="print a pipeline schedule's per-rank action grid")
@@ -267,6 +361,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = s.add_mutually_exclusive_group()
     g.add_argument("--json", action="store_true", help="machine-readable output")
     g.add_argument("--csv", action="store_true", help="PyTorch action CSV (one line per rank)")
+    s.add_argument("--output", "-o", metavar="FILE", help="write to FILE (atomically) instead of stdout")
+    s.add_argument("--mkdir", action="store_true", help=_MKDIR_HELP)
     s.set_defaults(func=_schedule_cmd)
 
     s = sub.add_parser("simulate", help="simulate a pipeline description or strategy file")
@@ -280,6 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--what-if", action="append", metavar="PATTERN=FACTOR",
                    help="scale matching tasks' durations (operator name or category, shell pattern), e.g. "
                         "'layer3.*=1.5' or 'dp-comm=0'; repeatable, changes accumulate")
+    s.add_argument("--mkdir", action="store_true", help=_MKDIR_HELP)
     s.set_defaults(func=_simulate_cmd)
 
     s = sub.add_parser("memory", help="per-stage memory breakdown and OOM verdict of a strategy file")
@@ -290,6 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--check", action="store_true", help="exit with status 1 when it does not fit")
     s.add_argument("--set", action="append", metavar="KEY=VALUE")
     s.add_argument("--fidelity", choices=("operator", "coarse"))
+    s.add_argument("--mkdir", action="store_true", help=_MKDIR_HELP)
     s.set_defaults(func=_memory_cmd)
 
     s = sub.add_parser("plan-recompute", help="choose per-layer recompute that fits with the least time")
@@ -306,20 +404,43 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.add_argument("--set", action="append", metavar="KEY=VALUE")
     s.add_argument("--fidelity", choices=("operator", "coarse"), help="override options.fidelity")
+    s.add_argument("--mkdir", action="store_true", help=_MKDIR_HELP)
     s.set_defaults(func=_compare_cmd)
     return p
 
 
+def _one_line(text: str) -> str:
+    """An error message as printed: its lines joined (one ``execsim: error:`` line per error)."""
+    return " | ".join(line.strip() for line in str(text).strip().splitlines() if line.strip())
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Run the CLI. Every refused input prints one ``execsim: error: ...`` line and returns 2; an
+    unexpected exception prints one ``execsim: internal error`` line and returns 3 (set
+    ``EXECSIM_DEBUG=1`` for the traceback)."""
+    import os
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
         return args.func(args)
     except ExecsimError as exc:
-        print(f"execsim: error: {exc}", file=sys.stderr)
+        print(f"execsim: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:
         return 0
+    except KeyboardInterrupt:
+        print("execsim: interrupted", file=sys.stderr)
+        return 130
+    except (MemoryError, RecursionError) as exc:
+        print(f"execsim: error: out of {'memory' if isinstance(exc, MemoryError) else 'stack'}: the input is too "
+              f"large for this machine; reduce its sizes (docs/strategy-file.md, Limits)", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:  # a bug: one line, not a traceback, unless asked for
+        if os.environ.get("EXECSIM_DEBUG"):
+            raise
+        print(f"execsim: internal error: {type(exc).__name__}: {cut(str(exc), 200)} (a bug: please report "
+              f"it with the input; EXECSIM_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

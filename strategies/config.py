@@ -157,13 +157,13 @@ def set_dotted(d: dict, dotted: str, value: Any) -> dict:
     return out
 
 
-def parse_set_value(text: str) -> Any:
+def parse_set_value(text: str, key: str = "") -> Any:
     """``--set`` values are parsed as YAML scalars: ``16`` -> 16, ``true`` -> True, ``1f1b`` -> '1f1b'.
 
-    Non-finite numbers (``.inf``, ``.nan``) are refused like in a file."""
+    Non-finite numbers (``.inf``, ``.nan``) are refused like in a file, naming ``key``."""
     from strategies.documents import check_finite, parse_scalar
     v = parse_scalar(text)
-    check_finite(v, f"--set value {brief(text)}")
+    check_finite(v, "--set", brief(key, 80)[1:-1] if key else "")
     return v
 
 

@@ -26,7 +26,7 @@ Functions here do constant work: they multiply the sizes the user gave and compa
 """
 from __future__ import annotations
 
-from strategies.errors import ConfigError
+from strategies.errors import ConfigError, brief
 
 MAX_TASKS = 5_000_000
 MAX_ACTIONS = 2_000_000
@@ -52,7 +52,8 @@ def check_actions(pp: int, vpp: int, microbatches: int, where: str = "schedule")
     """
     pairs = pp * vpp * microbatches
     if pairs * 3 > MAX_ACTIONS:
-        raise ConfigError(f"{where}: pp*vpp*microbatches = {pp}*{vpp}*{microbatches} = {pairs} stage-microbatch pairs "
+        raise ConfigError(f"{where}: pp*vpp*microbatches = {brief(pp)}*{brief(vpp)}*{brief(microbatches)} = "
+                          f"{brief(pairs)} stage-microbatch pairs "
                           f"(up to 3 actions each) exceeds the limit of {MAX_ACTIONS // 3:,} ({MAX_ACTIONS:,} "
                           f"actions); use fewer microbatches (a larger micro_batch) or fewer stages")
 

@@ -358,7 +358,7 @@ def load_model_yaml(path_or_dict: Any) -> ModelSpec:
         if f in d:
             kw[f] = get_str(d, f, "model", choices=choices)
     if "name" in d:
-        kw["name"] = str(d["name"])
+        kw["name"] = get_str(d, "name", "model")
     if "moe_layers" in d:
         kw["moe_layers"] = tuple(d["moe_layers"]) if isinstance(d["moe_layers"], list) else d["moe_layers"]
     merged = {**base, **kw}
