@@ -203,6 +203,8 @@ def parse_strategy(data: dict, base_dir: str | Path = ".") -> Strategy:
         sched = name
     elif not isinstance(sched, str):
         raise ConfigError(f"schedule = {brief(sched)} must be a schedule name or {{name: custom, csv: FILE}}")
+    elif sched == "custom":
+        raise ConfigError("schedule = 'custom' needs its CSV: write schedule: {name: custom, csv: FILE}")
 
     t = _section(data, "training", TRAINING_KEYS)
     rl = t.get("recompute_layers")
