@@ -135,6 +135,8 @@ def _simulate_cmd(args) -> int:
         raise ExecsimError("--what-if needs --mode delta (re-simulate only what each change affects)")
     if args.what_if:
         from simulator.api import parse_what_if
+        if len(args.what_if) > 64:
+            raise ExecsimError(f"{len(args.what_if)} --what-if changes: give at most 64 per run")
         for w in args.what_if:
             parse_what_if(w)
     kind, spec = _load(args.file, args.set)
@@ -263,6 +265,16 @@ def _plan_recompute_cmd(args) -> int:
     return 0 if rp.best else 1
 
 
+def _check_total_tasks(runs, fidelity) -> None:
+    """Refuse a multi-run command whose runs together would build over ``MAX_TOTAL_TASKS`` tasks."""
+    from simulator.api import estimate_run_tasks
+    from strategies.limits import MAX_TOTAL_TASKS, check_tasks
+    total = 0
+    for kind, spec, name, vpp in runs:  # stops at the first run that crosses the limit
+        total += estimate_run_tasks(kind, spec, schedule=name, vpp=vpp, fidelity=fidelity)
+        check_tasks(total, f"these {len(runs)} runs together", MAX_TOTAL_TASKS)
+
+
 def _compare_cmd(args) -> int:
     runs = []
     if args.schedules is not None:
@@ -277,12 +289,14 @@ def _compare_cmd(args) -> int:
         kind, spec = _load(args.files[0], args.set)
         outs = _check_outputs(args, _input_files(args.files[0], kind, spec), plot=args.plot)
         todo = [(item, *_schedule_item(item, spec, kind)) for item in items]
+        _check_total_tasks([(kind, spec, name, vpp) for _item, name, vpp in todo], args.fidelity)
         for item, name, vpp in todo:
             label = item if ":" in item else (f"{name} v={vpp}" if vpp > 1 and name not in ("zb-v", "dualpipe-v") else name)
             runs.append((label, kind, _simulate_one(kind, spec, schedule=name, fidelity=args.fidelity, vpp=vpp)))
     else:
         loaded = [(f, *_load(f, args.set)) for f in args.files]
         outs = _check_outputs(args, [x for f, k, sp in loaded for x in _input_files(f, k, sp)], plot=args.plot)
+        _check_total_tasks([(k, sp, None, None) for _f, k, sp in loaded], args.fidelity)
         for f, kind, spec in loaded:
             runs.append((Path(f).name, kind, _simulate_one(kind, spec, fidelity=args.fidelity)))
     from simulator.memory_timeline import peak_per_rank

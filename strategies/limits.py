@@ -6,6 +6,9 @@ CPython 3.11; ``docs/strategy-file.md`` "Limits" lists them with the same reason
 * Tasks: lowering + the full engine run about 200,000 tasks/s and hold about 400 bytes per task
   (a 700,000-task pipeline: 3.7 s, 330 MB peak RSS). ``MAX_TASKS`` = 5 M is therefore about 30 s
   and 2 GB, 14x the largest shipped example (GPT-3 175B on 1024 A100s, 346,312 tasks).
+* Commands that run several simulations (``compare``, ``plan-recompute``) may build
+  ``MAX_TOTAL_TASKS`` = 2 x ``MAX_TASKS`` tasks in all (about a minute; ``compare`` holds every
+  run's graph, ~4 GB at the limit).
 * Actions: a schedule function emits about 1 M actions/s at about 150 bytes each (``schedules``
   cache comment), and each action lowers to at least one task; ``MAX_ACTIONS`` = 2 M keeps the
   schedule alone under ~2 s and 300 MB.
@@ -58,9 +61,14 @@ def check_actions(pp: int, vpp: int, microbatches: int, where: str = "schedule")
                           f"actions); use fewer microbatches (a larger micro_batch) or fewer stages")
 
 
-def check_tasks(estimate: int, what: str) -> None:
-    """Refuse a run whose estimated task count exceeds ``MAX_TASKS`` (before building it)."""
-    if estimate > MAX_TASKS:
-        raise ConfigError(f"{what} would build about {estimate:,} tasks, over the limit of {MAX_TASKS:,} (about "
-                          f"30 s and 2 GB); use fewer microbatches (larger micro_batch), fewer layers per stage, "
-                          f"or options.fidelity: coarse (one task per chunk and pass)")
+#: Tasks a command that runs several simulations (compare, plan-recompute) may build in all: about
+#: a minute; ``compare`` keeps every run's graph for its table and plot (~4 GB at this limit).
+MAX_TOTAL_TASKS = 2 * MAX_TASKS
+
+
+def check_tasks(estimate: int, what: str, limit: int = MAX_TASKS) -> None:
+    """Refuse a run whose estimated task count exceeds ``limit`` (before building it)."""
+    if estimate > limit:
+        raise ConfigError(f"{what} would build about {estimate:,} tasks, over the limit of {limit:,} (about "
+                          f"{30 * limit // MAX_TASKS} s); use fewer microbatches (larger micro_batch), fewer layers per "
+                          f"stage, or options.fidelity: coarse (one task per chunk and pass)")

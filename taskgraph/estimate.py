@@ -44,11 +44,15 @@ def estimate_tasks(schedule: Schedule, work=None) -> int:
     """Upper estimate of the tasks lowering ``schedule`` builds: operator-level from ``work``
     (an ``IterationWork``), else one task per action (the pipeline and coarse lowerings).
     Each action may also send one transfer to another rank."""
-    kinds = {}
-    for order in schedule.orders:
-        for entry in order:
-            for a in getattr(entry, "sub_actions", (entry,)):
-                kinds[(a.stage, a.kind)] = kinds.get((a.stage, a.kind), 0) + 1
+    kinds = schedule.meta.get("_actions_by_stage_kind") if isinstance(schedule.meta, dict) else None
+    if kinds is None:  # counted once per (cached, immutable) schedule
+        kinds = {}
+        for order in schedule.orders:
+            for entry in order:
+                for a in getattr(entry, "sub_actions", (entry,)):
+                    kinds[(a.stage, a.kind)] = kinds.get((a.stage, a.kind), 0) + 1
+        if isinstance(schedule.meta, dict):
+            schedule.meta["_actions_by_stage_kind"] = kinds
     total = 0
     for (stage, kind), count in kinds.items():
         per = 1 if work is None else _action_tasks(work.stages[stage], kind)

@@ -385,6 +385,18 @@ add(
          r"would build about [\d,]+ tasks, over the limit of 5,000,000", "tasks", bound=100_000),
     Case("limit-tasks-set", [*SIM.split(), "--set", "model.layers=64", "--set", "training.global_batch=20000"], {},
          r"would build about [\d,]+ tasks", "tasks", bound=40_000),
+    Case("limit-total-plan-recompute", "plan-recompute s.yaml", {"s.yaml": strat(
+         model="{name: a, layers: 64, hidden: 64, heads: 4, vocab: 128}", training="{micro_batch: 1, global_batch: "
+         "1000, seq_len: 128}")}, r"plan-recompute \(up to 40 simulations of about [\d,]+ tasks\) would build about "
+         r"[\d,]+ tasks, over the limit of 10,000,000", "plan-recompute", bound=10_000),
+    Case("limit-total-compare", ["compare", "p.yaml", "--schedules", ",".join(["1f1b"] * 64)],
+         {"p.yaml": pipe(microbatches=50000)},
+         r"these 64 runs together would build about [\d,]+ tasks, over the limit of 10,000,000",
+         "64 runs", bound=200_000),
+    Case("limit-total-compare-files", ["compare"] + ["p.yaml"] * 8, {"p.yaml": pipe(pp=4, microbatches=150000)},
+         r"these 8 runs together would build about", "8 runs", bound=1_200_000),
+    Case("limit-what-if-count", [*PSIM.split(), "--mode", "delta"] + ["--what-if", "F=1"] * 65, {},
+         r"65 --what-if changes: give at most 64", "--what-if"),
     Case("limit-csv-big-stage", PSIM, {"p.yaml": pipe(schedule="custom", schedule_csv="big.csv"),
                                        "big.csv": "0F0,9999999999F0\n"}, r"9999999999F0 implies", "9999999999F0"),
     Case("limit-csv-big-mb", PSIM, {"p.yaml": pipe(schedule="custom", schedule_csv="big.csv"),
