@@ -251,6 +251,27 @@ def parse_strategy(data: dict, base_dir: str | Path = ".") -> Strategy:
     return Strategy(data["model"], data["cluster"], par, sched, csv, tr, opt, str(base_dir), data)
 
 
+def check_strategy(strategy: Strategy) -> None:
+    """Run every check of the strategy file on an already-built :class:`Strategy` (e.g. one that
+    ``simulator.search.vary`` changed field by field), so a value refused in a file is refused
+    there too, with the same message. Raises :class:`ConfigError`."""
+    from dataclasses import asdict
+
+    def section(spec) -> dict:
+        d = {}
+        for k, v in asdict(spec).items():
+            if v is None:
+                continue
+            d[k] = list(v) if isinstance(v, tuple) else v
+        return d
+
+    sched = strategy.schedule if strategy.schedule_csv is None else {"name": strategy.schedule,
+                                                                       "csv": strategy.schedule_csv}
+    parse_strategy({"model": strategy.model, "cluster": strategy.cluster, "parallel": section(strategy.parallel),
+                    "schedule": sched, "training": section(strategy.training),
+                    "options": section(strategy.options)}, ".")
+
+
 def load_strategy(path) -> Strategy:
     data = load_mapping(path, "strategy file")
     return parse_strategy(data, Path(path).parent)
@@ -261,5 +282,5 @@ def is_strategy(data: dict) -> bool:
     return "pipeline" not in data and any(k in data for k in ("model", "cluster", "parallel", "training"))
 
 
-__all__ = ["Strategy", "ParallelSpec", "TrainingSpec", "OptionsSpec", "parse_strategy", "load_strategy",
+__all__ = ["Strategy", "ParallelSpec", "TrainingSpec", "OptionsSpec", "parse_strategy", "load_strategy", "check_strategy",
            "is_strategy", "did_you_mean"]
