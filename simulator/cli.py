@@ -141,6 +141,14 @@ def _simulate_cmd(args) -> int:
             parse_what_if(w)
     kind, spec = _load(args.file, args.set)
     outs = _check_outputs(args, _input_files(args.file, kind, spec), trace=args.trace)
+    if outs:
+        from simulator.api import estimate_run_tasks
+        from strategies.limits import MAX_TRACE_TASKS
+        est = estimate_run_tasks(kind, spec, fidelity=args.fidelity)
+        if est > MAX_TRACE_TASKS:
+            raise ExecsimError(f"--trace: this run has about {est:,} tasks, over the limit of {MAX_TRACE_TASKS:,} "
+                               f"for a trace (~250 MB, what Perfetto loads comfortably); trace a smaller run "
+                               f"(fewer microbatches, or options.fidelity: coarse) or drop --trace")
     sim = _simulate_one(kind, spec, fidelity=args.fidelity)
     mem = None
     if kind == "strategy":

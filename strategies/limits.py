@@ -33,6 +33,10 @@ from strategies.errors import ConfigError, brief
 
 MAX_TASKS = 5_000_000
 MAX_ACTIONS = 2_000_000
+#: Tasks a Chrome/Perfetto trace may hold: writing runs at ~50,000 tasks/s and ~250 bytes per task
+#: (a 280,000-task pipeline: 6 s, 71 MB), so 10^6 tasks is ~20 s and 250 MB, about what the
+#: Perfetto UI loads comfortably in a browser tab.
+MAX_TRACE_TASKS = 1_000_000
 MAX_LAYERS = 10_000
 MAX_GPUS = 2 ** 20
 MAX_SEQ_LEN = 2 ** 24

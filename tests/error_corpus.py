@@ -395,6 +395,8 @@ add(
          "64 runs", bound=200_000),
     Case("limit-total-compare-files", ["compare"] + ["p.yaml"] * 8, {"p.yaml": pipe(pp=4, microbatches=150000)},
          r"these 8 runs together would build about", "8 runs", bound=1_200_000),
+    Case("limit-trace-tasks", f"simulate p.yaml --trace t.json", {"p.yaml": pipe(microbatches=300000)},
+         r"--trace: this run has about 2,400,000 tasks, over the limit of 1,000,000 for a trace", "--trace"),
     Case("limit-what-if-count", [*PSIM.split(), "--mode", "delta"] + ["--what-if", "F=1"] * 65, {},
          r"65 --what-if changes: give at most 64", "--what-if"),
     Case("limit-csv-big-stage", PSIM, {"p.yaml": pipe(schedule="custom", schedule_csv="big.csv"),

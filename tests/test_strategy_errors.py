@@ -8,6 +8,9 @@ Corpus: ``tests/data/bad_strategies/*.yaml``. Each case starts with header comme
 
 Files next to the cases without an ``# expect:`` first line are helpers they reference (CSV
 schedules, ``*.yml`` topology files, Hugging Face ``*.json`` configs).
+
+The command-line corpus (every input class, output paths, limits, work bounds, inputs unchanged) is
+the data table ``tests/error_corpus.py``, run by ``tests/test_error_corpus.py``.
 """
 from __future__ import annotations
 
