@@ -219,17 +219,20 @@ def what_if(graph: TaskGraph, changes: list[str], *, budget: float | None = 0.05
     from taskgraph.graph import CATEGORIES
     ds = DeltaSimulator(graph, budget=budget)
     base = ds.makespan
-    ops = np.array(list(graph.op_names) + [""], dtype=object)[graph.op]
+    names = list(graph.op_names) + [""]
+    ops = np.array(names, dtype=object)[graph.op]
     cats = np.array(CATEGORIES, dtype=object)[graph.category]
     dur = graph.duration.copy()
     out = []
     for text in changes:
         pattern, factor = parse_what_if(text)
-        op_hit = np.array([fnmatch.fnmatchcase(o, pattern) for o in ops.tolist()], dtype=bool) if ops.size else ops
+        # match each distinct operator name once, then index by task (work per name, not per task)
+        name_hit = np.array([fnmatch.fnmatchcase(o, pattern) for o in names], dtype=bool)
+        op_hit = name_hit[graph.op] if ops.size else np.zeros(0, dtype=bool)
         hit = np.flatnonzero(op_hit | (cats == pattern))
         if hit.size == 0:
-            raise ConfigError(f"--what-if {brief(text)}: no task matches {brief(pattern)}; patterns match operator names "
-                              f"such as {', '.join(sorted(set(ops.tolist()))[:5])} or categories such as "
+            raise ConfigError(f"--what-if {brief(text)}: no task matches {brief(pattern)}; patterns match "
+                              f"operator names such as {', '.join(sorted(set(names) - {''})[:5])} or categories such as "
                               f"{', '.join(sorted(set(cats.tolist()))[:5])}")
         dur[hit] = dur[hit] * factor
         st = ds.set_durations(hit, dur[hit])
