@@ -11,22 +11,69 @@ import json
 import sys
 from pathlib import Path
 
-from strategies.errors import ExecsimError
+from strategies.errors import ExecsimError, brief, cut
 
 EXIT_USAGE = 2
+EXIT_INTERNAL = 3
+
+
+def _json_safe(x):
+    """``x`` with non-finite floats replaced by None (JSON has no NaN or Infinity)."""
+    import math
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    if hasattr(x, "item") and not isinstance(x, (str, bytes)):  # numpy scalars
+        return _json_safe(x.item())
+    return x
+
+
+def _print_json(obj) -> None:
+    """Print ``obj`` as strict JSON (``allow_nan=False`` after replacing non-finite numbers by null)."""
+    print(json.dumps(_json_safe(obj), sort_keys=True, allow_nan=False))
+
+
+def _input_files(path: str, kind: str, spec) -> list[str]:
+    """Every file a run reads: the input file and the files it names (never overwritten)."""
+    files = [path]
+    base = Path(path).parent
+    if kind == "pipeline":
+        files.append(spec.schedule_csv)
+    else:
+        for ref in (spec.model, spec.cluster):
+            if isinstance(ref, str):
+                files += [ref, str(base / ref), str(base / ref / "config.json")]
+        files += [spec.schedule_csv, spec.options.profile]
+    return [f for f in files if f]
+
+
+def _check_outputs(args, inputs, **outputs) -> dict:
+    """Check every output flag of this command before any simulation (``simulator.outputs``)."""
+    from simulator.outputs import check_outputs
+    return check_outputs({f"--{k.replace('_', '-')}": v for k, v in outputs.items()}, inputs=inputs,
+                         mkdir=getattr(args, "mkdir", False))
 
 
 def _schedule_cmd(args) -> int:
     from strategies.schedules import get_schedule
+    outs = _check_outputs(args, [], output=args.output)
     sched = get_schedule(args.schedule, args.pp, args.microbatches, args.vpp)
     if args.json:
         d = sched.to_json()
-        print(json.dumps({k: d[k] for k in ("pp", "microbatches", "vpp", "stage_to_rank", "orders")}))
+        text = json.dumps({k: d[k] for k in ("pp", "microbatches", "vpp", "stage_to_rank", "orders")}) + "\n"
     elif args.csv:
         from strategies.schedule_csv import write_schedule_csv
-        sys.stdout.write(write_schedule_csv(sched))
+        text = write_schedule_csv(sched)
     else:
-        print(sched.grid())
+        text = sched.grid() + "\n"
+    if outs:
+        from simulator.outputs import write_output
+        write_output(outs["--output"], text, "--output")
+    else:
+        sys.stdout.write(text)
     return 0
 
 
@@ -38,7 +85,10 @@ def _load(path: str, sets: list[str]):
         if "=" not in item:
             raise ExecsimError(f"--set {item!r} must look like section.key=value, e.g. --set pipeline.pp=8")
         k, v = item.split("=", 1)
-        data = set_dotted(data, k.strip(), parse_set_value(v.strip()))
+        if not k.strip() or any(not part for part in k.strip().split(".")):
+            raise ExecsimError(f"--set {brief(item)}: the key before '=' must be a dotted field name such as "
+                               f"parallel.pp")
+        data = set_dotted(data, k.strip(), parse_set_value(v.strip(), k.strip()))
     if "pipeline" in data:
         from strategies.pipeline_file import parse_pipeline
         return "pipeline", parse_pipeline(data, Path(path).parent)
@@ -60,10 +110,19 @@ _FIXED_VPP = {"gpipe": 1, "1f1b": 1, "zb-v": 2, "dualpipe-v": 2}
 def _schedule_item(item: str, spec, kind) -> tuple[str, int]:
     """``name`` or ``name:vpp``. Without a count: 1 for single-chunk schedules, 2 for V schedules,
     else the file's vpp (at least 2 for interleaved-1f1b, which equals 1f1b at vpp 1)."""
+    from strategies.schedules import SCHEDULES
     name, _, v = item.partition(":")
+    if name == "custom":
+        raise ExecsimError("--schedules custom: a custom schedule needs its CSV; put schedule: {name: custom, csv: "
+                           "FILE} in a file and compare files instead (execsim compare a.yaml b.yaml)")
+    if name not in SCHEDULES:
+        from strategies.config import did_you_mean
+        raise ExecsimError(f"--schedules item {brief(item)}: unknown schedule {brief(name)}"
+                           f"{did_you_mean(name, SCHEDULES)}; valid: {', '.join(sorted(SCHEDULES))}")
     if v:
-        if not v.isdigit() or int(v) < 1:
-            raise ExecsimError(f"--schedules item {item!r}: the chunk count after ':' must be a positive integer")
+        if not v.isascii() or not v.isdigit() or len(v) > 6 or int(v) < 1:
+            raise ExecsimError(f"--schedules item {brief(item)}: the chunk count after ':' must be a positive "
+                               f"integer (at most 6 digits)")
         return name, int(v)
     file_vpp = spec.vpp if kind == "pipeline" else spec.parallel.vpp
     if name in _FIXED_VPP:
@@ -73,10 +132,27 @@ def _schedule_item(item: str, spec, kind) -> tuple[str, int]:
 
 def _simulate_cmd(args) -> int:
     from simulator.reports import format_report
+    if args.what_if and args.mode != "delta":
+        raise ExecsimError("--what-if needs --mode delta (re-simulate only what each change affects)")
+    if args.what_if:
+        from simulator.api import parse_what_if
+        if len(args.what_if) > 64:
+            raise ExecsimError(f"{len(args.what_if)} --what-if changes: give at most 64 per run")
+        for w in args.what_if:
+            parse_what_if(w)
     kind, spec = _load(args.file, args.set)
     if args.check and kind != "strategy":
         raise ExecsimError(f"--check needs a strategy file (model + cluster give the memory capacity); {args.file} "
                            f"is a pipeline description")
+    outs = _check_outputs(args, _input_files(args.file, kind, spec), trace=args.trace, html=args.html)
+    if outs.get("--trace"):
+        from simulator.api import estimate_run_tasks
+        from strategies.limits import MAX_TRACE_TASKS
+        est = estimate_run_tasks(kind, spec, fidelity=args.fidelity)
+        if est > MAX_TRACE_TASKS:
+            raise ExecsimError(f"--trace: this run has about {est:,} tasks, over the limit of {MAX_TRACE_TASKS:,} "
+                               f"for a trace (~250 MB, what Perfetto loads comfortably); trace a smaller run "
+                               f"(fewer microbatches, or options.fidelity: coarse) or drop --trace")
     sim = _simulate_one(kind, spec, fidelity=args.fidelity)
     for w in getattr(getattr(sim, "plan", None), "warnings", ()):
         print(f"execsim: warning: {w}", file=sys.stderr)
@@ -84,16 +160,9 @@ def _simulate_cmd(args) -> int:
     if kind == "strategy":
         from simulator.memory_report import memory_report
         mem = memory_report(sim.plan, sim.graph, sim.result)
-    if args.trace:
-        from simulator.trace import write_chrome_trace
-        write_chrome_trace(args.trace, sim.graph, sim.result, counters=_memory_counters(sim, mem))
-    if args.html:
-        _write_html(args.html, args.file, kind, sim, args.set)
     s = sim.schedule
     deltas = None
     if args.mode == "delta" or args.what_if:
-        if args.mode != "delta":
-            raise ExecsimError("--what-if needs --mode delta (re-simulate only what each change affects)")
         import time as _time
         from simulator.api import what_if
         from simulator.engine import simulate as _full
@@ -101,6 +170,14 @@ def _simulate_cmd(args) -> int:
         t0 = _time.perf_counter()
         _full(sim.graph)
         full_s = _time.perf_counter() - t0
+    if outs.get("--trace"):
+        from simulator.outputs import write_output
+        from simulator.trace import write_chrome_trace
+        counters = _memory_counters(sim, mem)
+        write_output(outs["--trace"], lambda tmp: write_chrome_trace(tmp, sim.graph, sim.result, counters=counters),
+                     "--trace")
+    if outs.get("--html"):
+        _write_html(outs["--html"], args.file, kind, sim, args.set)
     if args.json:
         out = sim.report.to_json()
         if deltas is not None:
@@ -118,7 +195,7 @@ def _simulate_cmd(args) -> int:
             out.update(m)
         out["oom"] = None if mem is None else not mem.fits
         out.setdefault("fits", None)
-        print(json.dumps(out, sort_keys=True))
+        _print_json(out)
     else:
         title = f"{args.file}: schedule {s.name}, pp={s.pp}, vpp={s.vpp}, microbatches={s.microbatches}"
         if kind == "strategy":
@@ -156,16 +233,20 @@ def _simulate_cmd(args) -> int:
 
 def _report_cmd(args) -> int:
     kind, spec = _load(args.file, args.set)
+    outs = _check_outputs(args, _input_files(args.file, kind, spec), output=args.output)
     sim = _simulate_one(kind, spec, fidelity=args.fidelity)
-    _write_html(args.output, args.file, kind, sim, args.set)
+    _write_html(outs["--output"], args.file, kind, sim, args.set)
     print(f"report written to {args.output}")
     return 0
 
 
 def _write_html(path: str, source: str, kind: str, sim, sets=None) -> None:
+    """The HTML report, written atomically (simulator.outputs)."""
     from simulator.html_report import write_html_report
+    from simulator.outputs import write_output
     label = source + (" with --set " + " ".join(sets) if sets else "")
-    write_html_report(path, sim, source=label, strategy_text=Path(source).read_text(encoding="utf-8"))
+    text = Path(source).read_text(encoding="utf-8")
+    write_output(path, lambda tmp: write_html_report(tmp, sim, source=label, strategy_text=text), "--html")
 
 
 def _cost_fields(sim, override) -> dict:
@@ -193,17 +274,20 @@ def _memory_cmd(args) -> int:
     if kind != "strategy":
         raise ExecsimError(f"{args.file} is a pipeline description; 'execsim memory' needs a strategy file "
                            f"(model + cluster + parallel + training)")
+    outs = _check_outputs(args, _input_files(args.file, kind, spec), plot=args.plot)
     sim = _simulate_one(kind, spec, fidelity=args.fidelity)
     mem = memory_report(sim.plan, sim.graph, sim.result)
-    if args.plot:
+    if outs:
+        from simulator.outputs import write_output
         from simulator.plots import plot_memory
         static = {s.rank: s.weights + s.grads + s.optimizer + s.reserve for s in mem.per_stage}
-        plot_memory(sim.graph, sim.result, args.plot, static_bytes=static, capacity_bytes=mem.capacity,
-                    title=f"{args.file}: memory per GPU of each pipeline rank")
+        write_output(outs["--plot"], lambda tmp: plot_memory(
+            sim.graph, sim.result, tmp, static_bytes=static, capacity_bytes=mem.capacity,
+            title=f"{args.file}: memory per GPU of each pipeline rank"), "--plot")
     if args.json:
         out = mem.to_json()
         out["layers"] = layer_activation_table(sim.plan)
-        print(json.dumps(out, sort_keys=True))
+        _print_json(out)
     else:
         p = sim.plan
         print(f"{args.file}: {p.model.name} on {p.num_gpus} x {p.cluster.gpu.name}, tp={p.sizes.tp} pp={p.sizes.pp} "
@@ -227,7 +311,7 @@ def _plan_recompute_cmd(args) -> int:
         if rp.best:
             out["plan"] = {"recompute_layers": list(rp.best.policies), "iteration_time_s": rp.best.iteration_time_s,
                            "peak_memory_gb": rp.best.peak_bytes / 2**30, "fits": rp.best.fits}
-        print(json.dumps(out, sort_keys=True))
+        _print_json(out)
     else:
         print(f"{args.file}: per-layer recompute plan (memory judged by simulation; GiB per GPU)")
         print(format_plan(rp))
@@ -237,22 +321,41 @@ def _plan_recompute_cmd(args) -> int:
     return 0 if rp.best else 1
 
 
+def _check_total_tasks(runs, fidelity) -> None:
+    """Refuse a multi-run command whose runs together would build over ``MAX_TOTAL_TASKS`` tasks."""
+    from simulator.api import estimate_run_tasks
+    from strategies.limits import MAX_TOTAL_TASKS, check_tasks
+    total = 0
+    for kind, spec, name, vpp in runs:  # stops at the first run that crosses the limit
+        total += estimate_run_tasks(kind, spec, schedule=name, vpp=vpp, fidelity=fidelity)
+        check_tasks(total, f"these {len(runs)} runs together", MAX_TOTAL_TASKS)
+
+
 def _compare_cmd(args) -> int:
     runs = []
-    if args.schedules:
+    if args.schedules is not None:
         if len(args.files) != 1:
             raise ExecsimError("--schedules compares schedules on ONE file; give exactly one file")
-        kind, spec = _load(args.files[0], args.set)
-        from simulator.progress import progress
         items = [s.strip() for s in args.schedules.split(",") if s.strip()]
-        for item in progress(items, desc="compare", unit="schedule"):
-            name, vpp = _schedule_item(item, spec, kind)
+        if not items:
+            raise ExecsimError(f"--schedules {brief(args.schedules)} names no schedule: give comma-separated names, "
+                               f"e.g. --schedules 1f1b,interleaved-1f1b")
+        if len(items) > 64:
+            raise ExecsimError(f"--schedules names {len(items)} schedules; compare at most 64 at a time")
+        kind, spec = _load(args.files[0], args.set)
+        outs = _check_outputs(args, _input_files(args.files[0], kind, spec), plot=args.plot)
+        todo = [(item, *_schedule_item(item, spec, kind)) for item in items]
+        _check_total_tasks([(kind, spec, name, vpp) for _item, name, vpp in todo], args.fidelity)
+        from simulator.progress import progress
+        for item, name, vpp in progress(todo, desc="compare", unit="schedule"):
             label = item if ":" in item else (f"{name} v={vpp}" if vpp > 1 and name not in ("zb-v", "dualpipe-v") else name)
             runs.append((label, kind, _simulate_one(kind, spec, schedule=name, fidelity=args.fidelity, vpp=vpp)))
     else:
+        loaded = [(f, *_load(f, args.set)) for f in args.files]
+        outs = _check_outputs(args, [x for f, k, sp in loaded for x in _input_files(f, k, sp)], plot=args.plot)
+        _check_total_tasks([(k, sp, None, None) for _f, k, sp in loaded], args.fidelity)
         from simulator.progress import progress
-        for f in progress(args.files, desc="compare", unit="file"):
-            kind, spec = _load(f, args.set)
+        for f, kind, spec in progress(loaded, desc="compare", unit="file"):
             runs.append((Path(f).name, kind, _simulate_one(kind, spec, fidelity=args.fidelity)))
     from simulator.memory_timeline import peak_per_rank
     base = runs[0][2].report.makespan_s
@@ -276,15 +379,17 @@ def _compare_cmd(args) -> int:
                      "time_split": dict(r.time_split), "imbalance": r.imbalance, "num_tasks": r.num_tasks,
                      "peak_memory_gb": peaks, "fits": (mem.fits if mem else None),
                      "exposed_comm_s": max(exposed) if exposed else 0.0})
-    if args.plot:
+    if outs:
+        from simulator.outputs import write_output
         from simulator.plots import plot_pipelines
         static = [({x.rank: x.weights + x.grads + x.optimizer + x.reserve for x in m.per_stage} if m else None)
                   for m in mems]
         cap = next((m.capacity for m in mems if m), None)
-        plot_pipelines([(label, sim.graph, sim.result) for label, _k, sim in runs], args.plot,
-                       static_bytes=static if any(x is not None for x in static) else None, capacity_bytes=cap)
+        write_output(outs["--plot"], lambda tmp: plot_pipelines(
+            [(label, sim.graph, sim.result) for label, _k, sim in runs], tmp,
+            static_bytes=static if any(x is not None for x in static) else None, capacity_bytes=cap), "--plot")
     if args.json:
-        print(json.dumps(rows, sort_keys=True))
+        _print_json(rows)
     else:
         unit = "s" if base >= 10 else "ms"
         k = 1.0 if unit == "s" else 1e3
@@ -308,19 +413,21 @@ def _goodput_cmd(args) -> int:
     if kind != "strategy":
         raise ExecsimError(f"{args.file} is a pipeline description; 'execsim goodput' needs a strategy file "
                            f"(model + cluster + parallel + training, and optionally a goodput: section)")
+    outs = _check_outputs(args, _input_files(args.file, kind, spec), plot=args.plot)
     setup = setup_from_strategy(spec, days=args.days, train_tokens=args.train_tokens, interval=args.interval)
     rep = goodput_report(setup, args.seeds, sweep=not args.no_sweep)
-    if args.plot:
+    if outs.get("--plot"):
         from dataclasses import replace as _replace
 
         from simulator.goodput_plot import plot_run
+        from simulator.outputs import write_output
         run = simulate_run(_replace(setup.model, interval_s=rep["interval_s"]), setup.spec.seed,
                            record_checkpoints=True)
         m = setup.model
-        plot_run(run, rep, args.plot, closed_form=lambda t: daly_goodput(
-            t, m.save_block_s + m.save_commit_s, setup.mean_down_s, setup.mtbf_s))
+        write_output(outs["--plot"], lambda tmp: plot_run(run, rep, tmp, closed_form=lambda t: daly_goodput(
+            t, m.save_block_s + m.save_commit_s, setup.mean_down_s, setup.mtbf_s)), "--plot")
     if args.json:
-        print(json.dumps(rep, sort_keys=True))
+        _print_json(rep)
     else:
         length = f"{setup.spec.days:g}-day" if setup.spec.days else f"{setup.spec.train_tokens:.4g}-token"
         print(format_goodput(rep, f"{args.file}: a {length} run with failures, checkpoints and restarts"))
@@ -328,6 +435,20 @@ def _goodput_cmd(args) -> int:
             print(f"plot written to {args.plot}")
     return 0
 
+
+
+class _UsageError(ExecsimError):
+    """A command-line argument argparse refused."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad argument is one ``execsim: error:`` line (like every other error)."""
+
+    def error(self, message):
+        raise _UsageError(f"{self.prog}: {cut(message, 200)} (see '{self.prog} --help')")
+
+
+_MKDIR_HELP = "create the output file's folder if it does not exist"
 
 
 _EX = "examples:\n  "
@@ -346,7 +467,7 @@ _EXAMPLE = "strategies/examples/gpt3-175b-1024-a100.yaml"
 
 def build_parser() -> argparse.ArgumentParser:
     from simulator import __version__
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="execsim", description="Discrete-event execution simulator for distributed LLM training.",
         epilog=_EX + "\n  ".join([f"execsim simulate {_EXAMPLE}",
                                    f"execsim simulate {_EXAMPLE} --json --check",
@@ -369,6 +490,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = s.add_mutually_exclusive_group()
     g.add_argument("--json", action="store_true", help="machine-readable output")
     g.add_argument("--csv", action="store_true", help="PyTorch action CSV (one line per rank)")
+    s.add_argument("--output", "-o", metavar="FILE", help="write to FILE (atomically) instead of stdout")
+    s.add_argument("--mkdir", action="store_true", help=_MKDIR_HELP)
     s.set_defaults(func=_schedule_cmd)
 
     s = _sub(sub, "simulate", "simulate a pipeline description or strategy file",
@@ -393,6 +516,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="scale matching tasks' durations (operator name or category, shell pattern), e.g. "
                         "'layer3.*=1.5' or 'dp-comm=0'; repeatable, changes accumulate")
     s.add_argument("--price", type=float, metavar="USD", help="price per GPU-hour for the cost line")
+    s.add_argument("--mkdir", action="store_true", help=_MKDIR_HELP)
     s.set_defaults(func=_simulate_cmd)
 
     s = _sub(sub, "report", "write the HTML report of a strategy file or pipeline description",
@@ -414,6 +538,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--check", action="store_true", help="exit with status 1 when it does not fit")
     s.add_argument("--set", action="append", metavar="KEY=VALUE", help=_SET_HELP)
     s.add_argument("--fidelity", choices=("operator", "coarse"), help=_FID_HELP)
+    s.add_argument("--mkdir", action="store_true", help=_MKDIR_HELP)
     s.set_defaults(func=_memory_cmd)
 
     s = _sub(sub, "plan-recompute", "choose per-layer recompute that fits with the least time",
@@ -435,6 +560,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.add_argument("--set", action="append", metavar="KEY=VALUE", help=_SET_HELP)
     s.add_argument("--fidelity", choices=("operator", "coarse"), help=_FID_HELP)
+    s.add_argument("--mkdir", action="store_true", help=_MKDIR_HELP)
     s.set_defaults(func=_compare_cmd)
 
     s = _sub(sub, "import", "write a strategy file from a Megatron-LM launch script, a NeMo recipe or a torchtitan TOML",
@@ -482,43 +608,59 @@ def _import_cmd(args) -> int:
     if args.source == "-":
         text, origin = sys.stdin.read(), "standard input"
     else:
+        from strategies.documents import read_text
         path = Path(args.source)
         if not path.is_file():
-            raise ExecsimError(f"import source {args.source!r} is not a file: give the path of the "
+            raise ExecsimError(f"import source {brief(args.source)} is not a file: give the path of the "
                                f"{args.kind} configuration, or - for standard input")
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ExecsimError(f"import source {args.source!r} cannot be read ({exc.__class__.__name__}); "
-                               f"give a UTF-8 text file") from None
+        text = read_text(path, f"import source {path.name}")
         origin = path.name
+    outs = _check_outputs(args, [] if args.source == "-" else [args.source], output=args.output)
     out, imp = import_strategy(args.kind, text, origin=origin, cluster=args.cluster, nodes=args.nodes,
                                vocab=args.vocab)
     if imp.unmodeled:
         print(f"execsim: warning: {summary(imp)}", file=sys.stderr)
-    if args.output:
-        if Path(args.output).resolve() == Path(args.source).resolve():
-            raise ExecsimError(f"-o {args.output!r} is the import source: choose another output path")
-        try:
-            Path(args.output).write_text(out)
-        except OSError as exc:
-            raise ExecsimError(f"cannot write {args.output!r} ({exc.strerror or exc}); choose a writable path") from None
+    if outs.get("--output"):
+        from simulator.outputs import write_output
+        write_output(outs["--output"], out, "--output")
         print(f"strategy written to {args.output} (execsim simulate {args.output})")
     else:
         sys.stdout.write(out)
     return 0
 
 
+def _one_line(text: str) -> str:
+    """An error message as printed: its lines joined (one ``execsim: error:`` line per error)."""
+    return " | ".join(line.strip() for line in str(text).strip().splitlines() if line.strip())
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Run the CLI. Every refused input prints one ``execsim: error: ...`` line and returns 2; an
+    unexpected exception prints one ``execsim: internal error`` line and returns 3 (set
+    ``EXECSIM_DEBUG=1`` for the traceback)."""
+    import os
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
         return args.func(args)
     except ExecsimError as exc:
-        print(f"execsim: error: {exc}", file=sys.stderr)
+        print(f"execsim: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:
         return 0
+    except KeyboardInterrupt:
+        print("execsim: interrupted", file=sys.stderr)
+        return 130
+    except (MemoryError, RecursionError) as exc:
+        print(f"execsim: error: out of {'memory' if isinstance(exc, MemoryError) else 'stack'}: the input is too "
+              f"large for this machine; reduce its sizes (docs/strategy-file.md, Limits)", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:  # a bug: one line, not a traceback, unless asked for
+        if os.environ.get("EXECSIM_DEBUG"):
+            raise
+        print(f"execsim: internal error: {type(exc).__name__}: {cut(str(exc), 200)} (a bug: please report "
+              f"it with the input; EXECSIM_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

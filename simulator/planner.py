@@ -79,10 +79,16 @@ def _layer_costs(plan):
 def plan_recompute(strategy: Strategy, *, fidelity: str | None = None, max_steps: int = 40,
                    progress: bool | None = None) -> RecomputePlan:
     """``progress``: a bar of simulations on stderr (``None``: only on a terminal; ``simulator.progress``)."""
+    from simulator.api import estimate_run_tasks
     from simulator.progress import progress_bar
+    from strategies.limits import MAX_TOTAL_TASKS, check_tasks
     from taskgraph.plan import resolve
     plan = resolve(strategy)
     L = plan.model.layers
+    # every simulation of the search is at most as large as uniform full recomputation
+    per_run = estimate_run_tasks("strategy", strategy, fidelity=fidelity, recompute_layers=("full",) * L)
+    check_tasks(per_run * max(max_steps, 3), f"plan-recompute (up to {max(max_steps, 3)} simulations of about "
+                f"{per_run:,} tasks)", MAX_TOTAL_TASKS)
     with progress_bar(None, "plan-recompute", progress, "simulation") as bar:
         return _plan(strategy, plan, L, fidelity, max_steps, bar)
 

@@ -545,6 +545,8 @@ def vary(strategy, variation: Mapping[str, Any]):
     for k in ("model", "cluster"):
         if k in top:
             out = replace(out, **{k: top[k]})
+    from strategies.strategy_file import check_strategy
+    check_strategy(out)  # every check of the strategy file (types, finiteness, limits), same messages
     return out
 
 

@@ -9,13 +9,15 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from strategies.errors import ScheduleError
+from strategies.errors import ScheduleError, brief
 
 #: F forward, B full backward, I input-gradient backward, W weight-gradient backward.
 KINDS = ("F", "B", "I", "W")
 KIND_NAMES = {"F": "forward", "B": "backward", "I": "backward-input", "W": "backward-weight"}
 
-_ACTION_RE = re.compile(r"^\s*(\d+)([A-Z]+)(\d+)\s*$")
+#: at most 15 digits per number: larger stage or microbatch indices are typos (and Python refuses to
+#: convert more than 4,300 digits)
+_ACTION_RE = re.compile(r"^\s*(\d{1,15})([A-Z]+)(\d{1,15})\s*$")
 
 
 @dataclass(frozen=True, order=True)
@@ -52,7 +54,7 @@ class Action:
         m = _ACTION_RE.match(text)
         if not m or m.group(2) not in KINDS:
             raise ScheduleError(
-                f"cannot parse action {text!r}: expected <stage><kind><microbatch> such as '2F0', "
+                f"cannot parse action {brief(text)}: expected <stage><kind><microbatch> such as '2F0', "
                 f"with kind one of {', '.join(KINDS)}"
             )
         return cls(int(m.group(1)), m.group(2), int(m.group(3)))

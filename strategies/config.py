@@ -6,16 +6,17 @@ did-you-mean. Used by the pipeline file, the strategy file, model and topology l
 from __future__ import annotations
 
 import difflib
-import json
 from pathlib import Path
 from typing import Any, Iterable
 
-from strategies.errors import ConfigError
+from strategies.errors import ConfigError, brief
+from strategies.limits import MAX_INT
 
 
 def did_you_mean(word: str, candidates: Iterable[str]) -> str:
     """``" (did you mean 'pp'?)"`` or ``""``."""
-    close = difflib.get_close_matches(str(word), list(candidates), n=1, cutoff=0.6)
+    word = str(word)[:100] if isinstance(word, str) else brief(word, 100)
+    close = difflib.get_close_matches(word, [str(c) for c in candidates], n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
@@ -23,11 +24,11 @@ def check_keys(d: dict, allowed: Iterable[str], where: str) -> None:
     """Raise on the first key of ``d`` not in ``allowed``."""
     allowed = list(allowed)
     if not isinstance(d, dict):
-        raise ConfigError(f"{where or 'file'} must be a mapping of keys to values, got {type(d).__name__} {d!r}")
+        raise ConfigError(f"{where or 'file'} must be a mapping of keys to values, got {type(d).__name__} {brief(d)}")
     for key in d:
         if key not in allowed:
             raise ConfigError(
-                f"unknown key {_join(where, key)!r}{did_you_mean(key, allowed)}; "
+                f"unknown key {brief(_join(where, key))}{did_you_mean(key, allowed)}; "
                 f"valid keys{' in ' + where if where else ''}: {', '.join(allowed)}"
             )
 
@@ -36,20 +37,54 @@ def _join(where: str, key: Any) -> str:
     return f"{where}.{key}" if where else str(key)
 
 
-def get_int(d: dict, key: str, where: str, *, default: Any = ..., minimum: int | None = None) -> int:
+def check_int(v: Any, name: str, *, minimum: int | None = None, maximum: int | None = MAX_INT,
+              why: str = "") -> int:
+    """``v`` if it is an integer in ``[minimum, maximum]``, else one ConfigError naming ``name``.
+
+    A float is refused even when integral (``2.0e+30`` is not a count); ``why`` explains the maximum.
+
+    >>> check_int(2.0, "parallel.tp")
+    Traceback (most recent call last):
+    ...
+    strategies.errors.ConfigError: parallel.tp = 2.0 must be an integer (write it without a decimal point or exponent)
+    """
+    if isinstance(v, bool) or not isinstance(v, int):
+        hint = " (write it without a decimal point or exponent)" if isinstance(v, float) else ""
+        raise ConfigError(f"{name} = {brief(v)} must be an integer{hint}")
+    if minimum is not None and v < minimum:
+        raise ConfigError(f"{name} = {brief(v)} must be >= {minimum}")
+    if maximum is not None and v > maximum:
+        raise ConfigError(f"{name} = {brief(v)} is over the limit of {maximum:,}{why}")
+    return v
+
+
+def check_number(v: Any, name: str, *, minimum: float | None = 0.0, positive: bool = False,
+                 maximum: float | None = None) -> float:
+    """``float(v)`` if ``v`` is a finite number in range, else one ConfigError naming ``name``."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ConfigError(f"{name} = {brief(v)} must be a number")
+    try:
+        f = float(v)
+    except OverflowError:
+        raise ConfigError(f"{name} = {brief(v)} is too large: give a finite number") from None
+    if f != f or f in (float("inf"), float("-inf")):
+        raise ConfigError(f"{name} = {brief(v)} must be a finite number")
+    if positive and f <= 0:
+        raise ConfigError(f"{name} = {brief(v)} must be > 0")
+    if minimum is not None and f < minimum:
+        raise ConfigError(f"{name} = {brief(v)} must be >= {minimum}")
+    if maximum is not None and f > maximum:
+        raise ConfigError(f"{name} = {brief(v)} must be <= {maximum}")
+    return f
+
+
+def get_int(d: dict, key: str, where: str, *, default: Any = ..., minimum: int | None = None,
+            maximum: int | None = MAX_INT, why: str = "") -> int:
     if key not in d:
         if default is ...:
             raise ConfigError(f"missing required field {_join(where, key)!r}: add it (an integer)")
         return default
-    v = d[key]
-    if isinstance(v, bool) or not isinstance(v, int):
-        if isinstance(v, float) and v.is_integer():
-            v = int(v)
-        else:
-            raise ConfigError(f"{_join(where, key)} = {v!r} must be an integer")
-    if minimum is not None and v < minimum:
-        raise ConfigError(f"{_join(where, key)} = {v} must be >= {minimum}")
-    return v
+    return check_int(d[key], _join(where, key), minimum=minimum, maximum=maximum, why=why)
 
 
 def get_float(d: dict, key: str, where: str, *, default: Any = ..., minimum: float | None = 0.0,
@@ -58,17 +93,7 @@ def get_float(d: dict, key: str, where: str, *, default: Any = ..., minimum: flo
         if default is ...:
             raise ConfigError(f"missing required field {_join(where, key)!r}: add it (a number)")
         return default
-    v = d[key]
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ConfigError(f"{_join(where, key)} = {v!r} must be a number")
-    v = float(v)
-    if v != v or v in (float("inf"), float("-inf")):
-        raise ConfigError(f"{_join(where, key)} = {v!r} must be a finite number")
-    if positive and v <= 0:
-        raise ConfigError(f"{_join(where, key)} = {v} must be > 0")
-    if minimum is not None and v < minimum:
-        raise ConfigError(f"{_join(where, key)} = {v} must be >= {minimum}")
-    return v
+    return check_number(d[key], _join(where, key), minimum=minimum, positive=positive)
 
 
 def get_str(d: dict, key: str, where: str, *, default: Any = ..., choices: Iterable[str] | None = None) -> str:
@@ -78,11 +103,11 @@ def get_str(d: dict, key: str, where: str, *, default: Any = ..., choices: Itera
         return default
     v = d[key]
     if not isinstance(v, str):
-        raise ConfigError(f"{_join(where, key)} = {v!r} must be a string")
+        raise ConfigError(f"{_join(where, key)} = {brief(v)} must be a string")
     if choices is not None:
         choices = list(choices)
         if v not in choices:
-            raise ConfigError(f"{_join(where, key)} = {v!r} is not one of {', '.join(choices)}{did_you_mean(v, choices)}")
+            raise ConfigError(f"{_join(where, key)} = {brief(v)} is not one of {', '.join(choices)}{did_you_mean(v, choices)}")
     return v
 
 
@@ -93,38 +118,25 @@ def get_bool(d: dict, key: str, where: str, *, default: Any = ...) -> bool:
         return default
     v = d[key]
     if not isinstance(v, bool):
-        raise ConfigError(f"{_join(where, key)} = {v!r} must be true or false")
+        hint = " (without quotes)" if isinstance(v, str) and v.lower() in ("true", "false") else ""
+        raise ConfigError(f"{_join(where, key)} = {brief(v)} must be true or false{hint}")
     return v
 
 
 def load_mapping(path_or_dict: Any, what: str = "file") -> dict:
-    """Read a YAML or JSON file (or accept a dict) and return its top-level mapping."""
+    """Read a YAML or JSON file (or accept a dict) and return its top-level mapping.
+
+    Reading goes through :mod:`strategies.documents` (UTF-8, size limit, duplicate keys refused);
+    a non-finite number anywhere in the file is refused here, naming its dotted path.
+    """
+    from strategies.documents import check_finite, load_document
     if isinstance(path_or_dict, dict):
         return path_or_dict
-    path = Path(path_or_dict)
-    if not path.exists():
-        raise ConfigError(f"{what} {str(path)!r} does not exist: check the path")
-    if path.is_dir():
-        raise ConfigError(f"{what} {str(path)!r} is a directory, not a file: give the path of a YAML or JSON file")
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{what} {str(path)!r} cannot be read ({exc.__class__.__name__}: {exc}); check the path "
-                          f"and that it is a text file") from None
-    try:
-        if path.suffix.lower() == ".json":
-            data = json.loads(text)
-        else:
-            import yaml
-            data = yaml.safe_load(text)
-    except (json.JSONDecodeError, Exception) as exc:  # yaml.YAMLError and friends
-        if isinstance(exc, ConfigError):
-            raise
-        msg = str(exc).strip().splitlines()
-        raise ConfigError(f"{what} {str(path)!r} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: "
-                          f"{' '.join(m.strip() for m in msg[:4])}") from None
+    name = f"{what} {brief(str(path_or_dict), 120)}"
+    data = load_document(path_or_dict, what)
     if not isinstance(data, dict):
-        raise ConfigError(f"{what} {str(path)!r} must contain a mapping at the top level, got {type(data).__name__}")
+        raise ConfigError(f"{name} must contain a mapping at the top level, got {type(data).__name__}")
+    check_finite(data, name)
     return data
 
 
@@ -139,16 +151,41 @@ def set_dotted(d: dict, dotted: str, value: Any) -> dict:
         if nxt is None:
             nxt = cur[k] = {}
         if not isinstance(nxt, dict):
-            raise ConfigError(f"--set {dotted}: {k!r} is not a section (it holds {nxt!r})")
+            raise ConfigError(f"--set {brief(dotted)}: {brief(k)} is not a section (it holds {brief(nxt)})")
         cur = nxt
     cur[keys[-1]] = value
     return out
 
 
-def parse_set_value(text: str) -> Any:
-    """``--set`` values are parsed as YAML scalars: ``16`` -> 16, ``true`` -> True, ``1f1b`` -> '1f1b'."""
-    import yaml
-    try:
-        return yaml.safe_load(text)
-    except Exception:
-        return text
+def parse_set_value(text: str, key: str = "") -> Any:
+    """``--set`` values are parsed as YAML scalars: ``16`` -> 16, ``true`` -> True, ``1f1b`` -> '1f1b'.
+
+    Non-finite numbers (``.inf``, ``.nan``) are refused like in a file, naming ``key``."""
+    from strategies.documents import check_finite, parse_scalar
+    v = parse_scalar(text)
+    check_finite(v, "--set", brief(key, 80)[1:-1] if key else "")
+    return v
+
+
+def divisors(n: int, limit: int = 24) -> list[int]:
+    """Divisors of ``n`` for an error message: at most ``limit`` of them (smallest and largest
+    kept), found in at most 10^5 steps whatever ``n`` is (trial division up to sqrt(n), capped).
+
+    >>> divisors(96)
+    [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 96]
+    >>> divisors(10000000001 * 2, limit=6)
+    [1, 2, 101, 198019802, 10000000001, 20000000002]
+    """
+    import math
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        return []
+    small, large = [], []
+    for d in range(1, min(math.isqrt(n), 100_000) + 1):
+        if n % d == 0:
+            small.append(d)
+            if d != n // d:
+                large.append(n // d)
+    out = small + large[::-1]
+    if len(out) > limit:
+        out = out[:limit // 2] + out[-(limit - limit // 2):]
+    return out

@@ -525,12 +525,8 @@ def parse_source(kind: str, text: str) -> Any:
     if kind == "megatron":
         return text
     if kind == "nemo":
-        import yaml
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"nemo recipe is not valid YAML: {' '.join(str(exc).split())[:200]}") from None
-        return data
+        from strategies.documents import parse_document   # duplicate keys, non-finite numbers refused
+        return parse_document(text, "nemo recipe")
     import tomllib
     try:
         return tomllib.loads(text)

@@ -23,11 +23,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from strategies.config import check_keys, get_float, get_int, get_str, load_mapping
-from strategies.errors import ConfigError
+from strategies.config import check_keys, check_number, get_float, get_int, get_str, load_mapping
+from strategies.errors import ConfigError, brief
+from strategies.limits import check_actions
 
 PIPELINE_KEYS = ("schedule", "pp", "vpp", "microbatches", "forward_ms", "backward_ms", "backward_input_ms",
                  "backward_weight_ms", "p2p_ms", "activation_mb", "overlap_handoff", "schedule_csv")
+
+
+#: Largest per-stage time (ms) or activation size (MB): 10^9 (11.6 days, 1 PB) keeps every sum of
+#: up to MAX_TASKS durations finite and exact enough to print.
+MAX_VALUE = 1e9
 
 
 @dataclass(frozen=True)
@@ -74,8 +80,8 @@ def _per_stage_ms(d: dict, key: str, n: int, default: Any = ...) -> tuple[float,
         if len(v) != n:
             raise ConfigError(f"pipeline.{key} has {len(v)} values but pp*vpp = {n} stages: give one number "
                               f"or exactly {n}")
-        return tuple(get_float({key: x}, key, where) * 1e-3 for x in v)
-    return (get_float(d, key, where) * 1e-3,) * n
+        return tuple(check_number(x, f"{where}.{key}[{i}]", maximum=MAX_VALUE) * 1e-3 for i, x in enumerate(v))
+    return (check_number(v, f"{where}.{key}", maximum=MAX_VALUE) * 1e-3,) * n
 
 
 def parse_pipeline(data: dict, base_dir: Path | None = None) -> PipelineSpec:
@@ -90,10 +96,13 @@ def parse_pipeline(data: dict, base_dir: Path | None = None) -> PipelineSpec:
     pp = get_int(d, "pp", "pipeline", minimum=1)
     vpp = get_int(d, "vpp", "pipeline", default=1, minimum=1)
     m = get_int(d, "microbatches", "pipeline", minimum=1)
+    check_actions(pp, vpp, m, "pipeline")
     csv = d.get("schedule_csv")
+    if csv is not None and not isinstance(csv, str):
+        raise ConfigError(f"pipeline.schedule_csv = {brief(csv)} must be the path of a PyTorch action CSV")
     if csv is not None:
         if schedule != "custom":
-            raise ConfigError(f"pipeline.schedule_csv is set but pipeline.schedule = {schedule!r}: "
+            raise ConfigError(f"pipeline.schedule_csv is set but pipeline.schedule = {brief(schedule)}: "
                               f"set schedule: custom to use the CSV, or remove schedule_csv")
         csv = str((base_dir / csv) if base_dir and not Path(csv).is_absolute() else csv)
     elif schedule == "custom":
@@ -107,6 +116,8 @@ def parse_pipeline(data: dict, base_dir: Path | None = None) -> PipelineSpec:
         raise ConfigError("pipeline.backward_weight_ms defaults to backward_ms - backward_input_ms, which is "
                           "negative here: give backward_weight_ms explicitly")
     p2p = get_float(d, "p2p_ms", "pipeline", default=0.0) * 1e-3
+    if p2p > MAX_VALUE * 1e-3:
+        raise ConfigError(f"pipeline.p2p_ms = {p2p * 1e3:g} must be <= {MAX_VALUE:g}")
     handoff = get_str(d, "overlap_handoff", "pipeline", default="pair-end", choices=("pair-end", "each"))
     act = _per_stage_ms(d, "activation_mb", n, default=None)  # same parsing; ms->s factor undone below
     act = tuple(a * 1e3 * 1e6 for a in act) if act else ()

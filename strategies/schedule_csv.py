@@ -22,7 +22,8 @@ import re
 
 from strategies import actions as _actions
 from strategies.actions import Action, Schedule, loop_placement, v_placement
-from strategies.errors import ScheduleError
+from strategies.errors import ScheduleError, cut
+from strategies.limits import MAX_ACTIONS
 from strategies.validate import entry_actions
 
 __all__ = ["read_schedule_csv", "write_schedule_csv", "infer_stage_to_rank"]
@@ -35,16 +36,16 @@ _TORCH_NON_COMPUTE_RE = re.compile(r"^\s*\d*(UNSHARD|RESHARD|REDUCE_GRAD|SEND_F|
 
 def _load_text(path_or_text) -> str:
     """A ``os.PathLike`` or a ``str`` naming an existing file is read; any other ``str`` is CSV text."""
+    from strategies.documents import read_csv_text
     if isinstance(path_or_text, os.PathLike):
-        with open(path_or_text, newline="") as fh:
-            return fh.read()
+        return read_csv_text(path_or_text, "schedule CSV")
     if not isinstance(path_or_text, str):
         raise ScheduleError(
             f"read_schedule_csv expects a path or CSV text, got {type(path_or_text).__name__}"
         )
-    if "\n" not in path_or_text and "," not in path_or_text and os.path.isfile(path_or_text):
-        with open(path_or_text, newline="") as fh:
-            return fh.read()
+    if "\n" not in path_or_text and "," not in path_or_text and "\x00" not in path_or_text \
+            and os.path.isfile(path_or_text):
+        return read_csv_text(path_or_text, "schedule CSV")
     return path_or_text
 
 
@@ -131,9 +132,22 @@ def read_schedule_csv(path_or_text, *, name: str = "custom", stage_to_rank=None)
     flat = [a for order in orders for e in order for a in entry_actions(e)]
     if not flat:
         raise ScheduleError("schedule CSV has no actions: expected cells such as '0F0' (stage, kind, microbatch)")
+    if len(flat) > MAX_ACTIONS:
+        raise ScheduleError(f"schedule CSV has {len(flat):,} actions, over the limit of {MAX_ACTIONS:,} "
+                            f"(docs/strategy-file.md, Limits)")
     pp = len(orders)
-    num_stages = 1 + max(a.stage for a in flat)
-    microbatches = 1 + max(a.mb for a in flat)
+    top_stage = max(flat, key=lambda a: a.stage)
+    top_mb = max(flat, key=lambda a: a.mb)
+    num_stages = 1 + top_stage.stage
+    microbatches = 1 + top_mb.mb
+    if num_stages > len(flat) + pp or microbatches > len(flat):
+        # a complete schedule has a forward and a backward of every (stage, microbatch) pair, so a
+        # stage or microbatch index beyond the number of actions is a typo (and sizing tables by it
+        # would cost memory in proportion to that number)
+        big = top_stage if num_stages > len(flat) + pp else top_mb
+        raise ScheduleError(f"action {cut(str(big), 40)} implies {num_stages:,} stages and {microbatches:,} "
+                            f"microbatches, but the CSV has only {len(flat):,} actions (a complete schedule has a "
+                            f"forward and a backward of each stage and microbatch); check that cell")
     if stage_to_rank is not None:
         stage_to_rank = tuple(stage_to_rank)
         if len(stage_to_rank) < num_stages:

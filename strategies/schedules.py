@@ -6,7 +6,8 @@ from collections import OrderedDict
 from typing import Callable
 
 from strategies.actions import Schedule
-from strategies.errors import ScheduleError
+from strategies.errors import ScheduleError, brief
+from strategies.limits import check_actions
 
 ScheduleFn = Callable[[int, int, int], Schedule]
 SCHEDULES: dict[str, ScheduleFn] = {}
@@ -24,12 +25,15 @@ def register(name: str):
 
 def get_schedule(name: str, pp: int, microbatches: int, vpp: int = 1) -> Schedule:
     """Generate the named schedule; unknown names list the valid ones."""
-    fn = SCHEDULES.get(name)
+    from strategies.config import did_you_mean
+    fn = SCHEDULES.get(name) if isinstance(name, str) else None
     if fn is None:
-        raise ScheduleError(f"unknown schedule {name!r}; valid schedules: {', '.join(sorted(SCHEDULES))}")
+        raise ScheduleError(f"unknown schedule {brief(name)}{did_you_mean(name, SCHEDULES)}; valid schedules: "
+                            f"{', '.join(sorted(SCHEDULES))}")
     for field, value in (("pp", pp), ("microbatches", microbatches), ("vpp", vpp)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ScheduleError(f"{field} must be a positive integer, got {value!r}")
+            raise ScheduleError(f"{field} must be a positive integer, got {brief(value)}")
+    check_actions(pp, max(vpp, 2) if name in ("zb-v", "dualpipe-v") else vpp, microbatches, f"schedule {name!r}")
     return _generate(fn, pp, microbatches, vpp)
 
 

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from strategies.config import (check_keys, did_you_mean, get_bool, get_float, get_int, get_str, load_mapping)
-from strategies.errors import ConfigError
+from strategies.errors import ConfigError, brief
+from strategies.limits import MAX_GPUS, MAX_SEQ_LEN
 
 TOP_KEYS = ("model", "cluster", "parallel", "schedule", "training", "options", "goodput")
 PARALLEL_KEYS = ("tp", "pp", "dp", "vpp", "sp", "cp", "ep", "zero", "layers_per_stage", "dp_shard")
@@ -38,6 +39,7 @@ FIDELITIES = ("operator", "coarse")
 #: Host gap after each blocking pipeline exchange, microseconds: calibrated on the 12 zero-bubble-paper
 #: 1F1B rows (Qi 2024, Megatron-LM fork; mean signed error 0), see docs/validation.md.
 P2P_HOST_GAP_US = 500.0
+_GPUS_WHY = " GPUs (docs/strategy-file.md, Limits)"
 
 
 @dataclass(frozen=True)
@@ -176,7 +178,7 @@ def _section(data: dict, key: str, keys: tuple[str, ...]) -> dict:
     if d is None:
         d = {}
     if not isinstance(d, dict):
-        raise ConfigError(f"{key} must be a mapping (keys: {', '.join(keys)}), got {d!r}")
+        raise ConfigError(f"{key} must be a mapping (keys: {', '.join(keys)}), got {brief(d)}")
     check_keys(d, keys, key)
     return d
 
@@ -192,27 +194,27 @@ def parse_strategy(data: dict, base_dir: str | Path = ".") -> Strategy:
             raise ConfigError(f"missing required section {req!r}: give a preset name, a file path or a mapping")
     for req in ("model", "cluster"):
         if not isinstance(data[req], (str, dict)):
-            raise ConfigError(f"{req} = {data[req]!r} must be a preset name, a file path or a mapping")
+            raise ConfigError(f"{req} = {brief(data[req])} must be a preset name, a file path or a mapping")
 
     p = _section(data, "parallel", PARALLEL_KEYS)
     dp = p.get("dp")
     if dp is not None:
-        dp = get_int(p, "dp", "parallel", minimum=1)
+        dp = get_int(p, "dp", "parallel", minimum=1, maximum=MAX_GPUS, why=_GPUS_WHY)
     lps = p.get("layers_per_stage")
     if lps is not None:
         if not isinstance(lps, list) or not lps or not all(isinstance(x, int) and not isinstance(x, bool)
                                                           and x >= 0 for x in lps):
-            raise ConfigError(f"parallel.layers_per_stage = {lps!r} must be a list of non-negative integers, "
+            raise ConfigError(f"parallel.layers_per_stage = {brief(lps)} must be a list of non-negative integers, "
                               f"one per pipeline stage (pp*vpp values)")
         lps = tuple(lps)
     par = ParallelSpec(
-        tp=get_int(p, "tp", "parallel", default=1, minimum=1),
-        pp=get_int(p, "pp", "parallel", default=1, minimum=1),
+        tp=get_int(p, "tp", "parallel", default=1, minimum=1, maximum=MAX_GPUS, why=_GPUS_WHY),
+        pp=get_int(p, "pp", "parallel", default=1, minimum=1, maximum=MAX_GPUS, why=_GPUS_WHY),
         dp=dp,
-        vpp=get_int(p, "vpp", "parallel", default=1, minimum=1),
+        vpp=get_int(p, "vpp", "parallel", default=1, minimum=1, maximum=MAX_GPUS, why=_GPUS_WHY),
         sp=get_bool(p, "sp", "parallel", default=False),
-        cp=get_int(p, "cp", "parallel", default=1, minimum=1),
-        ep=get_int(p, "ep", "parallel", default=1, minimum=1),
+        cp=get_int(p, "cp", "parallel", default=1, minimum=1, maximum=MAX_GPUS, why=_GPUS_WHY),
+        ep=get_int(p, "ep", "parallel", default=1, minimum=1, maximum=MAX_GPUS, why=_GPUS_WHY),
         zero=get_int(p, "zero", "parallel", default=0, minimum=0),
         layers_per_stage=lps,
         dp_shard=None if p.get("dp_shard") is None else get_int(p, "dp_shard", "parallel", minimum=1),
@@ -229,21 +231,25 @@ def parse_strategy(data: dict, base_dir: str | Path = ".") -> Strategy:
         check_keys(sched, SCHEDULE_KEYS, "schedule")
         name = get_str(sched, "name", "schedule")
         csv = sched.get("csv")
+        if csv is not None and not isinstance(csv, str):
+            raise ConfigError(f"schedule.csv = {brief(csv)} must be the path of a PyTorch action CSV")
         if name == "custom" and not isinstance(csv, str):
             raise ConfigError("schedule.name = 'custom' needs schedule.csv: the path of a PyTorch action CSV")
         if csv is not None and name != "custom":
-            raise ConfigError(f"schedule.csv is set but schedule.name = {name!r}: use name: custom")
+            raise ConfigError(f"schedule.csv is set but schedule.name = {brief(name)}: use name: custom")
         if csv is not None:
             csv = str(Path(base_dir) / csv) if not Path(csv).is_absolute() else csv
         sched = name
     elif not isinstance(sched, str):
-        raise ConfigError(f"schedule = {sched!r} must be a schedule name or {{name: custom, csv: FILE}}")
+        raise ConfigError(f"schedule = {brief(sched)} must be a schedule name or {{name: custom, csv: FILE}}")
+    elif sched == "custom":
+        raise ConfigError("schedule = 'custom' needs its CSV: write schedule: {name: custom, csv: FILE}")
 
     t = _section(data, "training", TRAINING_KEYS)
     rl = t.get("recompute_layers")
     if rl is not None:
         if not isinstance(rl, list) or not all(isinstance(x, str) and x in RECOMPUTE for x in rl):
-            raise ConfigError(f"training.recompute_layers = {rl!r} must be a list with one of "
+            raise ConfigError(f"training.recompute_layers = {brief(rl)} must be a list with one of "
                               f"{', '.join(RECOMPUTE)} per transformer layer")
         rl = tuple(rl)
     tt = t.get("train_tokens")
@@ -252,7 +258,8 @@ def parse_strategy(data: dict, base_dir: str | Path = ".") -> Strategy:
     tr = TrainingSpec(
         micro_batch=get_int(t, "micro_batch", "training", default=1, minimum=1),
         global_batch=get_int(t, "global_batch", "training", minimum=1),
-        seq_len=get_int(t, "seq_len", "training", default=2048, minimum=1),
+        seq_len=get_int(t, "seq_len", "training", default=2048, minimum=1, maximum=MAX_SEQ_LEN,
+                        why=" tokens (float64 FLOP counts stay exact below it; docs/strategy-file.md, Limits)"),
         precision=get_str(t, "precision", "training", default="bf16", choices=PRECISIONS),
         recompute=get_str(t, "recompute", "training", default="none", choices=RECOMPUTE),
         recompute_layers=rl,
@@ -263,7 +270,7 @@ def parse_strategy(data: dict, base_dir: str | Path = ".") -> Strategy:
     prof = o.get("profile")
     if prof is not None:
         if not isinstance(prof, str):
-            raise ConfigError(f"options.profile = {prof!r} must be the path of a profile CSV")
+            raise ConfigError(f"options.profile = {brief(prof)} must be the path of a profile CSV")
         prof = str(Path(base_dir) / prof) if not Path(prof).is_absolute() else prof
     opt = OptionsSpec(
         overlap_grad_reduce=get_bool(o, "overlap_grad_reduce", "options", default=True),
@@ -291,6 +298,27 @@ def parse_strategy(data: dict, base_dir: str | Path = ".") -> Strategy:
     return Strategy(data["model"], data["cluster"], par, sched, csv, tr, opt, str(base_dir), data)
 
 
+def check_strategy(strategy: Strategy) -> None:
+    """Run every check of the strategy file on an already-built :class:`Strategy` (e.g. one that
+    ``simulator.search.vary`` changed field by field), so a value refused in a file is refused
+    there too, with the same message. Raises :class:`ConfigError`."""
+    from dataclasses import asdict
+
+    def section(spec) -> dict:
+        d = {}
+        for k, v in asdict(spec).items():
+            if v is None:
+                continue
+            d[k] = list(v) if isinstance(v, tuple) else v
+        return d
+
+    sched = strategy.schedule if strategy.schedule_csv is None else {"name": strategy.schedule,
+                                                                       "csv": strategy.schedule_csv}
+    parse_strategy({"model": strategy.model, "cluster": strategy.cluster, "parallel": section(strategy.parallel),
+                    "schedule": sched, "training": section(strategy.training),
+                    "options": section(strategy.options)}, ".")
+
+
 def load_strategy(path) -> Strategy:
     data = load_mapping(path, "strategy file")
     return parse_strategy(data, Path(path).parent)
@@ -301,5 +329,5 @@ def is_strategy(data: dict) -> bool:
     return "pipeline" not in data and any(k in data for k in ("model", "cluster", "parallel", "training"))
 
 
-__all__ = ["Strategy", "ParallelSpec", "TrainingSpec", "OptionsSpec", "parse_strategy", "load_strategy",
+__all__ = ["Strategy", "ParallelSpec", "TrainingSpec", "OptionsSpec", "parse_strategy", "load_strategy", "check_strategy",
            "is_strategy", "did_you_mean"]

@@ -31,11 +31,12 @@ For the backward passes of ``C[m,n] = A[m,k] B[k,n]``: input gradient dA[m,k] = 
 from __future__ import annotations
 
 import csv
+import io
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from strategies.errors import ConfigError
+from strategies.errors import ConfigError, brief, cut
 
 PASSES = ("fwd", "bwd_input", "bwd_weight")
 
@@ -82,35 +83,72 @@ class ProfileTable:
     """
 
     entries: dict
+    #: key -> CSV line number; ``used``: keys some operator looked up (``unused_rows``)
+    lines: dict = field(default_factory=dict, compare=False)
+    used: set = field(default_factory=set, compare=False)
+    path: str = ""
+    _seen: set = field(default_factory=set, compare=False, repr=False)
 
     @classmethod
     def load(cls, path) -> "ProfileTable":
+        from strategies.documents import read_csv_text
         p = Path(path)
-        if not p.exists():
-            raise ConfigError(f"options.profile = {str(p)!r} does not exist: give the path of a profile CSV")
+        name = brief(str(p), 120)
         need = ("gpu", "dtype", "op", "pass", "shape", "time_us")
-        entries = {}
-        with p.open(newline="") as f:
-            reader = csv.DictReader(f)
+        entries, lines = {}, {}
+        text = read_csv_text(p, "options.profile")
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        try:
             missing = [c for c in need if c not in (reader.fieldnames or [])]
             if missing:
-                raise ConfigError(f"profile {str(p)!r} lacks column(s) {', '.join(missing)}; "
+                raise ConfigError(f"profile {name} lacks column(s) {', '.join(missing)}; "
                                   f"the header must be {','.join(need)}")
-            for i, row in enumerate(reader, start=2):
+            for row in reader:
+                i = reader.line_num
+                if any(row.get(c) is None for c in need):
+                    raise ConfigError(f"profile {name} line {i} has fewer cells than the header "
+                                      f"({','.join(need)}); fill every column")
                 if row["pass"] not in PASSES:
-                    raise ConfigError(f"profile {str(p)!r} line {i}: pass = {row['pass']!r} must be one of "
+                    raise ConfigError(f"profile {name} line {i}: pass = {brief(row['pass'])} must be one of "
                                       f"{', '.join(PASSES)}")
                 try:
                     t = float(row["time_us"]) * 1e-6
                 except ValueError:
-                    raise ConfigError(f"profile {str(p)!r} line {i}: time_us = {row['time_us']!r} is not a number") from None
-                if t < 0:
-                    raise ConfigError(f"profile {str(p)!r} line {i}: time_us = {row['time_us']} must be >= 0")
-                entries[(row["gpu"].lower(), row["dtype"].lower(), row["op"], row["pass"], row["shape"])] = t
-        return cls(entries)
+                    raise ConfigError(f"profile {name} line {i}: time_us = {brief(row['time_us'])} is not a "
+                                      f"number") from None
+                if not math.isfinite(t) or t < 0 or t > 1e6:
+                    raise ConfigError(f"profile {name} line {i}: time_us = {brief(row['time_us'])} must be a finite "
+                                      f"number of microseconds in [0, 1e12]")
+                key = (row["gpu"].lower(), row["dtype"].lower(), row["op"], row["pass"], row["shape"])
+                if key in entries:
+                    raise ConfigError(f"profile {name} line {i} repeats line {lines[key]} (same gpu, dtype, op, pass "
+                                      f"and shape); keep one")
+                entries[key], lines[key] = t, i
+        except csv.Error as exc:
+            raise ConfigError(f"profile {name} is not valid CSV (line {reader.line_num}: {cut(str(exc), 80)})") from None
+        return cls(entries, lines, set(), str(p))
 
     def lookup(self, gpu, dtype: str, op, pass_: str) -> float | None:
-        return self.entries.get((gpu.name.lower(), dtype.lower(), op.name, pass_, op_shape_key(op)))
+        key = (gpu.name.lower(), dtype.lower(), op.name, pass_, op_shape_key(op))
+        t = self.entries.get(key)
+        if t is not None:
+            self.used.add(key)
+        elif len(self._seen) < 10_000:
+            self._seen.add(key)
+        return t
+
+    def check_all_used(self) -> None:
+        """Raise on the first row no operator looked up (a typo in gpu, dtype, op or shape would
+        otherwise silently leave the roofline time in place), with the shapes the run does use."""
+        unused = [k for k in self.entries if k not in self.used]
+        if not unused:
+            return
+        k = min(unused, key=lambda x: self.lines[x])
+        same_op = sorted({u[4] for u in self.used | self._seen if u[2] == k[2]})
+        hint = f"; this run's {k[2]!r} shapes: {', '.join(same_op[:3])}" if same_op else ""
+        raise ConfigError(f"profile {brief(self.path, 120)} line {self.lines[k]} (gpu {k[0]}, dtype {k[1]}, op "
+                          f"{brief(k[2])}, pass {k[3]}, shape {brief(k[4])}) matches no operator of this run "
+                          f"({len(unused)} of {len(self.entries)} rows unused){hint}; fix the row or remove it")
 
 
 def op_shape_key(op) -> str:

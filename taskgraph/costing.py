@@ -237,8 +237,11 @@ def _rep_groups(sizes, prank: int) -> tuple:
     return tuple(groups.items())
 
 
-def build_work(plan: Plan, *, fidelity: str | None = None) -> IterationWork:
+def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool = False) -> IterationWork:
     """Cost records for every virtual stage of ``plan``.
+
+    ``check_profile``: raise when a row of ``options.profile`` matched no operator of this plan
+    (``ProfileTable.check_all_used``; off in sweeps, where one profile serves many plans).
 
     Stage records are memoized across calls by everything they depend on (the plan's model, cluster,
     sizes, training and cost options, the stage's pipeline rank, whether it holds the embedding or
@@ -273,6 +276,8 @@ def build_work(plan: Plan, *, fidelity: str | None = None) -> IterationWork:
         parts = _memo(("stage",) + sig, lambda: _stage_parts(
             _build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw)))
         stages.append(_named_stage(parts, lis, pols, stage == 0, stage == S - 1))
+    if check_profile and profile is not None:
+        profile.check_all_used()
 
     # Pipeline transfers: activations [s/cp, b, h] split over tp (Narayanan 2021 Section 4.1
     # scatter/gather; with sp the tensor is already sequence-sharded), rank r -> r+1 representatives.

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Union
 
 from strategies.config import check_keys, did_you_mean, get_bool, get_float, get_int, get_str, load_mapping
-from strategies.errors import ConfigError
+from strategies.errors import ConfigError, brief
+from strategies.limits import MAX_DIM, MAX_LAYERS
 
 MLP_KINDS = ("gelu", "swiglu", "geglu")  # gelu: up + down (2 GEMMs); swiglu/geglu: gate + up + down (3)
 GATED_MLPS = ("swiglu", "geglu")        # Shazeer 2020 "GLU Variants Improve Transformer": SwiGLU, GEGLU
@@ -29,7 +30,9 @@ MoeLayers = Union[str, int, tuple]
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """Divisors for an error message: bounded work and length (``strategies.config.divisors``)."""
+    from strategies.config import divisors
+    return divisors(n)
 
 
 @dataclass(frozen=True)
@@ -141,23 +144,32 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - frozen dataclass
-        w = f"model {self.name!r}:"
+        w = f"model {brief(self.name)}:"
         if not isinstance(self.name, str) or not self.name:
-            raise ConfigError(f"model.name = {self.name!r} must be a non-empty string")
+            raise ConfigError(f"model.name = {brief(self.name)} must be a non-empty string")
         for f in ("layers", "hidden", "heads", "vocab", "max_seq"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"{w} model.{f} = {v!r} must be a positive integer")
+                raise ConfigError(f"{w} model.{f} = {brief(v)} must be a positive integer")
+        if self.layers > MAX_LAYERS:
+            raise ConfigError(f"{w} model.layers = {self.layers} is over the limit of {MAX_LAYERS:,} layers "
+                              f"(docs/strategy-file.md, Limits); is it the right value?")
+        for f in ("hidden", "heads", "vocab", "kv_heads", "head_dim", "ffn", "expert_ffn", "experts", "top_k",
+                  "shared_experts", "max_seq"):
+            v = getattr(self, f)
+            if isinstance(v, int) and not isinstance(v, bool) and v > MAX_DIM:
+                raise ConfigError(f"{w} model.{f} = {v} is over the limit of {MAX_DIM:,} (2^24; docs/strategy-file.md, "
+                                  f"Limits); is it the right value?")
         for f, choices in (("mlp", MLP_KINDS), ("norm", NORM_KINDS), ("position", POSITION_KINDS),
                            ("attention", ATTENTION_KINDS)):
             v = getattr(self, f)
             if v not in choices:
-                raise ConfigError(f"{w} model.{f} = {v!r} is not one of {', '.join(choices)}"
+                raise ConfigError(f"{w} model.{f} = {brief(v)} is not one of {', '.join(choices)}"
                                   f"{did_you_mean(v, choices)}")
         if self.kv_heads is None:
             set_("kv_heads", self.heads)
         if isinstance(self.kv_heads, bool) or not isinstance(self.kv_heads, int):
-            raise ConfigError(f"{w} model.kv_heads = {self.kv_heads!r} must be a positive integer")
+            raise ConfigError(f"{w} model.kv_heads = {brief(self.kv_heads)} must be a positive integer")
         if self.kv_heads < 1 or self.heads % self.kv_heads:
             raise ConfigError(f"{w} model.heads={self.heads} is not divisible by model.kv_heads="
                               f"{self.kv_heads}; choose kv_heads in {_divisors(self.heads)}")
@@ -178,15 +190,15 @@ class ModelSpec:
         for f in ("head_dim", "ffn", "expert_ffn", "v_head_dim"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"{w} model.{f} = {v!r} must be a positive integer")
+                raise ConfigError(f"{w} model.{f} = {brief(v)} must be a positive integer")
         for f in ("experts", "top_k", "shared_experts", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
                   "sliding_window", "global_attention_every", "mtp_layers"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ConfigError(f"{w} model.{f} = {v!r} must be a non-negative integer")
+                raise ConfigError(f"{w} model.{f} = {brief(v)} must be a non-negative integer")
         cap = self.logit_softcap
         if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0 <= cap < float("inf"):
-            raise ConfigError(f"{w} model.logit_softcap = {cap!r} must be a finite number >= 0 (0 = off)")
+            raise ConfigError(f"{w} model.logit_softcap = {brief(cap)} must be a finite number >= 0 (0 = off)")
         if self.attention == "mla":
             if not self.kv_lora_rank or not self.qk_rope_head_dim:
                 raise ConfigError(f"{w} model.attention = 'mla' needs kv_lora_rank and qk_rope_head_dim > 0 "
@@ -215,7 +227,7 @@ class ModelSpec:
             set_("moe_layers", ml)
         if isinstance(ml, str):
             if ml != "all":
-                raise ConfigError(f"{w} model.moe_layers = {ml!r}: use 'all', an integer k (every "
+                raise ConfigError(f"{w} model.moe_layers = {brief(ml)}: use 'all', an integer k (every "
                                   f"k-th layer) or a list of layer indices")
         elif isinstance(ml, int) and not isinstance(ml, bool):
             if ml < 1:
@@ -223,10 +235,10 @@ class ModelSpec:
         elif isinstance(ml, tuple):
             bad = [i for i in ml if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self.layers]
             if bad:
-                raise ConfigError(f"{w} model.moe_layers has {bad!r}: indices must be integers in "
+                raise ConfigError(f"{w} model.moe_layers has {brief(bad)}: indices must be integers in "
                                   f"0..{self.layers - 1}")
         else:
-            raise ConfigError(f"{w} model.moe_layers = {ml!r}: use 'all', an integer or a list")
+            raise ConfigError(f"{w} model.moe_layers = {brief(ml)}: use 'all', an integer or a list")
 
     # ---------------------------------------------------------------- structure
     @property
@@ -461,7 +473,7 @@ def get_model(name: str) -> ModelSpec:
     """The preset called ``name`` (case-insensitive)."""
     key = str(name).lower()
     if key not in PRESETS:
-        raise ConfigError(f"unknown model preset {name!r}{did_you_mean(key, PRESETS)}; "
+        raise ConfigError(f"unknown model preset {brief(name)}{did_you_mean(key, PRESETS)}; "
                           f"known presets: {', '.join(PRESETS)}")
     return PRESETS[key]
 
@@ -502,7 +514,7 @@ def load_model_yaml(path_or_dict: Any) -> ModelSpec:
     if "logit_softcap" in d:
         kw["logit_softcap"] = get_float(d, "logit_softcap", "model")
     if "name" in d:
-        kw["name"] = str(d["name"])
+        kw["name"] = get_str(d, "name", "model")
     if "moe_layers" in d:
         kw["moe_layers"] = tuple(d["moe_layers"]) if isinstance(d["moe_layers"], list) else d["moe_layers"]
     merged = {**base, **kw}
@@ -768,12 +780,15 @@ def load_hf_config(path_or_dict: Any, name: str | None = None, *, unused: list |
         path_or_dict = Path(path_or_dict) / "config.json"
     d = load_mapping(path_or_dict, "Hugging Face config")
     archs = d.get("architectures") or []
-    if not isinstance(archs, list):
-        raise ConfigError(f"config.json architectures = {str(archs)[:60]} must be a list of class names")
+    if isinstance(archs, str):
+        archs = [archs]
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise ConfigError(f"config.json architectures = {brief(archs)} must be a list of class names such as "
+                          f"['LlamaForCausalLM']")
     arch = next((a for a in archs if a in HF_ARCHITECTURES), None) or _HF_MODEL_TYPES.get(d.get("model_type"))
     if arch is None:
         got = archs[0] if archs else d.get("model_type")
-        raise ConfigError(f"Hugging Face config architectures = {str(got)[:60]!r} is not supported"
+        raise ConfigError(f"Hugging Face config architectures = {brief(got)} is not supported"
                           f"{did_you_mean(str(got), HF_ARCHITECTURES)}; supported: {', '.join(HF_ARCHITECTURES)}")
     extra: list = []
     if isinstance(d.get("text_config"), dict):   # multimodal wrapper (Gemma3ForConditionalGeneration)

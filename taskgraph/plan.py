@@ -12,7 +12,8 @@ from pathlib import Path
 
 from strategies.actions import Schedule
 from strategies.config import did_you_mean
-from strategies.errors import ConfigError, ScheduleError
+from strategies.errors import ConfigError, ScheduleError, brief, cut
+from strategies.limits import MAX_TOKENS_PER_MICROBATCH, check_actions
 from strategies.schedules import SCHEDULES, get_schedule
 from strategies.strategy_file import Strategy
 from taskgraph.cost import DTYPE_BYTES  # noqa: F401  (re-exported: the one element-size table)
@@ -68,7 +69,20 @@ class Plan:
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """Divisors for an error message: bounded work and length (``strategies.config.divisors``)."""
+    from strategies.config import divisors
+    return divisors(n)
+
+
+def _input_path(spec: str, base_dir: str, field: str) -> Path:
+    """``spec`` as a path (relative to ``base_dir``), or one ConfigError if it cannot name a file."""
+    try:
+        p = Path(spec) if Path(spec).is_absolute() else Path(base_dir) / spec
+        p.exists()
+        return p
+    except (OSError, ValueError) as exc:  # embedded NUL, name too long, ...
+        raise ConfigError(f"{field} = {brief(spec)} is not a usable file name ({cut(str(exc), 60)}); give a preset "
+                          f"name or the path of a file") from None
 
 
 def resolve_model(spec, base_dir: str, unused: list | None = None) -> ModelSpec:
@@ -78,30 +92,30 @@ def resolve_model(spec, base_dir: str, unused: list | None = None) -> ModelSpec:
     from taskgraph.model import PRESETS
     if spec in PRESETS:
         return get_model(spec)
-    p = Path(spec) if Path(spec).is_absolute() else Path(base_dir) / spec
+    p = _input_path(spec, base_dir, "model")
     if p.is_dir():
         if (p / "config.json").exists():
             return load_hf_config(p / "config.json", unused=unused)
-        raise ConfigError(f"model = {spec!r} is a directory without config.json (looked at {str(p)!r}); give a "
+        raise ConfigError(f"model = {brief(spec)} is a directory without config.json (looked at {brief(str(p))}); give a "
                           f"model YAML, a Hugging Face config.json, or a folder that holds one")
     if p.exists():
         if p.suffix == ".json":
             return load_hf_config(p, unused=unused)
         return load_model_yaml(p)
     if "/" in spec or spec.endswith((".yaml", ".yml", ".json")):
-        raise ConfigError(f"model = {spec!r}: file not found (looked at {str(p)!r}); fix the path")
-    raise ConfigError(f"model = {spec!r} is neither a preset{did_you_mean(spec, PRESETS)} nor a file; presets: "
+        raise ConfigError(f"model = {brief(spec)}: file not found (looked at {brief(str(p))}); fix the path")
+    raise ConfigError(f"model = {brief(spec)} is neither a preset{did_you_mean(spec, PRESETS)} nor a file; presets: "
                       f"{', '.join(sorted(PRESETS))}")
 
 
 def resolve_cluster(spec, base_dir: str) -> ClusterSpec:
     if isinstance(spec, dict):
         return cluster_from_dict(spec, where="cluster")
-    p = Path(spec) if Path(spec).is_absolute() else Path(base_dir) / spec
+    p = _input_path(spec, base_dir, "cluster")
     if p.exists():
         return load_cluster_yaml(p)
     if spec.endswith((".yaml", ".yml", ".json")):
-        raise ConfigError(f"cluster = {spec!r}: file not found (looked at {str(p)!r}); fix the path")
+        raise ConfigError(f"cluster = {brief(spec)}: file not found (looked at {brief(str(p))}); fix the path")
     return get_cluster(spec, nodes=1)
 
 
@@ -139,7 +153,7 @@ def resolve(strategy: Strategy) -> Plan:
         raise ConfigError(f"training.seq_len / parallel.cp = {tr.seq_len // cp} must be even (causal load "
                           f"balancing splits each rank's share in two)")
     if ep > 1 and not model.experts:
-        raise ConfigError(f"parallel.ep = {ep} but model {model.name!r} has no experts; set ep: 1")
+        raise ConfigError(f"parallel.ep = {ep} but model {brief(model.name)} has no experts; set ep: 1")
     if model.experts and model.experts % ep:
         raise ConfigError(f"parallel.ep = {ep} must divide model.experts = {model.experts}; choose ep in "
                           f"{_divisors(model.experts)}")
@@ -172,6 +186,13 @@ def resolve(strategy: Strategy) -> Plan:
         raise ConfigError(f"training.global_batch = {tr.global_batch} must be a multiple of micro_batch * dp = "
                           f"{tr.micro_batch} * {dp} = {step}; use global_batch = {fix}, or change micro_batch")
     microbatches = tr.global_batch // (tr.micro_batch * dp)
+    if tr.micro_batch * tr.seq_len > MAX_TOKENS_PER_MICROBATCH:
+        raise ConfigError(f"training.micro_batch * seq_len = {tr.micro_batch} * {tr.seq_len} = "
+                          f"{tr.micro_batch * tr.seq_len:,} tokens per microbatch is over the limit of "
+                          f"{MAX_TOKENS_PER_MICROBATCH:,} (docs/strategy-file.md, Limits); use a smaller micro_batch")
+    check_actions(pp, max(vpp, 2) if strategy.schedule in ("zb-v", "dualpipe-v") else vpp, microbatches,
+                  f"schedule {brief(strategy.schedule)} (microbatches = global_batch / (micro_batch * dp) = "
+                  f"{tr.global_batch} / ({tr.micro_batch} * {dp}))")
 
     stages = pp * vpp
     if par.layers_per_stage is not None:
@@ -203,22 +224,22 @@ def _schedule(strategy: Strategy, pp: int, m: int, vpp: int) -> Schedule:
     if name == "custom":
         s = load_custom_schedule(strategy.schedule_csv, "schedule.csv")
         if s.pp != pp or s.num_stages != pp * vpp or s.microbatches != m:
-            raise ConfigError(f"schedule.csv {strategy.schedule_csv!r} has pp={s.pp}, {s.num_stages} stages, "
+            raise ConfigError(f"schedule.csv {brief(strategy.schedule_csv)} has pp={s.pp}, {s.num_stages} stages, "
                               f"{s.microbatches} microbatches; the strategy needs pp={pp}, pp*vpp={pp * vpp}, "
                               f"{m} microbatches (global_batch / (micro_batch*dp))")
         return s
     if name not in SCHEDULES:
-        raise ConfigError(f"schedule = {name!r} is not known{did_you_mean(name, SCHEDULES)}; valid: "
+        raise ConfigError(f"schedule = {brief(name)} is not known{did_you_mean(name, SCHEDULES)}; valid: "
                           f"{', '.join(sorted(SCHEDULES))}, or {{name: custom, csv: FILE}}")
     if name in ("zb-v", "dualpipe-v") and vpp != 2:
-        raise ConfigError(f"schedule = {name!r} places two stages per rank (V shape): set parallel.vpp: 2")
+        raise ConfigError(f"schedule = {brief(name)} places two stages per rank (V shape): set parallel.vpp: 2")
     if name in ("1f1b", "gpipe") and vpp != 1:
-        raise ConfigError(f"schedule = {name!r} runs one stage per rank but parallel.vpp = {vpp}: use "
+        raise ConfigError(f"schedule = {brief(name)} runs one stage per rank but parallel.vpp = {vpp}: use "
                           f"interleaved-1f1b (or another multi-chunk schedule), or set vpp: 1")
     try:
         return get_schedule(name, pp, m, vpp)
     except ScheduleError as exc:
-        raise ConfigError(f"schedule = {name!r} with pp={pp}, vpp={vpp}, {m} microbatches "
+        raise ConfigError(f"schedule = {brief(name)} with pp={pp}, vpp={vpp}, {m} microbatches "
                           f"(global_batch / (micro_batch*dp)): {exc}") from None
 
 
@@ -227,12 +248,12 @@ def load_custom_schedule(csv: str, field: str) -> Schedule:
     from strategies.schedule_csv import read_schedule_csv
     from strategies.validate import check_deadlock, validate_schedule
     if not Path(csv).is_file():
-        raise ConfigError(f"{field} = {csv!r}: file not found; fix the path (relative paths are read from the "
+        raise ConfigError(f"{field} = {brief(csv)}: file not found; fix the path (relative paths are read from the "
                           f"input file's folder)")
     try:
         s = read_schedule_csv(csv)
         validate_schedule(s)
         check_deadlock(s)
     except ScheduleError as exc:
-        raise ConfigError(f"{field} {csv!r}: {exc}") from None
+        raise ConfigError(f"{field} {brief(csv)}: {exc}") from None
     return s

@@ -8,6 +8,9 @@ Corpus: ``tests/data/bad_strategies/*.yaml``. Each case starts with header comme
 
 Files next to the cases without an ``# expect:`` first line are helpers they reference (CSV
 schedules, ``*.yml`` topology files, Hugging Face ``*.json`` configs).
+
+The command-line corpus (every input class, output paths, limits, work bounds, inputs unchanged) is
+the data table ``tests/error_corpus.py``, run by ``tests/test_error_corpus.py``.
 """
 from __future__ import annotations
 
@@ -94,11 +97,35 @@ def test_bad_strategy_error(path: Path):
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    """Run ``execsim ARGS`` (the installed console script; ``python -m simulator.cli`` if absent)."""
+    """Run ``execsim ARGS`` in-process from the repository root (``simulator.cli.main``, fast)."""
+    import contextlib
+    import io
+
+    from simulator.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    cwd = os.getcwd()
+    os.chdir(REPO)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = main(list(args))
+    finally:
+        os.chdir(cwd)
+    return subprocess.CompletedProcess(args, rc, out.getvalue(), err.getvalue())
+
+
+def _cli_subprocess(*args: str) -> subprocess.CompletedProcess:
+    """Run ``execsim ARGS`` as a process (the installed console script; ``python -m simulator.cli`` if absent)."""
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     exe = shutil.which("execsim")
     cmd = [exe] if exe else [sys.executable, "-m", "simulator.cli"]
     return subprocess.run([*cmd, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_cli_process_exit_status_and_stderr():
+    """Once as a real process: exit status 2, one stderr line, nothing on stdout."""
+    proc = _cli_subprocess("simulate", str((DATA / "unknown_top_key.yaml").relative_to(REPO)))
+    _check_cli(proc, _header(DATA / "unknown_top_key.yaml")["expect"])
+    assert len(proc.stderr.strip().splitlines()) == 1
 
 
 CLI_CASES = ["unknown_top_key", "tp_string", "malformed_yaml", "tp_exceeds_kv_heads", "custom_csv_mismatch",

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Mapping
 
-import yaml
 
-from strategies.errors import ConfigError
+from strategies.errors import ConfigError, brief
+from strategies.limits import MAX_GPUS
 from topologies.gpus import (
     DATA_DIR, GB_PER_S, GBIT_PER_S, US, GPUSpec, check_keys, did_you_mean, get_gpu, gpu_from_dict,
     gpu_with_overrides, number,
@@ -85,33 +85,37 @@ class ClusterSpec:
     description: str = field(default="", compare=False)
 
     def __post_init__(self):
-        where = f"cluster {self.name!r}"
+        where = f"cluster {brief(self.name)}"
         if not isinstance(self.gpu, GPUSpec):
-            raise ConfigError(f"{where}: gpu must be a GPUSpec (use topologies.gpus.get_gpu), got {self.gpu!r}")
+            raise ConfigError(f"{where}: gpu must be a GPUSpec (use topologies.gpus.get_gpu), got {brief(self.gpu)}")
         for key in ("nodes", "gpus_per_node", "nodes_per_leaf"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{where}: {key} = {value!r} must be an integer >= 1")
+                raise ConfigError(f"{where}: {key} = {brief(value)} must be an integer >= 1")
         for key in ("nvlink_bandwidth", "nic_bandwidth"):
             value = getattr(self, key)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ConfigError(f"{where}: {key} = {value!r} must be a positive number of bytes/s")
+                raise ConfigError(f"{where}: {key} = {brief(value)} must be a positive number of bytes/s")
         for key in ("nvlink_efficiency", "nic_efficiency"):
             value = getattr(self, key)
             if not (isinstance(value, (int, float)) and 0 < value <= 1):
-                raise ConfigError(f"{where}: {key} = {value!r} must be in (0, 1]")
+                raise ConfigError(f"{where}: {key} = {brief(value)} must be in (0, 1]")
         for key in ("nvlink_latency", "nic_latency", "collective_base_latency"):
             value = getattr(self, key)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-                raise ConfigError(f"{where}: {key} = {value!r} must be a number of seconds >= 0")
+                raise ConfigError(f"{where}: {key} = {brief(value)} must be a number of seconds >= 0")
+        if self.nodes * self.gpus_per_node > MAX_GPUS:
+            raise ConfigError(f"{where}: nodes * gpus_per_node = {self.nodes} * {self.gpus_per_node} = "
+                              f"{self.nodes * self.gpus_per_node:,} GPUs is over the limit of {MAX_GPUS:,} "
+                              f"(docs/strategy-file.md, Limits); is nodes right?")
         if self.network_topology not in NETWORK_TOPOLOGIES:
             raise ConfigError(
-                f"{where}: network_topology = {self.network_topology!r} is not one of "
+                f"{where}: network_topology = {brief(self.network_topology)} is not one of "
                 f"{', '.join(NETWORK_TOPOLOGIES)}{did_you_mean(self.network_topology, NETWORK_TOPOLOGIES)}"
             )
         s = self.spine_switches
         if s is not None and (isinstance(s, bool) or not isinstance(s, int) or s < 0):
-            raise ConfigError(f"{where}: spine_switches = {s!r} must be an integer >= 0 (or null for auto)")
+            raise ConfigError(f"{where}: spine_switches = {brief(s)} must be an integer >= 0 (or null for auto)")
         if self.num_leaves > 1 and self.num_spines == 0:
             raise ConfigError(
                 f"{where}: spine_switches = 0 but the network has {self.num_leaves} leaf switches, "
@@ -137,7 +141,7 @@ class ClusterSpec:
     def _check_rank(self, rank) -> None:
         if isinstance(rank, bool) or not isinstance(rank, Integral) or not 0 <= rank < self.num_gpus:
             raise ConfigError(
-                f"rank {rank!r} is not a GPU of cluster {self.name!r}, which has ranks 0..{self.num_gpus - 1} "
+                f"rank {brief(rank)} is not a GPU of cluster {brief(self.name)}, which has ranks 0..{self.num_gpus - 1} "
                 f"({self.nodes} nodes x {self.gpus_per_node} GPUs); use more nodes or a smaller layout"
             )
 
@@ -220,20 +224,19 @@ class ClusterSpec:
 
 # --- loading --------------------------------------------------------------------------------
 def _read_yaml(path: str) -> Any:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return yaml.safe_load(fh)
-    except OSError as exc:
-        raise ConfigError(f"cannot read cluster file {path!r}: {exc.strerror}; check the path") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"cluster file {path!r} is not valid YAML: {exc}") from exc
+    """One reader for every input file (``strategies.documents``: UTF-8, size limit, duplicate keys
+    refused); a non-finite number anywhere is refused too."""
+    from strategies.documents import check_finite, load_document
+    doc = load_document(path, "cluster file")
+    check_finite(doc, f"cluster file {brief(str(path), 120)}")
+    return doc
 
 
 @lru_cache(maxsize=1)
 def _presets() -> dict[str, dict]:
     doc = _read_yaml(CLUSTER_PRESETS_PATH)
     if not isinstance(doc, Mapping) or not isinstance(doc.get("presets"), Mapping):
-        raise ConfigError(f"{CLUSTER_PRESETS_PATH!r}: expected a top-level `presets:` mapping")
+        raise ConfigError(f"{brief(CLUSTER_PRESETS_PATH)}: expected a top-level `presets:` mapping")
     return {str(k): dict(v) for k, v in doc["presets"].items()}
 
 
@@ -252,12 +255,12 @@ def _preset_dict(name: str) -> dict:
     key = str(name).strip().lower()
     if key not in table:
         raise ConfigError(
-            f"unknown cluster preset {name!r}{did_you_mean(key, table)}; "
+            f"unknown cluster preset {brief(name)}{did_you_mean(key, table)}; "
             f"known presets: {', '.join(presets)} (or load a custom cluster YAML)"
         )
     entry = presets[table[key]]
     check_keys(entry, tuple(f for f in CLUSTER_FIELDS if f not in ("preset", "nodes")) + _PRESET_ONLY_FIELDS,
-               f"{CLUSTER_PRESETS_PATH} preset {table[key]!r}")
+               f"{CLUSTER_PRESETS_PATH} preset {brief(table[key])}")
     data = {k: v for k, v in entry.items() if k not in _PRESET_ONLY_FIELDS}
     data.setdefault("name", table[key])
     return data
@@ -276,7 +279,7 @@ def _gpu_field(value: Any, where: str) -> GPUSpec:
             return gpu_with_overrides(base, value, name=name)
         return gpu_from_dict(name or "custom-gpu", value)
     raise ConfigError(
-        f"{where}: field 'gpu' = {value!r} must be a catalog GPU name (e.g. 'H100-SXM-80GB') or a "
+        f"{where}: field 'gpu' = {brief(value)} must be a catalog GPU name (e.g. 'H100-SXM-80GB') or a "
         f"mapping of GPU fields (optionally with `base: <catalog name>`)"
     )
 
@@ -314,7 +317,7 @@ def cluster_from_dict(data: Mapping, *, where: str = "cluster") -> ClusterSpec:
     frac = dict(minimum=0.0, maximum=1.0)
     topo = merged.get("network_topology", "rail-optimized")
     if topo not in NETWORK_TOPOLOGIES:
-        raise ConfigError(f"{where}: field 'network_topology' = {topo!r} is not one of "
+        raise ConfigError(f"{where}: field 'network_topology' = {brief(topo)} is not one of "
                           f"{', '.join(NETWORK_TOPOLOGIES)}{did_you_mean(topo, NETWORK_TOPOLOGIES)}")
     spines = merged.get("spine_switches")
     if spines is not None:
@@ -349,7 +352,7 @@ def load_cluster_yaml(path_or_dict: str | os.PathLike | Mapping) -> ClusterSpec:
         return cluster_from_dict(path_or_dict)
     if isinstance(path_or_dict, (str, os.PathLike)):
         path = os.fspath(path_or_dict)
-        return cluster_from_dict(_read_yaml(path), where=f"cluster file {path!r}")
+        return cluster_from_dict(_read_yaml(path), where=f"cluster file {brief(path)}")
     raise ConfigError(f"load_cluster_yaml expects a file path or a dict, got {type(path_or_dict).__name__}")
 
 
@@ -366,7 +369,7 @@ def get_cluster(name: str | ClusterSpec, nodes: int = 1, **overrides) -> Cluster
                               "(use dataclasses.replace on a ClusterSpec)")
         return name
     data = {"preset": name, "nodes": nodes, **overrides}
-    return cluster_from_dict(data, where=f"cluster preset {name!r}")
+    return cluster_from_dict(data, where=f"cluster preset {brief(name)}")
 
 
 __all__ = [

@@ -18,9 +18,8 @@ from dataclasses import dataclass, fields
 from functools import lru_cache
 from typing import Any, Mapping
 
-import yaml
 
-from strategies.errors import ConfigError
+from strategies.errors import ConfigError, brief
 
 DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 GPU_CATALOG_PATH = os.path.join(DATA_DIR, "gpus.yaml")
@@ -51,7 +50,7 @@ def did_you_mean(word: str, choices) -> str:
     close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
     if not close and len(word) >= 2:  # an abbreviation such as 'rail' for 'rail-optimized'
         close = [c for c in choices if c.lower().startswith(word.lower())][:1]
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    return f" (did you mean {brief(close[0])}?)" if close else ""
 
 
 def check_keys(data: Mapping, allowed, where: str) -> None:
@@ -60,7 +59,7 @@ def check_keys(data: Mapping, allowed, where: str) -> None:
     for key in data:
         if key not in allowed:
             raise ConfigError(
-                f"{where}: unknown field {key!r}{did_you_mean(key, allowed)}; "
+                f"{where}: unknown field {brief(key)}{did_you_mean(key, allowed)}; "
                 f"valid fields are {', '.join(sorted(allowed))}"
             )
 
@@ -71,17 +70,17 @@ def number(data: Mapping, key: str, where: str, *, minimum: float = 0.0, strict:
     if key not in data or data[key] is None:
         if optional:
             return None
-        raise ConfigError(f"{where}: missing required field {key!r}; add `{key}: <number>`")
+        raise ConfigError(f"{where}: missing required field {brief(key)}; add `{key}: <number>`")
     value = data[key]
     ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
     if isinstance(value, bool) or not ok_type or (isinstance(value, float) and not math.isfinite(value)):
         kind = "an integer" if integer else "a finite number"
-        raise ConfigError(f"{where}: field {key!r} = {value!r} must be {kind}")
+        raise ConfigError(f"{where}: field {brief(key)} = {brief(value)} must be {kind}")
     bad_low = value <= minimum if strict else value < minimum
     if bad_low or (maximum is not None and value > maximum):
         rel = ">" if strict else ">="
         rng = f"{rel} {minimum}" + (f" and <= {maximum}" if maximum is not None else "")
-        raise ConfigError(f"{where}: field {key!r} = {value!r} is out of range; it must be {rng}")
+        raise ConfigError(f"{where}: field {brief(key)} = {brief(value)} is out of range; it must be {rng}")
     return value
 
 
@@ -165,13 +164,13 @@ class GPUSpec:
         key = _DTYPE_ALIASES.get(str(dtype).lower(), str(dtype).lower())
         if key not in DTYPES:
             raise ConfigError(
-                f"dtype {dtype!r} is not known{did_you_mean(key, DTYPES)}; "
+                f"dtype {brief(dtype)} is not known{did_you_mean(key, DTYPES)}; "
                 f"use one of {', '.join(DTYPES)}"
             )
         value = getattr(self, DTYPES[key])
         if value is None:
             raise ConfigError(
-                f"GPU {self.name!r} has no {key} Tensor Cores (peak_flops_{key} is None); "
+                f"GPU {brief(self.name)} has no {key} Tensor Cores (peak_flops_{key} is None); "
                 f"pick dtype bf16/fp16 or a GPU with {key} support (Hopper or newer for fp8)"
             )
         return value
@@ -182,7 +181,7 @@ class GPUSpec:
         if key == "fp8":
             self.peak_flops("fp8")  # raises a clear error on GPUs without FP8
             if self.efficiency.gemm_efficiency_max_fp8 is None:
-                raise ConfigError(f"GPU {self.name!r}: efficiency.gemm_efficiency_max_fp8 is not set")
+                raise ConfigError(f"GPU {brief(self.name)}: efficiency.gemm_efficiency_max_fp8 is not set")
             return self.efficiency.gemm_efficiency_max_fp8
         return self.efficiency.gemm_efficiency_max
 
@@ -197,7 +196,7 @@ GPU_FIELDS = (
 def _efficiency_from_dict(data: Any, where: str) -> GPUEfficiency:
     where = f"{where}.efficiency"
     if not isinstance(data, Mapping):
-        raise ConfigError(f"{where}: expected a mapping of {', '.join(EFFICIENCY_FIELDS)}, got {data!r}")
+        raise ConfigError(f"{where}: expected a mapping of {', '.join(EFFICIENCY_FIELDS)}, got {brief(data)}")
     check_keys(data, EFFICIENCY_FIELDS, where)
     frac = dict(minimum=0.0, maximum=1.0)
     return GPUEfficiency(
@@ -219,7 +218,7 @@ def _efficiency_from_dict(data: Any, where: str) -> GPUEfficiency:
 def _optional_bool(data: Mapping, key: str, where: str, *, default: bool) -> bool:
     value = data.get(key, default)
     if not isinstance(value, bool):
-        raise ConfigError(f"{where}: field {key!r} = {value!r} must be true or false")
+        raise ConfigError(f"{where}: field {brief(key)} = {brief(value)} must be true or false")
     return value
 
 
@@ -228,13 +227,13 @@ def gpu_from_dict(name: str, data: Mapping) -> GPUSpec:
 
     Raises ConfigError naming the field, the value and the fix on malformed input.
     """
-    where = f"gpu {name!r}"
+    where = f"gpu {brief(name)}"
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where}: expected a mapping of GPU fields, got {type(data).__name__}")
     check_keys(data, GPU_FIELDS, where)
     aliases = data.get("aliases") or ()
     if isinstance(aliases, str) or not all(isinstance(a, str) for a in aliases):
-        raise ConfigError(f"{where}: field 'aliases' = {aliases!r} must be a list of strings")
+        raise ConfigError(f"{where}: field 'aliases' = {brief(aliases)} must be a list of strings")
     tflops_fp8 = number(data, "tflops_fp8", where, optional=True)
     if "efficiency" not in data:
         raise ConfigError(f"{where}: missing required field 'efficiency' (a mapping of "
@@ -288,22 +287,18 @@ def load_gpu_catalog(path: str | None = None) -> dict[str, GPUSpec]:
 
 
 def _load_catalog(path: str) -> dict[str, GPUSpec]:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            doc = yaml.safe_load(fh)
-    except OSError as exc:
-        raise ConfigError(f"cannot read GPU catalog {path!r}: {exc.strerror}; check the path") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"GPU catalog {path!r} is not valid YAML: {exc}") from exc
+    from strategies.documents import check_finite, load_document
+    doc = load_document(path, "GPU catalog")
+    check_finite(doc, f"GPU catalog {brief(str(path), 120)}")
     if not isinstance(doc, Mapping) or not isinstance(doc.get("gpus"), Mapping):
-        raise ConfigError(f"GPU catalog {path!r}: expected a top-level `gpus:` mapping of name -> fields")
+        raise ConfigError(f"GPU catalog {brief(path)}: expected a top-level `gpus:` mapping of name -> fields")
     catalog = {str(name): gpu_from_dict(str(name), entry) for name, entry in doc["gpus"].items()}
     seen: dict[str, str] = {}
     for gpu in catalog.values():
         for key in (gpu.name.lower(), *gpu.aliases):
             if key in seen and seen[key] != gpu.name:
-                raise ConfigError(f"GPU catalog {path!r}: alias {key!r} is used by both "
-                                  f"{seen[key]!r} and {gpu.name!r}; make aliases unique")
+                raise ConfigError(f"GPU catalog {brief(path)}: alias {brief(key)} is used by both "
+                                  f"{brief(seen[key])} and {brief(gpu.name)}; make aliases unique")
             seen[key] = gpu.name
     return catalog
 
@@ -341,7 +336,7 @@ def get_gpu(name: str | GPUSpec, catalog: Mapping[str, GPUSpec] | None = None) -
     if key in table:
         return table[key]
     raise ConfigError(
-        f"unknown GPU {name!r}{did_you_mean(key, table)}; known GPUs: {', '.join(catalog)} "
+        f"unknown GPU {brief(name)}{did_you_mean(key, table)}; known GPUs: {', '.join(catalog)} "
         f"(or define one inline in the cluster YAML under `gpu:`)"
     )
 

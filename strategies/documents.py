@@ -1,0 +1,206 @@
+"""Reading input documents: one place for every file execsim reads.
+
+``read_text`` reads a file as UTF-8 (a BOM is accepted) with a size limit; ``parse_document``
+parses YAML or JSON strictly: a key given twice in one mapping is an error (PyYAML and ``json``
+silently keep the last one), and so is a non-finite number in JSON (``NaN``, ``Infinity``, which
+are not JSON). ``load_document`` does both. The strategy file, pipeline file, model and cluster
+YAML, Hugging Face ``config.json``, the GPU catalog, schedule CSVs and profile CSVs all come through
+here, so they fail the same way with the same words.
+
+>>> parse_document("parallel: {tp: 2, pp: 2, tp: 4}", "x.yaml")
+Traceback (most recent call last):
+...
+strategies.errors.ConfigError: x.yaml: key 'parallel.tp' is given twice (line 1 column 12 and line 1 column 26); keep one
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from strategies.errors import ConfigError, brief, cut
+from strategies.limits import MAX_CSV_BYTES, MAX_DOCUMENT_BYTES
+
+__all__ = ["read_text", "read_csv_text", "parse_document", "load_document", "parse_scalar", "check_finite"]
+
+
+def read_text(path, what: str = "file", *, limit: int = MAX_DOCUMENT_BYTES) -> str:
+    """The text of ``path``: must exist, be a file, be at most ``limit`` bytes and be UTF-8."""
+    p = Path(path)
+    name = brief(str(p), 120)
+    try:
+        if not p.exists():
+            raise ConfigError(f"{what} {name} does not exist: check the path")
+        if p.is_dir():
+            raise ConfigError(f"{what} {name} is a directory, not a file: give the path of the file itself")
+        size = p.stat().st_size
+        if size > limit:
+            raise ConfigError(f"{what} {name} is {size:,} bytes, over the limit of {limit:,} for this kind of "
+                              f"file; is it the right file?")
+        with p.open("rb") as fh:
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        raise ConfigError(f"{what} {name} cannot be read ({exc.strerror or type(exc).__name__}); check the path "
+                          f"and its permissions") from None
+    if len(data) > limit:
+        raise ConfigError(f"{what} {name} is over the limit of {limit:,} bytes for this kind of file")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{what} {name} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+                          f"save it as UTF-8") from None
+    if "\x00" in text:
+        raise ConfigError(f"{what} {name} contains a NUL byte at offset {text.index(chr(0))}: it is not a text "
+                          f"file")
+    return text
+
+
+def read_csv_text(path, what: str) -> str:
+    """``read_text`` with the CSV size limit."""
+    return read_text(path, what, limit=MAX_CSV_BYTES)
+
+
+class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """SafeLoader (C parser when available) that rejects duplicate keys in a mapping."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # '<<: *base' merges; explicit keys may override merged ones
+                try:
+                    key = self.construct_object(key_node, deep=True)
+                    hash(key)
+                except Exception:
+                    continue  # unhashable keys are reported by the base constructor
+                m = key_node.start_mark
+                where = f"line {m.line + 1} column {m.column + 1}"
+                if key in seen:
+                    raise _Duplicate(key, seen[key], where, node)
+                seen[key] = where
+        return super().construct_mapping(node, deep=deep)
+
+
+class _Duplicate(Exception):
+    def __init__(self, key, first, second, node):
+        super().__init__(key)
+        self.key, self.first, self.second, self.node = key, first, second, node
+
+
+def _yaml_path(node_root, target) -> str:
+    """Dotted path from the document root to mapping node ``target`` (node identity)."""
+    stack = [(node_root, "")]
+    seen = set()
+    while stack:
+        node, path = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node is target:
+            return path
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                label = k.value if isinstance(k, yaml.ScalarNode) else "?"
+                stack.append((v, f"{path}.{label}" if path else str(label)))
+        elif isinstance(node, yaml.SequenceNode):
+            for i, v in enumerate(node.value):
+                stack.append((v, f"{path}[{i}]"))
+    return ""
+
+
+def _json_pairs(pairs):
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise _JsonDuplicate(k)
+        out[k] = v
+    return out
+
+
+class _JsonDuplicate(Exception):
+    pass
+
+
+def _json_constant(name):
+    raise _JsonNonFinite(name)
+
+
+class _JsonNonFinite(Exception):
+    pass
+
+
+def parse_document(text: str, where: str, *, json_format: bool = False) -> Any:
+    """Parse YAML (or JSON when ``json_format``) strictly; errors start with ``where``."""
+    if json_format:
+        try:
+            return json.loads(text, object_pairs_hook=_json_pairs, parse_constant=_json_constant)
+        except _JsonDuplicate as exc:
+            raise ConfigError(f"{where}: key {brief(exc.args[0])} is given twice in one object; keep one") from None
+        except _JsonNonFinite as exc:
+            raise ConfigError(f"{where}: {exc.args[0]} is not a JSON number (JSON has no NaN or infinity); give a "
+                              f"finite number") from None
+        except (ValueError, RecursionError) as exc:
+            raise ConfigError(f"{where} is not valid JSON: {cut(str(exc), 160)}") from None
+    loader = _StrictLoader(text)
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            return None
+        try:
+            return loader.construct_document(root)
+        except _Duplicate as exc:
+            path = _yaml_path(root, exc.node)
+            name = f"{path}.{exc.key}" if path else str(exc.key)
+            raise ConfigError(f"{where}: key {brief(name)} is given twice ({exc.first} and {exc.second}); "
+                              f"keep one") from None
+    except ConfigError:
+        raise
+    except yaml.YAMLError as exc:
+        msg = " ".join(m.strip() for m in str(exc).strip().splitlines()[:4])
+        raise ConfigError(f"{where} is not valid YAML: {cut(msg, 200)}") from None
+    except (ValueError, OverflowError, RecursionError) as exc:  # e.g. an int with too many digits
+        raise ConfigError(f"{where}: a value cannot be read ({type(exc).__name__}: {cut(str(exc), 100)}); "
+                          f"check the file") from None
+    finally:
+        loader.dispose()
+
+
+def load_document(path, what: str = "file") -> Any:
+    """Read and parse ``path`` (JSON when its suffix is ``.json``, else YAML)."""
+    text = read_text(path, what)
+    return parse_document(text, f"{what} {brief(str(path), 120)}", json_format=str(path).lower().endswith(".json"))
+
+
+def parse_scalar(text: str) -> Any:
+    """A ``--set`` value parsed as YAML (``16`` -> 16, ``true`` -> True, ``1f1b`` -> '1f1b');
+    text that is not valid YAML stays a string."""
+    try:
+        return parse_document(text, "--set value")
+    except ConfigError as exc:
+        if "given twice" in str(exc):
+            raise
+        return text
+
+
+def check_finite(value: Any, what: str, prefix: str = "") -> None:
+    """Raise on the first non-finite float anywhere in a parsed document, naming its dotted path
+    (``what``: the document; ``prefix``: the path of ``value`` in it). Each container is visited
+    once, so an alias bomb costs its size in the file, not its expanded size."""
+    stack, seen = [(value, prefix)], set()
+    while stack:
+        v, path = stack.pop()
+        if isinstance(v, float):
+            if not math.isfinite(v):
+                raise ConfigError(f"{what}: {path or 'value'} = {v!r} must be a finite number")
+        elif isinstance(v, (dict, list)):
+            if id(v) in seen:
+                continue
+            seen.add(id(v))
+            items = v.items() if isinstance(v, dict) else enumerate(v)
+            for k, x in items:
+                key = brief(k, 40) if not isinstance(k, str) else k[:40]
+                stack.append((x, (f"{path}.{key}" if path else key) if isinstance(v, dict) else f"{path}[{k}]"))

@@ -1,0 +1,78 @@
+"""Size limits: what one run may ask of the machine, checked before the work is done.
+
+Each limit is derived from measured costs on the development machine (one core of a 2-core VM,
+CPython 3.11; ``docs/strategy-file.md`` "Limits" lists them with the same reasoning):
+
+* Tasks: lowering + the full engine run about 200,000 tasks/s and hold about 400 bytes per task
+  (a 700,000-task pipeline: 3.7 s, 330 MB peak RSS). ``MAX_TASKS`` = 5 M is therefore about 30 s
+  and 2 GB, 14x the largest shipped example (GPT-3 175B on 1024 A100s, 346,312 tasks).
+* Commands that run several simulations (``compare``, ``plan-recompute``) may build
+  ``MAX_TOTAL_TASKS`` = 2 x ``MAX_TASKS`` tasks in all (about a minute; ``compare`` holds every
+  run's graph, ~4 GB at the limit).
+* Actions: a schedule function emits about 1 M actions/s at about 150 bytes each (``schedules``
+  cache comment), and each action lowers to at least one task; ``MAX_ACTIONS`` = 2 M keeps the
+  schedule alone under ~2 s and 300 MB.
+* Layers: costing and memory reports do Python work per layer before a task count is known;
+  ``MAX_LAYERS`` = 10,000 is 50x the deepest published model we know (Llama 3 405B: 126 layers).
+* GPUs: cluster placement and collective groups are computed per rank; ``MAX_GPUS`` = 2^20
+  (about 1 M GPUs) is 10x the largest published training cluster.
+* Sequence length: ``MAX_SEQ_LEN`` = 2^24 tokens (16 M) keeps attention FLOP and byte counts
+  (s^2 * h * batch) far inside float64's exact-integer range (2^53) for any allowed width.
+* Model widths (hidden, ffn, vocab, heads, experts ...): at most ``MAX_DIM`` = 2^24 (650x GPT-3's
+  hidden size), and tokens per microbatch (micro_batch * seq_len) at most 2^26, so that byte
+  counts such as s * b * h stay exact 64-bit integers (2^24 * 2^26 = 2^50).
+* Integers in input files are at most 2^53 (``MAX_INT``), the largest range where a float and an
+  integer agree; input documents are at most ``MAX_DOCUMENT_BYTES`` (YAML/JSON) and
+  ``MAX_CSV_BYTES`` (schedule and profile CSVs).
+
+Functions here do constant work: they multiply the sizes the user gave and compare.
+"""
+from __future__ import annotations
+
+from strategies.errors import ConfigError, brief
+
+MAX_TASKS = 5_000_000
+MAX_ACTIONS = 2_000_000
+#: Tasks a Chrome/Perfetto trace may hold: writing runs at ~50,000 tasks/s and ~250 bytes per task
+#: (a 280,000-task pipeline: 6 s, 71 MB), so 10^6 tasks is ~20 s and 250 MB, about what the
+#: Perfetto UI loads comfortably in a browser tab.
+MAX_TRACE_TASKS = 1_000_000
+MAX_LAYERS = 10_000
+MAX_GPUS = 2 ** 20
+MAX_SEQ_LEN = 2 ** 24
+MAX_DIM = 2 ** 24
+MAX_TOKENS_PER_MICROBATCH = 2 ** 26
+MAX_INT = 2 ** 53
+MAX_DOCUMENT_BYTES = 8 * 2 ** 20
+MAX_CSV_BYTES = 64 * 2 ** 20
+
+
+def check_actions(pp: int, vpp: int, microbatches: int, where: str = "schedule") -> None:
+    """Refuse a schedule of more than ``MAX_ACTIONS`` actions before generating it.
+
+    A schedule has at most 3 actions per (stage, microbatch) (F, I, W; F and B otherwise).
+
+    >>> check_actions(4, 1, 10_000_000)
+    Traceback (most recent call last):
+    ...
+    strategies.errors.ConfigError: schedule: pp*vpp*microbatches = 4*1*10000000 = 40000000 stage-microbatch pairs (up to 3 actions each) exceeds the limit of 666,666 (2,000,000 actions); use fewer microbatches (a larger micro_batch) or fewer stages
+    """
+    pairs = pp * vpp * microbatches
+    if pairs * 3 > MAX_ACTIONS:
+        raise ConfigError(f"{where}: pp*vpp*microbatches = {brief(pp)}*{brief(vpp)}*{brief(microbatches)} = "
+                          f"{brief(pairs)} stage-microbatch pairs "
+                          f"(up to 3 actions each) exceeds the limit of {MAX_ACTIONS // 3:,} ({MAX_ACTIONS:,} "
+                          f"actions); use fewer microbatches (a larger micro_batch) or fewer stages")
+
+
+#: Tasks a command that runs several simulations (compare, plan-recompute) may build in all: about
+#: a minute; ``compare`` keeps every run's graph for its table and plot (~4 GB at this limit).
+MAX_TOTAL_TASKS = 2 * MAX_TASKS
+
+
+def check_tasks(estimate: int, what: str, limit: int = MAX_TASKS) -> None:
+    """Refuse a run whose estimated task count exceeds ``limit`` (before building it)."""
+    if estimate > limit:
+        raise ConfigError(f"{what} would build about {estimate:,} tasks, over the limit of {limit:,} (about "
+                          f"{30 * limit // MAX_TASKS} s); use fewer microbatches (larger micro_batch), fewer layers per "
+                          f"stage, or options.fidelity: coarse (one task per chunk and pass)")
