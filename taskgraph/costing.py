@@ -38,13 +38,26 @@ class CostContext:
         return self.plan.strategy.training.precision
 
 
-def _comm_time(cluster, kind: str, nbytes: float, ranks: tuple[int, ...]) -> float:
-    return _cached_comm(cluster, kind, float(nbytes), ranks)
+def _comm_time(cluster, kind: str, nbytes: float, ranks: tuple[int, ...], share: tuple | None = None) -> float:
+    """Collective time on the representative's group ``ranks``; ``share = (axis, sizes, background)``
+    says every group of ``axis`` runs it at once, with ``background`` traffic of other axes, so the
+    network leg shares links (``topologies/fabric.py``; ignored when ``cluster.contention`` is off)."""
+    if share is not None and not getattr(cluster, "contention", False):
+        share = None
+    return _cached_comm(cluster, kind, float(nbytes), ranks, share)
 
 
 @lru_cache(maxsize=4096)
-def _cached_comm(cluster, kind, nbytes, ranks):
-    return collective_time(kind, nbytes, ranks, cluster)
+def _cached_comm(cluster, kind, nbytes, ranks, share=None):
+    if share is None:
+        return collective_time(kind, nbytes, ranks, cluster)
+    axis, sizes, background = share
+    return collective_time(kind, nbytes, ranks, cluster,
+                           share={"axis": axis, "sizes": sizes, "background": background})
+
+
+#: costing group name -> placement axis of the family of concurrent groups (Megatron dp-cp group).
+_FAMILY_AXIS = {"tp": "tp", "cp": "cp", "ep": "ep", "dp": "dp-cp"}
 
 
 def grad_bytes_per_param(plan: Plan) -> int:
@@ -73,7 +86,7 @@ def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bo
     async_bwd = plan.strategy.options.tp_async_backward
     for c in op.comms:
         ranks = groups[c.group]
-        secs = _comm_time(cluster, c.op, c.bytes, ranks)
+        secs = _comm_time(cluster, c.op, c.bytes, ranks, (_FAMILY_AXIS.get(c.group), plan.sizes, ()))
         slots[(c.phase, c.where)].append(Comm(f"{c.group}-comm", f"{c.group}-{c.op}", secs, "tp",
                                               overlaps=c.overlaps if async_bwd else ""))
     saved, rec = float(op.saved_activation_bytes), 0.0
@@ -97,8 +110,9 @@ def _zero3_comms(ctx: CostContext, ops, dp_group) -> tuple[tuple, tuple, tuple]:
     params = sum(op.params for op in ops)  # this TP shard's layer parameters, gathered over dp
     wbytes = DTYPE_BYTES[plan.strategy.training.precision] * params
     gbytes = grad_bytes_per_param(plan) * params
-    ag = _comm_time(plan.cluster, "all-gather", wbytes, dp_group)
-    rs = _comm_time(plan.cluster, "reduce-scatter", gbytes, dp_group)
+    share = ("dp-cp", plan.sizes, ())
+    ag = _comm_time(plan.cluster, "all-gather", wbytes, dp_group, share)
+    rs = _comm_time(plan.cluster, "reduce-scatter", gbytes, dp_group, share)
     return (Comm("dp-comm", "zero3-param-gather", ag, "dp", mem_bytes=wbytes),), \
         (Comm("dp-comm", "zero3-param-gather", ag, "dp", mem_bytes=wbytes),), \
         (Comm("dp-comm", "zero3-grad-reduce-scatter", rs, "dp"),)
@@ -136,7 +150,7 @@ def _context_id(plan: Plan) -> int | None:
     if opt.profile:
         return None
     key = (plan.model, plan.cluster, plan.sizes, plan.sp, plan.zero, tr.micro_batch, tr.seq_len, tr.precision,
-           opt.flash_attention, opt.fp32_grad_accum, opt.grad_bucket_mb, opt.tp_async_backward)
+           opt.flash_attention, opt.fp32_grad_accum, opt.grad_bucket_mb, opt.tp_async_backward, opt.overlap_grad_reduce)
     try:
         cid = _CONTEXTS.get(key)
     except TypeError:  # an unhashable field (a custom model spec holding a list, say)
@@ -302,6 +316,7 @@ def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, 
         BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_DP * s.dp)
     buckets: list[Bucket] = []
     total_params = 0.0
+    share = ("dp-cp", s, _pp_background(plan, layers))
     if plan.zero < 3:
         acc = 0.0
         for li in range(len(layers) - 1, -1, -1):
@@ -312,11 +327,11 @@ def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, 
                 acc += gb / gbp
                 total_params += gb / gbp
                 if acc >= limit_params:
-                    buckets.append(_bucket(plan, li, oi, acc, gbp, pbytes, dp_group))
+                    buckets.append(_bucket(plan, li, oi, acc, gbp, pbytes, dp_group, share))
                     acc = 0.0
         if acc > 0:  # the last (first-layer) bucket closes at the stage's first op with parameters
             li, oi = _first_param_op(layers)
-            buckets.append(_bucket(plan, li, oi, acc, gbp, pbytes, dp_group))
+            buckets.append(_bucket(plan, li, oi, acc, gbp, pbytes, dp_group, share))
     else:
         total_params = sum(op.grad_bytes for l in layers for op in l.ops) / gbp
     # Optimizer: each GPU updates its 1/dp shard with the distributed optimizer (ZeRO >= 1).
@@ -334,13 +349,30 @@ def _first_param_op(layers) -> tuple[int, int]:
     return 0, 0
 
 
-def _bucket(plan: Plan, li, oi, params, gbp, pbytes, dp_group) -> Bucket:
+def _pp_background(plan: Plan, layers) -> tuple:
+    """Pipeline traffic sharing the NICs while DP buckets reduce (overlapped with backward): every
+    rank sends one activation forward and one gradient backward per micro-batch, i.e. an average
+    demand of p2p bytes / (the stage's compute time per micro-batch) on each neighbour flow
+    (``topologies/fabric.py``, max-min fairness with demands). Empty without pp or overlap."""
+    s, tr, opt = plan.sizes, plan.strategy.training, plan.strategy.options
+    if s.pp < 2 or not opt.overlap_grad_reduce:
+        return ()
+    per_mb = sum(op.fwd + op.bwd_input + op.bwd_weight for l in layers for op in l.ops)
+    if per_mb <= 0:
+        return ()
+    p2p = DTYPE_BYTES[tr.precision] * tr.micro_batch * tr.seq_len / s.cp * plan.model.hidden / s.tp
+    # rounded so that stages with nearly equal compute share one cache entry
+    return (("pp", float(f"{p2p / per_mb:.3g}")),)
+
+
+def _bucket(plan: Plan, li, oi, params, gbp, pbytes, dp_group, share=None) -> Bucket:
     """Reduce: all-reduce (zero 0) or reduce-scatter (distributed optimizer, zero 1/2) of the bucket's
-    gradients; gather: all-gather of the updated bf16 parameters (zero >= 1)."""
+    gradients; gather: all-gather of the updated bf16 parameters (zero >= 1). All DP groups reduce
+    at once (``share``: the dp-cp family, plus pipeline traffic on the same NICs)."""
     c = plan.cluster
     if len(dp_group) == 1:
         return Bucket(li, oi, params * gbp, 0.0, 0.0)
     if plan.zero == 0:
-        return Bucket(li, oi, params * gbp, _comm_time(c, "all-reduce", params * gbp, dp_group), 0.0)
-    return Bucket(li, oi, params * gbp, _comm_time(c, "reduce-scatter", params * gbp, dp_group),
-                  _comm_time(c, "all-gather", params * pbytes, dp_group))
+        return Bucket(li, oi, params * gbp, _comm_time(c, "all-reduce", params * gbp, dp_group, share), 0.0)
+    return Bucket(li, oi, params * gbp, _comm_time(c, "reduce-scatter", params * gbp, dp_group, share),
+                  _comm_time(c, "all-gather", params * pbytes, dp_group, (share[0], share[1], ()) if share else None))
