@@ -17,6 +17,8 @@ from taskgraph.operators import embedding_operators, head_operators, layer_opera
 from taskgraph.plan import DTYPE_BYTES, Plan
 from topologies.collectives import collective_time
 from topologies.placement import group_ranks, rank_of
+from topologies.stragglers import stage_pace
+from taskgraph.overheads import host_bound, step_overhead_s
 
 #: Adam step bytes per parameter on the GPU that owns it: read fp32 grad (4), read+write fp32 master
 #: weight (8), first and second moments (8 + 8), write bf16/fp16 weight (2). Rajbhandari et al. 2020
@@ -256,9 +258,12 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
     """Operator-level cost records of one stage."""
     tr, opt, s = plan.strategy.training, plan.strategy.options, plan.sizes
     layers: list[LayerWork] = []
+    host_s = getattr(plan.cluster, "host_us_per_kernel", 0.0) * 1e-6
+    flash = opt.flash_attention
     if stage == 0:
         ops = embedding_operators(plan.model, dtype_bytes=dt, **kw)
-        layers.append(LayerWork("embedding", tuple(_op_cost(ctx, o, "none", groups, False) for o in ops)))
+        layers.append(LayerWork("embedding", host_bound(ops, [_op_cost(ctx, o, "none", groups, False) for o in ops],
+                                                        host_s, flash)))
     for li, policy in zip(lis, pols):
         moe = plan.model.is_moe_layer(li)
         key = (moe, policy, groups["tp"], groups["cp"], groups["ep"])
@@ -270,12 +275,25 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
                 fpre, bpre, bpost = _zero3_comms(ctx, ops, groups["dp"])
                 costs[0] = _with(costs[0], fwd_pre=fpre + costs[0].fwd_pre, bwd_post=costs[0].bwd_post + bpost)
                 costs[-1] = _with(costs[-1], bwd_pre=bpre + costs[-1].bwd_pre)
-            layer_cache[key] = tuple(costs)
+            layer_cache[key] = host_bound(ops, costs, host_s, flash)
         layers.append(LayerWork(f"layer{li}", layer_cache[key], policy))
     if stage == plan.schedule.num_stages - 1:
         ops = head_operators(plan.model, dtype_bytes=dt, **kw)
-        layers.append(LayerWork("head", tuple(_op_cost(ctx, o, "none", groups, False) for o in ops)))
-    return _stage_work(plan, tuple(layers), groups["dp"])
+        layers.append(LayerWork("head", host_bound(ops, [_op_cost(ctx, o, "none", groups, False) for o in ops],
+                                                   host_s, flash)))
+    st = _stage_work(plan, tuple(layers), groups["dp"])
+    return _paced(st, stage_pace(plan.cluster, plan.sizes, plan.schedule.stage_to_rank[stage]))
+
+
+def _paced(st: StageWork, f: float) -> StageWork:
+    """Stragglers (topologies/stragglers.py): the stage's compute runs at its slowest GPU's speed;
+    communication and the gradient buckets' collectives are unchanged."""
+    if f == 1.0:
+        return st
+    layers = tuple(replace(l, ops=tuple(replace(o, fwd=o.fwd * f, bwd_input=o.bwd_input * f,
+                                                       bwd_weight=o.bwd_weight * f) for o in l.ops))
+                   for l in st.layers)
+    return StageWork(layers, st.buckets, st.optimizer_s * f)
 
 
 def _coarse_stage(st: StageWork) -> StageWork:
@@ -338,6 +356,7 @@ def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, 
     shard = total_params / (s.dp * s.cp if plan.zero >= 1 else 1)
     gpu = plan.cluster.gpu
     opt_s = shard * ADAM_BYTES_PER_PARAM / (gpu.hbm_bandwidth * gpu.efficiency.hbm_efficiency)
+    opt_s += step_overhead_s(plan, shard)  # gradient norm (+ fp16 found-inf), taskgraph/overheads.py
     return StageWork(layers, tuple(buckets), opt_s)
 
 

@@ -25,7 +25,6 @@ GPU per node).
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
 
 #: ``tuning.cc`` ncclTunerConstantsDefaults.baseLatencies, microseconds, (LL, LL128, Simple).
@@ -208,4 +207,3 @@ def bus_bandwidth(coll: str, nbytes: float, seconds: float, n: int) -> float:
 
 
 __all__ = ["ALGORITHMS", "PROTOCOLS", "nccl_table", "nccl_choice", "bus_bandwidth"]
-_ = math
