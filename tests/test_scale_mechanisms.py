@@ -119,3 +119,22 @@ def test_per_gpu_throughput_falls_from_256_to_16384_gpus():
     small = _sim({"nodes": 32}, {"tp": 8, "pp": 2}, {"global_batch": 256})
     large = _sim({"nodes": 2048}, {"tp": 8, "pp": 2}, {"global_batch": 16384})
     assert large.training.tokens_per_s_per_gpu < small.training.tokens_per_s_per_gpu
+
+
+@pytest.mark.parametrize("cluster", [{"slow": {2: 0.8}}, {"gpu_speed_cv": 0.02},
+                                     {"network_topology": "fat-tree", "nodes_per_leaf": 1, "oversubscription": 4},
+                                     {"host_us_per_kernel": 200}])
+def test_every_mechanism_moves_both_fidelities_alike(cluster):
+    # costs enter through the cost records both lowerings consume: the effect (ratio to the plain
+    # run) agrees between operator and coarse fidelity
+    par = {"tp": 1, "pp": 2} if "oversubscription" in cluster else None
+    ratios = []
+    for fid in ("operator", "coarse"):
+        base = copy.deepcopy(BASE)
+        base["options"]["fidelity"] = fid
+        plain = _sim(None, par, base=base).report.makespan_s
+        ratios.append(_sim(cluster, par, base=base).report.makespan_s / plain)
+    assert ratios[0] > 1.0 and ratios[1] > 1.0
+    # 5%: the coarse lowering exposes DP communication differently (its own open issue), which
+    # shows when 4:1 oversubscription makes the DP reduction 1.8x longer
+    assert ratios[0] == pytest.approx(ratios[1], rel=0.05)

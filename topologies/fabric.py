@@ -271,6 +271,24 @@ def _axis_flows(axis: str, sizes, gpus_per_node: int):
     return ring_flows(all_groups(axis, sizes), gpus_per_node)
 
 
+@lru_cache(maxsize=64)
+def _family_flows(axis: str, sizes: Any, gpus_per_node: int, pattern: str):
+    """Flows of every group of ``axis`` (cached: a strategy sweep asks for the same family many
+    times) and, per global rank, the index of its group."""
+    groups = all_groups(axis, sizes)
+    src, dst, gid = PATTERNS[pattern](groups, gpus_per_node)
+    of_rank = {}
+    for i, grp in enumerate(groups):
+        for r in grp:
+            of_rank[r] = i
+    return groups, src, dst, gid, of_rank
+
+
+@lru_cache(maxsize=64)
+def _background_flows(axis: str, sizes: Any, gpus_per_node: int):
+    return _axis_flows(axis, sizes, gpus_per_node)[:2]
+
+
 @lru_cache(maxsize=512)
 def network_slowdown(cluster: Any, ranks: tuple[int, ...], axis: str | None = None, sizes: Any = None,
                      background: tuple[tuple[str, float], ...] = (), pattern: str = "ring") -> float:
@@ -285,8 +303,7 @@ def network_slowdown(cluster: Any, ranks: tuple[int, ...], axis: str | None = No
     """
     fab = fabric_of(cluster)
     g = cluster.gpus_per_node
-    flows = PATTERNS[pattern]
-    s1, d1, _ = flows([tuple(ranks)], g)
+    s1, d1, _ = PATTERNS[pattern]([tuple(ranks)], g)
     if len(s1) == 0:
         return 1.0
     # reference: the group's own flows on a non-blocking fabric (NIC limits only), which is what the
@@ -294,16 +311,21 @@ def network_slowdown(cluster: Any, ranks: tuple[int, ...], axis: str | None = No
     nonblocking = fab.capacity.copy()
     nonblocking[2 * fab.num_gpus:] = np.inf
     alone = max_min_rates(fab.routes(s1, d1), nonblocking).min()
-    groups = [grp for grp in all_groups(axis, sizes) if set(grp) != set(ranks)] if axis else []
-    src, dst, _ = flows(groups, g)
-    src, dst = np.concatenate([s1, src]), np.concatenate([d1, dst])
+    src, dst = s1, d1
+    if axis:
+        groups, fs, fd, fg, of_rank = _family_flows(axis, sizes, g, pattern)
+        mine = of_rank.get(ranks[0], -1)
+        if mine >= 0 and sorted(groups[mine]) == sorted(ranks):
+            keep = fg != mine  # the family minus this group (its flows are s1, d1)
+            fs, fd = fs[keep], fd[keep]
+        src, dst = np.concatenate([s1, fs]), np.concatenate([d1, fd])
     own = np.zeros(len(src), dtype=bool)
     own[:len(s1)] = True
     demand = [np.full(len(src), np.inf)]
     for bax, dem in background:
         if dem <= 0:
             continue
-        bs, bd, _ = _axis_flows(bax, sizes, g)
+        bs, bd = _background_flows(bax, sizes, g)
         if len(bs):
             src, dst = np.concatenate([src, bs]), np.concatenate([dst, bd])
             demand.append(np.full(len(bs), float(dem)))
