@@ -6,7 +6,8 @@ Reads ``benchmarks/validation/nccl_tests.csv`` (figures copied with their source
 ``all_reduce_perf`` and NCCL maintainers' peak figures), times each row's collective with
 :func:`topologies.collectives.collective_time` on the row's cluster preset (NCCL tuner model,
 ``topologies/nccl.py``), converts to nccl-tests bus bandwidth (``topologies.nccl.bus_bandwidth``,
-nccl-tests doc/PERFORMANCE.md) and prints predicted vs measured per row, with the mean and max
+nccl-tests doc/PERFORMANCE.md; a call takes at least the cluster's ``host_us_per_collective``, since
+nccl-tests issues calls back to back) and prints predicted vs measured per row, with the mean and max
 absolute error per regime: bandwidth-bound (S >= 256 MB), mid (1 MB <= S < 256 MB) and
 latency-bound (S < 1 MB). docs/validation.md reports the result.
 """
@@ -36,6 +37,9 @@ def predict(row: dict) -> float:
     n, size, coll = int(row["ranks"]), float(row["size_bytes"]), row["collective"]
     opts = {"algorithm": row["algorithm"]} if coll == "all-reduce" else {}
     t = collective_time(coll, size, list(range(n)), cluster, **opts)
+    # nccl-tests issues calls back to back: a call takes at least the host's issue cost
+    # (cluster.host_us_per_collective, taskgraph/overheads.py)
+    t = max(t, cluster.host_us_per_collective * 1e-6)
     return bus_bandwidth(coll, size, t, n) / 1e9
 
 

@@ -259,11 +259,12 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
     tr, opt, s = plan.strategy.training, plan.strategy.options, plan.sizes
     layers: list[LayerWork] = []
     host_s = getattr(plan.cluster, "host_us_per_kernel", 0.0) * 1e-6
+    host_c = getattr(plan.cluster, "host_us_per_collective", 0.0) * 1e-6
     flash = opt.flash_attention
     if stage == 0:
         ops = embedding_operators(plan.model, dtype_bytes=dt, **kw)
         layers.append(LayerWork("embedding", host_bound(ops, [_op_cost(ctx, o, "none", groups, False) for o in ops],
-                                                        host_s, flash)))
+                                                        host_s, flash, host_c)))
     for li, policy in zip(lis, pols):
         moe = plan.model.is_moe_layer(li)
         key = (moe, policy, groups["tp"], groups["cp"], groups["ep"])
@@ -275,12 +276,12 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
                 fpre, bpre, bpost = _zero3_comms(ctx, ops, groups["dp"])
                 costs[0] = _with(costs[0], fwd_pre=fpre + costs[0].fwd_pre, bwd_post=costs[0].bwd_post + bpost)
                 costs[-1] = _with(costs[-1], bwd_pre=bpre + costs[-1].bwd_pre)
-            layer_cache[key] = host_bound(ops, costs, host_s, flash)
+            layer_cache[key] = host_bound(ops, costs, host_s, flash, host_c)
         layers.append(LayerWork(f"layer{li}", layer_cache[key], policy))
     if stage == plan.schedule.num_stages - 1:
         ops = head_operators(plan.model, dtype_bytes=dt, **kw)
         layers.append(LayerWork("head", host_bound(ops, [_op_cost(ctx, o, "none", groups, False) for o in ops],
-                                                   host_s, flash)))
+                                                   host_s, flash, host_c)))
     st = _stage_work(plan, tuple(layers), groups["dp"])
     return _paced(st, stage_pace(plan.cluster, plan.sizes, plan.schedule.stage_to_rank[stage]))
 

@@ -11,8 +11,13 @@ path) and, when the host is slower, stretch the layer's compute by the differenc
 proportion to each op's time). Large layers never notice; small ones (hidden 2048, short
 sequences) become host-bound, as measured on small models. Kernels per op pass: one per GEMM
 (``op.gemms``), one for fused attention (four unfused: QK^T, softmax, dropout, PV), one for
-memory-bound kinds, one per collective. Default 10 us per kernel (``clusters.yaml``; the low
-middle of the 5-25 us range: Megatron and Transformer Engine fuse most elementwise work).
+memory-bound kinds. Default 10 us per kernel (``clusters.yaml``; the low middle of the 5-25 us
+range: Megatron and Transformer Engine fuse most elementwise work). An NCCL call costs the host more
+(enqueue, proxy hand-off, launch): ``cluster.host_us_per_collective``, taken from the small-message
+plateau of nccl-tests, which issues calls back to back so that a tiny all-reduce takes exactly the
+issue cost (Azure ND A100 v4, NCCL 2.18: ~45 us for 1-32 KB; ND H200 v5, NCCL 2.20: ~30 us;
+``benchmarks/validation/nccl_tests.csv``). This is a calibration on those microbenchmark rows,
+not on training rows.
 
 **Per-step costs** (added to the stage's optimizer step, which already streams Adam's state,
 ``taskgraph/costing.py``): Megatron's gradient clipping (``megatron/core/optimizer/clip_grads.py``
@@ -44,13 +49,15 @@ def op_kernels(op, pass_: str) -> int:
     return 1
 
 
-def host_bound(ops, costs, host_s: float, flash: bool = True):
+def host_bound(ops, costs, host_s: float, flash: bool = True, host_coll_s: float | None = None):
     """Stretch one layer's compute where the host dispatches slower than the GPU runs.
 
     ``ops`` and ``costs`` are parallel (operators and their :class:`OpCost`); returns new costs.
-    Forward and backward (input + weight gradients) are judged separately.
+    Forward and backward (input + weight gradients) are judged separately. ``host_s`` per kernel,
+    ``host_coll_s`` per collective (default ``host_s``).
     """
-    if host_s <= 0 or not costs:
+    coll_s = host_s if host_coll_s is None else host_coll_s
+    if (host_s <= 0 and coll_s <= 0) or not costs:
         return tuple(costs)
 
     def kernels(op, p):
@@ -59,15 +66,16 @@ def host_bound(ops, costs, host_s: float, flash: bool = True):
             k = 4
         return k
 
-    fwd_k = sum(kernels(o, "fwd") for o in ops) + sum(len(c.fwd_pre) + len(c.fwd_post) for c in costs)
-    bwd_k = (sum(kernels(o, "bwd_input") + kernels(o, "bwd_weight") for o in ops)
-             + sum(len(c.bwd_pre) + len(c.bwd_post) for c in costs))
+    fwd_h = (sum(kernels(o, "fwd") for o in ops) * host_s
+             + sum(len(c.fwd_pre) + len(c.fwd_post) for c in costs) * coll_s)
+    bwd_h = (sum(kernels(o, "bwd_input") + kernels(o, "bwd_weight") for o in ops) * host_s
+             + sum(len(c.bwd_pre) + len(c.bwd_post) for c in costs) * coll_s)
     fwd_c = sum(c.fwd for c in costs)
     bwd_c = sum(c.bwd_input + c.bwd_weight for c in costs)
     fwd_comm = sum(x.seconds for c in costs for x in c.fwd_pre + c.fwd_post)
     bwd_comm = sum(x.seconds for c in costs for x in c.bwd_pre + c.bwd_post)
-    ff = 1.0 + max(0.0, fwd_k * host_s - fwd_c - fwd_comm) / fwd_c if fwd_c > 0 else 1.0
-    fb = 1.0 + max(0.0, bwd_k * host_s - bwd_c - bwd_comm) / bwd_c if bwd_c > 0 else 1.0
+    ff = 1.0 + max(0.0, fwd_h - fwd_c - fwd_comm) / fwd_c if fwd_c > 0 else 1.0
+    fb = 1.0 + max(0.0, bwd_h - bwd_c - bwd_comm) / bwd_c if bwd_c > 0 else 1.0
     if ff == 1.0 and fb == 1.0:
         return tuple(costs)
     return tuple(replace(c, fwd=c.fwd * ff, bwd_input=c.bwd_input * fb, bwd_weight=c.bwd_weight * fb)

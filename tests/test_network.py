@@ -168,6 +168,8 @@ def test_nccl_model_is_the_preset_default_and_alpha_beta_stays_available():
     ("slow", {1: 1.5}, r"slow node 1 speed = 1.5 must be in \(0, 1\]"),
     ("slow", [1, 2], r"field 'slow'.*must map node index to speed"),
     ("gpu_speed_cv", 2, r"gpu_speed_cv.*out of range"),
+    ("host_us_per_collective", -1, r"host_us_per_collective.*out of range"),
+    ("host_us_per_kernel", "10us", r"host_us_per_kernel.*must be a finite number"),
 ])
 def test_bad_network_fields(field, value, pattern):
     with pytest.raises(ConfigError, match=pattern):

@@ -62,6 +62,9 @@ def test_host_bound_stretches_only_when_dispatch_outlasts_the_gpu():
     with_comm = [OpCost("a", fwd=3e-6, bwd_input=3e-6, fwd_post=(Comm("tp-comm", "ar", 30e-6),)),
                  OpCost("b", fwd=1e-6, bwd_input=1e-6)]
     assert host_bound(ops, with_comm, 10e-6)[0].fwd == 3e-6
+    # ... unless issuing the collective costs the host more: 2 x 10 + 1 x 40 = 60 us vs 34 us
+    out = host_bound(ops, with_comm, 10e-6, host_coll_s=40e-6)
+    assert sum(c.fwd for c in out) == pytest.approx(60e-6 - 30e-6)
 
 
 # --- end-to-end directions ---------------------------------------------------------------------

@@ -44,9 +44,12 @@ CLUSTER_FIELDS = (
     "nvlink_latency_us", "nvlink_efficiency", "nic_gbit", "nic_latency_us", "nic_efficiency",
     "collective_base_latency_us", "network_topology", "nodes_per_leaf", "spine_switches",
     "oversubscription", "collective_model", "slow", "gpu_speed_cv", "contention", "host_us_per_kernel",
+    "host_us_per_collective",
 )
 #: Host (CPU) dispatch time per kernel when a cluster file does not say (taskgraph/overheads.py).
 DEFAULT_HOST_US_PER_KERNEL = 10.0
+#: Host issue cost of one NCCL call when a cluster file does not say (taskgraph/overheads.py).
+DEFAULT_HOST_US_PER_COLLECTIVE = 30.0
 #: Collective cost models: NCCL's tuner model (``topologies/nccl.py``) or the alpha-beta closed forms.
 COLLECTIVE_MODELS = ("nccl", "alpha-beta")
 _PRESET_ONLY_FIELDS = ("aliases",)
@@ -82,6 +85,8 @@ class ClusterSpec:
         collective alone on idle links (the closed forms only).
     host_us_per_kernel: host CPU time to dispatch one kernel (PyTorch eager), microseconds; the GPU
         waits when a layer's dispatch outlasts its kernels (``taskgraph/overheads.py``). 0 = off.
+    host_us_per_collective: host cost of issuing one NCCL collective (enqueue, launch, completion as
+        nccl-tests measures back-to-back calls), microseconds; counted like host_us_per_kernel.
     """
 
     name: str
@@ -105,6 +110,7 @@ class ClusterSpec:
     gpu_speed_cv: float = 0.0
     contention: bool = True
     host_us_per_kernel: float = 0.0
+    host_us_per_collective: float = 0.0
 
     def __post_init__(self):
         where = f"cluster {self.name!r}"
@@ -139,9 +145,10 @@ class ClusterSpec:
             raise ConfigError(
                 f"{where}: collective_model = {self.collective_model!r} is not one of "
                 f"{', '.join(COLLECTIVE_MODELS)}{did_you_mean(str(self.collective_model), COLLECTIVE_MODELS)}")
-        h = self.host_us_per_kernel
-        if isinstance(h, bool) or not isinstance(h, (int, float)) or not math.isfinite(h) or h < 0:
-            raise ConfigError(f"{where}: host_us_per_kernel = {h!r} must be a number of microseconds >= 0")
+        for key in ("host_us_per_kernel", "host_us_per_collective"):
+            h = getattr(self, key)
+            if isinstance(h, bool) or not isinstance(h, (int, float)) or not math.isfinite(h) or h < 0:
+                raise ConfigError(f"{where}: {key} = {h!r} must be a number of microseconds >= 0")
         if not isinstance(self.contention, bool):
             raise ConfigError(f"{where}: contention = {self.contention!r} must be true or false")
         cv = self.gpu_speed_cv
@@ -397,6 +404,9 @@ def cluster_from_dict(data: Mapping, *, where: str = "cluster") -> ClusterSpec:
         contention=merged.get("contention", True),
         host_us_per_kernel=(float(number(merged, "host_us_per_kernel", where, strict=False))
                             if merged.get("host_us_per_kernel") is not None else DEFAULT_HOST_US_PER_KERNEL),
+        host_us_per_collective=(float(number(merged, "host_us_per_collective", where, strict=False))
+                                if merged.get("host_us_per_collective") is not None
+                                else DEFAULT_HOST_US_PER_COLLECTIVE),
         slow=tuple(sorted(slow.items(), key=lambda kv: str(kv[0]))),
         gpu_speed_cv=(float(number(merged, "gpu_speed_cv", where, strict=False, minimum=0.0, maximum=0.999))
                       if merged.get("gpu_speed_cv") is not None else 0.0),

@@ -36,10 +36,11 @@ from topologies.placement import as_sizes, coords_of
 
 
 def expected_max_std_normal(n: int) -> float:
-    """Blom's approximation of E[max of n i.i.d. standard normals]; 0 for n = 1.
+    """Blom's approximation of E[max of n i.i.d. standard normals]; 0 for n = 1 (exact for n = 2 is
+    1/sqrt(pi) = 0.564; Blom's is within 5% there and closer for larger n).
 
     >>> round(expected_max_std_normal(2), 3)
-    0.564
+    0.589
     """
     if n <= 1:
         return 0.0
