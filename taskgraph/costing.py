@@ -282,7 +282,7 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
         ops = head_operators(plan.model, dtype_bytes=dt, **kw)
         layers.append(LayerWork("head", host_bound(ops, [_op_cost(ctx, o, "none", groups, False) for o in ops],
                                                    host_s, flash, host_c)))
-    st = _stage_work(plan, tuple(layers), groups["dp"])
+    st = _stage_work(plan, tuple(layers), groups["dp"], groups)
     return _paced(st, stage_pace(plan.cluster, plan.sizes, plan.schedule.stage_to_rank[stage]))
 
 
@@ -325,7 +325,8 @@ def _with(c: OpCost, **kw) -> OpCost:
     return replace(c, **kw)
 
 
-def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, ...]) -> StageWork:
+def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, ...],
+                groups: dict | None = None) -> StageWork:
     """Gradient buckets in backward order (Megatron DDP) and the optimizer step of one stage."""
     s = plan.sizes
     gbp = grad_bytes_per_param(plan)
@@ -335,7 +336,7 @@ def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, 
         BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_DP * s.dp)
     buckets: list[Bucket] = []
     total_params = 0.0
-    share = ("dp-cp", s, _pp_background(plan, layers))
+    share = ("dp-cp", s, _pp_background(plan, layers) + _axis_background(plan, layers, groups or {}))
     if plan.zero < 3:
         acc = 0.0
         for li in range(len(layers) - 1, -1, -1):
@@ -367,6 +368,30 @@ def _first_param_op(layers) -> tuple[int, int]:
             if op.grad_bytes > 0:
                 return li, oi
     return 0, 0
+
+
+def _axis_background(plan: Plan, layers, groups: dict) -> tuple:
+    """TP / CP / EP collectives that cross nodes share the NICs with the overlapped DP reduction.
+    Each enters at its average demand: the fraction of a micro-batch's compute time its
+    collectives keep the NIC busy (their seconds / compute seconds, at most 0.9) times the NIC rate
+    (``topologies/fabric.py``, demand-capped flows). Empty when the axis stays inside a node."""
+    if not plan.strategy.options.overlap_grad_reduce or not getattr(plan.cluster, "contention", False):
+        return ()
+    per_mb = sum(op.fwd + op.bwd_input + op.bwd_weight for l in layers for op in l.ops)
+    if per_mb <= 0:
+        return ()
+    g = plan.cluster.gpus_per_node
+    out = []
+    for axis in ("tp", "cp", "ep"):
+        ranks = groups.get(axis, ())
+        if len(ranks) < 2 or len({r // g for r in ranks}) < 2:
+            continue
+        busy = sum(c.seconds for l in layers for op in l.ops
+                   for c in op.fwd_pre + op.fwd_post + op.bwd_pre + op.bwd_post if c.category == f"{axis}-comm")
+        if busy > 0:
+            duty = min(0.9, busy / per_mb)
+            out.append((axis, float(f"{duty * plan.cluster.nic_bandwidth:.3g}")))
+    return tuple(out)
 
 
 def _pp_background(plan: Plan, layers) -> tuple:

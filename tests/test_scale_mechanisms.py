@@ -141,3 +141,20 @@ def test_every_mechanism_moves_both_fidelities_alike(cluster):
     # 5%: the coarse lowering exposes DP communication differently (its own open issue), which
     # shows when 4:1 oversubscription makes the DP reduction 1.8x longer
     assert ratios[0] == pytest.approx(ratios[1], rel=0.05)
+
+
+def test_tensor_parallel_traffic_across_nodes_slows_the_dp_reduction():
+    # 4-GPU nodes: tp 8 spans two nodes, its all-reduces use the NICs the overlapped DP
+    # reduce-scatter needs; the DP bucket takes longer than on idle links (tp 4 stays in a node)
+    from taskgraph.costing import build_work
+    from taskgraph.plan import resolve
+
+    def bucket_s(tp, contention):
+        d = copy.deepcopy(BASE)
+        d["cluster"].update({"nodes": 8, "gpus_per_node": 4, "contention": contention})
+        d["parallel"].update({"tp": tp, "pp": 1})
+        work = build_work(resolve(parse_strategy(d)))
+        return max(b.reduce_s for st in work.stages for b in st.buckets)
+
+    assert bucket_s(8, True) > bucket_s(8, False)
+    assert bucket_s(4, True) == bucket_s(4, False)
