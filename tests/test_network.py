@@ -180,3 +180,53 @@ def test_tree_algorithm_needs_nccl_model():
     ab = get_cluster("dgx-h100", nodes=2, collective_model="alpha-beta")
     with pytest.raises(ConfigError, match="needs collective_model: nccl"):
         all_reduce(1e6, list(range(16)), ab, algorithm="tree")
+
+
+# --- max-min invariants (Hypothesis) -----------------------------------------------------------
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@st.composite
+def _flow_sets(draw):
+    nlinks = draw(st.integers(1, 5))
+    cap = draw(st.lists(st.floats(1.0, 100.0), min_size=nlinks, max_size=nlinks))
+    nflows = draw(st.integers(1, 8))
+    links = []
+    for _ in range(nflows):
+        k = draw(st.integers(1, min(3, nlinks)))
+        chosen = draw(st.lists(st.integers(0, nlinks - 1), min_size=k, max_size=k, unique=True))
+        links.append(chosen + [-1] * (3 - k))
+    demand = draw(st.lists(st.one_of(st.just(float("inf")), st.floats(0.5, 50.0)), min_size=nflows,
+                           max_size=nflows))
+    return np.array(links), np.array(cap), np.array(demand)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_flow_sets())
+def test_max_min_is_feasible_and_every_flow_is_bottlenecked(case):
+    links, cap, demand = case
+    rate = max_min_rates(links, cap, demand)
+    load = np.zeros(len(cap))
+    for f, ls in enumerate(links):
+        for l in ls[ls >= 0]:
+            load[l] += rate[f]
+    assert (load <= cap * (1 + 1e-6)).all()  # no link over capacity
+    assert (rate <= demand * (1 + 1e-6)).all()
+    for f, ls in enumerate(links):  # max-min: at its demand, or on a saturated link where it is largest
+        if rate[f] >= demand[f] * (1 - 1e-6):
+            continue
+        ok = False
+        for l in ls[ls >= 0]:
+            on = [g for g, lg in enumerate(links) if l in lg]
+            if load[l] >= cap[l] * (1 - 1e-6) and rate[f] >= max(rate[on]) * (1 - 1e-6):
+                ok = True
+        assert ok
+
+
+# --- nccl-tests: the bandwidth regime stays within 10% -----------------------------------------
+def test_nccl_tests_bandwidth_regime_within_ten_percent():
+    from benchmarks.nccl_tests import evaluate, load_rows
+    rows = [r for r in load_rows() if float(r["size_bytes"]) >= 256 << 20]
+    assert len(rows) >= 10
+    worst = max(abs(r["error"]) for r in evaluate(rows))
+    assert worst < 0.10
