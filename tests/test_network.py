@@ -169,6 +169,9 @@ def test_nccl_model_is_the_preset_default_and_alpha_beta_stays_available():
     ("slow", [1, 2], r"field 'slow'.*must map node index to speed"),
     ("gpu_speed_cv", 2, r"gpu_speed_cv.*out of range"),
     ("host_us_per_collective", -1, r"host_us_per_collective.*out of range"),
+    ("node_gpus", {9: "A100-SXM-80GB"}, r"node_gpus node 9 is not a node"),
+    ("node_gpus", {1: "h1000"}, r"h1000"),
+    ("node_gpus", ["A100-SXM-80GB"], r"field 'node_gpus'.*must map node index to a GPU name"),
     ("host_us_per_kernel", "10us", r"host_us_per_kernel.*must be a finite number"),
 ])
 def test_bad_network_fields(field, value, pattern):

@@ -158,3 +158,14 @@ def test_tensor_parallel_traffic_across_nodes_slows_the_dp_reduction():
 
     assert bucket_s(8, True) > bucket_s(8, False)
     assert bucket_s(4, True) == bucket_s(4, False)
+
+
+def test_a_node_of_a_slower_gpu_model_paces_like_a_slow_node():
+    c = get_cluster("dgx-h100", nodes=4, node_gpus={1: "A100-SXM-80GB"})
+    sizes = ParallelSizes(tp=8, pp=4)
+    ratio = c.gpu.peak_flops("bf16") / c.node_gpus[0][1].peak_flops("bf16")
+    assert stage_pace(c, sizes, 1) == pytest.approx(ratio) and stage_pace(c, sizes, 0) == 1.0
+    assert "slow node 1" in pace_summary(c, sizes)
+    # a faster GPU in the mix does not speed its peers up
+    c2 = get_cluster("dgx-a100-80g", nodes=4, node_gpus={1: "H100-SXM-80GB"})
+    assert stage_pace(c2, sizes, 1) == 1.0

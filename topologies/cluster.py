@@ -44,7 +44,7 @@ CLUSTER_FIELDS = (
     "nvlink_latency_us", "nvlink_efficiency", "nic_gbit", "nic_latency_us", "nic_efficiency",
     "collective_base_latency_us", "network_topology", "nodes_per_leaf", "spine_switches",
     "oversubscription", "collective_model", "slow", "gpu_speed_cv", "contention", "host_us_per_kernel",
-    "host_us_per_collective",
+    "host_us_per_collective", "node_gpus",
 )
 #: Host (CPU) dispatch time per kernel when a cluster file does not say (taskgraph/overheads.py).
 DEFAULT_HOST_US_PER_KERNEL = 10.0
@@ -85,6 +85,9 @@ class ClusterSpec:
         collective alone on idle links (the closed forms only).
     host_us_per_kernel: host CPU time to dispatch one kernel (PyTorch eager), microseconds; the GPU
         waits when a layer's dispatch outlasts its kernels (``taskgraph/overheads.py``). 0 = off.
+    node_gpus: ``((node, GPUSpec), ...)`` nodes holding another GPU model than ``gpu`` (mixed node
+        groups; ``node_gpus: {0: A100-SXM-40GB}`` in YAML); they pace their pipeline rank like slow
+        nodes, at the ratio of dense bf16 peaks (``topologies/stragglers.py``).
     host_us_per_collective: host cost of issuing one NCCL collective (enqueue, launch, completion as
         nccl-tests measures back-to-back calls), microseconds; counted like host_us_per_kernel.
     """
@@ -111,6 +114,7 @@ class ClusterSpec:
     contention: bool = True
     host_us_per_kernel: float = 0.0
     host_us_per_collective: float = 0.0
+    node_gpus: tuple = ()
 
     def __post_init__(self):
         where = f"cluster {self.name!r}"
@@ -155,6 +159,13 @@ class ClusterSpec:
         if isinstance(cv, bool) or not isinstance(cv, (int, float)) or not math.isfinite(cv) or not 0 <= cv < 1:
             raise ConfigError(f"{where}: gpu_speed_cv = {cv!r} must be a number in [0, 1) (e.g. 0.02 for 2% "
                               f"spread of per-GPU speed)")
+        for item in self.node_gpus:
+            node, g = item
+            if isinstance(node, bool) or not isinstance(node, Integral) or not 0 <= node < self.nodes:
+                raise ConfigError(f"{where}: node_gpus node {node!r} is not a node of this cluster "
+                                  f"(0..{self.nodes - 1}); write `node_gpus: {{3: A100-SXM-40GB}}`")
+            if not isinstance(g, GPUSpec):
+                raise ConfigError(f"{where}: node_gpus[{node}] must be a GPUSpec (use topologies.gpus.get_gpu)")
         for item in self.slow:
             node, speed = item
             if isinstance(node, bool) or not isinstance(node, Integral) or not 0 <= node < self.nodes:
@@ -374,6 +385,12 @@ def cluster_from_dict(data: Mapping, *, where: str = "cluster") -> ClusterSpec:
     if model not in COLLECTIVE_MODELS:
         raise ConfigError(f"{where}: field 'collective_model' = {model!r} is not one of "
                           f"{', '.join(COLLECTIVE_MODELS)}{did_you_mean(str(model), COLLECTIVE_MODELS)}")
+    node_gpus = merged.get("node_gpus") or {}
+    if not isinstance(node_gpus, Mapping):
+        raise ConfigError(f"{where}: field 'node_gpus' = {node_gpus!r} must map node index to a GPU name, e.g. "
+                          f"`node_gpus: {{3: A100-SXM-40GB}}`")
+    node_gpus = tuple(sorted(((k, _gpu_field(v, f"{where}: node_gpus[{k}]")) for k, v in node_gpus.items()),
+                             key=lambda kv: str(kv[0])))
     slow = merged.get("slow") or {}
     if not isinstance(slow, Mapping):
         raise ConfigError(f"{where}: field 'slow' = {slow!r} must map node index to speed, e.g. `slow: {{17: 0.8}}`")
@@ -408,6 +425,7 @@ def cluster_from_dict(data: Mapping, *, where: str = "cluster") -> ClusterSpec:
                                 if merged.get("host_us_per_collective") is not None
                                 else DEFAULT_HOST_US_PER_COLLECTIVE),
         slow=tuple(sorted(slow.items(), key=lambda kv: str(kv[0]))),
+        node_gpus=node_gpus,
         gpu_speed_cv=(float(number(merged, "gpu_speed_cv", where, strict=False, minimum=0.0, maximum=0.999))
                       if merged.get("gpu_speed_cv") is not None else 0.0),
     )

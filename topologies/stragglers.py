@@ -55,15 +55,29 @@ def variation_factor(cv: float, n: int) -> float:
     return 1.0 / max(slowest, 1e-3)
 
 
+def node_speeds(cluster: Any) -> tuple[tuple[int, float], ...]:
+    """(node, speed) of every node slower than nominal: named slow nodes, and nodes of another GPU
+    model (``cluster.node_gpus``) at the ratio of dense bf16 peaks, capped at 1 (a faster GPU
+    cannot speed up its synchronous peers). Memory differences are not modelled."""
+    speeds: dict[int, float] = {}
+    base = cluster.gpu.peak_flops("bf16")
+    for node, gpu in getattr(cluster, "node_gpus", ()):
+        speeds[int(node)] = min(1.0, gpu.peak_flops("bf16") / base)
+    for node, speed in cluster.slow:
+        speeds[int(node)] = min(speeds.get(int(node), 1.0), float(speed))
+    return tuple(sorted((n, v) for n, v in speeds.items() if v < 1.0))
+
+
 @lru_cache(maxsize=256)
 def _slow_by_prank(cluster: Any, sizes: Any) -> dict:
     """pipeline rank -> (slowest named speed, node) among its GPUs."""
     out: dict[int, tuple[float, int]] = {}
-    if not cluster.slow:
+    slow = node_speeds(cluster)
+    if not slow:
         return out
     s = as_sizes(sizes)
     g = cluster.gpus_per_node
-    for node, speed in cluster.slow:
+    for node, speed in slow:
         for r in range(node * g, min((node + 1) * g, s.world_size)):
             p = coords_of(r, s)["pp"]
             if p not in out or speed < out[p][0]:
@@ -87,7 +101,7 @@ def pace_summary(cluster: Any, sizes: Any) -> str:
     s = as_sizes(sizes)
     parts = []
     for p, (speed, node) in sorted(_slow_by_prank(cluster, s).items()):
-        parts.append(f"slow node {node} (speed {speed:g}) paces pipeline rank {p}")
+        parts.append(f"slow node {node} (speed {speed:.3g}) paces pipeline rank {p}")
     n = s.tp * s.cp * s.dp
     f = variation_factor(float(cluster.gpu_speed_cv), n)
     if f > 1.0:
