@@ -10,6 +10,8 @@ reference is written below, same semantics, simplest code, timed the same way an
 the engine runs), whether both give identical timelines, and the peak memory per task of one
 engine call measured with ``tracemalloc`` (Python and numpy allocations made during the call,
 graph arrays excluded; a separate, slower run). Prints the machine description first.
+``--network`` runs ``benchmarks/network.py`` instead: end-to-end time of the GPT-3 175B example with
+the network model (NCCL tuner + link sharing) on and switched off, same run.
 """
 from __future__ import annotations
 
@@ -129,7 +131,12 @@ def main(argv=None) -> int:
                     ", ".join(GENERATORS) + " and any strategy graphs)")
     ap.add_argument("--repeat", type=int, default=3, help="timed runs per engine (median reported)")
     ap.add_argument("--json", default=None, help="also write the results as JSON to this path")
+    ap.add_argument("--network", action="store_true",
+                    help="instead: cost of the network model on vs off, same run (benchmarks/network.py)")
     args = ap.parse_args(argv)
+    if args.network:
+        from benchmarks.network import main as network_main
+        return network_main(["--repeat", str(args.repeat), "--scale"])
     sizes_arg = args.sizes or ("1e4,1e5" if args.quick else "1e4,1e5,1e6")
     sizes = [int(float(s)) for s in sizes_arg.split(",") if s.strip()]
     kinds = dict(GENERATORS)

@@ -50,6 +50,7 @@ class TrainingReport:
     per_stage: tuple[StageReport, ...]
     train_days: float | None
     train_gpu_hours: float | None
+    pace: str = ""  # which slow node / GPU spread sets the pace (topologies/stragglers.py), '' if none
 
     def to_json(self) -> dict:
         d = {k: v for k, v in self.__dict__.items() if k != "per_stage"}
@@ -125,6 +126,7 @@ def recompute_flops_per_microbatch(plan) -> float:
 
 def training_report(plan, work, graph: TaskGraph, result: SimResult, rep: Report) -> TrainingReport:
     from taskgraph.operators import model_flops_per_token
+    from topologies.stragglers import pace_summary
     tr = plan.strategy.training
     s = plan.sizes
     it = rep.makespan_s
@@ -160,6 +162,7 @@ def training_report(plan, work, graph: TaskGraph, result: SimResult, rep: Report
         model_flops_per_iteration=model_flops, hardware_flops_per_iteration=model_flops + recompute,
         num_gpus=n, gpus_per_simulated_rank=s.tp * s.cp * s.dp, microbatches=plan.microbatches,
         per_stage=tuple(per_stage), train_days=days, train_gpu_hours=gpu_hours,
+        pace=pace_summary(plan.cluster, plan.sizes),
     )
 
 
@@ -181,6 +184,8 @@ def format_training_report(tr: TrainingReport, rep: Report, title: str = "") -> 
     total = cp.length_s or 1.0
     parts = ", ".join(f"{k} {v:.3f} s ({100 * v / total:.0f}%)" for k, v in list(cp.by_category.items())[:6])
     lines.append(f"critical path: {parts}")
+    if tr.pace:
+        lines.append(f"pace: {tr.pace}")
     if tr.train_days is not None:
         lines.append(f"time to train: {tr.train_days:.1f} days, {tr.train_gpu_hours:,.0f} GPU-hours")
     return "\n".join(lines)

@@ -17,6 +17,8 @@ from taskgraph.operators import embedding_operators, head_operators, layer_opera
 from taskgraph.plan import DTYPE_BYTES, Plan
 from topologies.collectives import collective_time
 from topologies.placement import group_ranks, rank_of
+from topologies.stragglers import stage_pace
+from taskgraph.overheads import host_bound, step_overhead_s
 
 #: Adam step bytes per parameter on the GPU that owns it: read fp32 grad (4), read+write fp32 master
 #: weight (8), first and second moments (8 + 8), write bf16/fp16 weight (2). Rajbhandari et al. 2020
@@ -38,13 +40,26 @@ class CostContext:
         return self.plan.strategy.training.precision
 
 
-def _comm_time(cluster, kind: str, nbytes: float, ranks: tuple[int, ...]) -> float:
-    return _cached_comm(cluster, kind, float(nbytes), ranks)
+def _comm_time(cluster, kind: str, nbytes: float, ranks: tuple[int, ...], share: tuple | None = None) -> float:
+    """Collective time on the representative's group ``ranks``; ``share = (axis, sizes, background)``
+    says every group of ``axis`` runs it at once, with ``background`` traffic of other axes, so the
+    network leg shares links (``topologies/fabric.py``; ignored when ``cluster.contention`` is off)."""
+    if share is not None and not getattr(cluster, "contention", False):
+        share = None
+    return _cached_comm(cluster, kind, float(nbytes), ranks, share)
 
 
 @lru_cache(maxsize=4096)
-def _cached_comm(cluster, kind, nbytes, ranks):
-    return collective_time(kind, nbytes, ranks, cluster)
+def _cached_comm(cluster, kind, nbytes, ranks, share=None):
+    if share is None:
+        return collective_time(kind, nbytes, ranks, cluster)
+    axis, sizes, background = share
+    return collective_time(kind, nbytes, ranks, cluster,
+                           share={"axis": axis, "sizes": sizes, "background": background})
+
+
+#: costing group name -> placement axis of the family of concurrent groups (Megatron dp-cp group).
+_FAMILY_AXIS = {"tp": "tp", "cp": "cp", "ep": "ep", "dp": "dp-cp"}
 
 
 def grad_bytes_per_param(plan: Plan) -> int:
@@ -73,7 +88,7 @@ def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bo
     async_bwd = plan.strategy.options.tp_async_backward
     for c in op.comms:
         ranks = groups[c.group]
-        secs = _comm_time(cluster, c.op, c.bytes, ranks)
+        secs = _comm_time(cluster, c.op, c.bytes, ranks, (_FAMILY_AXIS.get(c.group), plan.sizes, ()))
         overlaps = c.overlaps if async_bwd else ""
         if c.overlaps == "attn":
             # ring attention (Liu 2023 Section 3): cp-1 exchanges, each hidden behind one chunk's
@@ -106,11 +121,18 @@ def shard_groups(plan: Plan, dp_group: tuple) -> tuple[tuple, tuple]:
     return tuple(dp_group[:k]), tuple(dp_group[::k])
 
 
-def _grad_reduce_time(plan: Plan, gbytes: float, dp_group: tuple) -> float:
+def _shard_share(plan: Plan, dp_group: tuple):
+    """The contention family of ZeRO collectives: every dp x cp group at once when the shard group is
+    the whole dp x cp group; None for HSDP sub-groups (not an axis of the placement)."""
+    shard, _ = shard_groups(plan, dp_group)
+    return ("dp-cp", plan.sizes, ()) if len(shard) == len(dp_group) else None
+
+
+def _grad_reduce_time(plan: Plan, gbytes: float, dp_group: tuple, share=None) -> float:
     """Reduce-scatter of gradients over the shard group, then (HSDP) all-reduce of the shard over the
     replica group (PyTorch HSDP: reduce-scatter intra-shard-group, all-reduce inter)."""
     shard, rep = shard_groups(plan, dp_group)
-    t = _comm_time(plan.cluster, "reduce-scatter", gbytes, shard) if len(shard) > 1 else 0.0
+    t = _comm_time(plan.cluster, "reduce-scatter", gbytes, shard, share) if len(shard) > 1 else 0.0
     if len(rep) > 1:
         t += _comm_time(plan.cluster, "all-reduce", gbytes / len(shard), rep)
     return t
@@ -150,10 +172,11 @@ def _zero3_comms(ctx: CostContext, ops, dp_group, fwd_hide: float, bwd_hide: flo
     gbytes = grad_bytes_per_param(plan) * params
     shard, _ = shard_groups(plan, dp_group)
     g_fwd, g_bwd, rs_each = fsdp_layer_comms(plan)
-    ag = _comm_time(plan.cluster, "all-gather", wbytes, shard) if len(shard) > 1 else 0.0
+    ag = _comm_time(plan.cluster, "all-gather", wbytes, shard, _shard_share(plan, dp_group)) if len(shard) > 1 else 0.0
     fpre = (Comm("dp-comm", "zero3-param-gather", max(0.0, ag - fwd_hide), "dp", mem_bytes=wbytes),) if g_fwd else ()
     bpre = (Comm("dp-comm", "zero3-param-gather", max(0.0, ag - bwd_hide), "dp", mem_bytes=wbytes),) if g_bwd else ()
-    bpost = (Comm("dp-comm", "zero3-grad-reduce-scatter", _grad_reduce_time(plan, gbytes, dp_group), "dp"),) \
+    bpost = (Comm("dp-comm", "zero3-grad-reduce-scatter", _grad_reduce_time(plan, gbytes, dp_group,
+                                                                            _shard_share(plan, dp_group)), "dp"),) \
         if rs_each else ()
     return fpre, bpre, bpost
 
@@ -192,7 +215,7 @@ def _context_id(plan: Plan) -> int | None:
         return None
     key = (plan.model, plan.cluster, plan.sizes, plan.sp, plan.zero, tr.micro_batch, tr.seq_len, tr.precision,
            opt.flash_attention, opt.fp32_grad_accum, opt.grad_bucket_mb, opt.tp_async_backward, opt.moe_load,
-           opt.cp_comm, opt.cp_load_balance, plan.shard_size, plan.reshard_after_forward)
+           opt.cp_comm, opt.cp_load_balance, plan.shard_size, plan.reshard_after_forward, opt.overlap_grad_reduce)
     try:
         cid = _CONTEXTS.get(key)
     except TypeError:  # an unhashable field (a custom model spec holding a list, say)
@@ -267,7 +290,10 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
         if cid is None:
             stages.append(_build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw))
             continue
+        # a named slow node paces only the pipeline rank holding it (topologies/stragglers.py), so the
+        # stage's pace is part of the key along with its groups' placement
         sig = (cid, stage == 0, stage == S - 1, _groups_sig(plan.cluster, s, prank),
+               stage_pace(plan.cluster, s, prank),
                tuple((plan.model.layer_kind(li), p) for li, p in zip(lis, pols)))
         if coarse:
             stages.append(_memo(("coarse",) + sig, lambda: _coarse_stage(
@@ -324,9 +350,13 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
     """Operator-level cost records of one stage."""
     tr, opt, s = plan.strategy.training, plan.strategy.options, plan.sizes
     layers: list[LayerWork] = []
+    host_s = getattr(plan.cluster, "host_us_per_kernel", 0.0) * 1e-6
+    host_c = getattr(plan.cluster, "host_us_per_collective", 0.0) * 1e-6
+    flash = opt.flash_attention
     if stage == 0:
         ops = embedding_operators(plan.model, dtype_bytes=dt, **kw)
-        layers.append(LayerWork("embedding", tuple(_op_cost(ctx, o, "none", groups, False) for o in ops)))
+        layers.append(LayerWork("embedding", host_bound(ops, [_op_cost(ctx, o, "none", groups, False) for o in ops],
+                                                        host_s, flash, host_c)))
     for j, (li, policy) in enumerate(zip(lis, pols)):
         # ZeRO-3 prefetch hides a gather behind the previous layer of the pass: the stage's first
         # layer (forward) and last layer (backward) have nothing to hide behind
@@ -344,13 +374,26 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
                                                  0.0 if edge[1] else bwd_c)
                 costs[0] = _with(costs[0], fwd_pre=fpre + costs[0].fwd_pre, bwd_post=costs[0].bwd_post + bpost)
                 costs[-1] = _with(costs[-1], bwd_pre=bpre + costs[-1].bwd_pre)
-            layer_cache[key] = tuple(costs)
+            layer_cache[key] = host_bound(ops, costs, host_s, flash, host_c)
         layers.append(LayerWork(f"layer{li}", layer_cache[key], policy))
     if stage == plan.schedule.num_stages - 1:
         ops = head_operators(plan.model, dtype_bytes=dt, ep=s.ep, flash_attention=opt.flash_attention,
                              moe_load=opt.moe_load, **kw)
-        layers.append(LayerWork("head", tuple(_op_cost(ctx, o, "none", groups, False) for o in ops)))
-    return _stage_work(plan, tuple(layers), groups["dp"])
+        layers.append(LayerWork("head", host_bound(ops, [_op_cost(ctx, o, "none", groups, False) for o in ops],
+                                                   host_s, flash, host_c)))
+    st = _stage_work(plan, tuple(layers), groups["dp"], groups)
+    return _paced(st, stage_pace(plan.cluster, plan.sizes, plan.schedule.stage_to_rank[stage]))
+
+
+def _paced(st: StageWork, f: float) -> StageWork:
+    """Stragglers (topologies/stragglers.py): the stage's compute runs at its slowest GPU's speed;
+    communication and the gradient buckets' collectives are unchanged."""
+    if f == 1.0:
+        return st
+    layers = tuple(replace(l, ops=tuple(replace(o, fwd=o.fwd * f, bwd_input=o.bwd_input * f,
+                                                       bwd_weight=o.bwd_weight * f) for o in l.ops))
+                   for l in st.layers)
+    return StageWork(layers, st.buckets, st.optimizer_s * f)
 
 
 def _coarse_stage(st: StageWork) -> StageWork:
@@ -381,7 +424,8 @@ def _with(c: OpCost, **kw) -> OpCost:
     return replace(c, **kw)
 
 
-def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, ...]) -> StageWork:
+def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, ...],
+                groups: dict | None = None) -> StageWork:
     """Gradient buckets in backward order (Megatron DDP) and the optimizer step of one stage."""
     s = plan.sizes
     gbp = grad_bytes_per_param(plan)
@@ -391,6 +435,7 @@ def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, 
         BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_DP * s.dp)
     buckets: list[Bucket] = []
     total_params = 0.0
+    share = ("dp-cp", s, _pp_background(plan, layers) + _axis_background(plan, layers, groups or {}))
     if not fsdp_layer_comms(plan)[2]:   # gradients reduced in buckets at the end (DDP / ZeRO 1-2 / FSDP + PP)
         acc = 0.0
         for li in range(len(layers) - 1, -1, -1):
@@ -401,17 +446,18 @@ def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, 
                 acc += gb / gbp
                 total_params += gb / gbp
                 if acc >= limit_params:
-                    buckets.append(_bucket(plan, li, oi, acc, gbp, pbytes, dp_group))
+                    buckets.append(_bucket(plan, li, oi, acc, gbp, pbytes, dp_group, share))
                     acc = 0.0
         if acc > 0:  # the last (first-layer) bucket closes at the stage's first op with parameters
             li, oi = _first_param_op(layers)
-            buckets.append(_bucket(plan, li, oi, acc, gbp, pbytes, dp_group))
+            buckets.append(_bucket(plan, li, oi, acc, gbp, pbytes, dp_group, share))
     else:
         total_params = sum(op.grad_bytes for l in layers for op in l.ops) / gbp
     # Optimizer: each GPU updates its 1/dp shard with the distributed optimizer (ZeRO >= 1; HSDP: 1/dp_shard).
     shard = total_params / (plan.shard_size if plan.zero >= 1 else 1)
     gpu = plan.cluster.gpu
     opt_s = shard * ADAM_BYTES_PER_PARAM / (gpu.hbm_bandwidth * gpu.efficiency.hbm_efficiency)
+    opt_s += step_overhead_s(plan, shard)  # gradient norm (+ fp16 found-inf), taskgraph/overheads.py
     return StageWork(layers, tuple(buckets), opt_s)
 
 
@@ -423,16 +469,60 @@ def _first_param_op(layers) -> tuple[int, int]:
     return 0, 0
 
 
-def _bucket(plan: Plan, li, oi, params, gbp, pbytes, dp_group) -> Bucket:
+def _axis_background(plan: Plan, layers, groups: dict) -> tuple:
+    """TP / CP / EP collectives that cross nodes share the NICs with the overlapped DP reduction.
+    Each enters at its average demand: the fraction of a micro-batch's compute time its
+    collectives keep the NIC busy (their seconds / compute seconds, at most 0.9) times the NIC rate
+    (``topologies/fabric.py``, demand-capped flows). Empty when the axis stays inside a node."""
+    if not plan.strategy.options.overlap_grad_reduce or not getattr(plan.cluster, "contention", False):
+        return ()
+    per_mb = sum(op.fwd + op.bwd_input + op.bwd_weight for l in layers for op in l.ops)
+    if per_mb <= 0:
+        return ()
+    g = plan.cluster.gpus_per_node
+    out = []
+    for axis in ("tp", "cp", "ep"):
+        ranks = groups.get(axis, ())
+        if len(ranks) < 2 or len({r // g for r in ranks}) < 2:
+            continue
+        busy = sum(c.seconds for l in layers for op in l.ops
+                   for c in op.fwd_pre + op.fwd_post + op.bwd_pre + op.bwd_post if c.category == f"{axis}-comm")
+        if busy > 0:
+            duty = min(0.9, busy / per_mb)
+            out.append((axis, float(f"{duty * plan.cluster.nic_bandwidth:.3g}")))
+    return tuple(out)
+
+
+def _pp_background(plan: Plan, layers) -> tuple:
+    """Pipeline traffic sharing the NICs while DP buckets reduce (overlapped with backward): every
+    rank sends one activation forward and one gradient backward per micro-batch, i.e. an average
+    demand of p2p bytes / (the stage's compute time per micro-batch) on each neighbour flow
+    (``topologies/fabric.py``, max-min fairness with demands). Empty without pp or overlap."""
+    s, tr, opt = plan.sizes, plan.strategy.training, plan.strategy.options
+    if s.pp < 2 or not opt.overlap_grad_reduce:
+        return ()
+    per_mb = sum(op.fwd + op.bwd_input + op.bwd_weight for l in layers for op in l.ops)
+    if per_mb <= 0:
+        return ()
+    p2p = DTYPE_BYTES[tr.precision] * tr.micro_batch * tr.seq_len / s.cp * plan.model.hidden / s.tp
+    # rounded so that stages with nearly equal compute share one cache entry
+    return (("pp", float(f"{p2p / per_mb:.3g}")),)
+
+
+def _bucket(plan: Plan, li, oi, params, gbp, pbytes, dp_group, share=None) -> Bucket:
     """Reduce: all-reduce (zero 0) or reduce-scatter (distributed optimizer, zero 1/2) of the bucket's
-    gradients; gather: all-gather of the updated bf16 parameters (zero >= 1)."""
+    gradients; gather: all-gather of the updated bf16 parameters (zero >= 1). All DP groups reduce
+    at once (``share``: the dp-cp family, plus pipeline traffic on the same NICs)."""
     c = plan.cluster
     if len(dp_group) == 1:
         return Bucket(li, oi, params * gbp, 0.0, 0.0)
     if plan.zero == 0:
-        return Bucket(li, oi, params * gbp, _comm_time(c, "all-reduce", params * gbp, dp_group), 0.0)
+        return Bucket(li, oi, params * gbp, _comm_time(c, "all-reduce", params * gbp, dp_group, share), 0.0)
     shard, _ = shard_groups(plan, dp_group)
-    # FSDP + PP resharding after forward gathers per layer instead (fsdp_layer_comms)
+    # FSDP + PP resharding after forward gathers per layer instead (fsdp_layer_comms); HSDP sub-groups
+    # are timed without the all-groups-at-once contention (their family is not an axis of the placement)
+    full = len(shard) == len(dp_group)
     gather = plan.zero < 3 or not plan.reshard_after_forward
-    return Bucket(li, oi, params * gbp, _grad_reduce_time(plan, params * gbp, dp_group),
-                  _comm_time(c, "all-gather", params * pbytes, shard) if gather and len(shard) > 1 else 0.0)
+    return Bucket(li, oi, params * gbp, _grad_reduce_time(plan, params * gbp, dp_group, share if full else None),
+                  _comm_time(c, "all-gather", params * pbytes, shard, (share[0], share[1], ()) if share and full else None)
+                  if gather and len(shard) > 1 else 0.0)

@@ -43,7 +43,15 @@ CLUSTER_FIELDS = (
     "name", "description", "preset", "gpu", "nodes", "gpus_per_node", "nvlink_gbps",
     "nvlink_latency_us", "nvlink_efficiency", "nic_gbit", "nic_latency_us", "nic_efficiency",
     "collective_base_latency_us", "network_topology", "nodes_per_leaf", "spine_switches",
+    "oversubscription", "collective_model", "slow", "gpu_speed_cv", "contention", "host_us_per_kernel",
+    "host_us_per_collective", "node_gpus",
 )
+#: Host (CPU) dispatch time per kernel when a cluster file does not say (taskgraph/overheads.py).
+DEFAULT_HOST_US_PER_KERNEL = 10.0
+#: Host issue cost of one NCCL call when a cluster file does not say (taskgraph/overheads.py).
+DEFAULT_HOST_US_PER_COLLECTIVE = 30.0
+#: Collective cost models: NCCL's tuner model (``topologies/nccl.py``) or the alpha-beta closed forms.
+COLLECTIVE_MODELS = ("nccl", "alpha-beta")
 _PRESET_ONLY_FIELDS = ("aliases",)
 
 
@@ -66,6 +74,22 @@ class ClusterSpec:
     nodes_per_leaf: nodes under one leaf switch (rail-optimized: nodes per scalable unit).
     spine_switches: spine switch count; ``None`` = automatic (0 with one leaf, else gpus_per_node).
     description: free text.
+    oversubscription: leaf down:up bandwidth ratio (1.0 = full bisection; 2.0 = 2:1 taper), >= 1.
+    collective_model: ``"nccl"`` (NCCL tuner: ring/tree/NVLS x LL/LL128/Simple, ``topologies/nccl.py``)
+        or ``"alpha-beta"`` (the closed forms of ``topologies/collectives.py`` alone).
+    slow: ``((node, speed), ...)`` named slow nodes, speed a fraction of nominal in (0, 1]
+        (``cluster.slow: {17: 0.8}`` in YAML); see ``topologies/stragglers.py``.
+    gpu_speed_cv: coefficient of variation of per-GPU compute speed (std / mean), >= 0; the
+        expected slowest of N GPUs sets a synchronous step's pace (``topologies/stragglers.py``).
+    contention: share links between concurrent flows (``topologies/fabric.py``); False times every
+        collective alone on idle links (the closed forms only).
+    host_us_per_kernel: host CPU time to dispatch one kernel (PyTorch eager), microseconds; the GPU
+        waits when a layer's dispatch outlasts its kernels (``taskgraph/overheads.py``). 0 = off.
+    node_gpus: ``((node, GPUSpec), ...)`` nodes holding another GPU model than ``gpu`` (mixed node
+        groups; ``node_gpus: {0: A100-SXM-40GB}`` in YAML); they pace their pipeline rank like slow
+        nodes, at the ratio of dense bf16 peaks (``topologies/stragglers.py``).
+    host_us_per_collective: host cost of issuing one NCCL collective (enqueue, launch, completion as
+        nccl-tests measures back-to-back calls), microseconds; counted like host_us_per_kernel.
     """
 
     name: str
@@ -83,6 +107,14 @@ class ClusterSpec:
     nodes_per_leaf: int = 32
     spine_switches: int | None = None
     description: str = field(default="", compare=False)
+    oversubscription: float = 1.0
+    collective_model: str = "nccl"
+    slow: tuple = ()
+    gpu_speed_cv: float = 0.0
+    contention: bool = True
+    host_us_per_kernel: float = 0.0
+    host_us_per_collective: float = 0.0
+    node_gpus: tuple = ()
 
     def __post_init__(self):
         where = f"cluster {brief(self.name)}"
@@ -113,6 +145,39 @@ class ClusterSpec:
                 f"{where}: network_topology = {brief(self.network_topology)} is not one of "
                 f"{', '.join(NETWORK_TOPOLOGIES)}{did_you_mean(self.network_topology, NETWORK_TOPOLOGIES)}"
             )
+        ov = self.oversubscription
+        if isinstance(ov, bool) or not isinstance(ov, (int, float)) or not math.isfinite(ov) or ov < 1:
+            raise ConfigError(f"{where}: oversubscription = {ov!r} must be a number >= 1 (1 = full bisection, "
+                              f"2 = 2:1 leaf taper)")
+        if self.collective_model not in COLLECTIVE_MODELS:
+            raise ConfigError(
+                f"{where}: collective_model = {self.collective_model!r} is not one of "
+                f"{', '.join(COLLECTIVE_MODELS)}{did_you_mean(str(self.collective_model), COLLECTIVE_MODELS)}")
+        for key in ("host_us_per_kernel", "host_us_per_collective"):
+            h = getattr(self, key)
+            if isinstance(h, bool) or not isinstance(h, (int, float)) or not math.isfinite(h) or h < 0:
+                raise ConfigError(f"{where}: {key} = {h!r} must be a number of microseconds >= 0")
+        if not isinstance(self.contention, bool):
+            raise ConfigError(f"{where}: contention = {self.contention!r} must be true or false")
+        cv = self.gpu_speed_cv
+        if isinstance(cv, bool) or not isinstance(cv, (int, float)) or not math.isfinite(cv) or not 0 <= cv < 1:
+            raise ConfigError(f"{where}: gpu_speed_cv = {cv!r} must be a number in [0, 1) (e.g. 0.02 for 2% "
+                              f"spread of per-GPU speed)")
+        for item in self.node_gpus:
+            node, g = item
+            if isinstance(node, bool) or not isinstance(node, Integral) or not 0 <= node < self.nodes:
+                raise ConfigError(f"{where}: node_gpus node {node!r} is not a node of this cluster "
+                                  f"(0..{self.nodes - 1}); write `node_gpus: {{3: A100-SXM-40GB}}`")
+            if not isinstance(g, GPUSpec):
+                raise ConfigError(f"{where}: node_gpus[{node}] must be a GPUSpec (use topologies.gpus.get_gpu)")
+        for item in self.slow:
+            node, speed = item
+            if isinstance(node, bool) or not isinstance(node, Integral) or not 0 <= node < self.nodes:
+                raise ConfigError(f"{where}: slow node {node!r} is not a node of this cluster (0..{self.nodes - 1}); "
+                                  f"write `slow: {{17: 0.8}}` with a node index")
+            if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not 0 < speed <= 1:
+                raise ConfigError(f"{where}: slow node {node} speed = {speed!r} must be in (0, 1] (a fraction of "
+                                  f"nominal speed, e.g. 0.8)")
         s = self.spine_switches
         if s is not None and (isinstance(s, bool) or not isinstance(s, int) or s < 0):
             raise ConfigError(f"{where}: spine_switches = {brief(s)} must be an integer >= 0 (or null for auto)")
@@ -319,6 +384,19 @@ def cluster_from_dict(data: Mapping, *, where: str = "cluster") -> ClusterSpec:
     if topo not in NETWORK_TOPOLOGIES:
         raise ConfigError(f"{where}: field 'network_topology' = {brief(topo)} is not one of "
                           f"{', '.join(NETWORK_TOPOLOGIES)}{did_you_mean(topo, NETWORK_TOPOLOGIES)}")
+    model = merged.get("collective_model", "nccl")
+    if model not in COLLECTIVE_MODELS:
+        raise ConfigError(f"{where}: field 'collective_model' = {model!r} is not one of "
+                          f"{', '.join(COLLECTIVE_MODELS)}{did_you_mean(str(model), COLLECTIVE_MODELS)}")
+    node_gpus = merged.get("node_gpus") or {}
+    if not isinstance(node_gpus, Mapping):
+        raise ConfigError(f"{where}: field 'node_gpus' = {node_gpus!r} must map node index to a GPU name, e.g. "
+                          f"`node_gpus: {{3: A100-SXM-40GB}}`")
+    node_gpus = tuple(sorted(((k, _gpu_field(v, f"{where}: node_gpus[{k}]")) for k, v in node_gpus.items()),
+                             key=lambda kv: str(kv[0])))
+    slow = merged.get("slow") or {}
+    if not isinstance(slow, Mapping):
+        raise ConfigError(f"{where}: field 'slow' = {slow!r} must map node index to speed, e.g. `slow: {{17: 0.8}}`")
     spines = merged.get("spine_switches")
     if spines is not None:
         spines = number(merged, "spine_switches", where, integer=True, strict=False)
@@ -340,6 +418,19 @@ def cluster_from_dict(data: Mapping, *, where: str = "cluster") -> ClusterSpec:
                         if merged.get("nodes_per_leaf") is not None else 32),
         spine_switches=spines,
         description=str(merged.get("description", "")),
+        oversubscription=(float(number(merged, "oversubscription", where, minimum=1.0, strict=False))
+                          if merged.get("oversubscription") is not None else 1.0),
+        collective_model=model,
+        contention=merged.get("contention", True),
+        host_us_per_kernel=(float(number(merged, "host_us_per_kernel", where, strict=False))
+                            if merged.get("host_us_per_kernel") is not None else DEFAULT_HOST_US_PER_KERNEL),
+        host_us_per_collective=(float(number(merged, "host_us_per_collective", where, strict=False))
+                                if merged.get("host_us_per_collective") is not None
+                                else DEFAULT_HOST_US_PER_COLLECTIVE),
+        slow=tuple(sorted(slow.items(), key=lambda kv: str(kv[0]))),
+        node_gpus=node_gpus,
+        gpu_speed_cv=(float(number(merged, "gpu_speed_cv", where, strict=False, minimum=0.0, maximum=0.999))
+                      if merged.get("gpu_speed_cv") is not None else 0.0),
     )
 
 

@@ -60,10 +60,20 @@ Closed forms (``alpha_ring = (n-k)*a_nv + (k-1)*a_net``):
 * send-recv (point to point; NCCL busBw = algBw): ``t0 + S/B_link + a_link`` with the NVLink
   figures when both ranks share a node, else the network ones.
 
-A group of one rank, or nbytes == 0, costs 0. Not modelled: NVLink SHARP / IB SHARP in-network
-reduction, NCCL's tree algorithm and protocol switching (LL/LL128/Simple), contention between
-concurrent groups on shared links (the simulator's job), and topology-aware ring ordering beyond
-"one NIC per ring".
+A group of one rank, or nbytes == 0, costs 0.
+
+With ``cluster.collective_model == "nccl"`` (the default of every preset) all-reduce, reduce-scatter,
+all-gather and broadcast are timed by NCCL's own tuner model instead (``topologies/nccl.py``:
+ring / double-binary tree / NVLS / NVLS-tree x LL / LL128 / Simple, NCCL's latency tables, the
+cheapest pair wins, as NCCL's ``topoGetAlgoInfo`` picks it), on the Simple ring bus bandwidth B
+above. ``algorithm="ring"|"tree"|"nvls"`` restricts the choice; ``"hierarchical"`` keeps the closed
+form above.
+
+Link sharing (``topologies/fabric.py``): options ``axis`` and ``sizes`` say that every group of
+that parallel axis runs the same collective at once (by symmetry), ``background`` adds other axes'
+traffic; the network bandwidth B_net of the formulas is divided by the resulting max-min fair
+slowdown (>= 1). Without them each group is timed alone on idle links. Not modelled: IB SHARP
+(CollNet), PAT, topology-aware ring ordering beyond "one NIC per ring".
 """
 from __future__ import annotations
 
@@ -75,8 +85,8 @@ from strategies.errors import ConfigError
 from topologies.gpus import did_you_mean
 from topologies.placement import node_counts
 
-#: all-reduce algorithms accepted by :func:`all_reduce`.
-ALL_REDUCE_ALGORITHMS = ("auto", "ring", "hierarchical")
+#: all-reduce algorithms accepted by :func:`all_reduce` (tree / nvls need ``collective_model: nccl``).
+ALL_REDUCE_ALGORITHMS = ("auto", "ring", "hierarchical", "tree", "nvls")
 
 
 @dataclass(frozen=True)
@@ -129,13 +139,44 @@ def ring_bandwidth(ranks: Iterable[int], cluster: Any) -> float:
     return _ring_bandwidth(group_layout(ranks, cluster), cluster)
 
 
-def _ring_bandwidth(lay: GroupLayout, cluster: Any) -> float:
+def _ring_bandwidth(lay: GroupLayout, cluster: Any, slowdown: float = 1.0) -> float:
     if lay.nodes == 1:
         return cluster.nvlink_bus_bandwidth
     if lay.g_max == 1:
-        return cluster.nic_bus_bandwidth
+        return cluster.nic_bus_bandwidth / slowdown
     # one ring per NIC of the group's GPUs on a node; NCCL tuning.cc/busBw = nChannels * speed
-    return min(cluster.nvlink_bus_bandwidth, lay.g_min * cluster.nic_bus_bandwidth)
+    return min(cluster.nvlink_bus_bandwidth, lay.g_min * cluster.nic_bus_bandwidth / slowdown)
+
+
+def _slowdown(ranks, lay: GroupLayout | None, cluster: Any, share: dict | None, pattern: str = "ring") -> float:
+    """Link-sharing factor of the group's network leg (``topologies.fabric.network_slowdown``)."""
+    if lay is None or lay.nodes == 1 or not share:
+        return 1.0
+    from topologies.fabric import network_slowdown
+    return network_slowdown(cluster, tuple(sorted(int(r) for r in ranks)), share.get("axis"),
+                            share.get("sizes"), tuple(share.get("background", ())), pattern)
+
+
+def _nccl(coll: str, s: float, lay: GroupLayout, cluster: Any, slow: float,
+          algorithms: tuple[str, ...] | None = None, slow_tree: float | None = None) -> float:
+    """NCCL tuner model time (``topologies/nccl.py``) on this group's Simple ring bus bandwidth;
+    tree-shaped algorithms use the tree's link-sharing factor ``slow_tree`` (default: ``slow``)."""
+    from topologies.nccl import ALGORITHMS, nccl_table
+    arch, best = cluster.gpu.architecture, None
+    algos = algorithms or tuple(ALGORITHMS)
+    for sl, group in ((slow, ("ring", "nvls")), (slow if slow_tree is None else slow_tree, ("tree", "nvls_tree"))):
+        use = tuple(a for a in algos if a in group)
+        if not use:
+            continue
+        bus = _ring_bandwidth(lay, cluster, sl)
+        net = lay.g_min * cluster.nic_bus_bandwidth / sl
+        table = nccl_table(coll, s, lay.n, lay.nodes, bus, arch, nvlink_raw=cluster.nvlink_bandwidth,
+                           net_bus=min(net, 2 * cluster.nvlink_bus_bandwidth), algorithms=use)
+        for t in table.values():
+            best = t if best is None else min(best, t)
+    if best is None:
+        raise ValueError(f"no NCCL algorithm applies to {coll}")
+    return best
 
 
 def _ring_alpha(lay: GroupLayout, cluster: Any) -> float:
@@ -188,13 +229,44 @@ def all_reduce_algorithm(nbytes: float, ranks: Iterable[int], cluster: Any) -> s
     return min(costs, key=lambda a: (costs[a], a != "ring"))
 
 
-def all_reduce(nbytes: float, ranks: Iterable[int], cluster: Any, algorithm: str = "auto") -> float:
-    """All-reduce of an S-byte buffer: ring, hierarchical, or the cheaper of the two (``"auto"``)."""
+def all_reduce(nbytes: float, ranks: Iterable[int], cluster: Any, algorithm: str = "auto",
+               share: dict | None = None) -> float:
+    """All-reduce of an S-byte buffer. Alpha-beta model: ring, hierarchical, or the cheaper of the
+    two (``"auto"``); NCCL model: NCCL's tuner choice (``"auto"``) or one algorithm's best protocol."""
     if algorithm not in ALL_REDUCE_ALGORITHMS:
         raise ConfigError(
             f"all-reduce algorithm {algorithm!r} is not one of {', '.join(ALL_REDUCE_ALGORITHMS)}"
             f"{did_you_mean(algorithm, ALL_REDUCE_ALGORITHMS)}"
         )
+    nccl = getattr(cluster, "collective_model", "alpha-beta") == "nccl"
+    if algorithm in ("tree", "nvls") and not nccl:
+        raise ConfigError(f"all-reduce algorithm {algorithm!r} needs collective_model: nccl on the cluster; "
+                          f"use 'ring', 'hierarchical' or 'auto'")
+    if nccl and algorithm != "hierarchical":
+        s, lay = _prologue(nbytes, ranks, cluster)
+        if lay is None:
+            return 0.0
+        algos = None if algorithm == "auto" else (algorithm,)
+        if algorithm == "nvls":
+            algos = ("nvls", "nvls_tree")
+        try:
+            return _nccl("all-reduce", s, lay, cluster, _slowdown(ranks, lay, cluster, share), algos,
+                         _slowdown(ranks, lay, cluster, share, "tree"))
+        except ValueError:
+            raise ConfigError(f"all-reduce algorithm {algorithm!r} does not apply to ranks {sorted(_as_ranks(ranks))} "
+                              f"on cluster {cluster.name!r} (tree needs several nodes, nvls a Hopper or newer "
+                              f"NVSwitch node); use 'auto'") from None
+    if share:
+        s, lay = _prologue(nbytes, ranks, cluster)
+        if lay is None:
+            return 0.0
+        slow = _slowdown(ranks, lay, cluster, share)
+        if slow > 1.0 and algorithm in ("auto", "ring"):
+            ring_t = (cluster.collective_base_latency + 2 * (lay.n - 1) / lay.n * s / _ring_bandwidth(lay, cluster, slow)
+                      + 2 * _ring_alpha(lay, cluster))
+            if algorithm == "ring":
+                return ring_t
+            return min([ring_t] + [v for k, v in all_reduce_costs(nbytes, ranks, cluster).items() if k != "ring"])
     costs = all_reduce_costs(nbytes, ranks, cluster)
     if algorithm == "auto":
         return min(costs.values())
@@ -211,50 +283,61 @@ def all_reduce(nbytes: float, ranks: Iterable[int], cluster: Any, algorithm: str
 
 
 # --- other collectives -----------------------------------------------------------------------
-def _ring_one_pass(nbytes: float, ranks: Iterable[int], cluster: Any) -> float:
+def _ring_one_pass(nbytes: float, ranks: Iterable[int], cluster: Any, coll: str = "reduce-scatter",
+                   share: dict | None = None) -> float:
     """One ring pass moving (n-1)/n of S: reduce-scatter and all-gather cost the same.
     Thakur et al. 2005; NCCL PERFORMANCE.md: t = S/B * (n-1)/n."""
     s, lay = _prologue(nbytes, ranks, cluster)
     if lay is None:
         return 0.0
+    slow = _slowdown(ranks, lay, cluster, share)
+    if getattr(cluster, "collective_model", "alpha-beta") == "nccl":
+        return _nccl(coll, s, lay, cluster, slow)
     n = lay.n
-    return (cluster.collective_base_latency + (n - 1) / n * s / _ring_bandwidth(lay, cluster)
+    return (cluster.collective_base_latency + (n - 1) / n * s / _ring_bandwidth(lay, cluster, slow)
             + _ring_alpha(lay, cluster))
 
 
-def reduce_scatter(nbytes: float, ranks: Iterable[int], cluster: Any) -> float:
+def reduce_scatter(nbytes: float, ranks: Iterable[int], cluster: Any, share: dict | None = None) -> float:
     """Reduce-scatter of an S-byte total input (S/n kept per rank), ring algorithm."""
-    return _ring_one_pass(nbytes, ranks, cluster)
+    return _ring_one_pass(nbytes, ranks, cluster, "reduce-scatter", share)
 
 
-def all_gather(nbytes: float, ranks: Iterable[int], cluster: Any) -> float:
+def all_gather(nbytes: float, ranks: Iterable[int], cluster: Any, share: dict | None = None) -> float:
     """All-gather into an S-byte total output (S/n contributed per rank), ring algorithm."""
-    return _ring_one_pass(nbytes, ranks, cluster)
+    return _ring_one_pass(nbytes, ranks, cluster, "all-gather", share)
 
 
-def broadcast(nbytes: float, ranks: Iterable[int], cluster: Any) -> float:
+def broadcast(nbytes: float, ranks: Iterable[int], cluster: Any, share: dict | None = None) -> float:
     """Broadcast of an S-byte buffer from one root, pipelined ring (chain)."""
     s, lay = _prologue(nbytes, ranks, cluster)
     if lay is None:
         return 0.0
+    slow = _slowdown(ranks, lay, cluster, share)
+    if getattr(cluster, "collective_model", "alpha-beta") == "nccl":
+        return _nccl("broadcast", s, lay, cluster, slow, ("ring",))
     # NCCL PERFORMANCE.md: broadcast t = S/B (busBw factor 1); pipeline fill over n-1 hops.
-    return cluster.collective_base_latency + s / _ring_bandwidth(lay, cluster) + _ring_alpha(lay, cluster)
+    return cluster.collective_base_latency + s / _ring_bandwidth(lay, cluster, slow) + _ring_alpha(lay, cluster)
 
 
-def all_to_all(nbytes: float, ranks: Iterable[int], cluster: Any) -> float:
+def all_to_all(nbytes: float, ranks: Iterable[int], cluster: Any, share: dict | None = None) -> float:
     """All-to-all with an S-byte send buffer per rank (S/n to each peer), pairwise exchange."""
     s, lay = _prologue(nbytes, ranks, cluster)
     if lay is None:
         return 0.0
     n = lay.n
+    slow = 1.0
+    if share and lay.nodes > 1:
+        from topologies.fabric import all_to_all_slowdown
+        slow = all_to_all_slowdown(cluster, tuple(sorted(int(r) for r in ranks)))
     # Thakur et al. 2005 pairwise exchange; NCCL PERFORMANCE.md alltoall busBw factor (n-1)/n.
     t_nv = (lay.g_max - 1) / n * s / cluster.nvlink_bus_bandwidth
-    t_net = (n - lay.g_min) / n * s / cluster.nic_bus_bandwidth
+    t_net = (n - lay.g_min) / n * s / (cluster.nic_bus_bandwidth / slow)
     alpha = (lay.g_min - 1) * cluster.nvlink_latency + (n - lay.g_min) * cluster.nic_latency
     return cluster.collective_base_latency + max(t_nv, t_net) + alpha
 
 
-def send_recv(nbytes: float, ranks: Iterable[int], cluster: Any) -> float:
+def send_recv(nbytes: float, ranks: Iterable[int], cluster: Any, share: dict | None = None) -> float:
     """Point-to-point transfer of S bytes between ``ranks = [src, dst]``."""
     ranks = _as_ranks(ranks)
     if len(ranks) > 2:
@@ -304,15 +387,18 @@ def normalize_kind(kind: str) -> str:
 def collective_time(kind: str, nbytes: float, ranks: Iterable[int], cluster: Any, **options) -> float:
     """Seconds for collective ``kind`` (a key of :data:`COLLECTIVES`) of ``nbytes`` over ``ranks``.
 
-    ``options`` go to the cost function (only all-reduce takes one: ``algorithm``).
+    ``options`` go to the cost function: ``algorithm`` (all-reduce only) and ``share`` (every kind:
+    ``{"axis": "dp-cp", "sizes": ParallelSizes, "background": (("pp", bytes_per_s), ...)}``, the link
+    sharing of ``topologies.fabric``).
     """
     name = normalize_kind(kind)
-    if options and name != "all-reduce":
-        raise ConfigError(f"collective {name!r} takes no options, got {', '.join(options)}")
-    unknown = [k for k in options if k != "algorithm"]
+    if "algorithm" in options and name != "all-reduce":
+        raise ConfigError(f"collective {name!r} takes no algorithm option (only all-reduce does)")
+    known = ("algorithm", "share") if name == "all-reduce" else ("share",)
+    unknown = [k for k in options if k not in known]
     if unknown:
-        raise ConfigError(f"all-reduce option {unknown[0]!r} is not known{did_you_mean(unknown[0], ['algorithm'])}; "
-                          f"the only option is algorithm={'|'.join(ALL_REDUCE_ALGORITHMS)}")
+        raise ConfigError(f"{name} option {unknown[0]!r} is not known{did_you_mean(unknown[0], known)}; "
+                          f"options: {', '.join(known)} (algorithm={'|'.join(ALL_REDUCE_ALGORITHMS)})")
     return COLLECTIVES[name](nbytes, ranks, cluster, **options)
 
 

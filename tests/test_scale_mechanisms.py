@@ -1,0 +1,171 @@
+"""Stragglers, fixed costs, and the end-to-end directions of the network model (issue: trustworthy
+at scale). Each direction is a small simulate() run; the closed forms are checked on the pieces."""
+from __future__ import annotations
+
+import copy
+from statistics import NormalDist
+
+import pytest
+
+from simulator.api import simulate_strategy
+from strategies.strategy_file import parse_strategy
+from taskgraph.lower_model import Comm, OpCost
+from taskgraph.overheads import host_bound
+from topologies.cluster import get_cluster
+from topologies.placement import ParallelSizes
+from topologies.stragglers import expected_max_std_normal, pace_summary, stage_pace, variation_factor
+
+
+# --- order statistics ---------------------------------------------------------------------------
+def test_blom_expected_maximum():
+    assert expected_max_std_normal(1) == 0.0
+    assert expected_max_std_normal(2) == pytest.approx(NormalDist().inv_cdf(1.625 / 2.25))
+    vals = [expected_max_std_normal(n) for n in (2, 8, 64, 1024, 16384)]
+    assert vals == sorted(vals)  # the expected slowest of more GPUs is slower
+
+
+def test_variation_factor_closed_form():
+    z = expected_max_std_normal(128)
+    assert variation_factor(0.01, 128) == pytest.approx(1 / (1 - 0.01 * z))
+    assert variation_factor(0.0, 128) == 1.0 and variation_factor(0.05, 1) == 1.0
+
+
+def test_named_slow_node_paces_its_pipeline_rank():
+    c = get_cluster("dgx-h100", nodes=4, slow={3: 0.8})
+    sizes = ParallelSizes(tp=8, pp=4)  # pipeline rank p lives on node p
+    assert [stage_pace(c, sizes, p) for p in range(4)] == [1.0, 1.0, 1.0, pytest.approx(1.25)]
+    assert pace_summary(c, sizes) == "slow node 3 (speed 0.8) paces pipeline rank 3"
+    assert pace_summary(get_cluster("dgx-h100", nodes=4), sizes) == ""
+
+
+# --- host dispatch -------------------------------------------------------------------------------
+class _Op:
+    def __init__(self, kind="elementwise", gemms=()):
+        self.kind, self.gemms = kind, gemms
+        self.fwd_flops = self.bwd_input_flops = 1.0
+        self.bwd_weight_flops = 0.0
+        self.fwd_bytes = self.bwd_input_bytes = 1.0
+        self.bwd_weight_bytes = 0.0
+
+
+def test_host_bound_stretches_only_when_dispatch_outlasts_the_gpu():
+    ops = [_Op(), _Op()]
+    costs = [OpCost("a", fwd=3e-6, bwd_input=3e-6), OpCost("b", fwd=1e-6, bwd_input=1e-6)]
+    # 2 kernels x 10 us = 20 us of host time against 4 us of GPU time per pass: +16 us spread 3:1
+    out = host_bound(ops, costs, 10e-6)
+    assert [c.fwd for c in out] == [pytest.approx(15e-6), pytest.approx(5e-6)]
+    assert sum(c.bwd_input for c in out) == pytest.approx(20e-6)
+    # large kernels: untouched
+    big = [OpCost("a", fwd=1e-3, bwd_input=1e-3), OpCost("b", fwd=1e-3, bwd_input=1e-3)]
+    assert host_bound(ops, big, 10e-6) == tuple(big)
+    # a collective on the critical path counts as GPU time (and one more launch)
+    with_comm = [OpCost("a", fwd=3e-6, bwd_input=3e-6, fwd_post=(Comm("tp-comm", "ar", 30e-6),)),
+                 OpCost("b", fwd=1e-6, bwd_input=1e-6)]
+    assert host_bound(ops, with_comm, 10e-6)[0].fwd == 3e-6
+    # ... unless issuing the collective costs the host more: 2 x 10 + 1 x 40 = 60 us vs 34 us
+    out = host_bound(ops, with_comm, 10e-6, host_coll_s=40e-6)
+    assert sum(c.fwd for c in out) == pytest.approx(60e-6 - 30e-6)
+
+
+# --- end-to-end directions ---------------------------------------------------------------------
+BASE = {
+    "model": {"preset": "llama3-8b", "name": "llama-8l", "layers": 8},
+    "cluster": {"preset": "dgx-h100", "nodes": 4},
+    "parallel": {"tp": 8, "pp": 2, "zero": 1},
+    "schedule": "1f1b",
+    "training": {"micro_batch": 1, "global_batch": 16, "seq_len": 2048, "precision": "bf16",
+                 "recompute": "none"},
+    "options": {"overlap_grad_reduce": True, "flash_attention": True, "fidelity": "coarse"},
+}
+
+
+def _sim(cluster=None, parallel=None, training=None, base=BASE):
+    d = copy.deepcopy(base)
+    d["cluster"].update(cluster or {})
+    d["parallel"].update(parallel or {})
+    d["training"].update(training or {})
+    return simulate_strategy(parse_strategy(d))
+
+
+def test_one_slow_node_at_0_8_slows_the_step():
+    none, slow = _sim(), _sim({"slow": {2: 0.8}})  # node 2 holds pipeline rank 1 (dp 0)
+    ratio = slow.report.makespan_s / none.report.makespan_s
+    assert 1.05 < ratio <= 1.25  # at most the slow stage's 1/0.8, at least visibly slower
+    assert "slow node 2" in slow.training.pace
+
+
+def test_oversubscription_and_rail_optimization_directions():
+    # fat-tree leaves of one node: the DP rings (tp 1, dp 16 over 2 nodes per stage) cross spines
+    kw = {"network_topology": "fat-tree", "nodes_per_leaf": 1}
+    par = {"tp": 1, "pp": 2}
+    t = [_sim({**kw, "oversubscription": ov}, par).report.makespan_s for ov in (1, 2, 4)]
+    assert t[0] < t[1] < t[2]
+    rail = _sim({"network_topology": "rail-optimized", "nodes_per_leaf": 4, "oversubscription": 4}, par)
+    assert rail.report.makespan_s < t[2]
+    off = _sim({**kw, "oversubscription": 4, "contention": False}, par)
+    assert off.report.makespan_s < t[0]  # contention off: idle links, no pipeline traffic on the NICs
+
+
+def test_pipeline_traffic_on_the_dp_nics_slows_the_dp_reduction():
+    # pp neighbours on other nodes share the NICs with the overlapped DP reduce-scatter
+    par = {"tp": 1, "pp": 2}
+    with_pp = _sim({"nodes": 4}, par)
+    off = _sim({"nodes": 4, "contention": False}, par)
+    assert with_pp.report.makespan_s > off.report.makespan_s
+    # the same layout inside one node per stage pair has no pipeline traffic on the NICs
+    tp_only = _sim({"nodes": 4}, {"tp": 8, "pp": 1})
+    tp_only_off = _sim({"nodes": 4, "contention": False}, {"tp": 8, "pp": 1})
+    assert tp_only.report.makespan_s == tp_only_off.report.makespan_s
+
+
+def test_per_gpu_throughput_falls_from_256_to_16384_gpus():
+    small = _sim({"nodes": 32}, {"tp": 8, "pp": 2}, {"global_batch": 256})
+    large = _sim({"nodes": 2048}, {"tp": 8, "pp": 2}, {"global_batch": 16384})
+    assert large.training.tokens_per_s_per_gpu < small.training.tokens_per_s_per_gpu
+
+
+@pytest.mark.parametrize("cluster", [{"slow": {2: 0.8}}, {"gpu_speed_cv": 0.02},
+                                     {"network_topology": "fat-tree", "nodes_per_leaf": 1, "oversubscription": 4},
+                                     {"host_us_per_kernel": 200}])
+def test_every_mechanism_moves_both_fidelities_alike(cluster):
+    # costs enter through the cost records both lowerings consume: the effect (ratio to the plain
+    # run) agrees between operator and coarse fidelity
+    par = {"tp": 1, "pp": 2} if "oversubscription" in cluster else None
+    ratios = []
+    for fid in ("operator", "coarse"):
+        base = copy.deepcopy(BASE)
+        base["options"]["fidelity"] = fid
+        plain = _sim(None, par, base=base).report.makespan_s
+        ratios.append(_sim(cluster, par, base=base).report.makespan_s / plain)
+    assert ratios[0] > 1.0 and ratios[1] > 1.0
+    # 5%: the coarse lowering exposes DP communication differently (its own open issue), which
+    # shows when 4:1 oversubscription makes the DP reduction 1.8x longer
+    assert ratios[0] == pytest.approx(ratios[1], rel=0.05)
+
+
+def test_tensor_parallel_traffic_across_nodes_slows_the_dp_reduction():
+    # 4-GPU nodes: tp 8 spans two nodes, its all-reduces use the NICs the overlapped DP
+    # reduce-scatter needs; the DP bucket takes longer than on idle links (tp 4 stays in a node)
+    from taskgraph.costing import build_work
+    from taskgraph.plan import resolve
+
+    def bucket_s(tp, contention):
+        d = copy.deepcopy(BASE)
+        d["cluster"].update({"nodes": 8, "gpus_per_node": 4, "contention": contention})
+        d["parallel"].update({"tp": tp, "pp": 1})
+        work = build_work(resolve(parse_strategy(d)))
+        return max(b.reduce_s for st in work.stages for b in st.buckets)
+
+    assert bucket_s(8, True) > bucket_s(8, False)
+    assert bucket_s(4, True) == bucket_s(4, False)
+
+
+def test_a_node_of_a_slower_gpu_model_paces_like_a_slow_node():
+    c = get_cluster("dgx-h100", nodes=4, node_gpus={1: "A100-SXM-80GB"})
+    sizes = ParallelSizes(tp=8, pp=4)
+    ratio = c.gpu.peak_flops("bf16") / c.node_gpus[0][1].peak_flops("bf16")
+    assert stage_pace(c, sizes, 1) == pytest.approx(ratio) and stage_pace(c, sizes, 0) == 1.0
+    assert "slow node 1" in pace_summary(c, sizes)
+    # a faster GPU in the mix does not speed its peers up
+    c2 = get_cluster("dgx-a100-80g", nodes=4, node_gpus={1: "H100-SXM-80GB"})
+    assert stage_pace(c2, sizes, 1) == 1.0
