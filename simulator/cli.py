@@ -78,9 +78,7 @@ def _simulate_cmd(args) -> int:
     if kind == "strategy":
         from simulator.memory_report import memory_report
         mem = memory_report(sim.plan, sim.graph, sim.result)
-    if args.trace:
-        from simulator.trace import write_chrome_trace
-        write_chrome_trace(args.trace, sim.graph, sim.result, counters=_memory_counters(sim, mem))
+    written = _write_trace_outputs(args, sim, mem)
     s = sim.schedule
     deltas = None
     if args.mode == "delta" or args.what_if:
@@ -129,9 +127,31 @@ def _simulate_cmd(args) -> int:
                 print(f"  what-if {d.change}: {d.tasks} tasks changed -> iteration {d.iteration_time_s:.6g} s "
                       f"({100 * (d.iteration_time_s / base - 1):+.2f}%), re-timed {d.retimed} of "
                       f"{sim.graph.num_tasks} tasks in {d.wall_s * 1e3:.2f} ms{fb}")
-        if args.trace:
-            print(f"trace written to {args.trace} (open in https://ui.perfetto.dev or chrome://tracing)")
+        for line in written:
+            print(line)
     return 0
+
+
+def _write_trace_outputs(args, sim, mem) -> list[str]:
+    """--trace, --trace-dir and --timeline (issue 15); returns one line per file written."""
+    from simulator.trace import parse_ranks
+    ranks = parse_ranks(args.trace_ranks) if args.trace_ranks else None
+    out = []
+    if args.trace:
+        from simulator.trace import write_chrome_trace
+        write_chrome_trace(args.trace, sim.graph, sim.result, counters=_memory_counters(sim, mem), ranks=ranks,
+                           level=args.trace_level)
+        out.append(f"trace written to {args.trace} (open in https://ui.perfetto.dev or chrome://tracing)")
+    if args.trace_dir:
+        from simulator.trace_hta import write_hta_traces
+        paths = write_hta_traces(args.trace_dir, sim.graph, sim.result, ranks=ranks)
+        out.append(f"{len(paths)} per-rank traces written to {args.trace_dir} (Holistic Trace Analysis: "
+                   f"TraceAnalysis(trace_dir={str(args.trace_dir)!r}))")
+    if args.timeline:
+        from simulator.timeline_export import write_timeline
+        write_timeline(args.timeline, sim.graph, sim.result)
+        out.append(f"timeline ({sim.graph.num_tasks} tasks) written to {args.timeline}")
+    return out
 
 
 def _memory_counters(sim, mem):
@@ -271,7 +291,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("simulate", help="simulate a pipeline description or strategy file")
     s.add_argument("file")
-    s.add_argument("--trace", metavar="OUT.json", help="write a Chrome/Perfetto trace")
+    s.add_argument("--trace", metavar="OUT.json", help="write a Chrome/Perfetto trace (OUT.json.gz: gzip-compressed)")
+    s.add_argument("--trace-ranks", metavar="RANKS", help="keep only these ranks in --trace/--trace-dir, "
+                   "e.g. 0,1 or 0-3,15 (makes a 1,024-GPU trace small)")
+    s.add_argument("--trace-level", choices=("operator", "stage"), default="operator",
+                   help="operator: one slice per task (default); stage: one slice per run of a stage's "
+                        "microbatch on a stream (much smaller)")
+    s.add_argument("--trace-dir", metavar="DIR", help="write one trace per rank (rank_N.json) in the layout "
+                   "Holistic Trace Analysis reads")
+    s.add_argument("--timeline", metavar="OUT.csv|OUT.parquet",
+                   help="write one row per task (times in s); .parquet needs pyarrow (pip install 'execsim[parquet]')")
     s.add_argument("--json", action="store_true", help="print a machine-readable summary")
     s.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field, e.g. parallel.pp=16")
     s.add_argument("--fidelity", choices=("operator", "coarse"), help="override options.fidelity")
