@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 
 import numpy as np
 
@@ -48,11 +49,9 @@ def to_ns(seconds) -> np.ndarray:
 
 
 def _fmt_us(ns: np.ndarray) -> list[str]:
-    """Integer nanoseconds -> microsecond strings with exactly three decimals (``12.345``)."""
-    ns = np.asarray(ns, dtype=np.int64)
-    q, r = np.divmod(np.abs(ns), 1000)
-    sign = np.where(ns < 0, "-", "")
-    return [f"{s}{a}.{b:03d}" for s, a, b in zip(sign.tolist(), q.tolist(), r.tolist())]
+    """Integer nanoseconds -> microsecond strings with exactly three decimals (``12.345``). Exact for
+    |ns| < 2**53 / 1000 (~ 100 days): ns / 1000 is then within 1e-7 ns of the decimal value."""
+    return list(map("{:.3f}".format, (np.asarray(ns, dtype=np.int64) / 1000.0).tolist()))
 
 
 def _js(s: str) -> str:
@@ -117,6 +116,47 @@ def _stage_runs(graph: TaskGraph, result: SimResult, tasks: np.ndarray):
     return t[first], s_ns[first], np.maximum.reduceat(e_ns, first) if t.size else e_ns, last - first + 1, busy
 
 
+def _slice_lines(graph: TaskGraph, t, s_ns, e_ns, dev_pid, dev_tid, level, busy_us, n_runs) -> list[str]:
+    """The complete events of tasks ``t`` (file order), built with one format string per pattern of
+    present keys (stage / chunk / microbatch >= 0) mapped over columns: no per-event dict or branch."""
+    n = t.size
+    cat_js = np.asarray([_js(c) for c in CATEGORIES], dtype=object)
+    ops = np.asarray([_js(o)[1:-1] for o in graph.op_names] + [""], dtype=object)  # op -1 -> ""
+    cat, op = graph.category[t], graph.op[t]
+    st, ch, mb = graph.stage[t], graph.chunk[t], graph.mb[t]
+    base = np.where(op >= 0, ops[op], cat_js[cat].astype(str).astype(object))
+    base = np.where(op >= 0, base, np.char.strip(cat_js[cat].astype(str), '"').astype(object))
+    if level == "stage":
+        base = np.where(mb >= 0, np.char.strip(cat_js[cat].astype(str), '"').astype(object), base)
+    d = graph.device[t]
+    cols = {"c": cat_js[cat].tolist(), "ch": ch.tolist(), "m": mb.tolist(), "st": st.tolist(), "t": t.tolist(),
+            "dur": _fmt_us(e_ns - s_ns), "b": base.tolist(), "pid": dev_pid[d].tolist(), "tid": dev_tid[d].tolist(),
+            "ts": _fmt_us(s_ns)}
+    if busy_us is not None:
+        cols["bu"], cols["n"] = busy_us, n_runs
+    out = np.empty(n, dtype=object)
+    pattern = (st >= 0).astype(np.int8) * 4 + (ch >= 0).astype(np.int8) * 2 + (mb >= 0).astype(np.int8)
+    for pat in np.unique(pattern).tolist():
+        has_st, has_ch, has_m = bool(pat & 4), bool(pat & 2), bool(pat & 1)
+        keys = (["bu"] if busy_us is not None else []) + ["c"] + (["ch"] if has_ch else []) + \
+            (["m"] if has_m else []) + (["st"] if has_st else []) + ["t"] + (["n"] if busy_us is not None else [])
+        labels = {"bu": "busy_us", "c": "category", "ch": "chunk", "m": "microbatch", "st": "stage", "t": "task",
+                  "n": "tasks"}
+        name = '%(b)s' + ((' s%(st)s mb%(m)s' if has_st else ' mb%(m)s') if has_m else "")
+        fmt = ('{"args":{' + ",".join(f'"{labels[k]}":%({k})s' for k in keys) + '},"cat":%(c)s,"dur":%(dur)s,"name":"'
+               + name + '","ph":"X","pid":%(pid)s,"tid":%(tid)s,"ts":%(ts)s}')
+        used = re.findall(r"%\((\w+)\)s", fmt)  # the columns in template order
+        fmt = re.sub(r"%\(\w+\)s", "%s", fmt)
+        sel = np.flatnonzero(pattern == pat)
+        if sel.size == n:
+            columns = [cols[k] for k in used]
+        else:
+            sl = sel.tolist()
+            columns = [[cols[k][i] for i in sl] for k in used]
+        out[sel] = [fmt % row for row in zip(*columns)]
+    return out.tolist()
+
+
 def trace_lines(graph: TaskGraph, result: SimResult, *, flows: bool = True, counters: dict | None = None,
                 max_flows: int = 200_000, ranks=None, level: str = "operator") -> list[str]:
     """The trace's events, one JSON object per string, in file order (metadata, slices by start then
@@ -140,9 +180,6 @@ def trace_lines(graph: TaskGraph, result: SimResult, *, flows: bool = True, coun
             lines.append(f'{{"args":{{"sort_index":{tid}}},"name":"thread_sort_index","ph":"M","pid":{pid},"tid":{tid}}}')
 
     tasks = _selected_tasks(graph, dev_keep)
-    cats_js = [_js(c) for c in CATEGORIES]
-    ops_esc = [_js(o)[1:-1] for o in graph.op_names]
-    cat_esc = [c[1:-1] for c in cats_js]
     if level == "stage":
         t, s_ns, e_ns, n_in, busy = _stage_runs(graph, result, tasks)
         order = np.lexsort((t, s_ns))
@@ -153,36 +190,7 @@ def trace_lines(graph: TaskGraph, result: SimResult, *, flows: bool = True, coun
         order = np.lexsort((tasks, s_all))  # by start, ties by id
         t, s_ns, e_ns = tasks[order], s_all[order], e_all[order]
         busy_us = n_runs = None
-    cat = graph.category[t].tolist()
-    op = graph.op[t].tolist()
-    stage = graph.stage[t].tolist()
-    chunk = graph.chunk[t].tolist()
-    mb = graph.mb[t].tolist()
-    d = graph.device[t]
-    pid = dev_pid[d].tolist()
-    tid = dev_tid[d].tolist()
-    ts = _fmt_us(s_ns)
-    dur = _fmt_us(e_ns - s_ns)
-    for i, task in enumerate(t.tolist()):
-        c, o, st, ch, m = cat[i], op[i], stage[i], chunk[i], mb[i]
-        if level == "stage" and m >= 0:
-            base = cat_esc[c]
-        else:
-            base = ops_esc[o] if o >= 0 else cat_esc[c]
-        name = base if m < 0 else f"{base} s{st} mb{m}" if st >= 0 else f"{base} mb{m}"
-        a = f'"category":{cats_js[c]}'
-        if ch >= 0:
-            a += f',"chunk":{ch}'
-        if m >= 0:
-            a += f',"microbatch":{m}'
-        if st >= 0:
-            a += f',"stage":{st}'
-        if busy_us is not None:  # keys sorted: busy_us < category; "task" = the run's first task
-            a = f'"busy_us":{busy_us[i]},{a},"task":{task},"tasks":{n_runs[i]}'
-        else:
-            a += f',"task":{task}'
-        lines.append(f'{{"args":{{{a}}},"cat":{cats_js[c]},"dur":{dur[i]},"name":"{name}","ph":"X",'
-                     f'"pid":{pid[i]},"tid":{tid[i]},"ts":{ts[i]}}}')
+    lines.extend(_slice_lines(graph, t, s_ns, e_ns, dev_pid, dev_tid, level, busy_us, n_runs))
 
     if flows and level == "operator" and graph.num_tasks:
         ptr, idx = graph.succ_ptr, graph.succ_idx.astype(np.int64)
@@ -193,19 +201,19 @@ def trace_lines(graph: TaskGraph, result: SimResult, *, flows: bool = True, coun
         us, uf = _fmt_us(to_ns(result.end[src])), _fmt_us(to_ns(result.start[dst]))
         ps, ts_, pf, tf = (dev_pid[graph.device[src]].tolist(), dev_tid[graph.device[src]].tolist(),
                            dev_pid[graph.device[dst]].tolist(), dev_tid[graph.device[dst]].tolist())
-        for fid in range(src.size):
-            lines.append(f'{{"cat":"dependency","id":{fid},"name":"dep","ph":"s","pid":{ps[fid]},'
-                         f'"tid":{ts_[fid]},"ts":{us[fid]}}}')
-            lines.append(f'{{"bp":"e","cat":"dependency","id":{fid},"name":"dep","ph":"f","pid":{pf[fid]},'
-                         f'"tid":{tf[fid]},"ts":{uf[fid]}}}')
+        sf = ('{"cat":"dependency","id":%d,"name":"dep","ph":"s","pid":%d,"tid":%d,"ts":%s}\0'
+              '{"bp":"e","cat":"dependency","id":%d,"name":"dep","ph":"f","pid":%d,"tid":%d,"ts":%s}')
+        ids = range(src.size)
+        for pair in (sf % row for row in zip(ids, ps, ts_, us, ids, pf, tf, uf)):
+            lines.extend(pair.split("\0"))
 
     for rank, (times, values) in sorted((counters or {}).items()):
         if int(rank) not in keep_pid:
             continue
         tss = _fmt_us(to_ns(times))
-        vals = [repr(round(v, 6)) for v in np.asarray(values, dtype=np.float64).tolist()]
-        for a, v in zip(tss, vals):
-            lines.append(f'{{"args":{{"GiB":{v}}},"name":"memory GiB","ph":"C","pid":{rank},"tid":0,"ts":{a}}}')
+        vals = map("{:.6f}".format, np.asarray(values, dtype=np.float64).tolist())  # GiB to the kB
+        cf = '{"args":{"GiB":%s},"name":"memory GiB","ph":"C","pid":' + str(int(rank)) + ',"tid":0,"ts":%s}'
+        lines.extend([cf % row for row in zip(vals, tss)])
     return lines
 
 
