@@ -17,13 +17,15 @@ and duration separately and made 24,717 slices of the GPT-3 175B example overlap
 
 Speed: the JSON text is built directly, one preformatted line per event from numpy arrays (no
 per-event dict, no ``json.dump``); keys are written in sorted order, so the bytes equal what
-``json.dumps(..., sort_keys=True)`` would give for the same values. ~8x faster than the old writer
-on the GPT-3 175B example (``python -m benchmarks.trace``; docs/performance.md).
+``json.dumps(..., sort_keys=True)`` would give for the same values. ~6x faster than the old writer
+on the GPT-3 175B example in the same run (``python -m benchmarks.trace``; docs/performance.md).
 
 Filters: ``ranks`` keeps only the given ranks' processes (and drops the ``network`` process);
 ``level="stage"`` merges each run of consecutive tasks on one device with the same (category,
 stage, chunk, microbatch) into one slice (``args.tasks`` = tasks merged, ``args.busy_us`` = their
-summed duration), so a 1,024-GPU operator-level trace becomes a per-stage one.
+summed duration), so a 1,024-GPU operator-level trace becomes a per-stage one; flows are left out
+and the memory counter is sampled at the rank's compute-slice boundaries and at the peak inside
+each slice (:func:`thin_counter`), so every peak stays visible.
 
 A path ending in ``.gz`` is written gzip-compressed (deterministic: no file name, mtime 0).
 """
@@ -114,6 +116,31 @@ def _stage_runs(graph: TaskGraph, result: SimResult, tasks: np.ndarray):
     last = np.r_[first[1:], t.size] - 1
     busy = np.add.reduceat(e_ns - s_ns, first) if t.size else np.zeros(0, np.int64)
     return t[first], s_ns[first], np.maximum.reduceat(e_ns, first) if t.size else e_ns, last - first + 1, busy
+
+
+def thin_counter(times: np.ndarray, values: np.ndarray, starts: np.ndarray, ends: np.ndarray):
+    """A step curve (``values[k]`` holds from ``times[k]``, times ascending) sampled at each run's
+    start and end plus, inside each run, the sample holding the run's maximum: the curve's value at
+    every stage-slice boundary and its peak within each slice are kept exactly, at their own times.
+    Returns (times, values) ascending, one sample per time (the curve's value there).
+
+    >>> thin_counter(np.array([0., 1, 2, 3, 4]), np.array([1., 5, 2, 3, 0]), np.array([0.5]), np.array([3.5]))
+    (array([0.5, 1. , 3.5]), array([1., 5., 3.]))
+    """
+    if starts.size == 0:
+        return times, values
+    b = np.r_[starts, ends]
+    at = np.searchsorted(times, b, side="right") - 1
+    ok = at >= 0
+    pick_t = [b[ok]]
+    lo = np.searchsorted(times, starts, side="left")
+    hi = np.searchsorted(times, ends, side="left")
+    inside = np.flatnonzero(hi > lo)
+    if inside.size:  # the sample holding each run's maximum (first one on ties)
+        idx = np.array([lo[k] + int(np.argmax(values[lo[k]:hi[k]])) for k in inside.tolist()], dtype=np.int64)
+        pick_t.append(times[idx])
+    tt = np.unique(np.concatenate(pick_t))  # one sample per time, with the curve's value there
+    return tt, values[np.searchsorted(times, tt, side="right") - 1]
 
 
 def _slice_lines(graph: TaskGraph, t, s_ns, e_ns, dev_pid, dev_tid, level, busy_us, n_runs) -> list[str]:
@@ -210,7 +237,12 @@ def trace_lines(graph: TaskGraph, result: SimResult, *, flows: bool = True, coun
     for rank, (times, values) in sorted((counters or {}).items()):
         if int(rank) not in keep_pid:
             continue
-        tss = _fmt_us(to_ns(times))
+        tns, values = to_ns(times), np.asarray(values, dtype=np.float64)
+        if level == "stage" and tns.size:  # sampled at the rank's compute-slice boundaries and peaks
+            cdev = [i for i, d in enumerate(graph.devices) if d.rank == int(rank) and d.stream == "compute"]
+            keep = np.isin(graph.device[t], cdev)
+            tns, values = thin_counter(tns, values, s_ns[keep], e_ns[keep])
+        tss = _fmt_us(tns)
         vals = map("{:.6f}".format, np.asarray(values, dtype=np.float64).tolist())  # GiB to the kB
         cf = '{"args":{"GiB":%s},"name":"memory GiB","ph":"C","pid":' + str(int(rank)) + ',"tid":0,"ts":%s}'
         lines.extend([cf % row for row in zip(vals, tss)])

@@ -189,6 +189,17 @@ def test_stage_level_merges_runs_of_one_microbatch():
         chrome_trace(g, r, level="kernel")
 
 
+def test_stage_level_thins_memory_counter_keeping_boundaries_and_peak():
+    g, r = _chain([1e-6, 2e-6, 3e-6, 4e-6, 5e-6])  # runs [0, 3], [3, 10], [10, 15] us
+    times = np.arange(16) * 1e-6
+    values = np.array([0, 1, 9, 2, 3, 3, 4, 8, 5, 5, 6, 6, 7, 7, 7, 0], dtype=float)
+    t = chrome_trace(g, r, level="stage", counters={0: (times, values)})
+    got = [(e["ts"], e["args"]["GiB"]) for e in t["traceEvents"] if e["ph"] == "C"]
+    assert got == [(0.0, 0.0), (2.0, 9.0), (3.0, 2.0), (7.0, 8.0), (10.0, 6.0), (12.0, 7.0), (15.0, 0.0)]
+    full = [e for e in chrome_trace(g, r, counters={0: (times, values)})["traceEvents"] if e["ph"] == "C"]
+    assert len(full) == 16
+
+
 def test_nesting_check_catches_partial_overlap():
     assert check_nesting(np.array([[0, 10], [2, 5], [5, 10], [10, 12]])) == 2
     with pytest.raises(AssertionError, match="partly overlaps"):
