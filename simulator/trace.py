@@ -151,16 +151,15 @@ def _slice_lines(graph: TaskGraph, t, s_ns, e_ns, dev_pid, dev_tid, level, busy_
     ops = np.asarray([_js(o)[1:-1] for o in graph.op_names] + [""], dtype=object)  # op -1 -> ""
     cat, op = graph.category[t], graph.op[t]
     st, ch, mb = graph.stage[t], graph.chunk[t], graph.mb[t]
-    base = np.where(op >= 0, ops[op], cat_js[cat].astype(str).astype(object))
-    base = np.where(op >= 0, base, np.char.strip(cat_js[cat].astype(str), '"').astype(object))
+    cat_plain = np.asarray([_js(c)[1:-1] for c in CATEGORIES], dtype=object)[cat]
+    base = np.where(op >= 0, ops[op], cat_plain)  # the operator's name, else the category's
     if level == "stage":
-        base = np.where(mb >= 0, np.char.strip(cat_js[cat].astype(str), '"').astype(object), base)
+        base = np.where(mb >= 0, cat_plain, base)  # a run of one microbatch is named by its category
     d = graph.device[t]
-    cols = {"c": cat_js[cat].tolist(), "ch": ch.tolist(), "m": mb.tolist(), "st": st.tolist(), "t": t.tolist(),
-            "dur": _fmt_us(e_ns - s_ns), "b": base.tolist(), "pid": dev_pid[d].tolist(), "tid": dev_tid[d].tolist(),
-            "ts": _fmt_us(s_ns)}
+    cols = {"c": cat_js[cat], "ch": ch, "m": mb, "st": st, "t": t, "dur": np.asarray(_fmt_us(e_ns - s_ns), dtype=object),
+            "b": base, "pid": dev_pid[d], "tid": dev_tid[d], "ts": np.asarray(_fmt_us(s_ns), dtype=object)}
     if busy_us is not None:
-        cols["bu"], cols["n"] = busy_us, n_runs
+        cols["bu"], cols["n"] = np.asarray(busy_us, dtype=object), np.asarray(n_runs)
     out = np.empty(n, dtype=object)
     pattern = (st >= 0).astype(np.int8) * 4 + (ch >= 0).astype(np.int8) * 2 + (mb >= 0).astype(np.int8)
     for pat in np.unique(pattern).tolist():
@@ -175,11 +174,7 @@ def _slice_lines(graph: TaskGraph, t, s_ns, e_ns, dev_pid, dev_tid, level, busy_
         used = re.findall(r"%\((\w+)\)s", fmt)  # the columns in template order
         fmt = re.sub(r"%\(\w+\)s", "%s", fmt)
         sel = np.flatnonzero(pattern == pat)
-        if sel.size == n:
-            columns = [cols[k] for k in used]
-        else:
-            sl = sel.tolist()
-            columns = [[cols[k][i] for i in sl] for k in used]
+        columns = [(cols[k] if sel.size == n else cols[k][sel]).tolist() for k in used]
         out[sel] = [fmt % row for row in zip(*columns)]
     return out.tolist()
 
