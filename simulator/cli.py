@@ -135,12 +135,16 @@ def _simulate_cmd(args) -> int:
 def _write_trace_outputs(args, sim, mem) -> list[str]:
     """--trace, --trace-dir and --timeline (issue 15); returns one line per file written."""
     from simulator.trace import parse_ranks
+    if args.trace_ranks and not (args.trace or args.trace_dir):
+        raise ExecsimError("--trace-ranks selects ranks of --trace or --trace-dir; add one of them")
+    if args.trace_level and not args.trace:
+        raise ExecsimError("--trace-level applies to the Chrome trace; add --trace OUT.json")
     ranks = parse_ranks(args.trace_ranks) if args.trace_ranks else None
     out = []
     if args.trace:
         from simulator.trace import write_chrome_trace
         write_chrome_trace(args.trace, sim.graph, sim.result, counters=_memory_counters(sim, mem), ranks=ranks,
-                           level=args.trace_level)
+                           level=args.trace_level or "operator")
         out.append(f"trace written to {args.trace} (open in https://ui.perfetto.dev or chrome://tracing)")
     if args.trace_dir:
         from simulator.trace_hta import write_hta_traces
@@ -294,7 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--trace", metavar="OUT.json", help="write a Chrome/Perfetto trace (OUT.json.gz: gzip-compressed)")
     s.add_argument("--trace-ranks", metavar="RANKS", help="keep only these ranks in --trace/--trace-dir, "
                    "e.g. 0,1 or 0-3,15 (makes a 1,024-GPU trace small)")
-    s.add_argument("--trace-level", choices=("operator", "stage"), default="operator",
+    s.add_argument("--trace-level", choices=("operator", "stage"),
                    help="operator: one slice per task (default); stage: one slice per run of a stage's "
                         "microbatch on a stream (much smaller)")
     s.add_argument("--trace-dir", metavar="DIR", help="write one trace per rank (rank_N.json) in the layout "
