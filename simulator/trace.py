@@ -52,7 +52,7 @@ def to_ns(seconds) -> np.ndarray:
 
 def _fmt_us(ns: np.ndarray) -> list[str]:
     """Integer nanoseconds -> microsecond strings with exactly three decimals (``12.345``). Exact for
-    |ns| < 2**53 / 1000 (~ 100 days): ns / 1000 is then within 1e-7 ns of the decimal value."""
+    times below ~50 days: the float ns / 1000 is then within 0.5 ns of the decimal value (2**-52 relative)."""
     return list(map("{:.3f}".format, (np.asarray(ns, dtype=np.int64) / 1000.0).tolist()))
 
 
