@@ -62,28 +62,43 @@ def test_idle_within_span_exact():
 
 
 def _hta_idle(trace_dir, ranks):
-    """HTA's idle time (us) on the compute stream of each rank."""
+    """HTA's idle time (us) per rank: on the compute stream (idle-time breakdown) and with no kernel
+    on any stream (temporal breakdown)."""
     from hta.trace_analysis import TraceAnalysis
     ta = TraceAnalysis(trace_dir=str(trace_dir))
     out = {}
     for rank in ranks:
         df, _ = ta.get_idle_time_breakdown(ranks=[rank], visualize=False)
         out[rank] = float(df[df.stream == COMPUTE_STREAM].idle_time.sum())
-    return out
+    tb = ta.get_temporal_breakdown(visualize=False)
+    return out, dict(zip(tb["rank"].tolist(), tb["idle_time(us)"].astype(float).tolist()))
+
+
+def _idle_any_stream_s(graph, result, rank):
+    """Seconds between the rank's first and last task (any stream) with no task running."""
+    m = np.isin(graph.device, [i for i, d in enumerate(graph.devices) if d.rank == rank])
+    s, e = result.start[m], result.end[m]
+    o = np.argsort(s, kind="stable")
+    s, e = s[o], np.maximum.accumulate(e[o])
+    gaps = s[1:] - e[:-1]
+    return float(gaps[gaps > 0].sum())
 
 
 @pytest.mark.filterwarnings("ignore::Warning:hta.*")  # HTA 0.5.0's own pandas deprecations
 @pytest.mark.parametrize("name", ["pipeline-1f1b.yaml", "pipeline-interleaved.yaml"])
 def test_hta_idle_time_matches_simulator(tmp_path, name):
     """HTA (optional test extra: pip install 'execsim[hta]') loads the per-rank export and finds the
-    simulator's idle time on every rank's compute stream within 1 %."""
+    simulator's idle time on every rank's compute stream (idle-time breakdown) and with no stream
+    busy (temporal breakdown, all streams incl. the p2p links) within 1 %."""
     pytest.importorskip("hta", reason="Holistic Trace Analysis is not installed (pip install 'execsim[hta]')")
     sim = simulate_pipeline(load_pipeline(EXAMPLES / name))
     write_hta_traces(tmp_path, sim.graph, sim.result)
-    got = _hta_idle(tmp_path, [x.rank for x in sim.report.per_rank])
+    got, temporal = _hta_idle(tmp_path, [x.rank for x in sim.report.per_rank])
     for x in sim.report.per_rank:
         ours_us = idle_within_span_s(sim.graph, sim.result, x.idle_s, x.rank) * 1e6
         assert got[x.rank] == pytest.approx(ours_us, rel=0.01, abs=1.0), (x.rank, got[x.rank], ours_us)
+        any_us = _idle_any_stream_s(sim.graph, sim.result, x.rank) * 1e6
+        assert temporal[x.rank] == pytest.approx(any_us, rel=0.01, abs=1.0), (x.rank, temporal[x.rank], any_us)
     assert sum(got.values()) > 0
 
 
