@@ -144,8 +144,15 @@ def _simulate_cmd(args) -> int:
     if args.check and kind != "strategy":
         raise ExecsimError(f"--check needs a strategy file (model + cluster give the memory capacity); {args.file} "
                            f"is a pipeline description")
-    outs = _check_outputs(args, _input_files(args.file, kind, spec), trace=args.trace, html=args.html)
-    if outs.get("--trace"):
+    if args.trace_ranks and not (args.trace or args.trace_dir):
+        raise ExecsimError("--trace-ranks selects ranks of --trace or --trace-dir; add one of them")
+    if args.trace_level and not args.trace:
+        raise ExecsimError("--trace-level applies to the Chrome trace; add --trace OUT.json")
+    outs = _check_outputs(args, _input_files(args.file, kind, spec), trace=args.trace, html=args.html,
+                          timeline=args.timeline)
+    if args.trace_dir:
+        _check_trace_dir(args.trace_dir, getattr(args, "mkdir", False))
+    if outs.get("--trace") and not args.trace_ranks and args.trace_level != "stage":
         from simulator.api import estimate_run_tasks
         from strategies.limits import MAX_TRACE_TASKS
         est = estimate_run_tasks(kind, spec, fidelity=args.fidelity)
@@ -170,12 +177,7 @@ def _simulate_cmd(args) -> int:
         t0 = _time.perf_counter()
         _full(sim.graph)
         full_s = _time.perf_counter() - t0
-    if outs.get("--trace"):
-        from simulator.outputs import write_output
-        from simulator.trace import write_chrome_trace
-        counters = _memory_counters(sim, mem)
-        write_output(outs["--trace"], lambda tmp: write_chrome_trace(tmp, sim.graph, sim.result, counters=counters),
-                     "--trace")
+    written = _write_trace_outputs(args, sim, mem, outs)
     if outs.get("--html"):
         _write_html(outs["--html"], args.file, kind, sim, args.set)
     if args.json:
@@ -221,8 +223,8 @@ def _simulate_cmd(args) -> int:
                 print(f"  what-if {d.change}: {d.tasks} tasks changed -> iteration {d.iteration_time_s:.6g} s "
                       f"({100 * (d.iteration_time_s / base - 1):+.2f}%), re-timed {d.retimed} of "
                       f"{sim.graph.num_tasks} tasks in {d.wall_s * 1e3:.2f} ms{fb}")
-        if args.trace:
-            print(f"trace written to {args.trace} (open in https://ui.perfetto.dev or chrome://tracing)")
+        for line in written:
+            print(line)
         if args.html:
             print(f"HTML report written to {args.html}")
     if args.check and mem is not None and not mem.fits:
@@ -257,6 +259,44 @@ def _cost_fields(sim, override) -> dict:
     hours = sim.training.train_gpu_hours
     return {"price_per_gpu_hour_usd": price,
             "cost_usd": hours * price if (hours is not None and price is not None) else None}
+
+
+def _check_trace_dir(path: str, mkdir: bool) -> None:
+    """--trace-dir: a folder (created when missing if its parent exists, or with --mkdir)."""
+    p = Path(path)
+    if str(path).strip() == "":
+        raise ExecsimError("--trace-dir '' is empty: give a folder for the per-rank traces")
+    if p.exists() and not p.is_dir():
+        raise ExecsimError(f"--trace-dir {brief(str(path))} is a file, not a folder: give a folder for rank_N.json files")
+    if not p.exists() and not p.parent.exists() and not mkdir:
+        raise ExecsimError(f"--trace-dir {brief(str(path))}: the folder {brief(str(p.parent))} does not exist; create "
+                           f"it or add --mkdir")
+
+
+def _write_trace_outputs(args, sim, mem, outs: dict) -> list[str]:
+    """--trace, --trace-dir and --timeline (issue 15), to the paths ``_check_outputs`` accepted, each
+    written atomically (simulator.outputs); returns one line per file written."""
+    from simulator.trace import parse_ranks
+    ranks = parse_ranks(args.trace_ranks) if args.trace_ranks else None
+    out = []
+    from simulator.outputs import write_output
+    if args.trace:
+        from simulator.trace import write_chrome_trace
+        counters = _memory_counters(sim, mem)
+        write_output(outs["--trace"], lambda tmp: write_chrome_trace(
+            tmp, sim.graph, sim.result, counters=counters, ranks=ranks, level=args.trace_level or "operator"), "--trace")
+        out.append(f"trace written to {args.trace} (open in https://ui.perfetto.dev or chrome://tracing)")
+    if args.trace_dir:
+        from simulator.trace_hta import write_hta_traces
+        paths = write_hta_traces(args.trace_dir, sim.graph, sim.result, ranks=ranks)
+        out.append(f"{len(paths)} per-rank traces written to {args.trace_dir} (Holistic Trace Analysis: "
+                   f"TraceAnalysis(trace_dir={str(args.trace_dir)!r}))")
+    if args.timeline:
+        from simulator.timeline_export import write_timeline
+        # the temporary file keeps the suffix (.csv / .parquet) the writer dispatches on
+        write_output(outs["--timeline"], lambda tmp: write_timeline(tmp, sim.graph, sim.result), "--timeline")
+        out.append(f"timeline ({sim.graph.num_tasks} tasks) written to {args.timeline}")
+    return out
 
 
 def _memory_counters(sim, mem):
@@ -499,9 +539,20 @@ def build_parser() -> argparse.ArgumentParser:
               f"execsim simulate {_EXAMPLE} --fidelity coarse --json",
               f"execsim simulate {_EXAMPLE} --check --set training.micro_batch=16 --set training.recompute=none   # exit 1: OOM",
               f"execsim simulate {_EXAMPLE} --html report.html --trace trace.json",
+              f"execsim simulate {_EXAMPLE} --trace t.json.gz --trace-ranks 0-3 --trace-level stage",
+              f"execsim simulate {_EXAMPLE} --trace-dir hta/ --timeline tasks.csv",
               f"execsim simulate {_EXAMPLE} --mode delta --what-if 'dp-comm=0' --what-if 'layer3.*=1.5'"])
     s.add_argument("file", help="strategy file (model + cluster + parallel + training) or pipeline description")
-    s.add_argument("--trace", metavar="OUT.json", help="write a Chrome/Perfetto trace")
+    s.add_argument("--trace", metavar="OUT.json", help="write a Chrome/Perfetto trace (OUT.json.gz: gzip-compressed)")
+    s.add_argument("--trace-ranks", metavar="RANKS", help="keep only these ranks in --trace/--trace-dir, "
+                   "e.g. 0,1 or 0-3,15 (makes a 1,024-GPU trace small)")
+    s.add_argument("--trace-level", choices=("operator", "stage"),
+                   help="operator: one slice per task (default); stage: one slice per run of a stage's "
+                        "microbatch on a stream (much smaller)")
+    s.add_argument("--trace-dir", metavar="DIR", help="write one trace per rank (rank_N.json) in the layout "
+                   "Holistic Trace Analysis reads")
+    s.add_argument("--timeline", metavar="OUT.csv|OUT.parquet",
+                   help="write one row per task (times in s); .parquet needs pyarrow (pip install 'execsim[parquet]')")
     s.add_argument("--html", metavar="OUT.html", help="write a self-contained interactive HTML report "
                    "(summary, per-stage table, Gantt, memory, bubble and exposed communication, critical path)")
     s.add_argument("--json", action="store_true", help="print a machine-readable summary (includes fits / oom "

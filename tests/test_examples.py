@@ -82,6 +82,28 @@ def test_example_timeline(path: Path):
     assert_timeline_invariants(g, r)
 
 
+@pytest.mark.parametrize("path", PIPELINES + STRATEGIES, ids=_ids(PIPELINES + STRATEGIES))
+def test_example_trace_well_formed(path: Path):
+    """The example's Chrome trace (operator and stage level) parses; no two complete events on one
+    thread overlap, nesting is proper, every thread is named (issue 15). Operator level of the
+    examples with > 100k tasks: their first and last rank only (every thread of those ranks), to
+    keep the suite fast; ``python -m benchmarks.trace`` checks the whole GPT-3 175B trace."""
+    import json
+    from simulator.trace import trace_text
+    from tests.test_trace import check_trace
+    sim, _ = _simulate(path)
+    g = sim.graph
+    ranks = sorted({d.rank for d in g.devices if d.rank >= 0})
+    for level in ("operator", "stage"):
+        sub = (ranks[0], ranks[-1]) if level == "operator" and g.num_tasks > 100_000 else None
+        trace = json.loads(trace_text(g, sim.result, level=level, ranks=sub))
+        check_trace(trace)
+        xs = sum(e["ph"] == "X" for e in trace["traceEvents"])
+        kept = g.num_tasks if sub is None else int(np.isin(g.device, [i for i, d in enumerate(g.devices)
+                                                                        if d.rank in sub]).sum())
+        assert (xs == kept) if level == "operator" else (0 < xs <= g.num_tasks)
+
+
 @pytest.mark.parametrize("path", STRATEGIES, ids=_ids(STRATEGIES))
 def test_example_strategy_metrics(path: Path):
     sim, _ = _simulate(path)
