@@ -18,7 +18,8 @@
      warm second pass; wall-clock rates and rates per CPU-second (user + system time of the process
      and its workers: what the search costs independently of other load on a shared machine); against the same candidates evaluated naively in the same run (every cache
      cleared before each evaluation, what a loop of ``simulate_strategy``-style cold runs costs),
-     on an every-k-th subset so that the naive loop stays short; best of ``--repeat`` runs;
+     over the whole space (wall and per CPU-second, rows checked identical to the search's) and on
+     an every-k-th subset; best of ``--repeat`` runs (``--search-only`` runs just this section);
    * ``--backend ray`` against ``local`` on the same subset (byte-identical tables checked; Ray
      start-up timed separately), when Ray is installed;
    * MCMC (budget 100) against the exhaustive optimum over 10 seeds, and random sampling of the
