@@ -43,7 +43,7 @@ class _Order:
     """Processing order and checks for one task structure (cached on a lowering layout)."""
 
     __slots__ = ("n", "total", "pi", "pdev", "q1", "q2", "dsel", "prevdev", "pair_x", "pair_y", "psrc",
-                 "pstarts", "phas", "src", "dst", "ndev")
+                 "pstarts", "phas", "src", "dst", "ndev", "pair_lt", "edge_lt")
 
 
 def build_order(n: int, device: np.ndarray, src: np.ndarray, dst: np.ndarray, pi: np.ndarray,
@@ -144,6 +144,7 @@ def build_order(n: int, device: np.ndarray, src: np.ndarray, dst: np.ndarray, pi
     o.phas = counts > 0
     o.pstarts = starts[o.phas]
     o.src, o.dst = src, dst
+    o.pair_lt, o.edge_lt = o.pair_x < o.pair_y, src < dst  # the id tie-breaks of the checks
     return o
 
 
@@ -169,7 +170,7 @@ def static_order_timeline(o: _Order, duration: np.ndarray):
         e = s + d
         free[dv] = e
         E[t] = e
-    end = np.array(E[:n], dtype=np.float64)
+    end = np.array(E, dtype=np.float64)[:n]
     ready = np.zeros(n, dtype=np.float64)
     if o.psrc.size:
         ready[o.phas] = np.maximum.reduceat(end[o.psrc], o.pstarts)
@@ -179,12 +180,11 @@ def static_order_timeline(o: _Order, duration: np.ndarray):
     start = np.maximum(ready, ext[o.prevdev])
     if not np.array_equal(end, start + dur):
         return None
-    x, y = o.pair_x, o.pair_y
-    rx, ry = ready[x], ready[y]
-    if not bool(np.all((rx < ry) | ((rx == ry) & (x < y)))):
+    rx, ry = ready[o.pair_x], ready[o.pair_y]
+    if not bool(np.all((rx < ry) | ((rx == ry) & o.pair_lt))):
         return None
     ru, rv = ready[o.src], ready[o.dst]
-    if not bool(np.all((ru < rv) | ((ru == rv) & (o.src < o.dst)))):
+    if not bool(np.all((ru < rv) | ((ru == rv) & o.edge_lt))):
         return None
     return ready, start, end
 
