@@ -18,7 +18,8 @@
      warm second pass; wall-clock rates and rates per CPU-second (user + system time of the process
      and its workers: what the search costs independently of other load on a shared machine); against the same candidates evaluated naively in the same run (every cache
      cleared before each evaluation, what a loop of ``simulate_strategy``-style cold runs costs),
-     on an every-k-th subset so that the naive loop stays short; best of ``--repeat`` runs;
+     over the whole space (wall and per CPU-second, rows checked identical to the search's) and on
+     an every-k-th subset; best of ``--repeat`` runs (``--search-only`` runs just this section);
    * ``--backend ray`` against ``local`` on the same subset (byte-identical tables checked; Ray
      start-up timed separately), when Ray is installed;
    * MCMC (budget 100) against the exhaustive optimum over 10 seeds, and random sampling of the
@@ -149,12 +150,16 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer runs, no operator-fidelity gaps")
     ap.add_argument("--repeat", type=int, default=3, help="search timings: best of this many runs")
     ap.add_argument("--no-ray", action="store_true", help="skip the Ray comparison")
+    ap.add_argument("--search-only", action="store_true", help="only section 4 (execsim search)")
     args = ap.parse_args(argv)
     from simulator.search import evaluate, grid, sweep
     from strategies.strategy_file import load_strategy
     import pandas as pd
 
     s = load_strategy(GPT3)
+    if args.search_only:
+        search_section(s, args)
+        return 0
     runs, per = (3, 10) if args.quick else (7, 30)
     ev = evaluate(s)
     print(f"GPT-3 175B, 1024 A100 (tp 8, pp 8, vpp 2, {ev.microbatches} microbatches), coarse: "
@@ -217,10 +222,27 @@ def _best_time(fn, repeat: int) -> tuple[float, object]:
     return best, out
 
 
+def _cpu_s() -> float:
+    """User + system seconds of this process and its finished children (os.times)."""
+    import os
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def _best_wall_cpu(fn, repeat: int) -> tuple[float, float, object]:
+    """(best wall seconds, best CPU seconds, last result) over ``repeat`` runs."""
+    wall, cpu, out = float("inf"), float("inf"), None
+    for _ in range(repeat):
+        c, t = _cpu_s(), time.perf_counter()
+        out = fn()
+        wall, cpu = min(wall, time.perf_counter() - t), min(cpu, _cpu_s() - c)
+    return wall, cpu, out
+
+
 def search_section(s, args) -> None:
     """Section 4 of the module docstring."""
     import os
-    from simulator.backends import Job, evaluate_row, ray_available
+    from simulator.backends import Job, evaluate_row, evaluate_rows, ray_available
     from simulator.space import SearchSpace, context, enumerate_space
     from simulator.strategy_search import search
     rep = 1 if args.quick else args.repeat
@@ -234,25 +256,33 @@ def search_section(s, args) -> None:
         clear_caches()
         return search(s, jobs=jobs, candidates=subset)
 
+    tables = {}
     for jobs in (1, 2):
-        cpu = []
-
-        def timed():
-            t0 = os.times()
-            r = first(jobs)
-            t1 = os.times()
-            cpu.append(t1.user + t1.system + t1.children_user + t1.children_system
-                       - (t0.user + t0.system + t0.children_user + t0.children_system))
-            return r
-
-        dt, res = _best_time(timed, rep)
+        dt, cpu, res = _best_wall_cpu(lambda: first(jobs), rep)
+        tables[jobs] = res.table.to_csv(index=False)
         tasks = int(res.table["num_tasks"].sum())
         print(f"  first pass, {jobs} process{'es' if jobs > 1 else ''}: {res.evaluations} simulated in {dt:.2f} s = "
-              f"{res.evaluations / dt:.0f} evaluations/s wall, {res.evaluations / min(cpu):.0f} per CPU-second "
+              f"{res.evaluations / dt:.0f} evaluations/s wall, {res.evaluations / cpu:.0f} per CPU-second "
               f"({tasks / dt / 1e6:.2f} M tasks/s, {tasks / res.evaluations:.0f} tasks per candidate); best "
               f"{res.best.label()}: {res.table.iloc[0]['iteration_time_s']:.3f} s")
-    dt_w, res_w = _best_time(lambda: search(s, jobs=1), rep)
-    print(f"  warm second pass, 1 process: {res_w.evaluations / dt_w:.0f} evaluations/s")
+    dt_w, cpu_w, res_w = _best_wall_cpu(lambda: search(s, jobs=1), rep)
+    print(f"  warm second pass, 1 process: {res_w.evaluations / dt_w:.0f} evaluations/s wall, "
+          f"{res_w.evaluations / cpu_w:.0f} per CPU-second")
+    full_job = Job(ctx, res_w.price, res_w.train_tokens)
+
+    def naive_all():
+        rows = []
+        for c in cands:
+            clear_caches()
+            rows.append(evaluate_row(full_job, c))
+        return rows
+
+    dt_na, cpu_na, rows_na = _best_wall_cpu(naive_all, 1)
+    clear_caches()
+    same = repr(rows_na) == repr(evaluate_rows(full_job, cands, jobs=1))
+    print(f"  naive, the same {len(cands)} candidates, every cache cleared before each: {len(cands) / dt_na:.0f} "
+          f"evaluations/s wall, {len(cands) / cpu_na:.0f} per CPU-second; rows identical to the search's: {same}; "
+          f"tables of 1 and 2 processes byte-identical: {tables[1] == tables[2]}")
 
     k = 5 if args.quick else 4
     subset = cands[::k]

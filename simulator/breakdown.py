@@ -149,6 +149,18 @@ def time_breakdown(graph: TaskGraph, start: np.ndarray, end: np.ndarray, ready: 
     are sorted by (rank, start) and the per-rank running maxima and prefix sums are segmented by
     rank, so the cost is a few numpy passes over the tasks whatever the rank count.
     """
+    return _split(graph, start, end, ready, makespan, True)
+
+
+def pipeline_bubble_total(graph: TaskGraph, start: np.ndarray, end: np.ndarray, ready: np.ndarray | None = None,
+                          makespan: float | None = None) -> float:
+    """``sum(b.pipeline_bubble_s for b in time_breakdown(...))``, the same float, without the
+    exposed-communication term (what ``search.evaluate`` needs; the coverage of each gap does not
+    depend on the other points searched, so the bubble is bit-identical)."""
+    return sum(b.pipeline_bubble_s for b in _split(graph, start, end, ready, makespan, False))
+
+
+def _split(graph, start, end, ready, makespan, with_exposed: bool) -> tuple[RankBreakdown, ...]:
     n = graph.num_tasks
     start = np.asarray(start, dtype=np.float64)
     end = np.asarray(end, dtype=np.float64)
@@ -194,9 +206,14 @@ def time_breakdown(graph: TaskGraph, start: np.ndarray, end: np.ndarray, ready: 
     # comm coverage at every compute start/end and gap end, in one search: exposed = comm - comm
     # inside compute intervals; idle of a gap = its length - comm inside it
     m = g0.size
-    cov = _covered(comm, comm_rank, np.concatenate([comp[:, 1], comp[:, 0], g1, g0]),
-                   np.concatenate([comp_rank, comp_rank, g_rank, g_rank]))
-    exposed = comm_s - np.bincount(comp_rank, weights=cov[:k] - cov[k:2 * k], minlength=nr)
+    if with_exposed:
+        cov = _covered(comm, comm_rank, np.concatenate([comp[:, 1], comp[:, 0], g1, g0]),
+                       np.concatenate([comp_rank, comp_rank, g_rank, g_rank]))
+        exposed = comm_s - np.bincount(comp_rank, weights=cov[:k] - cov[k:2 * k], minlength=nr)
+    else:  # same lift in _covered: g1 holds the makespan, the largest point either way
+        cov = np.concatenate([np.zeros(2 * k), _covered(comm, comm_rank, np.concatenate([g1, g0]),
+                                                        np.concatenate([g_rank, g_rank]))])
+        exposed = np.full(nr, np.nan)
     idle = np.maximum((g1 - g0) - (cov[2 * k:2 * k + m] - cov[2 * k + m:]), 0.0)
     cause = np.full(g0.size, _OTHER, dtype=np.int64)
     if len(ranks) > 1:

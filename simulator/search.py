@@ -43,7 +43,7 @@ class _Order:
     """Processing order and checks for one task structure (cached on a lowering layout)."""
 
     __slots__ = ("n", "total", "pi", "pdev", "q1", "q2", "dsel", "prevdev", "pair_x", "pair_y", "psrc",
-                 "pstarts", "phas", "src", "dst", "ndev")
+                 "pstarts", "phas", "src", "dst", "ndev", "pair_lt", "edge_lt")
 
 
 def build_order(n: int, device: np.ndarray, src: np.ndarray, dst: np.ndarray, pi: np.ndarray,
@@ -144,6 +144,7 @@ def build_order(n: int, device: np.ndarray, src: np.ndarray, dst: np.ndarray, pi
     o.phas = counts > 0
     o.pstarts = starts[o.phas]
     o.src, o.dst = src, dst
+    o.pair_lt, o.edge_lt = o.pair_x < o.pair_y, src < dst  # the id tie-breaks of the checks
     return o
 
 
@@ -155,9 +156,9 @@ def static_order_timeline(o: _Order, duration: np.ndarray):
         return None
     n = o.n
     E = [0.0] * (o.total + 1)  # E[total] = 0.0: "no predecessor"
-    S = [0.0] * o.total
     free = [0.0] * max(o.ndev, 1)
     durs = np.append(dur, 0.0)[o.dsel] if o.total > n else dur[o.dsel]
+    # only ends are kept in the loop (the hot path of a search); starts follow from the ends below
     for t, dv, a, b, d in zip(o.pi, o.pdev, o.q1, o.q2, durs.tolist()):
         r = E[a]
         x = E[b]
@@ -169,21 +170,21 @@ def static_order_timeline(o: _Order, duration: np.ndarray):
         e = s + d
         free[dv] = e
         E[t] = e
-        S[t] = s
-    start = np.array(S[:n] if o.total > n else S, dtype=np.float64)
-    end = start + dur  # the engine's end = start + duration, same IEEE addition as e above
+    end = np.array(E, dtype=np.float64)[:n]
     ready = np.zeros(n, dtype=np.float64)
     if o.psrc.size:
         ready[o.phas] = np.maximum.reduceat(end[o.psrc], o.pstarts)
     ext = np.append(end, 0.0)
-    if not np.array_equal(start, np.maximum(ready, ext[o.prevdev])):
+    # the engine's equations: start = max(ready, end of the device's previous task), end = start +
+    # duration (same IEEE addition as e above); when they hold, (start, end) is the engine's timeline
+    start = np.maximum(ready, ext[o.prevdev])
+    if not np.array_equal(end, start + dur):
         return None
-    x, y = o.pair_x, o.pair_y
-    rx, ry = ready[x], ready[y]
-    if not bool(np.all((rx < ry) | ((rx == ry) & (x < y)))):
+    rx, ry = ready[o.pair_x], ready[o.pair_y]
+    if not bool(np.all((rx < ry) | ((rx == ry) & o.pair_lt))):
         return None
     ru, rv = ready[o.src], ready[o.dst]
-    if not bool(np.all((ru < rv) | ((ru == rv) & (o.src < o.dst)))):
+    if not bool(np.all((ru < rv) | ((ru == rv) & o.edge_lt))):
         return None
     return ready, start, end
 
@@ -341,12 +342,14 @@ def _peaks(pp: int, task: np.ndarray, delta: np.ndarray, t: np.ndarray, erank: n
     return out
 
 
-def _bubble(graph_like, start: np.ndarray, end: np.ndarray, makespan: float, busy: list[float]) -> float:
-    """Report.bubble_fraction: sum of pipeline bubble (simulator.breakdown) / sum of busy."""
-    from simulator.breakdown import time_breakdown
-    bd = time_breakdown(graph_like, start, end, None, makespan)
+def _bubble(graph_like, start: np.ndarray, end: np.ndarray, makespan: float, busy: list[float],
+            ready: np.ndarray | None = None) -> float:
+    """Report.bubble_fraction: sum of pipeline bubble (simulator.breakdown) / sum of busy. ``ready``:
+    the static-order sweep's ready times (the maximum of the predecessors' ends, exactly what
+    time_breakdown would recompute), or None."""
+    from simulator.breakdown import pipeline_bubble_total
     comp = sum(busy)
-    return sum(b.pipeline_bubble_s for b in bd) / comp if comp > 0 else 0.0
+    return pipeline_bubble_total(graph_like, start, end, ready, makespan) / comp if comp > 0 else 0.0
 
 
 def _metrics(plan, makespan: float, busy: list[float], peaks: list[float], num_tasks: int, fidelity: str,
@@ -448,11 +451,11 @@ def evaluate(strategy, fidelity: str | None = "coarse", *, schedule: str | None 
         o = _layout_order(lay)
         res = static_order_timeline(o, dur) if o is not None else None
         if res is not None:
-            _, start, end = res
+            ready, start, end = res
             timeline = "static-order"
         else:
             r = simulate(graph_from_layout(lay, work))
-            start, end = r.start, r.end
+            ready, start, end = None, r.start, r.end
             timeline = "engine"
         makespan = float(end.max()) if end.size else 0.0
         busy = _layout_busy(lay, dur)
@@ -461,7 +464,8 @@ def evaluate(strategy, fidelity: str | None = "coarse", *, schedule: str | None 
         from types import SimpleNamespace
         shape = SimpleNamespace(num_tasks=lay.n, succ_ptr=lay.succ_ptr, succ_idx=lay.succ_idx, device=lay.device,
                                 category=lay.category, devices=lay.devices(1))
-        return _metrics(plan, makespan, busy, peaks, lay.n, fid, timeline, t0, _bubble(shape, start, end, makespan, busy))
+        return _metrics(plan, makespan, busy, peaks, lay.n, fid, timeline, t0,
+                        _bubble(shape, start, end, makespan, busy, ready))
     from taskgraph.lower_model import lower_model
     graph = lower_model(plan.schedule, work, overlap_handoff=handoff)
     r = simulate(graph)

@@ -127,7 +127,9 @@ def search(base, *, gpus: int | None = None, gpus_range: tuple[int, int] | None 
         check_gpus(ctx, gpus_list[0])
     job = Job(ctx, price, tokens, fidelity)
     if candidates is None:
-        cands, stats = enumerate_space(ctx, space, gpus_list)
+        from simulator.backends import gc_paused
+        with gc_paused():
+            cands, stats = enumerate_space(ctx, space, gpus_list)
     else:
         cands = sorted(candidates, key=Candidate.sort_key)
         stats = SpaceStats(kept=len(cands))

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.breakdown import ideal_bubble_fraction, time_breakdown
+from simulator.breakdown import ideal_bubble_fraction, pipeline_bubble_total, time_breakdown
 from simulator.engine import simulate
 from simulator.reports import format_report, report
 from strategies.schedules import get_schedule
@@ -124,6 +124,16 @@ def test_parts_sum_to_makespan(g):
         busy = float(g.duration[np.array([g.devices[d].stream == "compute" and g.devices[d].rank == part.rank
                                           for d in g.device.tolist()], dtype=bool)].sum())
         assert part.compute_s == pytest.approx(busy)
+
+
+@settings(max_examples=60, deadline=None)
+@given(random_ranked_graph())
+def test_search_bubble_total_is_the_same_float(g):
+    """search.evaluate's shortcut (no exposed-comm coverage) gives the report's sum bit for bit."""
+    r = simulate(g)
+    full = sum(b.pipeline_bubble_s for b in time_breakdown(g, r.start, r.end, r.ready))
+    assert pipeline_bubble_total(g, r.start, r.end, r.ready) == full
+    assert pipeline_bubble_total(g, r.start, r.end) == full  # ready recomputed from the ends
 
 
 def test_same_meaning_at_both_fidelities():

@@ -144,6 +144,28 @@ def test_local_pool_gives_the_same_table(l8):
     assert one.table.to_csv(index=False) == two.table.to_csv(index=False)
 
 
+def test_grouped_first_pass_equals_naive_cold_evaluations(l8):
+    """The search simulates candidates grouped by schedule and structure (caches shared); every row
+    equals the candidate evaluated alone with every cache cleared first, in candidate order."""
+    from benchmarks.search import clear_caches
+    from simulator.backends import evaluate_rows, evaluation_order, structure_key
+    ctx = context(l8)
+    cands, _ = enumerate_space(ctx, SearchSpace(tp=(1, 2), pp=(1, 2), vpp=(1, 2), cp=(1,), micro_batch=(1, 2),
+                                                zero=(1,), recompute=("none", "full")), [8])
+    job = Job(ctx, 2.99, 1e9)
+    perm = evaluation_order(job, cands)
+    keys = [structure_key(job, cands[i])[:5] for i in perm]
+    assert sorted(perm) == list(range(len(cands))) and perm != list(range(len(cands)))
+    assert all(keys.index(k) == i or keys[i - 1] == k for i, k in enumerate(keys))  # each schedule contiguous
+    clear_caches()
+    rows = evaluate_rows(job, cands, jobs=1)
+    naive = []
+    for c in cands:
+        clear_caches()
+        naive.append(evaluate_row(job, c))
+    assert repr(rows) == repr(naive)
+
+
 @pytest.mark.skipif(not ray_available(), reason="ray is not installed (pip install 'execsim[ray]')")
 def test_ray_backend_gives_byte_identical_tables(l8):
     import ray
