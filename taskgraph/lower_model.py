@@ -145,7 +145,10 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
     chain, so the copies are exactly what emitting them again would add (the same arrays, same
     numbering; ``tests/test_lower_templates.py``). ``templates=False`` emits every task through
     ``add_task``: the reference path. The stage's last backward is always emitted (it also carries
-    the overlapped gradient-reduction buckets)."""
+    the overlapped gradient-reduction buckets). Invariant the templates rely on: ``emit`` below
+    depends on the action only through (stage, kind) -- plus "is it the last backward" -- so
+    anything made to vary per microbatch (stragglers, per-microbatch jitter) must join the cache
+    key in ``emit_cached`` or be applied to the built graph's ``duration`` column."""
     if len(work.stages) != schedule.num_stages:
         raise ValueError(f"{len(work.stages)} stage work records for {schedule.num_stages} stages")
     b = TaskGraphBuilder()
