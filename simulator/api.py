@@ -147,7 +147,7 @@ def simulate_strategy(strategy, *, fidelity: str | None = None, schedule: str | 
     """Resolve, cost, lower and simulate a strategy (:class:`strategies.strategy_file.Strategy`)."""
     from simulator.training_report import training_report
     from taskgraph.costing import build_work
-    from taskgraph.lower_model import lower_model
+    from simulator.simulate import lower_and_simulate
     from taskgraph.plan import resolve
     if schedule is not None:
         strategy = replace(strategy, schedule=schedule, schedule_csv=None)
@@ -159,13 +159,10 @@ def simulate_strategy(strategy, *, fidelity: str | None = None, schedule: str | 
     coarse = (fidelity or strategy.options.fidelity) == "coarse"
     check_tasks(estimate_tasks(plan.schedule, None if coarse else work),
                 f"this strategy ({'coarse' if coarse else 'operator'} fidelity)")
-    if (fidelity or strategy.options.fidelity) == "coarse":
-        # vectorized lowering + verified static-order timeline: the same graph and result arrays
-        from simulator.search import lower_and_simulate
-        graph, result = lower_and_simulate(plan.schedule, work, strategy.options.overlap_handoff)
-    else:
-        graph = lower_model(plan.schedule, work, overlap_handoff=strategy.options.overlap_handoff)
-        result = simulate(graph)
+    # coarse: vectorized layout + verified static-order timeline; operator: template lowering +
+    # engine -- the same graph and result arrays as the per-task path (simulator/simulate.py)
+    graph, result = lower_and_simulate(plan.schedule, work, strategy.options.overlap_handoff,
+                                       fidelity=fidelity or strategy.options.fidelity)
     rep = report(graph, result, plan.schedule)
     wall = time.perf_counter() - t0
     tr = training_report(plan, work, graph, result, rep)

@@ -107,21 +107,20 @@ def critical_path(graph: TaskGraph, result: SimResult) -> CriticalPath:
     if n == 0:
         return CriticalPath((), {})
     start, end, ready = result.start, result.end, result.ready
-    pred_ptr, pred_idx = graph.predecessors_csr()
     prev = prev_on_device(graph, result)
+    # each task's step back, for all tasks at once: the device's previous task if it waited for its
+    # device, else its lowest-id predecessor whose end equals its ready time; -1 ends the walk
+    src = np.repeat(np.arange(n, dtype=np.int64), np.diff(graph.succ_ptr))
+    dst = graph.succ_idx.astype(np.int64)
+    hit = (end[src] == ready[dst]) & (ready[dst] > 0.0)
+    bind = np.full(n, n, dtype=np.int64)
+    np.minimum.at(bind, dst[hit], src[hit])
+    bind[bind == n] = -1
+    step = np.where((start > ready) & (prev >= 0), prev, bind).tolist()
     t = int(np.flatnonzero(end == end.max())[0])
     path = [t]
-    while True:
-        if start[t] > ready[t] and prev[t] >= 0:
-            t = int(prev[t])
-        else:
-            preds = pred_idx[pred_ptr[t]:pred_ptr[t + 1]]
-            if preds.size == 0 or ready[t] <= 0.0:
-                break
-            cand = preds[end[preds] == ready[t]]
-            if cand.size == 0:
-                break
-            t = int(cand.min())
+    while step[t] >= 0:
+        t = step[t]
         path.append(t)
     path.reverse()
     by_cat: dict[str, float] = {}

@@ -229,19 +229,8 @@ def simulate_coarse(graph, layout=None):
     return SimResult(ready=ready, start=start, end=end, order=order, makespan=float(end.max()))
 
 
-def lower_and_simulate(schedule, work, overlap_handoff: str = "pair-end"):
-    """``(graph, SimResult)`` of ``lower_model`` + ``simulate`` -- identical arrays -- through the
-    vectorized coarse lowering and the verified static-order timeline when ``work`` is coarse."""
-    from simulator.engine import simulate
-    from taskgraph.lower_coarse import NotCoarse, coarse_layout, graph_from_layout
-    try:
-        lay = coarse_layout(schedule, work, overlap_handoff)
-    except NotCoarse:
-        from taskgraph.lower_model import lower_model
-        graph = lower_model(schedule, work, overlap_handoff=overlap_handoff)
-        return graph, simulate(graph)
-    graph = graph_from_layout(lay, work)
-    return graph, simulate_coarse(graph, lay)
+# moved to simulator/simulate.py (simulation dispatch); re-exported for existing importers
+from simulator.simulate import lower_and_simulate  # noqa: E402,F401
 
 
 # --------------------------------------------------------------------------------------------------

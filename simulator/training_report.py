@@ -78,18 +78,20 @@ def _measure_minus(a: np.ndarray, b: np.ndarray) -> float:
     total = float((a[:, 1] - a[:, 0]).sum()) if a.size else 0.0
     if not a.size or not b.size:
         return total
-    # overlap of two sorted disjoint interval lists
-    i = j = 0
+    # overlap of two sorted disjoint interval lists: the b intervals meeting a[i] are a contiguous
+    # run (end > a's start, start < a's end); the pieces, in position order, are summed one by one
+    # in that order, so the float result is that of the two-pointer merge this replaces
+    lo_j = np.searchsorted(b[:, 1], a[:, 0], side="right")
+    hi_j = np.searchsorted(b[:, 0], a[:, 1], side="left")
+    cnt = np.maximum(hi_j - lo_j, 0)
+    ai = np.repeat(np.arange(len(a)), cnt)
+    first = np.repeat(np.cumsum(cnt) - cnt, cnt)
+    bj = np.repeat(lo_j, cnt) + (np.arange(ai.size) - first)
+    lo = np.maximum(a[ai, 0], b[bj, 0])
+    hi = np.minimum(a[ai, 1], b[bj, 1])
     ov = 0.0
-    while i < len(a) and j < len(b):
-        lo = max(a[i, 0], b[j, 0])
-        hi = min(a[i, 1], b[j, 1])
-        if hi > lo:
-            ov += hi - lo
-        if a[i, 1] < b[j, 1]:
-            i += 1
-        else:
-            j += 1
+    for piece in (hi - lo)[hi > lo].tolist():
+        ov += piece
     return total - ov
 
 

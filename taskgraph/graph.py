@@ -167,6 +167,8 @@ class TaskGraphBuilder:
         self.mem_at_end: list[int] = []
         self.mem_kind: list[int] = []
         self.meta: dict = {}
+        self._n = 0          # tasks so far (scalar ones in the lists above, plus block copies)
+        self._pieces: list = []  # (block, list lengths at its insertion, first task id, mb)
 
     def add_device(self, dev: Device) -> int:
         """Add (or look up, by name) a device; returns its index."""
@@ -190,7 +192,8 @@ class TaskGraphBuilder:
 
     def add_task(self, duration: float, device: int, category: str, *, op: str | None = None,
                  stage: int = -1, chunk: int = -1, mb: int = -1, rank: int = -1) -> int:
-        t = len(self.duration)
+        t = self._n
+        self._n += 1
         self.duration.append(float(duration))
         self.device.append(device)
         self.category.append(CAT[category])
@@ -214,26 +217,119 @@ class TaskGraphBuilder:
 
     @property
     def num_tasks(self) -> int:
-        return len(self.duration)
+        return self._n
+
+    def mark(self) -> tuple[int, int, int, int]:
+        """Where a block recorded by :meth:`block` starts: (task id, and the lengths of the
+        per-task, edge and memory lists)."""
+        return self._n, len(self.duration), len(self.src), len(self.mem_task)
+
+    def block(self, start: tuple[int, int, int, int]) -> "Block":
+        """The tasks, edges and memory events added (by ``add_task`` / ``add_edge`` /
+        ``add_memory``) since ``start`` (a :meth:`mark`) as a template whose task ids are relative
+        to its first task; every edge must stay inside the block."""
+        t0, i0, e0, m0 = start
+        if self._pieces and self._pieces[-1][4] >= t0:
+            raise ValueError("a template block cannot contain another block")
+        src = np.asarray(self.src[e0:], dtype=np.int64) - t0
+        dst = np.asarray(self.dst[e0:], dtype=np.int64) - t0
+        if src.size and (src.min() < 0 or dst.min() < 0):
+            raise ValueError("a template block has an edge from outside the block")
+        f64, i32 = (lambda xs: np.asarray(xs, dtype=np.float64)), (lambda xs: np.asarray(xs, dtype=np.int32))
+        return Block(f64(self.duration[i0:]), i32(self.device[i0:]), np.asarray(self.category[i0:], np.int8),
+                     i32(self.op[i0:]), i32(self.stage[i0:]), i32(self.chunk[i0:]), i32(self.mb[i0:]),
+                     i32(self.rank[i0:]), src, dst, np.asarray(self.mem_task[m0:], dtype=np.int64) - t0,
+                     f64(self.mem_bytes[m0:]), np.asarray(self.mem_at_end[m0:], np.int8),
+                     np.asarray(self.mem_kind[m0:], np.int8))
+
+    def add_block(self, blk: "Block", mb: int) -> int:
+        """Append a copy of ``blk`` whose non-negative microbatch entries become ``mb``; returns the
+        id of its first task. The built arrays are those of re-adding its tasks, edges and memory
+        events one by one in recorded order; the copy is an array slice joined at :meth:`build`."""
+        t0 = self._n
+        self._pieces.append((blk, len(self.duration), len(self.src), len(self.mem_task), t0, mb))
+        self._n += blk.num_tasks
+        return t0
 
     def build(self) -> TaskGraph:
-        n = len(self.duration)
+        n = self._n
+        cols = {name: np.asarray(getattr(self, name), dtype=dt) for name, dt in _COLUMNS}
         src = np.asarray(self.src, dtype=np.int64)
-        dst = np.asarray(self.dst, dtype=np.int32)
+        dst = np.asarray(self.dst, dtype=np.int64)
+        mem = {name: np.asarray(getattr(self, name), dtype=dt) for name, dt in _MEM_COLUMNS}
+        if self._pieces:  # interleave the scalar runs with the block copies, in the order added
+            parts = {name: [] for name in [c for c, _ in _COLUMNS] + [c for c, _ in _MEM_COLUMNS] + ["src", "dst"]}
+            mbs, moff, eoff = [], [], []
+            i = e = m = 0
+            for blk, i1, e1, m1, t0, mb in self._pieces:
+                for name, _ in _COLUMNS:
+                    parts[name] += (cols[name][i:i1], getattr(blk, name))
+                for name, _ in _MEM_COLUMNS:
+                    parts[name] += (mem[name][m:m1], getattr(blk, name))
+                parts["src"] += (src[e:e1], blk.src)
+                parts["dst"] += (dst[e:e1], blk.dst)
+                mbs += (-2, mb)
+                eoff += (0, t0)
+                moff += (0, t0)
+                i, e, m = i1, e1, m1
+            for name, _ in _COLUMNS:
+                parts[name].append(cols[name][i:])
+            for name, _ in _MEM_COLUMNS:
+                parts[name].append(mem[name][m:])
+            parts["src"].append(src[e:])
+            parts["dst"].append(dst[e:])
+            mbs.append(-2)
+            eoff.append(0)
+            moff.append(0)
+            cat = {k: np.concatenate(v) for k, v in parts.items()}
+            tlen = [len(x) for x in parts["mb"]]
+            rep_mb = np.repeat(np.asarray(mbs, dtype=np.int32), tlen)
+            cat["mb"] = np.where((rep_mb != -2) & (cat["mb"] >= 0), rep_mb, cat["mb"]).astype(np.int32)
+            off_e = np.repeat(np.asarray(eoff, dtype=np.int64), [len(x) for x in parts["src"]])
+            src, dst = cat["src"] + off_e, cat["dst"] + off_e
+            off_m = np.repeat(np.asarray(moff, dtype=np.int64), [len(x) for x in parts["mem_task"]])
+            cat["mem_task"] = cat["mem_task"] + off_m
+            cols = {name: cat[name].astype(dt, copy=False) for name, dt in _COLUMNS}
+            mem = {name: cat[name].astype(dt, copy=False) for name, dt in _MEM_COLUMNS}
         succ_ptr, succ_idx = csr_from_edges(n, src, dst)
-        i32 = lambda xs: np.asarray(xs, dtype=np.int32)  # noqa: E731
         return TaskGraph(
-            duration=np.asarray(self.duration, dtype=np.float64),
-            device=i32(self.device),
-            category=np.asarray(self.category, dtype=np.int8),
-            op=i32(self.op), stage=i32(self.stage), chunk=i32(self.chunk), mb=i32(self.mb), rank=i32(self.rank),
-            succ_ptr=succ_ptr, succ_idx=succ_idx,
-            devices=tuple(self.devices), op_names=tuple(self.op_names),
-            mem_task=i32(self.mem_task), mem_bytes=np.asarray(self.mem_bytes, dtype=np.float64),
-            mem_at_end=np.asarray(self.mem_at_end, dtype=np.int8),
-            mem_kind=np.asarray(self.mem_kind, dtype=np.int8),
+            **cols, succ_ptr=succ_ptr, succ_idx=succ_idx,
+            devices=tuple(self.devices), op_names=tuple(self.op_names), **mem,
             meta=dict(self.meta),
         )
+
+
+#: per-task and per-memory-event builder columns and their dtypes in the built graph
+_COLUMNS = (("duration", np.float64), ("device", np.int32), ("category", np.int8), ("op", np.int32),
+            ("stage", np.int32), ("chunk", np.int32), ("mb", np.int32), ("rank", np.int32))
+_MEM_COLUMNS = (("mem_task", np.int32), ("mem_bytes", np.float64), ("mem_at_end", np.int8),
+                ("mem_kind", np.int8))
+
+
+@dataclass(frozen=True)
+class Block:
+    """A recorded run of tasks (column arrays; ids relative to the first task), the edges among
+    them and their memory events: a per-action template that :meth:`TaskGraphBuilder.add_block`
+    replicates over microbatches."""
+
+    duration: np.ndarray
+    device: np.ndarray
+    category: np.ndarray
+    op: np.ndarray
+    stage: np.ndarray
+    chunk: np.ndarray
+    mb: np.ndarray
+    rank: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    mem_task: np.ndarray
+    mem_bytes: np.ndarray
+    mem_at_end: np.ndarray
+    mem_kind: np.ndarray
+
+    @property
+    def num_tasks(self) -> int:
+        return len(self.duration)
 
 
 def csr_from_edges(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

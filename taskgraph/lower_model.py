@@ -135,8 +135,20 @@ def _layer_ops_backward(layer: LayerWork):
     return list(enumerate(layer.ops))[::-1]
 
 
-def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str = "pair-end") -> TaskGraph:
-    """Lower ``schedule`` with operator-level tasks from ``work`` into a task graph."""
+def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str = "pair-end",
+                templates: bool = True) -> TaskGraph:
+    """Lower ``schedule`` with operator-level tasks from ``work`` into a task graph.
+
+    ``templates`` (default): each (stage, pass kind) is emitted task by task once, recorded as a
+    block (:meth:`TaskGraphBuilder.block`) and replicated for the other microbatches with array
+    copies (:meth:`TaskGraphBuilder.add_block`) -- every microbatch of a stage runs the same operator
+    chain, so the copies are exactly what emitting them again would add (the same arrays, same
+    numbering; ``tests/test_lower_templates.py``). ``templates=False`` emits every task through
+    ``add_task``: the reference path. The stage's last backward is always emitted (it also carries
+    the overlapped gradient-reduction buckets). Invariant the templates rely on: ``emit`` below
+    depends on the action only through (stage, kind) -- plus "is it the last backward" -- so
+    anything made to vary per microbatch (stragglers, per-microbatch jitter) must join the cache
+    key in ``emit_cached`` or be applied to the built graph's ``duration`` column."""
     if len(work.stages) != schedule.num_stages:
         raise ValueError(f"{len(work.stages)} stage work records for {schedule.num_stages} stages")
     b = TaskGraphBuilder()
@@ -294,13 +306,33 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
             exit_ = j
         return chain[0], exit_
 
+    cache: dict[tuple[int, str], tuple] = {}
+
+    def emit_cached(bld: TaskGraphBuilder, a: Action, rank: int, chunk: int):
+        if a == last_bwd.get(a.stage):
+            return emit(bld, a, rank, chunk)
+        key = (a.stage, a.kind)
+        hit = cache.get(key)
+        if hit is None:
+            start = bld.mark()
+            entry, exit_ = emit(bld, a, rank, chunk)
+            blk = bld.block(start)
+            # a block of a few tasks copies no faster than it emits (coarse records): emit those
+            cache[key] = (blk, entry - start[0], exit_ - start[0]) if blk.num_tasks >= 8 else ()
+            return entry, exit_
+        if not hit:
+            return emit(bld, a, rank, chunk)
+        blk, rel_entry, rel_exit = hit
+        t0 = bld.add_block(blk, a.mb)
+        return t0 + rel_entry, t0 + rel_exit
+
     def transfer(src_stage, dst_stage, kind, mb):
         pair = (schedule.stage_to_rank[src_stage], schedule.stage_to_rank[dst_stage])
         if pair in work.p2p_pairs:
             return work.p2p_pairs[pair]
         return work.p2p_fwd_s if kind == "F" else work.p2p_bwd_s
 
-    b, tasks = lower_schedule(schedule, emit, transfer, builder=b, overlap_handoff=overlap_handoff,
+    b, tasks = lower_schedule(schedule, emit_cached if templates else emit, transfer, builder=b, overlap_handoff=overlap_handoff,
                               link_represents=work.represents, p2p_overlap=work.p2p_overlap)
 
     # Epilogue per rank: (non-overlapped) gradient reduction, optimizer step, parameter gather.

@@ -28,8 +28,6 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-import networkx as nx
-
 from strategies.config import did_you_mean
 from strategies.errors import ConfigError
 from taskgraph.model import ModelSpec
@@ -652,7 +650,7 @@ _LAYER_EDGES = [("input_norm", "qkv"), ("qkv", "attn_core"), ("attn_core", "attn
 def operator_graph(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int = 1, sp: bool = False,
                    cp: int = 1, ep: int = 1, dtype_bytes: int = 2, flash_attention: bool = True,
                    layer_index: int = 0, causal_halved: bool | None = None,
-                   include_embedding: bool = False, include_head: bool = False) -> nx.DiGraph:
+                   include_embedding: bool = False, include_head: bool = False) -> "nx.DiGraph":
     """Data-flow DiGraph of one layer (arguments as layer_operators); node = op name, attr 'op'.
 
     The layer input feeds input_norm and attn_residual (skip); optionally prepend the embedding
@@ -681,6 +679,7 @@ def operator_graph(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int 
         head = head_operators(model, **common)
         ops = ops + head
         edges += [("mlp_residual", "final_norm"), ("final_norm", "lm_head"), ("lm_head", "loss")]
+    import networkx as nx  # lazily: only the operator-graph view needs it, not the simulate path
     g = nx.DiGraph(model=model.name, layer=layer_index)
     for o in ops:
         g.add_node(o.name, op=o)
