@@ -307,13 +307,19 @@ def _memory_counters(sim, mem):
     return {r: (c.times, (c.values + base.get(r, 0.0)) / 2**30) for r, c in curves.items()}
 
 
+def _load_strategy(args, command: str):
+    """``_load`` for the commands that need a strategy file (model + cluster), not a pipeline file."""
+    kind, spec = _load(args.file, args.set)
+    if kind != "strategy":
+        raise ExecsimError(f"{args.file} is a pipeline description; 'execsim {command}' needs a strategy file "
+                           f"(model + cluster + parallel + training)")
+    return kind, spec
+
+
 def _memory_cmd(args) -> int:
     from simulator.memory_report import format_memory_report, memory_report
     from taskgraph.memory import layer_activation_table
-    kind, spec = _load(args.file, args.set)
-    if kind != "strategy":
-        raise ExecsimError(f"{args.file} is a pipeline description; 'execsim memory' needs a strategy file "
-                           f"(model + cluster + parallel + training)")
+    kind, spec = _load_strategy(args, "memory")
     outs = _check_outputs(args, _input_files(args.file, kind, spec), plot=args.plot)
     sim = _simulate_one(kind, spec, fidelity=args.fidelity)
     mem = memory_report(sim.plan, sim.graph, sim.result)
@@ -449,10 +455,7 @@ def _compare_cmd(args) -> int:
 def _goodput_cmd(args) -> int:
     """A whole run with failures, checkpoints and restarts (simulator/goodput.py)."""
     from simulator.goodput import daly_goodput, format_goodput, goodput_report, setup_from_strategy, simulate_run
-    kind, spec = _load(args.file, args.set)
-    if kind != "strategy":
-        raise ExecsimError(f"{args.file} is a pipeline description; 'execsim goodput' needs a strategy file "
-                           f"(model + cluster + parallel + training, and optionally a goodput: section)")
+    kind, spec = _load_strategy(args, "goodput")
     outs = _check_outputs(args, _input_files(args.file, kind, spec), plot=args.plot)
     setup = setup_from_strategy(spec, days=args.days, train_tokens=args.train_tokens, interval=args.interval)
     rep = goodput_report(setup, args.seeds, sweep=not args.no_sweep)

@@ -176,6 +176,16 @@ def max_min_rates(links: np.ndarray, capacity: np.ndarray, demand: np.ndarray | 
     return rate
 
 
+
+def _rails(grp, gpus_per_node: int) -> tuple[list, dict, int]:
+    """(nodes in ascending order, the group's ranks per node ascending, rail-aligned channels): the
+    j-th GPU of the group on each node forms channel j; ``width`` channels exist on every node."""
+    by_node: dict[int, list[int]] = {}
+    for r in sorted(grp):
+        by_node.setdefault(r // gpus_per_node, []).append(r)
+    nodes = sorted(by_node)
+    return nodes, by_node, min((len(v) for v in by_node.values()), default=0)
+
 def ring_flows(groups: Sequence[Sequence[int]], gpus_per_node: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Inter-node flows of NCCL's rail-aligned rings over every group: (src, dst, group index).
 
@@ -184,14 +194,10 @@ def ring_flows(groups: Sequence[Sequence[int]], gpus_per_node: int) -> tuple[np.
     """
     srcs, dsts, gids = [], [], []
     for gi, grp in enumerate(groups):
-        by_node: dict[int, list[int]] = {}
-        for r in sorted(grp):
-            by_node.setdefault(r // gpus_per_node, []).append(r)
-        nodes = sorted(by_node)
+        nodes, by_node, width = _rails(grp, gpus_per_node)
         k = len(nodes)
         if k < 2:
             continue
-        width = min(len(v) for v in by_node.values())
         for i in range(k):
             a, b = by_node[nodes[i]], by_node[nodes[(i + 1) % k]]
             for j in range(width):
@@ -233,14 +239,10 @@ def tree_flows(groups: Sequence[Sequence[int]], gpus_per_node: int) -> tuple[np.
     each node, as for rings)."""
     srcs, dsts, gids = [], [], []
     for gi, grp in enumerate(groups):
-        by_node: dict[int, list[int]] = {}
-        for r in sorted(grp):
-            by_node.setdefault(r // gpus_per_node, []).append(r)
-        nodes = sorted(by_node)
+        nodes, by_node, width = _rails(grp, gpus_per_node)
         k = len(nodes)
         if k < 2:
             continue
-        width = min(len(v) for v in by_node.values())
         for i in range(k):
             for p in _dtree_parents(k, i):
                 if p < 0:
