@@ -55,6 +55,7 @@ def add_parser(sub) -> None:
     s.add_argument("--csv", metavar="OUT.csv", help="write every simulated candidate as CSV")
     s.add_argument("--plot", metavar="OUT.png", help="write the time-vs-cost Pareto plot")
     s.add_argument("--write-best", metavar="BEST.yaml", help="write the best strategy as a strategy file")
+    s.add_argument("--mkdir", action="store_true", help="create an output file's folder if it does not exist")
     s.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field of FILE first")
     s.set_defaults(func=run)
 
@@ -97,13 +98,14 @@ class _Progress:
 
 
 def run(args) -> int:
-    from simulator.cli import _load
+    from simulator.cli import _check_outputs, _input_files, _load_strategy
+    from simulator.outputs import write_output
     from simulator.space import SearchSpace, parse_axis
     from simulator.strategy_search import format_table, search
-    kind, base = _load(args.file, args.set)
-    if kind != "strategy":
-        raise ExecsimError(f"{args.file} is a pipeline description; 'execsim search' needs a strategy file "
-                           f"(model + cluster + training)")
+    kind, base = _load_strategy(args, "search")
+    # every output is checked before the search and written atomically (simulator/outputs.py)
+    outs = _check_outputs(args, _input_files(args.file, kind, base), csv=args.csv, plot=args.plot,
+                          write_best=args.write_best)
     axes = {}
     for item in args.axis or []:
         name, vals = parse_axis(item)
@@ -120,15 +122,17 @@ def run(args) -> int:
                      ray_address=args.ray_address, start=args.start)
     finally:
         bar.close()
-    if args.csv:
-        res.table.to_csv(args.csv, index=False)
-    if args.plot:
+    if outs.get("--csv"):
+        write_output(outs["--csv"], lambda tmp: res.table.to_csv(tmp, index=False), "--csv")
+    if outs.get("--plot"):
         from simulator.search_plots import plot_pareto
-        plot_pareto(res, args.plot, title=f"{Path(args.file).name}: {res.method} search")
-    if args.write_best and res.best_strategy is not None:
-        write_strategy(res.best_strategy, args.write_best, price=args.price, fidelity=args.fidelity,
-                       header=f"written by: execsim search {Path(args.file).name} (best by {res.objective}: "
-                              f"{res.best.label()} on {res.best.gpus} GPUs)")
+        write_output(outs["--plot"], lambda tmp: plot_pareto(
+            res, tmp, title=f"{Path(args.file).name}: {res.method} search"), "--plot")
+    if outs.get("--write-best") and res.best_strategy is not None:
+        write_output(outs["--write-best"], lambda tmp: write_strategy(
+            res.best_strategy, tmp, price=args.price, fidelity=args.fidelity,
+            header=f"written by: execsim search {Path(args.file).name} (best by {res.objective}: "
+                   f"{res.best.label()} on {res.best.gpus} GPUs)"), "--write-best")
     if args.json:
         cols = list(res.table.columns)
         print(json.dumps({"objective": res.objective, "method": res.method, "gpus": res.gpus,
