@@ -206,10 +206,32 @@ def pipeline_graph(n_target: int, seed: int = 0, *, ranks: int = 8, ops: int = 9
     )
 
 
+_LOWERED: dict = {}
+
+
+def lowered_gpt3(n_target: int = 0, seed: int = 0) -> TaskGraph:
+    """The real lowered task graph of strategies/examples/gpt3-175b-1024-a100.yaml (operator fidelity,
+    ~346 k tasks whatever ``n_target``; built once per process)."""
+    if "gpt3" not in _LOWERED:
+        from pathlib import Path
+
+        from strategies.strategy_file import load_strategy
+        from taskgraph.costing import build_work
+        from taskgraph.lower_model import lower_model
+        from taskgraph.plan import resolve
+
+        path = Path(__file__).resolve().parent.parent / "strategies/examples/gpt3-175b-1024-a100.yaml"
+        strategy = load_strategy(path)
+        plan = resolve(strategy)
+        work = build_work(plan)
+        _LOWERED["gpt3"] = lower_model(plan.schedule, work, overlap_handoff=strategy.options.overlap_handoff)
+    return _LOWERED["gpt3"]
+
+
 def strategy_graphs() -> list:
-    """Hook for pipeline graphs lowered from real strategies: a list of ``(kind, build)`` pairs with
-    ``build(n_target, seed) -> TaskGraph``. Empty until the lead adds them."""
-    return []
+    """Graphs lowered from real strategies: ``(kind, build)`` pairs with ``build(n_target, seed) ->
+    TaskGraph`` (fixed size: ``n_target`` is ignored). Run with ``--kinds gpt3``."""
+    return [("gpt3", lowered_gpt3)]
 
 
 #: graph kinds the benchmark runs by default: name -> build(n_target, seed)

@@ -211,6 +211,11 @@ def _plan(dur: np.ndarray, ptr: np.ndarray, idx: np.ndarray) -> _Plan:
     is_src = indeg == 0
     p = _Plan()
     p.chain_src = p.chain_dst = None
+    if 2 * int(np.count_nonzero(cnt == 1)) < n:  # chain tasks <= single-successor tasks: general loop
+        p.general = True
+        p.code = p.gptr = p.gsucc = None
+        p.indeg, p.sources, p.num_general = indeg, np.flatnonzero(is_src), 0
+        return p
     chain = None
     if idx.size and bool(np.all(dur >= 0.0)):  # False if any NaN
         first = idx[np.minimum(ptr[:-1], idx.size - 1)]
