@@ -306,6 +306,55 @@ def format_table(g, build_s, rows) -> str:
     return "\n".join(lines)
 
 
+# Durations at the rounding level of the times they are added to (issue 16): ``t + d == t`` for
+# ``t >= 2`` and these ``d``, so a positive duration can act as a zero one (5e-324 is the smallest
+# subnormal double; 1e-16 < ulp(2.0) / 2 = 2.2e-16).
+ROUNDING_DURATIONS = (0.0, 5e-324, 1e-300, 1e-16, 1e-16, 1.0, 2.0, 3.0)
+
+
+def rounding_campaign(graphs: int = 10_000, seed: int = 0, changes: int = 3) -> dict:
+    """Delta vs full on small random DAGs whose durations include zeros and positive durations lost to
+    rounding (``ROUNDING_DURATIONS``), derandomized by ``seed``. Each graph gets ``changes`` duration or
+    device changes; after each, the delta state is compared with a full run (times, pop order).
+    Returns counts: graphs, changes, deltas, fallbacks by reason (first words), mismatches, errors."""
+    rng = np.random.default_rng(seed)
+    out = {"graphs": graphs, "changes": 0, "deltas": 0, "fallbacks": {}, "mismatches": 0, "errors": 0}
+    choices = np.array(ROUNDING_DURATIONS)
+    for _ in range(graphs):
+        n, nd = int(rng.integers(2, 16)), int(rng.integers(1, 4))
+        perm = rng.permutation(n)  # ids not in topological order: ties go both ways
+        p = float(rng.uniform(0.05, 0.4))
+        edges = [(int(perm[u]), int(perm[v])) for v in range(n) for u in range(v) if rng.random() < p]
+        src = np.array([u for u, _ in edges], dtype=np.int64)
+        dst = np.array([v for _, v in edges], dtype=np.int64)
+        ptr, idx = csr_from_edges(n, src, dst)
+        dur = rng.choice(choices, n)
+        dev = rng.integers(0, nd, n).astype(np.int32)
+        ds = DeltaSimulator.from_arrays(dur, dev, ptr, idx, nd, budget=None)
+        for _ in range(changes):
+            out["changes"] += 1
+            t = int(rng.integers(0, n))
+            try:
+                if rng.random() < 0.75:
+                    stats = ds.set_durations([t], [float(rng.choice(choices))])
+                else:
+                    stats = ds.set_devices([t], [int(rng.integers(0, nd))])
+            except Exception:  # noqa: BLE001 - counted: the campaign reports crashes, it does not stop
+                out["errors"] += 1
+                break
+            if stats.fallback:
+                key = stats.reason.split(":")[0]
+                out["fallbacks"][key] = out["fallbacks"].get(key, 0) + 1
+            else:
+                out["deltas"] += 1
+            full = simulate_arrays(*ds.graph_arrays())
+            res = ds.result()
+            if not (np.array_equal(res.start, full.start) and np.array_equal(res.end, full.end)
+                    and np.array_equal(res.order, full.order) and res.makespan == full.makespan):
+                out["mismatches"] += 1
+    return out
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", type=float, default=1e5)
@@ -314,7 +363,15 @@ def main(argv=None) -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-check", action="store_true")
+    ap.add_argument("--rounding", type=int, default=10_000,
+                    help="graphs in the zero / rounding-level duration campaign (0: skip)")
     a = ap.parse_args(argv)
+    if a.rounding:
+        t = time.perf_counter()
+        c = rounding_campaign(a.rounding, a.seed)
+        print(f"rounding campaign: {c['graphs']} graphs, {c['changes']} changes, {c['deltas']} by delta, "
+              f"fallbacks {c['fallbacks']}, mismatches {c['mismatches']}, errors {c['errors']} "
+              f"({time.perf_counter() - t:.1f} s)")
     g, build_s, rows = run(a.tasks, a.ranks, a.ops, a.reps, a.seed, check=not a.no_check)
     print(format_table(g, build_s, rows))
 

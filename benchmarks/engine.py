@@ -1,6 +1,6 @@
 """Engine throughput benchmark.
 
-    python -m benchmarks.engine [--sizes 1e4,1e5,1e6,3e6] [--quick] [--kinds pipeline,random]
+    python -m benchmarks.engine [--sizes 1e4,1e5,1e6,3e6] [--quick] [--kinds pipeline,random,fanout,zero,gpt3]
                                 [--repeat 3] [--json PATH]
 
 For each graph kind (``benchmarks/graphs.py``) and size: graph build time, ``simulate(graph)`` time
@@ -63,6 +63,14 @@ def reference_loop(graph):
     return ready, start, end, order
 
 
+def _has_numba() -> bool:
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def machine() -> dict:
     return {
         "platform": platform.platform(),
@@ -94,6 +102,15 @@ def bench_one(kind: str, build, n_target: int, repeat: int, seed: int = 0) -> di
         ref_times.append(dt)
     same = (res.order.tolist() == ref[3] and res.start.tolist() == ref[1]
             and res.end.tolist() == ref[2] and res.ready.tolist() == ref[0])
+    numba_times, numba_same = [], None
+    if _has_numba():  # the compiled-loop limit: the same loop compiled (simulator/engine_numba.py)
+        simulate(graph, kernel="numba")  # compile (or load the cache) outside the timing
+        for _ in range(repeat):
+            dt, fast = _timed(lambda: simulate(graph, kernel="numba"))
+            numba_times.append(dt)
+        numba_same = all(np.array_equal(getattr(fast, f), getattr(res, f))
+                         for f in ("ready", "start", "end", "order"))
+        fast = None
     res = ref = None
     gc.collect()
     tracemalloc.start()
@@ -106,20 +123,25 @@ def bench_one(kind: str, build, n_target: int, repeat: int, seed: int = 0) -> di
         "build_s": t_build, "simulate_s": t_eng, "simulate_runs_s": eng_times,
         "tasks_per_s": n / t_eng, "reference_s": t_ref, "reference_runs_s": ref_times,
         "reference_tasks_per_s": n / t_ref, "ratio_vs_reference": t_ref / t_eng,
-        "identical_to_reference": same, "peak_bytes_per_task": peak / n,
+        "identical_to_reference": same and numba_same is not False, "peak_bytes_per_task": peak / n,
+        "numba_s": statistics.median(numba_times) if numba_times else None,
+        "numba_runs_s": numba_times, "numba_identical": numba_same,
         "peak_method": "tracemalloc peak during one simulate(graph) call",
     }
 
 
 def format_table(rows: list[dict]) -> str:
     head = (f"{'graph':<10} {'tasks':>9} {'edges':>9} {'build s':>8} {'sim s':>7} {'tasks/s':>10} "
-            f"{'ref s':>7} {'ref tasks/s':>11} {'x ref':>6} {'same':>5} {'B/task':>7}")
+            f"{'ref s':>7} {'ref tasks/s':>11} {'x ref':>6} {'same':>5} {'B/task':>7} {'numba/s':>10} "
+            f"{'py/numba':>8}")
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(f"{r['kind']:<10} {r['tasks']:>9,} {r['edges']:>9,} {r['build_s']:>8.3f} "
                      f"{r['simulate_s']:>7.3f} {r['tasks_per_s'] / 1e6:>8.3f} M {r['reference_s']:>7.3f} "
                      f"{r['reference_tasks_per_s'] / 1e6:>9.3f} M {r['ratio_vs_reference']:>6.2f} "
-                     f"{'yes' if r['identical_to_reference'] else 'NO':>5} {r['peak_bytes_per_task']:>7.0f}")
+                     f"{'yes' if r['identical_to_reference'] else 'NO':>5} {r['peak_bytes_per_task']:>7.0f}"
+                     + (f" {r['tasks'] / r['numba_s'] / 1e6:>8.2f} M {r['numba_s'] / r['simulate_s']:>8.3f}"
+                        if r.get("numba_s") else f" {'-':>10} {'-':>8}"))
     return "\n".join(lines)
 
 
@@ -128,7 +150,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default=None, help="comma-separated task counts (default 1e4,1e5,1e6)")
     ap.add_argument("--quick", action="store_true", help="sizes 1e4,1e5 unless --sizes is given")
     ap.add_argument("--kinds", default=None, help="graph kinds (default: all of " +
-                    ", ".join(GENERATORS) + " and any strategy graphs)")
+                    ", ".join(GENERATORS) + "; real lowered graphs on request: " +
+                    ", ".join(k for k, _ in strategy_graphs()) + ", run once at a fixed size)")
     ap.add_argument("--repeat", type=int, default=3, help="timed runs per engine (median reported)")
     ap.add_argument("--json", default=None, help="also write the results as JSON to this path")
     ap.add_argument("--network", action="store_true",
@@ -140,8 +163,11 @@ def main(argv=None) -> int:
     sizes_arg = args.sizes or ("1e4,1e5" if args.quick else "1e4,1e5,1e6")
     sizes = [int(float(s)) for s in sizes_arg.split(",") if s.strip()]
     kinds = dict(GENERATORS)
-    kinds.update(dict(strategy_graphs()))
-    if args.kinds:
+    fixed = dict(strategy_graphs())
+    kinds.update(fixed)
+    if not args.kinds:
+        kinds = dict(GENERATORS)
+    else:
         wanted = [k.strip() for k in args.kinds.split(",") if k.strip()]
         unknown = [k for k in wanted if k not in kinds]
         if unknown:
@@ -151,10 +177,13 @@ def main(argv=None) -> int:
     info = machine()
     print("machine: " + ", ".join(f"{k}={v}" for k, v in info.items()))
     print(f"simulate = median of {args.repeat} runs of simulate(graph); x ref = reference loop time / "
-          f"engine time; B/task = tracemalloc peak of one engine call / tasks")
+          f"engine time; B/task = tracemalloc peak of one engine call / tasks; numba/s = the compiled "
+          f"kernel (optional extra 'fast'); py/numba = pure-Python engine speed / compiled-loop limit")
     rows = []
-    for n in sizes:
+    for i, n in enumerate(sizes):
         for kind, build in kinds.items():
+            if kind in fixed and i:
+                continue  # a fixed-size graph: once
             rows.append(bench_one(kind, build, n, args.repeat))
             print(format_table(rows[-1:]).splitlines()[-1] if len(rows) > 1 else format_table(rows),
                   flush=True)

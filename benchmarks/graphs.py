@@ -67,6 +67,34 @@ def random_dag(n: int, devices: int = 16, avg_succ: float = 2.0, seed: int = 0, 
                   meta={"kind": "random", "avg_succ": avg_succ, "window": window, "seed": seed})
 
 
+def fanout_dag(n: int, devices: int = 16, width: int = 64, seed: int = 0) -> TaskGraph:
+    """Wide fan-in / fan-out: layers of ``width`` tasks; every task of a layer feeds 16 random tasks of
+    the next (so each task also has ~16 predecessors): heap-heavy, no chain edges."""
+    rng = np.random.default_rng(seed)
+    layers = max(n // width, 1)
+    n = layers * width
+    src = np.repeat(np.arange(n - width, dtype=np.int64), 16)
+    base = (src // width + 1) * width
+    dst = base + rng.integers(0, width, size=src.size)
+    key = np.unique(src * n + dst)
+    src, dst = key // n, key % n
+    duration = rng.uniform(0.5, 1.5, size=n)
+    device = rng.integers(0, devices, size=n)
+    devs = [Device(f"dev{d}", -1, "compute") for d in range(devices)]
+    return _graph(duration, device, src, dst, devs, meta={"kind": "fanout", "width": width, "seed": seed})
+
+
+def zero_dag(n: int, devices: int = 16, seed: int = 0) -> TaskGraph:
+    """A random DAG (:func:`random_dag`) where half of the durations are 0 (zero-duration ties)."""
+    g = random_dag(n, devices, 2.0, seed)
+    rng = np.random.default_rng(seed + 1)
+    dur = np.where(rng.random(g.num_tasks) < 0.5, 0.0, g.duration)
+    src = np.repeat(np.arange(g.num_tasks, dtype=np.int64), np.diff(g.succ_ptr))
+    devs = [Device(f"dev{d}", -1, "compute") for d in range(devices)]
+    return _graph(dur, g.device, src, np.asarray(g.succ_idx, dtype=np.int64), devs,
+                  meta={"kind": "zero", "seed": seed})
+
+
 def one_f_one_b_order(ranks: int, microbatches: int, rank: int) -> list[tuple[int, int]]:
     """1F1B order of one rank as (pass, mb) with pass 0 = forward, 1 = backward."""
     warm = min(ranks - rank - 1, microbatches)
@@ -178,14 +206,38 @@ def pipeline_graph(n_target: int, seed: int = 0, *, ranks: int = 8, ops: int = 9
     )
 
 
+_LOWERED: dict = {}
+
+
+def lowered_gpt3(n_target: int = 0, seed: int = 0) -> TaskGraph:
+    """The real lowered task graph of strategies/examples/gpt3-175b-1024-a100.yaml (operator fidelity,
+    ~346 k tasks whatever ``n_target``; built once per process)."""
+    if "gpt3" not in _LOWERED:
+        from pathlib import Path
+
+        from strategies.strategy_file import load_strategy
+        from taskgraph.costing import build_work
+        from taskgraph.lower_model import lower_model
+        from taskgraph.plan import resolve
+
+        path = Path(__file__).resolve().parent.parent / "strategies/examples/gpt3-175b-1024-a100.yaml"
+        strategy = load_strategy(path)
+        plan = resolve(strategy)
+        work = build_work(plan)
+        _LOWERED["gpt3"] = lower_model(plan.schedule, work, overlap_handoff=strategy.options.overlap_handoff)
+    return _LOWERED["gpt3"]
+
+
 def strategy_graphs() -> list:
-    """Hook for pipeline graphs lowered from real strategies: a list of ``(kind, build)`` pairs with
-    ``build(n_target, seed) -> TaskGraph``. Empty until the lead adds them."""
-    return []
+    """Graphs lowered from real strategies: ``(kind, build)`` pairs with ``build(n_target, seed) ->
+    TaskGraph`` (fixed size: ``n_target`` is ignored). Run with ``--kinds gpt3``."""
+    return [("gpt3", lowered_gpt3)]
 
 
 #: graph kinds the benchmark runs by default: name -> build(n_target, seed)
 GENERATORS = {
     "pipeline": lambda n, seed=0: pipeline_graph(n, seed),
     "random": lambda n, seed=0: random_dag(n, 16, 2.0, seed),
+    "fanout": lambda n, seed=0: fanout_dag(n, 16, 64, seed),
+    "zero": lambda n, seed=0: zero_dag(n, 16, seed),
 }

@@ -42,6 +42,13 @@ its key is smaller, i.e. the pop order is not key-sorted (this is the "explicit 
 shared/notes/engine-measurements.md ask for). Such timelines are *non-canonical*; delta mode detects
 them (see below) and falls back to a full run, counted in :class:`DeltaStats` with the reason.
 Conversely the engine's pop order is key-sorted iff its timeline is canonical.
+"Duration > 0" must hold *after rounding*: ``E(u) > R(u)`` needs ``S(u) + dur(u) > S(u)`` in IEEE
+doubles, and a positive duration below half an ulp of the start time (``2.0 + 1e-16 == 2.0``) is lost
+and acts as a zero duration. Such a task is *lossy*; the state records whether the last full run had
+one (``end == start`` with ``dur > 0``), and a lossy timeline is handled exactly like one with zero
+durations (canonical check, guarded sweep). An unguarded sweep that would make a task lossy aborts to a
+full run (reason "positive duration lost to rounding"), so the unguarded argument below, which needs
+``E > S`` for every task, is never applied to a lossy task.
 
 Delta algorithm (a sweep in key order over the dirty tasks only)
 ----------------------------------------------------------------
@@ -416,6 +423,7 @@ class DeltaSimulator:
         self._alive = [True] * n
         self._n_live = n
         self._n_zero = int(np.count_nonzero(dur_np == 0.0))
+        self._lossy = False  # some positive duration was lost to rounding (start + dur == start)
         self._broken: str | None = None
         self._st = self._nr = self._pend = None
         self._full()
@@ -772,7 +780,7 @@ class DeltaSimulator:
         """Run the sweep from the given dirty sets; fall back to a full run when it gives up."""
         self._order_cache = None
         if not self._canonical:
-            return self._fallback(t0, "timeline before the change was not canonical (zero-duration tie)",
+            return self._fallback(t0, "timeline before the change was not canonical (a zero duration, or one lost to rounding, ties an edge)",
                                   (), new_ids, removed)
         R, E, pred, succ, where = self._R, self._E, self._pred, self._succ, self._where
         st, nr, pend = self._st, self._nr, self._pend
@@ -818,7 +826,8 @@ class DeltaSimulator:
             return stats
         heapq.heapify(heap)
         deadline = math.inf if self.budget is None else t0 + self.budget * self._t_full
-        guard = self._n_zero > 0
+        # a positive duration lost to rounding (start + dur == start) acts as a zero duration
+        guard = self._n_zero > 0 or self._lossy
         try:
             processed, changed, moved, vacated, retimed_r, emax, lost = self._sweep(
                 heap, dirtied, self.max_work, deadline, guard)
@@ -967,6 +976,11 @@ class DeltaSimulator:
                 pe = E[pv] if pv != -1 else 0.0
                 s = r if r > pe else pe
                 e = s + dur[x]
+                if e == s and not guard:
+                    # dur > 0 here (no zero durations): the addition lost it to rounding, so x ends
+                    # when it starts and an edge can tie; the no-guard argument needs E > S
+                    raise _Abort(f"positive duration lost to rounding: task {x} ({dur[x]!r} s) starts "
+                                 f"and ends at {s!r} s")
                 oe = E[x]
                 if w == -1:
                     where[x] = d
@@ -1101,7 +1115,10 @@ class DeltaSimulator:
             ready, start, end = ready.copy(), start.copy(), end.copy()
             ready[dead] = start[dead] = end[dead] = _NAN
         canonical = True
-        if self._n_zero and order.size > 1:
+        # start + dur == start with dur > 0: a duration lost to rounding, a zero duration in effect
+        lossy = bool(np.any((end == start) & (self._dur_np > 0.0)))
+        self._lossy = lossy
+        if (self._n_zero or lossy) and order.size > 1:
             r = ready[order]
             canonical = bool(np.all((r[1:] > r[:-1]) | ((r[1:] == r[:-1]) & (order[1:] > order[:-1]))))
         ready = np.ascontiguousarray(ready, dtype=np.float64)

@@ -32,6 +32,14 @@ the plain loop "pop (ready, id); start; end; for each successor: ready = max, in
   sources are larger than the one in the heap, so they could not have been popped earlier.
 * Per-task inputs and outputs live in ``array.array`` buffers (8 bytes each, no per-element Python
   objects): results come back as zero-copy numpy views, and the loop keeps few live objects.
+* Graphs with few chain edges (fewer than half the tasks: random DAGs, wide fan-in / fan-out, many
+  zero durations) run :func:`_run_general` instead: the plain loop on flat Python lists (list reads
+  hand out cached objects where ``array`` reads box a new int / float per element) with the
+  push-pop and lazy-source shortcuts. Measured ~1.0-1.05x the plain loop there, against 0.82-0.93x for
+  the chain loop (``python -m benchmarks.engine``).
+* ``kernel="numba"`` (optional extra ``fast``): the plain loop compiled (simulator/engine_numba.py),
+  ~10x faster, identical results (tests/test_engine_numba.py); the pure-Python loops stay the default
+  and the reference.
 * The garbage collector is disabled around the loop (shared/notes/engine-measurements.md: 0-90 %
   faster with many live objects).
 
@@ -78,12 +86,15 @@ def _as_index_array(x) -> np.ndarray:
     return a.reshape(-1)
 
 
-def simulate_arrays(duration, device, succ_ptr, succ_idx, num_devices: int, describe=None) -> SimResult:
+def simulate_arrays(duration, device, succ_ptr, succ_idx, num_devices: int, describe=None, *,
+                    kernel: str = "python") -> SimResult:
     """Run the FIFO engine on raw arrays. ``describe(t)`` names a task in deadlock errors.
 
     duration: seconds per task; device: device index per task (``< num_devices``);
     succ_ptr, succ_idx: successors in CSR form (task ``t``'s successors are
     ``succ_idx[succ_ptr[t]:succ_ptr[t+1]]``; duplicate edges are allowed).
+    kernel: ``"python"`` (default and reference) or ``"numba"`` (optional extra ``fast``: the same
+    loop compiled, :mod:`simulator.engine_numba`; identical results, tested).
     """
     dur = np.ascontiguousarray(duration, dtype=np.float64).reshape(-1)
     n = int(dur.shape[0])
@@ -99,27 +110,53 @@ def simulate_arrays(duration, device, succ_ptr, succ_idx, num_devices: int, desc
         return SimResult(ready=empty, start=empty.copy(), end=empty.copy(),
                          order=np.zeros(0, dtype=np.int32), makespan=0.0)
 
+    dev_np = np.asarray(device).reshape(-1)
+    if dev_np.shape[0] != n:
+        raise ValueError(f"device has {dev_np.shape[0]} entries for {n} tasks")
+    if kernel == "numba":
+        from simulator.engine_numba import run_numba  # optional extra ``fast``
+
+        order_a, ready_a, start_a, indeg_left = run_numba(dur, dev_np, ptr, idx, max(num_devices, 1))
+        if order_a.shape[0] < n:
+            raise SimulationError(_deadlock_message(n, order_a, indeg_left.tolist(), dev_np.tolist(), describe))
+        end_a = start_a + dur
+        return SimResult(ready=ready_a, start=start_a, end=end_a, order=order_a.astype(np.int32),
+                         makespan=float(end_a.max()))
+    if kernel != "python":
+        raise ValueError(f"kernel {kernel!r} is not one of 'python', 'numba'")
     plan = _plan(dur, ptr, idx)
-    dev = np.asarray(device).reshape(-1).tolist()  # small ints: cached objects, 8 bytes each
-    if len(dev) != n:
-        raise ValueError(f"device has {len(dev)} entries for {n} tasks")
-    durs = array("d", dur.tobytes())
-    code = array("q", plan.code.tobytes())
-    gptr = array("q", plan.gptr.tobytes())
-    gsucc = array("q", plan.gsucc.tobytes())
-    indeg = plan.indeg.tolist()  # mostly small ints; mutated by the loop
+    dev = dev_np.tolist()  # small ints: cached objects, 8 bytes each
     sources = plan.sources.tolist()
-    num_general = plan.num_general
-    del plan.code, plan.gptr, plan.gsucc
-    ready = array("d", [0.0]) * n
-    start = array("d", [0.0]) * n
     free = [0.0] * max(num_devices, 1)
     order = array("q")
+    start = array("d", [0.0]) * n
+    general = plan.general
+    if general:
+        # lists: reads hand out cached objects where array reads box a new int / float per element
+        # (the chain loop's array tables cost 5-10 % on graphs with few chain edges, measured with
+        # python -m benchmarks.engine)
+        durs = dur.tolist()
+        cptr, cidx = ptr.tolist(), idx.tolist()
+        indeg = plan.indeg.tolist()
+        ready = [0.0] * n
+        del plan.code, plan.gptr, plan.gsucc
+    else:
+        durs = array("d", dur.tobytes())
+        code = array("q", plan.code.tobytes())
+        gptr = array("q", plan.gptr.tobytes())
+        gsucc = array("q", plan.gsucc.tobytes())
+        indeg = plan.indeg.tolist()  # mostly small ints; mutated by the loop
+        num_general = plan.num_general
+        del plan.code, plan.gptr, plan.gsucc
+        ready = array("d", [0.0]) * n
 
     gc_was_enabled = gc.isenabled()
     gc.disable()  # measured 0-90 % faster with many live objects (shared/notes/engine-measurements.md)
     try:
-        _run(durs, dev, code, gptr, gsucc, indeg, sources, num_general, ready, start, free, order)
+        if general:
+            _run_general(durs, dev, cptr, cidx, indeg, sources, ready, start, free, order)
+        else:
+            _run(durs, dev, code, gptr, gsucc, indeg, sources, num_general, ready, start, free, order)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -128,9 +165,12 @@ def simulate_arrays(duration, device, succ_ptr, succ_idx, num_devices: int, desc
         raise SimulationError(_deadlock_message(n, np.frombuffer(order, dtype=np.int64), indeg, dev, describe))
     start_a = np.frombuffer(start, dtype=np.float64)
     end_a = start_a + dur  # the loop's ``e = s + dur[t]``: the same IEEE-754 double addition
-    ready_a = np.frombuffer(ready, dtype=np.float64)
-    if plan.chain_src is not None:
-        ready_a[plan.chain_dst] = end_a[plan.chain_src]  # chain successor: ready = its only pred's end
+    if general:
+        ready_a = np.array(ready, dtype=np.float64)
+    else:
+        ready_a = np.frombuffer(ready, dtype=np.float64)
+        if plan.chain_src is not None:
+            ready_a[plan.chain_dst] = end_a[plan.chain_src]  # chain successor: ready = its only pred's end
     return SimResult(
         ready=ready_a,
         start=start_a,
@@ -140,16 +180,17 @@ def simulate_arrays(duration, device, succ_ptr, succ_idx, num_devices: int, desc
     )
 
 
-def simulate(graph) -> SimResult:
-    """Simulate a :class:`taskgraph.graph.TaskGraph` in full mode."""
+def simulate(graph, *, kernel: str = "python") -> SimResult:
+    """Simulate a :class:`taskgraph.graph.TaskGraph` in full mode (``kernel``: see :func:`simulate_arrays`)."""
     return simulate_arrays(graph.duration, graph.device, graph.succ_ptr, graph.succ_idx,
-                           graph.num_devices, describe=graph.describe)
+                           graph.num_devices, describe=graph.describe, kernel=kernel)
 
 
 class _Plan:
     """Successor tables for :func:`_run` (see :func:`_plan`)."""
 
-    __slots__ = ("code", "gptr", "gsucc", "indeg", "sources", "num_general", "chain_src", "chain_dst")
+    __slots__ = ("code", "gptr", "gsucc", "indeg", "sources", "num_general", "chain_src", "chain_dst",
+                 "general")
 
 
 def _plan(dur: np.ndarray, ptr: np.ndarray, idx: np.ndarray) -> _Plan:
@@ -170,6 +211,11 @@ def _plan(dur: np.ndarray, ptr: np.ndarray, idx: np.ndarray) -> _Plan:
     is_src = indeg == 0
     p = _Plan()
     p.chain_src = p.chain_dst = None
+    if 2 * int(np.count_nonzero(cnt == 1)) < n:  # chain tasks <= single-successor tasks: general loop
+        p.general = True
+        p.code = p.gptr = p.gsucc = None
+        p.indeg, p.sources, p.num_general = indeg, np.flatnonzero(is_src), 0
+        return p
     chain = None
     if idx.size and bool(np.all(dur >= 0.0)):  # False if any NaN
         first = idx[np.minimum(ptr[:-1], idx.size - 1)]
@@ -179,8 +225,14 @@ def _plan(dur: np.ndarray, ptr: np.ndarray, idx: np.ndarray) -> _Plan:
         general = (cnt > 0) & ~chain & ~is_src
     else:
         general = (cnt > 0) & ~is_src
-    gen_ids = np.flatnonzero(general)
     src_ids = np.flatnonzero(is_src)
+    n_chain = 0 if p.chain_src is None else int(p.chain_src.shape[0])
+    p.general = 2 * n_chain < n  # few chain edges (random DAGs, wide fan-in/out): the list loop
+    if p.general:
+        p.code = p.gptr = p.gsucc = None
+        p.indeg, p.sources, p.num_general = indeg, src_ids, 0
+        return p
+    gen_ids = np.flatnonzero(general)
     G = int(gen_ids.shape[0])
     code = np.full(n, -1, dtype=np.int64)
     if chain is not None:
@@ -241,6 +293,53 @@ def _run(dur, dev, code, gptr, gsucc, indeg, sources, G, ready, start, free, ord
                 item = pushpop(heap, nxt)
                 continue
         if heap:
+            item = pop(heap)
+        else:
+            return
+
+
+def _run_general(dur, dev, ptr, idx, indeg, sources, ready, start, free, order) -> None:
+    """The plain loop on flat lists, with two exact shortcuts of :func:`_run` (push + pop as one
+    ``heappushpop``; only the lowest unpopped source in the heap). Fills ``start``, ``ready``, ``order``."""
+    if not sources:
+        return
+    pop = heapq.heappop
+    push = heapq.heappush
+    pushpop = heapq.heappushpop
+    append = order.append
+    ns = len(sources)
+    heap: list = []
+    si = 1  # sources[si - 1] is the source in the heap (or being popped)
+    src = sources[0]
+    item = (0.0, src)
+    while True:
+        r, t = item
+        append(t)
+        d = dev[t]
+        s = free[d]
+        if r > s:
+            s = r
+        e = s + dur[t]
+        free[d] = e
+        start[t] = s
+        if t == src and si < ns:  # a source: bring the next source into the heap
+            src = sources[si]
+            si += 1
+            push(heap, (0.0, src))
+        nxt = None
+        for w in idx[ptr[t]:ptr[t + 1]]:
+            rw = ready[w]
+            if e > rw:
+                ready[w] = rw = e
+            c = indeg[w] - 1
+            indeg[w] = c
+            if c == 0:
+                if nxt is not None:
+                    push(heap, nxt)
+                nxt = (rw, w)
+        if nxt is not None:
+            item = pushpop(heap, nxt)
+        elif heap:
             item = pop(heap)
         else:
             return

@@ -324,7 +324,7 @@ def test_random_dag_generator():
     assert np.unique(pairs).size == pairs.size  # no duplicate edges
     assert set(np.unique(g.duration).tolist()) <= {1.0, 2.0, 3.0}
     assert g.device.max() < 5
-    assert strategy_graphs() == []
+    assert [k for k, _ in strategy_graphs()] == ["gpt3"]  # real lowered graph, on request
 
 
 def test_benchmark_script_smoke(tmp_path, capsys):
@@ -333,7 +333,7 @@ def test_benchmark_script_smoke(tmp_path, capsys):
     out = tmp_path / "bench.json"
     assert main(["--sizes", "500", "--repeat", "1", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
-    assert {r["kind"] for r in data["results"]} == {"pipeline", "random"}
+    assert {r["kind"] for r in data["results"]} == {"pipeline", "random", "fanout", "zero"}
     assert all(r["identical_to_reference"] for r in data["results"])
     assert "python" in data["machine"] and "cpu_count" in data["machine"]
     assert "tasks/s" in capsys.readouterr().out
@@ -351,3 +351,16 @@ def test_regression_start_before_ready_case():
     assert np.all(r.start >= r.ready)
     src = np.repeat(np.arange(5), np.diff(ptr))
     assert np.all(r.start[idx] >= r.end[src])
+
+
+def test_both_python_loops_are_exercised_and_exact():
+    # few chain edges -> the list loop (_run_general); mostly chains -> the chain-edge loop (_run)
+    from benchmarks.graphs import GENERATORS
+    from simulator.engine import _as_index_array, _plan
+
+    for kind, general in (("random", True), ("fanout", True), ("zero", True), ("pipeline", False)):
+        g = GENERATORS[kind](2000, 3)
+        plan = _plan(np.asarray(g.duration, dtype=np.float64), _as_index_array(g.succ_ptr),
+                     _as_index_array(g.succ_idx))
+        assert plan.general is general, kind
+        assert_same_as_plain(g.duration, g.device, g.succ_ptr, g.succ_idx, g.num_devices)
