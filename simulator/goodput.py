@@ -274,19 +274,24 @@ class _Run:
             self.job.interrupt(("drain", None))
 
     # -- the job ----------------------------------------------------------------------------------
-    def _book(self, seg: _Segment, x: float, keep_all: bool, comp=None) -> None:
-        """Close segment ``seg`` after ``x`` seconds: bank durable work, book the rest as losses."""
-        m = self.m
-        c = seg.compute(x)
-        kept_c = c if keep_all else seg.durable(x) * seg.tau
-        kept_c = min(kept_c, c)
+    def _bank(self, seg: _Segment, kept_c: float, c: float, x: float) -> float:
+        """Bank ``kept_c`` seconds of the segment's compute as tokens and useful time; book its
+        elastic / slow-node degradation and the ``x - c`` seconds of saves. Returns the tokens."""
         tok = seg.tokens(kept_c)
         self.tokens += tok
-        self.useful_s += tok / m.full_tokens_per_s
+        self.useful_s += tok / self.m.full_tokens_per_s
         el, sl = seg.degradation(kept_c)
         self.losses["elastic"] += el
         self.losses["slow_node"] += sl
         self.losses["checkpoint"] += x - c
+        return tok
+
+    def _book(self, seg: _Segment, x: float, keep_all: bool, comp=None) -> None:
+        """Close segment ``seg`` after ``x`` seconds: bank durable work, book the rest as losses."""
+        c = seg.compute(x)
+        kept_c = c if keep_all else seg.durable(x) * seg.tau
+        kept_c = min(kept_c, c)
+        tok = self._bank(seg, kept_c, c, x)
         self.losses["lost_work"] += c - kept_c
         if comp is not None:
             self.by_comp[comp.name] += c - kept_c
@@ -319,16 +324,8 @@ class _Run:
                 try:
                     yield env.timeout(wait) if wait < math.inf else env.event()
                     # token budget reached: the final save is durable
-                    x = env.now - seg.t0
-                    c = c_end
-                    tok = seg.tokens(c)
-                    self.tokens += tok
-                    self.useful_s += tok / m.full_tokens_per_s
-                    el, sl = seg.degradation(c)
-                    self.losses["elastic"] += el
-                    self.losses["slow_node"] += sl
-                    self.losses["checkpoint"] += x - c
-                    self.checkpoints += math.ceil(c / seg.tau - 1e-12)
+                    self._bank(seg, c_end, c_end, env.now - seg.t0)
+                    self.checkpoints += math.ceil(c_end / seg.tau - 1e-12)
                     self.progress.append((env.now, self.tokens))
                     self.finished = True
                     self.state = "done"
@@ -395,7 +392,6 @@ class _Run:
                         kind, comp = "restart", None
 
     def result(self) -> RunResult:
-        m = self.m
         wall = self.env.now
         return RunResult(self.seed, wall, self.tokens, self.useful_s, dict(self.losses), dict(self.by_comp),
                          dict(self.failures), dict(self.interruptions), self.checkpoints, self.finished,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.plots import DPI, FIG_WIDTH_IN, _figure, _save
+from simulator.plots import FIG_WIDTH_IN, _figure, _save
 
 MAX_CHECKPOINT_MARKS = 400
 DAY = 86400.0

@@ -27,7 +27,6 @@ from pathlib import Path
 import numpy as np
 
 from simulator.plots import GROUPS, _row_layout, _segments
-from taskgraph.graph import CATEGORIES
 
 #: above this many bars the Gantt collapses to one bar per action (stage level)
 MAX_BARS = 30_000

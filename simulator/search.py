@@ -345,7 +345,7 @@ def _metrics(plan, makespan: float, busy: list[float], peaks: list[float], num_t
              timeline: str, t0: float, bubble: float = 0.0) -> Evaluation:
     """The report() / training_report() / memory_report() formulas on the needed numbers only."""
     from simulator.memory_report import GB
-    tr, s = plan.strategy.training, plan.sizes
+    s = plan.sizes
     per = []
     for b in busy:
         idle = max(makespan - b, 0.0)

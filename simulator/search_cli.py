@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from strategies.errors import ConfigError, ExecsimError
+from strategies.errors import ConfigError
 
 
 def add_parser(sub) -> None:

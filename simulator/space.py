@@ -291,7 +291,6 @@ def enumerate_space(ctx: Context, space: SearchSpace, gpus_list: Iterable[int], 
     """The valid uniform candidates (sorted by :meth:`Candidate.sort_key`) and what was removed.
     With ``prune``, candidates whose :func:`static_bound` exceeds the GPU memory are left out."""
     from strategies.schedules import SCHEDULES
-    m, tr = ctx.model, ctx.base.training
     for s in space.schedule or ():
         if s not in SCHEDULES:
             from strategies.config import did_you_mean

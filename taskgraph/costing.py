@@ -348,7 +348,7 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
 def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: dict, layer_cache: dict, dt: int,
                  kw: dict) -> StageWork:
     """Operator-level cost records of one stage."""
-    tr, opt, s = plan.strategy.training, plan.strategy.options, plan.sizes
+    opt, s = plan.strategy.options, plan.sizes
     layers: list[LayerWork] = []
     host_s = getattr(plan.cluster, "host_us_per_kernel", 0.0) * 1e-6
     host_c = getattr(plan.cluster, "host_us_per_collective", 0.0) * 1e-6
