@@ -108,6 +108,21 @@ def bomb_in(section: str, key: str) -> str:
 CASES: list[Case] = []
 
 
+def _yaml_nesting_limited() -> bool:
+    """True when this PyYAML (its C parser, as strategies/documents.py uses) stops deep nesting itself."""
+    try:
+        yaml.load("[" * 5000 + "]" * 5000, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError:
+        return True
+    return False
+
+
+# The deep-nesting case: either PyYAML refuses it (one "not valid YAML" line naming the file) or it
+# parses and the loader rejects the nested list as a model name.
+_DEEP_NESTING_EXPECT = ((r"not valid YAML: .*nesting depth", "s.yaml") if _yaml_nesting_limited()
+                        else (r"model = .* must be a preset name", "model"))
+
+
 def add(*cases: Case) -> None:
     CASES.extend(cases)
 
@@ -182,7 +197,7 @@ add(
     Case("file-yaml-unhashable-key", SIM, {"s.yaml": strat() + "? [a, b]\n: 1\n"}, r"not valid YAML|unknown key",
          "s.yaml"),
     Case("file-yaml-deep-nesting", SIM, {"s.yaml": strat(model="[" * 5000 + "]" * 5000)},
-         r"model = .* must be a preset name", "model"),
+         *_DEEP_NESTING_EXPECT),
     Case("file-too-large", SIM, {"s.yaml": "# " + "x" * (9 * 2 ** 20) + "\n"}, r"over the limit of 8,388,608",
          "s.yaml"),
 )
