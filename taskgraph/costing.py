@@ -58,6 +58,13 @@ def _cached_comm(cluster, kind, nbytes, ranks, share=None):
                            share={"axis": axis, "sizes": sizes, "background": background})
 
 
+@lru_cache(maxsize=1024)
+def _node_limited(cluster, nbytes: float, ranks: tuple, copies: int, max_nodes: int, contention: bool) -> float:
+    from topologies.moe_dispatch import node_limited_all_to_all
+    return node_limited_all_to_all(nbytes, ranks, cluster, copies=copies, max_nodes=max_nodes,
+                                   share={"axis": "ep"} if contention else None)
+
+
 #: costing group name -> placement axis of the family of concurrent groups (Megatron dp-cp group).
 _FAMILY_AXIS = {"tp": "tp", "cp": "cp", "ep": "ep", "dp": "dp-cp"}
 
@@ -88,7 +95,13 @@ def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bo
     async_bwd = plan.strategy.options.tp_async_backward
     for c in op.comms:
         ranks = groups[c.group]
-        secs = _comm_time(cluster, c.op, c.bytes, ranks, (_FAMILY_AXIS.get(c.group), plan.sizes, ()))
+        max_nodes = plan.strategy.options.moe_max_nodes
+        if c.copies and max_nodes:
+            # node-limited dispatch / combine (DeepSeek-V3 Sections 2.1.2, 3.2.2): topologies/moe_dispatch.py
+            secs = _node_limited(cluster, float(c.bytes), ranks, c.copies, max_nodes,
+                                 bool(getattr(cluster, "contention", False)))
+        else:
+            secs = _comm_time(cluster, c.op, c.bytes, ranks, (_FAMILY_AXIS.get(c.group), plan.sizes, ()))
         overlaps = c.overlaps if async_bwd else ""
         if c.overlaps == "attn":
             # ring attention (Liu 2023 Section 3): cp-1 exchanges, each hidden behind one chunk's
@@ -194,6 +207,7 @@ def clear_cost_cache() -> None:
     _MEMO.clear()
     _CONTEXTS.clear()
     _cached_comm.cache_clear()
+    _node_limited.cache_clear()
     _rep_groups.cache_clear()
     _groups_sig.cache_clear()
 
@@ -215,7 +229,7 @@ def _context_id(plan: Plan) -> int | None:
         return None
     key = (plan.model, plan.cluster, plan.sizes, plan.sp, plan.zero, tr.micro_batch, tr.seq_len, tr.precision,
            opt.flash_attention, opt.fp32_grad_accum, opt.grad_bucket_mb, opt.tp_async_backward, opt.moe_load,
-           opt.cp_comm, opt.cp_load_balance, plan.shard_size, plan.reshard_after_forward, opt.overlap_grad_reduce)
+           opt.moe_max_nodes, opt.pair_overlap, opt.pair_comm_sms, opt.fp8_recipe, opt.cp_comm, opt.cp_load_balance, plan.shard_size, plan.reshard_after_forward, opt.overlap_grad_reduce)
     try:
         cid = _CONTEXTS.get(key)
     except TypeError:  # an unhashable field (a custom model spec holding a list, say)
@@ -235,7 +249,7 @@ def _layer_context(plan: Plan) -> tuple:
     tr, opt, s = plan.strategy.training, plan.strategy.options, plan.sizes
     return (plan.model, plan.cluster, s.tp, plan.sp, s.cp, s.ep, tr.micro_batch, tr.seq_len, tr.precision,
             opt.flash_attention, opt.fp32_grad_accum, opt.tp_async_backward, opt.moe_load, opt.cp_comm,
-            opt.cp_load_balance,
+            opt.cp_load_balance, opt.moe_max_nodes, opt.fp8_recipe,
             (s, plan.shard_size, plan.reshard_after_forward) if plan.zero == 3 else None)
 
 

@@ -104,6 +104,10 @@ class Collective:
     column-parallel backward is asynchronous (Megatron-LM LinearWithGradAccumulationAndAsyncCommunication:
     the SP all-gather of the saved input overlaps the input-gradient GEMM, the all-reduce or
     reduce-scatter of the input gradient overlaps the weight-gradient GEMM); '' = always blocking."""
+    copies: int = 0
+    """EP all-to-all only: routed copies of each token in the send buffer (the router's top_k), so a
+    node-limited dispatch (``options.moe_max_nodes``, ``topologies/moe_dispatch.py``) can send one
+    copy per destination node over the network; 0 = not a token dispatch."""
 
 
 @dataclass(frozen=True)
@@ -472,18 +476,18 @@ def _moe_ops(c: _Ctx, layer: int) -> list:
     a2a = dt * math.ceil(c.Tsp * k * c.moe_load) * h      # dispatch / combine buffer of the busiest rank
     ag = dt * Te * h
     if c.ep > 1:
-        comms.append(Collective("ep", "all-to-all", "fwd", "before", a2a))
+        comms.append(Collective("ep", "all-to-all", "fwd", "before", a2a, copies=k))
     if tp > 1:
         comms += [Collective("tp", "all-gather", "fwd", "before", ag),
                   Collective("tp", "reduce-scatter", "fwd", "after", ag)]
     if c.ep > 1:
-        comms += [Collective("ep", "all-to-all", "fwd", "after", a2a),
-                  Collective("ep", "all-to-all", "bwd", "before", a2a)]
+        comms += [Collective("ep", "all-to-all", "fwd", "after", a2a, copies=k),
+                  Collective("ep", "all-to-all", "bwd", "before", a2a, copies=k)]
     if tp > 1:
         comms += [Collective("tp", "all-gather", "bwd", "before", ag),
                   Collective("tp", "reduce-scatter", "bwd", "after", ag)]
     if c.ep > 1:
-        comms.append(Collective("ep", "all-to-all", "bwd", "after", a2a))
+        comms.append(Collective("ep", "all-to-all", "bwd", "after", a2a, copies=k))
     bias = ((mats - 1) * fe + h) if m.bias else 0
     experts = Operator(
         "moe_experts", "gemm", layer, (up, down),

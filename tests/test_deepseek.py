@@ -1,0 +1,91 @@
+"""DeepSeek-V3 mechanisms: node-limited dispatch, concurrent DualPipe pairs, FP8 block-wise scaling,
+bidirectional DualPipe. Closed forms on constructed clusters and tiny schedules."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from strategies.errors import ConfigError
+from topologies.cluster import load_cluster_yaml
+from topologies.collectives import all_to_all
+from topologies.moe_dispatch import node_limited_all_to_all
+
+BNV = 200e9 * 0.5          # 1e11 B/s after efficiency
+BNET = 160e9 / 8 * 0.5     # 1e10 B/s after efficiency
+A_NV, A_NET, T0 = 1e-6, 5e-6, 2e-6
+S = 8e8
+
+
+@pytest.fixture(scope="module")
+def cl():
+    return load_cluster_yaml({
+        "name": "toy", "gpu": "h100", "nodes": 8, "gpus_per_node": 4,
+        "nvlink_gbps": 200, "nvlink_efficiency": 0.5, "nvlink_latency_us": 1,
+        "nic_gbit": 160, "nic_efficiency": 0.5, "nic_latency_us": 5,
+        "collective_base_latency_us": 2, "collective_model": "alpha-beta", "contention": False,
+    })
+
+
+def approx(x):
+    return pytest.approx(x, rel=1e-12, abs=1e-18)
+
+
+# --- node-limited routing (DeepSeek-V3 Sections 2.1.2, 3.2.2) ----------------------------------
+def test_node_limited_closed_form(cl):
+    # 32 ranks on 8 nodes of 4, top-8, M = 2: each token crosses IB to 2 nodes, 7/8 of them remote
+    t_ib = 2 * 7 / 8 * (S / 8) / BNET
+    t_nv = 3 / 4 * S / BNV
+    want = T0 + max(t_ib, t_nv) + 3 * A_NV + 7 * A_NET
+    assert node_limited_all_to_all(S, range(32), cl, copies=8, max_nodes=2) == approx(want)
+    # plain all-to-all: every copy to its GPU, (n-g)/n of the buffer over IB
+    plain = T0 + max(3 / 32 * S / BNV, 28 / 32 * S / BNET) + 3 * A_NV + 28 * A_NET
+    assert all_to_all(S, range(32), cl) == approx(plain)
+    assert node_limited_all_to_all(S, range(32), cl, copies=8, max_nodes=2) < plain
+
+
+def test_node_limit_capped_by_nodes_and_top_k(cl):
+    # M larger than the nodes spanned (2) or than top-k: D = min(M, N, k)
+    two_nodes = node_limited_all_to_all(S, range(8), cl, copies=8, max_nodes=6)
+    assert two_nodes == approx(T0 + max(2 * 1 / 2 * S / 8 / BNET, 3 / 4 * S / BNV) + 3 * A_NV + A_NET)
+    top2 = node_limited_all_to_all(S, range(32), cl, copies=2, max_nodes=4)
+    assert top2 == approx(T0 + max(2 * 7 / 8 * S / 2 / BNET, 3 / 4 * S / BNV) + 3 * A_NV + 7 * A_NET)
+
+
+def test_node_limited_inside_one_node_is_the_plain_all_to_all(cl):
+    assert node_limited_all_to_all(S, range(4), cl, copies=8, max_nodes=1) == all_to_all(S, range(4), cl)
+    assert node_limited_all_to_all(0, range(32), cl, copies=8, max_nodes=4) == 0.0
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 8), st.integers(1, 8), st.sampled_from([4, 8, 16, 32]))
+def test_fewer_nodes_never_slower(cl, m, k, n):
+    a = node_limited_all_to_all(S, range(n), cl, copies=k, max_nodes=m)
+    b = node_limited_all_to_all(S, range(n), cl, copies=k, max_nodes=m + 1)
+    assert a <= b
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, "four", True])
+def test_moe_max_nodes_bad_values_one_error(tmp_path, bad):
+    with pytest.raises(ConfigError, match="options.moe_max_nodes"):
+        _moe_strategy(tmp_path, moe_max_nodes=bad)
+
+
+def _moe_strategy(tmp_path, schedule="1f1b", pp=2, vpp=1, gb=16, nodes=2, cluster_gpn=8, **options):
+    from strategies.strategy_file import parse_strategy
+    cluster = {"preset": "dgx-h100", "nodes": nodes * 8 // cluster_gpn, "gpus_per_node": cluster_gpn}
+    return parse_strategy({"model": {"preset": "mixtral-8x7b", "layers": 4}, "cluster": cluster,
+                           "parallel": {"tp": 1, "pp": pp, "vpp": vpp, "ep": 8}, "schedule": schedule,
+                           "training": {"micro_batch": 1, "global_batch": gb, "seq_len": 2048},
+                           "options": options}, tmp_path)
+
+
+def test_node_limited_shortens_cross_node_ep(tmp_path):
+    from simulator.api import simulate_strategy
+    # EP 8 inside one 8-GPU node: node-limiting changes nothing
+    base = simulate_strategy(_moe_strategy(tmp_path)).result.makespan
+    assert simulate_strategy(_moe_strategy(tmp_path, moe_max_nodes=1)).result.makespan == base
+    # 4 GPUs per node: each EP-8 group spans 2 nodes; one copy per node instead of top-2 copies
+    wide = dict(nodes=4, cluster_gpn=4)
+    far = simulate_strategy(_moe_strategy(tmp_path, **wide)).result.makespan
+    near = simulate_strategy(_moe_strategy(tmp_path, moe_max_nodes=1, **wide)).result.makespan
+    assert near < far
