@@ -69,6 +69,18 @@ def _node_limited(cluster, nbytes: float, ranks: tuple, copies: int, max_nodes: 
 _FAMILY_AXIS = {"tp": "tp", "cp": "cp", "ep": "ep", "dp": "dp-cp"}
 
 
+def pair_compute_scale(plan: Plan) -> float:
+    """Compute slowdown of a concurrent DualPipe pair's halves: the communication kernels hold
+    ``options.pair_comm_sms`` of the GPU's SMs while the pair runs (DeepSeek-V3 Section 3.2.1: 20 of
+    the H800's 132 SMs for all-to-all and PP communication), so compute runs at (SMs - c) / SMs of
+    its rate: scale = SMs / (SMs - c). 1.0 with serial pairs."""
+    opt = plan.strategy.options
+    if opt.pair_overlap != "concurrent" or not opt.pair_comm_sms:
+        return 1.0
+    sms = plan.cluster.gpu.sm_count
+    return sms / (sms - opt.pair_comm_sms)
+
+
 def grad_bytes_per_param(plan: Plan) -> int:
     """Megatron accumulates and reduces gradients in fp32 with bf16 (arguments.py sets
     accumulate_allreduce_grads_in_fp32 for bf16); fp16 keeps fp16 gradients."""
@@ -347,6 +359,8 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
         overlap_grad_reduce=opt.overlap_grad_reduce, overlap_param_gather=opt.overlap_param_gather,
         tp_comm_overlap=opt.tp_comm_overlap, p2p_overlap=opt.p2p_overlap, p2p_pairs=pairs,
         represents=s.tp * s.cp * s.dp,
+        concurrent_pairs=opt.pair_overlap == "concurrent",
+        pair_compute_scale=pair_compute_scale(plan),
         meta={"model": plan.model.name, "cluster": plan.cluster.name, "num_gpus": plan.num_gpus,
               "tp": s.tp, "pp": s.pp, "dp": s.dp, "cp": s.cp, "ep": s.ep, "vpp": plan.vpp},
     )

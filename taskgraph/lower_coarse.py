@@ -360,6 +360,8 @@ def coarse_layout(schedule: Schedule, work: IterationWork, overlap_handoff: str 
         raise NotCoarse("unknown hand-off")
     if len(work.stages) != schedule.num_stages:
         raise NotCoarse("stage count mismatch")
+    if work.concurrent_pairs:  # concurrent F&B halves: lower_model's per-task path (join tasks)
+        raise NotCoarse("concurrent pairs")
     shape = work_shape(work)
     c = _cache(schedule)
     key = ("layout", overlap_handoff, shape)

@@ -212,6 +212,13 @@ def resolve(strategy: Strategy) -> Plan:
         raise ConfigError(f"training.precision = 'fp8' but {cluster.gpu.name} has no FP8 tensor cores; use bf16 "
                           f"or a Hopper/Blackwell cluster")
 
+    opt = strategy.options
+    if opt.fp8_recipe != "tensorwise" and tr.precision != "fp8":
+        raise ConfigError(f"options.fp8_recipe = {opt.fp8_recipe!r} needs training.precision: fp8 (it is "
+                          f"{tr.precision!r}); set precision: fp8 or drop fp8_recipe")
+    if opt.pair_overlap == "concurrent" and opt.pair_comm_sms >= cluster.gpu.sm_count:
+        raise ConfigError(f"options.pair_comm_sms = {opt.pair_comm_sms} leaves no SMs for compute on "
+                          f"{cluster.gpu.name} ({cluster.gpu.sm_count} SMs); use fewer (DeepSeek-V3: 20 of 132)")
     schedule = _schedule(strategy, pp, microbatches, vpp)
     warnings = (f"model config keys not modeled (ignored): {', '.join(unused[:20])}"
                 f"{' ...' if len(unused) > 20 else ''}",) if unused else ()

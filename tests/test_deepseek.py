@@ -89,3 +89,57 @@ def test_node_limited_shortens_cross_node_ep(tmp_path):
     far = simulate_strategy(_moe_strategy(tmp_path, **wide)).result.makespan
     near = simulate_strategy(_moe_strategy(tmp_path, moe_max_nodes=1, **wide)).result.makespan
     assert near < far
+
+
+# --- concurrent DualPipe pairs (DeepSeek-V3 Section 3.2.1) -------------------------------------
+def _pair_case(concurrent: bool, scale: float = 1.0):
+    """pp 1, two stages on rank 0; every stage: op a (1 s) then its all-to-all (1 s) then op b (1 s);
+    backward: b (1 s), the all-to-all (1 s), a (1 s). Order 0F0 1F0 (0F1;1B0) 1F1 1B1 0B0 0B1."""
+    from simulator.engine import simulate
+    from strategies.actions import Action, Overlap, Schedule
+    from taskgraph.lower_model import Comm, IterationWork, LayerWork, OpCost, StageWork, lower_model
+    a2a = (Comm("ep-comm", "ep-all-to-all", 1.0),)
+    layer = LayerWork("layer0", (OpCost("a", 1.0, 1.0, fwd_post=a2a, bwd_pre=a2a), OpCost("b", 1.0, 1.0)))
+    work = IterationWork((StageWork((layer,)), StageWork((layer,))), overlap_grad_reduce=False,
+                         overlap_param_gather=False, p2p_overlap=True,
+                         concurrent_pairs=concurrent, pair_compute_scale=scale)
+    A = Action
+    order = (A(0, "F", 0), A(1, "F", 0), Overlap(A(0, "F", 1), A(1, "B", 0)), A(1, "F", 1), A(1, "B", 1),
+             A(0, "B", 0), A(0, "B", 1))
+    sched = Schedule("toy", 1, 2, 2, (0, 0), (order,))
+    return simulate(lower_model(sched, work)).makespan
+
+
+def test_serial_pair_is_the_sum_of_its_halves():
+    assert _pair_case(False) == 24.0      # 8 actions x 3 s
+
+
+def test_concurrent_pair_hides_each_halfs_all_to_all():
+    # pair from t = 6: F.a 6-7 | B.b 7-8 | F.a2a 7-8 (comm) | F.b 8-9 | B.a2a 8-9 | B.a 9-10: 4 s, not 6
+    assert _pair_case(True) == 22.0
+    # compute at half speed (SMs taken by communication): F.a 6-8, B.b 8-10, F.a2a 8-9, F.b 10-12,
+    # B.a2a 10-11, B.a 12-14 -> 8 s
+    assert _pair_case(True, 2.0) == 26.0
+
+
+def test_pair_options_validated(tmp_path):
+    from taskgraph.plan import resolve
+    with pytest.raises(ConfigError, match="options.pair_overlap"):
+        _moe_strategy(tmp_path, pair_overlap="parallel")
+    with pytest.raises(ConfigError, match="options.pair_comm_sms"):
+        resolve(_moe_strategy(tmp_path, pair_overlap="concurrent", pair_comm_sms=132))
+    with pytest.raises(ConfigError, match="options.pair_comm_sms"):
+        _moe_strategy(tmp_path, pair_comm_sms=-1)
+
+
+def test_concurrent_pairs_on_dualpipe_v(tmp_path):
+    from simulator.api import simulate_strategy
+    kw = dict(schedule="dualpipe-v", pp=2, vpp=2, gb=64, nodes=4, cluster_gpn=4, p2p_overlap=True, moe_max_nodes=1)
+    serial = simulate_strategy(_moe_strategy(tmp_path, **kw)).result.makespan
+    free = simulate_strategy(_moe_strategy(tmp_path, pair_overlap="concurrent", pair_comm_sms=0, **kw)).result.makespan
+    sm20 = simulate_strategy(_moe_strategy(tmp_path, pair_overlap="concurrent", **kw)).result.makespan
+    assert free < serial and free < sm20
+    # a schedule without pairs is unchanged by the option
+    one = dict(kw, schedule="1f1b", vpp=1)
+    assert simulate_strategy(_moe_strategy(tmp_path, pair_overlap="concurrent", **one)).result.makespan == \
+        simulate_strategy(_moe_strategy(tmp_path, **one)).result.makespan
