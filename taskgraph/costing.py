@@ -69,6 +69,11 @@ def _node_limited(cluster, nbytes: float, ranks: tuple, copies: int, max_nodes: 
 _FAMILY_AXIS = {"tp": "tp", "cp": "cp", "ep": "ep", "dp": "dp-cp"}
 
 
+#: FP8 all-to-all payload over the BF16 one: 1 byte per element plus a 4-byte scale per 128 (DeepSeek-V3
+#: Section 3.3.3, low-precision communication)
+FP8_COMM_FACTOR = (1 + 4 / 128) / 2
+
+
 def pair_compute_scale(plan: Plan) -> float:
     """Compute slowdown of a concurrent DualPipe pair's halves: the communication kernels hold
     ``options.pair_comm_sms`` of the GPU's SMs while the pair runs (DeepSeek-V3 Section 3.2.1: 20 of
@@ -101,19 +106,25 @@ def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bo
     gpu, cluster = plan.cluster.gpu, plan.cluster
     flash = plan.strategy.options.flash_attention
     gacc = grad_bytes_per_param(plan)  # weight gradients accumulate into main_grad per micro-batch
-    t = {p: op_time(op, p, gpu, ctx.dtype, flash=flash, profile=ctx.profile, grad_accum_bytes=gacc)
+    recipe = plan.strategy.options.fp8_recipe
+    t = {p: op_time(op, p, gpu, ctx.dtype, flash=flash, profile=ctx.profile, grad_accum_bytes=gacc, fp8_recipe=recipe)
          for p in ("fwd", "bwd_input", "bwd_weight")}
     slots = {("fwd", "before"): [], ("fwd", "after"): [], ("bwd", "before"): [], ("bwd", "after"): []}
     async_bwd = plan.strategy.options.tp_async_backward
     for c in op.comms:
         ranks = groups[c.group]
         max_nodes = plan.strategy.options.moe_max_nodes
+        nbytes = c.bytes
+        if c.copies and ctx.dtype == "fp8" and recipe == "blockwise" and c.where == "before":
+            # DeepSeek-V3 Section 3.3.3: the dispatch (forward) and the gradient sent to the experts'
+            # down-projections (backward) travel in FP8 with 1 x 128 scales; both combines stay BF16
+            nbytes = c.bytes * FP8_COMM_FACTOR
         if c.copies and max_nodes:
             # node-limited dispatch / combine (DeepSeek-V3 Sections 2.1.2, 3.2.2): topologies/moe_dispatch.py
-            secs = _node_limited(cluster, float(c.bytes), ranks, c.copies, max_nodes,
+            secs = _node_limited(cluster, float(nbytes), ranks, c.copies, max_nodes,
                                  bool(getattr(cluster, "contention", False)))
         else:
-            secs = _comm_time(cluster, c.op, c.bytes, ranks, (_FAMILY_AXIS.get(c.group), plan.sizes, ()))
+            secs = _comm_time(cluster, c.op, nbytes, ranks, (_FAMILY_AXIS.get(c.group), plan.sizes, ()))
         overlaps = c.overlaps if async_bwd else ""
         if c.overlaps == "attn":
             # ring attention (Liu 2023 Section 3): cp-1 exchanges, each hidden behind one chunk's
@@ -124,6 +135,10 @@ def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bo
         slots[(c.phase, c.where)].append(Comm(f"{c.group}-comm", f"{c.group}-{c.op}", secs, "tp",
                                               overlaps=overlaps))
     saved, rec = float(op.saved_activation_bytes), 0.0
+    if ctx.dtype == "fp8" and recipe == "blockwise" and op.kind == "gemm" and not op.name.endswith("lm_head"):
+        # DeepSeek-V3 Section 3.3.3 (low-precision storage): the inputs Linear operators keep for their
+        # backward (and the SwiGLU inputs of the MoE experts) are cached in FP8 with 1 x 128 scales
+        saved *= FP8_COMM_FACTOR
     if policy == "selective":
         saved, rec = saved - op.selective_recompute_bytes, float(op.selective_recompute_bytes)
     elif policy == "full":

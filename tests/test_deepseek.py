@@ -143,3 +143,57 @@ def test_concurrent_pairs_on_dualpipe_v(tmp_path):
     one = dict(kw, schedule="1f1b", vpp=1)
     assert simulate_strategy(_moe_strategy(tmp_path, pair_overlap="concurrent", **one)).result.makespan == \
         simulate_strategy(_moe_strategy(tmp_path, **one)).result.makespan
+
+
+# --- FP8 block-wise scaling (DeepSeek-V3 Section 3.3) ------------------------------------------
+def test_blockwise_fp8_gemm_time_closed_form():
+    from taskgraph.cost import FP8_QUANT_BYTES, op_time
+    from taskgraph.operators import GemmShape, Operator
+    from topologies.gpus import get_gpu
+    gpu = get_gpu("h800")
+    m, n, k = 4096, 7168, 2048
+    f = 2.0 * m * n * k
+    io = 2 * (m * k + k * n + m * n)
+    op = Operator("mlp_down", "gemm", 0, (GemmShape(m, n, k),), f, f, f, io, io, io)
+    bw = gpu.hbm_bandwidth * gpu.efficiency.elementwise_efficiency
+    launch = gpu.efficiency.launch_overhead
+    tensorwise = {p: op_time(op, p, gpu, "fp8") for p in ("fwd", "bwd_input", "bwd_weight")}
+    block = {p: op_time(op, p, gpu, "fp8", fp8_recipe="blockwise") for p in tensorwise}
+    # fwd quantizes X (m x k), dgrad dY (m x n), wgrad X^T and dY (k x m + m x n): 3 bytes + 4/128 each
+    assert FP8_QUANT_BYTES == 2 + 1 + 4 / 128
+    assert block["fwd"] == pytest.approx(tensorwise["fwd"] + m * k * FP8_QUANT_BYTES / bw + launch, rel=1e-12)
+    assert block["bwd_input"] == pytest.approx(tensorwise["bwd_input"] + m * n * FP8_QUANT_BYTES / bw + launch, rel=1e-12)
+    assert block["bwd_weight"] == pytest.approx(tensorwise["bwd_weight"] + (k * m + m * n) * FP8_QUANT_BYTES / bw
+                                                + 2 * launch, rel=1e-12)
+    # the output head stays in BF16 (Section 3.3.1)
+    head = Operator("lm_head", "gemm", -2, (GemmShape(m, n, k),), f, f, f, io, io, io)
+    assert op_time(head, "fwd", gpu, "fp8", fp8_recipe="blockwise") == op_time(head, "fwd", gpu, "bf16")
+
+
+def test_blockwise_fp8_dispatch_and_cache(tmp_path):
+    from taskgraph.costing import FP8_COMM_FACTOR, build_work
+    from taskgraph.plan import resolve
+    assert FP8_COMM_FACTOR == (1 + 4 / 128) / 2
+    kw = dict(nodes=4, cluster_gpn=4, moe_max_nodes=1)
+
+    def experts(**opt):
+        s = _moe_strategy(tmp_path, **kw, **opt)
+        if opt.get("fp8_recipe"):
+            import dataclasses
+            s = dataclasses.replace(s, training=dataclasses.replace(s.training, precision="fp8"))
+        w = build_work(resolve(s))
+        return next(o for l in w.stages[0].layers for o in l.ops if o.name == "moe_experts")
+
+    bf, blk = experts(), experts(fp8_recipe="blockwise")
+    # dispatch (fwd before) and the gradient to the experts (bwd before) in FP8; both combines BF16
+    assert blk.fwd_post == bf.fwd_post and blk.bwd_post == bf.bwd_post
+    assert blk.fwd_pre[0].seconds < bf.fwd_pre[0].seconds and blk.bwd_pre[0].seconds < bf.bwd_pre[0].seconds
+    assert blk.saved_bytes == pytest.approx(bf.saved_bytes * FP8_COMM_FACTOR)
+
+
+def test_fp8_recipe_needs_fp8(tmp_path):
+    from taskgraph.plan import resolve
+    with pytest.raises(ConfigError, match="options.fp8_recipe = 'blockwise' needs training.precision: fp8"):
+        resolve(_moe_strategy(tmp_path, fp8_recipe="blockwise"))
+    with pytest.raises(ConfigError, match="options.fp8_recipe"):
+        _moe_strategy(tmp_path, fp8_recipe="rowwise")
