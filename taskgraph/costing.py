@@ -333,7 +333,8 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
             continue
         # a named slow node paces only the pipeline rank holding it (topologies/stragglers.py), so the
         # stage's pace is part of the key along with its groups' placement
-        sig = (cid, stage == 0, stage == S - 1, _groups_sig(plan.cluster, s, prank),
+        first, last = plan.schedule.is_first_stage(stage), plan.schedule.is_last_stage(stage)
+        sig = (cid, first, last, _groups_sig(plan.cluster, s, prank),
                stage_pace(plan.cluster, s, prank),
                tuple((plan.model.layer_kind(li), p) for li, p in zip(lis, pols)))
         if coarse:
@@ -342,7 +343,7 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
             continue
         parts = _memo(("stage",) + sig, lambda: _stage_parts(
             _build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw)))
-        stages.append(_named_stage(parts, lis, pols, stage == 0, stage == S - 1))
+        stages.append(_named_stage(parts, lis, pols, first, last))
     if check_profile and profile is not None:
         profile.check_all_used()
 
@@ -396,7 +397,7 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
     host_s = getattr(plan.cluster, "host_us_per_kernel", 0.0) * 1e-6
     host_c = getattr(plan.cluster, "host_us_per_collective", 0.0) * 1e-6
     flash = opt.flash_attention
-    if stage == 0:
+    if plan.schedule.is_first_stage(stage):
         ops = embedding_operators(plan.model, dtype_bytes=dt, **kw)
         layers.append(LayerWork("embedding", host_bound(ops, [_op_cost(ctx, o, "none", groups, False) for o in ops],
                                                         host_s, flash, host_c)))
@@ -419,7 +420,7 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
                 costs[-1] = _with(costs[-1], bwd_pre=bpre + costs[-1].bwd_pre)
             layer_cache[key] = host_bound(ops, costs, host_s, flash, host_c)
         layers.append(LayerWork(f"layer{li}", layer_cache[key], policy))
-    if stage == plan.schedule.num_stages - 1:
+    if plan.schedule.is_last_stage(stage):
         ops = head_operators(plan.model, dtype_bytes=dt, ep=s.ep, flash_attention=opt.flash_attention,
                              moe_load=opt.moe_load, **kw)
         layers.append(LayerWork("head", host_bound(ops, [_op_cost(ctx, o, "none", groups, False) for o in ops],

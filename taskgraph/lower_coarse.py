@@ -362,6 +362,8 @@ def coarse_layout(schedule: Schedule, work: IterationWork, overlap_handoff: str 
         raise NotCoarse("stage count mismatch")
     if work.concurrent_pairs:  # concurrent F&B halves: lower_model's per-task path (join tasks)
         raise NotCoarse("concurrent pairs")
+    if schedule.segments:      # several pipelines (DualPipe's two directions): lower_model's data edges
+        raise NotCoarse("pipeline segments")
     shape = work_shape(work)
     c = _cache(schedule)
     key = ("layout", overlap_handoff, shape)

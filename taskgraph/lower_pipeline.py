@@ -185,7 +185,7 @@ def lower_schedule(schedule: Schedule, emit: Emitter, transfer: TransferTime, *,
     for (s, m, k) in list(tasks):
         key = (s, m, k)
         if k == "F":
-            if s > 0:
+            if not schedule.is_first_stage(s):
                 src = (s - 1, m, "F")
                 need(src, f"{s}F{m}")
                 connect(src, key, "F")
@@ -193,7 +193,7 @@ def lower_schedule(schedule: Schedule, emit: Emitter, transfer: TransferTime, *,
             fkey = (s, m, "F")
             need(fkey, f"{s}{k}{m}")
             b.add_edge(tasks[fkey][1], tasks[key][0])
-            if s < S - 1:
+            if not schedule.is_last_stage(s):
                 src = (s + 1, m, "B") if (s + 1, m, "B") in tasks else (s + 1, m, "I")
                 need(src, f"{s}{k}{m}")
                 connect(src, key, "B")
