@@ -137,8 +137,10 @@ def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bo
     saved, rec = float(op.saved_activation_bytes), 0.0
     if ctx.dtype == "fp8" and recipe == "blockwise" and op.kind == "gemm" and not op.name.endswith("lm_head"):
         # DeepSeek-V3 Section 3.3.3 (low-precision storage): the inputs Linear operators keep for their
-        # backward (and the SwiGLU inputs of the MoE experts) are cached in FP8 with 1 x 128 scales
-        saved *= FP8_COMM_FACTOR
+        # backward (and the SwiGLU inputs of the MoE experts) are cached in FP8 with 1 x 128 scales;
+        # an MLA up-projection's output (the attention core's Q, K, V: selective bytes) stays BF16
+        keep = float(op.selective_recompute_bytes)
+        saved = (saved - keep) * FP8_COMM_FACTOR + keep
     if policy == "selective":
         saved, rec = saved - op.selective_recompute_bytes, float(op.selective_recompute_bytes)
     elif policy == "full":
