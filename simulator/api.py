@@ -92,7 +92,7 @@ def _actions_per_pair(name: str) -> int:
     """Actions per (stage, microbatch) of a named schedule: 2 (F, B) or 3 (F, I, W), read off a small
     instance of it (every schedule of a family has the same ratio)."""
     if name not in _PER_PAIR:
-        s = get_schedule(name, 2, 4, 2 if name in ("zb-v", "dualpipe-v", "interleaved-1f1b") else 1)
+        s = get_schedule(name, 2, 4, 2 if name in ("zb-v", "dualpipe-v", "dualpipe", "interleaved-1f1b") else 1)
         n = sum(len(getattr(e, "sub_actions", (e,))) for o in s.orders for e in o)
         _PER_PAIR[name] = -(-n // (s.num_stages * s.microbatches))
     return _PER_PAIR[name]
@@ -110,7 +110,7 @@ def estimate_run_tasks(kind: str, spec, *, schedule: str | None = None, vpp: int
         if vpp is not None:
             spec = with_vpp(spec, vpp)
         if spec.schedule in SCHEDULES:  # closed form: the family's actions per (stage, microbatch)
-            stages = spec.pp * max(spec.vpp, 2 if spec.schedule in ("zb-v", "dualpipe-v") else 1)
+            stages = spec.pp * max(spec.vpp, 2 if spec.schedule in ("zb-v", "dualpipe-v", "dualpipe") else 1)
             return 2 * stages * spec.microbatches * _actions_per_pair(spec.schedule)
         return estimate_tasks(pipeline_schedule(spec))
     strategy = spec

@@ -104,7 +104,7 @@ def _simulate_one(kind, spec, schedule=None, fidelity=None, vpp=None):
 
 
 #: chunks per rank a schedule needs when compared against others (None = keep the file's, >= 2)
-_FIXED_VPP = {"gpipe": 1, "1f1b": 1, "zb-v": 2, "dualpipe-v": 2}
+_FIXED_VPP = {"gpipe": 1, "1f1b": 1, "zb-v": 2, "dualpipe-v": 2, "dualpipe": 2}
 
 
 def _schedule_item(item: str, spec, kind) -> tuple[str, int]:
@@ -394,7 +394,7 @@ def _compare_cmd(args) -> int:
         _check_total_tasks([(kind, spec, name, vpp) for _item, name, vpp in todo], args.fidelity)
         from simulator.progress import progress
         for item, name, vpp in progress(todo, desc="compare", unit="schedule"):
-            label = item if ":" in item else (f"{name} v={vpp}" if vpp > 1 and name not in ("zb-v", "dualpipe-v") else name)
+            label = item if ":" in item else (f"{name} v={vpp}" if vpp > 1 and name not in ("zb-v", "dualpipe-v", "dualpipe") else name)
             runs.append((label, kind, _simulate_one(kind, spec, schedule=name, fidelity=args.fidelity, vpp=vpp)))
     else:
         loaded = [(f, *_load(f, args.set)) for f in args.files]
@@ -526,7 +526,7 @@ def build_parser() -> argparse.ArgumentParser:
              ["execsim schedule --schedule interleaved-1f1b --pp 4 --microbatches 8 --vpp 2",
               "execsim schedule --schedule zb-h1 --pp 4 --microbatches 8 --csv > zb.csv"])
     s.add_argument("--schedule", required=True, help="schedule name: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v, "
-                   "dualpipe-v, looped-bfs")
+                   "dualpipe-v, dualpipe, looped-bfs")
     s.add_argument("--pp", type=int, required=True, help="pipeline ranks")
     s.add_argument("--microbatches", type=int, required=True, help="microbatches per iteration")
     s.add_argument("--vpp", type=int, default=1, help="chunks (virtual stages) per rank (default 1)")

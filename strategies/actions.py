@@ -80,10 +80,41 @@ class Schedule:
     stage_to_rank: tuple[int, ...]
     orders: tuple[tuple[Action, ...], ...]
     meta: dict = field(default_factory=dict, compare=False, hash=False)
+    segments: tuple[tuple[int, int], ...] = ()
+    """Independent pipelines sharing the ranks, as ``(first stage, first microbatch)`` pairs in
+    increasing order: segment k runs stages [first_k, first_{k+1}) for microbatches [mb_k, mb_{k+1})
+    only, and no data flows between segments. Empty = one pipeline of every stage for every
+    microbatch. DualPipe's two directions (DeepSeek-V3 Section 3.2.1): ``((0, 0), (pp, m/2))``."""
 
     @property
     def num_stages(self) -> int:
         return len(self.stage_to_rank)
+
+    def _segment(self, k: int) -> tuple[int, int, int, int]:
+        """(first stage, end stage, first microbatch, end microbatch) of segment ``k``."""
+        if not self.segments:
+            return 0, self.num_stages, 0, self.microbatches
+        s0, m0 = self.segments[k]
+        s1, m1 = self.segments[k + 1] if k + 1 < len(self.segments) else (self.num_stages, self.microbatches)
+        return s0, s1, m0, m1
+
+    def stage_segment(self, stage: int) -> tuple[int, int, int, int]:
+        """The segment holding ``stage``: (first stage, end stage, first microbatch, end microbatch)."""
+        k = sum(1 for s0, _ in self.segments[1:] if s0 <= stage)
+        return self._segment(k)
+
+    def is_first_stage(self, stage: int) -> bool:
+        """True for the first stage of a pipeline (it holds the embedding, its input comes from data)."""
+        return stage == self.stage_segment(stage)[0]
+
+    def is_last_stage(self, stage: int) -> bool:
+        """True for the last stage of a pipeline (it holds the head and the loss)."""
+        return stage == self.stage_segment(stage)[1] - 1
+
+    def stage_microbatches(self, stage: int) -> range:
+        """The microbatches that pass through ``stage``."""
+        _, _, m0, m1 = self.stage_segment(stage)
+        return range(m0, m1)
 
     def chunk_of(self, stage: int) -> int:
         """Index of ``stage`` among the stages its rank holds (0 = the rank's first chunk)."""
@@ -109,6 +140,7 @@ class Schedule:
             "microbatches": self.microbatches,
             "vpp": self.vpp,
             "stage_to_rank": list(self.stage_to_rank),
+            **({"segments": [list(x) for x in self.segments]} if self.segments else {}),
             "orders": [[_entry_json(a) for a in acts] for acts in self.orders],
         }
 

@@ -33,7 +33,7 @@ def get_schedule(name: str, pp: int, microbatches: int, vpp: int = 1) -> Schedul
     for field, value in (("pp", pp), ("microbatches", microbatches), ("vpp", vpp)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ScheduleError(f"{field} must be a positive integer, got {brief(value)}")
-    check_actions(pp, max(vpp, 2) if name in ("zb-v", "dualpipe-v") else vpp, microbatches, f"schedule {name!r}")
+    check_actions(pp, max(vpp, 2) if name in ("zb-v", "dualpipe-v", "dualpipe") else vpp, microbatches, f"schedule {name!r}")
     return _generate(fn, pp, microbatches, vpp)
 
 
@@ -73,4 +73,4 @@ def clear_schedule_cache() -> None:
 
 
 # Schedule families register themselves on import (kept at the bottom: they import ``register``).
-from strategies import schedules_basic, schedules_zb  # noqa: E402,F401
+from strategies import schedules_basic, schedules_dualpipe, schedules_zb  # noqa: E402,F401

@@ -30,6 +30,7 @@ TRAINING_KEYS = ("micro_batch", "global_batch", "seq_len", "precision", "recompu
 OPTION_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_bucket_mb", "flash_attention",
                "overlap_handoff", "memory_reserve_gb", "fidelity", "profile", "fp32_grad_accum",
                "tp_comm_overlap", "p2p_overlap", "tp_async_backward", "p2p_host_gap_us", "moe_imbalance", "moe_capacity_factor",
+               "moe_max_nodes", "pair_overlap", "pair_comm_sms", "fp8_recipe",
                "cp_comm", "cp_load_balance", "reshard_after_forward",
                "price_per_gpu_hour_usd")
 SCHEDULE_KEYS = ("name", "csv")
@@ -118,6 +119,18 @@ class OptionsSpec:
     moe_capacity_factor: expert capacity as a multiple of the mean load (Switch Transformer, Fedus
         2021 Section 2.2; Megatron --moe-expert-capacity-factor); tokens past it are dropped, so the
         busiest rank processes min(imbalance, factor) x mean. None = dropless (MegaBlocks, Gale 2023).
+    moe_max_nodes: node-limited routing (DeepSeek-V3 Section 2.1.2): each token reaches experts on at
+        most this many nodes and crosses the network once per destination node, then NVLink inside it
+        (Section 3.2.2; DeepEP); None = Megatron's all-to-all, every routed copy sent to its GPU.
+    pair_overlap: DualPipe overlapped F&B pairs: 'serial' (the two halves run one after the other, as
+        PyTorch's ScheduleDualPipeV lowers OVERLAP_F_B without a custom callback) or 'concurrent'
+        (DeepSeek-V3 Section 3.2.1: the halves' kernels interleave so that one half's all-to-all and
+        pipeline communication hide behind the other's computation, on SMs minus pair_comm_sms).
+    pair_comm_sms: SMs the communication kernels hold during concurrent pairs (DeepSeek-V3 Section
+        3.2.1: 20 of the H800's 132); compute of a paired action runs at (SMs - this) / SMs.
+    fp8_recipe: with precision fp8, 'tensorwise' (Transformer Engine per-tensor delayed scaling) or
+        'blockwise' (DeepSeek-V3 Section 3.3: 1x128 activation tiles, 128x128 weight blocks, online
+        quantization kernels, BF16 embedding / output head).
     cp_comm: context-parallel attention: 'allgather' K/V (Llama 3), 'ring' p2p overlapped with the
         attention chunks (Ring Attention; Megatron/TE "p2p"), 'a2a' Ulysses all-to-all over heads.
     cp_load_balance: causal load balancing over CP ranks (Megatron's zig-zag chunks); False = the
@@ -145,6 +158,10 @@ class OptionsSpec:
     p2p_host_gap_us: float = P2P_HOST_GAP_US
     moe_imbalance: float = 1.0
     moe_capacity_factor: float | None = None
+    moe_max_nodes: int | None = None
+    pair_overlap: str = "serial"
+    pair_comm_sms: int = 20
+    fp8_recipe: str = "tensorwise"
     cp_comm: str = "allgather"
     cp_load_balance: bool = True
     reshard_after_forward: bool | None = None
@@ -289,6 +306,12 @@ def parse_strategy(data: dict, base_dir: str | Path = ".") -> Strategy:
         moe_imbalance=get_float(o, "moe_imbalance", "options", default=1.0, minimum=1.0),
         moe_capacity_factor=None if o.get("moe_capacity_factor") is None else get_float(
             o, "moe_capacity_factor", "options", positive=True),
+        moe_max_nodes=None if o.get("moe_max_nodes") is None else get_int(
+            o, "moe_max_nodes", "options", minimum=1, maximum=4096,
+            why=" (nodes a token's experts may span; DeepSeek-V3 uses 4)"),
+        pair_overlap=get_str(o, "pair_overlap", "options", default="serial", choices=("serial", "concurrent")),
+        pair_comm_sms=get_int(o, "pair_comm_sms", "options", default=20, minimum=0, maximum=1024),
+        fp8_recipe=get_str(o, "fp8_recipe", "options", default="tensorwise", choices=("tensorwise", "blockwise")),
         cp_comm=get_str(o, "cp_comm", "options", default="allgather", choices=("allgather", "ring", "a2a")),
         cp_load_balance=get_bool(o, "cp_load_balance", "options", default=True),
         reshard_after_forward=None if o.get("reshard_after_forward") is None else get_bool(

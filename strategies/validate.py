@@ -123,6 +123,12 @@ def validate_schedule(schedule: Schedule) -> None:
                 raise ScheduleError(
                     f"{where}: microbatch {a.mb} is out of range; microbatches={m} allows 0..{m - 1}"
                 )
+            if schedule.segments and a.mb not in schedule.stage_microbatches(a.stage):
+                mbs = schedule.stage_microbatches(a.stage)
+                raise ScheduleError(
+                    f"{where}: stage {a.stage} runs microbatches {mbs.start}..{mbs.stop - 1} only (its pipeline "
+                    f"segment); move {a} to the segment of microbatch {a.mb}"
+                )
             owner = schedule.stage_to_rank[a.stage]
             if owner != r:
                 raise ScheduleError(
@@ -160,7 +166,7 @@ def validate_schedule(schedule: Schedule) -> None:
 
     for s in range(n_stages):
         owner = schedule.stage_to_rank[s]
-        for mb in range(m):
+        for mb in schedule.stage_microbatches(s):
             if (s, "F", mb) not in seen:
                 raise ScheduleError(
                     f"stage {s} microbatch {mb} has no forward: add {s}F{mb} to rank {owner}'s list"
@@ -185,19 +191,20 @@ def validate_schedule(schedule: Schedule) -> None:
                 )
 
 
-def _dependencies(a: Action, last_stage: int) -> list[tuple[tuple[int, str, int], ...]]:
+def _dependencies(a: Action, schedule: Schedule) -> list[tuple[tuple[int, str, int], ...]]:
     """What ``a`` waits for: a list of alternatives-groups, each satisfied by any one key.
 
     Pipeline data dependencies (PyTorch ``_simulate_comms_compute._ready_to_schedule``):
     F(s,m) needs F(s-1,m); B/I(s,m) needs F(s,m) and B or I of (s+1,m) (the last stage's
-    backward needs only its own forward); W(s,m) needs I(s,m).
+    backward needs only its own forward); W(s,m) needs I(s,m). Stages at a pipeline segment's
+    edge (``Schedule.segments``, DualPipe's two directions) are first / last stages.
     """
     s, mb = a.stage, a.mb
     if a.kind == "F":
-        return [((s - 1, "F", mb),)] if s > 0 else []
+        return [((s - 1, "F", mb),)] if not schedule.is_first_stage(s) else []
     if a.kind in _GRAD_KINDS:
         deps = [((s, "F", mb),)]
-        if s < last_stage:
+        if not schedule.is_last_stage(s):
             deps.append(((s + 1, "B", mb), (s + 1, "I", mb)))
         return deps
     return [((s, "I", mb),)]  # W
@@ -228,13 +235,12 @@ def check_deadlock(schedule: Schedule) -> None:
             f"schedule {schedule.name!r} has {len(schedule.orders)} rank orders but pp={schedule.pp}"
         )
     flat = _flat(schedule)
-    last = schedule.num_stages - 1
     done: set[tuple[int, str, int]] = set()
     scheduled = {(a.stage, a.kind, a.mb) for acts in flat for _, a in acts}
     heads = [0] * len(flat)
 
     def ready(a: Action) -> bool:
-        return all(any(k in done for k in group) for group in _dependencies(a, last))
+        return all(any(k in done for k in group) for group in _dependencies(a, schedule))
 
     progress = True
     while progress:
@@ -254,7 +260,7 @@ def check_deadlock(schedule: Schedule) -> None:
     for r in blocked:
         pos, a = flat[r][heads[r]]
         waits = []
-        for group in _dependencies(a, last):
+        for group in _dependencies(a, schedule):
             if any(k in done for k in group):
                 continue
             names = " or ".join(f"{s}{k}{mb}" for s, k, mb in group)

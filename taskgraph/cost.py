@@ -164,12 +164,55 @@ def grad_accumulate_bytes(op, grad_accum_bytes: int) -> float:
     return sum(2.0 * grad_accum_bytes * g.k * g.n * g.batch for g in op.gemms)
 
 
+#: FP8 recipes (``options.fp8_recipe``): Transformer Engine per-tensor delayed scaling, or DeepSeek-V3's
+#: fine-grained block-wise scaling (arXiv:2412.19437 Section 3.3).
+FP8_RECIPES = ("tensorwise", "blockwise")
+#: block-wise scaling tile: 1 x 128 activation tiles, 128 x 128 weight blocks, one fp32 scale each
+#: (DeepSeek-V3 Section 3.3.2, Figure 7a)
+FP8_TILE = 128
+#: HBM bytes per element of an online quantization kernel: read bf16 (2), write fp8 (1) and one fp32
+#: scale per 1 x 128 tile (4/128). DeepSeek-V3 Section 3.5.1 describes this round trip ("read 128 BF16
+#: activation values ... the quantized FP8 values are written back to HBM, only to be read again for MMA").
+FP8_QUANT_BYTES = 2 + 1 + 4 / FP8_TILE
+
+
+def fp8_quantize_elements(op, pass_: str) -> float:
+    """Elements the block-wise recipe quantizes online before ``op``'s GEMMs in ``pass_``
+    (DeepSeek-V3 Section 3.3: Fprop, Dgrad and Wgrad all run in FP8). For the executed GEMM
+    C[m,n] = A[m,k] B[k,n]: forward A = X and dgrad A = dY are quantized in 1 x 128 tiles (B is the
+    weight, quantized in 128 x 128 blocks once per optimizer step: not per pass); wgrad quantizes both
+    operands, X^T and dY (Section 3.3.3: cached activations re-tiled from 1 x 128 to 128 x 1)."""
+    total = 0.0
+    for g in op.gemms:
+        m, n, k, batch = pass_shape(g, pass_)
+        total += (m * k + (k * n if pass_ == "bwd_weight" else 0)) * batch
+    return float(total)
+
+
 def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True,
-            profile: ProfileTable | None = None, grad_accum_bytes: int = 0) -> float:
+            profile: ProfileTable | None = None, grad_accum_bytes: int = 0,
+            fp8_recipe: str = "tensorwise") -> float:
     """Seconds for one pass of one operator on one GPU.
 
     ``grad_accum_bytes``: element size of the main-gradient buffer weight-gradient GEMMs accumulate
-    into (4: fp32, 2: fp16/bf16); 0 = the gradient is written once and not accumulated."""
+    into (4: fp32, 2: fp16/bf16); 0 = the gradient is written once and not accumulated.
+    ``fp8_recipe`` (with dtype fp8): ``blockwise`` = DeepSeek-V3 Section 3.3: the output head stays
+    in BF16 (Section 3.3.1 keeps the embedding, output head, gating, norms and attention in higher
+    precision); every other GEMM runs at the FP8 rate after memory-bound quantization kernels over
+    its online-quantized operands (:func:`fp8_quantize_elements`, FP8_QUANT_BYTES per element). The
+    accumulation promoted to FP32 CUDA cores every N_C = 128 elements (Section 3.3.2) overlaps the
+    other warpgroup's MMA there, so it adds no term: the GEMM efficiency is the GPU's fp8 one."""
+    if dtype == "fp8" and fp8_recipe == "blockwise" and op.kind == "gemm" and op.gemms:
+        if op.name.endswith("lm_head"):
+            return op_time(op, pass_, gpu, "bf16", flash=flash, profile=profile, grad_accum_bytes=grad_accum_bytes)
+        base = op_time(op, pass_, gpu, dtype, flash=flash, profile=profile, grad_accum_bytes=grad_accum_bytes)
+        if profile is not None and profile.lookup(gpu, dtype, op, pass_) is not None:
+            return base   # a measured time includes whatever the kernels did
+        q = fp8_quantize_elements(op, pass_)
+        eff = gpu.efficiency
+        kernels = 2 if pass_ == "bwd_weight" else 1
+        return base + q * FP8_QUANT_BYTES / (gpu.hbm_bandwidth * eff.elementwise_efficiency) \
+            + kernels * len(op.gemms) * eff.launch_overhead
     if profile is not None:
         t = profile.lookup(gpu, dtype, op, pass_)
         if t is not None:

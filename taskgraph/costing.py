@@ -58,8 +58,32 @@ def _cached_comm(cluster, kind, nbytes, ranks, share=None):
                            share={"axis": axis, "sizes": sizes, "background": background})
 
 
+@lru_cache(maxsize=1024)
+def _node_limited(cluster, nbytes: float, ranks: tuple, copies: int, max_nodes: int, contention: bool) -> float:
+    from topologies.moe_dispatch import node_limited_all_to_all
+    return node_limited_all_to_all(nbytes, ranks, cluster, copies=copies, max_nodes=max_nodes,
+                                   share={"axis": "ep"} if contention else None)
+
+
 #: costing group name -> placement axis of the family of concurrent groups (Megatron dp-cp group).
 _FAMILY_AXIS = {"tp": "tp", "cp": "cp", "ep": "ep", "dp": "dp-cp"}
+
+
+#: FP8 all-to-all payload over the BF16 one: 1 byte per element plus a 4-byte scale per 128 (DeepSeek-V3
+#: Section 3.3.3, low-precision communication)
+FP8_COMM_FACTOR = (1 + 4 / 128) / 2
+
+
+def pair_compute_scale(plan: Plan) -> float:
+    """Compute slowdown of a concurrent DualPipe pair's halves: the communication kernels hold
+    ``options.pair_comm_sms`` of the GPU's SMs while the pair runs (DeepSeek-V3 Section 3.2.1: 20 of
+    the H800's 132 SMs for all-to-all and PP communication), so compute runs at (SMs - c) / SMs of
+    its rate: scale = SMs / (SMs - c). 1.0 with serial pairs."""
+    opt = plan.strategy.options
+    if opt.pair_overlap != "concurrent" or not opt.pair_comm_sms:
+        return 1.0
+    sms = plan.cluster.gpu.sm_count
+    return sms / (sms - opt.pair_comm_sms)
 
 
 def grad_bytes_per_param(plan: Plan) -> int:
@@ -82,13 +106,25 @@ def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bo
     gpu, cluster = plan.cluster.gpu, plan.cluster
     flash = plan.strategy.options.flash_attention
     gacc = grad_bytes_per_param(plan)  # weight gradients accumulate into main_grad per micro-batch
-    t = {p: op_time(op, p, gpu, ctx.dtype, flash=flash, profile=ctx.profile, grad_accum_bytes=gacc)
+    recipe = plan.strategy.options.fp8_recipe
+    t = {p: op_time(op, p, gpu, ctx.dtype, flash=flash, profile=ctx.profile, grad_accum_bytes=gacc, fp8_recipe=recipe)
          for p in ("fwd", "bwd_input", "bwd_weight")}
     slots = {("fwd", "before"): [], ("fwd", "after"): [], ("bwd", "before"): [], ("bwd", "after"): []}
     async_bwd = plan.strategy.options.tp_async_backward
     for c in op.comms:
         ranks = groups[c.group]
-        secs = _comm_time(cluster, c.op, c.bytes, ranks, (_FAMILY_AXIS.get(c.group), plan.sizes, ()))
+        max_nodes = plan.strategy.options.moe_max_nodes
+        nbytes = c.bytes
+        if c.copies and ctx.dtype == "fp8" and recipe == "blockwise" and c.where == "before":
+            # DeepSeek-V3 Section 3.3.3: the dispatch (forward) and the gradient sent to the experts'
+            # down-projections (backward) travel in FP8 with 1 x 128 scales; both combines stay BF16
+            nbytes = c.bytes * FP8_COMM_FACTOR
+        if c.copies and max_nodes:
+            # node-limited dispatch / combine (DeepSeek-V3 Sections 2.1.2, 3.2.2): topologies/moe_dispatch.py
+            secs = _node_limited(cluster, float(nbytes), ranks, c.copies, max_nodes,
+                                 bool(getattr(cluster, "contention", False)))
+        else:
+            secs = _comm_time(cluster, c.op, nbytes, ranks, (_FAMILY_AXIS.get(c.group), plan.sizes, ()))
         overlaps = c.overlaps if async_bwd else ""
         if c.overlaps == "attn":
             # ring attention (Liu 2023 Section 3): cp-1 exchanges, each hidden behind one chunk's
@@ -99,6 +135,12 @@ def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bo
         slots[(c.phase, c.where)].append(Comm(f"{c.group}-comm", f"{c.group}-{c.op}", secs, "tp",
                                               overlaps=overlaps))
     saved, rec = float(op.saved_activation_bytes), 0.0
+    if ctx.dtype == "fp8" and recipe == "blockwise" and op.kind == "gemm" and not op.name.endswith("lm_head"):
+        # DeepSeek-V3 Section 3.3.3 (low-precision storage): the inputs Linear operators keep for their
+        # backward (and the SwiGLU inputs of the MoE experts) are cached in FP8 with 1 x 128 scales;
+        # an MLA up-projection's output (the attention core's Q, K, V: selective bytes) stays BF16
+        keep = float(op.selective_recompute_bytes)
+        saved = (saved - keep) * FP8_COMM_FACTOR + keep
     if policy == "selective":
         saved, rec = saved - op.selective_recompute_bytes, float(op.selective_recompute_bytes)
     elif policy == "full":
@@ -194,6 +236,7 @@ def clear_cost_cache() -> None:
     _MEMO.clear()
     _CONTEXTS.clear()
     _cached_comm.cache_clear()
+    _node_limited.cache_clear()
     _rep_groups.cache_clear()
     _groups_sig.cache_clear()
 
@@ -215,7 +258,7 @@ def _context_id(plan: Plan) -> int | None:
         return None
     key = (plan.model, plan.cluster, plan.sizes, plan.sp, plan.zero, tr.micro_batch, tr.seq_len, tr.precision,
            opt.flash_attention, opt.fp32_grad_accum, opt.grad_bucket_mb, opt.tp_async_backward, opt.moe_load,
-           opt.cp_comm, opt.cp_load_balance, plan.shard_size, plan.reshard_after_forward, opt.overlap_grad_reduce)
+           opt.moe_max_nodes, opt.pair_overlap, opt.pair_comm_sms, opt.fp8_recipe, opt.cp_comm, opt.cp_load_balance, plan.shard_size, plan.reshard_after_forward, opt.overlap_grad_reduce)
     try:
         cid = _CONTEXTS.get(key)
     except TypeError:  # an unhashable field (a custom model spec holding a list, say)
@@ -235,7 +278,7 @@ def _layer_context(plan: Plan) -> tuple:
     tr, opt, s = plan.strategy.training, plan.strategy.options, plan.sizes
     return (plan.model, plan.cluster, s.tp, plan.sp, s.cp, s.ep, tr.micro_batch, tr.seq_len, tr.precision,
             opt.flash_attention, opt.fp32_grad_accum, opt.tp_async_backward, opt.moe_load, opt.cp_comm,
-            opt.cp_load_balance,
+            opt.cp_load_balance, opt.moe_max_nodes, opt.fp8_recipe,
             (s, plan.shard_size, plan.reshard_after_forward) if plan.zero == 3 else None)
 
 
@@ -292,7 +335,8 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
             continue
         # a named slow node paces only the pipeline rank holding it (topologies/stragglers.py), so the
         # stage's pace is part of the key along with its groups' placement
-        sig = (cid, stage == 0, stage == S - 1, _groups_sig(plan.cluster, s, prank),
+        first, last = plan.schedule.is_first_stage(stage), plan.schedule.is_last_stage(stage)
+        sig = (cid, first, last, _groups_sig(plan.cluster, s, prank),
                stage_pace(plan.cluster, s, prank),
                tuple((plan.model.layer_kind(li), p) for li, p in zip(lis, pols)))
         if coarse:
@@ -301,7 +345,7 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
             continue
         parts = _memo(("stage",) + sig, lambda: _stage_parts(
             _build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw)))
-        stages.append(_named_stage(parts, lis, pols, stage == 0, stage == S - 1))
+        stages.append(_named_stage(parts, lis, pols, first, last))
     if check_profile and profile is not None:
         profile.check_all_used()
 
@@ -333,6 +377,8 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
         overlap_grad_reduce=opt.overlap_grad_reduce, overlap_param_gather=opt.overlap_param_gather,
         tp_comm_overlap=opt.tp_comm_overlap, p2p_overlap=opt.p2p_overlap, p2p_pairs=pairs,
         represents=s.tp * s.cp * s.dp,
+        concurrent_pairs=opt.pair_overlap == "concurrent",
+        pair_compute_scale=pair_compute_scale(plan),
         meta={"model": plan.model.name, "cluster": plan.cluster.name, "num_gpus": plan.num_gpus,
               "tp": s.tp, "pp": s.pp, "dp": s.dp, "cp": s.cp, "ep": s.ep, "vpp": plan.vpp},
     )
@@ -353,7 +399,7 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
     host_s = getattr(plan.cluster, "host_us_per_kernel", 0.0) * 1e-6
     host_c = getattr(plan.cluster, "host_us_per_collective", 0.0) * 1e-6
     flash = opt.flash_attention
-    if stage == 0:
+    if plan.schedule.is_first_stage(stage):
         ops = embedding_operators(plan.model, dtype_bytes=dt, **kw)
         layers.append(LayerWork("embedding", host_bound(ops, [_op_cost(ctx, o, "none", groups, False) for o in ops],
                                                         host_s, flash, host_c)))
@@ -376,7 +422,7 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
                 costs[-1] = _with(costs[-1], bwd_pre=bpre + costs[-1].bwd_pre)
             layer_cache[key] = host_bound(ops, costs, host_s, flash, host_c)
         layers.append(LayerWork(f"layer{li}", layer_cache[key], policy))
-    if stage == plan.schedule.num_stages - 1:
+    if plan.schedule.is_last_stage(stage):
         ops = head_operators(plan.model, dtype_bytes=dt, ep=s.ep, flash_attention=opt.flash_attention,
                              moe_load=opt.moe_load, **kw)
         layers.append(LayerWork("head", host_bound(ops, [_op_cost(ctx, o, "none", groups, False) for o in ops],

@@ -169,12 +169,15 @@ def _build_actions(schedule: Schedule, handoff: str) -> ActionIndex:
     isF, isB, isI, isW = kind == F, kind == B, kind == I, kind == W
     isBI = isB | isI
     data_src = np.full(A, -1, dtype=np.int64)
-    m = isF & (stage > 0)
+    # first / last stages of each pipeline segment (Schedule.segments: DualPipe's two directions)
+    seg_first = np.array([schedule.is_first_stage(x) for x in range(S)], dtype=bool)
+    seg_last = np.array([schedule.is_last_stage(x) for x in range(S)], dtype=bool)
+    m = isF & ~seg_first[stage]
     src = look(stage - 1, mb, F)
     if np.any(m & (src < 0)):
         raise NotCoarse("missing forward")
     data_src[m] = src[m]
-    m = isBI & (stage < S - 1)
+    m = isBI & ~seg_last[stage]
     sb, si = look(stage + 1, mb, B), look(stage + 1, mb, I)
     src = np.where(sb >= 0, sb, si)
     if np.any(m & (src < 0)):
@@ -360,6 +363,8 @@ def coarse_layout(schedule: Schedule, work: IterationWork, overlap_handoff: str 
         raise NotCoarse("unknown hand-off")
     if len(work.stages) != schedule.num_stages:
         raise NotCoarse("stage count mismatch")
+    if work.concurrent_pairs:  # concurrent F&B halves: lower_model's per-task path (join tasks)
+        raise NotCoarse("concurrent pairs")
     shape = work_shape(work)
     c = _cache(schedule)
     key = ("layout", overlap_handoff, shape)

@@ -129,6 +129,8 @@ class IterationWork:
     p2p_pairs: dict = field(default_factory=dict)  # (src rank, dst rank) -> seconds; default p2p_fwd_s/p2p_bwd_s
     represents: int = 1           # GPUs each simulated rank stands for
     meta: dict = field(default_factory=dict)
+    concurrent_pairs: bool = False  # overlapped F&B pairs run their halves together (DeepSeek-V3 3.2.1)
+    pair_compute_scale: float = 1.0  # compute of a concurrent pair's halves: SMs / (SMs - comm SMs)
 
 
 def _layer_ops_backward(layer: LayerWork):
@@ -169,8 +171,14 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
                     first_fwd[a.stage] = a
     dp_tasks: dict[int, list[int]] = {r: [] for r in range(schedule.pp)}
 
+    # actions that are halves of a concurrent overlapped pair: their compute shares the SMs with the
+    # communication kernels (DeepSeek-V3 Section 3.2.1: 20 of 132 SMs), so it runs pair_compute_scale x longer
+    paired = ({a for order in schedule.orders for e in order for a in getattr(e, "sub_actions", ())}
+              if work.concurrent_pairs else set())
+
     def emit(bld: TaskGraphBuilder, a: Action, rank: int, chunk: int):
         st = work.stages[a.stage]
+        scale = work.pair_compute_scale if a in paired else 1.0
         cdev = bld.device_index(f"rank{rank}/compute")
         chain: list[int] = []
         comm_tails: list[int] = []
@@ -189,7 +197,7 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
         def comp(dur, cat, op, mem_end=0.0, free=(0.0, 0.0)):
             """A compute task; ``mem_end`` bytes allocated at its end (activations, or recompute
             temporaries for recompute tasks); ``free`` = (activation, temporary) bytes freed at its end."""
-            t = bld.add_task(dur, cdev, cat, op=op, stage=a.stage, chunk=chunk, mb=a.mb, rank=rank)
+            t = bld.add_task(dur * scale, cdev, cat, op=op, stage=a.stage, chunk=chunk, mb=a.mb, rank=rank)
             after_chain(t)
             chain.append(t)
             if mem_end:
@@ -306,12 +314,12 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
             exit_ = j
         return chain[0], exit_
 
-    cache: dict[tuple[int, str], tuple] = {}
+    cache: dict[tuple[int, str, bool], tuple] = {}
 
     def emit_cached(bld: TaskGraphBuilder, a: Action, rank: int, chunk: int):
         if a == last_bwd.get(a.stage):
             return emit(bld, a, rank, chunk)
-        key = (a.stage, a.kind)
+        key = (a.stage, a.kind, a in paired)
         hit = cache.get(key)
         if hit is None:
             start = bld.mark()
@@ -333,7 +341,8 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
         return work.p2p_fwd_s if kind == "F" else work.p2p_bwd_s
 
     b, tasks = lower_schedule(schedule, emit_cached if templates else emit, transfer, builder=b, overlap_handoff=overlap_handoff,
-                              link_represents=work.represents, p2p_overlap=work.p2p_overlap)
+                              link_represents=work.represents, p2p_overlap=work.p2p_overlap,
+                              concurrent_pairs=work.concurrent_pairs)
 
     # Epilogue per rank: (non-overlapped) gradient reduction, optimizer step, parameter gather.
     for r in range(schedule.pp):

@@ -10,7 +10,10 @@ in the operator-level lowering) and returns its entry and exit tasks. The skelet
   I(s, m) -> W(s, m). When the two stages live on different ranks, the activation (forward) or
   gradient (backward) crosses the network as a communication task on the link device
   ``link a->b`` (FIFO, so transfers on one link serialize but overlap compute);
-* for overlapped F&B pairs (DualPipe), the hand-off rule: ``"pair-end"`` (both halves' outputs leave
+* for overlapped F&B pairs (DualPipe), serial halves or concurrent ones (``concurrent_pairs``: both
+  chains start together and a join closes the pair; the engine interleaves their tasks on the rank's
+  compute and communication devices, so one half's all-to-all runs while the other computes), and
+  the hand-off rule: ``"pair-end"`` (both halves' outputs leave
   when the pair finishes, as PyTorch's lowering does) or ``"each"`` (each half's output leaves as soon
   as that half finishes).
 """
@@ -66,26 +69,20 @@ Emitter = Callable[[TaskGraphBuilder, Action, int, int], tuple[int, int]]
 TransferTime = Callable[[int, int, str, int], float]
 
 
-def _entries(order) -> list[tuple[Action, int]]:
-    """Flatten a rank's order into (action, pair-id) with pair-id -1 for single actions."""
-    out = []
-    for i, entry in enumerate(order):
-        subs = getattr(entry, "sub_actions", None)
-        if subs is not None:
-            out.extend((a, i) for a in subs)
-        else:
-            out.append((entry, -1))
-    return out
-
-
 def lower_schedule(schedule: Schedule, emit: Emitter, transfer: TransferTime, *,
                    builder: TaskGraphBuilder | None = None, overlap_handoff: str = "pair-end",
-                   link_represents: int = 1, p2p_overlap: bool = True) -> tuple[TaskGraphBuilder, dict]:
+                   link_represents: int = 1, p2p_overlap: bool = True,
+                   concurrent_pairs: bool = False) -> tuple[TaskGraphBuilder, dict]:
     """Add the tasks of ``schedule`` to ``builder`` (a new one by default).
 
     ``p2p_overlap``: transfers overlap the sender's next compute (True), or the sender's next action
     waits until its send has finished (False: Megatron-LM's default blocking
     ``send_forward_recv_backward`` style p2p, ``overlap_p2p_comm=False``).
+
+    ``concurrent_pairs``: the two halves of an overlapped F&B pair both start after the rank's
+    previous action and the next action waits for both (a zero-time ``pair-join`` task), so their
+    tasks interleave on the rank's devices (DeepSeek-V3 Section 3.2.1); False: the halves run one
+    after the other (PyTorch's lowering of ``OVERLAP_F_B`` without a custom callback).
 
     Returns the builder and a dict ``(stage, mb, kind) -> (entry, exit)`` for later passes
     (memory events, data-parallel epilogue).
@@ -102,27 +99,52 @@ def lower_schedule(schedule: Schedule, emit: Emitter, transfer: TransferTime, *,
     pair_exit: dict[tuple[int, int], int] = {}  # (rank, pair-id) -> exit of the pair's last action
     pair_of: dict[tuple[int, int, str], tuple[int, int]] = {}
     pair_last: dict[tuple[int, int], tuple[int, int, str]] = {}  # (rank, pair-id) -> its last action
+
+    def add(r, action):
+        if s2r[action.stage] != r:
+            raise ScheduleError(f"rank {r} holds action {action} but stage {action.stage} lives on "
+                                f"rank {s2r[action.stage]}")
+        key = (action.stage, action.mb, action.kind)
+        if key in tasks:
+            raise ScheduleError(f"action {action} appears twice (rank {r})")
+        tasks[key] = emit(b, action, r, schedule.chunk_of(action.stage))
+        return key
+
     for r, order in enumerate(schedule.orders):
         prev_exit = -1
-        prev_key = None
-        for action, pair in _entries(order):
-            if s2r[action.stage] != r:
-                raise ScheduleError(f"rank {r} holds action {action} but stage {action.stage} lives on "
-                                    f"rank {s2r[action.stage]}")
-            key = (action.stage, action.mb, action.kind)
-            if key in tasks:
-                raise ScheduleError(f"action {action} appears twice (rank {r})")
-            entry, exit_ = emit(b, action, r, schedule.chunk_of(action.stage))
-            tasks[key] = (entry, exit_)
-            if prev_exit >= 0:
-                b.add_edge(prev_exit, entry)  # program order
-                next_entry[prev_key] = entry
-            prev_exit = exit_
-            prev_key = key
-            if pair >= 0:
-                pair_exit[(r, pair)] = exit_
-                pair_of[key] = (r, pair)
-                pair_last[(r, pair)] = key
+        pending: list = []  # actions whose rank-next entry is the next one added
+        for i, entry in enumerate(order):
+            subs = getattr(entry, "sub_actions", None)
+            if subs is not None and concurrent_pairs:
+                # DeepSeek-V3 Section 3.2.1: the two halves of an overlapped pair run together; both
+                # start after the rank's previous action, and the next action waits for both (a join)
+                keys = [add(r, a) for a in subs]
+                for key in keys:
+                    if prev_exit >= 0:
+                        b.add_edge(prev_exit, tasks[key][0])
+                for k0 in pending:
+                    next_entry[k0] = tasks[keys[0]][0]
+                j = b.add_task(0.0, b.device_index(f"rank{r}/compute"), "other", op="pair-join", stage=subs[-1].stage,
+                               chunk=schedule.chunk_of(subs[-1].stage), mb=subs[-1].mb, rank=r)
+                for key in keys:
+                    b.add_edge(tasks[key][1], j)
+                    pair_of[key] = (r, i)
+                pair_exit[(r, i)] = j
+                pair_last[(r, i)] = keys[-1]
+                prev_exit, pending = j, keys
+                continue
+            for action in (subs if subs is not None else (entry,)):
+                key = add(r, action)
+                entry_t, exit_ = tasks[key]
+                if prev_exit >= 0:
+                    b.add_edge(prev_exit, entry_t)  # program order
+                for k0 in pending:
+                    next_entry[k0] = entry_t
+                prev_exit, pending = exit_, [key]
+                if subs is not None:
+                    pair_exit[(r, i)] = exit_
+                    pair_of[key] = (r, i)
+                    pair_last[(r, i)] = key
 
     def out_task(key):  # the task whose end releases this action's output
         if overlap_handoff == "pair-end" and key in pair_of:
@@ -163,7 +185,7 @@ def lower_schedule(schedule: Schedule, emit: Emitter, transfer: TransferTime, *,
     for (s, m, k) in list(tasks):
         key = (s, m, k)
         if k == "F":
-            if s > 0:
+            if not schedule.is_first_stage(s):
                 src = (s - 1, m, "F")
                 need(src, f"{s}F{m}")
                 connect(src, key, "F")
@@ -171,7 +193,7 @@ def lower_schedule(schedule: Schedule, emit: Emitter, transfer: TransferTime, *,
             fkey = (s, m, "F")
             need(fkey, f"{s}{k}{m}")
             b.add_edge(tasks[fkey][1], tasks[key][0])
-            if s < S - 1:
+            if not schedule.is_last_stage(s):
                 src = (s + 1, m, "B") if (s + 1, m, "B") in tasks else (s + 1, m, "I")
                 need(src, f"{s}{k}{m}")
                 connect(src, key, "B")

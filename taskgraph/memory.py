@@ -64,7 +64,6 @@ def params_per_gpu(plan) -> dict[int, int]:
     kw = dict(micro_batch=tr.micro_batch, seq_len=tr.seq_len, tp=s.tp, sp=plan.sp, cp=s.cp,
               dtype_bytes=DTYPE_BYTES[tr.precision])
     sched = plan.schedule
-    last = sched.num_stages - 1
     emb = sum(o.params for o in embedding_operators(plan.model, **kw))
     head = sum(o.params for o in head_operators(plan.model, ep=s.ep, **kw))
     word_emb = next(o.params for o in embedding_operators(plan.model, **kw) if o.name == "embedding")
@@ -81,11 +80,11 @@ def params_per_gpu(plan) -> dict[int, int]:
                 if key not in cache:
                     cache[key] = sum(o.params for o in layer_operators(plan.model, ep=s.ep, layer_index=li, **kw))
                 total += cache[key]
-            if st == 0:
+            if sched.is_first_stage(st):
                 total += emb
-            if st == last:
+            if sched.is_last_stage(st):
                 total += head
-                if plan.model.tied_embeddings and sched.stage_to_rank[0] != r:
+                if plan.model.tied_embeddings and not any(sched.is_first_stage(x) for x in stages):
                     total += word_emb
         out[r] = int(total)
     return out

@@ -104,6 +104,10 @@ class Collective:
     column-parallel backward is asynchronous (Megatron-LM LinearWithGradAccumulationAndAsyncCommunication:
     the SP all-gather of the saved input overlaps the input-gradient GEMM, the all-reduce or
     reduce-scatter of the input gradient overlaps the weight-gradient GEMM); '' = always blocking."""
+    copies: int = 0
+    """EP all-to-all only: routed copies of each token in the send buffer (the router's top_k), so a
+    node-limited dispatch (``options.moe_max_nodes``, ``topologies/moe_dispatch.py``) can send one
+    copy per destination node over the network; 0 = not a token dispatch."""
 
 
 @dataclass(frozen=True)
@@ -345,20 +349,26 @@ def _qk_projections(c: _Ctx, layer: int) -> tuple:
     bwd_gather = tuple(x for x in gather if x.phase == "bwd" and x.op == "all-gather")
     latent_ar = ((Collective("tp", "all-reduce", "bwd", "after", dt * c.T * ((qr or 0) + kr), overlaps="wgrad"),)
                  if tp > 1 else ())  # column-parallel up-projections: dgrad partial sums over tp
-    kv_down = _gemm("kv_down", layer, c.T, kr + rope, h, dt, params=h * (kr + rope),
-                    saved=dt * c.Tsp * h, comms=fwd_gather + bwd_gather)
-    ops.append(kv_down)
-    if qr:
-        ops.append(_gemm("q_down", layer, c.T, qr, h, dt, params=h * qr, saved=0))
-        ops.append(_gemm("q_up", layer, c.T, at * d, qr, dt, params=qr * at * d + qr + qkn // 2,
-                         saved=dt * c.T * qr))
-    else:
-        ops.append(_gemm("q_proj", layer, c.T, at * d, h, dt, params=h * at * d + qkn // 2, saved=0))
-    ops.append(_gemm("kv_up", layer, c.T, at * (d - rope + dv), kr, dt,
-                     params=kr * at * (d - rope + dv) + kr + qkn // 2, saved=dt * c.T * kr, comms=latent_ar))
     q_bytes = dt * c.T * at * d
     k_bytes = dt * c.T * at * d                           # per-head keys: nope part + shared rope part
     v_bytes = dt * c.T * at * dv
+    kv_down = _gemm("kv_down", layer, c.T, kr + rope, h, dt, params=h * (kr + rope),
+                    saved=dt * c.Tsp * h, comms=fwd_gather + bwd_gather)
+    ops.append(kv_down)
+    # The Q, K, V the attention core keeps are the up-projections' outputs: counted on those ops, so
+    # that selective recomputation drops them and re-runs the up-projections before the backward
+    # (DeepSeek-V3 Section 3.2.3: "recompute ... MLA up-projections during back-propagation")
+    up = lambda o, out: dataclasses.replace(o, saved_activation_bytes=o.saved_activation_bytes + out,  # noqa: E731
+                                             selective_recompute_bytes=out)
+    if qr:
+        ops.append(_gemm("q_down", layer, c.T, qr, h, dt, params=h * qr, saved=0))
+        ops.append(up(_gemm("q_up", layer, c.T, at * d, qr, dt, params=qr * at * d + qr + qkn // 2,
+                            saved=dt * c.T * qr), q_bytes))
+    else:
+        ops.append(up(_gemm("q_proj", layer, c.T, at * d, h, dt, params=h * at * d + qkn // 2, saved=0), q_bytes))
+    ops.append(up(_gemm("kv_up", layer, c.T, at * (d - rope + dv), kr, dt,
+                        params=kr * at * (d - rope + dv) + kr + qkn // 2, saved=dt * c.T * kr, comms=latent_ar),
+                  k_bytes + v_bytes))
     kv_full = dt * c.b * c.s * at * (d + dv)
     return ops, q_bytes + k_bytes + v_bytes, kv_full
 
@@ -368,6 +378,7 @@ def _attention_ops(c: _Ctx, layer: int) -> list:
     h, d, dv = m.hidden, m.head_dim, m.v_head_dim
     at = m.heads // tp
     proj, qkv_bytes, kv_full = _qk_projections(c, layer)
+    mla = m.attention == "mla"
     # Attention core. pairs = (query, key) dot products per (sequence, head) on this GPU; with cp
     # the causal work is load-balanced over ranks (Megatron CP zig-zag split: each rank holds chunks
     # i and 2cp-1-i), so total / cp. Without balancing the CP rank holding the last s/cp queries
@@ -416,7 +427,10 @@ def _attention_ops(c: _Ctx, layer: int) -> list:
         fwd_bytes=dt * c.T * at * d + kv_full + o_bytes + (LSE_BYTES * c.b * at * c.sq if c.flash else 0)
         + score_io_f,
         bwd_input_bytes=2 * (dt * c.T * at * d + kv_full + o_bytes) + score_io_b,
-        saved_activation_bytes=qkv_bytes + internals, selective_recompute_bytes=internals,
+        # MLA: Q, K, V are saved by the up-projections (_qk_projections); with FlashAttention the core
+        # keeps only its softmax statistics and selective recomputation leaves it alone
+        saved_activation_bytes=(0 if mla else qkv_bytes) + internals,
+        selective_recompute_bytes=0 if (mla and c.flash) else internals,
         comms=cp_comms)
     out = _gemm("attn_out", layer, c.T, h, at * dv, dt,
                 params=at * dv * h + (h if m.bias else 0),
@@ -472,18 +486,18 @@ def _moe_ops(c: _Ctx, layer: int) -> list:
     a2a = dt * math.ceil(c.Tsp * k * c.moe_load) * h      # dispatch / combine buffer of the busiest rank
     ag = dt * Te * h
     if c.ep > 1:
-        comms.append(Collective("ep", "all-to-all", "fwd", "before", a2a))
+        comms.append(Collective("ep", "all-to-all", "fwd", "before", a2a, copies=k))
     if tp > 1:
         comms += [Collective("tp", "all-gather", "fwd", "before", ag),
                   Collective("tp", "reduce-scatter", "fwd", "after", ag)]
     if c.ep > 1:
-        comms += [Collective("ep", "all-to-all", "fwd", "after", a2a),
-                  Collective("ep", "all-to-all", "bwd", "before", a2a)]
+        comms += [Collective("ep", "all-to-all", "fwd", "after", a2a, copies=k),
+                  Collective("ep", "all-to-all", "bwd", "before", a2a, copies=k)]
     if tp > 1:
         comms += [Collective("tp", "all-gather", "bwd", "before", ag),
                   Collective("tp", "reduce-scatter", "bwd", "after", ag)]
     if c.ep > 1:
-        comms.append(Collective("ep", "all-to-all", "bwd", "after", a2a))
+        comms.append(Collective("ep", "all-to-all", "bwd", "after", a2a, copies=k))
     bias = ((mats - 1) * fe + h) if m.bias else 0
     experts = Operator(
         "moe_experts", "gemm", layer, (up, down),

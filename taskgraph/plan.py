@@ -63,8 +63,10 @@ class Plan:
         return self.strategy.training.global_batch * self.strategy.training.seq_len
 
     def stage_layers(self, stage: int) -> range:
-        """Global indices of the transformer layers in ``stage``."""
-        start = sum(self.layers_per_stage[:stage])
+        """Global indices of the transformer layers in ``stage`` (counted from the first stage of its
+        pipeline segment: DualPipe's second direction holds the same layers again)."""
+        first = self.schedule.stage_segment(stage)[0] if self.schedule.segments else 0
+        start = sum(self.layers_per_stage[first:stage])
         return range(start, start + self.layers_per_stage[stage])
 
 
@@ -190,21 +192,23 @@ def resolve(strategy: Strategy) -> Plan:
         raise ConfigError(f"training.micro_batch * seq_len = {tr.micro_batch} * {tr.seq_len} = "
                           f"{tr.micro_batch * tr.seq_len:,} tokens per microbatch is over the limit of "
                           f"{MAX_TOKENS_PER_MICROBATCH:,} (docs/strategy-file.md, Limits); use a smaller micro_batch")
-    check_actions(pp, max(vpp, 2) if strategy.schedule in ("zb-v", "dualpipe-v") else vpp, microbatches,
+    check_actions(pp, max(vpp, 2) if strategy.schedule in ("zb-v", "dualpipe-v", "dualpipe") else vpp, microbatches,
                   f"schedule {brief(strategy.schedule)} (microbatches = global_batch / (micro_batch * dp) = "
                   f"{tr.global_batch} / ({tr.micro_batch} * {dp}))")
 
-    stages = pp * vpp
+    # DualPipe (two directions): the model is cut into pp stages, each held twice (once per direction)
+    stages = pp if strategy.schedule == "dualpipe" else pp * vpp
     if par.layers_per_stage is not None:
         lps = par.layers_per_stage
         if len(lps) != stages:
-            raise ConfigError(f"parallel.layers_per_stage has {len(lps)} entries but pp*vpp = {stages}; give one "
-                              f"count per virtual stage")
+            raise ConfigError(f"parallel.layers_per_stage has {len(lps)} entries but "
+                              f"{'pp (dualpipe: model stages, each held once per direction)' if stages == pp and vpp > 1 else 'pp*vpp'}"
+                              f" = {stages}; give one count per {'model' if stages == pp and vpp > 1 else 'virtual'} stage")
         if sum(lps) != model.layers:
             raise ConfigError(f"parallel.layers_per_stage sums to {sum(lps)} but model.layers = {model.layers}; "
                               f"make the counts add up")
     else:
-        lps = even_layers(model.layers, stages, pp, vpp)
+        lps = even_layers(model.layers, stages, pp, 1 if strategy.schedule == "dualpipe" else vpp)
     if tr.recompute_layers is not None and len(tr.recompute_layers) != model.layers:
         raise ConfigError(f"training.recompute_layers has {len(tr.recompute_layers)} entries but the model has "
                           f"{model.layers} layers; give one policy per layer")
@@ -212,7 +216,16 @@ def resolve(strategy: Strategy) -> Plan:
         raise ConfigError(f"training.precision = 'fp8' but {cluster.gpu.name} has no FP8 tensor cores; use bf16 "
                           f"or a Hopper/Blackwell cluster")
 
+    opt = strategy.options
+    if opt.fp8_recipe != "tensorwise" and tr.precision != "fp8":
+        raise ConfigError(f"options.fp8_recipe = {opt.fp8_recipe!r} needs training.precision: fp8 (it is "
+                          f"{tr.precision!r}); set precision: fp8 or drop fp8_recipe")
+    if opt.pair_overlap == "concurrent" and opt.pair_comm_sms >= cluster.gpu.sm_count:
+        raise ConfigError(f"options.pair_comm_sms = {opt.pair_comm_sms} leaves no SMs for compute on "
+                          f"{cluster.gpu.name} ({cluster.gpu.sm_count} SMs); use fewer (DeepSeek-V3: 20 of 132)")
     schedule = _schedule(strategy, pp, microbatches, vpp)
+    if strategy.schedule == "dualpipe":
+        lps = tuple(lps) + tuple(lps)   # virtual stage pp + s is direction 1's copy of model stage s
     warnings = (f"model config keys not modeled (ignored): {', '.join(unused[:20])}"
                 f"{' ...' if len(unused) > 20 else ''}",) if unused else ()
     return Plan(strategy, model, cluster, sizes, vpp, par.sp and tp > 1, par.zero, microbatches, tuple(lps), schedule,
@@ -231,7 +244,7 @@ def _schedule(strategy: Strategy, pp: int, m: int, vpp: int) -> Schedule:
     if name not in SCHEDULES:
         raise ConfigError(f"schedule = {brief(name)} is not known{did_you_mean(name, SCHEDULES)}; valid: "
                           f"{', '.join(sorted(SCHEDULES))}, or {{name: custom, csv: FILE}}")
-    if name in ("zb-v", "dualpipe-v") and vpp != 2:
+    if name in ("zb-v", "dualpipe-v", "dualpipe") and vpp != 2:
         raise ConfigError(f"schedule = {brief(name)} places two stages per rank (V shape): set parallel.vpp: 2")
     if name in ("1f1b", "gpipe") and vpp != 1:
         raise ConfigError(f"schedule = {brief(name)} runs one stage per rank but parallel.vpp = {vpp}: use "

@@ -66,7 +66,7 @@ def assert_same_result(r1, r2):
 
 SCHEDULE_CASES = [("gpipe", 4, 6, 1), ("1f1b", 4, 8, 1), ("1f1b", 1, 4, 1), ("interleaved-1f1b", 4, 8, 2),
                   ("interleaved-1f1b", 3, 6, 3), ("zb-h1", 4, 8, 1), ("zb-v", 4, 8, 2), ("dualpipe-v", 4, 10, 2),
-                  ("looped-bfs", 3, 6, 2)]
+                  ("dualpipe", 4, 8, 2), ("looped-bfs", 3, 6, 2)]
 WORK_CASES = {
     "plain": {}, "no-wgrad": dict(bw=0.0), "no-buckets": dict(nb=0), "no-gather": dict(gather=False),
     "serial-reduce": dict(ogr=False), "serial-gather": dict(opg=False), "no-memory": dict(saved=0.0),
