@@ -315,7 +315,11 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
     """
     strat = plan.strategy
     tr, opt = strat.training, strat.options
-    coarse = (fidelity or opt.fidelity) == "coarse"
+    # A concurrent DualPipe pair interleaves the operators of its two halves (one half's all-to-all
+    # under the other's compute, DeepSeek-V3 Section 3.2.1); a coarse block per chunk cannot, so such
+    # strategies are costed per operator at either fidelity (lower_coarse refuses them too) and the
+    # two fidelities give the same answer (tests/test_fidelity_agreement.py).
+    coarse = (fidelity or opt.fidelity) == "coarse" and opt.pair_overlap != "concurrent"
     profile = ProfileTable.load(opt.profile) if opt.profile else None
     ctx = CostContext(plan, profile)
     cid = _context_id(plan)

@@ -1,0 +1,64 @@
+"""Coarse fidelity agrees with operator fidelity on every validation row and every shipped example.
+
+Issue 11 item 6: every mechanism works at both fidelities, and "a test runs both on every row of the
+validation data and every example and holds them within 2 %". Coarse fidelity (one task per chunk,
+microbatch and pass: taskgraph/lower_coarse.py) folds each operator's compute and communication the
+way operator fidelity (one task per operator: the template lowering) schedules them, so the two
+iteration times must agree within ``TOLERANCE``.
+
+The rows come from the project copy of the published runs (benchmarks/validation/published_runs.csv)
+through the same row -> strategy mapping as ``python -m benchmarks.validate``; the one row whose
+operator graph exceeds the interactive task limit (N21-530B-ptdp-560, ~5.7 M tasks) is simulated with
+the limit lifted, because the test is about agreement, not about what a CLI user may ask for.
+Layer-time rows are skipped (they have no iteration time) and rows the mapping cannot express are
+listed with the reason the benchmark gives.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import simulator.api as api
+from benchmarks.validate import CSV_PATH, NotExpressible, load_rows, strategy_for
+from strategies.strategy_file import is_strategy, load_strategy, parse_strategy
+from strategies.config import load_mapping
+
+#: |coarse / operator - 1| allowed (issue 11: "within 2 %").
+TOLERANCE = 0.02
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "strategies" / "examples"
+STRATEGY_FILES = [p for p in sorted(EXAMPLES.glob("*.yaml")) if is_strategy(load_mapping(p))]
+ROWS = [r for r in load_rows(str(CSV_PATH)) if r["metric"] != "layer_fwd_bwd_time"]
+
+
+def _both(strategy, monkeypatch) -> tuple[float, float]:
+    # lift the interactive task limit: the largest validation row needs ~5.7 M operator tasks
+    monkeypatch.setattr(api, "check_tasks", lambda *a, **k: None)
+    op = api.simulate_strategy(strategy, fidelity="operator")
+    co = api.simulate_strategy(strategy, fidelity="coarse")
+    return op.training.iteration_time_s, co.training.iteration_time_s
+
+
+def _assert_agree(op: float, co: float) -> None:
+    assert op > 0 and co > 0
+    assert abs(co / op - 1) <= TOLERANCE, f"coarse {co:.6g} s vs operator {op:.6g} s: {100 * (co / op - 1):+.2f}%"
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r["id"] for r in ROWS])
+def test_validation_row_fidelities_agree(row, monkeypatch):
+    try:
+        mapping, _ = strategy_for(row)
+    except NotExpressible as exc:
+        pytest.skip(f"row not expressible as a strategy: {exc}")
+    _assert_agree(*_both(parse_strategy(mapping), monkeypatch))
+
+
+@pytest.mark.parametrize("path", STRATEGY_FILES, ids=[p.name for p in STRATEGY_FILES])
+def test_example_fidelities_agree(path, monkeypatch):
+    _assert_agree(*_both(load_strategy(path), monkeypatch))
+
+
+def test_covers_rows_and_examples():
+    # the parametrization is not empty by accident (a renamed CSV or examples folder)
+    assert len(ROWS) >= 80 and len(STRATEGY_FILES) >= 10
