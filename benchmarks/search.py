@@ -239,6 +239,20 @@ def _best_wall_cpu(fn, repeat: int) -> tuple[float, float, object]:
     return wall, cpu, out
 
 
+def pure_python_kernels(on: bool) -> bool:
+    """Make the search's sweep and topological order use the pure-Python loops (``on``) or the
+    compiled ones when numba is installed; returns whether compiled kernels are available."""
+    import simulator.search as srch
+    import taskgraph.lower_coarse as lc
+    srch._SWEEP.clear()
+    lc._KAHN.clear()
+    available = srch._compiled_sweep() is not None
+    if on:
+        srch._SWEEP[:] = [None]
+        lc._KAHN[:] = [None]
+    return available
+
+
 def search_section(s, args) -> None:
     """Section 4 of the module docstring."""
     import os
@@ -257,14 +271,20 @@ def search_section(s, args) -> None:
         return search(s, jobs=jobs, candidates=subset)
 
     tables = {}
-    for jobs in (1, 2):
-        dt, cpu, res = _best_wall_cpu(lambda: first(jobs), rep)
-        tables[jobs] = res.table.to_csv(index=False)
-        tasks = int(res.table["num_tasks"].sum())
-        print(f"  first pass, {jobs} process{'es' if jobs > 1 else ''}: {res.evaluations} simulated in {dt:.2f} s = "
-              f"{res.evaluations / dt:.0f} evaluations/s wall, {res.evaluations / cpu:.0f} per CPU-second "
-              f"({tasks / dt / 1e6:.2f} M tasks/s, {tasks / res.evaluations:.0f} tasks per candidate); best "
-              f"{res.best.label()}: {res.table.iloc[0]['iteration_time_s']:.3f} s")
+    compiled = pure_python_kernels(False)
+    for kernels in ("compiled", "python") if compiled else ("python",):
+        pure_python_kernels(kernels == "python")  # forked workers inherit the choice
+        for jobs in (1, 2):
+            dt, cpu, res = _best_wall_cpu(lambda: first(jobs), rep)
+            tables[kernels, jobs] = res.table.to_csv(index=False)
+            tasks = int(res.table["num_tasks"].sum())
+            print(f"  first pass, {jobs} process{'es' if jobs > 1 else ''}, {kernels} sweep: {res.evaluations} simulated "
+                  f"in {dt:.2f} s = {res.evaluations / dt:.0f} evaluations/s wall, {res.evaluations / cpu:.0f} per "
+                  f"CPU-second ({tasks / dt / 1e6:.2f} M tasks/s, {tasks / res.evaluations:.0f} tasks per candidate); "
+                  f"best {res.best.label()}: {res.table.iloc[0]['iteration_time_s']:.3f} s")
+    pure_python_kernels(False)
+    print(f"  tables identical across kernels and process counts: {len(set(tables.values())) == 1}")
+    tables = {jobs: tables[next(iter(tables))[0], jobs] for jobs in (1, 2)}
     dt_w, cpu_w, res_w = _best_wall_cpu(lambda: search(s, jobs=1), rep)
     print(f"  warm second pass, 1 process: {res_w.evaluations / dt_w:.0f} evaluations/s wall, "
           f"{res_w.evaluations / cpu_w:.0f} per CPU-second")

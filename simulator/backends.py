@@ -181,15 +181,26 @@ def _rows(job: Job, cands: list[Candidate], backend: str, jobs: int, chunk: int,
     import multiprocessing as mp
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
     # contiguous chunks, a few per worker (structure sharing inside a chunk, balance across them)
-    chunks = _chunks(cands, max(jobs * 4, math.ceil(len(cands) / (chunk * 8))))
+    chunks = _chunks(cands, max(jobs * 8, math.ceil(len(cands) / (chunk * 8))))
+    # the largest chunks first (longest-processing-time-first list scheduling, Graham 1969): the
+    # candidates sorted last tend to be the largest task graphs, and a big chunk at the end would
+    # leave the other workers idle; rows are put back in candidate order below
+    size = [sum(_work_estimate(job, c) for c in ch) for ch in chunks]
+    submit = sorted(range(len(chunks)), key=lambda i: (-size[i], i))
     results: list = [None] * len(chunks)
     with ctx.Pool(jobs, initializer=_init_worker) as pool:
-        pending = {i: pool.apply_async(_chunk_rows, (job, ch)) for i, ch in enumerate(chunks)}
-        for i in range(len(chunks)):
+        pending = {i: pool.apply_async(_chunk_rows, (job, chunks[i])) for i in submit}
+        for i in submit:
             results[i] = pending[i].get()
             if progress:
                 progress(results[i])
     return [r for rows in results for r in rows]
+
+
+def _work_estimate(job: Job, c: Candidate) -> int:
+    """Relative cost of evaluating ``c``: its coarse task count, ~ stages x micro-batches."""
+    gb = job.ctx.base.training.global_batch
+    return c.pp * c.vpp * max(gb // max(c.micro_batch * c.dp, 1), 1)
 
 
 def _init_worker() -> None:

@@ -105,3 +105,57 @@ def run_numba(dur, dev, ptr, idx, nd):
     return _kernel(np.ascontiguousarray(dur, dtype=np.float64), np.ascontiguousarray(dev, dtype=np.int64),
                    np.ascontiguousarray(ptr, dtype=np.int64), np.ascontiguousarray(idx, dtype=np.int64),
                    int(nd))
+
+
+@numba.njit(cache=True)
+def _static_sweep(pi, pdev, q1, q2, durs, total, nd):
+    E = np.zeros(total + 1, dtype=np.float64)  # E[total] = 0.0: "no predecessor"
+    free = np.zeros(nd, dtype=np.float64)
+    for k in range(pi.shape[0]):
+        r = E[q1[k]]
+        x = E[q2[k]]
+        if x > r:
+            r = x
+        s = free[pdev[k]]
+        if r > s:
+            s = r
+        e = s + durs[k]
+        free[pdev[k]] = e
+        E[pi[k]] = e
+    return E
+
+
+def static_sweep(pi, pdev, q1, q2, durs, total: int, nd: int) -> np.ndarray:
+    """Ends of the static-order sweep of :func:`simulator.search.static_order_timeline` (same loop,
+    same IEEE operations in the same order, so the same bits; tests/test_engine_numba.py)."""
+    return _static_sweep(pi, pdev, q1, q2, np.ascontiguousarray(durs, dtype=np.float64), int(total), max(int(nd), 1))
+
+
+@numba.njit(cache=True)
+def _kahn(ptr, succ, indeg):
+    n = indeg.shape[0]
+    order = np.empty(n, dtype=np.int64)
+    head = 0
+    tail = 0
+    for a in range(n):
+        if indeg[a] == 0:
+            order[tail] = a
+            tail += 1
+    while head < tail:
+        a = order[head]
+        head += 1
+        for k in range(ptr[a], ptr[a + 1]):
+            v = succ[k]
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                order[tail] = v
+                tail += 1
+    return order[:tail]
+
+
+def kahn_order(ptr, succ, indeg) -> np.ndarray:
+    """Kahn's algorithm with a FIFO queue seeded in id order -- the order of
+    :func:`taskgraph.lower_coarse._topo_order`'s Python loop, element for element (tests/test_engine_numba.py);
+    shorter than the task count when the graph has a cycle."""
+    return _kahn(np.asarray(ptr, dtype=np.int64), np.asarray(succ, dtype=np.int64),
+                 np.array(indeg, dtype=np.int64))

@@ -43,7 +43,7 @@ class _Order:
     """Processing order and checks for one task structure (cached on a lowering layout)."""
 
     __slots__ = ("n", "total", "pi", "pdev", "q1", "q2", "dsel", "prevdev", "pair_x", "pair_y", "psrc",
-                 "pstarts", "phas", "src", "dst", "ndev", "pair_lt", "edge_lt")
+                 "pstarts", "phas", "src", "dst", "ndev", "pair_lt", "edge_lt", "arrays")
 
 
 def build_order(n: int, device: np.ndarray, src: np.ndarray, dst: np.ndarray, pi: np.ndarray,
@@ -129,6 +129,8 @@ def build_order(n: int, device: np.ndarray, src: np.ndarray, dst: np.ndarray, pi
         o.q2 = q2[pi].tolist()
         o.dsel = pi
     o.n, o.total, o.ndev = n, total, num_devices + nh
+    # the same sequences as int64 arrays, for the compiled sweep (optional extra ``fast``)
+    o.arrays = tuple(np.asarray(x, dtype=np.int64) for x in (o.pi, o.pdev, o.q1, o.q2))
     # previous task on the same device in pi
     by_dev = pi[np.argsort(dev[pi], kind="stable")]
     prevdev = np.full(n, n, dtype=np.int64)
@@ -148,29 +150,51 @@ def build_order(n: int, device: np.ndarray, src: np.ndarray, dst: np.ndarray, pi
     return o
 
 
-def static_order_timeline(o: _Order, duration: np.ndarray):
+_SWEEP: list = []
+
+
+def _compiled_sweep():
+    """The compiled sweep (:func:`simulator.engine_numba.static_sweep`) when numba is installed
+    (optional extra ``fast``), else None: the pure-Python loop below, the reference."""
+    if not _SWEEP:
+        try:
+            from simulator.engine_numba import static_sweep
+        except ImportError:
+            static_sweep = None
+        _SWEEP.append(static_sweep)
+    return _SWEEP[0]
+
+
+def static_order_timeline(o: _Order, duration: np.ndarray, kernel: str = "auto"):
     """``(ready, start, end)`` of the engine for these durations, or None when the guessed order is
-    not the engine's (then run :func:`simulator.engine.simulate`)."""
+    not the engine's (then run :func:`simulator.engine.simulate`).
+
+    ``kernel``: ``"auto"`` runs the sweep compiled when numba is installed (the same loop and IEEE
+    operations, so the same bits: tests/test_engine_numba.py), ``"python"`` always the Python loop."""
     dur = np.asarray(duration, dtype=np.float64)
     if not bool(np.all(dur >= 0.0)):  # negative or NaN: the engine's semantics, not the sweep's
         return None
     n = o.n
-    E = [0.0] * (o.total + 1)  # E[total] = 0.0: "no predecessor"
-    free = [0.0] * max(o.ndev, 1)
     durs = np.append(dur, 0.0)[o.dsel] if o.total > n else dur[o.dsel]
-    # only ends are kept in the loop (the hot path of a search); starts follow from the ends below
-    for t, dv, a, b, d in zip(o.pi, o.pdev, o.q1, o.q2, durs.tolist()):
-        r = E[a]
-        x = E[b]
-        if x > r:
-            r = x
-        s = free[dv]
-        if r > s:
-            s = r
-        e = s + d
-        free[dv] = e
-        E[t] = e
-    end = np.array(E, dtype=np.float64)[:n]
+    sweep = _compiled_sweep() if kernel != "python" else None
+    if sweep is not None:
+        end = sweep(*o.arrays, durs, o.total, o.ndev)[:n]
+    else:
+        E = [0.0] * (o.total + 1)  # E[total] = 0.0: "no predecessor"
+        free = [0.0] * max(o.ndev, 1)
+        # only ends are kept in the loop (the hot path of a search); starts follow from the ends below
+        for t, dv, a, b, d in zip(o.pi, o.pdev, o.q1, o.q2, durs.tolist()):
+            r = E[a]
+            x = E[b]
+            if x > r:
+                r = x
+            s = free[dv]
+            if r > s:
+                s = r
+            e = s + d
+            free[dv] = e
+            E[t] = e
+        end = np.array(E, dtype=np.float64)[:n]
     ready = np.zeros(n, dtype=np.float64)
     if o.psrc.size:
         ready[o.phas] = np.maximum.reduceat(end[o.psrc], o.pstarts)

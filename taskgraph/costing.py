@@ -486,6 +486,16 @@ def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, 
     buckets: list[Bucket] = []
     total_params = 0.0
     share = ("dp-cp", s, _pp_background(plan, layers) + _axis_background(plan, layers, groups or {}))
+    times: dict = {}  # bucket size -> (reduce, gather) seconds: equal layers repeat bucket sizes
+
+    def bucket(li, oi, params):
+        t = times.get(params)
+        if t is None:
+            b = _bucket(plan, li, oi, params, gbp, pbytes, dp_group, share)
+            times[params] = (b.reduce_s, b.gather_s)
+            return b
+        return Bucket(li, oi, params * gbp, *t)
+
     if not fsdp_layer_comms(plan)[2]:   # gradients reduced in buckets at the end (DDP / ZeRO 1-2 / FSDP + PP)
         acc = 0.0
         for li in range(len(layers) - 1, -1, -1):
@@ -496,11 +506,11 @@ def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, 
                 acc += gb / gbp
                 total_params += gb / gbp
                 if acc >= limit_params:
-                    buckets.append(_bucket(plan, li, oi, acc, gbp, pbytes, dp_group, share))
+                    buckets.append(bucket(li, oi, acc))
                     acc = 0.0
         if acc > 0:  # the last (first-layer) bucket closes at the stage's first op with parameters
             li, oi = _first_param_op(layers)
-            buckets.append(_bucket(plan, li, oi, acc, gbp, pbytes, dp_group, share))
+            buckets.append(bucket(li, oi, acc))
     else:
         total_params = sum(op.grad_bytes for l in layers for op in l.ops) / gbp
     # Optimizer: each GPU updates its 1/dp shard with the distributed optimizer (ZeRO >= 1; HSDP: 1/dp_shard).

@@ -56,3 +56,62 @@ def test_numba_kernel_deadlock_error_is_the_same():
 def test_unknown_kernel_is_one_clear_error():
     with pytest.raises(ValueError, match="kernel 'cuda' is not one of 'python', 'numba'"):
         simulate_arrays(np.ones(1), np.zeros(1, dtype=np.int32), [0, 0], [], 1, kernel="cuda")
+
+
+# --------------------------------------------------------------------------------------------------
+# The compiled static-order sweep and topological order a search uses (simulator/search.py,
+# taskgraph/lower_coarse.py) give the Python loops' bits and order.
+
+
+def _python_topo(monkeypatch, fn, *args):
+    import taskgraph.lower_coarse as lc
+    monkeypatch.setattr(lc, "_KAHN", [None])  # force the Python loop
+    return fn(*args)
+
+
+def test_compiled_topological_order_matches_python(monkeypatch):
+    from taskgraph.lower_coarse import NotCoarse, _topo_order
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        A = int(rng.integers(1, 60))
+        preds = []
+        for _k in range(3):
+            p = np.full(A, -1, dtype=np.int64)
+            for v in range(A):
+                if rng.random() < 0.6:
+                    p[v] = int(rng.integers(0, A))  # a random predecessor: cycles happen
+            preds.append(p)
+        try:
+            fast = _topo_order(A, *preds)
+        except NotCoarse:
+            fast = None
+        with monkeypatch.context() as m:
+            try:
+                slow = _python_topo(m, _topo_order, A, *preds)
+            except NotCoarse:
+                slow = None
+        assert (fast is None) == (slow is None)
+        if fast is not None:
+            np.testing.assert_array_equal(fast, slow)
+
+
+def test_compiled_static_sweep_matches_python():
+    from simulator.search import _layout_order, static_order_timeline
+    from strategies.schedules import get_schedule
+    from taskgraph.lower_coarse import coarse_layout, lower_coarse
+    from tests.test_search import SCHEDULE_CASES, WORK_CASES, coarse_work
+    rng = np.random.default_rng(3)
+    for case in SCHEDULE_CASES:
+        sched = get_schedule(*case)
+        for kw in WORK_CASES.values():
+            w = coarse_work(sched.num_stages, **kw)
+            g = lower_coarse(sched, w)
+            o = _layout_order(coarse_layout(sched, w))
+            for dur in (g.duration, g.duration * rng.uniform(0.5, 2.0, g.duration.size),
+                        np.where(rng.random(g.duration.size) < 0.2, 0.0, g.duration)):
+                a = static_order_timeline(o, dur, kernel="python")
+                b = static_order_timeline(o, dur)
+                assert (a is None) == (b is None), case
+                if a is not None:
+                    for x, y in zip(a, b):
+                        np.testing.assert_array_equal(x, y)
