@@ -109,6 +109,11 @@ zero-duration tasks: such a task pops at (0, id), starts and ends at its device'
 and leaves it unchanged, so it affects no other task), and the delta state is rebuilt from its
 arrays with buffer copies; device queues are rebuilt lazily, per device, on first use.
 Every fallback is reported in :class:`DeltaStats` (``fallback``, ``reason``).
+When the sweep stops for its budget or work limit with durations > 0, the fallback does not start
+over: the tasks up to the sweep point are final (INV) and are exactly those the engine would have
+popped by then (Lemma 1), so the engine resumes from there on the remaining tasks
+(:meth:`DeltaSimulator._resume`, counted in ``DeltaStats.resumed``) unless they are more than
+``RESUME_MAX_SHARE`` of the graph.
 
 Task ids
 --------
@@ -136,10 +141,23 @@ from simulator.engine import SimResult, simulate_arrays
 from strategies.errors import SimulationError
 
 _NAN = float("nan")
+#: A sweep that gives up hands the tasks after its sweep point to the engine (DeltaSimulator._resume)
+#: when they are at most this share of the live tasks, else runs the engine on everything: building
+#: the resumed graph and state costs about a fifth of a full run (measured, python -m benchmarks.delta:
+#: a change at the first task resumed at 0.80x of a full run, fell back at 0.94x).
+RESUME_MAX_SHARE = 0.75
 
 
 class _Abort(Exception):
-    """Internal: the sweep gives up (budget spent or a zero-duration guard fired)."""
+    """Internal: the sweep gives up (budget spent or a zero-duration guard fired). ``at``: the sweep
+    point ``(ready, id)`` of the event just handled when the sweep stopped for budget or work (every
+    list entry with a key up to it is final), None when a guard fired; ``processed``: tasks
+    processed so far."""
+
+    def __init__(self, msg: str, at: tuple | None = None, processed: int = 0):
+        super().__init__(msg)
+        self.at = at
+        self.processed = processed
 
 
 @dataclass
@@ -155,6 +173,8 @@ class DeltaStats:
     wall_s: wall-clock seconds of the call.
     new_ids: ids given to the new tasks of :meth:`DeltaSimulator.replace_tasks`.
     removed: tasks removed.
+    resumed: tasks the engine re-ran from the sweep point when the sweep gave up (0: none; see
+        ``DeltaSimulator._resume``); the tasks before that point kept the sweep's times.
     """
 
     retimed: int = 0
@@ -166,6 +186,7 @@ class DeltaStats:
     wall_s: float = 0.0
     new_ids: tuple = ()
     removed: int = 0
+    resumed: int = 0
 
 
 _LOAD = 256  # entries per chunk of a device queue (split at 2x): bounded memmoves on insert/delete
@@ -832,6 +853,8 @@ class DeltaSimulator:
             processed, changed, moved, vacated, retimed_r, emax, lost = self._sweep(
                 heap, dirtied, self.max_work, deadline, guard)
         except _Abort as exc:
+            if exc.at is not None and not guard:
+                return self._resume(t0, str(exc), exc.at, exc.processed, dirtied, new_ids, removed)
             return self._fallback(t0, str(exc), dirtied, new_ids, removed)
         left = sum(1 for x in dirtied if st[x] != 2)
         if left:
@@ -1007,9 +1030,9 @@ class DeltaSimulator:
                 processed += 1
                 work += 1
                 if work == limit:
-                    raise _Abort(f"work limit of {limit} tasks reached")
+                    raise _Abort(f"work limit of {limit} tasks reached", (r, x), processed)
                 if timed and not work & 31 and clock() > deadline:
-                    raise _Abort(f"time budget spent after {work} tasks")
+                    raise _Abort(f"time budget spent after {work} tasks", (r, x), processed)
                 if mark_next and z != -1:
                     mark_queue(z)
                 if sx == 3:  # x was unresolved: release its successors
@@ -1061,9 +1084,9 @@ class DeltaSimulator:
                 vacated += 1
                 work += 1
                 if work == limit:
-                    raise _Abort(f"work limit of {limit} tasks reached")
+                    raise _Abort(f"work limit of {limit} tasks reached", (r, x), processed)
                 if timed and not work & 31 and clock() > deadline:
-                    raise _Abort(f"time budget spent after {work} tasks")
+                    raise _Abort(f"time budget spent after {work} tasks", (r, x), processed)
                 if sx != 3:
                     st[x] = 3
                     block_successors(x)
@@ -1094,6 +1117,93 @@ class DeltaSimulator:
         return DeltaStats(retimed=self._n_live, fallback=True, reason=reason, wall_s=wall,
                           new_ids=new_ids, removed=removed, changed=int(np.count_nonzero(diff)))
 
+    def _resume(self, t0, reason, at, processed, dirtied, new_ids, removed) -> DeltaStats:
+        """The sweep stopped at point ``at`` (budget or work limit, durations > 0): hand the rest to
+        the engine instead of starting over.
+
+        By the sweep's invariant every task whose queue entry has a key up to ``at`` is final, and
+        they are exactly the tasks the engine would have popped by then (Lemma 1: the new timeline is
+        canonical, the engine pops in key order). The engine's state at that point is: each device
+        free at the end of its last final task; each other task waiting for its non-final
+        predecessors, its ready time so far the latest end of its final ones. That state is handed
+        to :func:`simulator.engine.simulate_arrays` as a small graph of the non-final tasks (ids in
+        the same relative order, so ties break the same way) plus zero-ready source tasks that stand
+        for it: one per device, occupying the device until it is free, and one per task with final
+        predecessors, on a private device, ending at that task's ready time so far. Sources pop
+        first (key (0, lowest ids)), so the real tasks see exactly the engine's state. The
+        fallback then costs the sweep so far plus the engine on the tasks after the sweep point,
+        not a full run."""
+        n, nd = len(self._dur), self._nd
+        alive = self._alive_np
+        where = np.frombuffer(self._where, dtype=np.int64)
+        lk = np.frombuffer(self._lk, dtype=np.float64)
+        kr, kx = at
+        ids = np.arange(n)
+        final = alive & (where != -1) & ((lk < kr) | ((lk == kr) & (ids <= kx)))
+        rest = alive & ~final
+        if np.count_nonzero(rest) > RESUME_MAX_SHARE * self._n_live:
+            # building the resumed graph costs ~20 % of a full run (python -m benchmarks.delta):
+            # with most tasks after the sweep point, the plain full run is cheaper
+            return self._fallback(t0, reason, dirtied, new_ids, removed)
+        st, pend, oS, oE = self._st, self._pend, self._oS, self._oE
+        S = np.frombuffer(self._S, dtype=np.float64).copy()
+        E = np.frombuffer(self._E, dtype=np.float64).copy()
+        R = np.frombuffer(self._R, dtype=np.float64).copy()
+        old_S, old_E = S.copy(), E.copy()
+        for x in dirtied:  # the times before the change, for the stats; leave the scratch all zero
+            if st[x] == 2:
+                old_S[x] = oS[x]
+                old_E[x] = oE[x]
+            st[x] = 0
+            pend[x] = 0
+        sub = np.flatnonzero(rest)
+        ptr, idx = self._csr_arrays()
+        src = np.repeat(ids, np.diff(ptr))
+        dst = np.asarray(idx, dtype=np.int64)
+        dev = self._dev_np.astype(np.int64)
+        # the engine's state at the sweep point
+        free = np.zeros(nd)
+        np.maximum.at(free, dev[final], E[final])
+        fin_in = final[src] & rest[dst]
+        inj = np.zeros(n)
+        np.maximum.at(inj, dst[fin_in], E[src[fin_in]])
+        wait = np.zeros(n, dtype=bool)
+        wait[dst[fin_in]] = True
+        pdev = np.flatnonzero(free > 0.0)
+        pready = np.flatnonzero(wait & (inj > 0.0))
+        a, b = pdev.size, pready.size
+        new_id = np.full(n, -1, dtype=np.int64)
+        new_id[sub] = a + b + np.arange(sub.size)
+        m = a + b + sub.size
+        sdur = np.concatenate([free[pdev], inj[pready], self._dur_np[sub]])
+        sdev = np.concatenate([pdev, nd + np.arange(b), dev[sub]])
+        inner = rest[src] & rest[dst]
+        esrc = np.concatenate([a + np.arange(b), new_id[src[inner]]])
+        edst = np.concatenate([new_id[pready], new_id[dst[inner]]])
+        from taskgraph.graph import csr_from_edges
+        sptr, sidx = csr_from_edges(m, esrc, edst)
+        res = simulate_arrays(sdur, sdev, sptr, sidx, nd + b)
+        k = a + b
+        R[sub], S[sub], E[sub] = res.ready[k:], res.start[k:], res.end[k:]
+        live = np.flatnonzero(alive)
+        lossy = bool(np.any((E[sub] == S[sub]) & (self._dur_np[sub] > 0.0)))
+        if lossy:  # a duration lost to rounding after the sweep point: the timeline may not be canonical
+            return self._fallback(t0, f"{reason}; a positive duration was lost to rounding after the sweep point",
+                                  (), new_ids, removed)
+        order = live[np.lexsort((live, R[live]))]  # canonical: the engine pops in (ready, id) order
+        mk = float(np.max(E[live])) if live.size else 0.0
+        self._adopt(order, R, S, E, mk)
+        wall = time.perf_counter() - t0
+        n_old = min(len(old_S), n)
+        diff = alive.copy()
+        diff[:n_old] &= ~((S[:n_old] == old_S[:n_old]) & (E[:n_old] == old_E[:n_old]))
+        if new_ids:
+            diff[list(new_ids)] = True
+        return DeltaStats(retimed=processed + int(sub.size), fallback=True,
+                          reason=f"{reason}; the engine resumed from the sweep point ({sub.size} of {live.size} "
+                                 f"tasks)", wall_s=wall, new_ids=new_ids, removed=removed,
+                          changed=int(np.count_nonzero(diff)), resumed=int(sub.size))
+
     def _full(self) -> None:
         """Full run with :func:`simulator.engine.simulate_arrays`; rebuilds the delta state from it."""
         t0 = time.perf_counter()
@@ -1114,6 +1224,19 @@ class DeltaSimulator:
             dead = ~alive
             ready, start, end = ready.copy(), start.copy(), end.copy()
             ready[dead] = start[dead] = end[dead] = _NAN
+        self._adopt(order, ready, start, end, float(res.makespan) if self._n_live else 0.0)
+        t = time.perf_counter() - t0
+        if abs(n - self._t_full_n) * 10 > n:  # the graph changed size: forget older timings
+            self._t_full = t
+            self._t_full_n = n
+        else:  # the fastest run seen: a slow (loaded) run must not inflate the budget
+            self._t_full = min(self._t_full, t)
+
+    def _adopt(self, order, ready, start, end, makespan: float) -> None:
+        """Rebuild the delta state from a timeline of the current graph (engine pop ``order`` of the
+        live tasks; NaN times for tombstones)."""
+        n = len(self._dur)
+        alive = self._alive_np
         canonical = True
         # start + dur == start with dur > 0: a duration lost to rounding, a zero duration in effect
         lossy = bool(np.any((end == start) & (self._dur_np > 0.0)))
@@ -1132,7 +1255,7 @@ class DeltaSimulator:
         self._where = array("q", where.tobytes())
         groups = _Groups(order, self._dev_np[order], ready, self._nd)
         self._Q = [_Queue((groups, d)) for d in range(self._nd)]
-        self._mk = float(res.makespan) if self._n_live else 0.0
+        self._mk = makespan
         self._canonical = canonical
         self._order_cache = order
         if self._st is None or len(self._st) != n:
@@ -1141,9 +1264,3 @@ class DeltaSimulator:
             self._nr = _zeros("d", n)
             self._oS = _zeros("d", n)
             self._oE = _zeros("d", n)
-        t = time.perf_counter() - t0
-        if abs(n - self._t_full_n) * 10 > n:  # the graph changed size: forget older timings
-            self._t_full = t
-            self._t_full_n = n
-        else:  # the fastest run seen: a slow (loaded) run must not inflate the budget
-            self._t_full = min(self._t_full, t)

@@ -310,6 +310,7 @@ def test_work_limit_and_budget_fall_back_exactly():
     ds = DeltaSimulator(g, budget=None, max_work=10)
     stats = ds.set_durations([chain[0]], [3.0])
     assert stats.fallback and "work limit" in stats.reason and stats.retimed == 500
+    assert stats.resumed == 0  # ~all tasks lie after the sweep point: a plain full run is cheaper
     assert stats.changed == 500
     assert_matches_full(ds)
     ds = DeltaSimulator(g, budget=0.0)  # no time at all: gives up at the first check (32 events)
@@ -412,3 +413,44 @@ def test_rounding_and_zero_duration_campaign_subset():
     assert c["changes"] == 900
     assert c["deltas"] > 300  # most changes are still incremental
     assert c["fallbacks"].get("positive duration lost to rounding", 0) > 0  # the new guard is exercised
+
+
+def test_work_limit_resumes_the_engine_from_the_sweep_point(monkeypatch):
+    monkeypatch.setattr(delta_mod, "RESUME_MAX_SHARE", 1.0)  # resume whatever the share
+    b = _builder(2)
+    chain = [b.add_task(1.0, i % 2, "forward") for i in range(500)]
+    for u, v in zip(chain, chain[1:]):
+        b.add_edge(u, v)
+    ds = DeltaSimulator(b.build(), budget=None, max_work=10)
+    stats = ds.set_durations([chain[0]], [3.0])
+    # 10 events of work (tasks processed or moved out of a queue) -> at most 10 tasks kept from the
+    # sweep; the engine re-ran the rest from the sweep point
+    assert stats.fallback and 490 <= stats.resumed < 500 and stats.retimed == 500 and stats.changed == 500
+    assert f"resumed from the sweep point ({stats.resumed} of 500" in stats.reason
+    assert_matches_full(ds)
+    assert ds.end[chain[-1]] == 502.0  # 2 s later than before, hand-computed
+
+
+def test_resumed_fallbacks_equal_full_runs(monkeypatch):
+    """A sweep stopped by its work limit hands the tasks after the sweep point to the engine
+    (``DeltaStats.resumed``); the result is the full run's, bit for bit, on random graphs with
+    duration and device changes (positive durations: the resume applies; the property test above
+    covers zero durations and structural changes)."""
+    monkeypatch.setattr(delta_mod, "RESUME_MAX_SHARE", 1.0)  # resume whatever the share
+    rng = np.random.default_rng(1)
+    resumed = 0
+    for _ in range(300):
+        n, nd = int(rng.integers(2, 50)), int(rng.integers(1, 5))
+        edges = [(u, v) for v in range(n) for u in range(v) if rng.random() < 0.1]
+        dur = rng.integers(1, 5, n).astype(float) * rng.choice([1.0, 0.1, 1e-3])
+        ds = DeltaSimulator.from_arrays(*graph_arrays_from(n, nd, edges, dur, rng.integers(0, nd, n)),
+                                        budget=None, max_work=int(rng.integers(1, 6)))
+        for _ in range(3):
+            t = int(rng.integers(0, n))
+            if rng.random() < 0.5:
+                stats = ds.set_durations([t], [float(rng.integers(1, 9)) * 0.5])
+            else:
+                stats = ds.set_devices([t], [int(rng.integers(0, nd))])
+            assert_matches_full(ds)
+            resumed += stats.resumed > 0
+    assert resumed >= 200
