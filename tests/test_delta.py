@@ -334,6 +334,21 @@ def test_cycle_raises_and_poisons():
         _ = ds.start
 
 
+def test_cycle_after_the_sweep_point_raises_and_poisons(monkeypatch):
+    """A work-limited sweep on a change that closes a cycle resumes the engine, which meets the
+    cycle: the full run then raises the usual error and the simulator stays poisoned."""
+    monkeypatch.setattr(delta_mod, "RESUME_MAX_SHARE", 1.0)
+    b = _builder(2)
+    chain = [b.add_task(1.0, i % 2, "forward") for i in range(40)]
+    for u, v in zip(chain, chain[1:]):
+        b.add_edge(u, v)
+    ds = DeltaSimulator(b.build(), budget=None, max_work=3)
+    with pytest.raises(SimulationError, match="stuck"):
+        ds.replace_tasks([], edges=[(chain[-1], chain[20])])
+    with pytest.raises(SimulationError):
+        _ = ds.start
+
+
 def test_invalid_changes_leave_state_untouched():
     b = _builder(2)
     x = b.add_task(1.0, 0, "forward")
