@@ -182,11 +182,7 @@ def _rows(job: Job, cands: list[Candidate], backend: str, jobs: int, chunk: int,
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
     # contiguous chunks, a few per worker (structure sharing inside a chunk, balance across them)
     chunks = _chunks(cands, max(jobs * 8, math.ceil(len(cands) / (chunk * 8))))
-    # the largest chunks first (longest-processing-time-first list scheduling, Graham 1969): the
-    # candidates sorted last tend to be the largest task graphs, and a big chunk at the end would
-    # leave the other workers idle; rows are put back in candidate order below
-    size = [sum(_work_estimate(job, c) for c in ch) for ch in chunks]
-    submit = sorted(range(len(chunks)), key=lambda i: (-size[i], i))
+    submit = _largest_first(job, chunks)
     results: list = [None] * len(chunks)
     with ctx.Pool(jobs, initializer=_init_worker) as pool:
         pending = {i: pool.apply_async(_chunk_rows, (job, chunks[i])) for i in submit}
@@ -195,6 +191,14 @@ def _rows(job: Job, cands: list[Candidate], backend: str, jobs: int, chunk: int,
             if progress:
                 progress(results[i])
     return [r for rows in results for r in rows]
+
+
+def _largest_first(job: Job, chunks: list[list[Candidate]]) -> list[int]:
+    """Chunk indices, largest estimated work first (longest-processing-time-first list scheduling,
+    Graham 1969): the candidates sorted last tend to be the largest task graphs, and a big chunk at
+    the end would leave the other workers idle. Rows are put back in candidate order by the caller."""
+    size = [sum(_work_estimate(job, c) for c in ch) for ch in chunks]
+    return sorted(range(len(chunks)), key=lambda i: (-size[i], i))
 
 
 def _work_estimate(job: Job, c: Candidate) -> int:
@@ -228,12 +232,12 @@ def _ray_rows(job: Job, cands, jobs, chunk, progress, address) -> list[dict]:
                  if os.environ.get("PYTHONPATH") else None)
     remote = ray.remote(_chunk_rows)
     job_ref = ray.put(job)
-    n = max(int(ray.available_resources().get("CPU", jobs)), 1) * 4
+    n = max(int(ray.available_resources().get("CPU", jobs)), 1) * 8
     chunks = _chunks(cands, max(n, math.ceil(len(cands) / (chunk * 8))))
-    refs = [remote.remote(job_ref, ch) for ch in chunks]
-    index = {r: i for i, r in enumerate(refs)}
-    results: list = [None] * len(refs)
-    waiting = list(refs)
+    refs = {i: remote.remote(job_ref, chunks[i]) for i in _largest_first(job, chunks)}
+    index = {r: i for i, r in refs.items()}
+    results: list = [None] * len(chunks)
+    waiting = list(refs.values())
     while waiting:
         done, waiting = ray.wait(waiting, num_returns=1)
         i = index[done[0]]
