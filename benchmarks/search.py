@@ -242,14 +242,11 @@ def _best_wall_cpu(fn, repeat: int) -> tuple[float, float, object]:
 def pure_python_kernels(on: bool) -> bool:
     """Make the search's sweep and topological order use the pure-Python loops (``on``) or the
     compiled ones when numba is installed; returns whether compiled kernels are available."""
-    import simulator.search as srch
-    import taskgraph.lower_coarse as lc
-    srch._SWEEP.clear()
-    lc._KAHN.clear()
-    available = srch._compiled_sweep() is not None
+    import simulator.engine as engine
+    engine.COMPILED.clear()
+    available = engine.compiled_kernel("static_sweep") is not None
     if on:
-        srch._SWEEP[:] = [None]
-        lc._KAHN[:] = [None]
+        engine.COMPILED.update(static_sweep=None, kahn_order=None)
     return available
 
 

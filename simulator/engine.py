@@ -180,6 +180,25 @@ def simulate_arrays(duration, device, succ_ptr, succ_idx, num_devices: int, desc
     )
 
 
+#: name -> compiled function of :mod:`simulator.engine_numba`, or None without numba (filled lazily).
+#: ``benchmarks/search.py`` and the tests set entries to None to time or check the Python loops.
+COMPILED: dict = {}
+
+
+def compiled_kernel(name: str):
+    """``simulator.engine_numba.<name>`` when numba is installed (optional extra ``fast``), else
+    None. Callers that use it automatically (the search's sweep, the coarse lowering's topological
+    order) get the bits of their Python loops from it (tests/test_engine_numba.py)."""
+    if name not in COMPILED:
+        try:
+            import simulator.engine_numba as kernels
+        except ImportError:
+            COMPILED[name] = None
+        else:
+            COMPILED[name] = getattr(kernels, name)
+    return COMPILED[name]
+
+
 def simulate(graph, *, kernel: str = "python") -> SimResult:
     """Simulate a :class:`taskgraph.graph.TaskGraph` in full mode (``kernel``: see :func:`simulate_arrays`)."""
     return simulate_arrays(graph.duration, graph.device, graph.succ_ptr, graph.succ_idx,

@@ -150,21 +150,6 @@ def build_order(n: int, device: np.ndarray, src: np.ndarray, dst: np.ndarray, pi
     return o
 
 
-_SWEEP: list = []
-
-
-def _compiled_sweep():
-    """The compiled sweep (:func:`simulator.engine_numba.static_sweep`) when numba is installed
-    (optional extra ``fast``), else None: the pure-Python loop below, the reference."""
-    if not _SWEEP:
-        try:
-            from simulator.engine_numba import static_sweep
-        except ImportError:
-            static_sweep = None
-        _SWEEP.append(static_sweep)
-    return _SWEEP[0]
-
-
 def static_order_timeline(o: _Order, duration: np.ndarray, kernel: str = "auto"):
     """``(ready, start, end)`` of the engine for these durations, or None when the guessed order is
     not the engine's (then run :func:`simulator.engine.simulate`).
@@ -176,7 +161,8 @@ def static_order_timeline(o: _Order, duration: np.ndarray, kernel: str = "auto")
         return None
     n = o.n
     durs = np.append(dur, 0.0)[o.dsel] if o.total > n else dur[o.dsel]
-    sweep = _compiled_sweep() if kernel != "python" else None
+    from simulator.engine import compiled_kernel
+    sweep = compiled_kernel("static_sweep") if kernel != "python" else None
     if sweep is not None:
         end = sweep(*o.arrays, durs, o.total, o.ndev)[:n]
     else:

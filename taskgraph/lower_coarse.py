@@ -215,26 +215,13 @@ def _build_actions(schedule: Schedule, handoff: str) -> ActionIndex:
                        last_bwd, first_fwd, rank_last, topo, S, P)
 
 
-_KAHN: list = []
-
-
-def _compiled_kahn():
-    """:func:`simulator.engine_numba.kahn_order` when numba is installed, else None."""
-    if not _KAHN:
-        try:
-            from simulator.engine_numba import kahn_order
-        except ImportError:
-            kahn_order = None
-        _KAHN.append(kahn_order)
-    return _KAHN[0]
-
-
 def _topo_order(A: int, *preds: np.ndarray) -> np.ndarray:
     """Kahn's algorithm over the action graph (program order, data and same-stage edges)."""
     src = np.concatenate([p[p >= 0] for p in preds])
     dst = np.concatenate([np.flatnonzero(p >= 0) for p in preds])
     ptr, succ = csr_from_edges(A, src, dst)
-    kahn = _compiled_kahn()
+    from simulator.engine import compiled_kernel
+    kahn = compiled_kernel("kahn_order")
     if kahn is not None:  # the same loop compiled (optional extra ``fast``): the same order
         order_a = kahn(ptr, succ, np.bincount(dst, minlength=A))
         if order_a.size != A:

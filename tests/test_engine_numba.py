@@ -64,8 +64,8 @@ def test_unknown_kernel_is_one_clear_error():
 
 
 def _python_topo(monkeypatch, fn, *args):
-    import taskgraph.lower_coarse as lc
-    monkeypatch.setattr(lc, "_KAHN", [None])  # force the Python loop
+    import simulator.engine as engine
+    monkeypatch.setitem(engine.COMPILED, "kahn_order", None)  # force the Python loop
     return fn(*args)
 
 
