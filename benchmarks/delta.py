@@ -203,7 +203,36 @@ def _changes(g: TaskGraph, base):
     out.append(("late dp", _set_dur(t, g.duration[t] * 1.2)))
     t = int(base.order[0])
     out.append(("first crit+", _set_dur(t, g.duration[t] * 1.2)))
+    # the changes a strategy search makes (issue 17): one operator's cost in every microbatch (rank
+    # p/2, forward op 5: e.g. a different kernel or recompute for that operator), and a layer moved
+    # to the next stage (rank p/2's last 3 ops of every forward and backward block run on rank p/2+1)
+    k, mid = g.meta["ops"], g.meta["ranks"] // 2
+    ids = np.arange(g.num_tasks)
+    op5 = np.flatnonzero(is_op & (ids % k == 5) & (g.stage == mid) & (g.category == CAT["forward"]))
+    out.append(("one op x1.2, every mb", _set_durs(op5, g.duration[op5] * 1.2)))
+    layer = np.flatnonzero(is_op & (ids % k >= k - 3) & (g.stage == mid))
+    out.append(("layer to next stage", _set_devs(layer, mid + 1)))
     return out
+
+
+def _set_durs(ts, news):
+    ts, news = [int(t) for t in ts], [float(x) for x in news]
+
+    def apply(ds):
+        old = [ds._dur[t] for t in ts]
+        st = ds.set_durations(ts, news)
+        return st, lambda d: d.set_durations(ts, old)
+    return apply
+
+
+def _set_devs(ts, new):
+    ts = [int(t) for t in ts]
+
+    def apply(ds):
+        old = [ds._dev[t] for t in ts]
+        st = ds.set_devices(ts, [int(new)] * len(ts))
+        return st, lambda d: d.set_devices(ts, old)
+    return apply
 
 
 def _set_dur(t, new):
