@@ -56,6 +56,10 @@ ROUTINGS = ("adaptive", "ecmp")
 DEFAULT_HOST_US_PER_KERNEL = 10.0
 #: Host issue cost of one NCCL call when a cluster file does not say (taskgraph/overheads.py).
 DEFAULT_HOST_US_PER_COLLECTIVE = 30.0
+#: Per-GPU speed spread (std / mean) when a cluster file does not say: Sinha et al. SC'22 measured an
+#: 8% median fastest-to-slowest spread among ~10^4 GPUs of one SKU, 2 sigma E[Z_(N:N)] with
+#: E[Z] ~ 3.9 gives sigma ~ 0.01 (topologies/stragglers.py; docs/cost-model.md).
+DEFAULT_GPU_SPEED_CV = 0.01
 #: Collective cost models: NCCL's tuner model (``topologies/nccl.py``) or the alpha-beta closed forms.
 COLLECTIVE_MODELS = ("nccl", "alpha-beta")
 _PRESET_ONLY_FIELDS = ("aliases",)
@@ -493,7 +497,7 @@ def cluster_from_dict(data: Mapping, *, where: str = "cluster") -> ClusterSpec:
         slow=tuple(sorted(slow.items(), key=lambda kv: str(kv[0]))),
         node_gpus=node_gpus,
         gpu_speed_cv=(float(number(merged, "gpu_speed_cv", where, strict=False, minimum=0.0, maximum=0.999))
-                      if merged.get("gpu_speed_cv") is not None else 0.0),
+                      if merged.get("gpu_speed_cv") is not None else DEFAULT_GPU_SPEED_CV),
         routing=routing,
         switch_radix=radix,
         core_oversubscription=(float(number(merged, "core_oversubscription", where, minimum=1.0, strict=False))

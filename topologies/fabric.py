@@ -223,37 +223,41 @@ def max_load_cdf(balls: int, bins: int) -> tuple[float, ...]:
     """``P(M <= m)`` for m = 0..balls, M the largest bin load when ``balls`` are thrown independently
     and uniformly into ``bins`` (balls into bins; Raab & Steger 1998, "Balls into bins - a simple
     and tight analysis"): the load of the busiest ECMP port when ``balls`` flows are hashed onto
-    ``bins`` equal-cost ports. Exact, by the recursion over bins
-    ``P_u(r) = sum_k Binom(r, k, 1/u) P_(u-1)(r - k)`` (the first of u bins takes k of r balls).
+    ``bins`` equal-cost ports. Exact, by Poissonization (the multinomial loads are independent
+    Poisson(F/U) loads conditioned on their sum; Mitzenmacher & Upfal 2005, Section 5.4):
+    ``P(M <= m) = P(X <= m)^U * P(Y_1 + ... + Y_U = F) / P(X_1 + ... + X_U = F)`` with X ~ Poisson(F/U)
+    and Y ~ X conditioned on X <= m; the U-fold convolution of Y is taken through the FFT.
 
     >>> [round(x, 4) for x in max_load_cdf(2, 2)]   # two flows, two ports: apart half the time
     [0.0, 0.5, 1.0]
     """
-    from math import lgamma, log
+    from math import exp, lgamma, log
     if balls <= 0:
         return (1.0,)
     if bins <= 1:
         return tuple([0.0] * balls + [1.0])
-    r = np.arange(balls + 1)
-    lfact = np.array([lgamma(i + 1.0) for i in range(balls + 1)])
+    F, U = int(balls), int(bins)
+    lam = F / U
+    k = np.arange(F + 1)
+    lpois = -lam + k * log(lam) - np.array([lgamma(i + 1.0) for i in range(F + 1)])
+    pois = np.exp(lpois)
+    # log P(X_1 + ... + X_U = F): the sum is Poisson(F)
+    lsum = -F + F * log(F) - lgamma(F + 1.0)
     out = []
-    for m in range(balls + 1):
-        if m * bins < balls:
+    for m in range(F + 1):
+        if m * U < F:
             out.append(0.0)
             continue
         if out and out[-1] >= 1.0 - 1e-15:
             out.append(1.0)
             continue
-        f = (r <= m).astype(float)  # one bin: all r balls in it
-        for u in range(2, bins + 1):
-            lp, lq = log(1.0 / u), log(1.0 - 1.0 / u)
-            g = np.zeros(balls + 1)
-            for k in range(0, m + 1):
-                rr = r[k:]
-                term = np.exp(lfact[rr] - lfact[k] - lfact[rr - k] + k * lp + (rr - k) * lq)
-                g[k:] += term * f[:len(rr)]
-            f = g
-        out.append(float(min(1.0, f[balls])))
+        pm = float(pois[:m + 1].sum())
+        y = pois[:m + 1] / pm
+        # the U-fold convolution of y (degree U*m) through the FFT, long enough not to wrap around
+        n = 1 << int(U * m).bit_length()
+        ps = float(np.fft.irfft(np.fft.rfft(y, n) ** U, n)[F])
+        val = 0.0 if ps <= 0 else exp(U * log(pm) + log(ps) - lsum)
+        out.append(float(min(1.0, max(0.0, val))))
     return tuple(out)
 
 
