@@ -365,7 +365,8 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
             if ra != rb:
                 for x, y in ((ra, rb), (rb, ra)):
                     pairs[(x, y)] = _comm_time(plan.cluster, "send-recv", p2p_bytes,
-                                               (rank_of(0, 0, 0, x, s), rank_of(0, 0, 0, y, s)))
+                                               (rank_of(0, 0, 0, x, s), rank_of(0, 0, 0, y, s)),
+                                               ("pp", s, ()))
         return pairs
 
     pairs = boundary_times() if cid is None else dict(_memo(("p2p", cid, sched.stage_to_rank), boundary_times))

@@ -233,3 +233,30 @@ def test_nccl_tests_bandwidth_regime_within_ten_percent():
     assert len(rows) >= 10
     worst = max(abs(r["error"]) for r in evaluate(rows))
     assert worst < 0.10
+
+
+# --- ECMP (balls into bins) and the core tier ------------------------------------------------------
+def test_ecmp_expected_max_load_matches_enumeration():
+    import itertools
+    from fractions import Fraction
+    from topologies.fabric import expected_max_load
+    for balls, bins in [(2, 2), (3, 2), (3, 3), (4, 2), (5, 3), (4, 20)]:
+        exact = Fraction(sum(max(a.count(i) for i in range(bins))
+                             for a in itertools.product(range(bins), repeat=balls)), bins ** balls)
+        assert expected_max_load(balls, bins) == pytest.approx(float(exact), rel=1e-9)
+
+
+def test_ecmp_routing_slows_pipeline_transfers_adaptive_does_not():
+    from topologies.fabric import p2p_slowdown
+    from topologies.placement import ParallelSizes, rank_of
+    s = ParallelSizes(tp=8, pp=8, dp=48)
+    a, b = rank_of(0, 0, 0, 0, s), rank_of(0, 0, 0, 1, s)
+    assert p2p_slowdown(get_cluster("dgx-a100-80g", nodes=384), a, b, s) == 1.0
+    assert p2p_slowdown(get_cluster("dgx-a100-80g", nodes=384, routing="ecmp"), a, b, s) > 2.0
+
+
+def test_core_tier_above_one_pod_and_bad_routing():
+    small, big = get_cluster("dgx-a100-80g", nodes=100), get_cluster("dgx-a100-80g", nodes=384)
+    assert small.num_pods == 1 and big.num_pods > 1 and big.leaves_per_pod == 16
+    with pytest.raises(ConfigError, match="routing"):
+        get_cluster("dgx-a100-80g", nodes=4, routing="hash")

@@ -44,12 +44,22 @@ CLUSTER_FIELDS = (
     "nvlink_latency_us", "nvlink_efficiency", "nic_gbit", "nic_latency_us", "nic_efficiency",
     "collective_base_latency_us", "network_topology", "nodes_per_leaf", "spine_switches",
     "oversubscription", "collective_model", "slow", "gpu_speed_cv", "contention", "host_us_per_kernel",
-    "host_us_per_collective", "node_gpus",
+    "host_us_per_collective", "node_gpus", "routing", "switch_radix", "core_oversubscription",
+    "qps_per_connection",
 )
+#: How switches spread flows over equal-cost uplinks (``topologies/fabric.py``): ``adaptive`` = every
+#: flow gets its fair share of the pooled uplinks (InfiniBand adaptive routing, per-packet spraying);
+#: ``ecmp`` = each flow (queue pair) is pinned to one uplink by a hash of its header, so flows collide
+#: (RoCE/Ethernet ECMP: Gangidi et al. SIGCOMM 2024, Qian et al. SIGCOMM 2024).
+ROUTINGS = ("adaptive", "ecmp")
 #: Host (CPU) dispatch time per kernel when a cluster file does not say (taskgraph/overheads.py).
 DEFAULT_HOST_US_PER_KERNEL = 10.0
 #: Host issue cost of one NCCL call when a cluster file does not say (taskgraph/overheads.py).
 DEFAULT_HOST_US_PER_COLLECTIVE = 30.0
+#: Per-GPU speed spread (std / mean) when a cluster file does not say: Sinha et al. SC'22 measured an
+#: 8% median fastest-to-slowest spread among ~10^4 GPUs of one SKU, 2 sigma E[Z_(N:N)] with
+#: E[Z] ~ 3.9 gives sigma ~ 0.01 (topologies/stragglers.py; docs/cost-model.md).
+DEFAULT_GPU_SPEED_CV = 0.01
 #: Collective cost models: NCCL's tuner model (``topologies/nccl.py``) or the alpha-beta closed forms.
 COLLECTIVE_MODELS = ("nccl", "alpha-beta")
 _PRESET_ONLY_FIELDS = ("aliases",)
@@ -90,6 +100,14 @@ class ClusterSpec:
         nodes, at the ratio of dense bf16 peaks (``topologies/stragglers.py``).
     host_us_per_collective: host cost of issuing one NCCL collective (enqueue, launch, completion as
         nccl-tests measures back-to-back calls), microseconds; counted like host_us_per_kernel.
+    routing: one of ``ROUTINGS``: ``adaptive`` (pooled uplinks, perfect spreading) or ``ecmp``
+        (per-flow hash onto one uplink; the busiest uplink sets the pace, ``topologies/fabric.py``).
+    switch_radix: ports per switch; a two-tier leaf/spine pod holds at most radix^2 / 2 NICs, above
+        that a third (core) tier joins pods of radix^2 / 4 NICs (Al-Fares et al. SIGCOMM 2008).
+        None = no limit (two tiers at any size).
+    core_oversubscription: spine down:up bandwidth ratio towards the core tier (>= 1).
+    qps_per_connection: flows (queue pairs) each NCCL connection is split over (NCCL
+        ``NCCL_IB_QPS_PER_CONNECTION``, default 1); more flows = more hash entropy under ECMP.
     """
 
     name: str
@@ -115,6 +133,10 @@ class ClusterSpec:
     host_us_per_kernel: float = 0.0
     host_us_per_collective: float = 0.0
     node_gpus: tuple = ()
+    routing: str = "adaptive"
+    switch_radix: int | None = None
+    core_oversubscription: float = 1.0
+    qps_per_connection: int = 1
 
     def __post_init__(self):
         where = f"cluster {brief(self.name)}"
@@ -149,6 +171,22 @@ class ClusterSpec:
         if isinstance(ov, bool) or not isinstance(ov, (int, float)) or not math.isfinite(ov) or ov < 1:
             raise ConfigError(f"{where}: oversubscription = {ov!r} must be a number >= 1 (1 = full bisection, "
                               f"2 = 2:1 leaf taper)")
+        if self.routing not in ROUTINGS:
+            raise ConfigError(f"{where}: routing = {brief(self.routing)} is not one of {', '.join(ROUTINGS)}"
+                              f"{did_you_mean(str(self.routing), ROUTINGS)} (adaptive = InfiniBand adaptive "
+                              f"routing, ecmp = per-flow hashing on Ethernet/RoCE)")
+        r = self.switch_radix
+        if r is not None and (isinstance(r, bool) or not isinstance(r, int) or r < 4 or r % 2):
+            raise ConfigError(f"{where}: switch_radix = {brief(r)} must be an even integer >= 4 (ports per "
+                              f"switch, e.g. 40 for HDR QM8700, 64 for NDR QM9700) or null for no limit")
+        cov = self.core_oversubscription
+        if isinstance(cov, bool) or not isinstance(cov, (int, float)) or not math.isfinite(cov) or cov < 1:
+            raise ConfigError(f"{where}: core_oversubscription = {cov!r} must be a number >= 1 (1 = full "
+                              f"bisection between pods, 2 = 2:1 spine-to-core taper)")
+        q = self.qps_per_connection
+        if isinstance(q, bool) or not isinstance(q, int) or not 1 <= q <= 64:
+            raise ConfigError(f"{where}: qps_per_connection = {brief(q)} must be an integer in 1..64 "
+                              f"(NCCL_IB_QPS_PER_CONNECTION; 1 is NCCL's default)")
         if self.collective_model not in COLLECTIVE_MODELS:
             raise ConfigError(
                 f"{where}: collective_model = {self.collective_model!r} is not one of "
@@ -236,6 +274,27 @@ class ClusterSpec:
         if self.spine_switches is not None:
             return self.spine_switches if self.num_leaves > 1 else 0
         return 0 if self.num_leaves <= 1 else self.gpus_per_node
+
+    @property
+    def leaves_per_pod(self) -> int:
+        """Leaves under one spine layer (a pod). With ``switch_radix`` R: all leaves while the NICs fit
+        one two-tier Clos (R^2 / 2 NICs: R/2 down and R/2 up per leaf, R leaves per spine), else R/2
+        leaves per pod, whose spines give R/2 ports down and R/2 up to a core tier (the k-ary
+        fat-tree of Al-Fares et al., SIGCOMM 2008, Section 3: pods of k^2/4 hosts, k^3/4 in all).
+        Rail-optimized leaves are grouped by whole scalable units (all rails of a unit in one pod)."""
+        n = self.num_leaves
+        r = self.switch_radix
+        if n <= 1 or r is None or self.num_gpus <= r * r // 2:
+            return max(n, 1)
+        per = max(1, r // 2)
+        if self.network_topology == "rail-optimized":
+            per = max(1, per // self.gpus_per_node) * self.gpus_per_node
+        return min(per, n)
+
+    @property
+    def num_pods(self) -> int:
+        """Pods of the network (1 = two tiers, more = a core tier joins them)."""
+        return max(1, math.ceil(self.num_leaves / self.leaves_per_pod)) if self.num_leaves else 1
 
     def leaf_of(self, rank: int) -> int:
         """Index of the leaf switch rank ``rank``'s NIC is cabled to (needs nodes > 1)."""
@@ -394,6 +453,14 @@ def cluster_from_dict(data: Mapping, *, where: str = "cluster") -> ClusterSpec:
                           f"`node_gpus: {{3: A100-SXM-40GB}}`")
     node_gpus = tuple(sorted(((k, _gpu_field(v, f"{where}: node_gpus[{k}]")) for k, v in node_gpus.items()),
                              key=lambda kv: str(kv[0])))
+    routing = merged.get("routing", "adaptive")
+    if routing not in ROUTINGS:
+        raise ConfigError(f"{where}: field 'routing' = {routing!r} is not one of {', '.join(ROUTINGS)}"
+                          f"{did_you_mean(str(routing), ROUTINGS)} (adaptive = InfiniBand adaptive routing, "
+                          f"ecmp = per-flow hashing on Ethernet/RoCE)")
+    radix = merged.get("switch_radix")
+    if radix is not None:
+        radix = number(merged, "switch_radix", where, integer=True, strict=False)
     slow = merged.get("slow") or {}
     if not isinstance(slow, Mapping):
         raise ConfigError(f"{where}: field 'slow' = {slow!r} must map node index to speed, e.g. `slow: {{17: 0.8}}`")
@@ -430,7 +497,13 @@ def cluster_from_dict(data: Mapping, *, where: str = "cluster") -> ClusterSpec:
         slow=tuple(sorted(slow.items(), key=lambda kv: str(kv[0]))),
         node_gpus=node_gpus,
         gpu_speed_cv=(float(number(merged, "gpu_speed_cv", where, strict=False, minimum=0.0, maximum=0.999))
-                      if merged.get("gpu_speed_cv") is not None else 0.0),
+                      if merged.get("gpu_speed_cv") is not None else DEFAULT_GPU_SPEED_CV),
+        routing=routing,
+        switch_radix=radix,
+        core_oversubscription=(float(number(merged, "core_oversubscription", where, minimum=1.0, strict=False))
+                               if merged.get("core_oversubscription") is not None else 1.0),
+        qps_per_connection=(number(merged, "qps_per_connection", where, integer=True, strict=False)
+                            if merged.get("qps_per_connection") is not None else 1),
     )
 
 
@@ -465,5 +538,5 @@ def get_cluster(name: str | ClusterSpec, nodes: int = 1, **overrides) -> Cluster
 
 __all__ = [
     "ClusterSpec", "get_cluster", "load_cluster_yaml", "cluster_from_dict", "list_presets",
-    "NETWORK_TOPOLOGIES", "CLUSTER_FIELDS", "EXAMPLE_CLUSTER_PATH", "CLUSTER_PRESETS_PATH",
+    "NETWORK_TOPOLOGIES", "ROUTINGS", "CLUSTER_FIELDS", "EXAMPLE_CLUSTER_PATH", "CLUSTER_PRESETS_PATH",
 ]

@@ -72,7 +72,9 @@ form above.
 Link sharing (``topologies/fabric.py``): options ``axis`` and ``sizes`` say that every group of
 that parallel axis runs the same collective at once (by symmetry), ``background`` adds other axes'
 traffic; the network bandwidth B_net of the formulas is divided by the resulting max-min fair
-slowdown (>= 1). Without them each group is timed alone on idle links. Not modelled: IB SHARP
+slowdown (>= 1); with ``routing: ecmp`` by the expected slowdown of the busiest hashed port. A
+send-recv with ``axis: "pp"`` shares the links with every replica's transfer across the same
+stage boundary (``fabric.p2p_slowdown``). Without them each group is timed alone on idle links. Not modelled: IB SHARP
 (CollNet), PAT, topology-aware ring ordering beyond "one NIC per ring".
 """
 from __future__ import annotations
@@ -349,6 +351,10 @@ def send_recv(nbytes: float, ranks: Iterable[int], cluster: Any, share: dict | N
         bw, alpha = cluster.nvlink_bus_bandwidth, cluster.nvlink_latency
     else:
         bw, alpha = cluster.nic_bus_bandwidth, cluster.nic_latency
+        if share and share.get("axis") == "pp" and share.get("sizes") is not None and len(ranks) == 2:
+            # every replica crosses the same stage boundary at once (topologies/fabric.p2p_slowdown)
+            from topologies.fabric import p2p_slowdown
+            bw /= p2p_slowdown(cluster, int(ranks[0]), int(ranks[1]), share["sizes"])
     return cluster.collective_base_latency + s / bw + alpha
 
 

@@ -58,10 +58,16 @@ class Fabric:
     gpus_per_node: int
     leaf: np.ndarray  # leaf index of each rank's NIC
     capacity: np.ndarray  # bytes/s per link id
+    pod: np.ndarray | None = None  # pod index of each leaf (None: one pod, two tiers)
+    port_bandwidth: float = 0.0  # bytes/s of one switch port (the NIC rate): ECMP bins per bundle
 
     @property
     def num_leaves(self) -> int:
-        return (len(self.capacity) - 2 * self.num_gpus) // 2
+        return len(self.pod) if self.pod is not None else (len(self.capacity) - 2 * self.num_gpus) // 2
+
+    @property
+    def num_pods(self) -> int:
+        return int(self.pod.max()) + 1 if self.pod is not None and len(self.pod) else 1
 
     def tx(self, rank):
         return rank
@@ -75,30 +81,55 @@ class Fabric:
     def down(self, leaf):
         return 2 * self.num_gpus + self.num_leaves + leaf
 
+    def core_up(self, pod):
+        """Pod ``pod``'s spines to the core tier (aggregate of the pod's core uplinks)."""
+        return 2 * self.num_gpus + 2 * self.num_leaves + pod
+
+    def core_down(self, pod):
+        return 2 * self.num_gpus + 2 * self.num_leaves + self.num_pods + pod
+
     def route(self, src: int, dst: int) -> tuple[int, ...]:
         """Link ids a transfer ``src -> dst`` crosses: none inside a node (NVLink), else the two
         NICs, plus the leaf's uplink and the far leaf's downlink when the NICs hang off
-        different leaves (then the path goes through a spine)."""
+        different leaves (then the path goes through a spine), plus the pods' core up/down links
+        when the leaves sit in different pods (then it goes through a core switch)."""
         g = self.gpus_per_node
         if src // g == dst // g:
             return ()
         ls, ld = int(self.leaf[src]), int(self.leaf[dst])
         if ls == ld:
             return (self.tx(src), self.rx(dst))
+        if self.pod is not None and self.pod[ls] != self.pod[ld]:
+            return (self.tx(src), self.up(ls), self.core_up(int(self.pod[ls])),
+                    self.core_down(int(self.pod[ld])), self.down(ld), self.rx(dst))
         return (self.tx(src), self.up(ls), self.down(ld), self.rx(dst))
 
     def routes(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-        """Vectorised :meth:`route` for inter-node pairs: an (F, 4) array of link ids, -1 padded."""
+        """Vectorised :meth:`route` for inter-node pairs: an (F, 6) array of link ids, -1 padded."""
         src = np.asarray(src, dtype=np.int64)
         dst = np.asarray(dst, dtype=np.int64)
         ls, ld = self.leaf[src], self.leaf[dst]
         cross = ls != ld
-        out = np.full((len(src), 4), -1, dtype=np.int64)
+        out = np.full((len(src), 6), -1, dtype=np.int64)
         out[:, 0] = self.tx(src)
         out[:, 1] = self.rx(dst)
         out[cross, 2] = self.up(ls[cross])
         out[cross, 3] = self.down(ld[cross])
+        if self.pod is not None:
+            ps, pd = self.pod[ls], self.pod[ld]
+            far = cross & (ps != pd)
+            out[far, 4] = self.core_up(ps[far])
+            out[far, 5] = self.core_down(pd[far])
         return out
+
+    def bundle_ports(self) -> np.ndarray:
+        """Ports (ECMP bins) of every link id: 1 for a NIC, the bundle's capacity in ports for a
+        leaf or pod uplink/downlink (each port at the NIC rate, as in DGX SuperPOD fabrics)."""
+        ports = np.ones(len(self.capacity), dtype=np.int64)
+        if self.port_bandwidth > 0:
+            b = slice(2 * self.num_gpus, None)
+            ports[b] = np.maximum(1, np.floor(self.capacity[b] / self.port_bandwidth + 1e-9)).astype(np.int64)
+        return ports
 
 
 @lru_cache(maxsize=16)
@@ -117,8 +148,17 @@ def fabric_of(cluster: Any) -> Fabric:
     downlinks = np.bincount(leaf, minlength=nleaves).astype(float)
     oversub = float(getattr(cluster, "oversubscription", 1.0) or 1.0)
     uplink = downlinks * cluster.nic_bandwidth / oversub
-    cap = np.concatenate([np.full(2 * n, float(cluster.nic_bandwidth)), uplink, uplink])
-    return Fabric(n, g, np.asarray(leaf, dtype=np.int64), cap)
+    parts = [np.full(2 * n, float(cluster.nic_bandwidth)), uplink, uplink]
+    pod = None
+    per = getattr(cluster, "leaves_per_pod", nleaves) if cluster.nodes > 1 else 1
+    if cluster.nodes > 1 and per < nleaves:
+        # three tiers: a pod's spines reach the core with the pod's leaf uplink capacity divided by
+        # the core taper (Al-Fares et al. 2008 fat-tree; core_oversubscription 1 = full bisection)
+        pod = np.arange(nleaves, dtype=np.int64) // per
+        core = np.bincount(pod, weights=uplink) / float(getattr(cluster, "core_oversubscription", 1.0) or 1.0)
+        parts += [core, core]
+    cap = np.concatenate(parts)
+    return Fabric(n, g, np.asarray(leaf, dtype=np.int64), cap, pod, float(cluster.nic_bandwidth))
 
 
 def max_min_rates(links: np.ndarray, capacity: np.ndarray, demand: np.ndarray | None = None,
@@ -174,6 +214,100 @@ def max_min_rates(links: np.ndarray, capacity: np.ndarray, demand: np.ndarray | 
             frozen |= rate >= dem - tol * np.maximum(dem, 1.0)
         active &= ~frozen
     return rate
+
+
+
+# --- ECMP: flows pinned to one port of a bundle by a hash ------------------------------------------
+@lru_cache(maxsize=1024)
+def max_load_cdf(balls: int, bins: int) -> tuple[float, ...]:
+    """``P(M <= m)`` for m = 0..balls, M the largest bin load when ``balls`` are thrown independently
+    and uniformly into ``bins`` (balls into bins; Raab & Steger 1998, "Balls into bins - a simple
+    and tight analysis"): the load of the busiest ECMP port when ``balls`` flows are hashed onto
+    ``bins`` equal-cost ports. Exact, by Poissonization (the multinomial loads are independent
+    Poisson(F/U) loads conditioned on their sum; Mitzenmacher & Upfal 2005, Section 5.4):
+    ``P(M <= m) = P(X <= m)^U * P(Y_1 + ... + Y_U = F) / P(X_1 + ... + X_U = F)`` with X ~ Poisson(F/U)
+    and Y ~ X conditioned on X <= m; the U-fold convolution of Y is taken through the FFT.
+
+    >>> [round(x, 4) for x in max_load_cdf(2, 2)]   # two flows, two ports: apart half the time
+    [0.0, 0.5, 1.0]
+    """
+    from math import exp, lgamma, log
+    if balls <= 0:
+        return (1.0,)
+    if bins <= 1:
+        return tuple([0.0] * balls + [1.0])
+    F, U = int(balls), int(bins)
+    lam = F / U
+    k = np.arange(F + 1)
+    lpois = -lam + k * log(lam) - np.array([lgamma(i + 1.0) for i in range(F + 1)])
+    pois = np.exp(lpois)
+    # log P(X_1 + ... + X_U = F): the sum is Poisson(F)
+    lsum = -F + F * log(F) - lgamma(F + 1.0)
+    out = []
+    for m in range(F + 1):
+        if m * U < F:
+            out.append(0.0)
+            continue
+        if out and out[-1] >= 1.0 - 1e-15:
+            out.append(1.0)
+            continue
+        pm = float(pois[:m + 1].sum())
+        y = pois[:m + 1] / pm
+        # the U-fold convolution of y (degree U*m) through the FFT, long enough not to wrap around
+        n = 1 << int(U * m).bit_length()
+        ps = float(np.fft.irfft(np.fft.rfft(y, n) ** U, n)[F])
+        val = 0.0 if ps <= 0 else exp(U * log(pm) + log(ps) - lsum)
+        out.append(float(min(1.0, max(0.0, val))))
+    return tuple(out)
+
+
+def expected_max_load(balls: int, bins: int, bundles: int = 1) -> float:
+    """Expected busiest-port load over ``bundles`` independent bundles of the same shape.
+
+    >>> round(expected_max_load(3, 2), 6)   # 8 equally likely hashings: 6 put 2 on one port, 2 put all 3
+    2.25
+    """
+    return ecmp_expected_slowdown({(balls, bins): bundles}, 0.0, 1.0)
+
+
+def ecmp_expected_slowdown(shapes: dict, floor: float, per_ball: float) -> float:
+    """``E[max(floor, per_ball * M)]`` with M the busiest port's load (in balls) over every bundle,
+    ``shapes`` = {(balls, ports): number of bundles of that shape}; bundles hash independently, so
+    ``P(M <= m) = prod_b P(M_b <= m)``."""
+    top = max((b for b, _ in shapes), default=0)
+    if top == 0:
+        return max(floor, 0.0)
+    cdf = np.ones(top + 1)
+    for (balls, ports), count in shapes.items():
+        c = np.asarray(max_load_cdf(int(balls), int(ports)))
+        full = np.ones(top + 1)
+        full[:len(c)] = c
+        cdf *= full ** count
+    pmf = np.diff(np.concatenate([[0.0], cdf]))
+    values = np.maximum(floor, per_ball * np.arange(top + 1))
+    return float(np.dot(pmf, values))
+
+
+def _ecmp(fab: "Fabric", links: np.ndarray, floor: float, alone: float, qps: int) -> float:
+    """Expected slowdown of the slowest of ``links``' flows (elastic flows of one family) when each
+    of a flow's ``qps`` queue pairs is hashed onto one port of every bundle (leaf or pod uplink /
+    downlink) it crosses: a queue pair alone on its NIC runs at ``alone / qps``; ``m`` of them on one
+    port of rate c get c/m each, so the family's slowest is ``alone * M / (qps * c)`` slower, M the
+    busiest port's load. The family synchronises (its collective ends when its slowest group
+    does), so M is the maximum over all its bundles. ``floor``: the pooled (adaptive) slowdown."""
+    bundle_start = 2 * fab.num_gpus
+    flat = links[links >= bundle_start]
+    if flat.size == 0:
+        return floor
+    ids, flows = np.unique(flat, return_counts=True)
+    ports = fab.bundle_ports()[ids]
+    shapes: dict = {}
+    for f, u in zip(flows.tolist(), ports.tolist()):
+        if f * qps >= 2:  # one queue pair alone on a bundle cannot collide
+            shapes[(f * qps, u)] = shapes.get((f * qps, u), 0) + 1
+    if not shapes:
+        return floor
+    return ecmp_expected_slowdown(shapes, floor, alone / (qps * fab.port_bandwidth))
 
 
 
@@ -346,7 +480,9 @@ def network_slowdown(cluster: Any, ranks: tuple[int, ...], axis: str | None = No
         # below 1% of a NIC in total: it can slow the collective's flows by less than 1% (they keep
         # at least the rest of the NIC); skipping it saves a progressive filling per collective
         background = ()
-    if (not background and float(getattr(cluster, "oversubscription", 1.0) or 1.0) <= 1.0
+    ecmp = getattr(cluster, "routing", "adaptive") == "ecmp"
+    if (not background and not ecmp and float(getattr(cluster, "oversubscription", 1.0) or 1.0) <= 1.0
+            and float(getattr(cluster, "core_oversubscription", 1.0) or 1.0) <= 1.0
             and (not axis or _is_group_of(tuple(ranks), axis, sizes))):
         # Exact shortcut: the groups of one axis partition the ranks, so no other group's flow
         # uses this group's NICs, and with full bisection a leaf's uplink (downlinks x NIC rate)
@@ -371,6 +507,7 @@ def network_slowdown(cluster: Any, ranks: tuple[int, ...], axis: str | None = No
         src, dst = np.concatenate([s1, fs]), np.concatenate([d1, fd])
     own = np.zeros(len(src), dtype=bool)
     own[:len(s1)] = True
+    n_family = len(src)
     demand = [np.full(len(src), np.inf)]
     for bax, dem in background:
         bs, bd = _background_flows(bax, sizes, g)
@@ -378,8 +515,43 @@ def network_slowdown(cluster: Any, ranks: tuple[int, ...], axis: str | None = No
             src, dst = np.concatenate([src, bs]), np.concatenate([dst, bd])
             demand.append(np.full(len(bs), float(dem)))
             own = np.concatenate([own, np.zeros(len(bs), dtype=bool)])
-    rates = max_min_rates(fab.routes(src, dst), fab.capacity, np.concatenate(demand))
-    return max(1.0, float(alone / rates[own].min()))
+    n_elastic = n_family
+    routes = fab.routes(src, dst)
+    rates = max_min_rates(routes, fab.capacity, np.concatenate(demand))
+    slow = max(1.0, float(alone / rates[own].min()))
+    if ecmp:
+        slow = _ecmp(fab, routes[:n_elastic], slow, alone, int(getattr(cluster, "qps_per_connection", 1)))
+    return max(1.0, slow)
+
+
+@lru_cache(maxsize=256)
+def p2p_slowdown(cluster: Any, src: int, dst: int, sizes: Any) -> float:
+    """Factor >= 1 on a pipeline transfer ``src -> dst`` between neighbouring stages: every (tp,
+    cp, dp) replica sends across the same stage boundary at once (by symmetry, as for the DP
+    family), so their flows share leaf and pod uplinks (oversubscription) and, under ECMP, collide
+    on ports. 1.0 inside a node."""
+    g = cluster.gpus_per_node
+    if src // g == dst // g:
+        return 1.0
+    from topologies.placement import coords_of
+    s = as_sizes(sizes)
+    a, b = coords_of(src, s), coords_of(dst, s)
+    fs, fd = [], []
+    for t in range(s.tp):
+        for c in range(s.cp):
+            for d in range(s.dp):
+                x, y = rank_of(t, c, d, a["pp"], s), rank_of(t, c, d, b["pp"], s)
+                if x // g != y // g:
+                    fs.append(x)
+                    fd.append(y)
+    fab = fabric_of(cluster)
+    routes = fab.routes(np.asarray(fs), np.asarray(fd))
+    rates = max_min_rates(routes, fab.capacity)
+    alone = float(cluster.nic_bandwidth)
+    slow = max(1.0, alone / float(rates.min()))
+    if getattr(cluster, "routing", "adaptive") == "ecmp":
+        slow = _ecmp(fab, routes, slow, alone, int(getattr(cluster, "qps_per_connection", 1)))
+    return slow
 
 
 def all_to_all_slowdown(cluster: Any, ranks: tuple[int, ...]) -> float:
@@ -408,4 +580,5 @@ def all_to_all_slowdown(cluster: Any, ranks: tuple[int, ...]) -> float:
     return worst
 
 
-__all__ = ["Fabric", "fabric_of", "max_min_rates", "ring_flows", "tree_flows", "PATTERNS", "network_slowdown", "all_to_all_slowdown"]
+__all__ = ["Fabric", "fabric_of", "max_min_rates", "ring_flows", "tree_flows", "PATTERNS", "network_slowdown",
+           "all_to_all_slowdown", "p2p_slowdown", "max_load_cdf", "expected_max_load", "ecmp_expected_slowdown"]

@@ -47,12 +47,27 @@ def expected_max_std_normal(n: int) -> float:
     return NormalDist().inv_cdf((n - 0.375) / (n + 0.25))
 
 
-def variation_factor(cv: float, n: int) -> float:
-    """Compute-time multiplier of the expected slowest of ``n`` GPUs with speed spread ``cv``."""
-    if cv <= 0 or n <= 1:
+#: GPUs that synchronised in the measurements the per-GPU efficiency constants were calibrated on:
+#: the A100 GEMM and NVLink efficiencies reproduce Korthikanti 2022 Table 4, one 22B layer on the 8
+#: GPUs of one DGX A100 node at tp 8 (topologies/data/gpus.yaml [K22T4], clusters.yaml), a timing
+#: that already contains the expected slowest of those 8 GPUs. Variation is charged relative to it.
+CALIBRATION_GPUS = 8
+
+
+def variation_factor(cv: float, n: int, reference: int = 1) -> float:
+    """Compute-time multiplier of the expected slowest of ``n`` GPUs with speed spread ``cv``,
+    relative to the expected slowest of ``reference`` GPUs (the group the speed constants were
+    measured on; 1 = a single GPU). Below 1 when ``n < reference``.
+
+    >>> variation_factor(0.01, 8, reference=8)
+    1.0
+    """
+    if cv <= 0 or n == reference:
         return 1.0
-    slowest = 1.0 - cv * expected_max_std_normal(n)
-    return 1.0 / max(slowest, 1e-3)
+
+    def slow(k):
+        return 1.0 / max(1.0 - cv * expected_max_std_normal(k), 1e-3)
+    return slow(n) / slow(reference)
 
 
 def node_speeds(cluster: Any) -> tuple[tuple[int, float], ...]:
@@ -89,7 +104,7 @@ def stage_pace(cluster: Any, sizes: Any, prank: int) -> float:
     """Compute-time multiplier (>= 1) of pipeline rank ``prank``: the slower of its expected
     slowest GPU under variation and its slowest named slow node."""
     s = as_sizes(sizes)
-    f = variation_factor(float(cluster.gpu_speed_cv), s.tp * s.cp * s.dp)
+    f = variation_factor(float(cluster.gpu_speed_cv), s.tp * s.cp * s.dp, CALIBRATION_GPUS)
     named = _slow_by_prank(cluster, s).get(prank)
     if named is not None:
         f = max(f, 1.0 / named[0])
@@ -103,10 +118,12 @@ def pace_summary(cluster: Any, sizes: Any) -> str:
     for p, (speed, node) in sorted(_slow_by_prank(cluster, s).items()):
         parts.append(f"slow node {node} (speed {speed:.3g}) paces pipeline rank {p}")
     n = s.tp * s.cp * s.dp
-    f = variation_factor(float(cluster.gpu_speed_cv), n)
-    if f > 1.0:
+    f = variation_factor(float(cluster.gpu_speed_cv), n, CALIBRATION_GPUS)
+    if f != 1.0:
         parts.append(f"GPU speed spread cv {cluster.gpu_speed_cv:g}: the expected slowest of the {n} GPUs "
-                     f"behind each simulated rank runs {100 * (1 - 1 / f):.1f}% slow")
+                     f"behind each simulated rank runs {100 * abs(1 - 1 / f):.1f}% "
+                     f"{'slower' if f > 1 else 'faster'} than the slowest of the {CALIBRATION_GPUS} GPUs "
+                     f"the speed constants were measured on")
     return "; ".join(parts)
 
 
