@@ -113,7 +113,16 @@ When the sweep stops for its budget or work limit with durations > 0, the fallba
 over: the tasks up to the sweep point are final (INV) and are exactly those the engine would have
 popped by then (Lemma 1), so the engine resumes from there on the remaining tasks
 (:meth:`DeltaSimulator._resume`, counted in ``DeltaStats.resumed``) unless they are more than
-``RESUME_MAX_SHARE`` of the graph.
+``RESUME_MAX_SHARE`` of the graph. The resume costs about one engine pop per remaining task plus a
+fixed part (it patches the state in place), against several pops per task for the sweep, so with
+durations > 0 the sweep also races the resume (ski rental, a measured cost model): at its deadline
+checks it counts the tasks after its point (one vectorized pass), estimates the resumed engine's
+time on them (``_res_fix + _res_per * tasks``, seeded from the full run and refined from every
+resume, :meth:`DeltaSimulator._learn_resume`), and hands over once it has itself cost
+``RESUME_RACE`` of that estimate. A change late in the timeline then costs at most about
+(1 + RESUME_RACE) x the engine on what follows it, while a change that re-times few tasks finishes
+in the sweep. The budget still bounds the sweep when the resume is not an option (zero or lossy
+durations, or most of the graph after the sweep point).
 
 Task ids
 --------
@@ -142,10 +151,16 @@ from strategies.errors import SimulationError
 
 _NAN = float("nan")
 #: A sweep that gives up hands the tasks after its sweep point to the engine (DeltaSimulator._resume)
-#: when they are at most this share of the live tasks, else runs the engine on everything: building
-#: the resumed graph and state costs about a fifth of a full run (measured, python -m benchmarks.delta:
-#: a change at the first task resumed at 0.80x of a full run, fell back at 0.94x).
+#: when they are at most this share of the live tasks, else runs the engine on everything: the
+#: resumed engine costs about 1.4x a full run's per-task time (sub-graph, state patching), so it
+#: breaks even near 80 % (measured on the 103,496-task pipeline of python -m benchmarks.delta: 82 %
+#: of the tasks resumed at 0.97x of a full run, 89 % at 0.89x, the plain fallback at 0.93x).
 RESUME_MAX_SHARE = 0.75
+#: Ski rental between the sweep and the resumed engine: the sweep gives up once it has cost this share
+#: of the engine's expected time on the tasks after the current sweep point (the cost model
+#: ``_res_fix + _res_per * tasks``, measured on this machine as changes run), so a change costs at most
+#: about (1 + RESUME_RACE) x the resumed engine, and a small change is never handed to it.
+RESUME_RACE = 0.3
 
 
 class _Abort(Exception):
@@ -220,11 +235,12 @@ class _Queue:
 
     After a full run a queue starts as a slice of the run's arrays (``src``); on first use it gets
     its chunk index (``fr``, ``fi``), and each chunk becomes Python lists only when it is touched
-    (an unmaterialized chunk is ``R[c] = (a, b)``, ``I[c] = None``: rows a..b of the slice), so a
-    change pays for the chunks it touches, not for the device. In a non-canonical timeline the queue
+    (an unmaterialized chunk is ``R[c] = (a, b, ids, ready)``, ``I[c] = None``: rows a..b of those
+    arrays), so a change pays for the chunks it touches, not for the device. The resumed fallback
+    appends its tasks the same way (:meth:`extend`). In a non-canonical timeline the queue
     holds the engine's device order instead (only ``ids()`` is used then)."""
 
-    __slots__ = ("R", "I", "fr", "fi", "src", "np")
+    __slots__ = ("R", "I", "fr", "fi", "src")
 
     def __init__(self, src=None):
         self.src = src  # (_Groups, device) or None
@@ -236,18 +252,22 @@ class _Queue:
     def _load(self):
         groups, d = self.src
         self.src = None
-        ids, rs = self.np = groups.device(d)
+        ids, rs = groups.device(d)
+        self.R, self.I, self.fr, self.fi = [], [], [], []
+        self._append_np(rs, ids)
+
+    def _append_np(self, rs: np.ndarray, ids: np.ndarray) -> None:
+        """Append key-sorted entries (all after the last one) as unmaterialized chunks."""
         L = _LOAD
         m = ids.shape[0]
-        self.R = [(a, min(a + L, m)) for a in range(0, m, L)]
-        self.I = [None] * len(self.R)
-        self.fr = rs[::L].tolist()
-        self.fi = ids[::L].tolist()
+        self.R.extend((a, min(a + L, m), ids, rs) for a in range(0, m, L))
+        self.I.extend([None] * ((m + L - 1) // L))
+        self.fr.extend(rs[::L].tolist())
+        self.fi.extend(ids[::L].tolist())
 
     def _mat(self, c):
         """Materialize chunk c; returns (R[c], I[c])."""
-        a, b = self.R[c]
-        ids, rs = self.np
+        a, b, ids, rs = self.R[c]
         Rc = self.R[c] = rs[a:b].tolist()
         Ic = self.I[c] = ids[a:b].tolist()
         return Rc, Ic
@@ -258,8 +278,8 @@ class _Queue:
         out = []
         for c, Ic in enumerate(self.I):
             if Ic is None:
-                a, b = self.R[c]
-                out.extend(self.np[0][a:b].tolist())
+                a, b, ids, _ = self.R[c]
+                out.extend(ids[a:b].tolist())
             else:
                 out.extend(Ic)
         return out
@@ -346,6 +366,41 @@ class _Queue:
                 return -2, -2
         return self.remove(r0, x), self.place(r1, x, False)[1]
 
+    def last_upto(self, r, x) -> int:
+        """Id of the last entry with key <= (r, x), or -1."""
+        if self.R is None:
+            self._load()
+        if not self.I:
+            return -1
+        c, i = self._find(r, x)
+        Rc, Ic = self.R[c], self.I[c]
+        if i < len(Ic) and Rc[i] == r and Ic[i] == x:
+            i += 1
+        if i:
+            return Ic[i - 1]
+        return self._last_before(c)[1] if c else -1
+
+    def cut_after(self, r, x) -> None:
+        """Delete every entry with key > (r, x)."""
+        if self.R is None:
+            self._load()
+        if not self.I:
+            return
+        c, i = self._find(r, x)
+        Rc, Ic = self.R[c], self.I[c]
+        if i < len(Ic) and Rc[i] == r and Ic[i] == x:
+            i += 1
+        del Rc[i:], Ic[i:]
+        keep = c + 1 if i else c
+        del self.R[keep:], self.I[keep:], self.fr[keep:], self.fi[keep:]
+
+    def extend(self, rs: np.ndarray, ids: np.ndarray) -> None:
+        """Append key-sorted entries (all after the last one), materialized on first touch."""
+        if self.R is None:
+            self._load()
+        self._append_np(rs, ids)
+
+
     def place(self, r, x, present: bool):
         """Insert x at key (r, x) unless ``present``; return (id before it, id after it), -1 = none."""
         if self.R is None:
@@ -380,6 +435,18 @@ class _Queue:
         return prev, nxt
 
 
+def _gather(ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray):
+    """The CSR entries of ``rows``: (position in ``rows`` of each entry's row, entry), vectorized."""
+    starts = ptr[rows]
+    cnt = ptr[rows + 1] - starts
+    tot = int(cnt.sum())
+    if not tot:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    row = np.repeat(np.arange(rows.size, dtype=np.int64), cnt)
+    pos = np.arange(tot, dtype=np.int64) + np.repeat(starts - (np.cumsum(cnt) - cnt), cnt)
+    return row, idx[pos]
+
+
 def _zeros(typecode: str, n: int) -> array:
     return array(typecode, bytes(8 * n))
 
@@ -410,6 +477,10 @@ class DeltaSimulator:
         self.budget = budget
         self.max_work = max_work
         self._t_full = math.inf
+        # the resumed engine's cost model (seconds): fixed part + per task after the sweep point;
+        # seeded from the full run (per task x 1.5) and refined from every resume (_resume)
+        self._res_fix = 3e-4
+        self._res_per: float | None = None
         self._t_full_n = 0
         self._nd = max(int(num_devices), 1)
         dur_np = np.array(duration, dtype=np.float64).reshape(-1)
@@ -435,6 +506,7 @@ class DeltaSimulator:
         pp = pp.tolist()
         self._pred = [src[pp[i]:pp[i + 1]] for i in range(n)]
         self._csr = (ptr, idx)
+        self._pcsr = None  # predecessor CSR for the resumed fallback (see _pred_csr)
         self._csr_dirty: set[int] = set()  # tasks whose successor list changed since _csr was built
         self._dur_np = dur_np
         self._dev_np = dev_np
@@ -846,12 +918,35 @@ class DeltaSimulator:
             stats.changed = 0
             return stats
         heapq.heapify(heap)
-        deadline = math.inf if self.budget is None else t0 + self.budget * self._t_full
         # a positive duration lost to rounding (start + dur == start) acts as a zero duration
         guard = self._n_zero > 0 or self._lossy
+        if self.budget is None:
+            deadline = math.inf
+        else:
+            cap = t0 + self.budget * self._t_full
+            # first look at the resume's cost once the sweep has spent a share of its fixed part
+            deadline = cap if guard else min(cap, t0 + RESUME_RACE * self._res_fix)
+
+        def replan(r, x, processed, work):
+            """The sweep passed its deadline at (r, x): give up (the engine resumes from here) or
+            set the next deadline, from the measured cost model (module doc, "Fallback")."""
+            now = time.perf_counter()
+            if guard or now >= cap:
+                raise _Abort(f"time budget spent after {work} tasks", (r, x), processed)
+            lkv = np.frombuffer(self._lk, dtype=np.float64)
+            rest = int(np.count_nonzero(lkv > r))
+            del lkv
+            est = (self._res_fix + self._res_per * rest if rest <= RESUME_MAX_SHARE * self._n_live
+                   else self._t_full)
+            if now - t0 >= RESUME_RACE * est:
+                raise _Abort(f"the sweep had cost {1e3 * (now - t0):.2f} ms after {work} tasks, more than "
+                             f"{RESUME_RACE} x the {1e3 * est:.2f} ms the engine is expected to take on the "
+                             f"{rest} tasks after its point", (r, x), processed)
+            return min(cap, t0 + RESUME_RACE * est)
+
         try:
             processed, changed, moved, vacated, retimed_r, emax, lost = self._sweep(
-                heap, dirtied, self.max_work, deadline, guard)
+                heap, dirtied, self.max_work, deadline, guard, replan)
         except _Abort as exc:
             if exc.at is not None and not guard:
                 return self._resume(t0, str(exc), exc.at, exc.processed, dirtied, new_ids, removed)
@@ -895,7 +990,7 @@ class DeltaSimulator:
                 return (u, v)
         return None
 
-    def _sweep(self, heap, dirtied, limit, deadline, guard):
+    def _sweep(self, heap, dirtied, limit, deadline, guard, replan):
         """The event loop (see module doc). Returns counters, the largest new end and whether an end
         that was the makespan decreased.
 
@@ -1032,7 +1127,7 @@ class DeltaSimulator:
                 if work == limit:
                     raise _Abort(f"work limit of {limit} tasks reached", (r, x), processed)
                 if timed and not work & 31 and clock() > deadline:
-                    raise _Abort(f"time budget spent after {work} tasks", (r, x), processed)
+                    deadline = replan(r, x, processed, work)
                 if mark_next and z != -1:
                     mark_queue(z)
                 if sx == 3:  # x was unresolved: release its successors
@@ -1086,7 +1181,7 @@ class DeltaSimulator:
                 if work == limit:
                     raise _Abort(f"work limit of {limit} tasks reached", (r, x), processed)
                 if timed and not work & 31 and clock() > deadline:
-                    raise _Abort(f"time budget spent after {work} tasks", (r, x), processed)
+                    deadline = replan(r, x, processed, work)
                 if sx != 3:
                     st[x] = 3
                     block_successors(x)
@@ -1117,6 +1212,19 @@ class DeltaSimulator:
         return DeltaStats(retimed=self._n_live, fallback=True, reason=reason, wall_s=wall,
                           new_ids=new_ids, removed=removed, changed=int(np.count_nonzero(diff)))
 
+    def _pred_csr(self):
+        """Predecessor CSR (ptr, idx) of the whole id space, rebuilt from the successor CSR when the
+        edges changed (numpy; used by the resumed fallback to find the edges into the resumed part)."""
+        ptr, idx = self._csr_arrays()
+        if self._pcsr is None or self._pcsr[0] is not ptr:
+            n = ptr.shape[0] - 1
+            order = np.argsort(idx, kind="stable")
+            src = np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr))[order]
+            pp = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(np.bincount(idx, minlength=n), out=pp[1:])
+            self._pcsr = (ptr, pp, src)
+        return self._pcsr[1], self._pcsr[2]
+
     def _resume(self, t0, reason, at, processed, dirtied, new_ids, removed) -> DeltaStats:
         """The sweep stopped at point ``at`` (budget or work limit, durations > 0): hand the rest to
         the engine instead of starting over.
@@ -1130,82 +1238,122 @@ class DeltaSimulator:
         the same relative order, so ties break the same way) plus zero-ready source tasks that stand
         for it: one per device, occupying the device until it is free, and one per task with final
         predecessors, on a private device, ending at that task's ready time so far. Sources pop
-        first (key (0, lowest ids)), so the real tasks see exactly the engine's state. The
-        fallback then costs the sweep so far plus the engine on the tasks after the sweep point,
-        not a full run."""
+        first (key (0, lowest ids)), so the real tasks see exactly the engine's state.
+
+        Cost: a few vectorized passes over the id space (the final / rest split), then work in the
+        resumed tasks only: their edges are gathered from the CSR arrays, and the delta state is
+        patched in place (times written back; each device queue cut at the sweep point and the
+        resumed tasks appended in key order, all of them after it), not rebuilt. So the fallback
+        costs the sweep so far plus about one engine pop per task after the sweep point."""
         n, nd = len(self._dur), self._nd
         alive = self._alive_np
         where = np.frombuffer(self._where, dtype=np.int64)
         lk = np.frombuffer(self._lk, dtype=np.float64)
         kr, kx = at
-        ids = np.arange(n)
-        final = alive & (where != -1) & ((lk < kr) | ((lk == kr) & (ids <= kx)))
+        final = (where != -1) & (lk <= kr)
+        if kr in lk:  # entries at exactly the sweep point's ready time: final up to its id
+            tie = (lk == kr) & (where != -1)
+            final[np.flatnonzero(tie)[np.flatnonzero(tie) > kx]] = False
         rest = alive & ~final
-        if np.count_nonzero(rest) > RESUME_MAX_SHARE * self._n_live:
-            # building the resumed graph costs ~20 % of a full run (python -m benchmarks.delta):
+        sub = np.flatnonzero(rest)
+        if sub.size > RESUME_MAX_SHARE * self._n_live:
+            # the resumed part costs about as much per task as a full run, plus the state patching:
             # with most tasks after the sweep point, the plain full run is cheaper
             return self._fallback(t0, reason, dirtied, new_ids, removed)
         st, pend, oS, oE = self._st, self._pend, self._oS, self._oE
-        S = np.frombuffer(self._S, dtype=np.float64).copy()
-        E = np.frombuffer(self._E, dtype=np.float64).copy()
-        R = np.frombuffer(self._R, dtype=np.float64).copy()
-        old_S, old_E = S.copy(), E.copy()
-        for x in dirtied:  # the times before the change, for the stats; leave the scratch all zero
-            if st[x] == 2:
-                old_S[x] = oS[x]
-                old_E[x] = oE[x]
+        R = np.frombuffer(self._R, dtype=np.float64)
+        S = np.frombuffer(self._S, dtype=np.float64)
+        E = np.frombuffer(self._E, dtype=np.float64)
+        # tasks whose times may change: the ones the sweep processed, and the resumed ones
+        swept = [x for x in dirtied if st[x] == 2]
+        old_sw = (np.array([oS[x] for x in swept]), np.array([oE[x] for x in swept]))
+        for x in dirtied:  # leave the sweep scratch all zero
             st[x] = 0
             pend[x] = 0
-        sub = np.flatnonzero(rest)
+        old_S, old_E = S[sub].copy(), E[sub].copy()
+        dev = self._dev_np
+        # edges inside the resumed part (a resumed task's successors are all resumed: they come
+        # later in key order) and edges into it from final tasks
         ptr, idx = self._csr_arrays()
-        src = np.repeat(ids, np.diff(ptr))
-        dst = np.asarray(idx, dtype=np.int64)
-        dev = self._dev_np.astype(np.int64)
-        # the engine's state at the sweep point
-        free = np.zeros(nd)
-        np.maximum.at(free, dev[final], E[final])
-        fin_in = final[src] & rest[dst]
-        inj = np.zeros(n)
-        np.maximum.at(inj, dst[fin_in], E[src[fin_in]])
-        wait = np.zeros(n, dtype=bool)
-        wait[dst[fin_in]] = True
-        pdev = np.flatnonzero(free > 0.0)
-        pready = np.flatnonzero(wait & (inj > 0.0))
-        a, b = pdev.size, pready.size
+        pptr, pidx = self._pred_csr()
         new_id = np.full(n, -1, dtype=np.int64)
-        new_id[sub] = a + b + np.arange(sub.size)
-        m = a + b + sub.size
+        s_src, s_dst = _gather(ptr, idx, sub)
+        p_dst, p_src = _gather(pptr, pidx, sub)
+        fin = final[p_src]
+        p_dst, p_src = p_dst[fin], p_src[fin]
+        inj = np.zeros(sub.size)
+        np.maximum.at(inj, p_dst, E[p_src])
+        pready = np.flatnonzero(inj > 0.0)  # rows of sub
+        # each device's free time at the sweep point: the end of its last final entry
+        w_sub = where[sub]
+        has = np.bincount(dev[sub], minlength=nd) > 0
+        has[w_sub[w_sub != -1]] = True
+        devs = np.flatnonzero(has)
+        free = np.zeros(nd)
+        for d in devs.tolist():
+            last = self._Q[d].last_upto(kr, kx)
+            if last != -1:
+                free[d] = E[last]
+        pdev = np.flatnonzero(free > 0.0)
+        a, b = pdev.size, pready.size
+        k = a + b
+        new_id[sub] = k + np.arange(sub.size)
+        if s_dst.size and int(new_id[s_dst].min()) < 0:  # cannot happen (module doc); be safe
+            return self._fallback(t0, reason, (), new_ids, removed)
         sdur = np.concatenate([free[pdev], inj[pready], self._dur_np[sub]])
         sdev = np.concatenate([pdev, nd + np.arange(b), dev[sub]])
-        inner = rest[src] & rest[dst]
-        esrc = np.concatenate([a + np.arange(b), new_id[src[inner]]])
-        edst = np.concatenate([new_id[pready], new_id[dst[inner]]])
+        esrc = np.concatenate([a + np.arange(b), k + s_src])
+        edst = np.concatenate([k + pready, new_id[s_dst]])
         from taskgraph.graph import csr_from_edges
-        sptr, sidx = csr_from_edges(m, esrc, edst)
+        sptr, sidx = csr_from_edges(k + sub.size, esrc, edst)
+        t_res = time.perf_counter()
         try:
             res = simulate_arrays(sdur, sdev, sptr, sidx, nd + b)
         except SimulationError:  # a cycle after the sweep point: the full run reports it by task name
             return self._fallback(t0, reason, (), new_ids, removed)
-        k = a + b
-        R[sub], S[sub], E[sub] = res.ready[k:], res.start[k:], res.end[k:]
-        live = np.flatnonzero(alive)
-        lossy = bool(np.any((E[sub] == S[sub]) & (self._dur_np[sub] > 0.0)))
-        if lossy:  # a duration lost to rounding after the sweep point: the timeline may not be canonical
+        nR, nS, nE = res.ready[k:], res.start[k:], res.end[k:]
+        if np.any((nE == nS) & (self._dur_np[sub] > 0.0)) or (sub.size and nR.min() < kr):
+            # a duration lost to rounding after the sweep point: the timeline may not be canonical
             return self._fallback(t0, f"{reason}; a positive duration was lost to rounding after the sweep point",
                                   (), new_ids, removed)
-        order = live[np.lexsort((live, R[live]))]  # canonical: the engine pops in (ready, id) order
-        mk = float(np.max(E[live])) if live.size else 0.0
-        self._adopt(order, R, S, E, mk)
-        wall = time.perf_counter() - t0
-        n_old = min(len(old_S), n)
-        diff = alive.copy()
-        diff[:n_old] &= ~((S[:n_old] == old_S[:n_old]) & (E[:n_old] == old_E[:n_old]))
-        if new_ids:
-            diff[list(new_ids)] = True
+        # patch the state: times, queue entries (cut at the sweep point, resumed tasks appended)
+        R[sub], S[sub], E[sub] = nR, nS, nE
+        lk[sub] = nR
+        for d in devs.tolist():
+            self._Q[d].cut_after(kr, kx)
+        if sub.size:
+            ko = res.order[res.order >= k].astype(np.int64) - k  # pop order = key order (canonical)
+            kd = dev[sub][ko]
+            by_dev = np.argsort(kd.astype(np.int16) if nd < 32768 else kd, kind="stable")  # radix sort
+            ids_sorted = sub[ko][by_dev]
+            r_sorted = nR[ko][by_dev]
+            bounds = np.searchsorted(kd[by_dev], devs, side="left")
+            ends = np.searchsorted(kd[by_dev], devs, side="right")
+            for d, lo, hi in zip(devs.tolist(), bounds.tolist(), ends.tolist()):
+                if hi > lo:
+                    self._Q[d].extend(r_sorted[lo:hi], ids_sorted[lo:hi])
+        where[sub] = dev[sub]
+        self._order_cache = None
+        self._mk = self._recompute_makespan()
+        changed = int(np.count_nonzero((old_S != nS) | (old_E != nE)))
+        if swept:
+            sw = np.array(swept, dtype=np.int64)
+            keep = ~rest[sw]  # swept tasks that stayed final (the others are counted above)
+            changed += int(np.count_nonzero(((S[sw] != old_sw[0]) | (E[sw] != old_sw[1])) & keep))
+        self._learn_resume(int(sub.size), time.perf_counter() - t_res)
         return DeltaStats(retimed=processed + int(sub.size), fallback=True,
-                          reason=f"{reason}; the engine resumed from the sweep point ({sub.size} of {live.size} "
-                                 f"tasks)", wall_s=wall, new_ids=new_ids, removed=removed,
-                          changed=int(np.count_nonzero(diff)), resumed=int(sub.size))
+                          reason=f"{reason}; the engine resumed from the sweep point ({sub.size} of "
+                                 f"{self._n_live} tasks)", wall_s=time.perf_counter() - t0,
+                          new_ids=new_ids, removed=removed, changed=changed, resumed=int(sub.size))
+
+    def _learn_resume(self, tasks: int, seconds: float) -> None:
+        """Refine the resumed engine's cost model from one measured resume (half-life of one
+        resume): the per-task part from large resumes, the fixed part from small ones."""
+        per = self._res_per or 0.0
+        if tasks * per > self._res_fix:
+            self._res_per = 0.5 * per + 0.5 * max(seconds - self._res_fix, 0.0) / tasks
+        else:
+            self._res_fix = 0.5 * self._res_fix + 0.5 * max(seconds - tasks * per, 0.0)
 
     def _full(self) -> None:
         """Full run with :func:`simulator.engine.simulate_arrays`; rebuilds the delta state from it."""
@@ -1234,6 +1382,8 @@ class DeltaSimulator:
             self._t_full_n = n
         else:  # the fastest run seen: a slow (loaded) run must not inflate the budget
             self._t_full = min(self._t_full, t)
+        if self._res_per is None and self._n_live:
+            self._res_per = 1.5 * self._t_full / self._n_live
 
     def _adopt(self, order, ready, start, end, makespan: float) -> None:
         """Rebuild the delta state from a timeline of the current graph (engine pop ``order`` of the

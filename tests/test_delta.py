@@ -469,3 +469,56 @@ def test_resumed_fallbacks_equal_full_runs(monkeypatch):
             assert_matches_full(ds)
             resumed += stats.resumed > 0
     assert resumed >= 200
+
+
+def test_resumed_fallbacks_with_structural_changes_equal_full_runs(monkeypatch):
+    """The resume patches the delta state in place (queues cut at the sweep point, the resumed tasks
+    appended): later changes on that state, including task replacements (new ids, tombstones, new
+    edges), still equal full runs bit for bit."""
+    monkeypatch.setattr(delta_mod, "RESUME_MAX_SHARE", 1.0)
+    rng = np.random.default_rng(7)
+    resumed = 0
+    for _ in range(150):
+        n, nd = int(rng.integers(4, 40)), int(rng.integers(1, 4))
+        edges = [(u, v) for v in range(n) for u in range(v) if rng.random() < 0.12]
+        dur = rng.integers(1, 6, n).astype(float)
+        ds = DeltaSimulator.from_arrays(*graph_arrays_from(n, nd, edges, dur, rng.integers(0, nd, n)),
+                                        budget=None, max_work=int(rng.integers(1, 5)))
+        for _ in range(4):
+            live = ds.live_ids().tolist()
+            t = int(rng.choice(live))
+            kind = rng.random()
+            if kind < 0.4:  # split t into two tasks in a chain (FlexFlow's operator replacement)
+                preds, succs, d = ds.predecessors(t), ds.successors(t), ds._dev[t]
+                e = [(u, ~0) for u in preds] + [(~0, ~1)] + [(~1, v) for v in succs]
+                stats = ds.replace_tasks([t], [1.5, 2.5], [d, int(rng.integers(0, nd))], e)
+            elif kind < 0.6 and len(live) > 2:  # remove t
+                stats = ds.replace_tasks([t])
+            elif kind < 0.8:
+                stats = ds.set_durations([t], [float(rng.integers(1, 9))])
+            else:
+                stats = ds.set_devices([t], [int(rng.integers(0, nd))])
+            assert_matches_full(ds)
+            resumed += stats.resumed > 0
+    assert resumed >= 100
+
+
+def test_sweep_hands_over_when_the_resumed_engine_is_cheaper(monkeypatch):
+    """The cost-model rule (ski rental, RESUME_RACE): with a race share of 0 the sweep gives up at
+    its first deadline check (32 events) and the engine resumes from that point; the result is the
+    full run's and the reason names the estimate."""
+    monkeypatch.setattr(delta_mod, "RESUME_RACE", 0.0)
+    monkeypatch.setattr(delta_mod, "RESUME_MAX_SHARE", 1.0)
+    b = _builder(2)
+    chain = [b.add_task(1.0, i % 2, "forward") for i in range(400)]
+    for u, v in zip(chain, chain[1:]):
+        b.add_edge(u, v)
+    ds = DeltaSimulator(b.build(), budget=1e9)
+    stats = ds.set_durations([chain[100]], [2.0])
+    assert stats.fallback and stats.resumed > 0 and "the engine is expected to take" in stats.reason
+    assert stats.retimed == 300 and stats.changed == 300
+    assert_matches_full(ds)
+    assert ds.end[chain[-1]] == 401.0  # 1 s later than before, hand-computed
+    stats = ds.set_durations([chain[-1]], [3.0])  # a small change finishes before the first check
+    assert not stats.fallback and stats.retimed == 1
+    assert_matches_full(ds)
