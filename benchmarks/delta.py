@@ -22,6 +22,10 @@ Change kinds:
   tasks move: the range where the sweep is between 1x and 10x a full run).
 * ``dp``: the last rank's all-reduce gets 20 % longer.
 * ``first``: the very first task gets 20 % longer: everything after it moves (fallback expected).
+* ``tail s % crit x3``: a critical task 3x longer where about s % of the tasks start after it.
+
+Then the tail and first-task changes on a random DAG (``benchmarks.graphs.random_dag``, ``--tasks``
+tasks) and on the real lowered GPT-3 175B / 1,024-GPU graph (``--graphs`` picks the sections).
 
 For changes that fell back, the last column shows what the sweep alone (``budget=None``) would have
 re-timed and cost: the fallback rule gives up after ``budget`` (5 %) of a full run, so a change is
@@ -281,11 +285,30 @@ def run(tasks: float = 1e5, ranks: int = 8, ops: int = 24, reps: int = 5, seed: 
     m = max(1, round(float(tasks) / (2 * ranks * ops)))
     g = pipeline_1f1b(ranks, m, ops, seed)
     base = simulate_arrays(g.duration, g.device, g.succ_ptr, g.succ_idx, g.num_devices)
+    return run_changes(g, base, _changes(g, base), reps, check)
+
+
+def tail_changes(g: TaskGraph, base, shares=(0.001, 0.01, 0.05, 0.5)):
+    """Changes for any graph: a critical task (no free slack, duration > 0) 3x longer where about
+    ``share`` of the tasks start after it, and the first task popped 1.2x longer."""
+    slack = free_slack(g, base.start, base.end)
+    crit = np.flatnonzero((slack == 0) & (g.duration > 0))
+    out = []
+    for share in shares:
+        t = _pick_after(crit, base.start, share)
+        out.append((f"tail {100 * share:g} % crit x3", _set_dur(t, g.duration[t] * 3.0)))
+    t = int(base.order[0])
+    out.append(("first crit+", _set_dur(t, g.duration[t] * 1.2)))
+    return out
+
+
+def run_changes(g: TaskGraph, base, changes, reps: int = 5, check: bool = True):
+    """Run every change ``reps`` times on a DeltaSimulator of ``g``; returns (g, build_s, rows)."""
     t0 = time.perf_counter()
     ds = DeltaSimulator(g)
     build_s = time.perf_counter() - t0
     rows = []
-    for name, apply in _changes(g, base):
+    for name, apply in changes:
         d_times, f_times, stats = [], [], None
         for rep in range(reps):  # delta and full interleaved: the machine is shared and noisy
             gc.collect()
@@ -324,10 +347,11 @@ def run(tasks: float = 1e5, ranks: int = 8, ops: int = 24, reps: int = 5, seed: 
     return g, build_s, rows
 
 
-def format_table(g, build_s, rows) -> str:
+def format_table(g, build_s, rows, title: str | None = None) -> str:
     n = g.num_tasks
-    lines = [f"1F1B pipeline: {n} tasks, {g.meta['ranks']} ranks, {g.meta['microbatches']} microbatches, "
-             f"{g.meta['ops']} ops per block; DeltaSimulator build {build_s:.2f} s",
+    title = title or (f"1F1B pipeline: {n} tasks, {g.meta['ranks']} ranks, {g.meta['microbatches']} "
+                      f"microbatches, {g.meta['ops']} ops per block")
+    lines = [f"{title}; DeltaSimulator build {build_s:.2f} s",
              "| change | re-timed | % tasks | start/end changed | delta ms | full ms | speedup | fallback "
              "| sweep alone: re-timed, ms, speedup |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -405,6 +429,8 @@ def main(argv=None) -> None:
     ap.add_argument("--no-check", action="store_true")
     ap.add_argument("--rounding", type=int, default=10_000,
                     help="graphs in the zero / rounding-level duration campaign (0: skip)")
+    ap.add_argument("--graphs", default="pipeline,random,gpt3",
+                    help="comma-separated: pipeline (all change kinds), random, gpt3 (tail changes)")
     a = ap.parse_args(argv)
     if a.rounding:
         t = time.perf_counter()
@@ -412,8 +438,25 @@ def main(argv=None) -> None:
         print(f"rounding campaign: {c['graphs']} graphs, {c['changes']} changes, {c['deltas']} by delta, "
               f"fallbacks {c['fallbacks']}, mismatches {c['mismatches']}, errors {c['errors']} "
               f"({time.perf_counter() - t:.1f} s)")
-    g, build_s, rows = run(a.tasks, a.ranks, a.ops, a.reps, a.seed, check=not a.no_check)
-    print(format_table(g, build_s, rows))
+    kinds = a.graphs.split(",")
+    if "pipeline" in kinds:
+        g, build_s, rows = run(a.tasks, a.ranks, a.ops, a.reps, a.seed, check=not a.no_check)
+        print(format_table(g, build_s, rows))
+    for kind in ("random", "gpt3"):
+        if kind not in kinds:
+            continue
+        from benchmarks.graphs import lowered_gpt3, random_dag
+        if kind == "random":
+            g = random_dag(int(a.tasks), seed=a.seed)
+            title = f"random DAG: {g.num_tasks} tasks, 16 devices, ~2 successors per task"
+        else:
+            g = lowered_gpt3()
+            title = (f"real lowered graph, strategies/examples/gpt3-175b-1024-a100.yaml: {g.num_tasks} "
+                     f"tasks ({int(np.count_nonzero(g.duration == 0.0))} of zero duration: no resume)")
+        base = simulate_arrays(g.duration, g.device, g.succ_ptr, g.succ_idx, g.num_devices)
+        g, build_s, rows = run_changes(g, base, tail_changes(g, base), a.reps, check=not a.no_check)
+        print()
+        print(format_table(g, build_s, rows, title))
 
 
 if __name__ == "__main__":

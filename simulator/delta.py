@@ -500,13 +500,13 @@ class DeltaSimulator:
         pl, il = ptr.tolist(), idx.tolist()
         self._succ = [il[pl[i]:pl[i + 1]] for i in range(n)]
         order = np.argsort(idx, kind="stable")
-        src = np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr))[order].tolist()
-        pp = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.bincount(idx, minlength=n), out=pp[1:])
-        pp = pp.tolist()
+        src_np = np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr))[order]
+        pp_np = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(idx, minlength=n), out=pp_np[1:])
+        src, pp = src_np.tolist(), pp_np.tolist()
         self._pred = [src[pp[i]:pp[i + 1]] for i in range(n)]
         self._csr = (ptr, idx)
-        self._pcsr = None  # predecessor CSR for the resumed fallback (see _pred_csr)
+        self._pcsr = (ptr, pp_np, src_np)  # predecessor CSR for the resumed fallback (_pred_csr)
         self._csr_dirty: set[int] = set()  # tasks whose successor list changed since _csr was built
         self._dur_np = dur_np
         self._dev_np = dev_np
