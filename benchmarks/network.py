@@ -3,9 +3,11 @@
     python -m benchmarks.network [--repeat 3] [--example strategies/examples/gpt3-175b-1024-a100.yaml]
                                  [--scale]
 
-"on": the presets' defaults (NCCL tuner model ``topologies/nccl.py`` + link sharing by symmetry
-``topologies/fabric.py``); "off": ``collective_model: alpha-beta, contention: false`` (the closed
-forms alone). Each configuration is simulated ``--repeat`` times with the cost caches cleared
+"on": the presets' defaults (NCCL tuner model ``topologies/nccl.py``, link sharing by symmetry
+``topologies/fabric.py``, the core tier above radix²/2 NICs, adaptive routing, stragglers at
+``gpu_speed_cv`` 0.01); "ecmp": the same with ``routing: ecmp`` (the busiest hashed port,
+``topologies/fabric.py``); "off": ``collective_model: alpha-beta, contention: false,
+gpu_speed_cv: 0, switch_radix: null`` (the closed forms alone, two tiers, no stragglers). Each configuration is simulated ``--repeat`` times with the cost caches cleared
 before every run (cold: what a user's first ``execsim simulate`` pays), interleaved, best time
 kept (runs alternate order; garbage collected between runs). Prints task counts, tasks/s, the predicted iteration time of each and the ratio.
 ``--scale`` also times costing alone for the same model shape from 256 to 16,384 GPUs (where the
@@ -25,7 +27,8 @@ from strategies.strategy_file import parse_strategy
 from taskgraph.costing import build_work, clear_cost_cache
 from taskgraph.plan import resolve
 
-OFF = {"collective_model": "alpha-beta", "contention": False}
+OFF = {"collective_model": "alpha-beta", "contention": False, "gpu_speed_cv": 0.0, "switch_radix": None}
+CONFIGS = (("off", OFF), ("on", {}), ("ecmp", {"routing": "ecmp"}))
 
 
 def _clear():
@@ -48,20 +51,21 @@ def run_once(doc: dict, extra: dict) -> tuple[float, object]:
 def compare(path: str, repeat: int) -> dict:
     with open(path, encoding="utf-8") as fh:
         doc = yaml.safe_load(fh)
-    best = {"on": float("inf"), "off": float("inf")}
+    best = {name: float("inf") for name, _ in CONFIGS}
     sims = {}
     for i in range(repeat):
-        for name, extra in ((("off", OFF), ("on", {})) if i % 2 == 0 else (("on", {}), ("off", OFF))):
+        for name, extra in (CONFIGS if i % 2 == 0 else CONFIGS[::-1]):
             gc.collect()
             t, sim = run_once(doc, extra)
             best[name] = min(best[name], t)
             sims[name] = sim
     out = {"example": path}
-    for name in ("off", "on"):
+    for name, _ in CONFIGS:
         n = sims[name].report.num_tasks
         out[name] = {"wall_s": best[name], "tasks": n, "tasks_per_s": n / best[name],
                      "iteration_s": sims[name].report.makespan_s}
     out["ratio_on_off"] = best["on"] / best["off"]
+    out["ratio_ecmp_off"] = best["ecmp"] / best["off"]
     return out
 
 
@@ -75,7 +79,7 @@ def scale(repeat: int) -> list[dict]:
         d["cluster"] = {"preset": "dgx-a100-80g", "nodes": gpus // 8}
         d["training"]["global_batch"] = gpus  # 1 sequence per GPU: weak scaling
         res = {}
-        for name, extra in (("off", OFF), ("on", {})):
+        for name, extra in CONFIGS:
             dd = copy.deepcopy(d)
             dd["cluster"].update(extra)
             plan = resolve(parse_strategy(dd))
@@ -86,7 +90,7 @@ def scale(repeat: int) -> list[dict]:
                 build_work(plan, fidelity="coarse")
                 tbest = min(tbest, time.perf_counter() - t0)
             res[name] = tbest
-        rows.append({"gpus": gpus, "costing_off_s": res["off"], "costing_on_s": res["on"]})
+        rows.append({"gpus": gpus, **{f"costing_{k}_s": v for k, v in res.items()}})
     return rows
 
 
@@ -98,15 +102,16 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     r = compare(args.example, args.repeat)
     print(f"{r['example']}  (best of {args.repeat}, cold caches)")
-    for name in ("off", "on"):
+    for name, _ in CONFIGS:
         x = r[name]
-        print(f"  network model {name:3s}: {x['wall_s']:.2f} s end-to-end, {x['tasks']} tasks, "
+        print(f"  network model {name:4s}: {x['wall_s']:.2f} s end-to-end, {x['tasks']} tasks, "
               f"{x['tasks_per_s']:,.0f} tasks/s, predicted iteration {x['iteration_s']:.3f} s")
-    print(f"  on / off wall time: {r['ratio_on_off']:.2f}")
+    print(f"  wall time on / off: {r['ratio_on_off']:.2f}, ecmp / off: {r['ratio_ecmp_off']:.2f}")
     if args.scale:
         print("costing only (coarse), GPT-3 175B tp8 pp8, 1 sequence per GPU:")
         for row in scale(args.repeat):
-            print(f"  {row['gpus']:6d} GPUs: off {row['costing_off_s']:.3f} s, on {row['costing_on_s']:.3f} s")
+            print(f"  {row['gpus']:6d} GPUs: off {row['costing_off_s']:.3f} s, on {row['costing_on_s']:.3f} s, "
+                  f"ecmp {row['costing_ecmp_s']:.3f} s")
     return 0
 
 
