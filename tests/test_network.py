@@ -260,3 +260,23 @@ def test_core_tier_above_one_pod_and_bad_routing():
     assert small.num_pods == 1 and big.num_pods > 1 and big.leaves_per_pod == 16
     with pytest.raises(ConfigError, match="routing"):
         get_cluster("dgx-a100-80g", nodes=4, routing="hash")
+
+
+def test_ecmp_routing_slows_all_to_all_across_leaves_and_more_queue_pairs_help():
+    """An EP all-to-all over 8 nodes on 4 leaves (2 nodes per leaf): adaptive routing pools the
+    uplinks (full bisection: no slowdown); ECMP hashes each pairwise flow onto one uplink port, the
+    busiest port sets the pace (> 1), more queue pairs per connection spread the load (smaller
+    slowdown), and inside one leaf nothing is hashed (no bundle crossed)."""
+    from topologies.fabric import all_to_all_slowdown
+    kw = dict(nodes=8, nodes_per_leaf=2, switch_radix=None)
+    ranks = tuple(range(64))
+    adaptive = all_to_all_slowdown(get_cluster("dgx-h100", **kw), ranks)
+    ecmp1 = all_to_all_slowdown(get_cluster("dgx-h100", routing="ecmp", **kw), ranks)
+    ecmp4 = all_to_all_slowdown(get_cluster("dgx-h100", routing="ecmp", qps_per_connection=4, **kw), ranks)
+    assert adaptive == 1.0
+    assert ecmp1 > ecmp4 > 1.0
+    one_leaf = tuple(range(16))  # 2 nodes on one leaf: NIC to NIC, no uplink bundle
+    assert all_to_all_slowdown(get_cluster("dgx-h100", routing="ecmp", **kw), one_leaf) == 1.0
+    t = [all_to_all(1e8, ranks, get_cluster("dgx-h100", routing=rt, **kw), share={"axis": None})
+         for rt in ("adaptive", "ecmp")]
+    assert t[1] > t[0]

@@ -554,6 +554,7 @@ def p2p_slowdown(cluster: Any, src: int, dst: int, sizes: Any) -> float:
     return slow
 
 
+@lru_cache(maxsize=256)
 def all_to_all_slowdown(cluster: Any, ranks: tuple[int, ...]) -> float:
     """Factor >= 1 on the network leg of a uniform all-to-all over ``ranks`` (every group of the
     axis exchanging at once, by symmetry the same pattern on every leaf): the NIC carries a
@@ -561,6 +562,11 @@ def all_to_all_slowdown(cluster: Any, ranks: tuple[int, ...]) -> float:
     ``downlinks / oversubscription`` of capacity. With PXN on rail-optimized fabrics (NCCL
     ``NCCL_PXN_DISABLE=0`` default, ``src/transport/net.cc``) a transfer first moves over NVLink
     to the GPU on the destination's rail, so only off-unit peers leave the leaf.
+
+    Under ``routing: ecmp`` each pairwise flow (``qps_per_connection`` queue pairs) is hashed onto
+    one port of every leaf / pod bundle it crosses, as for rings (:func:`_ecmp`): the exchange ends
+    when the busiest port's flows do. Only this group's flows are hashed (the other groups of the
+    axis would add collisions on shared bundles), so this part is a lower bound.
     """
     fab = fabric_of(cluster)
     g = cluster.gpus_per_node
@@ -577,7 +583,30 @@ def all_to_all_slowdown(cluster: Any, ranks: tuple[int, ...]) -> float:
         else:
             off_leaf = sum(1 for q in ranks if fab.leaf[q] != fab.leaf[r])
         worst = max(worst, oversub * off_leaf / off_node)
+    if getattr(cluster, "routing", "adaptive") == "ecmp":
+        worst = _all_to_all_ecmp(cluster, fab, ranks, worst)
     return worst
+
+
+def _all_to_all_ecmp(cluster: Any, fab: "Fabric", ranks: list, floor: float) -> float:
+    """ECMP part of :func:`all_to_all_slowdown`: every off-node pair of the group is one flow (from
+    the sender's node GPU on the receiver's rail with PXN), routed and hashed by :func:`_ecmp`; the
+    reference rate is the slowest flow on a non-blocking fabric (its NIC's fair share)."""
+    g = cluster.gpus_per_node
+    r = np.asarray(ranks, dtype=np.int64)
+    src = np.repeat(r, r.size)
+    dst = np.tile(r, r.size)
+    off = src // g != dst // g
+    src, dst = src[off], dst[off]
+    if not src.size:
+        return floor
+    if cluster.network_topology == "rail-optimized":  # PXN: NVLink first, then the destination's rail
+        src = (src // g) * g + dst % g
+    routes = fab.routes(src, dst)
+    nonblocking = fab.capacity.copy()
+    nonblocking[2 * fab.num_gpus:] = np.inf
+    alone = float(max_min_rates(routes, nonblocking).min())
+    return _ecmp(fab, routes, floor, alone, int(getattr(cluster, "qps_per_connection", 1)))
 
 
 __all__ = ["Fabric", "fabric_of", "max_min_rates", "ring_flows", "tree_flows", "PATTERNS", "network_slowdown",
