@@ -522,3 +522,33 @@ def test_sweep_hands_over_when_the_resumed_engine_is_cheaper(monkeypatch):
     stats = ds.set_durations([chain[-1]], [3.0])  # a small change finishes before the first check
     assert not stats.fallback and stats.retimed == 1
     assert_matches_full(ds)
+
+
+def test_race_hand_overs_equal_full_runs(monkeypatch):
+    """With RESUME_RACE = 0 every sweep that reaches its first deadline check (32 events) hands over
+    to the resumed engine at that point: on random graphs with duration, device and structural
+    changes, every result still equals a full run bit for bit."""
+    monkeypatch.setattr(delta_mod, "RESUME_RACE", 0.0)
+    monkeypatch.setattr(delta_mod, "RESUME_MAX_SHARE", 1.0)
+    rng = np.random.default_rng(11)
+    handed = 0
+    for _ in range(40):
+        n, nd = int(rng.integers(60, 160)), int(rng.integers(1, 5))
+        edges = [(u, v) for v in range(n) for u in range(max(0, v - 12), v) if rng.random() < 0.2]
+        dur = rng.uniform(0.5, 2.0, n)
+        ds = DeltaSimulator.from_arrays(*graph_arrays_from(n, nd, edges, dur, rng.integers(0, nd, n)),
+                                        budget=1e9)
+        for _ in range(4):
+            t = int(rng.choice(ds.live_ids()))
+            kind = rng.random()
+            if kind < 0.3:
+                preds, succs, d = ds.predecessors(t), ds.successors(t), ds._dev[t]
+                e = [(u, ~0) for u in preds] + [(~0, ~1)] + [(~1, v) for v in succs]
+                stats = ds.replace_tasks([t], [0.7, 0.9], [d, int(rng.integers(0, nd))], e)
+            elif kind < 0.7:
+                stats = ds.set_durations([t], [float(rng.uniform(0.5, 4.0))])
+            else:
+                stats = ds.set_devices([t], [int(rng.integers(0, nd))])
+            assert_matches_full(ds)
+            handed += "expected to take" in stats.reason
+    assert handed >= 20, handed
