@@ -1251,9 +1251,8 @@ class DeltaSimulator:
         lk = np.frombuffer(self._lk, dtype=np.float64)
         kr, kx = at
         final = (where != -1) & (lk <= kr)
-        if kr in lk:  # entries at exactly the sweep point's ready time: final up to its id
-            tie = (lk == kr) & (where != -1)
-            final[np.flatnonzero(tie)[np.flatnonzero(tie) > kx]] = False
+        tie = np.flatnonzero((lk == kr) & (where != -1))  # entries at the sweep point's ready time:
+        final[tie[tie > kx]] = False                       # final up to the sweep point's id
         rest = alive & ~final
         sub = np.flatnonzero(rest)
         if sub.size > RESUME_MAX_SHARE * self._n_live:
