@@ -23,6 +23,8 @@ Change kinds:
 * ``dp``: the last rank's all-reduce gets 20 % longer.
 * ``first``: the very first task gets 20 % longer: everything after it moves (fallback expected).
 * ``tail s % crit x3``: a critical task 3x longer where about s % of the tasks start after it.
+* ``early op xf, absorbed``: an operator early in the timeline whose change the slack absorbs after
+  about 1-5 % of the tasks (the closest of 120 probes): a resume cannot help there.
 
 Then the tail and first-task changes on a random DAG (``benchmarks.graphs.random_dag``, ``--tasks``
 tasks) and on the real lowered GPT-3 175B / 1,024-GPU graph (``--graphs`` picks the sections).
@@ -216,6 +218,7 @@ def _changes(g: TaskGraph, base):
     dp = np.flatnonzero(g.category == CAT["dp-comm"])
     t = int(dp[np.argmax(base.start[dp])])
     out.append(("late dp", _set_dur(t, g.duration[t] * 1.2)))
+    out.extend(early_contained(g, is_op))
     t = int(base.order[0])
     out.append(("first crit+", _set_dur(t, g.duration[t] * 1.2)))
     # the changes a strategy search makes (issue 17): one operator's cost in every microbatch (rank
@@ -280,12 +283,39 @@ def _split(t, g):
     return apply
 
 
-def run(tasks: float = 1e5, ranks: int = 8, ops: int = 24, reps: int = 5, seed: int = 0, check: bool = True):
+def early_contained(g: TaskGraph, is_op: np.ndarray, shares=(0.01, 0.05), probes: int = 40, seed: int = 0):
+    """Changes early in the timeline that the slack absorbs after about ``shares`` of the tasks are
+    re-timed (the case a resume cannot help: most of the graph lies after the change). Found by
+    probing ``probes`` random operators in the first 30 % of the makespan, 1.5x / 3x / 10x longer,
+    with a work-limited sweep; the probe closest to each share is kept."""
+    n = g.num_tasks
+    probe = DeltaSimulator(g, budget=None, max_work=int(0.08 * n))
+    start = probe.start
+    cands = np.flatnonzero(is_op & (start < 0.3 * probe.makespan))
+    rng = np.random.default_rng(seed)
+    found = []
+    for t in rng.choice(cands, min(probes, cands.size), replace=False).tolist():
+        for f in (1.5, 3.0, 10.0):
+            d0 = float(g.duration[t])
+            st = probe.set_durations([t], [d0 * f])
+            probe.set_durations([t], [d0])
+            if not st.fallback:
+                found.append((st.retimed, t, f))
+    out = []
+    for share in shares:
+        if found:
+            r, t, f = min(found, key=lambda x: abs(x[0] - share * n))
+            out.append((f"early op x{f:g}, absorbed ({r / n:.1%} re-timed)", _set_dur(t, g.duration[t] * f)))
+    return out
+
+
+def run(tasks: float = 1e5, ranks: int = 8, ops: int = 24, reps: int = 5, seed: int = 0, check: bool = True,
+        kernel: str | None = None):
     """Build the graph, run every change ``reps`` times; returns a list of row dicts."""
     m = max(1, round(float(tasks) / (2 * ranks * ops)))
     g = pipeline_1f1b(ranks, m, ops, seed)
     base = simulate_arrays(g.duration, g.device, g.succ_ptr, g.succ_idx, g.num_devices)
-    return run_changes(g, base, _changes(g, base), reps, check)
+    return run_changes(g, base, _changes(g, base), reps, check, kernel)
 
 
 def tail_changes(g: TaskGraph, base, shares=(0.001, 0.01, 0.05, 0.5)):
@@ -302,10 +332,15 @@ def tail_changes(g: TaskGraph, base, shares=(0.001, 0.01, 0.05, 0.5)):
     return out
 
 
-def run_changes(g: TaskGraph, base, changes, reps: int = 5, check: bool = True):
-    """Run every change ``reps`` times on a DeltaSimulator of ``g``; returns (g, build_s, rows)."""
+def run_changes(g: TaskGraph, base, changes, reps: int = 5, check: bool = True, kernel: str | None = None):
+    """Run every change ``reps`` times on a DeltaSimulator of ``g`` (``kernel``: its sweep); returns
+    (g, build_s, rows)."""
     t0 = time.perf_counter()
-    ds = DeltaSimulator(g)
+    ds = DeltaSimulator(g, kernel=kernel)
+    if ds._nb is not None:  # compile (or load from numba's cache) outside the timings
+        t = int(base.order[-1])
+        ds.set_durations([t], [float(g.duration[t]) * 2.0])
+        ds.set_durations([t], [float(g.duration[t])])
     build_s = time.perf_counter() - t0
     rows = []
     for name, apply in changes:
@@ -431,7 +466,19 @@ def main(argv=None) -> None:
                     help="graphs in the zero / rounding-level duration campaign (0: skip)")
     ap.add_argument("--graphs", default="pipeline,random,gpt3",
                     help="comma-separated: pipeline (all change kinds), random, gpt3 (tail changes)")
+    ap.add_argument("--kernels", default="python,numba",
+                    help="comma-separated sweeps to time: python (the reference), numba (extra 'fast'; "
+                         "skipped with a note when numba is absent)")
     a = ap.parse_args(argv)
+    kernels = []
+    for k in a.kernels.split(","):
+        if k == "numba":
+            try:
+                import simulator.delta_numba  # noqa: F401
+            except ImportError:
+                print("numba is not installed (extra 'fast'): the compiled sweep is not timed")
+                continue
+        kernels.append(k)
     if a.rounding:
         t = time.perf_counter()
         c = rounding_campaign(a.rounding, a.seed)
@@ -439,8 +486,14 @@ def main(argv=None) -> None:
               f"fallbacks {c['fallbacks']}, mismatches {c['mismatches']}, errors {c['errors']} "
               f"({time.perf_counter() - t:.1f} s)")
     kinds = a.graphs.split(",")
+    for kernel in kernels:
+        print(f"\n## sweep: {kernel}")
+        _sections(a, kinds, kernel)
+
+
+def _sections(a, kinds, kernel):
     if "pipeline" in kinds:
-        g, build_s, rows = run(a.tasks, a.ranks, a.ops, a.reps, a.seed, check=not a.no_check)
+        g, build_s, rows = run(a.tasks, a.ranks, a.ops, a.reps, a.seed, check=not a.no_check, kernel=kernel)
         print(format_table(g, build_s, rows))
     for kind in ("random", "gpt3"):
         if kind not in kinds:
@@ -454,7 +507,8 @@ def main(argv=None) -> None:
             title = (f"real lowered graph, strategies/examples/gpt3-175b-1024-a100.yaml: {g.num_tasks} "
                      f"tasks ({int(np.count_nonzero(g.duration == 0.0))} of zero duration: no resume)")
         base = simulate_arrays(g.duration, g.device, g.succ_ptr, g.succ_idx, g.num_devices)
-        g, build_s, rows = run_changes(g, base, tail_changes(g, base), a.reps, check=not a.no_check)
+        g, build_s, rows = run_changes(g, base, tail_changes(g, base), a.reps, check=not a.no_check,
+                                       kernel=kernel)
         print()
         print(format_table(g, build_s, rows, title))
 

@@ -161,6 +161,8 @@ RESUME_MAX_SHARE = 0.75
 #: ``_res_fix + _res_per * tasks``, measured on this machine as changes run), so a change costs at most
 #: about (1 + RESUME_RACE) x the resumed engine, and a small change is never handed to it.
 RESUME_RACE = 0.3
+#: The sweep a DeltaSimulator uses when its ``kernel`` argument is None (see DeltaSimulator).
+DEFAULT_KERNEL = "auto"
 
 
 class _Abort(Exception):
@@ -435,6 +437,20 @@ class _Queue:
         return prev, nxt
 
 
+class _Dump:
+    """Device queues dumped from the compiled sweep's linked lists (``_Queue`` source, like
+    :class:`_Groups`): ids of each device in key order and their ready times."""
+
+    __slots__ = ("ids", "rs", "bounds")
+
+    def __init__(self, ids, rs, bounds):
+        self.ids, self.rs, self.bounds = ids, rs, bounds
+
+    def device(self, d):
+        a, b = int(self.bounds[d]), int(self.bounds[d + 1])
+        return self.ids[a:b], self.rs[a:b]
+
+
 def _gather(ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray):
     """The CSR entries of ``rows``: (position in ``rows`` of each entry's row, entry), vectorized."""
     starts = ptr[rows]
@@ -445,6 +461,21 @@ def _gather(ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray):
     row = np.repeat(np.arange(rows.size, dtype=np.int64), cnt)
     pos = np.arange(tot, dtype=np.int64) + np.repeat(starts - (np.cumsum(cnt) - cnt), cnt)
     return row, idx[pos]
+
+
+def _delta_kernel(kernel: str):
+    """:mod:`simulator.delta_numba` for ``kernel`` (None: the Python sweep)."""
+    if kernel not in ("auto", "python", "numba"):
+        raise ValueError(f"kernel {kernel!r} is not one of 'auto', 'python', 'numba'")
+    if kernel == "python":
+        return None
+    try:
+        import simulator.delta_numba as kernels
+    except ImportError:
+        if kernel == "numba":
+            raise
+        return None
+    return kernels
 
 
 def _zeros(typecode: str, n: int) -> array:
@@ -462,10 +493,14 @@ class DeltaSimulator:
         change that moves most of the timeline costs about ``1 + budget`` full runs
         (``python -m benchmarks.delta``). ``None``: no time budget.
     max_work: also give up after this many processed + vacated tasks (deterministic; None = no limit).
+    kernel: None means :data:`DEFAULT_KERNEL`, ``"auto"``. ``"auto"`` runs the sweep of duration changes on a timeline with durations > 0
+        compiled when numba is installed (optional extra ``fast``, :mod:`simulator.delta_numba`: the
+        same loop and IEEE operations, so the same bits; tests/test_delta.py compares them),
+        ``"python"`` always the Python loop, ``"numba"`` requires numba.
     """
 
     def __init__(self, graph=None, *, budget: float | None = 0.05, max_work: int | None = None,
-                 _arrays=None):
+                 kernel: str | None = None, _arrays=None):
         if _arrays is None:
             if graph is None:
                 raise ValueError("DeltaSimulator needs a TaskGraph (or use DeltaSimulator.from_arrays)")
@@ -476,6 +511,9 @@ class DeltaSimulator:
         duration, device, succ_ptr, succ_idx, num_devices = _arrays
         self.budget = budget
         self.max_work = max_work
+        self._nb = _delta_kernel(DEFAULT_KERNEL if kernel is None else kernel)
+        self._ll = None  # the compiled sweep's device queues (qh, qt, qn, qp), see _links
+        self._q_stale = False  # True while _ll is newer than _Q
         self._t_full = math.inf
         # the resumed engine's cost model (seconds): fixed part + per task after the sweep point;
         # seeded from the full run (per task x 1.5) and refined from every resume (_resume)
@@ -523,9 +561,10 @@ class DeltaSimulator:
 
     @classmethod
     def from_arrays(cls, duration, device, succ_ptr, succ_idx, num_devices: int, *,
-                    budget: float | None = 0.05, max_work: int | None = None) -> "DeltaSimulator":
+                    budget: float | None = 0.05, max_work: int | None = None,
+                    kernel: str | None = None) -> "DeltaSimulator":
         """Same inputs as :func:`simulator.engine.simulate_arrays`."""
-        return cls(None, budget=budget, max_work=max_work,
+        return cls(None, budget=budget, max_work=max_work, kernel=kernel,
                    _arrays=(duration, device, succ_ptr, succ_idx, num_devices))
 
     # ------------------------------------------------------------------ accessors
@@ -590,7 +629,7 @@ class DeltaSimulator:
     def device_order(self, d: int) -> list[int]:
         """Ids of device ``d``'s tasks in the order it runs them (FIFO by (ready, id))."""
         self._check_ok()
-        return self._Q[d].ids()
+        return self._queues(keep_links=True)[d].ids()
 
     @property
     def pop_order(self) -> np.ndarray:
@@ -680,9 +719,10 @@ class DeltaSimulator:
 
     def add_devices(self, k: int = 1) -> int:
         """Append ``k`` empty devices; returns the index of the first."""
+        queues = self._queues()  # before the count changes (the linked lists have one head per device)
         first = self._nd
         self._nd += int(k)
-        self._Q.extend(_Queue() for _ in range(k))
+        queues.extend(_Queue() for _ in range(k))
         return first
 
     def replace_tasks(self, remove, durations=(), devices=(), edges=(), *, remove_edges=(),
@@ -741,6 +781,7 @@ class DeltaSimulator:
             if u in new_set or v in new_set or v not in self._succ[u]:
                 raise ValueError(f"remove_edges: no edge {u} -> {v} between existing tasks")
 
+        self._queues()
         R, S, E, dur, dev, succ, pred = self._R, self._S, self._E, self._dur, self._dev, self._succ, self._pred
         where, alive_np, dur_np, dev_np = self._where, self._alive_np, self._dur_np, self._dev_np
         canonical = self._canonical
@@ -872,6 +913,7 @@ class DeltaSimulator:
                mk_lost) -> DeltaStats:
         """Run the sweep from the given dirty sets; fall back to a full run when it gives up."""
         self._order_cache = None
+        self._t_change = t0
         if not self._canonical:
             return self._fallback(t0, "timeline before the change was not canonical (a zero duration, or one lost to rounding, ties an edge)",
                                   (), new_ids, removed)
@@ -920,6 +962,9 @@ class DeltaSimulator:
         heapq.heapify(heap)
         # a positive duration lost to rounding (start + dur == start) acts as a zero duration
         guard = self._n_zero > 0 or self._lossy
+        # the compiled sweep (simulator/delta_numba.py) takes duration changes without guards
+        compiled = (self._nb is not None and not guard
+                    and not (n_dev_moves or dev_marks or new_tasks or touched or removed))
         if self.budget is None:
             deadline = math.inf
         else:
@@ -927,9 +972,10 @@ class DeltaSimulator:
             # first look at the resume's cost once the sweep has spent a share of its fixed part
             deadline = cap if guard else min(cap, t0 + RESUME_RACE * self._res_fix)
 
-        def replan(r, x, processed, work):
+        def replan(r, x, processed, work, since=t0):
             """The sweep passed its deadline at (r, x): give up (the engine resumes from here) or
-            set the next deadline, from the measured cost model (module doc, "Fallback")."""
+            set the next deadline, from the measured cost model (module doc, "Fallback"). ``since``:
+            when the sweep itself started (the compiled sweep's set-up is not part of the race)."""
             now = time.perf_counter()
             if guard or now >= cap:
                 raise _Abort(f"time budget spent after {work} tasks", (r, x), processed)
@@ -938,15 +984,21 @@ class DeltaSimulator:
             del lkv
             est = (self._res_fix + self._res_per * rest if rest <= RESUME_MAX_SHARE * self._n_live
                    else self._t_full)
-            if now - t0 >= RESUME_RACE * est:
-                raise _Abort(f"the sweep had cost {1e3 * (now - t0):.2f} ms after {work} tasks, more than "
+            if now - since >= RESUME_RACE * est:
+                raise _Abort(f"the sweep had cost {1e3 * (now - since):.2f} ms after {work} tasks, more than "
                              f"{RESUME_RACE} x the {1e3 * est:.2f} ms the engine is expected to take on the "
                              f"{rest} tasks after its point", (r, x), processed)
-            return min(cap, t0 + RESUME_RACE * est)
+            return min(cap, since + RESUME_RACE * est)
 
+        if not compiled:
+            self._queues()
         try:
-            processed, changed, moved, vacated, retimed_r, emax, lost = self._sweep(
-                heap, dirtied, self.max_work, deadline, guard, replan)
+            if compiled:
+                processed, changed, moved, vacated, retimed_r, emax, lost = self._sweep_nb(
+                    heap, dirtied, self.max_work, deadline, replan)
+            else:
+                processed, changed, moved, vacated, retimed_r, emax, lost = self._sweep(
+                    heap, dirtied, self.max_work, deadline, guard, replan)
         except _Abort as exc:
             if exc.at is not None and not guard:
                 return self._resume(t0, str(exc), exc.at, exc.processed, dirtied, new_ids, removed)
@@ -1190,6 +1242,113 @@ class DeltaSimulator:
             emax = mk0
         return processed, changed, moved, vacated, retimed_r, max(emax, mk0), lost
 
+    def _queues(self, keep_links: bool = False) -> list:
+        """The device queues as ``_Queue`` objects, brought up to date from the compiled sweep's
+        linked lists when those are newer; unless ``keep_links`` (read only), the caller changes
+        them, so the linked lists are dropped (rebuilt by the next compiled sweep)."""
+        if self._q_stale:
+            qh, qt, qn, qp = self._ll
+            where = np.frombuffer(self._where, dtype=np.int64)
+            count = int(np.count_nonzero(where != -1))
+            del where
+            ids, bounds = self._nb.dump_links(qh, qn, self._nd, count)
+            rs = np.frombuffer(self._lk, dtype=np.float64)[ids]
+            dump = _Dump(ids, rs, bounds)
+            self._Q = [_Queue((dump, d)) for d in range(self._nd)]
+            self._q_stale = False
+        if not keep_links:
+            self._ll = None
+            self._q_fresh = False
+        return self._Q
+
+    def _links(self):
+        """The compiled sweep's device queues: linked lists in key order (``qh``/``qt`` head and
+        tail per device, ``qn``/``qp`` next and previous per task), built from the last full run's
+        device groups when no queue changed since, else by sorting the entries by (device, key)."""
+        if self._ll is None:
+            n, nd = len(self._dur), self._nd
+            if self._q_fresh:
+                g = self._groups
+                g.device(0)  # computes the grouping
+                ids = g.order[g.perm]
+                bounds = g.bounds
+            else:
+                where = np.frombuffer(self._where, dtype=np.int64)
+                lk = np.frombuffer(self._lk, dtype=np.float64)
+                e = np.flatnonzero(where != -1)
+                ids = e[np.lexsort((e, lk[e], where[e]))]
+                bounds = np.zeros(nd + 1, dtype=np.int64)
+                np.cumsum(np.bincount(where[e], minlength=nd), out=bounds[1:])
+                del where, lk
+            self._ll = self._nb.build_links(np.ascontiguousarray(ids, dtype=np.int64),
+                                            np.ascontiguousarray(bounds, dtype=np.int64), n, nd)
+            self._cur = np.full(nd, -1, dtype=np.int64)
+        return self._ll
+
+    def _sweep_nb(self, heap, dirtied, limit, deadline, replan):
+        """:meth:`_sweep` compiled (:func:`simulator.delta_numba.sweep`, durations > 0, duration
+        changes only); same returns and aborts. The kernel pauses every ``step`` units of work so the
+        deadline is checked here (the Python loop checks every 32)."""
+        nb = self._nb
+        qh, qt, qn, qp = self._links()
+        cur = self._cur
+        cur.fill(-1)  # per change: the last entry the sweep placed on each device
+        f64 = lambda a: np.frombuffer(a, dtype=np.float64)  # noqa: E731 - views, dropped below
+        i64 = lambda a: np.frombuffer(a, dtype=np.int64)  # noqa: E731
+        R, S, E, lk, nr, oS, oE = (f64(a) for a in (self._R, self._S, self._E, self._lk, self._nr,
+                                                    self._oS, self._oE))
+        where, st, pend = i64(self._where), i64(self._st), i64(self._pend)
+        n = len(self._dur)
+        hs = len(heap)
+        hr = np.empty(max(64, 4 * hs), dtype=np.float64)
+        hx = np.empty(hr.shape[0], dtype=np.int64)
+        if hs:  # a heapq list is already in heap order for the same comparison
+            hr[:hs] = [h[0] for h in heap]
+            hx[:hs] = [h[1] for h in heap]
+        n0 = len(dirtied)
+        dirt = np.empty(n, dtype=np.int64)
+        dirt[:n0] = dirtied
+        cnt = np.zeros(6, dtype=np.int64)
+        cnt[nb.C_DIRT] = n0
+        flt = np.array([-math.inf, self._mk, 0.0, _NAN, -1.0, -1.0])
+        ptr, idx = self._csr_arrays()
+        pptr, pidx = self._pred_csr()
+        timed = deadline != math.inf
+        lim = -1 if limit is None else int(limit)
+        step = 256  # a pause costs a call (~10 us): fewer checks than the Python loop's every 32
+        clock = time.perf_counter
+        t_k = clock()  # the race counts from here: the set-up above is paid whoever wins
+        deadline += t_k - self._t_change
+        try:
+            while True:
+                stop = int(cnt[nb.C_WORK]) + step if timed else 1 << 62
+                status, hr, hx, hs = nb.sweep(R, S, E, self._dur_np, self._dev_np, lk, where, st, nr,
+                                              pend, oS, oE, ptr, idx, pptr, pidx, qh, qt, qn, qp, cur,
+                                              hr, hx, hs, dirt, cnt, flt, stop, lim)
+                if status == nb.DONE:
+                    break
+                at = (float(flt[nb.F_AT_R]), int(flt[nb.F_AT_X]))
+                processed, work = int(cnt[nb.C_PROC]), int(cnt[nb.C_WORK])
+                if status == nb.PAUSED:
+                    if clock() > deadline:
+                        deadline = replan(at[0], at[1], processed, work, t_k)
+                    step = min(2 * step, 8192)
+                    continue
+                if status == nb.LIMIT:
+                    raise _Abort(f"work limit of {limit} tasks reached", at, processed)
+                if status == nb.LOSSY:
+                    x = int(flt[nb.F_BAD])
+                    raise _Abort(f"positive duration lost to rounding: task {x} ({self._dur[x]!r} s) "
+                                 f"ends when it starts")
+                raise _Abort("zero-duration tie: a processed task's input changed")
+        finally:
+            self._q_stale = True
+            dirtied.extend(dirt[n0:int(cnt[nb.C_DIRT])].tolist())
+            del R, S, E, lk, nr, oS, oE, where, st, pend
+        mk0 = self._mk
+        return (int(cnt[nb.C_PROC]), int(cnt[nb.C_CHANGED]), int(cnt[nb.C_MOVED]), int(cnt[nb.C_VAC]),
+                [], max(float(flt[nb.F_EMAX]), mk0), bool(flt[nb.F_LOST]))
+
     def _fallback(self, t0, reason, dirtied, new_ids, removed) -> DeltaStats:
         st, pend, S, E, oS, oE = self._st, self._pend, self._S, self._E, self._oS, self._oE
         for x in dirtied:  # leave the sweep scratch all zero; undo the sweep's writes for the stats
@@ -1289,8 +1448,13 @@ class DeltaSimulator:
         has[w_sub[w_sub != -1]] = True
         devs = np.flatnonzero(has)
         free = np.zeros(nd)
+        links = self._ll  # the compiled sweep's queues are patched instead of the _Queue objects
+        lasts = {}
         for d in devs.tolist():
-            last = self._Q[d].last_upto(kr, kx)
+            if links is not None:
+                last = lasts[d] = int(self._nb.last_upto(links[1], links[3], lk, d, kr, kx))
+            else:
+                last = self._Q[d].last_upto(kr, kx)
             if last != -1:
                 free[d] = E[last]
         pdev = np.flatnonzero(free > 0.0)
@@ -1318,8 +1482,14 @@ class DeltaSimulator:
         # patch the state: times, queue entries (cut at the sweep point, resumed tasks appended)
         R[sub], S[sub], E[sub] = nR, nS, nE
         lk[sub] = nR
-        for d in devs.tolist():
-            self._Q[d].cut_after(kr, kx)
+        if links is not None:
+            self._q_stale = True
+            qh, qt, qn, qp = links
+            for d in devs.tolist():
+                self._nb.cut_and_append(qh, qt, qn, qp, d, lasts[d], np.zeros(0, dtype=np.int64))
+        else:
+            for d in devs.tolist():
+                self._Q[d].cut_after(kr, kx)
         if sub.size:
             ko = res.order[res.order >= k].astype(np.int64) - k  # pop order = key order (canonical)
             kd = dev[sub][ko]
@@ -1330,7 +1500,10 @@ class DeltaSimulator:
             ends = np.searchsorted(kd[by_dev], devs, side="right")
             for d, lo, hi in zip(devs.tolist(), bounds.tolist(), ends.tolist()):
                 if hi > lo:
-                    self._Q[d].extend(r_sorted[lo:hi], ids_sorted[lo:hi])
+                    if links is not None:
+                        self._nb.cut_and_append(qh, qt, qn, qp, d, int(qt[d]), ids_sorted[lo:hi])
+                    else:
+                        self._Q[d].extend(r_sorted[lo:hi], ids_sorted[lo:hi])
         where[sub] = dev[sub]
         self._order_cache = None
         self._mk = self._recompute_makespan()
@@ -1407,6 +1580,10 @@ class DeltaSimulator:
         self._where = array("q", where.tobytes())
         groups = _Groups(order, self._dev_np[order], ready, self._nd)
         self._Q = [_Queue((groups, d)) for d in range(self._nd)]
+        self._groups = groups
+        self._q_fresh = True  # no queue changed since this run (_links can use the grouping)
+        self._ll = None
+        self._q_stale = False
         self._mk = makespan
         self._canonical = canonical
         self._order_cache = order

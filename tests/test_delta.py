@@ -19,6 +19,14 @@ from strategies.errors import SimulationError
 from taskgraph.graph import Device, TaskGraphBuilder, csr_from_edges
 
 
+@pytest.fixture(autouse=True, params=["python", "auto"])
+def sweep_kernel(request, monkeypatch):
+    """Every test runs with the Python sweep (the reference) and with the default, which is the
+    compiled sweep of simulator/delta_numba.py when numba is installed (extra ``fast``)."""
+    monkeypatch.setattr(delta_mod, "DEFAULT_KERNEL", request.param)
+    return request.param
+
+
 # ---------------------------------------------------------------------------------------- helpers
 def assert_matches_full(ds: DeltaSimulator):
     """The delta state equals a full engine run of the current graph, bit for bit."""

@@ -1,0 +1,101 @@
+"""The compiled delta sweep (simulator/delta_numba.py, extra ``fast``) equals the Python sweep (the
+reference) change by change: the same timeline bits, the same counters in DeltaStats, the same device
+queues, including after resumes on its linked lists and after changes that switch back to the Python
+queues (device moves, task replacements, added devices)."""
+import numpy as np
+import pytest
+
+import simulator.delta as delta_mod
+from benchmarks.delta import pipeline_1f1b
+from simulator.delta import DeltaSimulator
+from tests.test_delta import assert_matches_full, graph_arrays_from
+
+numba = pytest.importorskip("numba", reason="numba not installed: the optional extra 'fast' is absent")
+
+FIELDS = ("retimed", "changed", "moved", "vacated", "fallback", "resumed", "new_ids", "removed")
+
+
+def assert_same(a: DeltaSimulator, b: DeltaSimulator, sa, sb):
+    for f in FIELDS:
+        assert getattr(sa, f) == getattr(sb, f), (f, sa, sb)
+    for f in ("ready", "start", "end"):
+        np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
+    assert a.makespan == b.makespan
+    np.testing.assert_array_equal(a.pop_order, b.pop_order)
+
+
+def test_kernel_argument():
+    arrays = graph_arrays_from(2, 1, [(0, 1)], [1.0, 2.0], [0, 0])
+    with pytest.raises(ValueError, match="kernel 'gpu' is not one of"):
+        DeltaSimulator.from_arrays(*arrays, kernel="gpu")
+    ds = DeltaSimulator.from_arrays(*arrays, kernel="numba", budget=None)
+    stats = ds.set_durations([0], [3.0])
+    assert ds._ll is not None and not stats.fallback  # the compiled sweep ran
+    assert ds.end.tolist() == [3.0, 5.0]  # hand-computed: 1 starts when 0 ends
+    assert ds.device_order(0) == [0, 1]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_compiled_sweep_equals_python_sweep_on_random_graphs(seed, monkeypatch):
+    monkeypatch.setattr(delta_mod, "RESUME_MAX_SHARE", 1.0)  # resume whatever the share
+    rng = np.random.default_rng(100 + seed)
+    compiled = resumed = 0
+    for _ in range(60):
+        n, nd = int(rng.integers(2, 60)), int(rng.integers(1, 5))
+        edges = [(u, v) for v in range(n) for u in range(v) if rng.random() < 0.12]
+        dur = rng.integers(1, 6, n).astype(float) * rng.choice([1.0, 0.1, 1e-3])
+        arrays = graph_arrays_from(n, nd, edges, dur, rng.integers(0, nd, n))
+        max_work = [None, None, int(rng.integers(1, 8))][int(rng.integers(0, 3))]
+        a = DeltaSimulator.from_arrays(*arrays, budget=None, max_work=max_work, kernel="numba")
+        b = DeltaSimulator.from_arrays(*arrays, budget=None, max_work=max_work, kernel="python")
+        for _ in range(6):
+            live = a.live_ids().tolist()
+            t = int(rng.choice(live))
+            kind = rng.random()
+            if kind < 0.6:
+                k = int(rng.integers(1, 3))
+                ts = rng.choice(live, size=min(k, len(live)), replace=False).tolist()
+                vals = (rng.integers(1, 9, len(ts)) * 0.5).tolist()
+                sa, sb = a.set_durations(ts, vals), b.set_durations(ts, vals)
+                compiled += a._ll is not None
+            elif kind < 0.75:
+                d = int(rng.integers(0, nd))
+                sa, sb = a.set_devices([t], [d]), b.set_devices([t], [d])
+            elif kind < 0.9:  # split t (new ids, tombstones): back to the Python queues
+                preds, succs, d = a.predecessors(t), a.successors(t), a._dev[t]
+                e = [(u, ~0) for u in preds] + [(~0, ~1)] + [(~1, v) for v in succs]
+                sa = a.replace_tasks([t], [1.5, 2.5], [d, d], e)
+                sb = b.replace_tasks([t], [1.5, 2.5], [d, d], e)
+            else:
+                a.add_devices(1)
+                b.add_devices(1)
+                nd += 1
+                continue
+            assert_same(a, b, sa, sb)
+            resumed += sa.resumed > 0
+            if rng.random() < 0.3:  # reading the queues keeps the linked lists
+                assert [a.device_order(d) for d in range(nd)] == [b.device_order(d) for d in range(nd)]
+        assert_matches_full(a)
+    assert compiled > 100 and resumed > 20
+
+
+def test_compiled_sweep_on_the_benchmark_pipeline():
+    """Early, late, absorbed and spreading changes on a 1F1B pipeline (the benchmark's graph, small)."""
+    g = pipeline_1f1b(4, 24, 6, 0)
+    a = DeltaSimulator(g, budget=None, kernel="numba")
+    b = DeltaSimulator(g, budget=None, kernel="python")
+    rng = np.random.default_rng(3)
+    for t in [0, g.num_tasks - 1] + rng.integers(0, g.num_tasks, 40).tolist():
+        f = float(rng.choice([0.5, 1.5, 3.0, 10.0]))
+        v = a.duration[t] * f
+        assert_same(a, b, a.set_durations([t], [v]), b.set_durations([t], [v]))
+    assert_matches_full(a)
+
+
+def test_compiled_sweep_rounding_loss_falls_back():
+    arrays = graph_arrays_from(3, 1, [(2, 1), (1, 0)], [2.0, 1.0, 1.0], [0, 0, 0])
+    ds = DeltaSimulator.from_arrays(*arrays, budget=None, kernel="numba")
+    stats = ds.set_durations([1], [1e-16])
+    assert stats.fallback and stats.reason.startswith("positive duration lost to rounding")
+    assert ds.makespan == 3.0 and not ds.canonical
+    assert_matches_full(ds)
