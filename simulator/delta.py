@@ -124,6 +124,19 @@ resume, :meth:`DeltaSimulator._learn_resume`), and hands over once it has itself
 in the sweep. The budget still bounds the sweep when the resume is not an option (zero or lossy
 durations, or most of the graph after the sweep point).
 
+Compiled sweep
+--------------
+With numba installed (extra ``fast``) and ``kernel="auto"`` (the default), duration changes on a
+timeline with durations > 0 run :func:`simulator.delta_numba.sweep`: the same event loop, device
+queues as doubly linked lists in key order instead of chunked lists, the event heap as two arrays.
+It pauses every few thousand units of work so that the deadline checks and the race above run here
+unchanged. Resumes patch the linked lists (:func:`simulator.delta_numba.last_upto`,
+:func:`~simulator.delta_numba.cut_and_append`); a change that takes the Python path (device moves,
+task replacements, zero durations) first rebuilds the ``_Queue`` objects from them
+(:meth:`DeltaSimulator._queues`), and the next compiled sweep rebuilds the lists
+(:meth:`DeltaSimulator._links`). Full runs and resumes stay on the default (Python) engine, so that
+the comparison with "a full run" is the product's full run.
+
 Task ids
 --------
 Ids are stable across changes. :meth:`DeltaSimulator.replace_tasks` reuses the removed ids

@@ -41,7 +41,7 @@ def _before(r1, x1, r2, x2):
     return r1 < r2 or (r1 == r2 and x1 < x2)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _push(hr, hx, hs, r, x):
     if hs == hr.shape[0]:
         nr_ = np.empty(2 * hs, dtype=np.float64)
@@ -63,7 +63,7 @@ def _push(hr, hx, hs, r, x):
     return hr, hx, hs + 1
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _pop(hr, hx, hs):
     """Remove the root; returns the new size (the root must be read before)."""
     hs -= 1
@@ -111,7 +111,7 @@ def heapify(hr, hx, hs):
         hx[i] = x
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _unlink(qh, qt, qn, qp, d, x):
     """Take x out of device d's list; returns the id that followed it (-1: none)."""
     p = qp[x]
@@ -127,7 +127,7 @@ def _unlink(qh, qt, qn, qp, d, x):
     return c
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _insert(qh, qt, qn, qp, lk, d, r, x, start):
     """Put x at key (r, x) in device d's list, searching from entry ``start`` of d (-1: the head);
     returns (id before, id after), -1 = none. lk[x] is not written."""
