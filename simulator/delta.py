@@ -1016,7 +1016,8 @@ class DeltaSimulator:
             if exc.at is not None and not guard:
                 return self._resume(t0, str(exc), exc.at, exc.processed, dirtied, new_ids, removed)
             return self._fallback(t0, str(exc), dirtied, new_ids, removed)
-        left = sum(1 for x in dirtied if st[x] != 2)
+        clean = compiled and self._nb_clean  # the compiled sweep cleared its scratch itself
+        left = 0 if clean else sum(1 for x in dirtied if st[x] != 2)
         if left:
             return self._fallback(t0, f"{left} task(s) never became ready (cycle)", dirtied, new_ids, removed)
         if guard:
@@ -1025,8 +1026,9 @@ class DeltaSimulator:
                 return self._fallback(
                     t0, f"zero-duration tie: edge {bad[0]} -> {bad[1]} goes backwards in (ready, id) "
                         f"order, the engine's pop order is not key-sorted", dirtied, new_ids, removed)
-        for x in dirtied:
-            st[x] = 0
+        if not clean:
+            for x in dirtied:
+                st[x] = 0
         self._mk = self._recompute_makespan() if (lost or mk_lost) else emax
         stats.retimed = processed
         stats.changed = changed
@@ -1354,9 +1356,19 @@ class DeltaSimulator:
                     raise _Abort(f"positive duration lost to rounding: task {x} ({self._dur[x]!r} s) "
                                  f"ends when it starts")
                 raise _Abort("zero-duration tie: a processed task's input changed")
+            # done: every marked task processed (else a cycle: the caller falls back with the list)
+            # -> clear the scratch here, vectorized, instead of the caller's loop over ``dirtied``
+            marked = dirt[:int(cnt[nb.C_DIRT])]
+            self._nb_clean = not np.any(st[marked] != 2)
+            if self._nb_clean:
+                st[marked] = 0
+        except BaseException:
+            self._nb_clean = False
+            raise
         finally:
             self._q_stale = True
-            dirtied.extend(dirt[n0:int(cnt[nb.C_DIRT])].tolist())
+            if not self._nb_clean:
+                dirtied.extend(dirt[n0:int(cnt[nb.C_DIRT])].tolist())
             del R, S, E, lk, nr, oS, oE, where, st, pend
         mk0 = self._mk
         return (int(cnt[nb.C_PROC]), int(cnt[nb.C_CHANGED]), int(cnt[nb.C_MOVED]), int(cnt[nb.C_VAC]),
