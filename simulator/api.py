@@ -201,7 +201,7 @@ def parse_what_if(text: str) -> tuple[str, float]:
     return pattern, f
 
 
-def what_if(graph: TaskGraph, changes: list[str], *, budget: float | None = 0.05) -> tuple[float, list[WhatIf]]:
+def what_if(graph: TaskGraph, changes: list[str], *, budget: float | str | None = "auto") -> tuple[float, list[WhatIf]]:
     """Apply ``PATTERN=FACTOR`` changes one after another with delta simulation.
 
     A pattern matches a task's operator name (``layer3.mlp_up.wgrad``, ``F``, ``send-act`` ...) or its

@@ -135,7 +135,13 @@ unchanged. Resumes patch the linked lists (:func:`simulator.delta_numba.last_upt
 task replacements, zero durations) first rebuilds the ``_Queue`` objects from them
 (:meth:`DeltaSimulator._queues`), and the next compiled sweep rebuilds the lists
 (:meth:`DeltaSimulator._links`). Full runs and resumes stay on the default (Python) engine, so that
-the comparison with "a full run" is the product's full run.
+the comparison with "a full run" is the product's full run. The event heap is sized once per sweep
+from a bound on its pushes (:func:`simulator.delta_numba.heap_capacity`), so the loop never
+reallocates and never returns arrays (reference counting on every push had cost 60 % of its time).
+The compiled sweep re-times a task in about the engine's time per task, so the ski rental above is
+relaxed for it (``budget="auto"``, :data:`AUTO_BUDGET_COMPILED`): at each check it goes on while, at
+the rate measured so far, re-timing every task after its point would cost no more than the
+alternative, up to one full run's time in all.
 
 Task ids
 --------
@@ -176,6 +182,14 @@ RESUME_MAX_SHARE = 0.75
 RESUME_RACE = 0.3
 #: The sweep a DeltaSimulator uses when its ``kernel`` argument is None (see DeltaSimulator).
 DEFAULT_KERNEL = "auto"
+#: ``budget="auto"`` (the default): the Python sweep costs ~10x the engine per re-timed task, so it gets
+#: 5 % of a full run (ski rental: a change that falls back costs ~1.05-1.1 full runs); the compiled
+#: sweep re-times a task in about the engine's time per task (0.12-0.6 us against 0.3 us, measured by
+#: benchmarks/delta.py), so it may take up to one full run's time, and at each check it goes on only
+#: while, at the rate measured so far, re-timing every task after its point would still cost no more
+#: than the alternative (the resumed engine, or a full run).
+AUTO_BUDGET_PYTHON = 0.05
+AUTO_BUDGET_COMPILED = 1.0
 
 
 class _Abort(Exception):
@@ -504,7 +518,9 @@ class DeltaSimulator:
     budget: the sweep gives up (and a full run is used) once the change has taken this fraction of
         a full run's time (the fastest full run so far: engine + state rebuild), so a
         change that moves most of the timeline costs about ``1 + budget`` full runs
-        (``python -m benchmarks.delta``). ``None``: no time budget.
+        (``python -m benchmarks.delta``). ``None``: no time budget. ``"auto"`` (default):
+        :data:`AUTO_BUDGET_PYTHON` for the Python sweep; for the compiled sweep
+        :data:`AUTO_BUDGET_COMPILED` with the projection described there.
     max_work: also give up after this many processed + vacated tasks (deterministic; None = no limit).
     kernel: None means :data:`DEFAULT_KERNEL`, ``"auto"``. ``"auto"`` runs the sweep of duration changes on a timeline with durations > 0
         compiled when numba is installed (optional extra ``fast``, :mod:`simulator.delta_numba`: the
@@ -512,7 +528,7 @@ class DeltaSimulator:
         ``"python"`` always the Python loop, ``"numba"`` requires numba.
     """
 
-    def __init__(self, graph=None, *, budget: float | None = 0.05, max_work: int | None = None,
+    def __init__(self, graph=None, *, budget: float | str | None = "auto", max_work: int | None = None,
                  kernel: str | None = None, _arrays=None):
         if _arrays is None:
             if graph is None:
@@ -522,6 +538,8 @@ class DeltaSimulator:
         else:
             self._describe_graph = None
         duration, device, succ_ptr, succ_idx, num_devices = _arrays
+        if isinstance(budget, str) and budget != "auto":
+            raise ValueError(f"budget {budget!r}: give a fraction of a full run (e.g. 0.05), None or 'auto'")
         self.budget = budget
         self.max_work = max_work
         self._nb = _delta_kernel(DEFAULT_KERNEL if kernel is None else kernel)
@@ -574,7 +592,7 @@ class DeltaSimulator:
 
     @classmethod
     def from_arrays(cls, duration, device, succ_ptr, succ_idx, num_devices: int, *,
-                    budget: float | None = 0.05, max_work: int | None = None,
+                    budget: float | str | None = "auto", max_work: int | None = None,
                     kernel: str | None = None) -> "DeltaSimulator":
         """Same inputs as :func:`simulator.engine.simulate_arrays`."""
         return cls(None, budget=budget, max_work=max_work, kernel=kernel,
@@ -975,13 +993,18 @@ class DeltaSimulator:
         heapq.heapify(heap)
         # a positive duration lost to rounding (start + dur == start) acts as a zero duration
         guard = self._n_zero > 0 or self._lossy
-        # the compiled sweep (simulator/delta_numba.py) takes duration changes without guards
+        # the compiled sweep (simulator/delta_numba.py) takes duration and device changes without
+        # guards; task replacements (new ids, removed entries) keep the Python sweep
         compiled = (self._nb is not None and not guard
-                    and not (n_dev_moves or dev_marks or new_tasks or touched or removed))
-        if self.budget is None:
+                    and not (dev_marks or new_tasks or touched or removed))
+        budget, project = self.budget, False
+        if budget == "auto":
+            budget = AUTO_BUDGET_COMPILED if compiled else AUTO_BUDGET_PYTHON
+            project = compiled
+        if budget is None:
             deadline = math.inf
         else:
-            cap = t0 + self.budget * self._t_full
+            cap = t0 + budget * self._t_full
             # first look at the resume's cost once the sweep has spent a share of its fixed part
             deadline = cap if guard else min(cap, t0 + RESUME_RACE * self._res_fix)
 
@@ -990,13 +1013,20 @@ class DeltaSimulator:
             set the next deadline, from the measured cost model (module doc, "Fallback"). ``since``:
             when the sweep itself started (the compiled sweep's set-up is not part of the race)."""
             now = time.perf_counter()
-            if guard or now >= cap:
+            if guard:
                 raise _Abort(f"time budget spent after {work} tasks", (r, x), processed)
             lkv = np.frombuffer(self._lk, dtype=np.float64)
             rest = int(np.count_nonzero(lkv > r))
             del lkv
             est = (self._res_fix + self._res_per * rest if rest <= RESUME_MAX_SHARE * self._n_live
                    else self._t_full)
+            if project and processed and (now - since) / processed * rest <= est:
+                # the compiled sweep re-times tasks about as fast as the engine runs them: even if
+                # every task after its point moves, at the rate measured so far it finishes before
+                # the alternative would (resume or full run), so it goes on (checked again later)
+                return now + 0.1 * est
+            if now >= cap:
+                raise _Abort(f"time budget spent after {work} tasks", (r, x), processed)
             if now - since >= RESUME_RACE * est:
                 raise _Abort(f"the sweep had cost {1e3 * (now - since):.2f} ms after {work} tasks, more than "
                              f"{RESUME_RACE} x the {1e3 * est:.2f} ms the engine is expected to take on the "
@@ -1315,8 +1345,11 @@ class DeltaSimulator:
         where, st, pend = i64(self._where), i64(self._st), i64(self._pend)
         n = len(self._dur)
         hs = len(heap)
-        hr = np.empty(max(64, 4 * hs), dtype=np.float64)
-        hx = np.empty(hr.shape[0], dtype=np.int64)
+        ptr, idx = self._csr_arrays()
+        pptr, pidx = self._pred_csr()
+        cap = nb.heap_capacity(hs, n, int(idx.shape[0]))  # a bound: the kernel never reallocates
+        hr = np.empty(cap, dtype=np.float64)
+        hx = np.empty(cap, dtype=np.int64)
         if hs:  # a heapq list is already in heap order for the same comparison
             hr[:hs] = [h[0] for h in heap]
             hx[:hs] = [h[1] for h in heap]
@@ -1326,8 +1359,6 @@ class DeltaSimulator:
         cnt = np.zeros(6, dtype=np.int64)
         cnt[nb.C_DIRT] = n0
         flt = np.array([-math.inf, self._mk, 0.0, _NAN, -1.0, -1.0])
-        ptr, idx = self._csr_arrays()
-        pptr, pidx = self._pred_csr()
         timed = deadline != math.inf
         lim = -1 if limit is None else int(limit)
         step = 256  # a pause costs a call (~10 us): fewer checks than the Python loop's every 32
@@ -1337,7 +1368,7 @@ class DeltaSimulator:
         try:
             while True:
                 stop = int(cnt[nb.C_WORK]) + step if timed else 1 << 62
-                status, hr, hx, hs = nb.sweep(R, S, E, self._dur_np, self._dev_np, lk, where, st, nr,
+                status, hs = nb.sweep(R, S, E, self._dur_np, self._dev_np, lk, where, st, nr,
                                               pend, oS, oE, ptr, idx, pptr, pidx, qh, qt, qn, qp, cur,
                                               hr, hx, hs, dirt, cnt, flt, stop, lim)
                 if status == nb.DONE:
@@ -1355,6 +1386,8 @@ class DeltaSimulator:
                     x = int(flt[nb.F_BAD])
                     raise _Abort(f"positive duration lost to rounding: task {x} ({self._dur[x]!r} s) "
                                  f"ends when it starts")
+                if status == nb.OVERFLOW:  # cannot happen (heap_capacity is a bound); be safe
+                    raise _Abort("the compiled sweep's event heap is full")
                 raise _Abort("zero-duration tie: a processed task's input changed")
             # done: every marked task processed (else a cycle: the caller falls back with the list)
             # -> clear the scratch here, vectorized, instead of the caller's loop over ``dirtied``

@@ -28,7 +28,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("the compiled delta sweep needs numba: pip install 'execsim[fast]'") from exc
 
-DONE, PAUSED, LIMIT, LOSSY, TIE = 0, 1, 2, 3, 4
+DONE, PAUSED, LIMIT, LOSSY, TIE, OVERFLOW = 0, 1, 2, 3, 4, 5
 # cnt slots (int64): dirtied count, processed, changed, moved, vacated, work
 C_DIRT, C_PROC, C_CHANGED, C_MOVED, C_VAC, C_WORK = 0, 1, 2, 3, 4, 5
 # flt slots (float64): largest new end, old makespan, an end at the makespan decreased (0/1),
@@ -43,12 +43,12 @@ def _before(r1, x1, r2, x2):
 
 @numba.njit(cache=True, inline="always")
 def _push(hr, hx, hs, r, x):
-    if hs == hr.shape[0]:
-        nr_ = np.empty(2 * hs, dtype=np.float64)
-        nx_ = np.empty(2 * hs, dtype=np.int64)
-        nr_[:hs] = hr
-        nx_[:hs] = hx
-        hr, hx = nr_, nx_
+    """Push (r, x); returns the new size. The caller sizes the arrays for every push of a sweep
+    (:func:`heap_capacity`), so nothing is reallocated (no array is returned: no reference counting
+    in the loop). Past the capacity nothing is written and the size still grows, so the loop sees
+    ``hs > capacity`` and stops with OVERFLOW (a full run follows: never a wrong answer)."""
+    if hs >= hr.shape[0]:
+        return hs + 1
     i = hs
     while i > 0:
         p = (i - 1) >> 1
@@ -60,7 +60,14 @@ def _push(hr, hx, hs, r, x):
             break
     hr[i] = r
     hx[i] = x
-    return hr, hx, hs + 1
+    return hs + 1
+
+
+def heap_capacity(initial: int, tasks: int, edges: int) -> int:
+    """An upper bound on the events one sweep pushes (so on the heap's size): each task is marked
+    dirty at most once (its queue entry pushed) and is a seed at most once; each edge causes at most
+    one relocation push when its source is processed, one release push, and one blocking push."""
+    return initial + 2 * tasks + 3 * edges + 16
 
 
 @numba.njit(cache=True, inline="always")
@@ -221,7 +228,8 @@ def cut_and_append(qh, qt, qn, qp, d, last, ids):
 @numba.njit(cache=True)
 def sweep(R, S, E, dur, dev, lk, where, st, nr, pend, oS, oE, sptr, sidx, pptr, pidx,
           qh, qt, qn, qp, cur, hr, hx, hs, dirt, cnt, flt, stop_work, limit):
-    """``DeltaSimulator._sweep`` without guards (durations > 0). Returns (status, hr, hx, hs).
+    """``DeltaSimulator._sweep`` without guards (durations > 0). Returns (status, hs); the heap
+    arrays hold :func:`heap_capacity` entries.
 
     st: 0 clean, 1 dirty, 3 dirty and unresolved, 2 done (see the Python loop). ``cur[d]``: the last
     entry placed at the sweep point on device d (final, so a valid place to search from), -1 none.
@@ -237,7 +245,11 @@ def sweep(R, S, E, dur, dev, lk, where, st, nr, pend, oS, oE, sptr, sidx, pptr, 
     work = cnt[C_WORK]
     nmark = cnt[C_DIRT]
     status = DONE
+    cap = hr.shape[0]
     while hs > 0:
+        if hs > cap:
+            status = OVERFLOW
+            break
         if work >= stop_work:
             status = PAUSED
             break
@@ -260,7 +272,7 @@ def sweep(R, S, E, dur, dev, lk, where, st, nr, pend, oS, oE, sptr, sidx, pptr, 
                         dirt[nmark] = z
                         nmark += 1
                         nr[z] = R[z]
-                        hr, hx, hs = _push(hr, hx, hs, R[z], z)
+                        hs = _push(hr, hx, hs, R[z], z)
                     elif sz == 2:
                         status = TIE
                         break
@@ -313,7 +325,7 @@ def sweep(R, S, E, dur, dev, lk, where, st, nr, pend, oS, oE, sptr, sidx, pptr, 
                     dirt[nmark] = z
                     nmark += 1
                     nr[z] = R[z]
-                    hr, hx, hs = _push(hr, hx, hs, R[z], z)
+                    hs = _push(hr, hx, hs, R[z], z)
                 elif sz == 2:
                     status = TIE
                     break
@@ -334,7 +346,7 @@ def sweep(R, S, E, dur, dev, lk, where, st, nr, pend, oS, oE, sptr, sidx, pptr, 
                             new = ep
                     if not (where[y] != -1 and lk[y] != new):
                         nr[y] = new
-                        hr, hx, hs = _push(hr, hx, hs, new, y)
+                        hs = _push(hr, hx, hs, new, y)
                         continue
                     sy = st[y]
                 elif e != oe:
@@ -371,7 +383,7 @@ def sweep(R, S, E, dur, dev, lk, where, st, nr, pend, oS, oE, sptr, sidx, pptr, 
                 wy = where[y]
                 dy = dev[y]
                 if wy == dy and lk[y] == new:
-                    hr, hx, hs = _push(hr, hx, hs, new, y)
+                    hs = _push(hr, hx, hs, new, y)
                     continue
                 z1 = -1
                 z2 = -1
@@ -399,13 +411,13 @@ def sweep(R, S, E, dur, dev, lk, where, st, nr, pend, oS, oE, sptr, sidx, pptr, 
                             dirt[nmark] = z
                             nmark += 1
                             nr[z] = R[z]
-                            hr, hx, hs = _push(hr, hx, hs, R[z], z)
+                            hs = _push(hr, hx, hs, R[z], z)
                         elif sz == 2:
                             bad = True
                 if bad:
                     break
                 lk[y] = new
-                hr, hx, hs = _push(hr, hx, hs, new, y)
+                hs = _push(hr, hx, hs, new, y)
                 if sy != 3 and new >= E[y]:
                     st[y] = 3
                     # block_successors(y): y may be processed after its successors' keys
@@ -418,7 +430,7 @@ def sweep(R, S, E, dur, dev, lk, where, st, nr, pend, oS, oE, sptr, sidx, pptr, 
                             dirt[nmark] = v
                             nmark += 1
                             if where[v] != -1:
-                                hr, hx, hs = _push(hr, hx, hs, lk[v], v)
+                                hs = _push(hr, hx, hs, lk[v], v)
                         elif sv == 2:
                             bad = True
                             break
@@ -438,7 +450,7 @@ def sweep(R, S, E, dur, dev, lk, where, st, nr, pend, oS, oE, sptr, sidx, pptr, 
                     dirt[nmark] = z
                     nmark += 1
                     nr[z] = R[z]
-                    hr, hx, hs = _push(hr, hx, hs, R[z], z)
+                    hs = _push(hr, hx, hs, R[z], z)
                 elif sz == 2:
                     status = TIE
                     break
@@ -461,7 +473,7 @@ def sweep(R, S, E, dur, dev, lk, where, st, nr, pend, oS, oE, sptr, sidx, pptr, 
                         dirt[nmark] = v
                         nmark += 1
                         if where[v] != -1:
-                            hr, hx, hs = _push(hr, hx, hs, lk[v], v)
+                            hs = _push(hr, hx, hs, lk[v], v)
                     elif sv == 2:
                         bad = True
                         break
@@ -477,4 +489,4 @@ def sweep(R, S, E, dur, dev, lk, where, st, nr, pend, oS, oE, sptr, sidx, pptr, 
     cnt[C_WORK] = work
     flt[F_EMAX] = emax
     flt[F_LOST] = 1.0 if lost else 0.0
-    return status, hr, hx, hs
+    return status, hs

@@ -99,3 +99,32 @@ def test_compiled_sweep_rounding_loss_falls_back():
     assert stats.fallback and stats.reason.startswith("positive duration lost to rounding")
     assert ds.makespan == 3.0 and not ds.canonical
     assert_matches_full(ds)
+
+
+def test_compiled_sweep_with_the_default_budget_is_exact():
+    """The default budget ('auto') lets the compiled sweep run on while its measured rate says that
+    re-timing everything after its point costs less than a resume or a full run; whichever way each
+    change goes (timing-dependent), the result is the full run's."""
+    g = pipeline_1f1b(8, 40, 8, 1)
+    ds = DeltaSimulator(g, kernel="numba")
+    first = int(ds.pop_order[0])
+    for t in [first, g.num_tasks // 2, g.num_tasks - 1]:
+        for f in (1.2, 3.0):
+            ds.set_durations([t], [float(g.duration[t]) * f])
+            assert_matches_full(ds)
+            ds.set_durations([t], [float(g.duration[t])])
+            assert_matches_full(ds)
+
+
+def test_a_full_event_heap_falls_back(monkeypatch):
+    """heap_capacity bounds the events of a sweep; were it wrong, the kernel stops (OVERFLOW) and
+    the change falls back to a full run instead of writing past the arrays."""
+    import simulator.delta_numba as nb
+
+    monkeypatch.setattr(nb, "heap_capacity", lambda initial, tasks, edges: initial)
+    g = pipeline_1f1b(2, 6, 3, 0)
+    ds = DeltaSimulator(g, budget=None, kernel="numba")
+    t = int(ds.pop_order[0])
+    stats = ds.set_durations([t], [float(g.duration[t]) * 2.0])
+    assert stats.fallback and "event heap is full" in stats.reason
+    assert_matches_full(ds)
