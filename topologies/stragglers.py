@@ -13,10 +13,11 @@ NSDI 2024 Section 5, built straggler detection for exactly this):
   ``E[Z_(N:N)] ~ Phi^-1((N - 0.375) / (N + 0.25))`` (Blom 1958, *Statistical estimates and
   transformed beta-variables*; order statistics, David & Nagaraja 2003 Section 4.5), so its compute
   times are multiplied by ``1 / (1 - sigma * E[Z_(N:N)])``. No N ranks are simulated.
-  Default sigma 0.0 in the presets (opt in per cluster). A value grounded in Sinha et al.: their 8%
-  median spread between the fastest and slowest of ~10^4 GPUs of one SKU is about
-  ``2 * sigma * E[Z_(N:N)]`` with E[Z] ~ 3.9, i.e. sigma ~ 0.01 (our reading of "variation" as the
-  range; documented in docs/cost-model.md).
+  Default sigma 0.01 for every preset (``topologies.cluster.DEFAULT_GPU_SPEED_CV``; 0 turns it
+  off), charged relative to the expected slowest of :data:`CALIBRATION_GPUS`. The value is grounded
+  in Sinha et al.: their 8% median spread between the fastest and slowest of ~10^4 GPUs of one SKU
+  is about ``2 * sigma * E[Z_(N:N)]`` with E[Z] ~ 3.9, i.e. sigma ~ 0.01 (our reading of
+  "variation" as the range; documented in docs/cost-model.md).
 * **Named slow nodes** (``cluster.slow: {node: speed}``): every GPU of that node runs at ``speed``
   (e.g. 0.8). That breaks the symmetry; the replica holding the slow node is the one the step
   waits for (its peers finish earlier and wait at the DP reduction), so the simulated pipeline is
