@@ -4,8 +4,8 @@
 
 Reads ``benchmarks/validation/nccl_tests.csv`` (figures copied with their sources: size sweeps of
 ``all_reduce_perf`` and NCCL maintainers' peak figures), times each row's collective with
-:func:`topologies.collectives.collective_time` on the row's cluster preset (NCCL tuner model,
-``topologies/nccl.py``), converts to nccl-tests bus bandwidth (``topologies.nccl.bus_bandwidth``,
+:func:`topologies.collectives.collective_time` on the row's cluster preset (NCCL's tuner choice,
+timed as it executes: ``topologies/nccl.py``, e.g. the NVLS chunk pipeline), converts to nccl-tests bus bandwidth (``topologies.nccl.bus_bandwidth``,
 nccl-tests doc/PERFORMANCE.md; a call takes at least the cluster's ``host_us_per_collective``, since
 nccl-tests issues calls back to back) and prints predicted vs measured per row, with the mean and max
 absolute error per regime: bandwidth-bound (S >= 256 MB), mid (1 MB <= S < 256 MB) and

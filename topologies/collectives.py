@@ -161,7 +161,9 @@ def _slowdown(ranks, lay: GroupLayout | None, cluster: Any, share: dict | None, 
 
 def _nccl(coll: str, s: float, lay: GroupLayout, cluster: Any, slow: float,
           algorithms: tuple[str, ...] | None = None, slow_tree: float | None = None) -> float:
-    """NCCL tuner model time (``topologies/nccl.py``) on this group's Simple ring bus bandwidth;
+    """Time of the call NCCL makes (``topologies/nccl.py``) on this group's Simple ring bus
+    bandwidth: the (algorithm, protocol) its tuner predicts fastest, timed as it executes
+    (``nccl_table(execution=True)``: the tuner's time, or the NVLS pipeline where modelled);
     tree-shaped algorithms use the tree's link-sharing factor ``slow_tree`` (default: ``slow``)."""
     from topologies.nccl import ALGORITHMS, nccl_table
     arch, best = cluster.gpu.architecture, None
@@ -172,13 +174,16 @@ def _nccl(coll: str, s: float, lay: GroupLayout, cluster: Any, slow: float,
             continue
         bus = _ring_bandwidth(lay, cluster, sl)
         net = lay.g_min * cluster.nic_bus_bandwidth / sl
-        table = nccl_table(coll, s, lay.n, lay.nodes, bus, arch, nvlink_raw=cluster.nvlink_bandwidth,
-                           net_bus=min(net, 2 * cluster.nvlink_bus_bandwidth), algorithms=use)
-        for t in table.values():
-            best = t if best is None else min(best, t)
+        kw = dict(nvlink_raw=cluster.nvlink_bandwidth, net_bus=min(net, 2 * cluster.nvlink_bus_bandwidth),
+                  algorithms=use)
+        tuner = nccl_table(coll, s, lay.n, lay.nodes, bus, arch, **kw)
+        run = nccl_table(coll, s, lay.n, lay.nodes, bus, arch, execution=True, **kw)
+        for key, t in tuner.items():  # the choice is the tuner's; the time is the execution's
+            if best is None or t < best[0]:
+                best = (t, run[key])
     if best is None:
         raise ValueError(f"no NCCL algorithm applies to {coll}")
-    return best
+    return best[1]
 
 
 def _ring_alpha(lay: GroupLayout, cluster: Any) -> float:

@@ -16,6 +16,11 @@ predicted time. We reproduce that model with two substitutions, both stated:
 * The hardware latency of a ring or tree step is NCCL's ``hwLatencies`` table (NVLink / NET,
   per algorithm and protocol) and the per-call ``baseLatencies`` (below, microseconds).
 
+The tuner decides; the call then takes what its kernel takes. ``nccl_table(..., execution=True)``
+and :func:`nccl_run` time the chosen pair by its execution where we model it: the one-node NVLS
+all-reduce as NCCL's three-stage chunk pipeline with NCCL's chunk schedule
+(:func:`nvls_pipeline_time`); every other pair as the tuner predicts.
+
 Algorithms (one function each in :data:`ALGORITHMS`): ``ring`` (every collective), ``tree``
 (double binary tree, all-reduce only; latency grows with log2 of the nodes), ``nvls`` (NVLink
 SHARP inside one NVSwitch domain, Hopper and newer; multicast reduction in the switch), and
@@ -25,7 +30,7 @@ GPU per node).
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 #: ``tuning.cc`` ncclTunerConstantsDefaults.baseLatencies, microseconds, (LL, LL128, Simple).
 BASE_LAT_US = {"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4), "nvls": (0.0, 0.0, 0.0),
@@ -55,6 +60,16 @@ NET_OVERHEAD_US = {"intel": 1.0, "amd": 2.0}
 CPU_BY_ARCH = {"ampere": "amd", "hopper": "intel", "blackwell": "intel", "volta": "intel"}
 US = 1e-6
 GB = 1e9
+
+#: NVLS execution (not the tuner): ``src/transport/nvls.cc`` ``NCCL_NVLS_NCHANNELS`` (default 16)
+#: and ``NCCL_NVLS_CHUNKSIZE`` (default 128 KiB).
+NVLS_CHANNELS = 16
+NVLS_MAX_CHUNK = 128 * 1024
+#: The one-node NVLS all-reduce kernel (``src/device/all_reduce.h``, ``RunWorkElement<ncclFuncAllReduce,
+#: ..., NCCL_ALGO_NVLS, NCCL_PROTO_SIMPLE>``, ``oneNode`` branch) splits its warps into three groups that
+#: work on successive chunks through NVLS buffers: scatter (send buffer -> the heads), reduce
+#: (multimem load-reduce + multimem store) and gather (-> receive buffer): a three-stage pipeline.
+NVLS_PIPELINE_STAGES = 3
 
 
 def _log2i(n: int) -> int:
@@ -153,6 +168,38 @@ def _nvls_tree(coll, n, nodes, bus_net, arch, nvlink_raw):
     return {"Simple": (lat * US, busbw * n / _nsteps(coll, n))}
 
 
+def nvls_chunk_size(nbytes: float, concurrent_ops: int) -> int:
+    """NCCL's NVLS chunk schedule (``src/enqueue.cc``, the ``NCCL_ALGO_NVLS`` branch of the chunk-size
+    computation; unchanged from 2.18.5 to 2.30.7): 128 KiB, halved to 64 / 32 / 16 KiB when the message
+    is below 64 / 8 / 2 times ``concurrent_ops`` (= channels x heads) chunks."""
+    c = NVLS_MAX_CHUNK
+    if nbytes < 64 * concurrent_ops * c and c > 65536:
+        c = 65536
+    if nbytes < 8 * concurrent_ops * c and c > 32768:
+        c = 32768
+    if nbytes < 2 * concurrent_ops * c and c > 16384:
+        c = 16384
+    return c
+
+
+def nvls_pipeline_time(nbytes: float, heads: int, lat: float, algbw: float) -> float:
+    """Execution time of a one-node NVLS all-reduce: NCCL's latency ``lat`` plus a three-stage chunk
+    pipeline (:data:`NVLS_PIPELINE_STAGES`) on each of ``NVLS_CHANNELS x heads`` concurrent streams,
+    each moving its share of the message in chunks of :func:`nvls_chunk_size` at ``algbw / streams``:
+    ``lat + (ceil(s / c) + stages - 1) * min(c, s) * streams / algbw`` with ``s = S / streams``.
+
+    For large messages this is ``lat + S / algbw`` plus the fill of two chunks per stream; since the
+    chunk shrinks with the message, the fill is a large share of mid-size messages (why nccl-tests
+    measures NVLS at 8 MB at ~40 % of its peak bus bandwidth while NCCL's tuner, which has no fill
+    term, predicts ~55 %; docs/validation.md). No fitted constant: ``lat`` is NCCL's NVLS latency
+    and ``algbw`` the preset's NVLS bandwidth, as in the tuner entry."""
+    streams = NVLS_CHANNELS * max(int(heads), 1)
+    c = nvls_chunk_size(nbytes, streams)
+    share = nbytes / streams
+    chunks = max(1, -(-share // c))
+    return lat + (chunks + NVLS_PIPELINE_STAGES - 1) * min(c, share) * streams / algbw
+
+
 #: algorithm name -> fn(coll, n, nodes, simple_ring_bus_bw, arch, nvlink_raw) -> {proto: (lat, algbw)}
 ALGORITHMS: dict[str, Callable[..., dict]] = {"ring": _ring, "tree": _tree, "nvls": _nvls,
                                               "nvls_tree": _nvls_tree}
@@ -160,14 +207,17 @@ ALGORITHMS: dict[str, Callable[..., dict]] = {"ring": _ring, "tree": _tree, "nvl
 
 def nccl_table(coll: str, nbytes: float, n: int, nodes: int, bus: float, arch: str,
                nvlink_raw: float | None = None, net_bus: float | None = None,
-               algorithms: tuple[str, ...] | None = None) -> dict[tuple[str, str], float]:
+               algorithms: tuple[str, ...] | None = None, execution: bool = False) -> dict[tuple[str, str], float]:
     """Predicted seconds for every enabled (algorithm, protocol) of ``coll`` on ``n`` ranks over
     ``nodes`` nodes. ``bus``: Simple ring bus bandwidth of the group (bytes/s); ``nvlink_raw``:
     the NVLink line rate per GPU per direction (NVLS); ``net_bus``: per-node network bus bandwidth
     (NVLS tree's inter-node leg; defaults to ``bus``).
 
     ``time = lat + S / algBw`` (``ncclTopoGetAlgoTime``), with the tree correction factor for
-    tree all-reduce and the ring "plateau" latency x1.4 of multi-node Simple all-reduce.
+    tree all-reduce and the ring "plateau" latency x1.4 of multi-node Simple all-reduce: the
+    tuner's view, which decides the choice. ``execution=True`` gives the time the call takes where
+    this project models the execution beyond the tuner: the one-node NVLS all-reduce pipeline
+    (:func:`nvls_pipeline_time`); every other entry is the tuner's time.
     """
     out = {}
     for name in algorithms or tuple(ALGORITHMS):
@@ -182,7 +232,10 @@ def nccl_table(coll: str, nbytes: float, n: int, nodes: int, bus: float, arch: s
                     bw *= TREE_CORRECTION[proto][log_size]
             if (name == "ring" and proto == "Simple" and nodes > 1 and coll == "all-reduce"):
                 lat *= 1.4  # "Plateau effect of ring" (sm80+)
-            out[(name, proto)] = lat + nbytes / bw
+            if execution and name == "nvls" and coll == "all-reduce":
+                out[(name, proto)] = nvls_pipeline_time(nbytes, n // max(nodes, 1), lat, bw)
+            else:
+                out[(name, proto)] = lat + nbytes / bw
     return out
 
 
@@ -198,6 +251,16 @@ def nccl_choice(coll: str, nbytes: float, n: int, nodes: int, bus: float, arch: 
     return key, table[key]
 
 
+def nccl_run(coll: str, nbytes: float, n: int, nodes: int, bus: float, arch: str,
+             nvlink_raw: float | None = None, net_bus: float | None = None,
+             algorithms: tuple[str, ...] | None = None) -> tuple[tuple[str, str], float]:
+    """What a call does: NCCL's tuner choice (:func:`nccl_choice`) and the time that choice takes
+    when it runs (``nccl_table(..., execution=True)``)."""
+    key, _ = nccl_choice(coll, nbytes, n, nodes, bus, arch, nvlink_raw, net_bus, algorithms)
+    run = nccl_table(coll, nbytes, n, nodes, bus, arch, nvlink_raw, net_bus, (key[0],), execution=True)
+    return key, run[key]
+
+
 def bus_bandwidth(coll: str, nbytes: float, seconds: float, n: int) -> float:
     """nccl-tests busbw (doc/PERFORMANCE.md): algbw = S/t times 2(n-1)/n (all-reduce),
     (n-1)/n (reduce-scatter, all-gather, all-to-all) or 1 (broadcast, send-recv)."""
@@ -206,4 +269,5 @@ def bus_bandwidth(coll: str, nbytes: float, seconds: float, n: int) -> float:
     return nbytes / seconds * factor
 
 
-__all__ = ["ALGORITHMS", "PROTOCOLS", "nccl_table", "nccl_choice", "bus_bandwidth"]
+__all__ = ["ALGORITHMS", "PROTOCOLS", "nccl_table", "nccl_choice", "nccl_run", "nvls_chunk_size",
+           "nvls_pipeline_time", "bus_bandwidth"]
