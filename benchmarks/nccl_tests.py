@@ -61,6 +61,22 @@ def summary(results: list[dict]) -> list[tuple[str, int, float, float]]:
     return rows
 
 
+def sweep_of(row: dict) -> str:
+    """The size sweep a row belongs to (``AZ-H200-AR-1024`` -> ``AZ-H200-AR``), or ``peaks`` for the
+    single figures (maintainers' statements, issue peaks)."""
+    head, _, tail = row["id"].rpartition("-")
+    return head if tail.isdigit() and "sweep" in (row.get("notes") or "") else "peaks"
+
+
+def sweep_summary(results: list[dict]) -> list[tuple[str, str, int, float, float]]:
+    """(sweep, regime, rows, mean abs error, max abs error) per sweep and regime."""
+    out = []
+    for sweep in dict.fromkeys(sweep_of(r) for r in results):
+        for name, cnt, mean, mx in summary([r for r in results if sweep_of(r) == sweep]):
+            out.append((sweep, name, cnt, mean, mx))
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--markdown", help="write the per-regime table as markdown")
@@ -74,6 +90,10 @@ def main(argv=None) -> int:
     for name, cnt, mean, mx in summary(res):
         print(f"{name:28s} rows {cnt:3d}  mean |error| {mean:.1%}  max {mx:.1%}")
         lines.append(f"| {name} | {cnt} | {mean:.1%} | {mx:.1%} |")
+    lines += ["", "| sweep | regime | rows | mean abs error | max abs error |", "|---|---|---:|---:|---:|"]
+    for sweep, name, cnt, mean, mx in sweep_summary(res):
+        print(f"  {sweep:14s} {name:28s} rows {cnt:3d}  mean |error| {mean:.1%}  max {mx:.1%}")
+        lines.append(f"| {sweep} | {name} | {cnt} | {mean:.1%} | {mx:.1%} |")
     if args.markdown:
         Path(args.markdown).write_text("\n".join(lines) + "\n", encoding="utf-8")
     return 0
