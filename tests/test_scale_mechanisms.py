@@ -169,3 +169,14 @@ def test_a_node_of_a_slower_gpu_model_paces_like_a_slow_node():
     # a faster GPU in the mix does not speed its peers up
     c2 = get_cluster("dgx-a100-80g", nodes=4, node_gpus={1: "H100-SXM-80GB"})
     assert stage_pace(c2, sizes, 1) == 1.0
+
+
+def test_weak_scaling_benchmark_mfu_falls_and_each_mechanism_adds_to_the_fall():
+    from benchmarks.weak_scaling import run
+    rows = run([256, 3072], "dgx-a100-80g")
+    mfu = {(r["config"], r["gpus"]): r["mfu"] for r in rows}
+    for config in ("off", "on", "ecmp", "on, no overlap"):
+        assert mfu[(config, 3072)] < mfu[(config, 256)], config
+    # at 3,072 GPUs: hashed routing and an unoverlapped DP reduction each cost throughput
+    assert mfu[("ecmp", 3072)] < mfu[("on", 3072)] < mfu[("off", 3072)]
+    assert mfu[("on, no overlap", 3072)] < mfu[("on", 3072)]
