@@ -145,7 +145,7 @@ def test_nvls_only_on_hopper_and_newer():
 @pytest.mark.parametrize("nbytes,chunk", [
     (1 << 30, 128 << 10), ((1 << 30) - 1, 64 << 10), (64 << 20, 64 << 10), ((64 << 20) - 1, 32 << 10),
     (8 << 20, 32 << 10), ((8 << 20) - 1, 16 << 10), (1024, 16 << 10)])
-def test_nvls_chunk_schedule_is_nccls(nbytes, chunk):
+def test_nvls_chunk_schedule_matches_enqueue_cc(nbytes, chunk):
     # src/enqueue.cc, NCCL_ALGO_NVLS: 128 KiB halved below 64 / 8 / 2 x (channels x heads) chunks;
     # 16 channels x 8 heads = 128 streams on one 8-GPU node
     assert nvls_chunk_size(nbytes, 16 * 8) == chunk
