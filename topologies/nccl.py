@@ -68,7 +68,8 @@ NVLS_MAX_CHUNK = 128 * 1024
 #: The one-node NVLS all-reduce kernel (``src/device/all_reduce.h``, ``RunWorkElement<ncclFuncAllReduce,
 #: ..., NCCL_ALGO_NVLS, NCCL_PROTO_SIMPLE>``, ``oneNode`` branch) splits its warps into three groups that
 #: work on successive chunks through NVLS buffers: scatter (send buffer -> the heads), reduce
-#: (multimem load-reduce + multimem store) and gather (-> receive buffer): a three-stage pipeline.
+#: (multimem load-reduce + multimem store) and gather (-> receive buffer): a three-stage pipeline
+#: (the same three groups in 2.18.5, ``src/collectives/device/all_reduce.h``, without the one-node branch).
 NVLS_PIPELINE_STAGES = 3
 
 
