@@ -28,6 +28,7 @@ import argparse
 import copy
 from pathlib import Path
 
+from benchmarks.network import OFF  # the network model switched off, as benchmarks/network.py times it
 from simulator.api import simulate_strategy
 from strategies.strategy_file import parse_strategy
 
@@ -37,7 +38,6 @@ BASE = {"model": "gpt3-175b",
         "training": {"micro_batch": 1, "global_batch": 6144, "seq_len": 2048, "precision": "bf16",
                      "recompute": "selective"},
         "options": {"overlap_grad_reduce": True, "overlap_param_gather": True, "flash_attention": True}}
-OFF = {"collective_model": "alpha-beta", "contention": False, "gpu_speed_cv": 0.0, "switch_radix": None}
 #: name -> (cluster overrides, options overrides)
 CONFIGS = {"off": (OFF, {}), "on": ({}, {}), "ecmp": ({"routing": "ecmp"}, {}),
            "on, no overlap": ({}, {"overlap_grad_reduce": False})}

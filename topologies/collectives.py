@@ -174,16 +174,15 @@ def _nccl(coll: str, s: float, lay: GroupLayout, cluster: Any, slow: float,
             continue
         bus = _ring_bandwidth(lay, cluster, sl)
         net = lay.g_min * cluster.nic_bus_bandwidth / sl
-        kw = dict(nvlink_raw=cluster.nvlink_bandwidth, net_bus=min(net, 2 * cluster.nvlink_bus_bandwidth),
-                  algorithms=use)
-        tuner = nccl_table(coll, s, lay.n, lay.nodes, bus, arch, **kw)
-        run = nccl_table(coll, s, lay.n, lay.nodes, bus, arch, execution=True, **kw)
-        for key, t in tuner.items():  # the choice is the tuner's; the time is the execution's
+        args = (coll, s, lay.n, lay.nodes, bus, arch, cluster.nvlink_bandwidth,
+                min(net, 2 * cluster.nvlink_bus_bandwidth))
+        for key, t in nccl_table(*args, algorithms=use).items():  # the choice is the tuner's ...
             if best is None or t < best[0]:
-                best = (t, run[key])
+                best = (t, key, args)
     if best is None:
         raise ValueError(f"no NCCL algorithm applies to {coll}")
-    return best[1]
+    _, key, args = best  # ... the time is the chosen pair's execution
+    return nccl_table(*args, algorithms=(key[0],), execution=True)[key]
 
 
 def _ring_alpha(lay: GroupLayout, cluster: Any) -> float:
