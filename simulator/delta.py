@@ -1540,28 +1540,22 @@ class DeltaSimulator:
         # patch the state: times, queue entries (cut at the sweep point, resumed tasks appended)
         R[sub], S[sub], E[sub] = nR, nS, nE
         lk[sub] = nR
-        if links is not None:
+        ko = res.order[res.order >= k].astype(np.int64) - k  # pop order = key order (canonical)
+        kd = dev[sub][ko]
+        by_dev = np.argsort(kd.astype(np.int16) if nd < 32768 else kd, kind="stable")  # radix sort
+        ids_sorted = sub[ko][by_dev]
+        r_sorted = nR[ko][by_dev]
+        bounds = np.searchsorted(kd[by_dev], devs, side="left")
+        ends = np.searchsorted(kd[by_dev], devs, side="right")
+        if links is not None:  # one call per device: cut at the sweep point, append the resumed tasks
             self._q_stale = True
-            qh, qt, qn, qp = links
-            for d in devs.tolist():
-                self._nb.cut_and_append(qh, qt, qn, qp, d, lasts[d], np.zeros(0, dtype=np.int64))
-        else:
-            for d in devs.tolist():
-                self._Q[d].cut_after(kr, kx)
-        if sub.size:
-            ko = res.order[res.order >= k].astype(np.int64) - k  # pop order = key order (canonical)
-            kd = dev[sub][ko]
-            by_dev = np.argsort(kd.astype(np.int16) if nd < 32768 else kd, kind="stable")  # radix sort
-            ids_sorted = sub[ko][by_dev]
-            r_sorted = nR[ko][by_dev]
-            bounds = np.searchsorted(kd[by_dev], devs, side="left")
-            ends = np.searchsorted(kd[by_dev], devs, side="right")
             for d, lo, hi in zip(devs.tolist(), bounds.tolist(), ends.tolist()):
+                self._nb.cut_and_append(*links, d, lasts[d], ids_sorted[lo:hi])
+        else:
+            for d, lo, hi in zip(devs.tolist(), bounds.tolist(), ends.tolist()):
+                self._Q[d].cut_after(kr, kx)
                 if hi > lo:
-                    if links is not None:
-                        self._nb.cut_and_append(qh, qt, qn, qp, d, int(qt[d]), ids_sorted[lo:hi])
-                    else:
-                        self._Q[d].extend(r_sorted[lo:hi], ids_sorted[lo:hi])
+                    self._Q[d].extend(r_sorted[lo:hi], ids_sorted[lo:hi])
         where[sub] = dev[sub]
         self._order_cache = None
         self._mk = self._recompute_makespan()
