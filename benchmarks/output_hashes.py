@@ -1,0 +1,200 @@
+"""Hash every output the ``execsim`` command writes for every shipped example, so a refactor can
+show them byte-identical before and after (issue 25: moves never change behaviour).
+
+Each case runs the installed ``execsim`` in a fresh process, in a scratch folder, and hashes what it
+printed and every file it wrote: JSON summaries, text reports, Chrome traces, the per-rank HTA
+folder, the timeline CSV, the HTML report, plots, imported strategy files, search tables and
+goodput summaries. Wall-clock figures are the only thing masked (``*wall*`` JSON keys and the
+"in N ms" / "takes N ms" timings of the text reports): everything else must match bit for bit.
+
+    python -m benchmarks.output_hashes -o before.txt          # record
+    python -m benchmarks.output_hashes --compare before.txt   # exit 1 and list what differs
+
+Run it with the same installed packages before and after (PNG bytes depend on matplotlib's version).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EX = ROOT / "strategies" / "examples"
+
+# strategy files (model + cluster + strategy) and pipeline-only descriptions; custom-model.yaml and
+# custom-cluster.yaml are a model file and a topology file that custom-model-cluster.yaml names
+PIPELINES = ["pipeline-1f1b.yaml", "pipeline-interleaved.yaml"]
+STRATEGIES = sorted(p.name for p in EX.glob("*.yaml")
+                    if p.name not in PIPELINES and p.name not in ("custom-model.yaml", "custom-cluster.yaml"))
+
+_WALL_TEXT = [
+    (re.compile(r"(in|takes|took|wall|after) [0-9.,]+ ?(ms|s|µs|us)\b"), r"\1 <wall>"),
+    (re.compile(r"[0-9.,]+ ?(candidates|simulations|evaluations|runs)/s\b"), r"<rate> \1/s"),
+    (re.compile(r"\b[0-9.]+ s wall\b"), "<wall> s wall"),
+]
+
+
+def _mask_json(x):
+    if isinstance(x, dict):
+        return {k: ("<wall>" if "wall" in k else _mask_json(v)) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_mask_json(v) for v in x]
+    return x
+
+
+def _mask_text(text: str) -> str:
+    for pat, rep in _WALL_TEXT:
+        text = pat.sub(rep, text)
+    return text
+
+
+def _normalize(name: str, data: bytes, tmp: str) -> bytes:
+    data = data.replace(tmp.encode(), b"<tmp>")
+    if name.endswith(".json") or name == "stdout.json":
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            return data
+        return json.dumps(_mask_json(obj), sort_keys=True).encode()
+    if name.endswith((".txt", ".csv", ".yaml")) or name == "stdout":
+        text = data.decode("utf-8", "replace")
+        if name.endswith(".csv"):  # search tables carry a wall column
+            lines = text.splitlines()
+            if lines and "wall_s" in lines[0].split(","):
+                col = lines[0].split(",").index("wall_s")
+                lines = [lines[0]] + [",".join("<wall>" if i == col else v for i, v in enumerate(ln.split(",")))
+                                      for ln in lines[1:]]
+                text = "\n".join(lines) + "\n"
+        return _mask_text(text).encode()
+    return data
+
+
+def cases() -> list[tuple[str, list[str]]]:
+    """(name, argv after ``execsim``) for every output path of every shipped example."""
+    out: list[tuple[str, list[str]]] = []
+    for f in PIPELINES + STRATEGIES:
+        p = str(EX / f)
+        stem = f[:-5]
+        out.append((f"{stem}/simulate-text", ["simulate", p]))
+        out.append((f"{stem}/simulate-json", ["simulate", p, "--json"]))
+        out.append((f"{stem}/simulate-files", ["simulate", p, "--trace", "trace.json", "--trace-dir", "hta",
+                                               "--trace-ranks", "0-3", "--timeline", "timeline.csv",
+                                               "--html", "report.html"]))
+        out.append((f"{stem}/trace-stage-gz", ["simulate", p, "--trace", "trace.json.gz", "--trace-level", "stage"]))
+        out.append((f"{stem}/what-if", ["simulate", p, "--mode", "delta", "--what-if", "*=1.1",
+                                        "--what-if", "forward=0.9"] if f in PIPELINES else
+                    ["simulate", p, "--mode", "delta", "--what-if", "*=1.1", "--what-if", "dp-comm=0"]))
+        out.append((f"{stem}/report-html", ["report", p, "-o", "report.html"]))
+        if f in PIPELINES:
+            out.append((f"{stem}/compare", ["compare", p, "--schedules", "gpipe,1f1b,interleaved-1f1b:2,zb-h1,zb-v",
+                                            "--json", "--plot", "cmp.png"]))
+            continue
+        out.append((f"{stem}/operator-json", ["simulate", p, "--json", "--fidelity", "operator"]))
+        out.append((f"{stem}/coarse-json", ["simulate", p, "--json", "--fidelity", "coarse"]))
+        out.append((f"{stem}/memory", ["memory", p, "--json", "--layers"]))
+        out.append((f"{stem}/memory-text", ["memory", p, "--layers", "--plot", "mem.png"]))
+        out.append((f"{stem}/compare-files", ["compare", p, p, "--json"]))
+    small = str(EX / "llama3-8b-8-h100.yaml")
+    out += [
+        ("plan-recompute", ["plan-recompute", str(EX / "llama3-70b-64-h100.yaml")]),
+        ("compare-schedules", ["compare", str(EX / "llama3-70b-64-h100.yaml"), "--schedules",
+                               "1f1b,interleaved-1f1b:5", "--json"]),
+        ("search-8b", ["search", small, "--csv", "search.csv", "--top", "20", "--jobs", "1"]),
+        ("search-gpt3", ["search", str(EX / "gpt3-175b-1024-a100.yaml"), "--json", "--top", "10", "--jobs", "1",
+                         "--write-best", "best.yaml", "--plot", "pareto.png"]),
+        ("search-mcmc", ["search", str(EX / "llama3-70b-64-h100.yaml"), "--method", "mcmc", "--budget", "40",
+                         "--seed", "3", "--json", "--jobs", "1"]),
+        ("search-range", ["search", str(EX / "llama3-70b-64-h100.yaml"), "--gpus-range", "64:256",
+                          "--deadline-days", "300", "--train-tokens", "1e12", "--axis", "tp=4,8",
+                          "--axis", "recompute=none", "--axis", "micro_batch=1", "--json", "--jobs", "1"]),
+        ("goodput", ["goodput", str(EX / "llama3-405b-16k-h100-goodput.yaml"), "--seeds", "3", "--json",
+                     "--plot", "goodput.png"]),
+        ("goodput-text", ["goodput", str(EX / "llama3-405b-16k-h100-goodput.yaml"), "--seeds", "2",
+                          "--interval", "young"]),
+        ("import-megatron", ["import", "megatron", str(EX / "sources" / "train_gpt3_175b_distributed.sh"),
+                             "--cluster", "dgx-a100-80g", "--nodes", "128", "-o", "out.yaml"]),
+        ("import-nemo", ["import", "nemo", str(EX / "sources" / "nemo_llama3_8b.yaml"), "--cluster", "dgx-h100",
+                         "-o", "out.yaml"]),
+        ("import-torchtitan", ["import", "torchtitan", str(EX / "sources" / "torchtitan_llama3_8b.toml"),
+                               "--cluster", "dgx-a100-80g", "--nodes", "8", "-o", "out.yaml"]),
+        ("bad-input", ["simulate", str(EX / "custom-model.yaml")]),
+    ]
+    for name, pp, mb, vpp in [("gpipe", 4, 8, 1), ("1f1b", 4, 8, 1), ("interleaved-1f1b", 4, 8, 2),
+                              ("zb-h1", 4, 8, 1), ("zb-v", 4, 8, 2), ("dualpipe-v", 4, 8, 2),
+                              ("looped-bfs", 4, 8, 2), ("dualpipe", 4, 8, 2)]:
+        for fmt in ("--json", "--csv", None):
+            if fmt == "--csv" and name == "dualpipe":
+                continue
+            argv = ["schedule", "--schedule", name, "--pp", str(pp), "--microbatches", str(mb), "--vpp", str(vpp)]
+            out.append((f"schedule-{name}{fmt or ''}", argv + ([fmt] if fmt else [])))
+    return out
+
+
+def run_case(exe: str, name: str, argv: list[str]) -> dict[str, str]:
+    """{output name: sha256} for one case (stdout, stderr, exit code and every file written)."""
+    tmp = tempfile.mkdtemp(prefix="execsim-hash-")
+    try:
+        env = dict(os.environ, PYTHONHASHSEED="0", COLUMNS="120")
+        p = subprocess.run([exe] + argv, cwd=tmp, capture_output=True, env=env)
+        got = {"rc": hashlib.sha256(str(p.returncode).encode()).hexdigest()}
+        is_json = "--json" in argv
+        got["stdout"] = hashlib.sha256(_normalize("stdout.json" if is_json else "stdout", p.stdout, tmp)).hexdigest()
+        got["stderr"] = hashlib.sha256(_normalize("stdout", p.stderr, tmp)).hexdigest()
+        for path in sorted(Path(tmp).rglob("*")):
+            if path.is_file():
+                rel = str(path.relative_to(tmp))
+                data = path.read_bytes()
+                if rel.endswith(".gz"):
+                    import gzip
+                    data, rel = gzip.decompress(data), rel[:-3]
+                got[rel] = hashlib.sha256(_normalize(rel, data, tmp)).hexdigest()
+        return got
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-o", "--output", help="write the manifest here")
+    ap.add_argument("--compare", metavar="MANIFEST", help="compare with a recorded manifest")
+    ap.add_argument("--only", help="run only cases whose name contains this")
+    ap.add_argument("--exe", default=None, help="the execsim command (default: the one beside this Python)")
+    args = ap.parse_args(argv)
+    exe = args.exe or str(Path(sys.executable).parent / "execsim")
+    exe = os.path.abspath(exe) if os.path.exists(exe) else (shutil.which("execsim") or "execsim")
+    lines = []
+    for name, case in cases():
+        if args.only and args.only not in name:
+            continue
+        for k, h in sorted(run_case(exe, name, case).items()):
+            lines.append(f"{name}:{k} {h}")
+        print(f"{name}: done", file=sys.stderr)
+    text = "\n".join(lines) + "\n"
+    if args.output:
+        Path(args.output).write_text(text)
+    rc = 0
+    if args.compare:
+        old = dict(ln.rsplit(" ", 1) for ln in Path(args.compare).read_text().splitlines() if ln)
+        new = dict(ln.rsplit(" ", 1) for ln in lines)
+        keys = sorted(set(old) | set(new))
+        if args.only:
+            keys = [k for k in keys if args.only in k.split(":")[0]]
+        diff = [k for k in keys if old.get(k) != new.get(k)]
+        for k in diff:
+            print(f"DIFFERS {k}: {old.get(k, '-')[:12]} -> {new.get(k, '-')[:12]}")
+        print(f"{len(keys) - len(diff)} of {len(keys)} outputs byte-identical")
+        rc = 1 if diff else 0
+    elif not args.output:
+        sys.stdout.write(text)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
