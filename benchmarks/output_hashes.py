@@ -10,7 +10,8 @@ goodput summaries. Wall-clock figures are the only thing masked (``*wall*`` JSON
     python -m benchmarks.output_hashes -o before.txt          # record
     python -m benchmarks.output_hashes --compare before.txt   # exit 1 and list what differs
 
-Run it with the same installed packages before and after (PNG bytes depend on matplotlib's version).
+Run it with the same installed packages before and after (PNG bytes depend on matplotlib's version);
+``--exe`` runs another checkout's command (paths under the checkout are masked as ``<root>``).
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ _WALL_TEXT = [
     (re.compile(r"(in|takes|took|wall|after) [0-9.,]+ ?(ms|s|µs|us)\b"), r"\1 <wall>"),
     (re.compile(r"[0-9.,]+ ?(candidates|simulations|evaluations|runs)/s\b"), r"<rate> \1/s"),
     (re.compile(r"\b[0-9.]+ s wall\b"), "<wall> s wall"),
+    (re.compile(r"\([0-9.,]+/s\)"), "(<rate>/s)"),
 ]
 
 
@@ -56,7 +58,7 @@ def _mask_text(text: str) -> str:
 
 
 def _normalize(name: str, data: bytes, tmp: str) -> bytes:
-    data = data.replace(tmp.encode(), b"<tmp>")
+    data = data.replace(tmp.encode(), b"<tmp>").replace(str(ROOT).encode(), b"<root>")
     if name.endswith(".json") or name == "stdout.json":
         try:
             obj = json.loads(data)
@@ -80,7 +82,7 @@ def cases() -> list[tuple[str, list[str]]]:
     """(name, argv after ``execsim``) for every output path of every shipped example."""
     out: list[tuple[str, list[str]]] = []
     for f in PIPELINES + STRATEGIES:
-        p = str(EX / f)
+        p = f"ex/{f}"
         stem = f[:-5]
         out.append((f"{stem}/simulate-text", ["simulate", p]))
         out.append((f"{stem}/simulate-json", ["simulate", p, "--json"]))
@@ -101,30 +103,30 @@ def cases() -> list[tuple[str, list[str]]]:
         out.append((f"{stem}/memory", ["memory", p, "--json", "--layers"]))
         out.append((f"{stem}/memory-text", ["memory", p, "--layers", "--plot", "mem.png"]))
         out.append((f"{stem}/compare-files", ["compare", p, p, "--json"]))
-    small = str(EX / "llama3-8b-8-h100.yaml")
+    small = "ex/llama3-8b-8-h100.yaml"
     out += [
-        ("plan-recompute", ["plan-recompute", str(EX / "llama3-70b-64-h100.yaml")]),
-        ("compare-schedules", ["compare", str(EX / "llama3-70b-64-h100.yaml"), "--schedules",
+        ("plan-recompute", ["plan-recompute", "ex/llama3-70b-64-h100.yaml"]),
+        ("compare-schedules", ["compare", "ex/llama3-70b-64-h100.yaml", "--schedules",
                                "1f1b,interleaved-1f1b:5", "--json"]),
         ("search-8b", ["search", small, "--csv", "search.csv", "--top", "20", "--jobs", "1"]),
-        ("search-gpt3", ["search", str(EX / "gpt3-175b-1024-a100.yaml"), "--json", "--top", "10", "--jobs", "1",
+        ("search-gpt3", ["search", "ex/gpt3-175b-1024-a100.yaml", "--json", "--top", "10", "--jobs", "1",
                          "--write-best", "best.yaml", "--plot", "pareto.png"]),
-        ("search-mcmc", ["search", str(EX / "llama3-70b-64-h100.yaml"), "--method", "mcmc", "--budget", "40",
+        ("search-mcmc", ["search", "ex/llama3-70b-64-h100.yaml", "--method", "mcmc", "--budget", "40",
                          "--seed", "3", "--json", "--jobs", "1"]),
-        ("search-range", ["search", str(EX / "llama3-70b-64-h100.yaml"), "--gpus-range", "64:256",
+        ("search-range", ["search", "ex/llama3-70b-64-h100.yaml", "--gpus-range", "64:256",
                           "--deadline-days", "300", "--train-tokens", "1e12", "--axis", "tp=4,8",
                           "--axis", "recompute=none", "--axis", "micro_batch=1", "--json", "--jobs", "1"]),
-        ("goodput", ["goodput", str(EX / "llama3-405b-16k-h100-goodput.yaml"), "--seeds", "3", "--json",
+        ("goodput", ["goodput", "ex/llama3-405b-16k-h100-goodput.yaml", "--seeds", "3", "--json",
                      "--plot", "goodput.png"]),
-        ("goodput-text", ["goodput", str(EX / "llama3-405b-16k-h100-goodput.yaml"), "--seeds", "2",
+        ("goodput-text", ["goodput", "ex/llama3-405b-16k-h100-goodput.yaml", "--seeds", "2",
                           "--interval", "young"]),
-        ("import-megatron", ["import", "megatron", str(EX / "sources" / "train_gpt3_175b_distributed.sh"),
+        ("import-megatron", ["import", "megatron", "ex/sources/train_gpt3_175b_distributed.sh",
                              "--cluster", "dgx-a100-80g", "--nodes", "128", "-o", "out.yaml"]),
-        ("import-nemo", ["import", "nemo", str(EX / "sources" / "nemo_llama3_8b.yaml"), "--cluster", "dgx-h100",
+        ("import-nemo", ["import", "nemo", "ex/sources/nemo_llama3_8b.yaml", "--cluster", "dgx-h100",
                          "-o", "out.yaml"]),
-        ("import-torchtitan", ["import", "torchtitan", str(EX / "sources" / "torchtitan_llama3_8b.toml"),
+        ("import-torchtitan", ["import", "torchtitan", "ex/sources/torchtitan_llama3_8b.toml",
                                "--cluster", "dgx-a100-80g", "--nodes", "8", "-o", "out.yaml"]),
-        ("bad-input", ["simulate", str(EX / "custom-model.yaml")]),
+        ("bad-input", ["simulate", "ex/custom-model.yaml"]),
     ]
     for name, pp, mb, vpp in [("gpipe", 4, 8, 1), ("1f1b", 4, 8, 1), ("interleaved-1f1b", 4, 8, 2),
                               ("zb-h1", 4, 8, 1), ("zb-v", 4, 8, 2), ("dualpipe-v", 4, 8, 2),
@@ -141,6 +143,9 @@ def run_case(exe: str, name: str, argv: list[str]) -> dict[str, str]:
     """{output name: sha256} for one case (stdout, stderr, exit code and every file written)."""
     tmp = tempfile.mkdtemp(prefix="execsim-hash-")
     try:
+        # the examples are copied in and named by a relative path, so that no checkout's path reaches
+        # an output (plots draw the input's name into their pixels)
+        shutil.copytree(EX, Path(tmp) / "ex")
         env = dict(os.environ, PYTHONHASHSEED="0", COLUMNS="120")
         p = subprocess.run([exe] + argv, cwd=tmp, capture_output=True, env=env)
         got = {"rc": hashlib.sha256(str(p.returncode).encode()).hexdigest()}
@@ -148,7 +153,7 @@ def run_case(exe: str, name: str, argv: list[str]) -> dict[str, str]:
         got["stdout"] = hashlib.sha256(_normalize("stdout.json" if is_json else "stdout", p.stdout, tmp)).hexdigest()
         got["stderr"] = hashlib.sha256(_normalize("stdout", p.stderr, tmp)).hexdigest()
         for path in sorted(Path(tmp).rglob("*")):
-            if path.is_file():
+            if path.is_file() and path.relative_to(tmp).parts[0] != "ex":
                 rel = str(path.relative_to(tmp))
                 data = path.read_bytes()
                 if rel.endswith(".gz"):
