@@ -1,4 +1,4 @@
-"""Benchmark: delta simulation (simulator/delta.py) vs a full run, on a 1F1B pipeline graph.
+"""Benchmark: delta simulation (simulator/engine/delta.py) vs a full run, on a 1F1B pipeline graph.
 
     python -m benchmarks.delta [--tasks 1e5] [--ranks 8] [--ops 24] [--reps 5] [--seed 0]
 
@@ -7,7 +7,7 @@ tasks per (stage, microbatch, pass), program-order edges per rank, activation / 
 devices, a per-rank data-parallel all-reduce on a ``dp`` stream and an optimizer step at the end), then
 applies single changes at early / middle / late positions and reports, per change: tasks re-timed by
 the delta, tasks whose start/end changed, the delta's wall time, a full run's wall time
-(:func:`simulator.engine.simulate_arrays` on the changed graph; both medians over ``--reps``), and the
+(:func:`simulator.engine.core.simulate_arrays` on the changed graph; both medians over ``--reps``), and the
 speedup (median over reps of full / delta, each rep running both back to back, so machine load
 mostly cancels). Every delta result
 is checked against the full run (exact equality). Delta idea: Jia et al. 2019, FlexFlow, Section 5.3.
@@ -41,8 +41,8 @@ import time
 
 import numpy as np
 
-from simulator.delta import DeltaSimulator
-from simulator.engine import simulate_arrays
+from simulator.engine.delta import DeltaSimulator
+from simulator.engine.core import simulate_arrays
 from taskgraph.graph import CAT, Device, TaskGraph, csr_from_edges
 
 
@@ -392,7 +392,7 @@ def run_changes(g: TaskGraph, base, changes, reps: int = 5, check: bool = True, 
 
 def _has_numba() -> bool:
     try:
-        import simulator.engine_numba  # noqa: F401
+        import simulator.engine.kernels_numba  # noqa: F401
     except ImportError:
         return False
     return True
@@ -492,7 +492,7 @@ def main(argv=None) -> None:
     for k in a.kernels.split(","):
         if k == "numba":
             try:
-                import simulator.delta_numba  # noqa: F401
+                import simulator.engine.delta_numba  # noqa: F401
             except ImportError:
                 print("numba is not installed (extra 'fast'): the compiled sweep is not timed")
                 continue

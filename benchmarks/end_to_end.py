@@ -13,8 +13,8 @@ For each shipped strategy example (``strategies/examples``):
 * phases of one in-process ``simulate_strategy``-like run: resolve + cost records, lowering,
   engine, reports (``report`` + ``training_report``);
 * coarse vs operator fidelity: the iteration time of each and the difference (%);
-* end to end: wall time of ``python -m simulator.cli simulate EXAMPLE`` in a fresh process (process
-  start to report printed), best of ``--cli-repeat``, and of ``python -c "import simulator.cli"``.
+* end to end: wall time of ``python -m simulator.cli.main simulate EXAMPLE`` in a fresh process (process
+  start to report printed), best of ``--cli-repeat``, and of ``python -c "import simulator.cli.main"``.
 
 Speeds are ratios measured in the same run (the machine is shared and noisy; see
 docs/performance.md).
@@ -63,10 +63,10 @@ def _best(fn, repeat):
 
 
 def bench_example(name: str, repeat: int, cli_repeat: int) -> dict:
-    from simulator.engine import simulate
-    from simulator.reports import report
-    from simulator.simulate import lower_and_simulate
-    from simulator.training_report import training_report
+    from simulator.engine.core import simulate
+    from simulator.reports.report import report
+    from simulator.engine.dispatch import lower_and_simulate
+    from simulator.reports.training import training_report
     from strategies.strategy_file import load_strategy
     from taskgraph.costing import build_work
     from taskgraph.lower_model import lower_model
@@ -100,7 +100,7 @@ def bench_example(name: str, repeat: int, cli_repeat: int) -> dict:
                coarse_vs_operator_pct=100.0 * (cr.makespan - r_new.makespan) / r_new.makespan)
     if cli_repeat:
         env = dict(os.environ, PYTHONPATH=str(ROOT))
-        cmd = [sys.executable, "-m", "simulator.cli", "simulate", str(path)]
+        cmd = [sys.executable, "-m", "simulator.cli.main", "simulate", str(path)]
         walls = []
         for _ in range(cli_repeat):
             t = time.perf_counter()
@@ -115,7 +115,7 @@ def import_time(repeat: int) -> float:
     walls = []
     for _ in range(repeat):
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "import simulator.cli"], cwd=ROOT, env=env, check=True)
+        subprocess.run([sys.executable, "-c", "import simulator.cli.main"], cwd=ROOT, env=env, check=True)
         walls.append(time.perf_counter() - t)
     return min(walls)
 
@@ -131,7 +131,7 @@ def main(argv=None) -> int:
     print(f"# {platform.platform()}, Python {platform.python_version()}, numpy {np.__version__}, "
           f"{os.cpu_count()} CPUs")
     imp = import_time(max(args.cli_repeat, 1))
-    print(f"python -c 'import simulator.cli': {imp:.3f} s (process start included)")
+    print(f"python -c 'import simulator.cli.main': {imp:.3f} s (process start included)")
     hdr = (f"{'example':28} {'tasks':>8} {'per-task s':>10} {'template s':>10} {'speedup':>7} "
            f"{'M tasks/s':>9} {'cost s':>7} {'engine s':>8} {'reports s':>9} {'cli s':>6} "
            f"{'operator it s':>13} {'coarse it s':>11} {'coarse-op':>9}")

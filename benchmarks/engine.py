@@ -29,7 +29,7 @@ import tracemalloc
 import numpy as np
 
 from benchmarks.graphs import GENERATORS, strategy_graphs
-from simulator.engine import simulate
+from simulator.engine.core import simulate
 
 
 def reference_loop(graph):
@@ -103,7 +103,7 @@ def bench_one(kind: str, build, n_target: int, repeat: int, seed: int = 0) -> di
     same = (res.order.tolist() == ref[3] and res.start.tolist() == ref[1]
             and res.end.tolist() == ref[2] and res.ready.tolist() == ref[0])
     numba_times, numba_same = [], None
-    if _has_numba():  # the compiled-loop limit: the same loop compiled (simulator/engine_numba.py)
+    if _has_numba():  # the compiled-loop limit: the same loop compiled (simulator/engine/kernels_numba.py)
         simulate(graph, kernel="numba")  # compile (or load the cache) outside the timing
         for _ in range(repeat):
             dt, fast = _timed(lambda: simulate(graph, kernel="numba"))

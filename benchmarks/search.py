@@ -2,18 +2,18 @@
 
 1. Evaluations per second for GPT-3 175B on 1024 A100s (strategies/examples/gpt3-175b-1024-a100.yaml)
    at coarse fidelity, median over several runs:
-   * ``evaluate`` (simulator/search.py), warm: the caches a search keeps across candidates (schedules,
+   * ``evaluate`` (simulator/search/evaluate.py), warm: the caches a search keeps across candidates (schedules,
      per-stage cost records, lowering structures) already hold this strategy;
    * ``evaluate``, cold: every cache cleared before each evaluation (schedule generation, costing,
      index structures included);
-   * the reference path as it was before simulator/search.py: resolve -> build_work -> lower_model ->
+   * the reference path as it was before simulator/search/evaluate.py: resolve -> build_work -> lower_model ->
      engine -> report -> training_report, caches cleared (what ``simulate_strategy`` did);
    and where one warm evaluation spends its time.
 2. A sweep over tp x pp x vpp x micro_batch x recompute of the same model and cluster (top rows of the
    DataFrame, infeasible ones with their reasons) and its evaluations per second.
 3. Coarse vs operator fidelity: iteration time of every strategy example (files with both ``model``
    and ``cluster`` keys) at both fidelities, and the gap.
-4. ``execsim search`` (simulator/strategy_search.py) on GPT-3 175B / 1024 A100, default space:
+4. ``execsim search`` (simulator/search/strategy_search.py) on GPT-3 175B / 1024 A100, default space:
    * first pass (every cache cleared once, then the whole space) with 1 and 2 local processes, and a
      warm second pass with 1 and 2 processes; wall-clock rates and rates per CPU-second (user + system time of the process
      and its workers: what the search costs independently of other load on a shared machine); against the same candidates evaluated naively in the same run (every cache
@@ -24,7 +24,7 @@
      start-up timed separately), when Ray is installed;
    * MCMC (budget 100) against the exhaustive optimum over 10 seeds, and random sampling of the
      same budget;
-   * delta simulation (simulator/delta.py) against the full static-order sweep for a local MCMC
+   * delta simulation (simulator/engine/delta.py) against the full static-order sweep for a local MCMC
      proposal (one layer's recompute policy, one stage's micro-batches re-timed) and for a change at
      the end of the timeline.
 
@@ -43,7 +43,7 @@ GPT3 = EXAMPLES / "gpt3-175b-1024-a100.yaml"
 
 
 def clear_caches() -> None:
-    from simulator import search
+    from simulator.search import evaluate as search
     from strategies.schedules import clear_schedule_cache
     from taskgraph.costing import clear_cost_cache
     from taskgraph.lower_coarse import clear_layout_cache
@@ -70,9 +70,9 @@ def _rate(fn, runs: int, per_run: int, before=None) -> tuple[float, list[float]]
 
 
 def reference_path(strategy):
-    from simulator.engine import simulate
-    from simulator.reports import report
-    from simulator.training_report import training_report
+    from simulator.engine.core import simulate
+    from simulator.reports.report import report
+    from simulator.reports.training import training_report
     from taskgraph.costing import build_work
     from taskgraph.lower_model import lower_model
     from taskgraph.plan import resolve
@@ -87,7 +87,8 @@ def reference_path(strategy):
 def breakdown(strategy, reps: int = 31) -> dict[str, float]:
     """Median milliseconds of each step of one warm evaluation."""
     import numpy as np
-    from simulator.search import _layout_busy, _layout_order, _metrics, _peaks, static_order_timeline
+    from simulator.engine.static_order import _layout_order, static_order_timeline
+    from simulator.search.evaluate import _layout_busy, _metrics, _peaks
     from taskgraph.costing import build_work
     from taskgraph.lower_coarse import coarse_layout
     from taskgraph.plan import resolve
@@ -132,7 +133,7 @@ def strategy_examples() -> list[Path]:
 
 def gaps() -> list[tuple[str, float, float, float, float]]:
     """(file, operator s, coarse s, gap %, operator-evaluation seconds) per strategy example."""
-    from simulator.search import evaluate
+    from simulator.search.evaluate import evaluate
     from strategies.strategy_file import load_strategy
     rows = []
     for p in strategy_examples():
@@ -152,7 +153,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-ray", action="store_true", help="skip the Ray comparison")
     ap.add_argument("--search-only", action="store_true", help="only section 4 (execsim search)")
     args = ap.parse_args(argv)
-    from simulator.search import evaluate, grid, sweep
+    from simulator.search.evaluate import evaluate, grid, sweep
     from strategies.strategy_file import load_strategy
     import pandas as pd
 
@@ -242,7 +243,7 @@ def _best_wall_cpu(fn, repeat: int) -> tuple[float, float, object]:
 def pure_python_kernels(on: bool) -> bool:
     """Make the search's sweep and topological order use the pure-Python loops (``on``) or the
     compiled ones when numba is installed; returns whether compiled kernels are available."""
-    import simulator.engine as engine
+    import simulator.engine.core as engine
     engine.COMPILED.clear()
     available = engine.compiled_kernel("static_sweep") is not None
     if on:
@@ -253,9 +254,9 @@ def pure_python_kernels(on: bool) -> bool:
 def search_section(s, args) -> None:
     """Section 4 of the module docstring."""
     import os
-    from simulator.backends import Job, evaluate_row, evaluate_rows, ray_available
-    from simulator.space import SearchSpace, context, enumerate_space
-    from simulator.strategy_search import search
+    from simulator.search.backends import Job, evaluate_row, evaluate_rows, ray_available
+    from simulator.search.space import SearchSpace, context, enumerate_space
+    from simulator.search.strategy_search import search
     rep = 1 if args.quick else args.repeat
     ctx = context(s)
     cands, stats = enumerate_space(ctx, SearchSpace(), [1024])
@@ -340,7 +341,7 @@ def search_section(s, args) -> None:
 
 def mcmc_section(s, exhaustive, rep) -> None:
     import random
-    from simulator.strategy_search import search
+    from simulator.search.strategy_search import search
     opt = exhaustive.table.iloc[0]["days_to_train"]
     ok = exhaustive.table[exhaustive.table["meets"]]
     within = int((ok["days_to_train"] <= 1.02 * opt).sum())
@@ -368,8 +369,8 @@ def mcmc_section(s, exhaustive, rep) -> None:
 def delta_section(s) -> None:
     """Delta re-simulation vs the full static-order sweep for local changes of the GPT-3 example."""
     import numpy as np
-    from simulator.delta import DeltaSimulator
-    from simulator.search import _layout_order, static_order_timeline
+    from simulator.engine.delta import DeltaSimulator
+    from simulator.engine.static_order import _layout_order, static_order_timeline
     from taskgraph.costing import build_work
     from taskgraph.lower_coarse import coarse_layout, graph_from_layout
     from taskgraph.plan import resolve

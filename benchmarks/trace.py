@@ -5,7 +5,7 @@
 
 Simulates the file once (as ``execsim simulate FILE --trace`` does, memory counters included), then
 times ``benchmarks.trace_reference.write_chrome_trace`` (the writer before issue 15: per-event dicts
-+ ``json.dump``) and ``simulator.trace.write_chrome_trace`` alternately, ``--repeat`` times each,
++ ``json.dump``) and ``simulator.outputs.trace.write_chrome_trace`` alternately, ``--repeat`` times each,
 and reports the best of each and their ratio, with events, bytes and events/s. Then: the new
 writer's ``.json.gz``, ``--trace-level stage`` and ``--trace-ranks 0`` sizes and times, and the
 number of complete events that overlap the previous one on their thread (integer ns) in the old
@@ -56,9 +56,9 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
 
     from benchmarks.trace_reference import write_chrome_trace as old_write
-    from simulator.cli import _load, _memory_counters, _simulate_one
-    from simulator.memory_report import memory_report
-    from simulator.trace import write_chrome_trace as new_write
+    from simulator.cli.main import _load, _memory_counters, _simulate_one
+    from simulator.reports.memory import memory_report
+    from simulator.outputs.trace import write_chrome_trace as new_write
 
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, Python "
           f"{sys.version.split()[0]}, numpy {np.__version__}")
@@ -98,7 +98,7 @@ def main(argv=None) -> int:
             print(f"  {label:<16} {t:6.2f} s  {p.stat().st_size / 1e6:7.1f} MB")
             out[label] = {"s": t, "bytes": p.stat().st_size}
         if a.hta:
-            from simulator.trace_hta import COMPUTE_STREAM, idle_within_span_s, write_hta_traces
+            from simulator.outputs.trace_hta import COMPUTE_STREAM, idle_within_span_s, write_hta_traces
             hd = d / "hta"
             t = _time(lambda: write_hta_traces(hd, g, r))
             size = sum(p.stat().st_size for p in hd.iterdir())

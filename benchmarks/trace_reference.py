@@ -21,7 +21,7 @@ import json
 
 import numpy as np
 
-from simulator.engine import SimResult
+from simulator.engine.core import SimResult
 from taskgraph.graph import CATEGORIES, TaskGraph
 
 _US = 1e6

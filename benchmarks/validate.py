@@ -339,7 +339,7 @@ def _layer_times(sim) -> tuple[float, float]:
     from the start of layer 0's first forward (backward or recompute) compute task to the end of its
     last one. The layer's TP collectives fall between those points (each layer begins and ends with
     a norm or residual op on the compute stream), so they count as the lowering exposes them."""
-    from simulator.timeline import timeline
+    from simulator.engine.timeline import timeline
     df = timeline(sim.graph, sim.result)
     l0 = df[(df["stream"] == "compute") & df["op"].str.startswith("layer0.")]
     fwd = l0[l0["category"] == "forward"]
@@ -378,7 +378,7 @@ def run_row(row: dict, fidelity: str = "auto") -> Result:
                       "bubble_fraction": sim.report.bubble_fraction}
         mm = re.search(r"peak memory (\d+(?:\.\d+)?) GB", row.get("notes") or "")
         if mm:
-            from simulator.memory_report import memory_report
+            from simulator.reports.memory import memory_report
             mem = memory_report(sim.plan, sim.graph, sim.result)
             reserve = sim.plan.strategy.options.memory_reserve_gb * 2**30
             res.memory_measured_gb = float(mm.group(1))

@@ -323,7 +323,7 @@ def parse_strategy(data: dict, base_dir: str | Path = ".") -> Strategy:
 
 def check_strategy(strategy: Strategy) -> None:
     """Run every check of the strategy file on an already-built :class:`Strategy` (e.g. one that
-    ``simulator.search.vary`` changed field by field), so a value refused in a file is refused
+    ``simulator.search.evaluate.vary`` changed field by field), so a value refused in a file is refused
     there too, with the same message. Raises :class:`ConfigError`."""
     from dataclasses import asdict
 

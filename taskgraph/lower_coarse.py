@@ -220,7 +220,7 @@ def _topo_order(A: int, *preds: np.ndarray) -> np.ndarray:
     src = np.concatenate([p[p >= 0] for p in preds])
     dst = np.concatenate([np.flatnonzero(p >= 0) for p in preds])
     ptr, succ = csr_from_edges(A, src, dst)
-    from simulator.engine import compiled_kernel
+    from taskgraph.compiled import compiled_kernel
     kahn = compiled_kernel("kahn_order")
     if kahn is not None:  # the same loop compiled (optional extra ``fast``): the same order
         order_a = kahn(ptr, succ, np.bincount(dst, minlength=A))

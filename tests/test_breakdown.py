@@ -1,4 +1,4 @@
-"""The four-way split of each rank's iteration (simulator.breakdown, docs/glossary.md): compute,
+"""The four-way split of each rank's iteration (simulator.reports.breakdown, docs/glossary.md): compute,
 exposed communication, pipeline bubble, other idle -- exact values on hand-made graphs, Narayanan's
 closed form on uniform pipelines with zero communication, and the sum invariant on random graphs."""
 import numpy as np
@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.breakdown import ideal_bubble_fraction, pipeline_bubble_total, time_breakdown
-from simulator.engine import simulate
-from simulator.reports import format_report, report
+from simulator.reports.breakdown import ideal_bubble_fraction, pipeline_bubble_total, time_breakdown
+from simulator.engine.core import simulate
+from simulator.reports.report import format_report, report
 from strategies.schedules import get_schedule
 from taskgraph.graph import Device, TaskGraphBuilder
 from taskgraph.lower_pipeline import StageCosts, lower_uniform
@@ -140,7 +140,7 @@ def test_same_meaning_at_both_fidelities():
     """Operator and coarse fidelity give the same pipeline bubble per rank (seconds): only compute
     vs exposed comm differ, because coarse folds blocking TP collectives into compute."""
     from simulator.api import simulate_strategy
-    from simulator.search import vary
+    from simulator.search.evaluate import vary
     from strategies.strategy_file import load_strategy
     s = vary(load_strategy("strategies/examples/gpt3-175b-1024-a100.yaml"), {"training.global_batch": 256})
     op = simulate_strategy(s, fidelity="operator").report

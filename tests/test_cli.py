@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from simulator.cli import main
+from simulator.cli.main import main
 
 GPT3 = "strategies/examples/gpt3-175b-1024-a100.yaml"
 P1F1B = "strategies/examples/pipeline-1f1b.yaml"
@@ -89,7 +89,7 @@ def test_plan_recompute_command(capsys):
 
 def test_delta_what_if_equals_full_resimulation(capsys):
     from simulator.api import simulate_pipeline, what_if
-    from simulator.engine import simulate
+    from simulator.engine.core import simulate
     from strategies.pipeline_file import load_pipeline
     sim = simulate_pipeline(load_pipeline(P1F1B))
     base, outs = what_if(sim.graph, ["F=1.5", "pp-send=0"])
@@ -109,7 +109,7 @@ def test_delta_what_if_equals_full_resimulation(capsys):
 def test_console_script_no_traceback(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("pipeline: {pp: 0, microbatches: 2, forward_ms: 1, backward_ms: 2}\n")
-    p = subprocess.run([sys.executable, "-m", "simulator.cli", "simulate", str(bad)], capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-m", "simulator.cli.main", "simulate", str(bad)], capture_output=True, text=True)
     assert p.returncode == 2 and "pipeline.pp = 0 must be >= 1" in p.stderr and "Traceback" not in p.stderr
 
 

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from simulator.cli import build_parser, main
+from simulator.cli.main import build_parser, main
 
 GPT3 = "strategies/examples/gpt3-175b-1024-a100.yaml"
 P1F1B = "strategies/examples/pipeline-1f1b.yaml"
@@ -57,14 +57,14 @@ def test_every_option_has_help_and_every_command_examples():
 
 
 def test_progress_is_silent_when_stderr_is_not_a_terminal(capsys):
-    from simulator.progress import progress
+    from simulator.outputs.progress import progress
     assert list(progress(range(3), desc="x")) == [0, 1, 2]
     rc, out, err = run(capsys, "compare", P1F1B, "--schedules", "1f1b,zb-h1", "--json")
     assert rc == 0 and err == ""  # pytest's captured stderr is not a TTY
 
 
 def test_progress_shows_when_forced(capsys):
-    from simulator.progress import progress
+    from simulator.outputs.progress import progress
     assert list(progress([1, 2], desc="demo-bar", enabled=True)) == [1, 2]
     assert "demo-bar" in capsys.readouterr().err
 

@@ -16,7 +16,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulator.cli import main
+from simulator.cli.main import main
 from tests.error_corpus import BASE_FILES
 
 HOSTILE = [-1, 0, 1, 2, 3, 1.5, 2.0, 1e308, -1e308, float("nan"), float("inf"), "x", "", [], {}, None, True,

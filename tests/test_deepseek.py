@@ -95,7 +95,7 @@ def test_node_limited_shortens_cross_node_ep(tmp_path):
 def _pair_case(concurrent: bool, scale: float = 1.0):
     """pp 1, two stages on rank 0; every stage: op a (1 s) then its all-to-all (1 s) then op b (1 s);
     backward: b (1 s), the all-to-all (1 s), a (1 s). Order 0F0 1F0 (0F1;1B0) 1F1 1B1 0B0 0B1."""
-    from simulator.engine import simulate
+    from simulator.engine.core import simulate
     from strategies.actions import Action, Overlap, Schedule
     from taskgraph.lower_model import Comm, IterationWork, LayerWork, OpCost, StageWork, lower_model
     a2a = (Comm("ep-comm", "ep-all-to-all", 1.0),)
@@ -222,7 +222,7 @@ def test_dualpipe_bubble_is_table_2(half, extra, f, w, scale):
     (F&B = F + B) and uniform stages whose input-gradient backward equals the forward (B - W = F) and
     W <= F, the makespan is m (F + B) plus exactly that (the report's derivation assumes neither; with
     a larger I or W the measured bubble differs, e.g. pp 4, F = I = 1, W = 2 gives 2, not 1)."""
-    from simulator.engine import simulate
+    from simulator.engine.core import simulate
     from strategies.schedules import get_schedule
     from strategies.validate import check_deadlock, validate_schedule
     from taskgraph.lower_pipeline import StageCosts, lower_uniform

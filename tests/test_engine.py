@@ -4,7 +4,7 @@ import heapq
 import numpy as np
 import pytest
 
-from simulator.engine import SimResult, simulate, simulate_arrays
+from simulator.engine.core import SimResult, simulate, simulate_arrays
 from strategies.errors import SimulationError
 from taskgraph.graph import Device, TaskGraphBuilder, csr_from_edges
 
@@ -342,7 +342,7 @@ def test_benchmark_script_smoke(tmp_path, capsys):
 def test_regression_start_before_ready_case():
     # Found by the delta-mode fuzzer against an intermediate engine edit: task 2 started before it was ready.
     import numpy as np
-    from simulator.engine import simulate_arrays
+    from simulator.engine.core import simulate_arrays
     dur = np.array([1.02515665, 0.69150387, 1.1015235, 1.15739764, 1.0167961])
     dev = np.array([0, 1, 1, 0, 1], dtype=np.int32)
     ptr = np.array([0, 3, 3, 3, 4, 7], dtype=np.int64)
@@ -356,7 +356,7 @@ def test_regression_start_before_ready_case():
 def test_both_python_loops_are_exercised_and_exact():
     # few chain edges -> the list loop (_run_general); mostly chains -> the chain-edge loop (_run)
     from benchmarks.graphs import GENERATORS
-    from simulator.engine import _as_index_array, _plan
+    from simulator.engine.core import _as_index_array, _plan
 
     for kind, general in (("random", True), ("fanout", True), ("zero", True), ("pipeline", False)):
         g = GENERATORS[kind](2000, 3)

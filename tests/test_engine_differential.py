@@ -1,4 +1,4 @@
-"""Differential test: the engine vs an independent SimPy model (simulator/reference_simpy.py).
+"""Differential test: the engine vs an independent SimPy model (simulator/engine/reference_simpy.py).
 
 Random DAGs (ids not in topological order, duplicate edges allowed) with random devices; integer
 durations force ties (equal ready times on one device), float durations check the arithmetic, and
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulator.engine import simulate_arrays
-from simulator.reference_simpy import simulate_reference
+from simulator.engine.core import simulate_arrays
+from simulator.engine.reference_simpy import simulate_reference
 from taskgraph.graph import csr_from_edges
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from simulator.engine import simulate_arrays
+from simulator.engine.core import simulate_arrays
 from strategies.errors import SimulationError
 from taskgraph.graph import csr_from_edges
 from tests.test_engine import random_graph
@@ -59,12 +59,12 @@ def test_unknown_kernel_is_one_clear_error():
 
 
 # --------------------------------------------------------------------------------------------------
-# The compiled static-order sweep and topological order a search uses (simulator/search.py,
+# The compiled static-order sweep and topological order a search uses (simulator/engine/static_order.py,
 # taskgraph/lower_coarse.py) give the Python loops' bits and order.
 
 
 def _python_topo(monkeypatch, fn, *args):
-    import simulator.engine as engine
+    import simulator.engine.core as engine
     monkeypatch.setitem(engine.COMPILED, "kahn_order", None)  # force the Python loop
     return fn(*args)
 
@@ -96,7 +96,7 @@ def test_compiled_topological_order_matches_python(monkeypatch):
 
 
 def test_compiled_static_sweep_matches_python():
-    from simulator.search import _layout_order, static_order_timeline
+    from simulator.engine.static_order import _layout_order, static_order_timeline
     from strategies.schedules import get_schedule
     from taskgraph.lower_coarse import coarse_layout, lower_coarse
     from tests.test_search import SCHEDULE_CASES, WORK_CASES, coarse_work

@@ -1,6 +1,6 @@
 """Every bad input gets one clear error, before the work, and no input file is harmed.
 
-Runs each case of ``tests/error_corpus.py`` in-process (``simulator.cli.main``) in a fresh folder
+Runs each case of ``tests/error_corpus.py`` in-process (``simulator.cli.main.main``) in a fresh folder
 and checks: the exit status; exactly one stderr line, ``execsim: error: ...``, matching the case's
 regex and naming its field; no traceback; nothing on stdout; a work bound (tasks built and schedule
 actions generated, counted by wrapping the task graph and the schedule generator: an error must come
@@ -20,7 +20,7 @@ import pytest
 
 import strategies.schedules as schedules_mod
 import taskgraph.graph as graph_mod
-from simulator.cli import main
+from simulator.cli.main import main
 from tests.error_corpus import BASE_FILES, CASES, Case
 
 

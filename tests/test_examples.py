@@ -89,7 +89,7 @@ def test_example_trace_well_formed(path: Path):
     examples with > 100k tasks: their first and last rank only (every thread of those ranks), to
     keep the suite fast; ``python -m benchmarks.trace`` checks the whole GPT-3 175B trace."""
     import json
-    from simulator.trace import trace_text
+    from simulator.outputs.trace import trace_text
     from tests.test_trace import check_trace
     sim, _ = _simulate(path)
     g = sim.graph
@@ -131,7 +131,7 @@ def test_example_memory_balances(path: Path):
 
 @pytest.mark.parametrize("path", STRATEGIES, ids=_ids(STRATEGIES))
 def test_example_fits_in_memory(path: Path):
-    from simulator.memory_report import memory_report
+    from simulator.reports.memory import memory_report
     sim, _ = _simulate(path)
     mem = memory_report(sim.plan, sim.graph, sim.result)
     assert mem.fits, f"{path.name}: an example layout that does not fit in GPU memory"

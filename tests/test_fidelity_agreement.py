@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-import simulator.api as api
+import simulator.simulation.strategy as api
 from benchmarks.validate import CSV_PATH, NotExpressible, load_rows, strategy_for
 from strategies.strategy_file import is_strategy, load_strategy, parse_strategy
 from strategies.config import load_mapping

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from simulator.api import simulate_pipeline
-from simulator.cli import main
-from simulator.html_report import MAX_BARS, html_report, report_data
+from simulator.cli.main import main
+from simulator.outputs.html_report import MAX_BARS, html_report, report_data
 from strategies.pipeline_file import load_pipeline
 
 PIPE = "strategies/examples/pipeline-interleaved.yaml"
@@ -54,7 +54,7 @@ def test_numbers_come_from_the_report():
 
 
 def test_large_runs_collapse_to_stage_level(monkeypatch):
-    import simulator.html_report as hr
+    import simulator.outputs.html_report as hr
     sim = pipe_sim()
     monkeypatch.setattr(hr, "MAX_BARS", 10)
     g = embedded(hr.html_report(sim))["gantt"]

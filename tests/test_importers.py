@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from simulator.cli import main
+from simulator.cli.main import main
 from strategies.errors import ConfigError
 from strategies.importers import import_config
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.search import vary
+from simulator.search.evaluate import vary
 from strategies.config import check_int, divisors
 from strategies.errors import ConfigError, brief
 from strategies.limits import MAX_ACTIONS, check_actions

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from simulator.engine import simulate
+from simulator.engine.core import simulate
 from strategies.actions import Action, Schedule
 from taskgraph.graph import CATEGORIES
 from taskgraph.lower_model import Bucket, Comm, IterationWork, LayerWork, OpCost, StageWork, lower_model

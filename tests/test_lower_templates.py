@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as hs
 
-from simulator.engine import simulate
+from simulator.engine.core import simulate
 from strategies.errors import ScheduleError
 from strategies.schedules import get_schedule
 from taskgraph.graph import Device, TaskGraphBuilder

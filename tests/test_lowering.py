@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from simulator.engine import simulate
+from simulator.engine.core import simulate
 from strategies.actions import Action, Schedule
 from strategies.errors import ScheduleError
 from taskgraph.graph import CATEGORIES

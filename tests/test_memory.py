@@ -5,8 +5,8 @@ import glob
 import numpy as np
 import pytest
 
-from simulator.engine import simulate
-from simulator.memory_timeline import memory_curves
+from simulator.engine.core import simulate
+from simulator.reports.memory_timeline import memory_curves
 from strategies.schedules import get_schedule
 from taskgraph.lower_model import IterationWork, LayerWork, OpCost, StageWork, lower_model
 from taskgraph.memory import model_state_bytes
@@ -80,7 +80,7 @@ def test_memory_curve_never_negative_and_returns_to_static(path):
 
 def test_memory_report_on_gpt3_example():
     from simulator.api import simulate_strategy
-    from simulator.memory_report import memory_report
+    from simulator.reports.memory import memory_report
     from strategies.strategy_file import load_strategy
     sim = simulate_strategy(load_strategy("strategies/examples/gpt3-175b-1024-a100.yaml"), fidelity="coarse")
     mem = memory_report(sim.plan, sim.graph, sim.result)
@@ -110,7 +110,7 @@ def test_gathered_buffers_live_between_gather_and_layer_end():
 
 def test_zero3_strategy_memory_includes_gathered_layer():
     from simulator.api import simulate_strategy
-    from simulator.memory_report import memory_report
+    from simulator.reports.memory import memory_report
     from strategies.strategy_file import parse_strategy
     s = parse_strategy({"model": "llama3-8b", "cluster": {"preset": "dgx-h100", "nodes": 1},
                         "parallel": {"zero": 3}, "training": {"micro_batch": 1, "global_batch": 16, "seq_len": 4096}})

@@ -1,7 +1,7 @@
 import numpy as np
 
-from simulator.engine import simulate
-from simulator.memory_timeline import memory_curves
+from simulator.engine.core import simulate
+from simulator.reports.memory_timeline import memory_curves
 from strategies.actions import Action, Schedule
 from taskgraph.lower_model import IterationWork, LayerWork, OpCost, StageWork, lower_model
 

@@ -145,7 +145,7 @@ def test_multimodal_gemma3_reads_text_config():
 
 
 def test_cli_simulates_hf_config_and_warns_once_about_unmodeled_keys(tmp_path, capsys):
-    from simulator.cli import main
+    from simulator.cli.main import main
     cfg = dict(HF["Qwen/Qwen3-8B"], num_hidden_layers=4, my_custom_flag=1)
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     (tmp_path / "s.yaml").write_text(

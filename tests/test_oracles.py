@@ -8,8 +8,8 @@ half handing over as soon as it finishes (m >= 2p).
 """
 import pytest
 
-from simulator.engine import simulate
-from simulator.reports import report
+from simulator.engine.core import simulate
+from simulator.reports.report import report
 from strategies.schedules import get_schedule
 from taskgraph.lower_pipeline import StageCosts, lower_uniform
 from tests.helpers import assert_timeline_invariants

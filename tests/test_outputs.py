@@ -1,11 +1,11 @@
-"""simulator/outputs.py: checks before the run, atomic writes, one-line OS errors."""
+"""simulator/outputs/files.py: checks before the run, atomic writes, one-line OS errors."""
 from __future__ import annotations
 
 import os
 
 import pytest
 
-from simulator.outputs import OutputError, check_output, check_outputs, write_output
+from simulator.outputs.files import OutputError, check_output, check_outputs, write_output
 
 
 def test_failed_writer_leaves_old_file_and_no_temp(tmp_path):

@@ -1,4 +1,4 @@
-from simulator.planner import compress, plan_recompute
+from simulator.search.recompute import compress, plan_recompute
 from strategies.strategy_file import parse_strategy
 
 

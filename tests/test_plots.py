@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from simulator.engine import simulate
-from simulator.plots import (GROUPS, LABEL_LIMIT, MEMORY_FIGURE_PX, _coverage, _time_unit, pipeline_figure_size,
+from simulator.engine.core import simulate
+from simulator.outputs.plots import (GROUPS, LABEL_LIMIT, MEMORY_FIGURE_PX, _coverage, _time_unit, pipeline_figure_size,
                              plot_memory, plot_pipelines)
 from strategies.actions import Action, Schedule
 from strategies.schedules import get_schedule
@@ -183,7 +183,7 @@ def uniform_pp(name, pp, m, vpp=1):
 
 @pytest.mark.parametrize("pp,expect", [(4, "separate"), (16, "merged"), (64, "none")])
 def test_comm_rows_collapse_with_rank_count(tmp_path, pp, expect):
-    from simulator.plots import _row_layout
+    from simulator.outputs.plots import _row_layout
     _, g, r = run = uniform_pp("1f1b", pp, pp)
     lay = _row_layout(g, r, "auto")
     assert lay["n_compute"] == pp
@@ -202,7 +202,7 @@ def test_comm_rows_collapse_with_rank_count(tmp_path, pp, expect):
 
 
 def test_interleaved_chunks_are_shaded(tmp_path):
-    from simulator.plots import _shade
+    from simulator.outputs.plots import _shade
     run = uniform_pp("interleaved-1f1b", 4, 8, vpp=2)
     p = tmp_path / "il.png"
     fig = plot_pipelines([run], p, memory=False)

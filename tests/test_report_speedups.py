@@ -4,9 +4,9 @@
 import numpy as np
 from hypothesis import given, settings, strategies as hs
 
-from simulator.engine import simulate
-from simulator.reports import critical_path, prev_on_device
-from simulator.training_report import _measure_minus, _union
+from simulator.engine.core import simulate
+from simulator.reports.report import critical_path, prev_on_device
+from simulator.reports.training import _measure_minus, _union
 from taskgraph.graph import CATEGORIES, Device, TaskGraphBuilder
 
 

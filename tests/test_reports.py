@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from simulator.engine import simulate
-from simulator.reports import critical_path, report
-from simulator.timeline import timeline
+from simulator.engine.core import simulate
+from simulator.reports.report import critical_path, report
+from simulator.engine.timeline import timeline
 from taskgraph.graph import Device, TaskGraphBuilder
 
 

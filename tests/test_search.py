@@ -1,5 +1,5 @@
 """Fast coarse lowering (taskgraph/lower_coarse.py), the verified static-order timeline and the
-search API (simulator/search.py): identical graphs and timelines to the generic path, identical
+search API (simulator/search/evaluate.py): identical graphs and timelines to the generic path, identical
 report numbers to simulate_strategy, sweeps, and the caches behind them."""
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from simulator.api import simulate_strategy
-from simulator.engine import simulate
-from simulator.memory_report import GB, memory_report
-from simulator.search import (_layout_order, evaluate, grid, lower_and_simulate, simulate_coarse,
-                              static_order_timeline, sweep, vary)
+from simulator.engine.core import simulate
+from simulator.reports.memory import GB, memory_report
+from simulator.engine.dispatch import lower_and_simulate
+from simulator.engine.static_order import _layout_order, simulate_coarse, static_order_timeline
+from simulator.search.evaluate import evaluate, grid, sweep, vary
 from strategies.actions import Action, Schedule
 from strategies.errors import ConfigError, ScheduleError, SimulationError
 from strategies.schedules import SCHEDULES, get_schedule

@@ -1,10 +1,9 @@
-"""simulator/simulate.py: each fidelity's path returns the per-task reference's graph and timeline."""
+"""simulator/engine/dispatch.py: each fidelity's path returns the per-task reference's graph and timeline."""
 import numpy as np
 import pytest
 
-from simulator.engine import simulate
-from simulator.search import lower_and_simulate as reexported
-from simulator.simulate import lower, lower_and_simulate
+from simulator.engine.core import simulate
+from simulator.engine.dispatch import lower, lower_and_simulate
 from strategies.schedules import get_schedule
 from taskgraph.coarse import coarsen
 from taskgraph.lower_model import Comm, IterationWork, LayerWork, OpCost, StageWork, lower_model
@@ -36,7 +35,3 @@ def test_every_path_gives_the_reference_arrays(fidelity, coarse):
 def test_unknown_fidelity_is_named():
     with pytest.raises(ValueError, match="fidelity = 'fast'; valid: coarse, operator"):
         lower(get_schedule("1f1b", 2, 2), _work(2), fidelity="fast")
-
-
-def test_search_reexports_the_dispatch():
-    assert reexported is lower_and_simulate

@@ -97,11 +97,11 @@ def test_bad_strategy_error(path: Path):
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    """Run ``execsim ARGS`` in-process from the repository root (``simulator.cli.main``, fast)."""
+    """Run ``execsim ARGS`` in-process from the repository root (``simulator.cli.main.main``, fast)."""
     import contextlib
     import io
 
-    from simulator.cli import main
+    from simulator.cli.main import main
     out, err = io.StringIO(), io.StringIO()
     cwd = os.getcwd()
     os.chdir(REPO)
@@ -114,10 +114,10 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def _cli_subprocess(*args: str) -> subprocess.CompletedProcess:
-    """Run ``execsim ARGS`` as a process (the installed console script; ``python -m simulator.cli`` if absent)."""
+    """Run ``execsim ARGS`` as a process (the installed console script; ``python -m simulator.cli.main`` if absent)."""
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     exe = shutil.which("execsim")
-    cmd = [exe] if exe else [sys.executable, "-m", "simulator.cli"]
+    cmd = [exe] if exe else [sys.executable, "-m", "simulator.cli.main"]
     return subprocess.run([*cmd, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
 
 

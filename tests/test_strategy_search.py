@@ -1,4 +1,4 @@
-"""The strategy search (simulator/space.py, mcmc.py, backends.py, strategy_search.py, search_cli.py)
+"""The strategy search (simulator/search/space.py, mcmc.py, backends.py, strategy_search.py, search_cli.py)
 and the money model (topologies/pricing.py): exact candidate counts on hand-countable spaces, the
 static memory bound as a true lower bound, MCMC against the exhaustive optimum, backends giving
 byte-identical tables, bad input, and --write-best reproducing the search's numbers."""
@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from simulator.backends import Job, candidate_strategy, evaluate_row, ray_available
-from simulator.cli import main
-from simulator.search import evaluate
-from simulator.search_plots import pareto_front
-from simulator.space import SearchSpace, context, enumerate_space, gpu_counts, parse_axis
-from simulator.strategy_search import objective_value, search
+from simulator.search.backends import Job, candidate_strategy, evaluate_row, ray_available
+from simulator.cli.main import main
+from simulator.search.evaluate import evaluate
+from simulator.search.plots import pareto_front
+from simulator.search.space import SearchSpace, context, enumerate_space, gpu_counts, parse_axis
+from simulator.search.strategy_search import objective_value, search
 from strategies.errors import ConfigError
 from strategies.strategy_file import load_strategy
 from topologies.pricing import price_per_gpu_hour, training_cost
@@ -148,7 +148,7 @@ def test_grouped_first_pass_equals_naive_cold_evaluations(l8):
     """The search simulates candidates grouped by schedule and structure (caches shared); every row
     equals the candidate evaluated alone with every cache cleared first, in candidate order."""
     from benchmarks.search import clear_caches
-    from simulator.backends import evaluate_rows, evaluation_order, structure_key
+    from simulator.search.backends import evaluate_rows, evaluation_order, structure_key
     ctx = context(l8)
     cands, _ = enumerate_space(ctx, SearchSpace(tp=(1, 2), pp=(1, 2), vpp=(1, 2), cp=(1,), micro_batch=(1, 2),
                                                 zero=(1,), recompute=("none", "full")), [8])

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from simulator.engine import simulate
-from simulator.trace import chrome_trace, parse_ranks, trace_text, write_chrome_trace
+from simulator.engine.core import simulate
+from simulator.outputs.trace import chrome_trace, parse_ranks, trace_text, write_chrome_trace
 from strategies.actions import Action, Schedule
 from strategies.errors import ConfigError
 from taskgraph.graph import Device, TaskGraphBuilder

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from simulator.api import simulate_pipeline
-from simulator.cli import main
-from simulator.timeline_export import parquet_available, timeline_table, write_timeline
-from simulator.trace_hta import (COMPUTE_STREAM, CORRELATION_BASE, hta_rank_text, idle_within_span_s,
+from simulator.cli.main import main
+from simulator.outputs.timeline_export import parquet_available, timeline_table, write_timeline
+from simulator.outputs.trace_hta import (COMPUTE_STREAM, CORRELATION_BASE, hta_rank_text, idle_within_span_s,
                                  write_hta_traces)
 from strategies.errors import ConfigError
 from strategies.pipeline_file import load_pipeline
@@ -52,7 +52,7 @@ def test_hta_files_and_rank_filter(tmp_path):
 
 
 def test_idle_within_span_exact():
-    from simulator.reports import report
+    from simulator.reports.report import report
     g, r = _graph()
     # rank 0 compute: F0 F1 [0, 2], B0 [4.2, 6.2], F2 B1 [6.2, 9.2], B2 [10.4, 12.4] ms: gaps 2.2 + 1.2
     # rank 1 compute: [1.1, 7.1], [7.3, 10.3]: one 0.2 ms gap; the report's 3.4 ms idle less the
@@ -129,7 +129,7 @@ def test_timeline_parquet_roundtrip(tmp_path):
 
 
 def test_timeline_parquet_without_pyarrow_is_one_clear_error(tmp_path, monkeypatch):
-    import simulator.timeline_export as te
+    import simulator.outputs.timeline_export as te
     monkeypatch.setattr(te, "parquet_available", lambda: False)
     g, r = _graph()
     with pytest.raises(ConfigError, match=r"needs pyarrow.*execsim\[parquet\].*or write \.csv"):

@@ -1,0 +1,227 @@
+"""``execsim search``: the command-line face of :mod:`simulator.search.strategy_search` (parser, progress
+bar, ranked table, CSV / JSON / Pareto plot / best-strategy file). Only this module and
+``simulator/cli/main.py`` print."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+from strategies.errors import ConfigError
+
+
+def add_parser(sub) -> None:
+    import argparse
+    ex = "strategies/examples/gpt3-175b-1024-a100.yaml"
+    s = sub.add_parser(
+        "search", help="search strategies (and GPU counts) by time, cost or tokens per dollar",
+        description="Search strategies (and GPU counts) by time, cost or tokens per dollar.",
+        epilog="examples:\n  " + "\n  ".join([
+            f"execsim search {ex} --write-best best.yaml",
+            f"execsim search {ex} --method mcmc --budget 100 --seed 1",
+            "execsim search strategies/examples/llama3-70b-64-h100.yaml --gpus-range 64:4096 --deadline-days 30 "
+            "--train-tokens 1e12 --objective cost",
+            f"execsim search {ex} --axis tp=4,8 --csv all.csv --plot pareto.png"]),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.add_argument("file", help="strategy file: fixes the model, cluster type and training settings")
+    g = s.add_mutually_exclusive_group()
+    g.add_argument("--gpus", type=int, help="world size to search (default: the file's cluster)")
+    g.add_argument("--gpus-range", metavar="A:B", help="search world sizes from A to B GPUs")
+    s.add_argument("--objective", choices=("time", "cost", "tokens-per-dollar"),
+                   help="what to minimize (default: time; cost with --deadline-days)")
+    s.add_argument("--deadline-days", type=float, metavar="D", help="only strategies that train within D days")
+    s.add_argument("--train-tokens", type=float, metavar="T", help="token budget (default: training.train_tokens)")
+    s.add_argument("--method", choices=("exhaustive", "mcmc"), default="exhaustive",
+                   help="exhaustive over the valid grid (default) or Metropolis-Hastings (FlexFlow section 6)")
+    s.add_argument("--budget", type=int, metavar="K", help="MCMC: simulations to spend (default min(200, grid))")
+    s.add_argument("--seed", type=int, default=0, help="MCMC random seed")
+    s.add_argument("--start", choices=("file", "random"), default="file",
+                   help="MCMC: start from the file's strategy (default) or a random candidate")
+    s.add_argument("--nonuniform", action="store_true",
+                   help="MCMC: also move layers between stages and change single layers' recompute")
+    s.add_argument("--axis", action="append", metavar="NAME=V1,V2",
+                   help="restrict a search axis, e.g. --axis tp=4,8 --axis schedule=1f1b,zb-h1 (repeatable)")
+    s.add_argument("--top", type=int, default=10, help="rows of the ranked table to print")
+    s.add_argument("--backend", choices=("local", "ray"), default="local",
+                   help="local process pool, or Ray tasks on an existing cluster (pip install 'execsim[ray]')")
+    s.add_argument("--jobs", type=int, help="local worker processes (default: the CPUs available)")
+    s.add_argument("--ray-address", help="Ray cluster address (default: RAY_ADDRESS or a new local Ray)")
+    s.add_argument("--price", type=float, metavar="USD", help="price per GPU-hour (overrides the file and catalog)")
+    s.add_argument("--fidelity", choices=("coarse", "operator"), default="coarse",
+                   help="simulation fidelity of each candidate (default coarse: one task per stage pass)")
+    s.add_argument("--json", action="store_true", help="print the result as JSON")
+    s.add_argument("--csv", metavar="OUT.csv", help="write every simulated candidate as CSV")
+    s.add_argument("--plot", metavar="OUT.png", help="write the time-vs-cost Pareto plot")
+    s.add_argument("--write-best", metavar="BEST.yaml", help="write the best strategy as a strategy file")
+    s.add_argument("--mkdir", action="store_true", help="create an output file's folder if it does not exist")
+    s.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field of FILE first")
+    s.set_defaults(func=run)
+
+
+def _range(text: str) -> tuple[int, int]:
+    a, sep, b = text.partition(":")
+    if not sep or not a.strip().isdigit() or not b.strip().isdigit():
+        raise ConfigError(f"--gpus-range {text!r} must look like A:B with whole numbers, e.g. 64:1024")
+    return int(a), int(b)
+
+
+class _Progress:
+    """tqdm bar with evaluations/s and the best objective so far; silent when stderr is not a TTY."""
+
+    def __init__(self, objective: str, deadline):
+        from simulator.search.strategy_search import objective_value
+        self.value = objective_value
+        self.objective, self.deadline = objective, deadline
+        self.best = math.inf
+        self.bar = None
+
+    def start(self, total: int) -> None:
+        from tqdm import tqdm
+        self.bar = tqdm(total=total, unit="eval", file=sys.stderr, disable=None, dynamic_ncols=True,
+                        desc="search", leave=False)
+
+    def __call__(self, rows) -> None:
+        for r in rows:
+            v = self.value(r, self.objective, self.deadline)
+            if v < self.best:
+                self.best = v
+                shown = (f"{v:.2f} days" if self.objective == "time" else
+                         f"${v:,.0f}" if self.objective == "cost" else f"{-v:,.0f} tokens/$")
+                self.bar.set_postfix_str(f"best {shown}", refresh=False)
+        self.bar.update(len(rows))
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+def run(args) -> int:
+    from simulator.cli.main import _check_outputs, _input_files, _load_strategy
+    from simulator.outputs.files import write_output
+    from simulator.search.space import SearchSpace, parse_axis
+    from simulator.search.strategy_search import format_table, search
+    kind, base = _load_strategy(args, "search")
+    # every output is checked before the search and written atomically (simulator/outputs/files.py)
+    outs = _check_outputs(args, _input_files(args.file, kind, base), csv=args.csv, plot=args.plot,
+                          write_best=args.write_best)
+    axes = {}
+    for item in args.axis or []:
+        name, vals = parse_axis(item)
+        axes[name] = vals
+    space = SearchSpace(**axes)
+    rng = _range(args.gpus_range) if args.gpus_range else None
+    bar = _Progress(args.objective or ("cost" if args.deadline_days is not None else "time"), args.deadline_days)
+    progress = bar
+    try:
+        res = search(base, gpus=args.gpus, gpus_range=rng, space=space, objective=args.objective,
+                     deadline_days=args.deadline_days, train_tokens=args.train_tokens, method=args.method,
+                     budget=args.budget, seed=args.seed, backend=args.backend, jobs=args.jobs, price=args.price,
+                     fidelity=args.fidelity, nonuniform=args.nonuniform, progress=progress,
+                     ray_address=args.ray_address, start=args.start)
+    finally:
+        bar.close()
+    if outs.get("--csv"):
+        write_output(outs["--csv"], lambda tmp: res.table.to_csv(tmp, index=False), "--csv")
+    if outs.get("--plot"):
+        from simulator.search.plots import plot_pareto
+        write_output(outs["--plot"], lambda tmp: plot_pareto(
+            res, tmp, title=f"{Path(args.file).name}: {res.method} search"), "--plot")
+    if outs.get("--write-best") and res.best_strategy is not None:
+        write_output(outs["--write-best"], lambda tmp: write_strategy(
+            res.best_strategy, tmp, price=args.price, fidelity=args.fidelity,
+            header=f"written by: execsim search {Path(args.file).name} (best by {res.objective}: "
+                   f"{res.best.label()} on {res.best.gpus} GPUs)"), "--write-best")
+    if args.json:
+        cols = list(res.table.columns)
+        print(json.dumps({"objective": res.objective, "method": res.method, "gpus": res.gpus,
+                          "train_tokens": res.train_tokens, "price_per_gpu_hour_usd": res.price,
+                          "deadline_days": res.deadline_days, "simulated": res.evaluations,
+                          "space": {"kept": res.stats.kept, "invalid": res.stats.invalid,
+                                    "pruned_memory": res.stats.pruned_memory},
+                          "best": _json_row(res.table.iloc[0], cols) if res.best else None,
+                          "message": res.message or None,
+                          "rows": [_json_row(r, cols) for _, r in res.table.head(args.top).iterrows()]},
+                         sort_keys=True))
+    else:
+        price = f"${res.price:.2f}/GPU-hour" if res.price is not None else "no price (cost columns empty)"
+        print(f"{args.file}: {res.method} search over {'/'.join(map(str, res.gpus))} GPUs, objective {res.objective}"
+              + (f", deadline {res.deadline_days:g} days" if res.deadline_days is not None else "")
+              + f"; {res.train_tokens:.3g} tokens at {price}")
+        print(f"space: {res.stats.kept} candidates after closed-form checks ({res.stats.invalid} invalid) and the "
+              f"static memory bound ({res.stats.pruned_memory} pruned); simulated {res.evaluations} in "
+              f"{res.wall_s:.1f} s ({res.evaluations / max(res.wall_s, 1e-9):.0f}/s)")
+        if res.best is None:
+            print(f"no answer: {res.message}")
+            if res.closest is not None and len(res.closest):
+                from simulator.search.strategy_search import SearchResult
+                print("closest candidates:")
+                sub = SearchResult(res.closest, None, None, res.objective, res.method, res.train_tokens, res.price,
+                                   res.deadline_days, res.gpus, res.stats, 0, 0.0)
+                print(format_table(sub, top=len(res.closest)))
+        else:
+            print(format_table(res, args.top))
+            b = res.table.iloc[0]
+            print(f"best: {res.best.label()} on {res.best.gpus} GPUs: iteration {b['iteration_time_s']:.3f} s, "
+                  f"{b['tokens_per_s']:,.0f} tokens/s, MFU {100 * b['mfu']:.1f}%, peak {b['peak_memory_gb']:.1f} GiB, "
+                  f"{_days(b['days_to_train'])} days, {b['gpu_hours']:,.0f} GPU-hours"
+                  + (f", ${b['cost_usd']:,.0f}" if not math.isnan(b['cost_usd']) else ""))
+        for what, path in (("table", args.csv), ("Pareto plot", args.plot), ("best strategy", args.write_best)):
+            if path and not (what == "best strategy" and res.best is None):
+                print(f"{what} written to {path}")
+    return 0 if res.best is not None else 1
+
+
+def _days(d: float) -> str:
+    return f"{d:,.1f}" if d >= 10 else f"{d:.3g}"
+
+
+def _json_row(row, cols) -> dict:
+    out = {}
+    for k in cols:
+        v = row[k]
+        if hasattr(v, "item"):
+            v = v.item()
+        if isinstance(v, float) and math.isnan(v):
+            v = None
+        out[k] = v
+    return out
+
+
+def write_strategy(strategy, path: str, *, price: float | None = None, fidelity: str = "coarse",
+                   header: str = "") -> None:
+    """Write ``strategy`` (a parsed Strategy whose fields the search set) as a strategy file that
+    ``execsim simulate`` reads back to the same strategy; relative model/cluster/profile paths are
+    rewritten for ``path``'s folder (absolute when outside it)."""
+    import yaml
+    from dataclasses import asdict
+    out_dir = Path(path).resolve().parent
+    base_dir = Path(strategy.base_dir).resolve()
+
+    def rel(p):
+        if isinstance(p, str) and (base_dir / p).exists() and not os.path.isabs(p):
+            r = os.path.relpath(base_dir / p, out_dir)
+            return str((base_dir / p).resolve()) if r.startswith("..") else r
+        return p
+
+    par = {k: v for k, v in asdict(strategy.parallel).items()}
+    par["layers_per_stage"] = list(par["layers_per_stage"]) if par["layers_per_stage"] else None
+    if par["layers_per_stage"] is None:
+        del par["layers_per_stage"]
+    tr = dict(asdict(strategy.training))
+    tr["recompute_layers"] = list(tr["recompute_layers"]) if tr["recompute_layers"] else None
+    for k in ("recompute_layers", "train_tokens"):
+        if tr[k] is None:
+            del tr[k]
+    raw_opts = dict(strategy.raw.get("options") or {})
+    if price is not None:
+        raw_opts["price_per_gpu_hour_usd"] = float(price)
+    if raw_opts.get("profile"):
+        raw_opts["profile"] = rel(raw_opts["profile"])
+    raw_opts["fidelity"] = fidelity  # the fidelity the search ranked with: simulate reproduces its numbers
+    data = {"model": rel(strategy.model), "cluster": strategy.cluster, "parallel": par, "schedule": strategy.schedule,
+            "training": tr, "options": raw_opts}
+    text = yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write((f"# {header}\n" if header else "") + text)

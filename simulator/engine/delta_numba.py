@@ -1,0 +1,476 @@
+"""Optional compiled sweep for :class:`simulator.engine.delta.DeltaSimulator` (extra ``fast``, i.e. numba).
+
+The same event loop as ``DeltaSimulator._sweep`` (the module doc of :mod:`simulator.engine.delta` gives the
+algorithm and its proof: FlexFlow's delta simulation, Jia et al. 2019 Section 5.3, made exact for the
+FIFO engine), for the case it is used in: durations > 0 (no zero-duration guards) and changes that
+only re-time (``set_durations``). Only the data structures differ:
+
+* each device queue is a doubly linked list in key order ``(lk[x], x)`` (``qn``/``qp`` per task,
+  ``qh``/``qt`` per device) instead of chunked Python lists; an insert searches from a nearby entry
+  (the task's old neighbour, or the last entry the sweep placed on that device, ``cur``), so a
+  search walks the entries the task moves past;
+* the event heap is a binary min-heap over ``(ready, id)`` pairs in two arrays, ordered exactly as
+  ``heapq`` orders the tuples;
+* successors and predecessors come from CSR arrays.
+
+Every floating-point operation is the Python loop's (``max``, one addition per task), so the new
+timeline is the same bits; tests/test_delta.py runs both sweeps on the same changes and compares them.
+The loop stops (``PAUSED``) every ``stop_work`` units of work so that the caller can read the clock
+and apply the same cost model as the Python sweep (numba has no clock); the heap and counters carry
+over between calls.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+try:
+    import numba
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError("the compiled delta sweep needs numba: pip install 'execsim[fast]'") from exc
+
+DONE, PAUSED, LIMIT, LOSSY, TIE, OVERFLOW = 0, 1, 2, 3, 4, 5
+# cnt slots (int64): dirtied count, processed, changed, moved, vacated, work
+C_DIRT, C_PROC, C_CHANGED, C_MOVED, C_VAC, C_WORK = 0, 1, 2, 3, 4, 5
+# flt slots (float64): largest new end, old makespan, an end at the makespan decreased (0/1),
+# sweep point (ready, id) of the last event handled, the task whose duration was lost to rounding
+F_EMAX, F_MK0, F_LOST, F_AT_R, F_AT_X, F_BAD = 0, 1, 2, 3, 4, 5
+
+
+@numba.njit(cache=True, inline="always")
+def _before(r1, x1, r2, x2):
+    return r1 < r2 or (r1 == r2 and x1 < x2)
+
+
+@numba.njit(cache=True, inline="always")
+def _push(hr, hx, hs, r, x):
+    """Push (r, x); returns the new size. The caller sizes the arrays for every push of a sweep
+    (:func:`heap_capacity`), so nothing is reallocated (no array is returned: no reference counting
+    in the loop). Past the capacity nothing is written and the size still grows, so the loop sees
+    ``hs > capacity`` and stops with OVERFLOW (a full run follows: never a wrong answer)."""
+    if hs >= hr.shape[0]:
+        return hs + 1
+    i = hs
+    while i > 0:
+        p = (i - 1) >> 1
+        if _before(r, x, hr[p], hx[p]):
+            hr[i] = hr[p]
+            hx[i] = hx[p]
+            i = p
+        else:
+            break
+    hr[i] = r
+    hx[i] = x
+    return hs + 1
+
+
+def heap_capacity(initial: int, tasks: int, edges: int) -> int:
+    """An upper bound on the events one sweep pushes (so on the heap's size): each task is marked
+    dirty at most once (its queue entry pushed) and is a seed at most once; each edge causes at most
+    one relocation push when its source is processed, one release push, and one blocking push."""
+    return initial + 2 * tasks + 3 * edges + 16
+
+
+@numba.njit(cache=True, inline="always")
+def _pop(hr, hx, hs):
+    """Remove the root; returns the new size (the root must be read before)."""
+    hs -= 1
+    if hs > 0:
+        lr = hr[hs]
+        lx = hx[hs]
+        i = 0
+        while True:
+            c = 2 * i + 1
+            if c >= hs:
+                break
+            if c + 1 < hs and _before(hr[c + 1], hx[c + 1], hr[c], hx[c]):
+                c += 1
+            if _before(hr[c], hx[c], lr, lx):
+                hr[i] = hr[c]
+                hx[i] = hx[c]
+                i = c
+            else:
+                break
+        hr[i] = lr
+        hx[i] = lx
+    return hs
+
+
+@numba.njit(cache=True, inline="always")
+def _unlink(qh, qt, qn, qp, d, x):
+    """Take x out of device d's list; returns the id that followed it (-1: none)."""
+    p = qp[x]
+    c = qn[x]
+    if p != -1:
+        qn[p] = c
+    else:
+        qh[d] = c
+    if c != -1:
+        qp[c] = p
+    else:
+        qt[d] = p
+    return c
+
+
+@numba.njit(cache=True, inline="always")
+def _insert(qh, qt, qn, qp, lk, d, r, x, start):
+    """Put x at key (r, x) in device d's list, searching from entry ``start`` of d (-1: the head);
+    returns (id before, id after), -1 = none. lk[x] is not written."""
+    p = start
+    while p != -1 and not _before(lk[p], p, r, x):
+        p = qp[p]
+    c = qh[d] if p == -1 else qn[p]
+    while c != -1 and _before(lk[c], c, r, x):
+        p = c
+        c = qn[c]
+    if p == -1:
+        qh[d] = x
+    else:
+        qn[p] = x
+    qp[x] = p
+    qn[x] = c
+    if c != -1:
+        qp[c] = x
+    else:
+        qt[d] = x
+    return p, c
+
+
+@numba.njit(cache=True, inline="always")
+def _ready_of(y, pptr, pidx, E):
+    """Ready time of y: the latest end of its predecessors (0.0 without any)."""
+    new = 0.0
+    for j in range(pptr[y], pptr[y + 1]):
+        ep = E[pidx[j]]
+        if ep > new:
+            new = ep
+    return new
+
+
+@numba.njit(cache=True)
+def build_links(ids, bounds, n, nd):
+    """Linked lists from the ids of each device in key order (``ids[bounds[d]:bounds[d + 1]]``)."""
+    qn = np.full(n, -1, dtype=np.int64)
+    qp = np.full(n, -1, dtype=np.int64)
+    qh = np.full(nd, -1, dtype=np.int64)
+    qt = np.full(nd, -1, dtype=np.int64)
+    for d in range(nd):
+        a = bounds[d]
+        b = bounds[d + 1]
+        if b > a:
+            qh[d] = ids[a]
+            qt[d] = ids[b - 1]
+            for k in range(a, b - 1):
+                qn[ids[k]] = ids[k + 1]
+                qp[ids[k + 1]] = ids[k]
+    return qh, qt, qn, qp
+
+
+@numba.njit(cache=True)
+def dump_links(qh, qn, nd, count):
+    """The lists as (ids of each device in key order, bounds): the inverse of :func:`build_links`."""
+    ids = np.empty(count, dtype=np.int64)
+    bounds = np.zeros(nd + 1, dtype=np.int64)
+    k = 0
+    for d in range(nd):
+        x = qh[d]
+        while x != -1:
+            if k == count:
+                raise ValueError("delta queues: more linked entries than queued tasks")
+            ids[k] = x
+            k += 1
+            x = qn[x]
+        bounds[d + 1] = k
+    return ids[:k], bounds
+
+
+@numba.njit(cache=True)
+def last_upto(qt, qp, lk, d, kr, kx):
+    """Id of device d's last entry with key <= (kr, kx), or -1 (walks back from the tail)."""
+    x = qt[d]
+    while x != -1 and _before(kr, kx, lk[x], x):
+        x = qp[x]
+    return x
+
+
+@numba.njit(cache=True)
+def cut_and_append(qh, qt, qn, qp, d, last, ids):
+    """Drop device d's entries after ``last`` (-1: all) and append ``ids`` (key order, all later)."""
+    p = last
+    if p == -1:
+        qh[d] = -1
+    else:
+        qn[p] = -1
+    qt[d] = p
+    for k in range(ids.shape[0]):
+        x = ids[k]
+        qp[x] = p
+        qn[x] = -1
+        if p == -1:
+            qh[d] = x
+        else:
+            qn[p] = x
+        p = x
+    qt[d] = p
+
+
+@numba.njit(cache=True)
+def sweep(R, S, E, dur, dev, lk, where, st, nr, pend, oS, oE, sptr, sidx, pptr, pidx,
+          qh, qt, qn, qp, cur, hr, hx, hs, dirt, cnt, flt, stop_work, limit):
+    """``DeltaSimulator._sweep`` without guards (durations > 0). Returns (status, hs); the heap
+    arrays hold :func:`heap_capacity` entries.
+
+    st: 0 clean, 1 dirty, 3 dirty and unresolved, 2 done (see the Python loop). ``cur[d]``: the last
+    entry placed at the sweep point on device d (final, so a valid place to search from), -1 none.
+    Stops before the next event once ``work >= stop_work`` (PAUSED), and, as the Python loop, in the
+    middle of the event that makes ``work == limit`` (LIMIT; ``limit`` < 0: none).
+
+    ``mark_queue`` and ``block_successors`` of the Python loop are written out where they occur:
+    as inlined helpers returning (nmark, hs) they made the sweep 1.6x slower (measured on the
+    benchmarks/delta.py pipeline: 26 -> 42 ms for a change that re-times every task)."""
+    mk0 = flt[F_MK0]
+    emax = flt[F_EMAX]
+    lost = flt[F_LOST] != 0.0
+    processed = cnt[C_PROC]
+    changed = cnt[C_CHANGED]
+    moved = cnt[C_MOVED]
+    vacated = cnt[C_VAC]
+    work = cnt[C_WORK]
+    nmark = cnt[C_DIRT]
+    status = DONE
+    cap = hr.shape[0]
+    while hs > 0:
+        if hs > cap:
+            status = OVERFLOW
+            break
+        if work >= stop_work:
+            status = PAUSED
+            break
+        r = hr[0]
+        x = hx[0]
+        hs = _pop(hr, hx, hs)
+        sx = st[x]
+        if not sx & 1:
+            continue  # clean or done: a stale event
+        if pend[x] == 0 and nr[x] == r:
+            # ---- process x at its final key (r, x)
+            d = dev[x]
+            w = where[x]
+            if w != -1 and (w != d or lk[x] != r):
+                z = _unlink(qh, qt, qn, qp, w, x)
+                if z != -1:  # mark_queue(z)
+                    sz = st[z]
+                    if sz == 0:
+                        st[z] = 1
+                        dirt[nmark] = z
+                        nmark += 1
+                        nr[z] = R[z]
+                        hs = _push(hr, hx, hs, R[z], z)
+                    elif sz == 2:
+                        status = TIE
+                        break
+                w = -1
+            if w != -1:
+                pv = qp[x]
+                z = qn[x]
+            else:
+                pv, z = _insert(qh, qt, qn, qp, lk, d, r, x, cur[d])
+            cur[d] = x
+            pe = E[pv] if pv != -1 else 0.0
+            s = r if r > pe else pe
+            e = s + dur[x]
+            if e == s:
+                flt[F_BAD] = x
+                status = LOSSY
+                break
+            oe = E[x]
+            if w == -1:
+                where[x] = d
+                lk[x] = r
+                mark_next = True
+            else:
+                mark_next = e != oe
+            if R[x] != r:
+                moved += 1
+            if e != oe or s != S[x]:
+                changed += 1
+                if e > emax:
+                    emax = e
+                if oe >= mk0 and e < oe:
+                    lost = True
+            oS[x] = S[x]
+            oE[x] = oe
+            R[x] = r
+            S[x] = s
+            E[x] = e
+            st[x] = 2
+            processed += 1
+            work += 1
+            flt[F_AT_R] = r
+            flt[F_AT_X] = x
+            if work == limit:  # as the Python loop: stop here, the resume takes the rest
+                status = LIMIT
+                break
+            if mark_next and z != -1:
+                sz = st[z]
+                if sz == 0:
+                    st[z] = 1
+                    dirt[nmark] = z
+                    nmark += 1
+                    nr[z] = R[z]
+                    hs = _push(hr, hx, hs, R[z], z)
+                elif sz == 2:
+                    status = TIE
+                    break
+            bad = False
+            for k in range(sptr[x], sptr[x + 1]):
+                y = sidx[k]
+                sy = 0
+                new = 0.0
+                if sx == 3:  # x was unresolved: release its successors
+                    c = pend[y] - 1
+                    pend[y] = c
+                    if c != 0:
+                        continue
+                    new = _ready_of(y, pptr, pidx, E)
+                    if not (where[y] != -1 and lk[y] != new):
+                        nr[y] = new
+                        hs = _push(hr, hx, hs, new, y)
+                        continue
+                    sy = st[y]
+                elif e != oe:
+                    if pend[y]:
+                        continue  # its ready time is computed when it is released
+                    sy = st[y]
+                    if sy == 0:
+                        cur_r = R[y]
+                    elif sy == 2:
+                        bad = True
+                        break
+                    else:
+                        cur_r = nr[y]
+                    if e > cur_r:
+                        new = e
+                    elif e == cur_r or oe != cur_r:
+                        continue  # ready time unchanged
+                    else:  # the old maximum decreased: recompute
+                        new = _ready_of(y, pptr, pidx, E)
+                        if new == cur_r:
+                            continue
+                    if sy == 0:
+                        st[y] = 1
+                        dirt[nmark] = y
+                        nmark += 1
+                else:
+                    break
+                # ---- relocate(y, new, sy): y (pend 0) gets the new ready time: move its entry now
+                nr[y] = new
+                wy = where[y]
+                dy = dev[y]
+                if wy == dy and lk[y] == new:
+                    hs = _push(hr, hx, hs, new, y)
+                    continue
+                z1 = -1
+                z2 = -1
+                if wy == dy:
+                    # Q.move: rewrite the key when the neighbours stay, else remove and insert
+                    p0 = qp[y]
+                    n0 = qn[y]
+                    ok = p0 == -1 or _before(lk[p0], p0, new, y)
+                    if ok:
+                        ok = n0 == -1 or _before(new, y, lk[n0], n0)
+                    if not ok:
+                        z1 = _unlink(qh, qt, qn, qp, dy, y)
+                        start = p0 if p0 != -1 else n0
+                        pv2, z2 = _insert(qh, qt, qn, qp, lk, dy, new, y, start)
+                else:
+                    if wy != -1:
+                        z1 = _unlink(qh, qt, qn, qp, wy, y)
+                    pv2, z2 = _insert(qh, qt, qn, qp, lk, dy, new, y, cur[dy])
+                    where[y] = dy
+                for z in (z1, z2):
+                    if z >= 0:
+                        sz = st[z]
+                        if sz == 0:
+                            st[z] = 1
+                            dirt[nmark] = z
+                            nmark += 1
+                            nr[z] = R[z]
+                            hs = _push(hr, hx, hs, R[z], z)
+                        elif sz == 2:
+                            bad = True
+                if bad:
+                    break
+                lk[y] = new
+                hs = _push(hr, hx, hs, new, y)
+                if sy != 3 and new >= E[y]:
+                    st[y] = 3
+                    # block_successors(y): y may be processed after its successors' keys
+                    for k2 in range(sptr[y], sptr[y + 1]):
+                        v = sidx[k2]
+                        pend[v] += 1
+                        sv = st[v]
+                        if sv == 0:
+                            st[v] = 1
+                            dirt[nmark] = v
+                            nmark += 1
+                            if where[v] != -1:
+                                hs = _push(hr, hx, hs, lk[v], v)
+                        elif sv == 2:
+                            bad = True
+                            break
+                    if bad:
+                        break
+            if bad:
+                status = TIE
+                break
+        elif where[x] != -1 and lk[x] == r:
+            # ---- vacate: x's entry is at the sweep point but x cannot be processed here
+            z = _unlink(qh, qt, qn, qp, where[x], x)
+            where[x] = -1
+            if z != -1:
+                sz = st[z]
+                if sz == 0:
+                    st[z] = 1
+                    dirt[nmark] = z
+                    nmark += 1
+                    nr[z] = R[z]
+                    hs = _push(hr, hx, hs, R[z], z)
+                elif sz == 2:
+                    status = TIE
+                    break
+            vacated += 1
+            work += 1
+            flt[F_AT_R] = r
+            flt[F_AT_X] = x
+            if work == limit:
+                status = LIMIT
+                break
+            if sx != 3:
+                st[x] = 3
+                bad = False
+                for k2 in range(sptr[x], sptr[x + 1]):
+                    v = sidx[k2]
+                    pend[v] += 1
+                    sv = st[v]
+                    if sv == 0:
+                        st[v] = 1
+                        dirt[nmark] = v
+                        nmark += 1
+                        if where[v] != -1:
+                            hs = _push(hr, hx, hs, lk[v], v)
+                    elif sv == 2:
+                        bad = True
+                        break
+                if bad:
+                    status = TIE
+                    break
+        # else: a stale event
+    cnt[C_DIRT] = nmark
+    cnt[C_PROC] = processed
+    cnt[C_CHANGED] = changed
+    cnt[C_MOVED] = moved
+    cnt[C_VAC] = vacated
+    cnt[C_WORK] = work
+    flt[F_EMAX] = emax
+    flt[F_LOST] = 1.0 if lost else 0.0
+    return status, hs

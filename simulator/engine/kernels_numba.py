@@ -1,0 +1,131 @@
+"""Optional compiled kernel for :func:`simulator.engine.core.simulate_arrays` (``kernel="numba"``).
+
+Install with the ``fast`` extra (``pip install execsim[fast]``, i.e. numba). The loop is the plain
+FlexFlow loop of :mod:`simulator.engine.core` (Jia et al. 2019, Section 5.2, Algorithm 1) -- pop the ready
+task with the smallest ``(ready_time, task_id)``, ``start = max(ready, free[device])``, ``end = start +
+duration``, a successor's ready time is the max of its predecessors' ends (and at least 0) -- compiled
+with numba, with the heap written out as a binary min-heap over (ready, id) pairs so ties break by id
+exactly as ``heapq`` does on tuples (keys are unique because ids are). NaN and negative durations
+follow the same comparisons as the Python loop (``e > ready`` is False for NaN). The pure-Python engine
+stays the default and the reference; tests/test_engine_numba.py checks identical results (skipped
+with a reason when numba is not installed).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+try:
+    import numba
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError("kernel='numba' needs numba: install the optional extra, pip install 'execsim[fast]'") \
+        from exc
+
+
+@numba.njit(cache=True)
+def _less(r1, t1, r2, t2):
+    # tuple order (r, t): as heapq compares (ready, id); NaN ready never occurs (ready starts at 0.0
+    # and only grows through ``e > ready``)
+    return r1 < r2 or (r1 == r2 and t1 < t2)
+
+
+@numba.njit(cache=True)
+def _kernel(dur, dev, ptr, idx, nd):
+    n = dur.shape[0]
+    indeg = np.zeros(n, dtype=np.int64)
+    for k in range(idx.shape[0]):
+        indeg[idx[k]] += 1
+    ready = np.zeros(n, dtype=np.float64)
+    start = np.zeros(n, dtype=np.float64)
+    order = np.empty(n, dtype=np.int64)
+    free = np.zeros(nd, dtype=np.float64)
+    hr = np.empty(n, dtype=np.float64)  # heap keys: ready time, task id
+    ht = np.empty(n, dtype=np.int64)
+    size = 0
+    for t in range(n):  # sources in id order: already a valid heap (all keys (0.0, id), ascending)
+        if indeg[t] == 0:
+            hr[size] = 0.0
+            ht[size] = t
+            size += 1
+    m = 0
+    while size > 0:
+        r = hr[0]
+        t = ht[0]
+        size -= 1  # pop: move the last item to the root and sift it down
+        if size > 0:
+            lr = hr[size]
+            lt = ht[size]
+            i = 0
+            while True:
+                c = 2 * i + 1
+                if c >= size:
+                    break
+                if c + 1 < size and _less(hr[c + 1], ht[c + 1], hr[c], ht[c]):
+                    c += 1
+                if _less(hr[c], ht[c], lr, lt):
+                    hr[i] = hr[c]
+                    ht[i] = ht[c]
+                    i = c
+                else:
+                    break
+            hr[i] = lr
+            ht[i] = lt
+        order[m] = t
+        m += 1
+        d = dev[t]
+        s = free[d]
+        if r > s:
+            s = r
+        e = s + dur[t]
+        free[d] = e
+        start[t] = s
+        for k in range(ptr[t], ptr[t + 1]):
+            w = idx[k]
+            if e > ready[w]:
+                ready[w] = e
+            indeg[w] -= 1
+            if indeg[w] == 0:  # push: sift up
+                i = size
+                size += 1
+                rw = ready[w]
+                while i > 0:
+                    p = (i - 1) >> 1
+                    if _less(rw, w, hr[p], ht[p]):
+                        hr[i] = hr[p]
+                        ht[i] = ht[p]
+                        i = p
+                    else:
+                        break
+                hr[i] = rw
+                ht[i] = w
+    return order[:m], ready, start, indeg
+
+
+def run_numba(dur, dev, ptr, idx, nd):
+    """(order, ready, start, indeg left) for validated engine inputs (see simulator/engine/core.py)."""
+    return _kernel(np.ascontiguousarray(dur, dtype=np.float64), np.ascontiguousarray(dev, dtype=np.int64),
+                   np.ascontiguousarray(ptr, dtype=np.int64), np.ascontiguousarray(idx, dtype=np.int64),
+                   int(nd))
+
+
+@numba.njit(cache=True)
+def _static_sweep(pi, pdev, q1, q2, durs, total, nd):
+    E = np.zeros(total + 1, dtype=np.float64)  # E[total] = 0.0: "no predecessor"
+    free = np.zeros(nd, dtype=np.float64)
+    for k in range(pi.shape[0]):
+        r = E[q1[k]]
+        x = E[q2[k]]
+        if x > r:
+            r = x
+        s = free[pdev[k]]
+        if r > s:
+            s = r
+        e = s + durs[k]
+        free[pdev[k]] = e
+        E[pi[k]] = e
+    return E
+
+
+def static_sweep(pi, pdev, q1, q2, durs, total: int, nd: int) -> np.ndarray:
+    """Ends of the static-order sweep of :func:`simulator.engine.static_order.static_order_timeline` (same loop,
+    same IEEE operations in the same order, so the same bits; tests/test_engine_numba.py)."""
+    return _static_sweep(pi, pdev, q1, q2, np.ascontiguousarray(durs, dtype=np.float64), int(total), max(int(nd), 1))

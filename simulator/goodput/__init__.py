@@ -1,0 +1,2 @@
+"""A whole training run over days: failures, checkpoints, restarts and goodput (SimPy), and its plot.
+"""

@@ -1,0 +1,166 @@
+"""Output files: checked before any simulation, written atomically, OS errors as one line.
+
+Two functions, used for every file the CLI writes (traces, plots, CSVs, JSON)::
+
+    out = check_output(args.trace, "--trace", inputs=[args.file], mkdir=args.mkdir)  # before simulating
+    ...
+    write_output(out, lambda tmp: write_chrome_trace(tmp, graph, result), "--trace")  # after
+
+``check_output`` refuses, with one :class:`OutputError` naming the flag and the path: an empty path,
+a directory, a path whose parent is missing (unless ``mkdir``, which creates it) or is not a
+directory, an unwritable directory or a read-only file, and any of the run's input files (so
+``--trace strategy.yaml`` cannot overwrite the strategy). It returns the path to pass to
+``write_output``.
+
+``write_output`` calls ``write(tmp)`` with a temporary path in the same directory and renames it
+over the target (``os.replace``, atomic on POSIX), so a run that fails half-way leaves the old file,
+or nothing, never half a file. ``write`` may also be a ``str`` or ``bytes`` (the file's content).
+Devices and FIFOs (``/dev/stdout``, ``/dev/null``) are written in place: they cannot be renamed
+over. Library code raises; the CLI prints ``execsim: error: ...``.
+
+>>> import tempfile, os
+>>> d = tempfile.mkdtemp()
+>>> p = check_output(os.path.join(d, "t.json"), "--trace")
+>>> write_output(p, '{"ok": true}\\n', "--trace")
+>>> open(p).read()
+'{"ok": true}\\n'
+>>> check_output(d, "--trace")  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+simulator.outputs.files.OutputError: --trace '...' is a directory: give a file name inside it, e.g. '.../trace.json'
+"""
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from pathlib import Path
+from typing import Callable, Iterable, Union
+
+from strategies.errors import ExecsimError, brief
+
+__all__ = ["OutputError", "check_output", "check_outputs", "write_output"]
+
+Writer = Union[str, bytes, Callable[[str], None]]
+
+
+class OutputError(ExecsimError):
+    """An output path cannot be written (names the flag, the path and the fix)."""
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        if a.exists() and b.exists():
+            return os.path.samefile(a, b)
+        return os.path.realpath(a) == os.path.realpath(b)
+    except (OSError, ValueError):
+        return False
+
+
+def check_output(path, flag: str, *, inputs: Iterable = (), mkdir: bool = False, default_name: str = "trace.json") -> str:
+    """Check that ``path`` can be written by ``flag`` before any work is done; return it as a str.
+
+    ``inputs``: paths the run reads (never overwritten). ``mkdir``: create a missing parent folder.
+    """
+    if path is None:
+        raise OutputError(f"{flag}: no path given")
+    text = os.fspath(path)
+    name = brief(text, 120)
+    if not text.strip():
+        raise OutputError(f"{flag} {name} is empty: give a file name, e.g. {flag} {default_name}")
+    if "\x00" in text:
+        raise OutputError(f"{flag} {name} contains a NUL byte: give a file name")
+    p = Path(text)
+    try:
+        if p.is_dir():
+            raise OutputError(f"{flag} {name} is a directory: give a file name inside it, e.g. "
+                              f"{brief(str(p / default_name), 120)}")
+        for src in inputs:
+            if src is not None and _same_file(p, Path(os.fspath(src))):
+                raise OutputError(f"{flag} {name} is an input file of this run; writing it would destroy it: "
+                                  f"choose another name")
+        parent = p.parent
+        if not parent.exists():
+            if parent.is_symlink() or not mkdir:
+                raise OutputError(f"{flag} {name}: folder {brief(str(parent), 120)} does not exist; create it or "
+                                  f"pass --mkdir")
+            try:
+                parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise OutputError(f"{flag} {name}: cannot create folder {brief(str(parent), 120)} "
+                                  f"({exc.strerror or type(exc).__name__})") from None
+        if not parent.is_dir():
+            raise OutputError(f"{flag} {name}: {brief(str(parent), 120)} is not a folder (it is a file); give a "
+                              f"path in a folder")
+        if p.exists():
+            st = p.stat()
+            if stat.S_ISREG(st.st_mode) and (not os.access(p, os.W_OK) or not st.st_mode & 0o222):
+                raise OutputError(f"{flag} {name} is read-only: make it writable or choose another name")
+            if not stat.S_ISREG(st.st_mode) and not (stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
+                raise OutputError(f"{flag} {name} exists and is not a regular file: choose another name")
+        if (not p.exists() or stat.S_ISREG(p.stat().st_mode)) and not os.access(parent, os.W_OK | os.X_OK):
+            raise OutputError(f"{flag} {name}: folder {brief(str(parent), 120)} is not writable; choose another "
+                              f"folder")
+    except OSError as exc:
+        raise OutputError(f"{flag} {name} cannot be used ({exc.strerror or type(exc).__name__}); choose another "
+                          f"path") from None
+    return text
+
+
+def check_outputs(outputs: dict, *, inputs: Iterable = (), mkdir: bool = False) -> dict:
+    """``check_output`` for each ``{flag: path}`` (None skipped); two flags naming one file is an error.
+
+    Returns ``{flag: checked path}`` for the given ones."""
+    inputs = [i for i in inputs if i is not None]
+    done: dict = {}
+    for flag, path in outputs.items():
+        if path is None:
+            continue
+        out = check_output(path, flag, inputs=inputs, mkdir=mkdir)
+        for other, op in done.items():
+            if _same_file(Path(op), Path(out)):
+                raise OutputError(f"{flag} and {other} both name {brief(out, 120)}: give them different files")
+        done[flag] = out
+    return done
+
+
+def write_output(path, write: Writer, flag: str) -> None:
+    """Write ``path`` atomically: ``write(tmp_path)`` (or the given str/bytes) into a temporary file
+    in the same folder, then rename it over ``path``. Any OSError becomes one :class:`OutputError`."""
+    text = os.fspath(path)
+    p = Path(text)
+    name = brief(text, 120)
+
+    def emit(target: str) -> None:
+        if isinstance(write, (str, bytes)):
+            with open(target, "wb") as fh:
+                fh.write(write.encode() if isinstance(write, str) else write)
+        else:
+            write(target)
+
+    try:
+        if p.exists() and not stat.S_ISREG(p.stat().st_mode):  # a device or FIFO: write in place
+            emit(text)
+            return
+        mode = p.stat().st_mode & 0o777 if p.exists() else 0o666 & ~_umask()
+        fd, tmp = tempfile.mkstemp(dir=str(p.parent), prefix=f".{p.name[:80]}.", suffix=f".tmp{p.suffix[:16]}")
+        os.close(fd)
+        try:
+            emit(tmp)
+            os.chmod(tmp, mode)
+            os.replace(tmp, text)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+    except OSError as exc:
+        raise OutputError(f"cannot write {flag} {name} ({exc.strerror or type(exc).__name__}); check the path, "
+                          f"free space and permissions") from None
+
+
+def _umask() -> int:
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
