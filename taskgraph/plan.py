@@ -17,7 +17,8 @@ from strategies.limits import MAX_TOKENS_PER_MICROBATCH, check_actions
 from strategies.schedules import SCHEDULES, get_schedule
 from strategies.strategy_file import Strategy
 from taskgraph.cost import DTYPE_BYTES  # noqa: F401  (re-exported: the one element-size table)
-from taskgraph.model import ModelSpec, get_model, load_hf_config, load_model_yaml
+from taskgraph.hf_config import load_hf_config
+from taskgraph.model import ModelSpec, get_model, load_model_yaml
 from topologies.cluster import ClusterSpec, cluster_from_dict, get_cluster, load_cluster_yaml
 from topologies.placement import ParallelSizes
 

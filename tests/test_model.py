@@ -4,8 +4,8 @@ import json
 import pytest
 
 from strategies.errors import ConfigError
-from taskgraph.model import (PRESETS, ModelSpec, get_model, gpt_style, load_hf_config,
-                             load_model_yaml)
+from taskgraph.hf_config import load_hf_config
+from taskgraph.model import PRESETS, ModelSpec, get_model, gpt_style, load_model_yaml
 
 # Published total parameter counts, and where each number comes from.
 PUBLISHED = {

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from strategies.errors import ConfigError
-from taskgraph.model import PRESETS, PUBLISHED_ACTIVE_PARAMS, PUBLISHED_PARAMS, get_model, load_hf_config
+from taskgraph.hf_config import load_hf_config
+from taskgraph.model import PRESETS, PUBLISHED_ACTIVE_PARAMS, PUBLISHED_PARAMS, get_model
 from taskgraph.operators import (attention_pairs, head_operators, layer_operators, model_flops_per_token,
                                  model_operators)
 
