@@ -1,4 +1,4 @@
-"""Benchmark: delta simulation (simulator/engine/delta.py) vs a full run, on a 1F1B pipeline graph.
+"""Benchmark: delta simulation (simulator/engine/delta/) vs a full run, on a 1F1B pipeline graph.
 
     python -m benchmarks.delta [--tasks 1e5] [--ranks 8] [--ops 24] [--reps 5] [--seed 0]
 
@@ -41,7 +41,7 @@ import time
 
 import numpy as np
 
-from simulator.engine.delta import DeltaSimulator
+from simulator.engine.delta.simulator import DeltaSimulator
 from simulator.engine.core import simulate_arrays
 from taskgraph.graph import CAT, Device, TaskGraph, csr_from_edges
 
@@ -492,7 +492,7 @@ def main(argv=None) -> None:
     for k in a.kernels.split(","):
         if k == "numba":
             try:
-                import simulator.engine.delta_numba  # noqa: F401
+                import simulator.engine.delta.kernels_numba  # noqa: F401
             except ImportError:
                 print("numba is not installed (extra 'fast'): the compiled sweep is not timed")
                 continue

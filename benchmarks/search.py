@@ -24,7 +24,7 @@
      start-up timed separately), when Ray is installed;
    * MCMC (budget 100) against the exhaustive optimum over 10 seeds, and random sampling of the
      same budget;
-   * delta simulation (simulator/engine/delta.py) against the full static-order sweep for a local MCMC
+   * delta simulation (simulator/engine/delta/) against the full static-order sweep for a local MCMC
      proposal (one layer's recompute policy, one stage's micro-batches re-timed) and for a change at
      the end of the timeline.
 
@@ -369,7 +369,7 @@ def mcmc_section(s, exhaustive, rep) -> None:
 def delta_section(s) -> None:
     """Delta re-simulation vs the full static-order sweep for local changes of the GPT-3 example."""
     import numpy as np
-    from simulator.engine.delta import DeltaSimulator
+    from simulator.engine.delta.simulator import DeltaSimulator
     from simulator.engine.static_order import _layout_order, static_order_timeline
     from taskgraph.costing import build_work
     from taskgraph.lower_coarse import coarse_layout, graph_from_layout

@@ -26,8 +26,8 @@ from strategies.strategy_file import Strategy, load_strategy
 
 #: name -> module, imported on first use (``from simulator.api import sweep`` works as any import)
 _LAZY = {
-    "DeltaSimulator": "simulator.engine.delta",
-    "DeltaStats": "simulator.engine.delta",
+    "DeltaSimulator": "simulator.engine.delta.simulator",
+    "DeltaStats": "simulator.engine.delta.stats",
     "simulate_reference": "simulator.engine.reference_simpy",
     "timeline": "simulator.engine.timeline",
     "memory_curves": "simulator.reports.memory_timeline",

@@ -1,4 +1,4 @@
-"""Delta simulation (simulator/engine/delta.py) equals full simulation (simulator/engine/core.py) exactly.
+"""Delta simulation (simulator/engine/delta/) equals full simulation (simulator/engine/core.py) exactly.
 
 Delta simulation after Jia et al. 2019, "Beyond Data and Model Parallelism for Deep Neural Networks"
 (FlexFlow), Section 5.3 "Delta Simulation Algorithm". Every test compares start, end, ready, the
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-import simulator.engine.delta as delta_mod
-from simulator.engine.delta import DeltaSimulator
+import simulator.engine.delta.params as delta_mod
+from simulator.engine.delta.simulator import DeltaSimulator
 from simulator.engine.core import simulate_arrays
 from strategies.errors import SimulationError
 from taskgraph.graph import Device, TaskGraphBuilder, csr_from_edges
@@ -22,7 +22,7 @@ from taskgraph.graph import Device, TaskGraphBuilder, csr_from_edges
 @pytest.fixture(autouse=True, params=["python", "auto"])
 def sweep_kernel(request, monkeypatch):
     """Every test runs with the Python sweep (the reference) and with the default, which is the
-    compiled sweep of simulator/engine/delta_numba.py when numba is installed (extra ``fast``)."""
+    compiled sweep of simulator/engine/delta/kernels_numba.py when numba is installed (extra ``fast``)."""
     monkeypatch.setattr(delta_mod, "DEFAULT_KERNEL", request.param)
     return request.param
 

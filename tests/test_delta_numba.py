@@ -1,13 +1,13 @@
-"""The compiled delta sweep (simulator/engine/delta_numba.py, extra ``fast``) equals the Python sweep (the
+"""The compiled delta sweep (simulator/engine/delta/kernels_numba.py, extra ``fast``) equals the Python sweep (the
 reference) change by change: the same timeline bits, the same counters in DeltaStats, the same device
 queues, including after resumes on its linked lists and after changes that switch back to the Python
 queues (device moves, task replacements, added devices)."""
 import numpy as np
 import pytest
 
-import simulator.engine.delta as delta_mod
+import simulator.engine.delta.params as delta_mod
 from benchmarks.delta import pipeline_1f1b
-from simulator.engine.delta import DeltaSimulator
+from simulator.engine.delta.simulator import DeltaSimulator
 from tests.test_delta import assert_matches_full, graph_arrays_from
 
 numba = pytest.importorskip("numba", reason="numba not installed: the optional extra 'fast' is absent")
@@ -119,7 +119,7 @@ def test_compiled_sweep_with_the_default_budget_is_exact():
 def test_a_full_event_heap_falls_back(monkeypatch):
     """heap_capacity bounds the events of a sweep; were it wrong, the kernel stops (OVERFLOW) and
     the change falls back to a full run instead of writing past the arrays."""
-    import simulator.engine.delta_numba as nb
+    import simulator.engine.delta.kernels_numba as nb
 
     monkeypatch.setattr(nb, "heap_capacity", lambda initial, tasks, edges: initial)
     g = pipeline_1f1b(2, 6, 3, 0)

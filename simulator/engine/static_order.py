@@ -2,7 +2,7 @@
 over a precomputed task order instead of the engine's heap, verified after the fact.
 
 Why the static-order timeline equals the engine (``simulator/engine/core.py``): the engine pops tasks
-keyed ``(ready, id)``; ``simulator/engine/delta.py`` (Lemma 1) shows that if per-task times satisfy
+keyed ``(ready, id)``; ``simulator/engine/delta/__init__.py`` (Lemma 1) shows that if per-task times satisfy
 ``R(x) = max(0, E of predecessors)``, ``S(x) = max(R(x), E(prev(x)))``, ``E(x) = S(x) + dur(x)``
 with ``prev(x)`` the task before ``x`` on its device in ``(R, id)`` order, and every edge goes
 forward in that order (``key(u) < key(v)``, "canonical"), then the engine pops exactly the

@@ -50,7 +50,7 @@ def what_if(graph: TaskGraph, changes: list[str], *, budget: float | str | None 
 
     import numpy as np
 
-    from simulator.engine.delta import DeltaSimulator
+    from simulator.engine.delta.simulator import DeltaSimulator
     from taskgraph.graph import CATEGORIES
     ds = DeltaSimulator(graph, budget=budget)
     base = ds.makespan

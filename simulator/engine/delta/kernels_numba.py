@@ -1,6 +1,6 @@
-"""Optional compiled sweep for :class:`simulator.engine.delta.DeltaSimulator` (extra ``fast``, i.e. numba).
+"""Optional compiled sweep for :class:`simulator.engine.delta.simulator.DeltaSimulator` (extra ``fast``, i.e. numba).
 
-The same event loop as ``DeltaSimulator._sweep`` (the module doc of :mod:`simulator.engine.delta` gives the
+The same event loop as ``DeltaSimulator._sweep`` (the package doc of :mod:`simulator.engine.delta` gives the
 algorithm and its proof: FlexFlow's delta simulation, Jia et al. 2019 Section 5.3, made exact for the
 FIFO engine), for the case it is used in: durations > 0 (no zero-duration guards) and changes that
 only re-time (``set_durations``). Only the data structures differ:

@@ -1,0 +1,187 @@
+"""Delta simulation: re-simulate only the tasks whose timing changes after a local change.
+
+Reference: Jia et al. 2019, "Beyond Data and Model Parallelism for Deep Neural Networks" (FlexFlow),
+Section 5.3 "Delta Simulation Algorithm": a strategy search evaluates thousands of candidates that
+differ from the previous one in a single operator; instead of simulating the whole task graph again,
+start from the previous timeline and propagate the change through the tasks whose ready / start / end
+times actually change. This package implements that idea *exactly* for the FIFO engine of
+:mod:`simulator.engine.core` (results are bit-identical to a full run, including per-device order and the
+global pop order), and handles the part the paper leaves implicit: a change of ready times reorders the
+FIFO queue of a device.
+
+Engine semantics (simulator/engine/core.py, FlexFlow Section 5.2)
+------------------------------------------------------------
+A heap of tasks whose predecessors have all finished, keyed ``key(x) = (R(x), x)``; pop the smallest;
+``S(x) = max(R(x), free[dev(x)])``, ``E(x) = S(x) + dur(x)``, ``free[dev(x)] = E(x)``; a successor's
+ready time ``R(v) = max(0, max over predecessors E(u))``; it is pushed when its last predecessor pops.
+
+The model the delta works on, and why it equals the engine
+----------------------------------------------------------
+Model equations, with ``prev(x)`` the task just before ``x`` in the *key-sorted* list of its device::
+
+    R(x) = max(0, max_{u in pred(x)} E(u))
+    S(x) = max(R(x), E(prev(x)))            (0 when x is first on its device)
+    E(x) = S(x) + dur(x)
+
+Call a timeline *canonical* when every edge ``u -> v`` goes forward in key order,
+``key(u) < key(v)`` (then the key-sorted order of all tasks is a topological order).
+
+Lemma 1 (model = engine). Let (R, S, E) satisfy the model equations and be canonical; let pi be all
+tasks sorted by key. Then the engine pops exactly pi and produces exactly (R, S, E).
+Proof by induction over pops: suppose the engine popped pi_1..pi_k with these values. Every task in its
+heap has all predecessors among pi_1..pi_k, so its heap key is (R, id) with the model's R. pi_{k+1}
+is in the heap (canonical: its predecessors come earlier in pi), and every other heap entry is some
+pi_j with j > k+1, hence a larger key: the engine pops pi_{k+1}. Its ``free[dev]`` is the end of the last
+popped task on that device, i.e. ``E(prev(pi_{k+1}))``: start and end agree. QED. (The engine's result
+is unique, so a canonical fixed point of the model is unique too.)
+
+Lemma 2 (when it is canonical). With every duration > 0 each edge has ``R(v) >= E(u) > R(u)``:
+always canonical. With zero durations an edge can tie (``R(u) == R(v)``, u a zero-duration task
+that did not wait) and then goes backwards iff ``v < u``; the engine then pops v after u although
+its key is smaller, i.e. the pop order is not key-sorted (this is the "explicit rule" the notes in
+shared/notes/engine-measurements.md ask for). Such timelines are *non-canonical*; delta mode detects
+them (see below) and falls back to a full run, counted in
+:class:`~simulator.engine.delta.stats.DeltaStats` with the reason.
+Conversely the engine's pop order is key-sorted iff its timeline is canonical.
+"Duration > 0" must hold *after rounding*: ``E(u) > R(u)`` needs ``S(u) + dur(u) > S(u)`` in IEEE
+doubles, and a positive duration below half an ulp of the start time (``2.0 + 1e-16 == 2.0``) is lost
+and acts as a zero duration. Such a task is *lossy*; the state records whether the last full run had
+one (``end == start`` with ``dur > 0``), and a lossy timeline is handled exactly like one with zero
+durations (canonical check, guarded sweep). An unguarded sweep that would make a task lossy aborts to a
+full run (reason "positive duration lost to rounding"), so the unguarded argument below, which needs
+``E > S`` for every task, is never applied to a lossy task.
+
+Delta algorithm (a sweep in key order over the dirty tasks only)
+----------------------------------------------------------------
+State: R, S, E per task; per device a queue of the device's tasks sorted by key (chunked parallel
+lists of ready times and ids, searched with ``bisect``); successor and predecessor lists.
+A change marks *dirty* the tasks whose inputs changed (its own duration / device / predecessor set,
+the task after a removed or inserted list entry). Then a heap of events is processed in increasing
+key order; the current event key is the *sweep point* K. Invariant (INV): every list entry with key
+< K is final (its values and position equal the new fixed point), and every task whose new key is < K
+is in its list at that key. Events for a dirty task x:
+
+* process at ``(nr(x), x)`` where ``nr(x) = max(0, E of predecessors)`` is known (no predecessor is
+  *unresolved*, below): put x's list entry at its new key / device if needed, ``prev`` = the entry
+  just below, compute S and E. If E changed, the successors' ready times are updated incrementally
+  (they become dirty only if their ready time really changes); if the entry moved or E changed, the
+  next entry of the list becomes dirty (its ``prev`` or ``E(prev)`` changed). Otherwise nothing
+  propagates: early termination.
+* *move*: when a predecessor's new end gives x a new ready time (and no predecessor is unresolved),
+  x's entry moves at once to its new key, which is > K; the entries after its old and its new place
+  become dirty. If the new key is not below x's current end, x's successors could be reached by the
+  sweep before x, so x becomes *unresolved*: each successor gets a pending count and cannot be
+  processed (nor passed as clean) until x is.
+* *vacate* at x's old list key, if the sweep reaches it while x is dirty but cannot be processed
+  there (some predecessor is unresolved, or its ready time is known to move but it was not moved):
+  x's entry leaves the list (so tasks behind it no longer see a stale end; the next entry becomes
+  dirty), and x becomes unresolved. This keeps INV when a task moves *later* past other tasks of its
+  device: the engine would not have x in its heap yet, and neither has the sweep.
+* New tasks start unresolved.
+
+Why INV holds with durations > 0: every event pushed while processing the event at K has a key > K
+(successors: ``R >= E(x) > R(x)``; list neighbours: after the entry at K), a dirty task's list entry is
+always >= K, and a provisional ``nr(y)`` computed from a predecessor p that is dirty but not yet
+resolved is ``>= E_old(p) > key_old(p)``, so the sweep meets p's old entry (and vacates or processes
+p) before it could process y. A moved entry sits at y's provisional key ``(nr(y), y) > K``: nothing
+below it changes, nothing above it is processed before y, and if ``nr(y)`` changes again (a
+predecessor processed at some K' < nr(y)) it moves again before the sweep gets there. Its successors
+have keys ``>= (E(y), .)`` (their ready time includes y's current end), so y comes first when
+``nr(y) < E(y)``; otherwise they pend on y. Hence each dirty task is processed once, with final
+inputs, and at the end every task satisfies the model equations (a task never marked dirty had no
+input change). The result is canonical (Lemma 2), so by Lemma 1 it equals the engine.
+Work: the dirty tasks (ready, start or end changed, or moved in a device queue) and their direct
+successors / list neighbours, each O(log n + degree + chunk memmove) -- not the suffix after the change.
+
+With zero durations the same sweep runs with guards: a pop below the previous sweep point, or an input
+change of an already processed task, aborts to a full run; at the end, edges at tasks whose ready
+time changed (and new edges) are checked to go forward in key order (the timeline before the change
+was canonical, so other edges still do). If no guard fired, the result is a canonical fixed point and
+equals the engine by Lemma 1; otherwise the full run is used (counted).
+
+Fallback (cheaper when the change touches much of the graph): the change is applied and the sweep
+runs with a time budget, ``budget`` times a full run (the fastest full run so far: engine + state
+rebuild; checked every 32 events; one event costs several engine pops, so only a sweep
+that stays small can win). The sweep cannot know in advance how far a change will spread, so this is
+the ski-rental rule: at most ``budget`` of a full run is wasted. When the budget runs out, when the
+timeline is not canonical, or when a guard fires, :func:`simulator.engine.core.simulate_arrays` runs on
+the current graph (tombstones enter it as isolated
+zero-duration tasks: such a task pops at (0, id), starts and ends at its device's current free time
+and leaves it unchanged, so it affects no other task), and the delta state is rebuilt from its
+arrays with buffer copies; device queues are rebuilt lazily, per device, on first use.
+Every fallback is reported in :class:`~simulator.engine.delta.stats.DeltaStats` (``fallback``,
+``reason``).
+When the sweep stops for its budget or work limit with durations > 0, the fallback does not start
+over: the tasks up to the sweep point are final (INV) and are exactly those the engine would have
+popped by then (Lemma 1), so the engine resumes from there on the remaining tasks
+(:meth:`~simulator.engine.delta.resume.ResumeMixin._resume`, counted in ``DeltaStats.resumed``) unless
+they are more than ``params.RESUME_MAX_SHARE`` of the graph. The resume costs about one engine pop per
+remaining task plus a fixed part (it patches the state in place), against several pops per task for the
+sweep, so with durations > 0 the sweep also races the resume (ski rental, a measured cost model): at its
+deadline checks it counts the tasks after its point (one vectorized pass), estimates the resumed
+engine's time on them (``_res_fix + _res_per * tasks``, seeded from the full run and refined from every
+resume, :meth:`~simulator.engine.delta.resume.ResumeMixin._learn_resume`), and hands over once it has
+itself cost ``params.RESUME_RACE`` of that estimate. A change late in the timeline then costs at most
+about (1 + RESUME_RACE) x the engine on what follows it, while a change that re-times few tasks finishes
+in the sweep. The budget still bounds the sweep when the resume is not an option (zero or lossy
+durations, or most of the graph after the sweep point).
+
+Compiled sweep
+--------------
+With numba installed (extra ``fast``) and ``kernel="auto"`` (the default), duration changes on a
+timeline with durations > 0 run :func:`simulator.engine.delta.kernels_numba.sweep`: the same event loop,
+device queues as doubly linked lists in key order instead of chunked lists, the event heap as two
+arrays. It pauses every 256-1,024 units of work so that the deadline checks and the race above run here
+unchanged. Resumes patch the linked lists (:func:`simulator.engine.delta.kernels_numba.last_upto`,
+:func:`~simulator.engine.delta.kernels_numba.cut_and_append`); a change that takes the Python path
+(device moves, task replacements, zero durations) first rebuilds the ``_Queue`` objects from them
+(:meth:`~simulator.engine.delta.compiled.CompiledSweepMixin._queues`), and the next compiled sweep
+rebuilds the lists (:meth:`~simulator.engine.delta.compiled.CompiledSweepMixin._links`). Full runs and
+resumes stay on the default (Python) engine, so that the comparison with "a full run" is the product's
+full run. The event heap is sized once per sweep from a bound on its pushes
+(:func:`simulator.engine.delta.kernels_numba.heap_capacity`), so the loop never reallocates and never
+returns arrays (reference counting on every push had cost 60 % of its time). The compiled sweep re-times
+a task in about the engine's time per task, so the ski rental above is relaxed for it
+(``budget="auto"``, :data:`~simulator.engine.delta.params.AUTO_BUDGET_COMPILED`): at each check it goes
+on while, at the rate measured so far, re-timing every task after its point would cost no more than the
+alternative, up to one full run's time in all.
+
+Task ids
+--------
+Ids are stable across changes.
+:meth:`~simulator.engine.delta.simulator.DeltaSimulator.replace_tasks` reuses the removed ids
+(ascending) for the first new tasks and appends ids for the rest; a removed id that is not reused is a
+*tombstone*: it has no device entry and no edges, and NaN times in :attr:`start` & co. (A tombstone is
+not a zero-duration task on a virtual device: that would still take part in the FIFO tie-breaks and
+in the edges.) :meth:`~simulator.engine.delta.simulator.DeltaSimulator.result` and
+:meth:`~simulator.engine.delta.simulator.DeltaSimulator.graph_arrays` renumber the live tasks densely,
+keeping their relative order, so ties break the same way and ``result()`` equals
+``simulate_arrays(*graph_arrays())``; with no tombstones the two numberings coincide.
+
+Layout
+------
+This ``__init__`` holds this doc only: import the modules by name. :class:`DeltaSimulator` is
+assembled from mixins, one per seam named above; imports run one way (``simulator`` imports the mixin
+modules, they import ``queues``, ``stats`` and ``params``, never ``simulator``):
+
+* ``simulator``: :class:`~simulator.engine.delta.simulator.DeltaSimulator` -- the public API
+  (construction, accessors, ``set_durations`` / ``set_devices`` / ``add_devices`` /
+  ``replace_tasks``), their argument checks, and ``_delta``: marks the dirty tasks, sets the budget and
+  the race with the resume (``replan``), picks a sweep and routes its outcome.
+* ``params``: the tunable constants (``RESUME_MAX_SHARE``, ``RESUME_RACE``, ``DEFAULT_KERNEL``,
+  ``AUTO_BUDGET_PYTHON`` / ``AUTO_BUDGET_COMPILED``, ``_LOAD``), read at call time as ``params.NAME``.
+* ``stats``: :class:`~simulator.engine.delta.stats.DeltaStats` (what a change cost), ``_Abort`` (a
+  sweep gives up) and small shared helpers.
+* ``queues``: the Python sweep's device queues (``_Queue``), their lazy sources (``_Groups``, a full
+  run's grouping; ``_Dump``, the compiled sweep's lists) and ``_gather`` (CSR rows, vectorized).
+* ``sweep``: ``SweepMixin`` -- the Python event loop (``_sweep``, "Delta algorithm" above), the
+  backward-edge check of the guarded sweep and the makespan recomputation.
+* ``compiled``: ``CompiledSweepMixin`` -- the kernel choice (``_delta_kernel``), the compiled sweep's
+  driver (``_sweep_nb``: pauses, deadline checks, outcome) and its linked-list queues (``_links``,
+  ``_queues``: to and from ``_Queue``), "Compiled sweep" above.
+* ``kernels_numba``: the compiled loop and its linked-list helpers (numba, extra ``fast``).
+* ``resume``: ``ResumeMixin`` -- full runs and the state rebuilt from them (``_full``, ``_adopt``),
+  the fallback, the engine resumed from the sweep point and its cost model (``_resume``,
+  ``_learn_resume``), and the CSR arrays handed to the engine (``_csr_arrays``, ``_pred_csr``),
+  "Fallback" above.
+"""

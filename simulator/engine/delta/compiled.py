@@ -1,0 +1,154 @@
+"""The compiled sweep's driver (package doc, :mod:`simulator.engine.delta`, "Compiled sweep"): the
+choice of kernel, the device queues as linked lists and their conversion to and from the
+:class:`~simulator.engine.delta.queues._Queue` objects, and the loop that runs
+:func:`simulator.engine.delta.kernels_numba.sweep` between deadline checks. A mixin of
+:class:`simulator.engine.delta.simulator.DeltaSimulator`."""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from simulator.engine.delta.queues import _Dump, _Queue
+from simulator.engine.delta.stats import _NAN, _Abort
+
+
+def _delta_kernel(kernel: str):
+    """:mod:`simulator.engine.delta.kernels_numba` for ``kernel`` (None: the Python sweep)."""
+    if kernel not in ("auto", "python", "numba"):
+        raise ValueError(f"kernel {kernel!r} is not one of 'auto', 'python', 'numba'")
+    if kernel == "python":
+        return None
+    try:
+        import simulator.engine.delta.kernels_numba as kernels
+    except ImportError:
+        if kernel == "numba":
+            raise
+        return None
+    return kernels
+
+
+class CompiledSweepMixin:
+    """The compiled sweep of :class:`~simulator.engine.delta.simulator.DeltaSimulator` and its device
+    queues (``self._nb``: :mod:`simulator.engine.delta.kernels_numba`, or None)."""
+
+    def _queues(self, keep_links: bool = False) -> list:
+        """The device queues as ``_Queue`` objects, brought up to date from the compiled sweep's
+        linked lists when those are newer; unless ``keep_links`` (read only), the caller changes
+        them, so the linked lists are dropped (rebuilt by the next compiled sweep)."""
+        if self._q_stale:
+            qh, qt, qn, qp = self._ll
+            where = np.frombuffer(self._where, dtype=np.int64)
+            count = int(np.count_nonzero(where != -1))
+            del where
+            ids, bounds = self._nb.dump_links(qh, qn, self._nd, count)
+            rs = np.frombuffer(self._lk, dtype=np.float64)[ids]
+            dump = _Dump(ids, rs, bounds)
+            self._Q = [_Queue((dump, d)) for d in range(self._nd)]
+            self._q_stale = False
+        if not keep_links:
+            self._ll = None
+            self._q_fresh = False
+        return self._Q
+
+    def _links(self):
+        """The compiled sweep's device queues: linked lists in key order (``qh``/``qt`` head and
+        tail per device, ``qn``/``qp`` next and previous per task), built from the last full run's
+        device groups when no queue changed since, else by sorting the entries by (device, key)."""
+        if self._ll is None:
+            n, nd = len(self._dur), self._nd
+            if self._q_fresh:
+                g = self._groups
+                g.device(0)  # computes the grouping
+                ids = g.order[g.perm]
+                bounds = g.bounds
+            else:
+                where = np.frombuffer(self._where, dtype=np.int64)
+                lk = np.frombuffer(self._lk, dtype=np.float64)
+                e = np.flatnonzero(where != -1)
+                ids = e[np.lexsort((e, lk[e], where[e]))]
+                bounds = np.zeros(nd + 1, dtype=np.int64)
+                np.cumsum(np.bincount(where[e], minlength=nd), out=bounds[1:])
+                del where, lk
+            self._ll = self._nb.build_links(np.ascontiguousarray(ids, dtype=np.int64),
+                                            np.ascontiguousarray(bounds, dtype=np.int64), n, nd)
+            self._cur = np.full(nd, -1, dtype=np.int64)
+        return self._ll
+
+    def _sweep_nb(self, heap, dirtied, limit, deadline, replan):
+        """:meth:`_sweep` compiled (:func:`simulator.engine.delta.kernels_numba.sweep`, durations > 0, duration
+        changes only); same returns and aborts. The kernel pauses every ``step`` units of work so the
+        deadline is checked here (the Python loop checks every 32)."""
+        nb = self._nb
+        qh, qt, qn, qp = self._links()
+        cur = self._cur
+        cur.fill(-1)  # per change: the last entry the sweep placed on each device
+        f64 = lambda a: np.frombuffer(a, dtype=np.float64)  # noqa: E731 - views, dropped below
+        i64 = lambda a: np.frombuffer(a, dtype=np.int64)  # noqa: E731
+        R, S, E, lk, nr, oS, oE = (f64(a) for a in (self._R, self._S, self._E, self._lk, self._nr,
+                                                    self._oS, self._oE))
+        where, st, pend = i64(self._where), i64(self._st), i64(self._pend)
+        n = len(self._dur)
+        hs = len(heap)
+        ptr, idx = self._csr_arrays()
+        pptr, pidx = self._pred_csr()
+        cap = nb.heap_capacity(hs, n, int(idx.shape[0]))  # a bound: the kernel never reallocates
+        hr = np.empty(cap, dtype=np.float64)
+        hx = np.empty(cap, dtype=np.int64)
+        if hs:  # a heapq list is already in heap order for the same comparison
+            hr[:hs] = [h[0] for h in heap]
+            hx[:hs] = [h[1] for h in heap]
+        n0 = len(dirtied)
+        dirt = np.empty(n, dtype=np.int64)
+        dirt[:n0] = dirtied
+        cnt = np.zeros(6, dtype=np.int64)
+        cnt[nb.C_DIRT] = n0
+        flt = np.array([-math.inf, self._mk, 0.0, _NAN, -1.0, -1.0])
+        timed = deadline != math.inf
+        lim = -1 if limit is None else int(limit)
+        step = 256  # a pause costs a call (~10 us): fewer checks than the Python loop's every 32
+        clock = time.perf_counter
+        t_k = clock()  # the race counts from here: the set-up above is paid whoever wins
+        deadline += t_k - self._t_change
+        try:
+            while True:
+                stop = int(cnt[nb.C_WORK]) + step if timed else 1 << 62
+                status, hs = nb.sweep(R, S, E, self._dur_np, self._dev_np, lk, where, st, nr,
+                                              pend, oS, oE, ptr, idx, pptr, pidx, qh, qt, qn, qp, cur,
+                                              hr, hx, hs, dirt, cnt, flt, stop, lim)
+                if status == nb.DONE:
+                    break
+                at = (float(flt[nb.F_AT_R]), int(flt[nb.F_AT_X]))
+                processed, work = int(cnt[nb.C_PROC]), int(cnt[nb.C_WORK])
+                if status == nb.PAUSED:
+                    if clock() > deadline:
+                        deadline = replan(at[0], at[1], processed, work, t_k)
+                    step = min(2 * step, 1024)  # a check at least every ~0.3 ms: the budget is not overshot
+                    continue
+                if status == nb.LIMIT:
+                    raise _Abort(f"work limit of {limit} tasks reached", at, processed)
+                if status == nb.LOSSY:
+                    x = int(flt[nb.F_BAD])
+                    raise _Abort(f"positive duration lost to rounding: task {x} ({self._dur[x]!r} s) "
+                                 f"ends when it starts")
+                if status == nb.OVERFLOW:  # cannot happen (heap_capacity is a bound); be safe
+                    raise _Abort("the compiled sweep's event heap is full")
+                raise _Abort("zero-duration tie: a processed task's input changed")
+            # done: every marked task processed (else a cycle: the caller falls back with the list)
+            # -> clear the scratch here, vectorized, instead of the caller's loop over ``dirtied``
+            marked = dirt[:int(cnt[nb.C_DIRT])]
+            self._nb_clean = not np.any(st[marked] != 2)
+            if self._nb_clean:
+                st[marked] = 0
+        except BaseException:
+            self._nb_clean = False
+            raise
+        finally:
+            self._q_stale = True
+            if not self._nb_clean:
+                dirtied.extend(dirt[n0:int(cnt[nb.C_DIRT])].tolist())
+            del R, S, E, lk, nr, oS, oE, where, st, pend
+        mk0 = self._mk
+        return (int(cnt[nb.C_PROC]), int(cnt[nb.C_CHANGED]), int(cnt[nb.C_MOVED]), int(cnt[nb.C_VAC]),
+                [], max(float(flt[nb.F_EMAX]), mk0), bool(flt[nb.F_LOST]))

@@ -1,0 +1,27 @@
+"""Tunable constants of delta mode (the package doc, :mod:`simulator.engine.delta`, explains each
+rule). Every reader takes them at call time as ``params.NAME`` (never ``from ... import NAME``), so
+setting one on this module (a test, a benchmark) changes the simulators that run after it."""
+
+#: A sweep that gives up hands the tasks after its sweep point to the engine (DeltaSimulator._resume)
+#: when they are at most this share of the live tasks, else runs the engine on everything: the
+#: resumed engine costs about 1.4x a full run's per-task time (sub-graph, state patching), so it
+#: breaks even near 80 % (measured on the 103,496-task pipeline of python -m benchmarks.delta: 82 %
+#: of the tasks resumed at 0.97x of a full run, 89 % at 0.89x, the plain fallback at 0.93x).
+RESUME_MAX_SHARE = 0.75
+#: Ski rental between the sweep and the resumed engine: the sweep gives up once it has cost this share
+#: of the engine's expected time on the tasks after the current sweep point (the cost model
+#: ``_res_fix + _res_per * tasks``, measured on this machine as changes run), so a change costs at most
+#: about (1 + RESUME_RACE) x the resumed engine, and a small change is never handed to it.
+RESUME_RACE = 0.3
+#: The sweep a DeltaSimulator uses when its ``kernel`` argument is None (see DeltaSimulator).
+DEFAULT_KERNEL = "auto"
+#: ``budget="auto"`` (the default): the Python sweep costs ~10x the engine per re-timed task, so it gets
+#: 5 % of a full run (ski rental: a change that falls back costs ~1.05-1.1 full runs); the compiled
+#: sweep re-times a task in about the engine's time per task (0.12-0.6 us against 0.3 us, measured by
+#: benchmarks/delta.py), so it may take up to one full run's time, and at each check it goes on only
+#: while, at the rate measured so far, re-timing every task after its point would still cost no more
+#: than the alternative (the resumed engine, or a full run).
+AUTO_BUDGET_PYTHON = 0.05
+AUTO_BUDGET_COMPILED = 1.0
+
+_LOAD = 256  # entries per chunk of a device queue (split at 2x): bounded memmoves on insert/delete

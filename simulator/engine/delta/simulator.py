@@ -1,0 +1,554 @@
+"""The delta simulator: :class:`DeltaSimulator` -- its public API (construction, accessors, the
+changes), their checks, and ``_delta``, which marks the tasks a change makes dirty, sets the sweep's
+budget and its race with the resumed engine, and runs a sweep. The algorithm is in the package doc
+(:mod:`simulator.engine.delta`); the sweeps, the fallback and the resume are the mixins of
+:mod:`~simulator.engine.delta.sweep`, :mod:`~simulator.engine.delta.compiled` and
+:mod:`~simulator.engine.delta.resume`."""
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from array import array
+from itertools import chain
+
+import numpy as np
+
+from simulator.engine.core import SimResult
+from simulator.engine.delta import params
+from simulator.engine.delta.compiled import CompiledSweepMixin, _delta_kernel
+from simulator.engine.delta.queues import _Queue
+from simulator.engine.delta.resume import ResumeMixin
+from simulator.engine.delta.stats import _NAN, DeltaStats, _Abort, _zeros
+from simulator.engine.delta.sweep import SweepMixin
+from strategies.errors import SimulationError
+
+
+class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
+    """Incremental FIFO-engine simulation of a task graph under local changes (see package doc).
+
+    Build from a :class:`taskgraph.graph.TaskGraph` (``DeltaSimulator(graph)``) or from the engine's raw
+    arrays (:meth:`from_arrays`). The constructor runs a full simulation.
+
+    budget: the sweep gives up (and a full run is used) once the change has taken this fraction of
+        a full run's time (the fastest full run so far: engine + state rebuild), so a
+        change that moves most of the timeline costs about ``1 + budget`` full runs
+        (``python -m benchmarks.delta``). ``None``: no time budget. ``"auto"`` (default):
+        :data:`params.AUTO_BUDGET_PYTHON` for the Python sweep; for the compiled sweep
+        :data:`params.AUTO_BUDGET_COMPILED` with the projection described there.
+    max_work: also give up after this many processed + vacated tasks (deterministic; None = no limit).
+    kernel: None means :data:`params.DEFAULT_KERNEL`, ``"auto"``. ``"auto"`` runs the sweep of duration changes on a timeline with durations > 0
+        compiled when numba is installed (optional extra ``fast``, :mod:`simulator.engine.delta.kernels_numba`: the
+        same loop and IEEE operations, so the same bits; tests/test_delta.py compares them),
+        ``"python"`` always the Python loop, ``"numba"`` requires numba.
+    """
+
+    def __init__(self, graph=None, *, budget: float | str | None = "auto", max_work: int | None = None,
+                 kernel: str | None = None, _arrays=None):
+        if _arrays is None:
+            if graph is None:
+                raise ValueError("DeltaSimulator needs a TaskGraph (or use DeltaSimulator.from_arrays)")
+            _arrays = (graph.duration, graph.device, graph.succ_ptr, graph.succ_idx, graph.num_devices)
+            self._describe_graph = graph
+        else:
+            self._describe_graph = None
+        duration, device, succ_ptr, succ_idx, num_devices = _arrays
+        if isinstance(budget, str) and budget != "auto":
+            raise ValueError(f"budget {budget!r}: give a fraction of a full run (e.g. 0.05), None or 'auto'")
+        self.budget = budget
+        self.max_work = max_work
+        self._nb = _delta_kernel(params.DEFAULT_KERNEL if kernel is None else kernel)
+        self._ll = None  # the compiled sweep's device queues (qh, qt, qn, qp), see _links
+        self._q_stale = False  # True while _ll is newer than _Q
+        self._t_full = math.inf
+        # the resumed engine's cost model (seconds): fixed part + per task after the sweep point;
+        # seeded from the full run (per task x 1.5) and refined from every resume (_resume)
+        self._res_fix = 3e-4
+        self._res_per: float | None = None
+        self._t_full_n = 0
+        self._nd = max(int(num_devices), 1)
+        dur_np = np.array(duration, dtype=np.float64).reshape(-1)
+        n = int(dur_np.shape[0])
+        dev_np = np.array(device, dtype=np.int32).reshape(-1)
+        if dev_np.shape[0] != n:
+            raise ValueError(f"device has {dev_np.shape[0]} entries for {n} tasks")
+        self._check_durations(dur_np)
+        if n and (int(dev_np.min()) < 0 or int(dev_np.max()) >= self._nd):
+            raise ValueError(f"a device index is outside [0, {self._nd})")
+        ptr = np.asarray(succ_ptr, dtype=np.int64).reshape(-1)
+        idx = np.asarray(succ_idx, dtype=np.int64).reshape(-1)
+        if ptr.shape[0] != n + 1 or (n and (ptr[0] != 0 or ptr[-1] != idx.shape[0])):
+            raise ValueError("succ_ptr must have num_tasks + 1 entries, start at 0 and end at the edge count")
+        if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= n):
+            raise ValueError("successor id out of range")
+        pl, il = ptr.tolist(), idx.tolist()
+        self._succ = [il[pl[i]:pl[i + 1]] for i in range(n)]
+        order = np.argsort(idx, kind="stable")
+        src_np = np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr))[order]
+        pp_np = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(idx, minlength=n), out=pp_np[1:])
+        src, pp = src_np.tolist(), pp_np.tolist()
+        self._pred = [src[pp[i]:pp[i + 1]] for i in range(n)]
+        self._csr = (ptr, idx)
+        self._pcsr = (ptr, pp_np, src_np)  # predecessor CSR for the resumed fallback (_pred_csr)
+        self._csr_dirty: set[int] = set()  # tasks whose successor list changed since _csr was built
+        self._dur_np = dur_np
+        self._dev_np = dev_np
+        self._alive_np = np.ones(n, dtype=bool)
+        self._dur = array("d", dur_np.tobytes())
+        self._dev = dev_np.tolist()
+        self._alive = [True] * n
+        self._n_live = n
+        self._n_zero = int(np.count_nonzero(dur_np == 0.0))
+        self._lossy = False  # some positive duration was lost to rounding (start + dur == start)
+        self._broken: str | None = None
+        self._st = self._nr = self._pend = None
+        self._full()
+
+    @classmethod
+    def from_arrays(cls, duration, device, succ_ptr, succ_idx, num_devices: int, *,
+                    budget: float | str | None = "auto", max_work: int | None = None,
+                    kernel: str | None = None) -> "DeltaSimulator":
+        """Same inputs as :func:`simulator.engine.core.simulate_arrays`."""
+        return cls(None, budget=budget, max_work=max_work, kernel=kernel,
+                   _arrays=(duration, device, succ_ptr, succ_idx, num_devices))
+
+    # ------------------------------------------------------------------ accessors
+    @property
+    def num_tasks(self) -> int:
+        """Live tasks (tombstones excluded)."""
+        return self._n_live
+
+    @property
+    def num_ids(self) -> int:
+        """Size of the id space (live tasks + tombstones)."""
+        return len(self._dur)
+
+    @property
+    def num_devices(self) -> int:
+        return self._nd
+
+    @property
+    def canonical(self) -> bool:
+        """True when the pop order is key-sorted (always with positive durations); else changes fall back."""
+        return self._canonical
+
+    @property
+    def ready(self) -> np.ndarray:
+        """Ready time per id (NaN for tombstones)."""
+        self._check_ok()
+        return np.frombuffer(self._R, dtype=np.float64).copy()
+
+    @property
+    def start(self) -> np.ndarray:
+        self._check_ok()
+        return np.frombuffer(self._S, dtype=np.float64).copy()
+
+    @property
+    def end(self) -> np.ndarray:
+        self._check_ok()
+        return np.frombuffer(self._E, dtype=np.float64).copy()
+
+    @property
+    def duration(self) -> np.ndarray:
+        return self._dur_np.copy()
+
+    @property
+    def device(self) -> np.ndarray:
+        return self._dev_np.copy()
+
+    def alive(self, task: int) -> bool:
+        return 0 <= task < len(self._alive) and self._alive[task]
+
+    def successors(self, task: int) -> list[int]:
+        return list(self._succ[task])
+
+    def predecessors(self, task: int) -> list[int]:
+        return list(self._pred[task])
+
+    @property
+    def makespan(self) -> float:
+        """Latest end (kept up to date by every change)."""
+        self._check_ok()
+        return self._mk
+
+    def device_order(self, d: int) -> list[int]:
+        """Ids of device ``d``'s tasks in the order it runs them (FIFO by (ready, id))."""
+        self._check_ok()
+        return self._queues(keep_links=True)[d].ids()
+
+    @property
+    def pop_order(self) -> np.ndarray:
+        """Live ids in the engine's global pop order (key-sorted when canonical; sorted lazily)."""
+        self._check_ok()
+        if self._order_cache is None:
+            live = self.live_ids()
+            r = np.frombuffer(self._R, dtype=np.float64)[live]
+            self._order_cache = live[np.lexsort((live, r))]
+        return self._order_cache.copy()
+
+    def live_ids(self) -> np.ndarray:
+        """Internal ids of the live tasks, ascending: compact id ``i`` is internal id ``live_ids()[i]``."""
+        return np.flatnonzero(self._alive_np)
+
+    def graph_arrays(self):
+        """The current live graph, renumbered densely (order kept): ``(duration, device, succ_ptr,
+        succ_idx, num_devices)``, the inputs of :func:`simulator.engine.core.simulate_arrays`."""
+        live = self.live_ids()
+        remap = np.full(len(self._dur), -1, dtype=np.int64)
+        remap[live] = np.arange(live.size)
+        succ = self._succ
+        lv = live.tolist()
+        counts = np.array([len(succ[x]) for x in lv], dtype=np.int64)
+        ptr = np.zeros(live.size + 1, dtype=np.int64)
+        np.cumsum(counts, out=ptr[1:])
+        flat = np.fromiter(chain.from_iterable(succ[x] for x in lv), dtype=np.int64, count=int(ptr[-1]))
+        idx = remap[flat].astype(np.int32)
+        return self._dur_np[live].copy(), self._dev_np[live].copy(), ptr, idx, self._nd
+
+    def result(self) -> SimResult:
+        """The timeline as a :class:`SimResult` over the compact numbering (equal to a full run of
+        :meth:`graph_arrays`)."""
+        self._check_ok()
+        live = self.live_ids()
+        remap = np.full(len(self._dur), -1, dtype=np.int64)
+        remap[live] = np.arange(live.size)
+        return SimResult(
+            ready=np.frombuffer(self._R, dtype=np.float64)[live],
+            start=np.frombuffer(self._S, dtype=np.float64)[live],
+            end=np.frombuffer(self._E, dtype=np.float64)[live],
+            order=remap[self.pop_order].astype(np.int32),
+            makespan=self._mk,
+        )
+
+    # ------------------------------------------------------------------ changes
+    def set_durations(self, task_ids, new_durations) -> DeltaStats:
+        """Change the durations of live tasks, then re-simulate incrementally."""
+        t0 = time.perf_counter()
+        self._check_ok()
+        ids = np.asarray(task_ids, dtype=np.int64).reshape(-1).tolist()
+        vals_np = np.asarray(new_durations, dtype=np.float64).reshape(-1)
+        if len(ids) != vals_np.shape[0]:
+            raise ValueError("task_ids and new_durations differ in length")
+        self._check_durations(vals_np)
+        self._check_live(ids)
+        dur, dur_np = self._dur, self._dur_np
+        seeds = []
+        for x, v in zip(ids, vals_np.tolist()):
+            if dur[x] != v:
+                self._n_zero += (v == 0.0) - (dur[x] == 0.0)
+                dur[x] = v
+                dur_np[x] = v
+                seeds.append(x)
+        return self._delta(t0, seeds, 0, [], [], set(), (), 0, (), False)
+
+    def set_devices(self, task_ids, new_devices) -> DeltaStats:
+        """Move live tasks to other devices (streams); their FIFO queues change, incrementally."""
+        t0 = time.perf_counter()
+        self._check_ok()
+        ids = np.asarray(task_ids, dtype=np.int64).reshape(-1).tolist()
+        vals = np.asarray(new_devices, dtype=np.int64).reshape(-1).tolist()
+        if len(ids) != len(vals):
+            raise ValueError("task_ids and new_devices differ in length")
+        self._check_live(ids)
+        for d in vals:
+            if not 0 <= d < self._nd:
+                raise ValueError(f"device index {d} out of range [0, {self._nd}); add_devices() first")
+        dev = self._dev
+        seeds = []
+        for x, d in zip(ids, vals):
+            if dev[x] != d:
+                dev[x] = d
+                self._dev_np[x] = d
+                seeds.append(x)
+        return self._delta(t0, seeds, len(seeds), [], [], set(), (), 0, (), False)
+
+    def add_devices(self, k: int = 1) -> int:
+        """Append ``k`` empty devices; returns the index of the first."""
+        queues = self._queues()  # before the count changes (the linked lists have one head per device)
+        first = self._nd
+        self._nd += int(k)
+        queues.extend(_Queue() for _ in range(k))
+        return first
+
+    def replace_tasks(self, remove, durations=(), devices=(), edges=(), *, remove_edges=(),
+                      reuse_ids: bool = True) -> DeltaStats:
+        """FlexFlow's change: replace a set of tasks (e.g. one operator's) by a new set.
+
+        remove: live ids to delete (with all their edges).
+        durations, devices: one entry per new task.
+        edges: ``(u, v)`` pairs to add; an id ``>= 0`` is an existing live task (not removed), and
+            ``~j`` (i.e. ``-1 - j``) is the ``j``-th new task. Edges between existing tasks are allowed
+            (e.g. a new program-order edge).
+        remove_edges: ``(u, v)`` pairs between existing tasks to delete (one occurrence each).
+        reuse_ids: give the removed ids (ascending) to the first new tasks, so a same-size replacement
+            keeps the id space (and the tie-break positions) of the operator it replaces; otherwise,
+            and for the rest, new ids are appended. The ids given are in ``stats.new_ids``.
+
+        A cycle makes the full run raise :class:`SimulationError`; the simulator is then unusable
+        (every later call raises).
+        """
+        t0 = time.perf_counter()
+        self._check_ok()
+        rem = sorted(set(np.asarray(remove, dtype=np.int64).reshape(-1).tolist()))
+        self._check_live(rem)
+        durs_np = np.asarray(durations, dtype=np.float64).reshape(-1)
+        devs = np.asarray(devices, dtype=np.int64).reshape(-1).tolist()
+        if durs_np.shape[0] != len(devs):
+            raise ValueError("durations and devices must have one entry per new task")
+        self._check_durations(durs_np)
+        durs = durs_np.tolist()
+        for d in devs:
+            if not 0 <= d < self._nd:
+                raise ValueError(f"device index {d} out of range [0, {self._nd}); add_devices() first")
+        k = len(durs)
+        rem_set = set(rem)
+        alive = self._alive
+        n_ids = len(self._dur)
+        reused = rem[:k] if reuse_ids else []
+        new_ids = reused + list(range(n_ids, n_ids + k - len(reused)))
+
+        def resolve(t) -> int:
+            t = int(t)
+            if t < 0:
+                j = ~t
+                if j >= k:
+                    raise ValueError(f"edge names new task {j} but only {k} new tasks are given")
+                return new_ids[j]
+            if not (0 <= t < n_ids and alive[t]) or t in rem_set:
+                raise ValueError(f"edge endpoint {t} is not a live task that stays")
+            return t
+
+        # validate everything before mutating, so errors leave the state untouched
+        add = [(resolve(u), resolve(v)) for u, v in edges]
+        drop = [(resolve(u), resolve(v)) for u, v in remove_edges]
+        new_set = set(new_ids)
+        for u, v in drop:
+            if u in new_set or v in new_set or v not in self._succ[u]:
+                raise ValueError(f"remove_edges: no edge {u} -> {v} between existing tasks")
+
+        self._queues()
+        R, S, E, dur, dev, succ, pred = self._R, self._S, self._E, self._dur, self._dev, self._succ, self._pred
+        where, alive_np, dur_np, dev_np = self._where, self._alive_np, self._dur_np, self._dev_np
+        canonical = self._canonical
+        mk_lost = False
+        # 1. remove tasks: out of their device queues, edges dropped; successors' predecessor sets change
+        touched: set[int] = set()
+        dev_marks: list[int] = []
+        for x in rem:
+            alive[x] = False
+        for x in rem:
+            w = where[x]
+            if w != -1 and canonical:
+                nxt = self._Q[w].remove(R[x], x)
+                if nxt != -1:
+                    dev_marks.append(nxt)
+            if E[x] >= self._mk:
+                mk_lost = True
+            for y in succ[x]:
+                if alive[y]:
+                    pred[y] = [p for p in pred[y] if p != x]
+                    touched.add(y)
+            for p in pred[x]:
+                if alive[p]:
+                    succ[p] = [s for s in succ[p] if s != x]
+                    self._csr_dirty.add(p)
+            succ[x] = []
+            pred[x] = []
+            self._n_zero -= dur[x] == 0.0
+            R[x] = S[x] = E[x] = self._lk[x] = _NAN
+            where[x] = -1
+            alive_np[x] = False
+            dur[x] = 0.0  # a tombstone enters full runs as an isolated zero-duration task (package doc)
+            dur_np[x] = 0.0
+            dev[x] = 0
+            dev_np[x] = 0
+        # 2. new tasks
+        grow = len(new_ids) - len(reused)
+        if grow:
+            nan_block = array("d", [_NAN]) * grow
+            for arr in (R, S, E, self._lk):
+                arr.extend(nan_block)
+            dur.extend(_zeros("d", grow))
+            where.extend(array("q", [-1]) * grow)
+            self._st.extend(_zeros("q", grow))
+            self._pend.extend(_zeros("q", grow))
+            self._nr.extend(_zeros("d", grow))
+            self._oS.extend(_zeros("d", grow))
+            self._oE.extend(_zeros("d", grow))
+            dev.extend([0] * grow)
+            alive.extend([False] * grow)
+            succ.extend([] for _ in range(grow))
+            pred.extend([] for _ in range(grow))
+            self._dur_np = dur_np = np.concatenate([dur_np, np.zeros(grow)])
+            self._dev_np = dev_np = np.concatenate([dev_np, np.zeros(grow, dtype=np.int32)])
+            self._alive_np = alive_np = np.concatenate([alive_np, np.zeros(grow, dtype=bool)])
+        for j, x in enumerate(new_ids):
+            dur[x] = dur_np[x] = durs[j]
+            dev[x] = dev_np[x] = devs[j]
+            alive[x] = True
+            alive_np[x] = True
+            self._n_zero += durs[j] == 0.0
+        self._n_live += k - len(rem)
+        # 3. edges
+        for u, v in drop:
+            succ[u].remove(v)
+            pred[v].remove(u)
+            touched.add(v)
+        for u, v in add:
+            succ[u].append(v)
+            pred[v].append(u)
+            if v not in new_set:
+                touched.add(v)
+        self._csr_dirty.update(new_ids)
+        self._csr_dirty.update(rem)
+        self._csr_dirty.update(u for u, _ in chain(add, drop))
+        touched -= new_set
+        dev_marks = [z for z in dev_marks if alive[z] and z not in new_set]  # next entry may be removed too
+        return self._delta(t0, [], 0, dev_marks, new_ids, touched, tuple(add), len(rem), tuple(new_ids),
+                           mk_lost)
+
+    # ------------------------------------------------------------------ internals
+    @staticmethod
+    def _check_durations(vals: np.ndarray) -> None:
+        ok = np.isfinite(vals) & (vals >= 0.0)
+        if not ok.all():
+            bad = vals[~ok][0]
+            raise ValueError(f"delta mode needs finite durations >= 0, got {bad!r}")
+
+    def _check_live(self, ids) -> None:
+        n = len(self._alive)
+        for x in ids:
+            if not (0 <= x < n and self._alive[x]):
+                raise ValueError(f"task {x} is not a live task")
+
+    def _check_ok(self) -> None:
+        if self._broken is not None:
+            raise SimulationError("DeltaSimulator is unusable after a failed change: " + self._broken)
+
+    def _delta(self, t0, seeds, n_dev_moves, dev_marks, new_tasks, touched, new_edges, removed, new_ids,
+               mk_lost) -> DeltaStats:
+        """Run the sweep from the given dirty sets; fall back to a full run when it gives up."""
+        self._order_cache = None
+        self._t_change = t0
+        if not self._canonical:
+            return self._fallback(t0, "timeline before the change was not canonical (a zero duration, or one lost to rounding, ties an edge)",
+                                  (), new_ids, removed)
+        R, E, pred, succ, where = self._R, self._E, self._pred, self._succ, self._where
+        st, nr, pend = self._st, self._nr, self._pend
+        heap: list = []
+        dirtied: list[int] = []
+
+        def dirty_in_list(x):
+            if st[x] == 0:
+                st[x] = 1
+                dirtied.append(x)
+                if where[x] != -1:
+                    heap.append((R[x], x))
+
+        for x in seeds:  # own duration / device changed; ready unchanged
+            dirty_in_list(x)
+            nr[x] = R[x]
+        for z in dev_marks:
+            dirty_in_list(z)
+            nr[z] = R[z]
+        for x in new_tasks:  # unresolved from the start: their successors wait for them
+            st[x] = 3
+            dirtied.append(x)
+        for x in new_tasks:
+            for y in succ[x]:
+                pend[y] += 1
+                dirty_in_list(y)
+        for y in touched:
+            dirty_in_list(y)
+        for y in chain(touched, new_tasks):
+            if not pend[y]:
+                m = 0.0
+                for p in pred[y]:
+                    if E[p] > m:
+                        m = E[p]
+                nr[y] = m
+                heap.append((m, y))
+        stats = DeltaStats(removed=removed, new_ids=new_ids)
+        if not dirtied:
+            if mk_lost:
+                self._mk = self._recompute_makespan()
+            stats.wall_s = time.perf_counter() - t0
+            stats.changed = 0
+            return stats
+        heapq.heapify(heap)
+        # a positive duration lost to rounding (start + dur == start) acts as a zero duration
+        guard = self._n_zero > 0 or self._lossy
+        # the compiled sweep (simulator/engine/delta/kernels_numba.py) takes duration and device changes without
+        # guards; task replacements (new ids, removed entries) keep the Python sweep
+        compiled = (self._nb is not None and not guard
+                    and not (dev_marks or new_tasks or touched or removed))
+        budget, project = self.budget, False
+        if budget == "auto":
+            budget = params.AUTO_BUDGET_COMPILED if compiled else params.AUTO_BUDGET_PYTHON
+            project = compiled
+        if budget is None:
+            deadline = math.inf
+        else:
+            cap = t0 + budget * self._t_full
+            # first look at the resume's cost once the sweep has spent a share of its fixed part
+            deadline = cap if guard else min(cap, t0 + params.RESUME_RACE * self._res_fix)
+
+        def replan(r, x, processed, work, since=t0):
+            """The sweep passed its deadline at (r, x): give up (the engine resumes from here) or
+            set the next deadline, from the measured cost model (package doc, "Fallback"). ``since``:
+            when the sweep itself started (the compiled sweep's set-up is not part of the race)."""
+            now = time.perf_counter()
+            if guard:
+                raise _Abort(f"time budget spent after {work} tasks", (r, x), processed)
+            lkv = np.frombuffer(self._lk, dtype=np.float64)
+            rest = int(np.count_nonzero(lkv > r))
+            del lkv
+            est = (self._res_fix + self._res_per * rest if rest <= params.RESUME_MAX_SHARE * self._n_live
+                   else self._t_full)
+            if project and processed and (now - since) / processed * rest <= est:
+                # the compiled sweep re-times tasks about as fast as the engine runs them: even if
+                # every task after its point moves, at the rate measured so far it finishes before
+                # the alternative would (resume or full run), so it goes on (checked again later)
+                return now + 0.1 * est
+            if now >= cap:
+                raise _Abort(f"time budget spent after {work} tasks", (r, x), processed)
+            if now - since >= params.RESUME_RACE * est:
+                raise _Abort(f"the sweep had cost {1e3 * (now - since):.2f} ms after {work} tasks, more than "
+                             f"{params.RESUME_RACE} x the {1e3 * est:.2f} ms the engine is expected to take on the "
+                             f"{rest} tasks after its point", (r, x), processed)
+            return min(cap, since + params.RESUME_RACE * est)
+
+        if not compiled:
+            self._queues()
+        try:
+            if compiled:
+                processed, changed, moved, vacated, retimed_r, emax, lost = self._sweep_nb(
+                    heap, dirtied, self.max_work, deadline, replan)
+            else:
+                processed, changed, moved, vacated, retimed_r, emax, lost = self._sweep(
+                    heap, dirtied, self.max_work, deadline, guard, replan)
+        except _Abort as exc:
+            if exc.at is not None and not guard:
+                return self._resume(t0, str(exc), exc.at, exc.processed, dirtied, new_ids, removed)
+            return self._fallback(t0, str(exc), dirtied, new_ids, removed)
+        clean = compiled and self._nb_clean  # the compiled sweep cleared its scratch itself
+        left = 0 if clean else sum(1 for x in dirtied if st[x] != 2)
+        if left:
+            return self._fallback(t0, f"{left} task(s) never became ready (cycle)", dirtied, new_ids, removed)
+        if guard:
+            bad = self._backward_edge(retimed_r, new_edges)
+            if bad is not None:
+                return self._fallback(
+                    t0, f"zero-duration tie: edge {bad[0]} -> {bad[1]} goes backwards in (ready, id) "
+                        f"order, the engine's pop order is not key-sorted", dirtied, new_ids, removed)
+        if not clean:
+            for x in dirtied:
+                st[x] = 0
+        self._mk = self._recompute_makespan() if (lost or mk_lost) else emax
+        stats.retimed = processed
+        stats.changed = changed
+        stats.moved = moved + n_dev_moves
+        stats.vacated = vacated
+        stats.wall_s = time.perf_counter() - t0
+        return stats

@@ -1,0 +1,237 @@
+"""The Python sweep (:meth:`SweepMixin._sweep`): the event loop of the package doc
+(:mod:`simulator.engine.delta`, "Delta algorithm"), with the zero-duration guards, plus the checks
+and the makespan it needs. A mixin of :class:`simulator.engine.delta.simulator.DeltaSimulator`."""
+from __future__ import annotations
+
+import heapq
+import math
+import time
+
+import numpy as np
+
+from simulator.engine.delta.stats import _Abort
+
+
+class SweepMixin:
+    """The Python event loop of :class:`~simulator.engine.delta.simulator.DeltaSimulator` (state: see
+    ``DeltaSimulator.__init__`` and ``_adopt``)."""
+
+    def _recompute_makespan(self) -> float:
+        if not self._n_live:
+            return 0.0
+        return float(np.nanmax(np.frombuffer(self._E, dtype=np.float64)))
+
+    def _backward_edge(self, tasks, new_edges):
+        R, succ, pred = self._R, self._succ, self._pred
+        for x in tasks:
+            rx = R[x]
+            for v in succ[x]:
+                if R[v] < rx or (R[v] == rx and v < x):
+                    return (x, v)
+            for u in pred[x]:
+                if rx < R[u] or (rx == R[u] and x < u):
+                    return (u, x)
+        for u, v in new_edges:
+            if R[v] < R[u] or (R[v] == R[u] and v < u):
+                return (u, v)
+        return None
+
+    def _sweep(self, heap, dirtied, limit, deadline, guard, replan):
+        """The event loop (see package doc). Returns counters, the largest new end and whether an end
+        that was the makespan decreased.
+
+        st[x]: 0 clean, 1 dirty, 3 dirty and unresolved (vacated, new, or moved to a key not below
+        its end: its successors pend on it), 2 done. nr[x]: x's new ready time when st is odd and
+        pend[x] == 0. pend[x]: unresolved predecessors. lk[x]: the ready time of x's queue entry on
+        device where[x] (-1: no entry). Ids whose st left 0 are appended to ``dirtied``.
+        """
+        R, S, E = self._R, self._S, self._E
+        dur, dev, succ, pred, where = self._dur, self._dev, self._succ, self._pred, self._where
+        st, nr, pend, lk = self._st, self._nr, self._pend, self._lk
+        oS, oE = self._oS, self._oE
+        Q = self._Q
+        pop, push = heapq.heappop, heapq.heappush
+        mark = dirtied.append
+        processed = changed = moved = vacated = work = 0
+        if limit is None:
+            limit = -1
+        clock = time.perf_counter
+        timed = deadline != math.inf
+        retimed_r: list[int] = []
+        mk0 = self._mk
+        emax = -math.inf
+        lost = False
+        Kr, Kx = -math.inf, -1
+
+        def mark_queue(z):
+            """z's queue predecessor changed."""
+            sz = st[z]
+            if sz == 0:
+                st[z] = 1
+                mark(z)
+                nr[z] = R[z]
+                push(heap, (R[z], z))
+            elif sz == 2:
+                raise _Abort("zero-duration tie: a processed task's queue predecessor changed")
+
+        def block_successors(y):
+            """y may be processed after its successors' keys: they wait for it (pend)."""
+            for v in succ[y]:
+                pend[v] += 1
+                sv = st[v]
+                if sv == 0:
+                    st[v] = 1
+                    mark(v)
+                    if where[v] != -1:
+                        push(heap, (lk[v], v))  # vacate it there if it is still waiting
+                elif sv == 2:
+                    raise _Abort("zero-duration tie: a processed task's predecessor changed")
+
+        def relocate(y, new, sy):
+            """y (pend 0) gets the new ready time ``new``: move its entry there now."""
+            nr[y] = new
+            w = where[y]
+            d = dev[y]
+            if w == d and lk[y] == new:
+                push(heap, (new, y))
+                return
+            if w != -1 and guard and (lk[y] < Kr or (lk[y] == Kr and y < Kx)):
+                raise _Abort("zero-duration tie: a task behind the sweep changed")
+            if w == d:
+                z, z2 = Q[d].move(lk[y], y, new)
+                if z >= 0:
+                    mark_queue(z)
+                if z2 >= 0:
+                    mark_queue(z2)
+            else:
+                if w != -1:
+                    z = Q[w].remove(lk[y], y)
+                    if z != -1:
+                        mark_queue(z)
+                z = Q[d].place(new, y, False)[1]
+                where[y] = d
+                if z != -1:
+                    mark_queue(z)
+            lk[y] = new
+            push(heap, (new, y))
+            if sy != 3 and new >= E[y]:
+                st[y] = 3
+                block_successors(y)
+
+        while heap:
+            r, x = pop(heap)
+            sx = st[x]
+            if not sx & 1:
+                continue  # clean or done: a stale event
+            if guard:
+                if r < Kr or (r == Kr and x < Kx):
+                    raise _Abort("zero-duration tie: an event fell behind the sweep")
+                Kr, Kx = r, x
+            if not pend[x] and nr[x] == r:
+                # ---- process x at its final key (r, x)
+                d = dev[x]
+                w = where[x]
+                if w != -1 and (w != d or lk[x] != r):
+                    z = Q[w].remove(lk[x], x)
+                    if z != -1:
+                        mark_queue(z)
+                    w = -1
+                pv, z = Q[d].place(r, x, w != -1)
+                pe = E[pv] if pv != -1 else 0.0
+                s = r if r > pe else pe
+                e = s + dur[x]
+                if e == s and not guard:
+                    # dur > 0 here (no zero durations): the addition lost it to rounding, so x ends
+                    # when it starts and an edge can tie; the no-guard argument needs E > S
+                    raise _Abort(f"positive duration lost to rounding: task {x} ({dur[x]!r} s) starts "
+                                 f"and ends at {s!r} s")
+                oe = E[x]
+                if w == -1:
+                    where[x] = d
+                    lk[x] = r
+                    mark_next = True
+                else:
+                    mark_next = e != oe
+                if R[x] != r:
+                    moved += 1
+                    if guard:
+                        retimed_r.append(x)
+                if e != oe or s != S[x]:
+                    changed += 1
+                    if e > emax:
+                        emax = e
+                    if oe >= mk0 and e < oe:
+                        lost = True
+                oS[x] = S[x]  # kept for the stats of a fallback
+                oE[x] = oe
+                R[x] = r
+                S[x] = s
+                E[x] = e
+                st[x] = 2
+                processed += 1
+                work += 1
+                if work == limit:
+                    raise _Abort(f"work limit of {limit} tasks reached", (r, x), processed)
+                if timed and not work & 31 and clock() > deadline:
+                    deadline = replan(r, x, processed, work)
+                if mark_next and z != -1:
+                    mark_queue(z)
+                if sx == 3:  # x was unresolved: release its successors
+                    for y in succ[x]:
+                        c = pend[y] - 1
+                        pend[y] = c
+                        if not c:
+                            m = 0.0
+                            for p in pred[y]:
+                                if E[p] > m:
+                                    m = E[p]
+                            if where[y] != -1 and lk[y] != m:
+                                relocate(y, m, st[y])
+                            else:
+                                nr[y] = m
+                                push(heap, (m, y))
+                elif e != oe:
+                    for y in succ[x]:
+                        if pend[y]:
+                            continue  # its ready time is computed when it is released
+                        sy = st[y]
+                        if sy == 0:
+                            cur = R[y]
+                        elif sy == 2:
+                            raise _Abort("zero-duration tie: a processed task's predecessor changed")
+                        else:
+                            cur = nr[y]
+                        if e > cur:
+                            new = e
+                        elif e == cur or oe != cur:
+                            continue  # ready time unchanged
+                        else:  # the old maximum decreased: recompute
+                            new = 0.0
+                            for p in pred[y]:
+                                if E[p] > new:
+                                    new = E[p]
+                            if new == cur:
+                                continue
+                        if sy == 0:
+                            st[y] = 1
+                            mark(y)
+                        relocate(y, new, sy)
+            elif where[x] != -1 and lk[x] == r:
+                # ---- vacate: x's entry is at the sweep point but x cannot be processed here
+                z = Q[where[x]].remove(r, x)
+                if z != -1:
+                    mark_queue(z)
+                where[x] = -1
+                vacated += 1
+                work += 1
+                if work == limit:
+                    raise _Abort(f"work limit of {limit} tasks reached", (r, x), processed)
+                if timed and not work & 31 and clock() > deadline:
+                    deadline = replan(r, x, processed, work)
+                if sx != 3:
+                    st[x] = 3
+                    block_successors(x)
+            # else: a stale event
+        if emax < mk0 and not lost:
+            emax = mk0
+        return processed, changed, moved, vacated, retimed_r, max(emax, mk0), lost
