@@ -49,9 +49,9 @@ _LAZY = {
     "SearchResult": "simulator.search.strategy_search",
     "search": "simulator.search.strategy_search",
     "plan_recompute": "simulator.search.recompute",
-    "setup_from_strategy": "simulator.goodput.goodput",
-    "goodput_report": "simulator.goodput.goodput",
-    "format_goodput": "simulator.goodput.goodput",
+    "setup_from_strategy": "simulator.goodput.setup",
+    "goodput_report": "simulator.goodput.report",
+    "format_goodput": "simulator.goodput.report",
     "import_strategy": "simulator.simulation.importing",
 }
 

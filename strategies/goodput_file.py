@@ -1,7 +1,7 @@
 """The ``goodput:`` section of a strategy file: a whole training run with failures and checkpoints.
 
 Checked here (structure, types, ranges, unknown keys); the failure-rate defaults live in
-``topologies/data/failure_rates.yaml`` and are merged by ``simulator.goodput.goodput``. Example::
+``topologies/data/failure_rates.yaml`` and are merged by ``simulator.goodput.setup``. Example::
 
     goodput:
       days: 54                      # wall-clock horizon, or train_tokens (else training.train_tokens)
@@ -30,7 +30,7 @@ CHECKPOINT_KEYS = ("interval_s", "storage_gb_per_s", "load_gb_per_s", "async", "
 FAILURE_KEYS = ("rate_per_device_hour", "per", "detection_s", "needs_repair")
 SLOW_KEYS = ("rate_per_node_hour", "slowdown", "detection_hours")
 PER = ("gpu", "node")
-#: named checkpoint-interval policies (closed forms, see simulator.goodput.goodput)
+#: named checkpoint-interval policies (closed forms, see simulator.goodput.closed_forms)
 POLICIES = ("young", "daly")
 
 

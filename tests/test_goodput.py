@@ -1,4 +1,4 @@
-"""Whole-run goodput model (simulator/goodput/goodput.py): closed forms, exact small cases, invariants, errors."""
+"""Whole-run goodput model (simulator/goodput/): closed forms, exact small cases, invariants, errors."""
 import json
 import math
 from dataclasses import replace
@@ -6,9 +6,11 @@ from dataclasses import replace
 import pytest
 
 from simulator.cli.main import main
-from simulator.goodput.goodput import (Component, RunModel, _Segment, best_interval, daly_goodput, daly_interval,
-                               merge_components, optimal_interval_closed_form, simulate_run, sweep_intervals,
-                               young_interval)
+from simulator.goodput.closed_forms import daly_goodput, daly_interval, optimal_interval_closed_form, young_interval
+from simulator.goodput.model import Component, RunModel
+from simulator.goodput.replay import _Segment, simulate_run
+from simulator.goodput.seeds import best_interval, sweep_intervals
+from simulator.goodput.setup import merge_components
 from strategies.errors import ConfigError
 from strategies.goodput_file import parse_goodput
 
@@ -124,7 +126,7 @@ def test_bad_goodput_section_one_error(data, field):
 
 
 def test_interval_longer_than_run_and_unknown_component():
-    from simulator.goodput.goodput import check_run_model
+    from simulator.goodput.model import check_run_model
     with pytest.raises(ConfigError, match="not shorter than the run"):
         check_run_model(_model(interval_s=10 * HOUR, horizon_s=5 * HOUR))
     with pytest.raises(ConfigError, match="not a default component"):
@@ -175,7 +177,8 @@ def test_cli_goodput_json_deterministic_and_errors(tmp_path, capsys):
 def test_llama3_405b_example_lands_in_the_published_range():
     # Llama 3 report Sec. 3.3.4: 419 unexpected interruptions in 54 days on 16,384 H100, > 90 % effective
     # training time. 419 +- 2 sqrt(419) is the Poisson band of the count.
-    from simulator.goodput.goodput import goodput_report, setup_from_strategy
+    from simulator.goodput.report import goodput_report
+    from simulator.goodput.setup import setup_from_strategy
     from strategies.strategy_file import load_strategy
     st = load_strategy("strategies/examples/llama3-405b-16k-h100-goodput.yaml")
     rep = goodput_report(setup_from_strategy(st), 5, sweep=False)

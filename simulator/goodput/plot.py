@@ -18,8 +18,9 @@ DAY = 86400.0
 
 
 def plot_run(run, report: dict, path, *, title: str = "", closed_form=None) -> None:
-    """``run``: a :class:`simulator.goodput.goodput.RunResult`; ``report``: :func:`goodput_report`'s dict;
-    ``closed_form``: tau -> goodput (Daly 2006) for the bottom panel, or None."""
+    """``run``: a :class:`simulator.goodput.model.RunResult`; ``report``:
+    :func:`simulator.goodput.report.goodput_report`'s dict; ``closed_form``: tau -> goodput (Daly 2006) for
+    the bottom panel, or None."""
     sweep = report.get("sweep") or []
     fig, canvas = _figure(FIG_WIDTH_IN, 8.0 if sweep else 5.0)
     ax = fig.add_axes((0.07, 0.42 if sweep else 0.12, 0.9, 0.5 if sweep else 0.78))

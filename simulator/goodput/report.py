@@ -1,0 +1,131 @@
+"""The goodput report: the policy over seeds and the interval sweep as a JSON-ready dict, and its text.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from simulator.goodput.closed_forms import daly_goodput
+from simulator.goodput.model import DAY, HOUR, MECHANISMS
+from simulator.goodput.seeds import best_interval, default_sweep, sweep_intervals
+from simulator.goodput.setup import GoodputSetup
+from strategies.errors import ConfigError
+
+
+def _stats(x: np.ndarray) -> dict:
+    n = x.size
+    mean = float(x.mean())
+    se = float(x.std(ddof=1) / math.sqrt(n)) if n > 1 else 0.0
+    return {"mean": mean, "ci95": [mean - 1.96 * se, mean + 1.96 * se], "min": float(x.min()), "max": float(x.max())}
+
+
+def goodput_report(setup: GoodputSetup, seeds: int | None = None, *, sweep: bool = True) -> dict:
+    """Run the policy over seeds (and the interval sweep) and return the JSON-ready report."""
+    m = setup.model
+    n = seeds if seeds is not None else setup.spec.seeds
+    if n < 1:
+        raise ConfigError(f"--seeds = {n} must be >= 1")
+    seed_list = [setup.spec.seed + i for i in range(n)]
+    runs = sweep_intervals(m, setup.intervals, seed_list)
+    best_listed = max(runs, key=lambda s: (s.goodput, -s.interval_s))
+    main = best_listed
+    out: dict = {}
+    sw = []
+    if sweep and math.isfinite(setup.optimum_closed_form_s):
+        cand = sorted(set(default_sweep(setup.optimum_closed_form_s, m.horizon_s)) | set(setup.intervals))
+        sweep_runs = [r for r in runs] + [s for s in sweep_intervals(m, [t for t in cand if t not in setup.intervals],
+                                                                    seed_list)]
+        sw = sorted(sweep_runs, key=lambda s: s.interval_s)
+    rs = main.runs
+    wall = np.array([r.wall_s for r in rs])
+    gp = np.array([r.goodput for r in rs])
+    tokens = np.array([r.tokens for r in rs])
+    inter = np.array([sum(r.interruptions.values()) for r in rs], dtype=float)
+    fails = np.array([sum(r.failures.values()) for r in rs], dtype=float)
+    losses = {k: float(np.mean([r.losses[k] for r in rs])) / HOUR for k in MECHANISMS}
+    by_comp = {k: float(np.mean([r.lost_by_component[k] for r in rs])) / HOUR for k in rs[0].lost_by_component}
+    gpu_h_wasted = float(np.mean([(r.wall_s - r.useful_s) for r in rs])) / HOUR * setup.num_gpus
+    out.update({
+        "policy": setup.policy,
+        "interval_s": main.interval_s,
+        "seeds": n,
+        "mode": "days" if m.horizon_s is not None else "train_tokens",
+        "iteration_time_s": setup.iteration_time_s,
+        "tokens_per_iteration": setup.tokens_per_iteration,
+        "num_gpus": setup.num_gpus,
+        "checkpoint_gb": setup.checkpoint_bytes / 1e9,
+        "checkpoint_gb_per_gpu": setup.checkpoint_gb_per_gpu,
+        "save_blocking_s": m.save_block_s,
+        "save_durable_after_s": m.save_block_s + m.save_commit_s,
+        "load_s": m.load_s,
+        "restart_s": m.restart_s,
+        "failure_rate_per_day": m.failure_rate_per_s * DAY,
+        "mtbf_hours": setup.mtbf_s / HOUR,
+        "wall_days": _stats(wall / DAY),
+        "goodput": _stats(gp),
+        "tokens": _stats(tokens),
+        "interruptions": _stats(inter),
+        "failures": _stats(fails),
+        "expected_failures": m.failure_rate_per_s * float(wall.mean()),
+        "interruptions_by_component": {c.name: float(np.mean([r.interruptions[c.name] for r in rs]))
+                                       for c in m.components},
+        "lost_hours_by_mechanism": losses,
+        "lost_hours_by_component": by_comp,
+        "gpu_hours": float(wall.mean()) / HOUR * setup.num_gpus,
+        "gpu_hours_wasted": gpu_h_wasted,
+        "checkpoints": float(np.mean([r.checkpoints for r in rs])),
+        "min_dp": int(min(r.min_dp for r in rs)),
+        "finished": all(r.finished for r in rs) if m.target_tokens is not None else None,
+        "closed_form": {"young_s": setup.young_s, "daly_s": setup.daly_s,
+                        "optimum_s": setup.optimum_closed_form_s,
+                        "goodput_at_optimum": (daly_goodput(setup.optimum_closed_form_s, m.save_block_s + m.save_commit_s,
+                                                            setup.mean_down_s, setup.mtbf_s)
+                                               if math.isfinite(setup.mtbf_s) else 1.0),
+                        "mean_down_s": setup.mean_down_s},
+    })
+    if setup.spec.cost_per_gpu_hour is not None:
+        out["cost"] = out["gpu_hours"] * setup.spec.cost_per_gpu_hour
+        out["cost_wasted"] = gpu_h_wasted * setup.spec.cost_per_gpu_hour
+    if len(runs) > 1:
+        out["intervals"] = [{"interval_s": s.interval_s, "goodput": s.goodput,
+                             "wall_days": float(s.arr("wall_s").mean() / DAY)} for s in runs]
+    if sw:
+        out["sweep"] = [{"interval_s": s.interval_s, "goodput": s.goodput} for s in sw]
+        out["best_interval_s"] = best_interval(sw)
+    return out
+
+
+def format_goodput(rep: dict, title: str) -> str:
+    def ci(d, k=1.0, fmt=".2f"):
+        return f"{d['mean'] * k:{fmt}} (95% CI {d['ci95'][0] * k:{fmt}} .. {d['ci95'][1] * k:{fmt}})"
+    lines = [title,
+             f"iteration {rep['iteration_time_s']:.3f} s on {rep['num_gpus']} GPUs; checkpoint "
+             f"{rep['checkpoint_gb']:.0f} GB ({rep['checkpoint_gb_per_gpu']:.2f} GB/GPU): job pauses "
+             f"{rep['save_blocking_s']:.1f} s per save, durable after {rep['save_durable_after_s']:.1f} s; "
+             f"restart {rep['restart_s']:.0f} s + load {rep['load_s']:.1f} s",
+             f"failures {rep['failure_rate_per_day']:.2f}/day (job MTBF {rep['mtbf_hours']:.2f} h); "
+             f"checkpoint every {rep['interval_s']:.0f} s ({rep['policy']}); {rep['seeds']} seeds",
+             f"wall-clock days   {ci(rep['wall_days'])}",
+             f"goodput           {ci(rep['goodput'], 100, '.1f')} %",
+             f"tokens trained    {rep['tokens']['mean']:.4g}",
+             f"interruptions     {ci(rep['interruptions'], 1, '.1f')}   (failures {rep['failures']['mean']:.1f}, "
+             f"expected rate x time {rep['expected_failures']:.1f})",
+             "lost hours by mechanism: " + ", ".join(f"{k} {v:.1f}" for k, v in rep["lost_hours_by_mechanism"].items()
+                                                     if v > 0),
+             "lost hours by cause:     " + ", ".join(f"{k} {v:.1f}" for k, v in
+                                                     sorted(rep["lost_hours_by_component"].items(),
+                                                            key=lambda kv: -kv[1]) if v > 0),
+             f"GPU-hours {rep['gpu_hours']:.4g}, wasted {rep['gpu_hours_wasted']:.4g}"
+             + (f"; cost {rep['cost']:.4g}, wasted {rep['cost_wasted']:.4g}" if "cost" in rep else "")]
+    if rep.get("min_dp") is not None and rep["min_dp"] < 0:
+        pass
+    cf = rep["closed_form"]
+    if "best_interval_s" in rep:
+        lines.append(f"best interval (simulated) {rep['best_interval_s']:.0f} s; closed form: optimum "
+                     f"{cf['optimum_s']:.0f} s (goodput {100 * cf['goodput_at_optimum']:.1f} %), Young "
+                     f"{cf['young_s']:.0f} s, Daly {cf['daly_s']:.0f} s")
+    for row in rep.get("intervals", []):
+        lines.append(f"  interval {row['interval_s']:>8.0f} s: goodput {100 * row['goodput']:.2f} %, "
+                     f"{row['wall_days']:.2f} days")
+    return "\n".join(lines)

@@ -1,0 +1,188 @@
+"""A strategy file resolved for the run model: default failure rates merged with the file's, checkpoint
+size, save / load times, the interval policy, and elastic iteration times (re-simulated).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from simulator.goodput.closed_forms import daly_interval, optimal_interval_closed_form, young_interval
+from simulator.goodput.model import DAY, HOUR, RATES_FILE, Component, RunModel, check_run_model
+from strategies.errors import ConfigError
+from strategies.goodput_file import GoodputSpec, parse_goodput
+
+
+def load_failure_defaults(path=RATES_FILE) -> dict:
+    from strategies.config import load_mapping
+    data = load_mapping(path, "failure-rate file")
+    return data["components"]
+
+
+def merge_components(spec: GoodputSpec, num_gpus: int, num_nodes: int, defaults: dict | None = None
+                     ) -> tuple[Component, ...]:
+    """Default components with the file's overrides; a new component must give rate and per."""
+    d = {k: dict(v) for k, v in (load_failure_defaults() if defaults is None else defaults).items()}
+    for o in spec.failures:
+        if o.name not in d:
+            if o.rate_per_device_hour is None or o.per is None:
+                from strategies.config import did_you_mean
+                raise ConfigError(f"goodput.failures.{o.name} is not a default component"
+                                  f"{did_you_mean(o.name, d)} (defaults: {', '.join(d)}); a new component needs "
+                                  f"rate_per_device_hour and per (gpu or node)")
+            d[o.name] = {"detection_s": 60.0, "needs_repair": True, "source": "strategy file"}
+        for k in ("rate_per_device_hour", "per", "detection_s", "needs_repair"):
+            v = getattr(o, k)
+            if v is not None:
+                d[o.name][k] = v
+                d[o.name]["source"] = "strategy file"
+    out = []
+    for name, v in d.items():
+        count = num_gpus if v["per"] == "gpu" else num_nodes
+        out.append(Component(name, float(v["rate_per_device_hour"]), v["per"], count, float(v["detection_s"]),
+                             bool(v["needs_repair"]), str(v.get("source", ""))))
+    return tuple(out)
+
+
+def checkpoint_bytes(plan) -> tuple[float, float]:
+    """(bytes of one checkpoint, largest bytes one GPU writes): each parameter's 16-bit weight and
+    fp32 optimizer states (master weight, momentum, variance; ZeRO Section 3.1, K = 12) once, as a
+    sharded (Megatron distributed / torch.distributed.checkpoint) save writes them; gradients are not
+    saved. Per GPU from the static memory model (``taskgraph.memory.static_memory``)."""
+    from taskgraph.memory import ADAM_STATE_BYTES, params_per_gpu
+    s = plan.sizes
+    per_param = 2 + ADAM_STATE_BYTES
+    # params_per_gpu: the parameters one GPU of each pipeline rank holds before ZeRO-3 partitioning
+    # (tp-sharded), i.e. its TP shard of the stage; every such shard is saved once
+    held = params_per_gpu(plan)
+    total = float(sum(s.tp * n * per_param for n in held.values()))
+    # a sharded save spreads each shard's bytes over the dp x cp ranks that hold it
+    per_gpu = max(held.values()) * per_param / (s.dp * s.cp)
+    return total, per_gpu
+
+
+@dataclass
+class GoodputSetup:
+    """A strategy resolved for the run model: the model, the policy, and what it was derived from."""
+
+    model: RunModel
+    spec: GoodputSpec
+    intervals: tuple          # intervals to simulate (the policy's, or the list)
+    policy: str               # 'young', 'daly', 'fixed', 'list'
+    iteration_time_s: float
+    tokens_per_iteration: float
+    num_gpus: int
+    checkpoint_bytes: float
+    checkpoint_gb_per_gpu: float
+    mtbf_s: float
+    young_s: float
+    daly_s: float
+    optimum_closed_form_s: float
+    mean_down_s: float
+
+
+def setup_from_strategy(strategy, spec: GoodputSpec | None = None, *, days: float | None = None,
+                        train_tokens: float | None = None, interval=None, sim=None) -> GoodputSetup:
+    """Simulate one iteration of ``strategy`` and build the run model from its ``goodput`` section."""
+    from simulator.simulation.strategy import simulate_strategy
+    from strategies.goodput_file import parse_interval
+    spec = spec if spec is not None else parse_goodput(strategy.raw.get("goodput"))
+    if days is not None and train_tokens is not None:
+        raise ConfigError("--days and --train-tokens are both given: give one")
+    if days is not None:
+        if not days > 0:
+            raise ConfigError(f"--days = {days!r} must be > 0")
+        spec = replace(spec, days=days, train_tokens=None)
+    if train_tokens is not None:
+        if not train_tokens > 0:
+            raise ConfigError(f"--train-tokens = {train_tokens!r} must be > 0")
+        spec = replace(spec, train_tokens=train_tokens, days=None)
+    if interval is not None:
+        spec = replace(spec, checkpoint=replace(spec.checkpoint, interval_s=parse_interval(interval, "--interval")))
+    if spec.days is None and spec.train_tokens is None:
+        tt = strategy.training.train_tokens
+        if tt is None:
+            raise ConfigError("the run has no length: set goodput.days or goodput.train_tokens (or "
+                              "training.train_tokens), or pass --days D / --train-tokens T")
+        spec = replace(spec, train_tokens=tt)
+    sim = sim if sim is not None else simulate_strategy(strategy)
+    plan = sim.plan
+    if spec.cost_per_gpu_hour is None:   # the catalog's price of the GPU (topologies/data/prices.yaml)
+        from topologies.pricing import plan_price
+        spec = replace(spec, cost_per_gpu_hour=plan_price(plan))
+    it = sim.report.makespan_s
+    tpi = float(plan.tokens_per_iteration)
+    n_gpus = plan.num_gpus
+    n_nodes = plan.cluster.nodes
+    comps = merge_components(spec, n_gpus, n_nodes)
+    ck = spec.checkpoint
+    total_b, per_gpu_b = checkpoint_bytes(plan)
+    write_s = total_b / (ck.storage_gb_per_s * 1e9)
+    load_s = total_b / ((ck.load_gb_per_s or ck.storage_gb_per_s) * 1e9)
+    if ck.async_save:
+        block = per_gpu_b / (ck.snapshot_gb_per_s * 1e9)
+        commit = write_s
+    else:
+        block, commit = write_s, 0.0
+    cache = {plan.sizes.dp: it}
+
+    def iteration_time(dp: int) -> float:
+        if dp not in cache:
+            cache[dp] = _elastic_iteration_time(strategy, plan, dp)
+        return cache[dp]
+
+    lam = sum(c.rate_per_s for c in comps)
+    mtbf = 1.0 / lam if lam > 0 else math.inf
+    down = (sum(c.rate_per_s * c.detection_s for c in comps) / lam if lam > 0 else 0.0) + spec.restart_s + load_s
+    c_eff = block + commit  # an unfinished asynchronous save is as good as none
+    young = young_interval(block, mtbf) if lam > 0 else math.inf
+    daly = daly_interval(block, mtbf) if lam > 0 else math.inf
+    opt = optimal_interval_closed_form(c_eff, down, mtbf) if lam > 0 else math.inf
+    pol = ck.interval_s
+    if pol == "young":
+        intervals, policy = (young,), "young"
+    elif pol == "daly":
+        intervals, policy = (daly,), "daly"
+    elif isinstance(pol, tuple):
+        intervals, policy = pol, "list"
+    else:
+        intervals, policy = (float(pol),), "fixed"
+    if not all(math.isfinite(t) for t in intervals):
+        raise ConfigError("checkpoint.interval_s = young/daly needs failures (all failure rates are 0); give the "
+                          "interval in seconds")
+    m = RunModel(
+        components=comps, full_tokens_per_s=tpi / it, interval_s=float(intervals[0]),
+        save_block_s=block, save_commit_s=commit, load_s=load_s, restart_s=spec.restart_s,
+        horizon_s=spec.days * DAY if spec.days is not None else None, target_tokens=spec.train_tokens,
+        dp=plan.sizes.dp, num_nodes=n_nodes, spare_nodes=spec.spare_nodes, repair_s=spec.repair_hours * HOUR,
+        elastic=spec.elastic, iteration_time=iteration_time,
+        slow_rate_per_node_hour=spec.slow_nodes.rate_per_node_hour, slowdown=spec.slow_nodes.slowdown,
+        slow_detection_s=spec.slow_nodes.detection_hours * HOUR)
+    for t in intervals:
+        check_run_model(replace(m, interval_s=float(t)))
+    return GoodputSetup(m, spec, tuple(float(t) for t in intervals), policy, it, tpi, n_gpus, total_b,
+                        per_gpu_b / 1e9, mtbf, young, daly, opt, down)
+
+
+def _elastic_iteration_time(strategy, plan, dp: int) -> float:
+    """Iteration time of the same job on ``dp`` data-parallel replicas: same per-replica batch,
+    ``nodes * dp / full dp`` nodes, re-simulated (simulator.simulation.strategy.simulate_strategy)."""
+    from simulator.simulation.strategy import simulate_strategy
+    full = plan.sizes.dp
+    gb = strategy.training.global_batch
+    if gb % full:
+        raise ConfigError(f"elastic: training.global_batch {gb} is not a multiple of dp {full}")
+    nodes = plan.cluster.nodes
+    if (nodes * dp) % full:
+        raise ConfigError(f"elastic: {nodes} nodes over dp {full} is not a whole number of nodes per replica; "
+                          f"elastic training drops whole replicas (set goodput.elastic: false)")
+    cl = strategy.cluster
+    if isinstance(cl, dict) and "nodes" in cl:
+        cl = {**cl, "nodes": nodes * dp // full}
+    elif isinstance(cl, str):
+        cl = {"preset": cl, "nodes": nodes * dp // full}
+    else:
+        raise ConfigError("elastic: the cluster must be a preset mapping ({preset: NAME, nodes: N}) so the smaller "
+                          "job can be re-simulated; set goodput.elastic: false or write the cluster that way")
+    s2 = replace(strategy, cluster=cl, parallel=replace(strategy.parallel, dp=dp),
+                 training=replace(strategy.training, global_batch=gb // full * dp))
+    return simulate_strategy(s2).report.makespan_s
