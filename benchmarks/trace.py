@@ -56,7 +56,8 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
 
     from benchmarks.trace_reference import write_chrome_trace as old_write
-    from simulator.cli.main import _load, _memory_counters, _simulate_one
+    from simulator.cli.common import _load, _simulate_one
+    from simulator.cli.simulate import _memory_counters
     from simulator.reports.memory import memory_report
     from simulator.outputs.trace import write_chrome_trace as new_write
 

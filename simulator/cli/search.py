@@ -1,6 +1,6 @@
 """``execsim search``: the command-line face of :mod:`simulator.search.strategy_search` (parser, progress
-bar, ranked table, CSV / JSON / Pareto plot / best-strategy file). Only this module and
-``simulator/cli/main.py`` print."""
+bar, ranked table, CSV / JSON / Pareto plot / best-strategy file). Only the cli room
+prints."""
 from __future__ import annotations
 
 import json
@@ -98,7 +98,7 @@ class _Progress:
 
 
 def run(args) -> int:
-    from simulator.cli.main import _check_outputs, _input_files, _load_strategy
+    from simulator.cli.common import _check_outputs, _input_files, _load_strategy
     from simulator.outputs.files import write_output
     from simulator.search.space import SearchSpace, parse_axis
     from simulator.search.strategy_search import format_table, search

@@ -1,0 +1,111 @@
+"""What the ``execsim`` commands share: loading an input with ``--set``, checking output flags,
+printing strict JSON, the subcommand parser with examples, and the help texts of common flags."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from strategies.errors import ExecsimError, brief
+
+EXIT_USAGE = 2
+
+
+EXIT_INTERNAL = 3
+
+
+def _json_safe(x):
+    """``x`` with non-finite floats replaced by None (JSON has no NaN or Infinity)."""
+    import math
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    if hasattr(x, "item") and not isinstance(x, (str, bytes)):  # numpy scalars
+        return _json_safe(x.item())
+    return x
+
+
+def _print_json(obj) -> None:
+    """Print ``obj`` as strict JSON (``allow_nan=False`` after replacing non-finite numbers by null)."""
+    print(json.dumps(_json_safe(obj), sort_keys=True, allow_nan=False))
+
+
+def _input_files(path: str, kind: str, spec) -> list[str]:
+    """Every file a run reads: the input file and the files it names (never overwritten)."""
+    files = [path]
+    base = Path(path).parent
+    if kind == "pipeline":
+        files.append(spec.schedule_csv)
+    else:
+        for ref in (spec.model, spec.cluster):
+            if isinstance(ref, str):
+                files += [ref, str(base / ref), str(base / ref / "config.json")]
+        files += [spec.schedule_csv, spec.options.profile]
+    return [f for f in files if f]
+
+
+def _check_outputs(args, inputs, **outputs) -> dict:
+    """Check every output flag of this command before any simulation (``simulator.outputs.files``)."""
+    from simulator.outputs.files import check_outputs
+    return check_outputs({f"--{k.replace('_', '-')}": v for k, v in outputs.items()}, inputs=inputs,
+                         mkdir=getattr(args, "mkdir", False))
+
+
+def _load(path: str, sets: list[str]):
+    """Load a simulation input: a pipeline description (``pipeline:`` section) or a strategy file."""
+    from strategies.config import load_mapping, parse_set_value, set_dotted
+    data = load_mapping(path, "input file")
+    for item in sets or []:
+        if "=" not in item:
+            raise ExecsimError(f"--set {item!r} must look like section.key=value, e.g. --set pipeline.pp=8")
+        k, v = item.split("=", 1)
+        if not k.strip() or any(not part for part in k.strip().split(".")):
+            raise ExecsimError(f"--set {brief(item)}: the key before '=' must be a dotted field name such as "
+                               f"parallel.pp")
+        data = set_dotted(data, k.strip(), parse_set_value(v.strip(), k.strip()))
+    if "pipeline" in data:
+        from strategies.pipeline_file import parse_pipeline
+        return "pipeline", parse_pipeline(data, Path(path).parent)
+    from strategies.strategy_file import parse_strategy
+    return "strategy", parse_strategy(data, Path(path).parent)
+
+
+def _simulate_one(kind, spec, schedule=None, fidelity=None, vpp=None):
+    from simulator.simulation.pipeline import simulate_pipeline
+    from simulator.simulation.strategy import simulate_strategy
+    if kind == "pipeline":
+        return simulate_pipeline(spec, schedule=schedule, vpp=vpp)
+    return simulate_strategy(spec, schedule=schedule, fidelity=fidelity, vpp=vpp)
+
+
+def _load_strategy(args, command: str):
+    """``_load`` for the commands that need a strategy file (model + cluster), not a pipeline file."""
+    kind, spec = _load(args.file, args.set)
+    if kind != "strategy":
+        raise ExecsimError(f"{args.file} is a pipeline description; 'execsim {command}' needs a strategy file "
+                           f"(model + cluster + parallel + training)")
+    return kind, spec
+
+
+_MKDIR_HELP = "create the output file's folder if it does not exist"
+
+
+_EX = "examples:\n  "
+
+
+def _sub(sub, name: str, help: str, examples: list[str]):
+    """A subcommand whose --help ends with runnable examples."""
+    return sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".",
+                          epilog=_EX + "\n  ".join(examples), formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+_SET_HELP = "override a field of the file, e.g. parallel.pp=16 or training.micro_batch=2 (repeatable)"
+
+
+_FID_HELP = "override options.fidelity: operator (one task per operator pass) or coarse (one per stage pass, fast)"
+
+
+_EXAMPLE = "strategies/examples/gpt3-175b-1024-a100.yaml"

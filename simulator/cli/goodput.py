@@ -1,0 +1,57 @@
+"""``execsim goodput``: a whole training run with failures, checkpoints and restarts."""
+from __future__ import annotations
+
+from simulator.cli.common import _check_outputs, _input_files, _load_strategy, _print_json, _sub
+
+
+def add_parser(sub) -> None:
+    s = _sub(sub, "goodput", "simulate a whole training run: failures, checkpoints, restarts, goodput (SimPy)",
+             ["execsim goodput strategies/examples/llama3-405b-16k-h100-goodput.yaml",
+              "execsim goodput strategies/examples/llama3-405b-16k-h100-goodput.yaml --seeds 50 --plot run.png",
+              "execsim goodput strategies/examples/llama3-405b-16k-h100-goodput.yaml --interval daly --no-sweep --json",
+              "execsim goodput strategies/examples/llama3-405b-16k-h100-goodput.yaml --set goodput.spares=0 "
+              "--set goodput.elastic=true"])
+    s.add_argument("file", help="strategy file; its goodput: section sets failure rates, recovery and checkpoints")
+    g = s.add_mutually_exclusive_group()
+    g.add_argument("--days", type=float, help="wall-clock horizon in days (overrides goodput.days)")
+    g.add_argument("--train-tokens", type=float, help="token budget (overrides goodput.train_tokens)")
+    s.add_argument("--seeds", type=int, help="independent runs (default goodput.seeds, 20)")
+    s.add_argument("--interval", metavar="young|daly|SECONDS|S1,S2,..",
+                   help="checkpoint interval policy (overrides goodput.checkpoint.interval_s)")
+    s.add_argument("--no-sweep", action="store_true", help="skip the search for the best interval")
+    s.add_argument("--json", action="store_true", help="machine-readable output (keys in docs/goodput.md)")
+    s.add_argument("--plot", metavar="OUT.png", help="tokens vs wall time with failures and checkpoints, and "
+                   "goodput vs interval")
+    s.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field, e.g. goodput.restart_s=600")
+    s.set_defaults(func=_goodput_cmd)
+
+
+
+def _goodput_cmd(args) -> int:
+    """A whole run with failures, checkpoints and restarts (simulator/goodput/)."""
+    from simulator.goodput.closed_forms import daly_goodput
+    from simulator.goodput.replay import simulate_run
+    from simulator.goodput.report import format_goodput, goodput_report
+    from simulator.goodput.setup import setup_from_strategy
+    kind, spec = _load_strategy(args, "goodput")
+    outs = _check_outputs(args, _input_files(args.file, kind, spec), plot=args.plot)
+    setup = setup_from_strategy(spec, days=args.days, train_tokens=args.train_tokens, interval=args.interval)
+    rep = goodput_report(setup, args.seeds, sweep=not args.no_sweep)
+    if outs.get("--plot"):
+        from dataclasses import replace as _replace
+
+        from simulator.goodput.plot import plot_run
+        from simulator.outputs.files import write_output
+        run = simulate_run(_replace(setup.model, interval_s=rep["interval_s"]), setup.spec.seed,
+                           record_checkpoints=True)
+        m = setup.model
+        write_output(outs["--plot"], lambda tmp: plot_run(run, rep, tmp, closed_form=lambda t: daly_goodput(
+            t, m.save_block_s + m.save_commit_s, setup.mean_down_s, setup.mtbf_s)), "--plot")
+    if args.json:
+        _print_json(rep)
+    else:
+        length = f"{setup.spec.days:g}-day" if setup.spec.days else f"{setup.spec.train_tokens:.4g}-token"
+        print(format_goodput(rep, f"{args.file}: a {length} run with failures, checkpoints and restarts"))
+        if args.plot:
+            print(f"plot written to {args.plot}")
+    return 0

@@ -1,0 +1,52 @@
+"""``execsim import``: a strategy file from a Megatron-LM script, a NeMo recipe or a torchtitan TOML."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from simulator.cli.common import _check_outputs, _sub
+from strategies.errors import ExecsimError, brief
+
+
+def add_parser(sub) -> None:
+    s = _sub(sub, "import", "write a strategy file from a Megatron-LM launch script, a NeMo recipe or a torchtitan TOML",
+             ["execsim import megatron strategies/examples/sources/train_gpt3_175b_distributed.sh "
+              "--cluster dgx-a100-80g --nodes 128 -o gpt3.yaml",
+              "execsim import nemo strategies/examples/sources/nemo_llama3_8b.yaml --cluster dgx-h100 -o s.yaml",
+              "execsim import torchtitan strategies/examples/sources/torchtitan_llama3_8b.toml --cluster dgx-h100 "
+              "--nodes 1"])
+    s.add_argument("kind", choices=("megatron", "nemo", "torchtitan"), help="what SOURCE is")
+    s.add_argument("source", help="the file, or - for standard input")
+    s.add_argument("-o", "--output", metavar="OUT.yaml", help="write the strategy here (default: standard output)")
+    s.add_argument("--cluster", metavar="PRESET", help="cluster preset, e.g. dgx-h100 or dgx-a100-80g (required: "
+                   "launch scripts and recipes do not name the hardware)")
+    s.add_argument("--nodes", type=int, help="number of nodes (default: from the source where it says)")
+    s.add_argument("--vocab", type=int, help="vocabulary size when the source's tokenizer does not tell it")
+    s.set_defaults(func=_import_cmd)
+
+
+
+def _import_cmd(args) -> int:
+    from simulator.simulation.importing import import_strategy, summary
+    if args.source == "-":
+        text, origin = sys.stdin.read(), "standard input"
+    else:
+        from strategies.documents import read_text
+        path = Path(args.source)
+        if not path.is_file():
+            raise ExecsimError(f"import source {brief(args.source)} is not a file: give the path of the "
+                               f"{args.kind} configuration, or - for standard input")
+        text = read_text(path, f"import source {path.name}")
+        origin = path.name
+    outs = _check_outputs(args, [] if args.source == "-" else [args.source], output=args.output)
+    out, imp = import_strategy(args.kind, text, origin=origin, cluster=args.cluster, nodes=args.nodes,
+                               vocab=args.vocab)
+    if imp.unmodeled:
+        print(f"execsim: warning: {summary(imp)}", file=sys.stderr)
+    if outs.get("--output"):
+        from simulator.outputs.files import write_output
+        write_output(outs["--output"], out, "--output")
+        print(f"strategy written to {args.output} (execsim simulate {args.output})")
+    else:
+        sys.stdout.write(out)
+    return 0

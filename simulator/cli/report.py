@@ -1,0 +1,27 @@
+"""``execsim report``: the self-contained HTML report of a file."""
+from __future__ import annotations
+
+from simulator.cli.simulate import _write_html
+from simulator.cli.common import (_EXAMPLE, _FID_HELP, _SET_HELP, _check_outputs, _input_files, _load,
+                                 _simulate_one, _sub)
+
+
+def add_parser(sub) -> None:
+    s = _sub(sub, "report", "write the HTML report of a strategy file or pipeline description",
+             [f"execsim report {_EXAMPLE} -o report.html",
+              "execsim report strategies/examples/pipeline-interleaved.yaml -o pipe.html --set pipeline.pp=8"])
+    s.add_argument("file", help="strategy file or pipeline description")
+    s.add_argument("-o", "--output", metavar="OUT.html", required=True, help="the HTML file to write")
+    s.add_argument("--set", action="append", metavar="KEY=VALUE", help=_SET_HELP)
+    s.add_argument("--fidelity", choices=("operator", "coarse"), help=_FID_HELP)
+    s.set_defaults(func=_report_cmd)
+
+
+
+def _report_cmd(args) -> int:
+    kind, spec = _load(args.file, args.set)
+    outs = _check_outputs(args, _input_files(args.file, kind, spec), output=args.output)
+    sim = _simulate_one(kind, spec, fidelity=args.fidelity)
+    _write_html(outs["--output"], args.file, kind, sim, args.set)
+    print(f"report written to {args.output}")
+    return 0

@@ -1,0 +1,216 @@
+"""``execsim simulate``: simulate a file and report; traces, HTA folder, timeline, HTML and delta what-ifs."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from simulator.cli.common import (_EXAMPLE, _FID_HELP, _MKDIR_HELP, _SET_HELP, _check_outputs, _input_files,
+                                 _load, _print_json, _simulate_one, _sub)
+from strategies.errors import ExecsimError, brief
+
+
+def add_parser(sub) -> None:
+    s = _sub(sub, "simulate", "simulate a pipeline description or strategy file",
+             [f"execsim simulate {_EXAMPLE}",
+              f"execsim simulate {_EXAMPLE} --fidelity coarse --json",
+              f"execsim simulate {_EXAMPLE} --check --set training.micro_batch=16 --set training.recompute=none   # exit 1: OOM",
+              f"execsim simulate {_EXAMPLE} --html report.html --trace trace.json",
+              f"execsim simulate {_EXAMPLE} --trace t.json.gz --trace-ranks 0-3 --trace-level stage",
+              f"execsim simulate {_EXAMPLE} --trace-dir hta/ --timeline tasks.csv",
+              f"execsim simulate {_EXAMPLE} --mode delta --what-if 'dp-comm=0' --what-if 'layer3.*=1.5'"])
+    s.add_argument("file", help="strategy file (model + cluster + parallel + training) or pipeline description")
+    s.add_argument("--trace", metavar="OUT.json", help="write a Chrome/Perfetto trace (OUT.json.gz: gzip-compressed)")
+    s.add_argument("--trace-ranks", metavar="RANKS", help="keep only these ranks in --trace/--trace-dir, "
+                   "e.g. 0,1 or 0-3,15 (makes a 1,024-GPU trace small)")
+    s.add_argument("--trace-level", choices=("operator", "stage"),
+                   help="operator: one slice per task (default); stage: one slice per run of a stage's "
+                        "microbatch on a stream (much smaller)")
+    s.add_argument("--trace-dir", metavar="DIR", help="write one trace per rank (rank_N.json) in the layout "
+                   "Holistic Trace Analysis reads")
+    s.add_argument("--timeline", metavar="OUT.csv|OUT.parquet",
+                   help="write one row per task (times in s); .parquet needs pyarrow (pip install 'execsim[parquet]')")
+    s.add_argument("--html", metavar="OUT.html", help="write a self-contained interactive HTML report "
+                   "(summary, per-stage table, Gantt, memory, bubble and exposed communication, critical path)")
+    s.add_argument("--json", action="store_true", help="print a machine-readable summary (includes fits / oom "
+                   "for strategy files)")
+    s.add_argument("--check", action="store_true", help="exit with status 1 when memory does not fit (strategy "
+                   "files)")
+    s.add_argument("--set", action="append", metavar="KEY=VALUE", help=_SET_HELP)
+    s.add_argument("--fidelity", choices=("operator", "coarse"), help=_FID_HELP)
+    s.add_argument("--mode", choices=("full", "delta"), default="full",
+                   help="delta: keep the simulation state and re-simulate only what each --what-if change affects")
+    s.add_argument("--what-if", action="append", metavar="PATTERN=FACTOR",
+                   help="scale matching tasks' durations (operator name or category, shell pattern), e.g. "
+                        "'layer3.*=1.5' or 'dp-comm=0'; repeatable, changes accumulate")
+    s.add_argument("--price", type=float, metavar="USD", help="price per GPU-hour for the cost line")
+    s.add_argument("--mkdir", action="store_true", help=_MKDIR_HELP)
+    s.set_defaults(func=_simulate_cmd)
+
+
+
+def _simulate_cmd(args) -> int:
+    from simulator.reports.report import format_report
+    if args.what_if and args.mode != "delta":
+        raise ExecsimError("--what-if needs --mode delta (re-simulate only what each change affects)")
+    if args.what_if:
+        from simulator.simulation.what_if import parse_what_if
+        if len(args.what_if) > 64:
+            raise ExecsimError(f"{len(args.what_if)} --what-if changes: give at most 64 per run")
+        for w in args.what_if:
+            parse_what_if(w)
+    kind, spec = _load(args.file, args.set)
+    if args.check and kind != "strategy":
+        raise ExecsimError(f"--check needs a strategy file (model + cluster give the memory capacity); {args.file} "
+                           f"is a pipeline description")
+    if args.trace_ranks and not (args.trace or args.trace_dir):
+        raise ExecsimError("--trace-ranks selects ranks of --trace or --trace-dir; add one of them")
+    if args.trace_level and not args.trace:
+        raise ExecsimError("--trace-level applies to the Chrome trace; add --trace OUT.json")
+    outs = _check_outputs(args, _input_files(args.file, kind, spec), trace=args.trace, html=args.html,
+                          timeline=args.timeline)
+    if args.trace_dir:
+        _check_trace_dir(args.trace_dir, getattr(args, "mkdir", False))
+    if outs.get("--trace") and not args.trace_ranks and args.trace_level != "stage":
+        from simulator.simulation.estimate import estimate_run_tasks
+        from strategies.limits import MAX_TRACE_TASKS
+        est = estimate_run_tasks(kind, spec, fidelity=args.fidelity)
+        if est > MAX_TRACE_TASKS:
+            raise ExecsimError(f"--trace: this run has about {est:,} tasks, over the limit of {MAX_TRACE_TASKS:,} "
+                               f"for a trace (~250 MB, what Perfetto loads comfortably); trace a smaller run "
+                               f"(fewer microbatches, or options.fidelity: coarse) or drop --trace")
+    sim = _simulate_one(kind, spec, fidelity=args.fidelity)
+    for w in getattr(getattr(sim, "plan", None), "warnings", ()):
+        print(f"execsim: warning: {w}", file=sys.stderr)
+    mem = None
+    if kind == "strategy":
+        from simulator.reports.memory import memory_report
+        mem = memory_report(sim.plan, sim.graph, sim.result)
+    s = sim.schedule
+    deltas = None
+    if args.mode == "delta" or args.what_if:
+        import time as _time
+        from simulator.simulation.what_if import what_if
+        from simulator.engine.core import simulate as _full
+        base, deltas = what_if(sim.graph, args.what_if or [])
+        t0 = _time.perf_counter()
+        _full(sim.graph)
+        full_s = _time.perf_counter() - t0
+    written = _write_trace_outputs(args, sim, mem, outs)
+    if outs.get("--html"):
+        _write_html(outs["--html"], args.file, kind, sim, args.set)
+    if args.json:
+        out = sim.report.to_json()
+        if deltas is not None:
+            out["delta"] = [{**d.__dict__, "full_simulation_s": full_s} for d in deltas]
+        out["schedule"] = s.name
+        out["sim_wall_s"] = round(sim.sim_wall_s, 6)
+        if kind == "strategy":
+            t = sim.training.to_json()
+            out.update({k: v for k, v in t.items()})
+            out.update(_cost_fields(sim, args.price))
+            out["critical_path"] = sim.report.to_json()["critical_path"]
+            m = mem.to_json()
+            for st, extra in zip(out["per_stage"], m["memory_per_stage"]):
+                st["peak_memory_gb"] = extra["total_gb"]
+            out.update(m)
+        out["oom"] = None if mem is None else not mem.fits
+        out.setdefault("fits", None)
+        _print_json(out)
+    else:
+        title = f"{args.file}: schedule {s.name}, pp={s.pp}, vpp={s.vpp}, microbatches={s.microbatches}"
+        if kind == "strategy":
+            from simulator.reports.training import format_training_report
+            p = sim.plan
+            title += (f"\nmodel {p.model.name} on {p.num_gpus} x {p.cluster.gpu.name} ({p.cluster.name}): "
+                      f"tp={p.sizes.tp} pp={p.sizes.pp} dp={p.sizes.dp} cp={p.sizes.cp} ep={p.sizes.ep} "
+                      f"sp={p.sp} zero={p.zero} recompute={p.strategy.training.recompute}")
+            print(format_training_report(sim.training, sim.report, title))
+            money = _cost_fields(sim, args.price)
+            if money["cost_usd"] is not None:
+                print(f"cost: ${money['cost_usd']:,.0f} at ${money['price_per_gpu_hour_usd']:.2f} per GPU-hour "
+                      f"(topologies/data/prices.yaml; override with --price or options.price_per_gpu_hour_usd)")
+            worst = max(mem.per_stage, key=lambda x: x.total)
+            print(f"memory: peak {worst.total / 2**30:.1f} GiB on rank {worst.rank} of {mem.capacity / 2**30:.1f} GiB "
+                  f"-> {'fits' if mem.fits else 'OOM'} (execsim memory FILE for the breakdown)")
+        else:
+            print(format_report(sim.report, title))
+        if deltas is not None:
+            print(f"delta mode: base iteration {base:.6g} s; one full simulation takes {full_s * 1e3:.1f} ms")
+            for d in deltas:
+                fb = f", fell back to full ({d.reason})" if d.fallback else ""
+                print(f"  what-if {d.change}: {d.tasks} tasks changed -> iteration {d.iteration_time_s:.6g} s "
+                      f"({100 * (d.iteration_time_s / base - 1):+.2f}%), re-timed {d.retimed} of "
+                      f"{sim.graph.num_tasks} tasks in {d.wall_s * 1e3:.2f} ms{fb}")
+        for line in written:
+            print(line)
+        if args.html:
+            print(f"HTML report written to {args.html}")
+    if args.check and mem is not None and not mem.fits:
+        print(f"execsim: check failed: {args.file} does not fit in memory", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _write_html(path: str, source: str, kind: str, sim, sets=None) -> None:
+    """The HTML report, written atomically (simulator.outputs.files)."""
+    from simulator.outputs.html_report import write_html_report
+    from simulator.outputs.files import write_output
+    label = source + (" with --set " + " ".join(sets) if sets else "")
+    text = Path(source).read_text(encoding="utf-8")
+    write_output(path, lambda tmp: write_html_report(tmp, sim, source=label, strategy_text=text), "--html")
+
+
+def _cost_fields(sim, override) -> dict:
+    """Price per GPU-hour and the cost of training.train_tokens (topologies/pricing.py); None when
+    there is no token budget or no price."""
+    from topologies.pricing import plan_price
+    price = plan_price(sim.plan, override)
+    hours = sim.training.train_gpu_hours
+    return {"price_per_gpu_hour_usd": price,
+            "cost_usd": hours * price if (hours is not None and price is not None) else None}
+
+
+def _check_trace_dir(path: str, mkdir: bool) -> None:
+    """--trace-dir: a folder (created when missing if its parent exists, or with --mkdir)."""
+    p = Path(path)
+    if str(path).strip() == "":
+        raise ExecsimError("--trace-dir '' is empty: give a folder for the per-rank traces")
+    if p.exists() and not p.is_dir():
+        raise ExecsimError(f"--trace-dir {brief(str(path))} is a file, not a folder: give a folder for rank_N.json files")
+    if not p.exists() and not p.parent.exists() and not mkdir:
+        raise ExecsimError(f"--trace-dir {brief(str(path))}: the folder {brief(str(p.parent))} does not exist; create "
+                           f"it or add --mkdir")
+
+
+def _write_trace_outputs(args, sim, mem, outs: dict) -> list[str]:
+    """--trace, --trace-dir and --timeline (issue 15), to the paths ``_check_outputs`` accepted, each
+    written atomically (simulator.outputs.files); returns one line per file written."""
+    from simulator.outputs.trace import parse_ranks
+    ranks = parse_ranks(args.trace_ranks) if args.trace_ranks else None
+    out = []
+    from simulator.outputs.files import write_output
+    if args.trace:
+        from simulator.outputs.trace import write_chrome_trace
+        counters = _memory_counters(sim, mem)
+        write_output(outs["--trace"], lambda tmp: write_chrome_trace(
+            tmp, sim.graph, sim.result, counters=counters, ranks=ranks, level=args.trace_level or "operator"), "--trace")
+        out.append(f"trace written to {args.trace} (open in https://ui.perfetto.dev or chrome://tracing)")
+    if args.trace_dir:
+        from simulator.outputs.trace_hta import write_hta_traces
+        paths = write_hta_traces(args.trace_dir, sim.graph, sim.result, ranks=ranks)
+        out.append(f"{len(paths)} per-rank traces written to {args.trace_dir} (Holistic Trace Analysis: "
+                   f"TraceAnalysis(trace_dir={str(args.trace_dir)!r}))")
+    if args.timeline:
+        from simulator.outputs.timeline_export import write_timeline
+        # the temporary file keeps the suffix (.csv / .parquet) the writer dispatches on
+        write_output(outs["--timeline"], lambda tmp: write_timeline(tmp, sim.graph, sim.result), "--timeline")
+        out.append(f"timeline ({sim.graph.num_tasks} tasks) written to {args.timeline}")
+    return out
+
+
+def _memory_counters(sim, mem):
+    """Per-rank memory counter tracks (GiB): static states + reserve + the simulated curve."""
+    from simulator.reports.memory_timeline import memory_curves
+    curves = memory_curves(sim.graph, sim.result)
+    base = {s.rank: s.weights + s.grads + s.optimizer + s.reserve for s in mem.per_stage} if mem else {}
+    return {r: (c.times, (c.values + base.get(r, 0.0)) / 2**30) for r, c in curves.items()}
