@@ -128,3 +128,10 @@ def test_the_checker_sees_imports_inside_functions(tmp_path):
     g = import_graph()
     assert g.has_edge("simulator.engine.dispatch", "simulator.engine.static_order")
     assert g.has_edge("taskgraph.lower_coarse", "taskgraph.compiled")
+
+
+def test_every_name_the_api_offers_resolves():
+    import simulator.api as api
+    missing = [name for name in api.__all__ if not hasattr(api, name)]
+    assert missing == [], f"simulator.api lists names it cannot give: {missing}"
+    assert "simulate_strategy" in dir(api) and "sweep" in dir(api)
