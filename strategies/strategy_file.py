@@ -30,7 +30,7 @@ TRAINING_KEYS = ("micro_batch", "global_batch", "seq_len", "precision", "recompu
 OPTION_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_bucket_mb", "flash_attention",
                "overlap_handoff", "memory_reserve_gb", "fidelity", "profile", "fp32_grad_accum",
                "tp_comm_overlap", "p2p_overlap", "tp_async_backward", "p2p_host_gap_us", "moe_imbalance", "moe_capacity_factor",
-               "moe_max_nodes", "pair_overlap", "pair_comm_sms", "fp8_recipe",
+               "moe_max_nodes", "pair_overlap", "pair_comm_sms", "fp8_recipe", "overlap_interference",
                "cp_comm", "cp_load_balance", "reshard_after_forward",
                "price_per_gpu_hour_usd")
 SCHEDULE_KEYS = ("name", "csv")
@@ -103,7 +103,12 @@ class OptionsSpec:
     fidelity: 'operator' (a task per operator) or 'coarse' (a task per chunk, microbatch and pass).
     profile: path of a measured-time profile CSV that overrides the roofline, or None.
     fp32_grad_accum: keep an fp32 gradient accumulation buffer (Megatron default with bf16).
-    tp_comm_overlap: TP collectives overlap the next GEMM (Megatron TP-comm overlap), else exposed.
+    tp_comm_overlap: sequence-parallel TP all-gathers and reduce-scatters run chunk by chunk with
+        their GEMM (Megatron --tp-comm-overlap: Transformer Engine userbuffers; taskgraph/overlap.py),
+        else they block.
+    overlap_interference: communication that runs beside compute holds its kernels' SMs (NCCL one per
+        channel, userbuffers / DeepEP their configured SMs), so the compute beside it is slower
+        (taskgraph/overlap.py); False = overlap is free (the pre-2025 model, for comparison).
     tp_async_backward: the column-parallel layers' backward collectives run concurrently with their
         GEMMs (Megatron-LM's asynchronous TP all-reduce / SP all-gather and reduce-scatter, on by
         default since late 2021); False = every TP collective blocks (Megatron-LM of early 2021).
@@ -165,6 +170,7 @@ class OptionsSpec:
     cp_comm: str = "allgather"
     cp_load_balance: bool = True
     reshard_after_forward: bool | None = None
+    overlap_interference: bool = True
 
     @property
     def moe_load(self) -> float:
@@ -300,6 +306,7 @@ def parse_strategy(data: dict, base_dir: str | Path = ".") -> Strategy:
         profile=prof,
         fp32_grad_accum=get_bool(o, "fp32_grad_accum", "options", default=True),
         tp_comm_overlap=get_bool(o, "tp_comm_overlap", "options", default=False),
+        overlap_interference=get_bool(o, "overlap_interference", "options", default=True),
         p2p_overlap=get_bool(o, "p2p_overlap", "options", default=False),
         tp_async_backward=get_bool(o, "tp_async_backward", "options", default=True),
         p2p_host_gap_us=get_float(o, "p2p_host_gap_us", "options", default=P2P_HOST_GAP_US),

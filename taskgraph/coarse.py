@@ -4,11 +4,14 @@ Each stage's operators collapse into one operator whose forward time is the sum 
 forward times plus their blocking forward collectives, whose input-gradient time adds the backward
 collectives and the recomputation, and whose weight-gradient time sums the weight gradients.
 Asynchronous column-parallel collectives (``Comm.overlaps``, ``taskgraph/lower_model.py``) count as
-the operator lowering runs them on an otherwise idle TP stream: dgrad and the all-gather beside it
-take max(dgrad, all-gather); in a fused backward (B) the input-gradient reduction beside wgrad takes
-max(wgrad, reduction), recorded as ``wgrad_overlap`` = min(wgrad, reduction) off the wgrad task; a
-split backward (I) leaves the reduction exposed. DP buckets all close at the end of the chunk's
-backward. Memory keeps the saved activations; the
+the operator lowering runs them on the TP stream beside the GEMM: dgrad and the all-gather beside it
+take bulk(dgrad, all-gather, f) (``taskgraph/overlap.py``: the collective holds a fraction f of the
+SMs, the TP stream's ``sm_share``; max(dgrad, all-gather) when f = 0); in a fused backward (B) the
+input-gradient reduction beside wgrad takes bulk(wgrad, reduction, f), recorded as ``wgrad_overlap``
+= wgrad + reduction - bulk(...) off the wgrad task; a split backward (I) leaves the reduction exposed. DP buckets all close at the end of the chunk's
+backward; with ``overlap_grad_reduce`` their durations are scaled so that they end when the operator
+lowering's would (``_bucket_tail``: released op by op during the last backward, the compute slowed by
+the DP stream's SM fraction meanwhile), so the two fidelities agree by construction. Memory keeps the saved activations; the
 transient recompute buffers are not modeled at this fidelity.
 """
 from __future__ import annotations
@@ -16,33 +19,71 @@ from __future__ import annotations
 from dataclasses import replace
 
 from taskgraph.lower_model import Bucket, IterationWork, LayerWork, OpCost, StageWork
+from taskgraph.overlap import bulk
 
 
-def _stage(st: StageWork) -> StageWork:
+def _stage(st: StageWork, f_tp: float = 0.0, f_dp: float = 0.0, overlap_grad_reduce: bool = False) -> StageWork:
     fwd = bi = bw = wov = saved = grad = 0.0
-    for layer in st.layers:
+    steps = []  # the backward in execution order: (layer, op, seconds), recomputation as op -1
+    for li, layer in enumerate(st.layers):
         rec = 0.0
-        for op in layer.ops:
+        per_op = []
+        for oi, op in enumerate(layer.ops):
             f = op.fwd + sum(c.seconds for c in op.fwd_pre + op.fwd_post)
             fwd += f
             has_w = op.bwd_weight > 0
             early = sum(c.seconds for c in op.bwd_pre if has_w and c.overlaps == "dgrad")
             late = sum(c.seconds for c in op.bwd_post if has_w and c.overlaps == "wgrad")
             blocking = sum(c.seconds for c in op.bwd_pre + op.bwd_post) - early - late
-            bi += max(op.bwd_input, early) + blocking + late
+            # an asynchronous collective beside its GEMM holds f_tp of the SMs (taskgraph/overlap.py):
+            # the pair takes bulk(gemm, comm, f_tp), the operator lowering's fixed point for it
+            b_in = bulk(op.bwd_input, early, f_tp) + blocking + late
+            ov = op.bwd_weight + late - bulk(op.bwd_weight, late, f_tp) if late > 0 else 0.0
+            bi += b_in
             bw += op.bwd_weight
-            wov += min(op.bwd_weight, late)
+            wov += ov
+            per_op.append((li, oi, b_in + op.bwd_weight - ov))
             saved += op.saved_bytes
             grad += op.grad_bytes
             if layer.recompute == "full" or (layer.recompute == "selective" and op.selective):
                 rec += f if layer.recompute == "full" else op.fwd
         bi += rec
+        steps.append([(li, -1, rec)] + per_op[::-1])
     op = OpCost("chunk", fwd, bi, bw, saved_bytes=saved, grad_bytes=grad, wgrad_overlap=wov)
-    buckets = tuple(Bucket(0, 0, b.nbytes, b.reduce_s, b.gather_s) for b in st.buckets)
+    reduce = [b.reduce_s for b in st.buckets]
+    if overlap_grad_reduce and st.buckets:
+        tail = _bucket_tail([x for layer in steps[::-1] for x in layer], st.buckets, f_dp)
+        total = sum(reduce)
+        reduce = [r * tail / total for r in reduce] if total > 0 else reduce
+    buckets = tuple(Bucket(0, 0, b.nbytes, r, b.gather_s) for b, r in zip(st.buckets, reduce))
     return StageWork((LayerWork("chunk", (op,)),), buckets, st.optimizer_s)
+
+
+def _bucket_tail(steps, buckets, f_dp: float) -> float:
+    """Seconds by which the gradient buckets of a stage's last backward outlast it, as the operator
+    lowering runs them: each bucket released when the backward passes its closing operator, the DP
+    stream taking them in order, the compute slowed to ``1 - f_dp`` while it is busy (taskgraph/overlap.py).
+    A coarse chunk releases its buckets at its end; their durations are scaled so that they end where
+    these would (the part hidden under the backward, and the SMs it took, are already in the tail)."""
+    closing = {}
+    for j, b in enumerate(buckets):
+        closing.setdefault((b.layer, b.op), []).append(b.reduce_s)
+    t = q = plain = 0.0   # compute clock, DP stream free time, the backward without interference
+    for li, oi, w in steps:
+        plain += w
+        if q > t and f_dp > 0.0:   # the DP stream is busy until q: compute runs at 1 - f_dp there
+            under = (q - t) * (1.0 - f_dp)
+            t = t + w / (1.0 - f_dp) if w <= under else q + (w - under)
+        else:
+            t += w
+        for d in closing.get((li, oi), ()):
+            q = max(q, t) + d
+    return max(q, t) - plain
 
 
 def coarsen(work: IterationWork) -> IterationWork:
     """The coarse version of ``work`` (same transfers, DP and optimizer work)."""
-    return replace(work, stages=tuple(_stage(s) for s in work.stages),
+    share = work.meta.get("sm_share", {})
+    f_tp, f_dp = share.get("tp", 0.0), share.get("dp", 0.0)
+    return replace(work, stages=tuple(_stage(s, f_tp, f_dp, work.overlap_grad_reduce) for s in work.stages),
                    meta={**work.meta, "fidelity": "coarse"})

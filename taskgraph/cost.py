@@ -54,17 +54,42 @@ def pass_shape(g, pass_: str) -> tuple[int, int, int, int]:
     return g.k, g.n, g.m, g.batch
 
 
-def gemm_efficiency(m: int, n: int, k: int, batch: int, gpu, dtype: str = "bf16") -> float:
-    """Achieved fraction of dense peak for one (batched) GEMM (see module docstring)."""
-    eff = gpu.efficiency
-    tm, tn = eff.gemm_tile_m, eff.gemm_tile_n
+#: CTA tiles cuBLAS chooses among besides a GPU's representative one (NVIDIA Deep Learning Performance
+#: Guide, "Matrix Multiplication Background" 2.3: "256x128, 128x256, 128x128, 128x64, 64x64 ..."; its
+#: heuristics pick the tile per shape). The smaller ones matter where the representative tile leaves
+#: most SMs idle (a GEMM of a few tiles: chunks of a decomposed GEMM, narrow experts, small batches).
+#: A smaller tile reuses each loaded operand for fewer FLOPs (the same guide, 2.3: "larger tiles ...
+#: have more data reuse"; a Tm x Tn tile does 2 Tm Tn FLOPs per (Tm + Tn) operand elements loaded per
+#: k step), so it is priced at the ratio of its reuse to the representative tile's: the representative
+#: tile is taken to be just fast enough to feed the tensor cores, a smaller one proportionally starved.
+SMALLER_TILES = ((128, 128), (128, 64), (64, 128), (64, 64))
+
+
+def _reuse(tm: int, tn: int) -> float:
+    return tm * tn / (tm + tn)
+
+
+def tile_utilization(m: int, n: int, batch: int, tm: int, tn: int, sms: int) -> float:
+    """Useful fraction of a tiling: tile quantization x wave quantization (module docstring)."""
     tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
     tile_util = (m * n * batch) / (tiles * tm * tn)
-    waves = math.ceil(tiles / gpu.sm_count)
-    wave_util = tiles / (waves * gpu.sm_count)
+    waves = math.ceil(tiles / sms)
+    return tile_util * tiles / (waves * sms)
+
+
+def gemm_efficiency(m: int, n: int, k: int, batch: int, gpu, dtype: str = "bf16") -> float:
+    """Achieved fraction of dense peak for one (batched) GEMM (see module docstring): the GPU's
+    representative tile, or a smaller one from :data:`SMALLER_TILES` (at its lower operand reuse)
+    where it wastes less."""
+    eff = gpu.efficiency
+    tm, tn = eff.gemm_tile_m, eff.gemm_tile_n
+    best = tile_utilization(m, n, batch, tm, tn, gpu.sm_count)
+    for a, b in SMALLER_TILES:
+        if a <= tm and b <= tn and (a, b) != (tm, tn):
+            best = max(best, tile_utilization(m, n, batch, a, b, gpu.sm_count) * _reuse(a, b) / _reuse(tm, tn))
     # a short reduction dimension cannot amortize the prologue/epilogue of a tile (k < tile_k)
     k_util = min(1.0, k / eff.gemm_tile_k)
-    return gpu.gemm_efficiency(dtype) * tile_util * wave_util * k_util
+    return gpu.gemm_efficiency(dtype) * best * k_util
 
 
 def _gemm_time(shape, gpu, dtype, peak) -> float:

@@ -19,6 +19,8 @@ from topologies.collectives import collective_time
 from topologies.placement import group_ranks, rank_of
 from topologies.stragglers import stage_pace
 from taskgraph.overheads import host_bound, step_overhead_s
+from taskgraph.overlap import bulk, chunk_op, pipelined, ring_exchange, sm_fraction, stream_shares
+from topologies.comm_kernels import comm_kernels
 
 #: Adam step bytes per parameter on the GPU that owns it: read fp32 grad (4), read+write fp32 master
 #: weight (8), first and second moments (8 + 8), write bf16/fp16 weight (2). Rajbhandari et al. 2020
@@ -134,6 +136,8 @@ def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bo
             overlaps = ""
         slots[(c.phase, c.where)].append(Comm(f"{c.group}-comm", f"{c.group}-{c.op}", secs, "tp",
                                               overlaps=overlaps))
+    if plan.strategy.options.tp_comm_overlap and op.kind == "gemm" and op.gemms:
+        _userbuffer_overlap(ctx, op, t, slots, gacc, len(groups["tp"]))
     saved, rec = float(op.saved_activation_bytes), 0.0
     if ctx.dtype == "fp8" and recipe == "blockwise" and op.kind == "gemm" and not op.name.endswith("lm_head"):
         # DeepSeek-V3 Section 3.3.3 (low-precision storage): the inputs Linear operators keep for their
@@ -152,6 +156,44 @@ def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bo
         selective=op.selective_recompute_bytes > 0, saved_bytes=saved, recompute_bytes=rec,
         grad_bytes=float(op.params) * gacc,
     )
+
+
+def _userbuffer_overlap(ctx: CostContext, op, t: dict, slots: dict, gacc: int, n: int) -> None:
+    """``options.tp_comm_overlap`` (Megatron ``--tp-comm-overlap``: Transformer Engine userbuffers,
+    taskgraph/overlap.py): the sequence-parallel all-gather before a GEMM and the reduce-scatter
+    after it run chunk by chunk with that GEMM -- forward all-gather and the backward all-gather of
+    the output gradient as TE's ring exchange (TP chunks), forward reduce-scatter as its pipeline
+    (num_splits chunks on the SMs the communication leaves) -- so the pair becomes one block whose
+    time replaces the GEMM's and the collective leaves the op's list. The asynchronous backward
+    collectives (``Comm.overlaps``) stay side work (TE's bulk overlap). All-reduces (no sequence
+    parallelism) cannot be decomposed this way and stay blocking."""
+    plan = ctx.plan
+    gpu = plan.cluster.gpu
+    S = gpu.sm_count
+    k = comm_kernels()
+    flash, recipe = plan.strategy.options.flash_attention, plan.strategy.options.fp8_recipe
+
+    def chunk_time(pass_: str, n: int) -> float:
+        if ctx.profile is not None and ctx.profile.lookup(gpu, ctx.dtype, op, pass_) is not None:
+            return t[pass_] / n  # a measured operator: no shape to re-price its chunks at
+        return op_time(chunk_op(op, n), pass_, gpu, ctx.dtype, flash=flash, profile=None,
+                       grad_accum_bytes=gacc, fp8_recipe=recipe)
+
+    f_ring = sm_fraction(k.ub_ring_exchange_sms, S)
+    for (phase, where), pass_ in ((("fwd", "before"), "fwd"), (("fwd", "after"), "fwd"), (("bwd", "before"), "bwd_input")):
+        lst = slots[(phase, where)]
+        for c in list(lst):
+            if c.category != "tp-comm" or c.overlaps or c.op not in ("tp-all-gather", "tp-reduce-scatter"):
+                continue
+            if n < 2:
+                continue
+            if c.op == "tp-all-gather":   # ring exchange: n - 1 transfers of one shard each
+                t[pass_] = ring_exchange(chunk_time(pass_, n), c.seconds / (n - 1), n, f_ring)
+            else:                         # pipeline: GEMM chunks on the SMs left, RS chunk by chunk
+                splits = k.ub_pipeline_splits
+                margin = S / max(S - k.ub_pipeline_sms, 1)
+                t[pass_] = pipelined(chunk_time(pass_, splits) * margin, c.seconds / splits, splits)
+            lst.remove(c)
 
 
 def shard_groups(plan: Plan, dp_group: tuple) -> tuple[tuple, tuple]:
@@ -215,8 +257,11 @@ def _zero3_comms(ctx: CostContext, ops, dp_group, fwd_hide: float, bwd_hide: flo
     shard, _ = shard_groups(plan, dp_group)
     g_fwd, g_bwd, rs_each = fsdp_layer_comms(plan)
     ag = _comm_time(plan.cluster, "all-gather", wbytes, shard, _shard_share(plan, dp_group)) if len(shard) > 1 else 0.0
-    fpre = (Comm("dp-comm", "zero3-param-gather", max(0.0, ag - fwd_hide), "dp", mem_bytes=wbytes),) if g_fwd else ()
-    bpre = (Comm("dp-comm", "zero3-param-gather", max(0.0, ag - bwd_hide), "dp", mem_bytes=wbytes),) if g_bwd else ()
+    # the prefetched gather holds its NCCL channels' SMs while the previous layer computes
+    # (taskgraph/overlap.py): the pair takes bulk(hide, gather, f); what exceeds the compute is charged here
+    f = stream_shares(plan, {"dp": shard}).get("dp", 0.0)
+    fpre = (Comm("dp-comm", "zero3-param-gather", bulk(fwd_hide, ag, f) - fwd_hide, "dp", mem_bytes=wbytes),) if g_fwd else ()
+    bpre = (Comm("dp-comm", "zero3-param-gather", bulk(bwd_hide, ag, f) - bwd_hide, "dp", mem_bytes=wbytes),) if g_bwd else ()
     bpost = (Comm("dp-comm", "zero3-grad-reduce-scatter", _grad_reduce_time(plan, gbytes, dp_group,
                                                                             _shard_share(plan, dp_group)), "dp"),) \
         if rs_each else ()
@@ -258,7 +303,8 @@ def _context_id(plan: Plan) -> int | None:
         return None
     key = (plan.model, plan.cluster, plan.sizes, plan.sp, plan.zero, tr.micro_batch, tr.seq_len, tr.precision,
            opt.flash_attention, opt.fp32_grad_accum, opt.grad_bucket_mb, opt.tp_async_backward, opt.moe_load,
-           opt.moe_max_nodes, opt.pair_overlap, opt.pair_comm_sms, opt.fp8_recipe, opt.cp_comm, opt.cp_load_balance, plan.shard_size, plan.reshard_after_forward, opt.overlap_grad_reduce)
+           opt.moe_max_nodes, opt.pair_overlap, opt.pair_comm_sms, opt.fp8_recipe, opt.cp_comm, opt.cp_load_balance, plan.shard_size, plan.reshard_after_forward, opt.overlap_grad_reduce,
+           opt.tp_comm_overlap, opt.overlap_interference)
     try:
         cid = _CONTEXTS.get(key)
     except TypeError:  # an unhashable field (a custom model spec holding a list, say)
@@ -278,7 +324,7 @@ def _layer_context(plan: Plan) -> tuple:
     tr, opt, s = plan.strategy.training, plan.strategy.options, plan.sizes
     return (plan.model, plan.cluster, s.tp, plan.sp, s.cp, s.ep, tr.micro_batch, tr.seq_len, tr.precision,
             opt.flash_attention, opt.fp32_grad_accum, opt.tp_async_backward, opt.moe_load, opt.cp_comm,
-            opt.cp_load_balance, opt.moe_max_nodes, opt.fp8_recipe,
+            opt.cp_load_balance, opt.moe_max_nodes, opt.fp8_recipe, opt.tp_comm_overlap, opt.overlap_interference,
             (s, plan.shard_size, plan.reshard_after_forward) if plan.zero == 3 else None)
 
 
@@ -327,6 +373,9 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
     dt = DTYPE_BYTES[tr.precision]
     kw = dict(micro_batch=tr.micro_batch, seq_len=tr.seq_len, tp=s.tp, sp=plan.sp, cp=s.cp)
     stages = []
+    # SM fractions of the side streams (taskgraph/overlap.py); coarse records fold the TP one in
+    shares = stream_shares(plan, dict(_rep_groups(s, 0)))
+    f_tp, f_dp = shares.get("tp", 0.0), shares.get("dp", 0.0)
     layer_cache: dict = {} if cid is None else _memo(("layers",) + _layer_context(plan), dict)
     S = plan.schedule.num_stages
     for stage in range(S):
@@ -345,7 +394,8 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
                tuple((plan.model.layer_kind(li), p) for li, p in zip(lis, pols)))
         if coarse:
             stages.append(_memo(("coarse",) + sig, lambda: _coarse_stage(
-                _build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw))))
+                _build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw), f_tp, f_dp,
+                opt.overlap_grad_reduce)))
             continue
         parts = _memo(("stage",) + sig, lambda: _stage_parts(
             _build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw)))
@@ -385,7 +435,8 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
         concurrent_pairs=opt.pair_overlap == "concurrent",
         pair_compute_scale=pair_compute_scale(plan),
         meta={"model": plan.model.name, "cluster": plan.cluster.name, "num_gpus": plan.num_gpus,
-              "tp": s.tp, "pp": s.pp, "dp": s.dp, "cp": s.cp, "ep": s.ep, "vpp": plan.vpp},
+              "tp": s.tp, "pp": s.pp, "dp": s.dp, "cp": s.cp, "ep": s.ep, "vpp": plan.vpp,
+              **({"sm_share": shares} if shares else {})},
     )
     if coarse:
         if cid is None:
@@ -447,9 +498,9 @@ def _paced(st: StageWork, f: float) -> StageWork:
     return StageWork(layers, st.buckets, st.optimizer_s * f)
 
 
-def _coarse_stage(st: StageWork) -> StageWork:
-    from taskgraph.coarse import coarsen
-    return coarsen(IterationWork(stages=(st,))).stages[0]
+def _coarse_stage(st: StageWork, f_tp: float = 0.0, f_dp: float = 0.0, overlap_grad_reduce: bool = False) -> StageWork:
+    from taskgraph.coarse import _stage
+    return _stage(st, f_tp, f_dp, overlap_grad_reduce)
 
 
 def _stage_parts(st: StageWork) -> tuple:

@@ -11,7 +11,8 @@ behave identically); its devices are ``rank{r}/compute``, ``rank{r}/tp`` (TP/CP/
 
 Megatron-LM conventions modeled (Shoeybi 2019 Section 3; Korthikanti 2022 Section 4.2.2;
 Narayanan 2021 Section 4):
-* TP collectives are blocking: the next operator waits for them (unless ``tp_comm_overlap``),
+* TP collectives are blocking: the next operator waits for them (with ``tp_comm_overlap`` the
+  sequence-parallel ones are folded into their GEMM by the costing: ``taskgraph/overlap.py``),
   except the column-parallel backward ones marked ``Comm.overlaps`` (Megatron-LM's asynchronous
   TP backward, ``LinearWithGradAccumulationAndAsyncCommunication.backward``): the SP all-gather of
   the saved input runs concurrently with the dgrad GEMM, the all-reduce / reduce-scatter of the input
@@ -124,7 +125,7 @@ class IterationWork:
     p2p_bwd_s: float = 0.0
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
-    tp_comm_overlap: bool = False
+    tp_comm_overlap: bool = False  # folded into the cost records (taskgraph/costing.py); kept as a fact
     p2p_overlap: bool = False     # Megatron default: blocking pipeline send/recv
     p2p_pairs: dict = field(default_factory=dict)  # (src rank, dst rank) -> seconds; default p2p_fwd_s/p2p_bwd_s
     represents: int = 1           # GPUs each simulated rank stands for
@@ -225,10 +226,7 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
                 if c.mem_bytes:
                     bld.add_memory(t, c.mem_bytes, at_end=True, kind="parameter")
                     layer_buffers.append(c.mem_bytes)
-                if work.tp_comm_overlap:
-                    comm_tails.append(t)
-                else:
-                    chain.append(t)
+                chain.append(t)
             return out
 
         def end_layer():

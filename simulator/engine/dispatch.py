@@ -7,6 +7,9 @@ fastest path that gives the reference arrays.
 * operator records: ``taskgraph.lower_model.lower_model`` -- per-(stage, pass) templates replicated
   over microbatches -- and the engine (``simulator/engine/core.py``).
 
+When side streams hold SMs (``graph.meta["sm_share"]``), the compute durations are the slowed ones of
+``simulator/engine/interference.py`` (the engine re-run until they satisfy its equation).
+
 Every path returns the arrays ``lower_model(..., templates=False)`` + ``simulate`` would
 (``tests/test_search.py``, ``tests/test_lower_templates.py``).
 """
@@ -28,9 +31,13 @@ def lower_and_simulate(schedule, work, overlap_handoff: str = "pair-end", fideli
     graph, layout = _lower(schedule, work, overlap_handoff, fidelity)
     if layout is not None:
         from simulator.engine.static_order import simulate_coarse
-        return graph, simulate_coarse(graph, layout)
-    from simulator.engine.core import simulate
-    return graph, simulate(graph)
+        run = lambda g: simulate_coarse(g, layout)  # noqa: E731
+    else:
+        from simulator.engine.core import simulate as run
+    # compute beside communication that holds SMs is slowed (taskgraph/overlap.py): the durations
+    # that satisfy it, found by re-running the engine (simulator/engine/interference.py)
+    from simulator.engine.interference import with_interference
+    return graph, with_interference(graph, run)[0]
 
 
 def _lower(schedule, work, overlap_handoff, fidelity):

@@ -227,29 +227,39 @@ def evaluate(strategy, fidelity: str | None = "coarse", *, schedule: str | None 
             lay = coarse_layout(plan.schedule, work, handoff)
         except NotCoarse:
             lay = None
+    shares = work.meta.get("sm_share", {})
     if lay is not None:
-        dur = lay.durations(work)
+        from types import SimpleNamespace
+
+        from simulator.engine.interference import fixed_point
         o = _layout_order(lay)
-        res = static_order_timeline(o, dur) if o is not None else None
-        if res is not None:
-            ready, start, end = res
-            timeline = "static-order"
-        else:
-            r = simulate(graph_from_layout(lay, work))
-            ready, start, end = None, r.start, r.end
-            timeline = "engine"
+
+        def run(d):
+            res = static_order_timeline(o, d) if o is not None else None
+            if res is not None:
+                ready, start, end = res
+                return SimpleNamespace(ready=ready, start=start, end=end, timeline="static-order",
+                                       makespan=float(end.max()) if end.size else 0.0)
+            g = graph_from_layout(lay, work)
+            g.duration[:] = d
+            r = simulate(g)
+            return SimpleNamespace(ready=None, start=r.start, end=r.end, timeline="engine", makespan=r.makespan)
+
+        # compute slowed beside SM-holding communication, as simulate_strategy does (dispatch.py)
+        dur, res, _rounds = fixed_point(lay.durations(work), run, lay.device, lay.devices(1), shares)
+        ready, start, end, timeline = res.ready, res.start, res.end, res.timeline
         makespan = float(end.max()) if end.size else 0.0
         busy = _layout_busy(lay, dur)
         task = lay.mem_task.astype(np.int64)
         peaks = _peaks(lay.pp, task, lay.memory_bytes(work), end[task], lay.rank[task].astype(np.int64))
-        from types import SimpleNamespace
         shape = SimpleNamespace(num_tasks=lay.n, succ_ptr=lay.succ_ptr, succ_idx=lay.succ_idx, device=lay.device,
                                 category=lay.category, devices=lay.devices(1))
         return _metrics(plan, makespan, busy, peaks, lay.n, fid, timeline, t0,
                         _bubble(shape, start, end, makespan, busy, ready))
     from taskgraph.lower_model import lower_model
     graph = lower_model(plan.schedule, work, overlap_handoff=handoff)
-    r = simulate(graph)
+    from simulator.engine.interference import with_interference
+    r = with_interference(graph, simulate)[0]
     busy, peaks = _graph_numbers(graph, r.start, r.end)
     return _metrics(plan, float(r.makespan), busy, peaks, graph.num_tasks, fid, "engine", t0,
                     _bubble(graph, r.start, r.end, float(r.makespan), busy))

@@ -1,0 +1,112 @@
+"""Overlap that costs something: the SMs communication kernels take from the compute beside them,
+and the chunking that overlapping a collective with its own GEMM pays.
+
+One rule for every stream (TP, CP, EP, DP, ZeRO-3): a communication kernel that holds ``s`` of the
+GPU's ``S`` SMs (``topologies/comm_kernels.py``: NCCL one SM per channel, Transformer Engine
+userbuffers and DeepEP their configured SMs) leaves the compute running beside it ``(S - s) / S``
+of the SMs, so compute that overlaps it for ``o`` seconds takes ``f o`` longer, ``f = s / S``
+(DeepSeek-V3, arXiv:2412.19437, Section 3.2.1 makes the same argument for its 20 of 132 SMs).
+Where it applies:
+
+* work that runs on its own stream beside the compute (the DP gradient buckets and parameter
+  gathers, Megatron's asynchronous column-parallel backward collectives): the lowering marks each
+  stream's SM fraction (``IterationWork.meta["sm_share"]``) and ``simulator/engine/interference.py``
+  finds the timeline in which every compute task is longer by ``f x`` its overlap with such work
+  (a fixed point over engine runs; both fidelities);
+* a collective overlapped with one GEMM, as one block (:func:`bulk`): the coarse records and the
+  ZeRO-3 prefetch fold it in closed form, which is the fixed point's answer for an isolated pair;
+* Transformer Engine's userbuffer overlap (``options.tp_comm_overlap``): the GEMM is cut into chunks
+  that alternate with the collective's chunks (Wang et al. 2023, "Overlap Communication with
+  Dependent Computation via Decomposition in Large Deep Learning Models", ASPLOS'23, Section 4;
+  TE's ``ring_exchange`` all-gather + GEMM in TP chunks, its ``pipeline`` GEMM + reduce-scatter in
+  ``num_splits`` chunks on the SMs left after the communication's): :func:`ring_exchange`,
+  :func:`pipelined`. A chunk is a smaller GEMM, priced by the cost model at its own shape (its tile
+  and wave quantization), so the chunking is paid where the shapes say it is.
+
+The communication kernel itself is not slowed by the compute beside it (its link, not its SMs, is
+its bottleneck when it has its channels); HBM contention between the two is not modelled.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from topologies.comm_kernels import comm_kernels, nccl_channels
+
+#: at most this fraction of a GPU's SMs is ever taken from compute (a safeguard for tiny GPUs)
+MAX_FRACTION = 0.5
+
+
+def sm_fraction(sms: float, sm_count: int) -> float:
+    """``s / S`` of a kernel holding ``sms`` of ``sm_count`` SMs, at most :data:`MAX_FRACTION`."""
+    if sm_count <= 0 or sms <= 0:
+        return 0.0
+    return min(float(sms) / float(sm_count), MAX_FRACTION)
+
+
+def bulk(compute: float, comm: float, f: float) -> float:
+    """Seconds for a compute block and a collective started together, the compute running at
+    ``1 - f`` of its rate while the collective runs (module doc): the collective alone when the
+    compute finishes under it (``comm >= compute / (1 - f)``), else ``compute + f comm``."""
+    if comm <= 0.0:
+        return compute
+    if f <= 0.0:
+        return max(compute, comm)
+    return comm if comm * (1.0 - f) >= compute else compute + f * comm
+
+
+def ring_exchange(chunk_compute: float, chunk_comm: float, chunks: int, f: float) -> float:
+    """All-gather + GEMM in ``chunks`` steps (TE ``ring_exchange``, Wang et al. 2023 Section 4.1): the
+    GEMM on the local chunk starts at once; each of the other ``chunks - 1`` steps computes one chunk
+    while the next arrives (:func:`bulk` of one chunk and one chunk transfer). Also the reverse
+    (GEMM + reduce-scatter sending each finished chunk), which has the same length."""
+    n = max(int(chunks), 1)
+    return chunk_compute + (n - 1) * bulk(chunk_compute, chunk_comm, f)
+
+
+def pipelined(chunk_compute_margin: float, chunk_comm: float, splits: int) -> float:
+    """GEMM + reduce-scatter in ``splits`` chunks (TE ``pipeline`` with ``set_sm_margin``): every
+    GEMM chunk runs on the SMs the communication leaves (``chunk_compute_margin`` is already priced
+    at that rate); chunk i's reduce-scatter overlaps chunk i+1's GEMM; the last one is exposed."""
+    k = max(int(splits), 1)
+    return chunk_compute_margin + (k - 1) * max(chunk_compute_margin, chunk_comm) + chunk_comm
+
+
+def chunk_op(op, chunks: int):
+    """``op`` with its GEMMs' token dimension ``m`` cut into ``chunks`` parts (one part), its FLOPs and
+    bytes likewise: what one chunk of a decomposed GEMM runs."""
+    n = max(int(chunks), 1)
+    if n == 1:
+        return op
+    return replace(op, gemms=tuple(replace(g, m=max(1, -(-g.m // n))) for g in op.gemms),
+                   fwd_flops=op.fwd_flops / n, bwd_input_flops=op.bwd_input_flops / n,
+                   bwd_weight_flops=op.bwd_weight_flops / n, fwd_bytes=op.fwd_bytes // n,
+                   bwd_input_bytes=op.bwd_input_bytes // n, bwd_weight_bytes=op.bwd_weight_bytes // n)
+
+
+def spans_nodes(ranks, gpus_per_node: int) -> bool:
+    return len({r // max(gpus_per_node, 1) for r in ranks}) > 1
+
+
+def stream_shares(plan, groups: dict) -> dict:
+    """SM fraction of the work on each side stream of a rank (module doc), for
+    ``IterationWork.meta["sm_share"]``: ``dp``: NCCL's channels for the DP group (2 per NIC when it
+    leaves the node); ``tp``: the asynchronous column-parallel collectives on the TP group (NCCL
+    channels, or TE's bulk userbuffer SMs with ``tp_comm_overlap``). Empty when
+    ``options.overlap_interference`` is off; concurrent DualPipe pairs already price their
+    communication SMs (``pair_comm_sms``), so their TP stream takes none here."""
+    opt = plan.strategy.options
+    if not getattr(opt, "overlap_interference", True):
+        return {}
+    gpu, cluster = plan.cluster.gpu, plan.cluster
+    S = gpu.sm_count
+    g = cluster.gpus_per_node
+    out = {}
+    dp = groups.get("dp", ())
+    if len(dp) > 1:
+        out["dp"] = sm_fraction(nccl_channels(gpu.architecture, spans_nodes=spans_nodes(dp, g), nics_per_node=g), S)
+    tp = groups.get("tp", ())
+    if len(tp) > 1 and opt.pair_overlap != "concurrent":
+        sms = comm_kernels().ub_bulk_sms if opt.tp_comm_overlap else \
+            nccl_channels(gpu.architecture, spans_nodes=spans_nodes(tp, g), nics_per_node=g)
+        out["tp"] = sm_fraction(sms, S)
+    return {k: v for k, v in out.items() if v > 0}
