@@ -101,6 +101,13 @@ def weibull_renewal_count(rate_per_s: float, shape: float, t: float) -> float:
     return rate_per_s * t + (cv2 - 1.0) / 2.0
 
 
+def weibull_renewal_variance(rate_per_s: float, shape: float, t: float) -> float:
+    """Variance of that count for ``t >> mu``: ``cv^2 t / mu`` (Cox 1962, Sec. 6.3; Poisson: ``t / mu``):
+    a decreasing hazard (``shape < 1``) clusters failures, so runs spread more than with exponential gaps."""
+    cv2 = math.gamma(1.0 + 2.0 / shape) / math.gamma(1.0 + 1.0 / shape) ** 2 - 1.0
+    return cv2 * rate_per_s * t
+
+
 def domain_goodput(tau: float, c: float, domain_rate_per_s: float, repair_s: float, restart: float,
                    load: float) -> float:
     """Goodput when failure domains are the only failures and no spare is free: every event stops the
