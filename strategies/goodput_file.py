@@ -16,7 +16,8 @@ Checked here (structure, types, ranges, unknown keys); the failure-rate defaults
       fleet: llama3-405b-h100       # failure-rate preset (topologies/data/failure_fleets.yaml)
       lemons: {fraction: 0.01, rate_per_node_hour: 1.0e-3, drain_after: 3}
       domains: {leaf_switch: {nodes: 16}}
-      restart: {drain_s: 30, reschedule_s: 60, process_start_s: 60, init_s: 20, init_s_per_1000_gpus: 5, cv: 0.3}
+      restart: {cv: 0.3}            # spread of restart_s; or its parts instead of restart_s:
+                                    # {drain_s, reschedule_s, process_start_s, init_s, init_s_per_1000_gpus, cv}
       rollbacks: {rate_per_day: 0.2, steps_back: 100}
       maintenance: {every_hours: 168, duration_hours: 2}
 

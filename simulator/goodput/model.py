@@ -158,8 +158,10 @@ def check_run_model(m: RunModel) -> None:
         if not (v > 0 and math.isfinite(v)):
             raise ConfigError(f"checkpoint interval = {v!r} s must be a positive number of seconds")
     for name in ("save_block_s", "save_commit_s", "load_s", "restart_s", "repair_s", "slow_detection_s",
-                 "maintenance_s", "maintenance_every_s", "restart_cv"):
+                 "maintenance_s", "maintenance_every_s"):
         _seconds(name, getattr(m, name))
+    if not (m.restart_cv >= 0 and math.isfinite(m.restart_cv)):
+        raise ConfigError(f"goodput.restart.cv = {m.restart_cv!r} must be a coefficient of variation >= 0")
     for name, v in m.restart_parts:
         _seconds(f"goodput.restart.{name}", v)
     for name in ("save_failure_p", "save_slow_p"):

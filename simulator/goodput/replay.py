@@ -392,9 +392,11 @@ class _Run:
                 self.state = "restarting"
                 t0 = env.now
                 rs, ls = self.cur_restart, self.cur_load = self._restart_times()
+                booked = False
                 try:
                     yield env.timeout(rs)
                     self.losses["restart"] += rs
+                    booked = True
                     yield env.timeout(ls)
                     self.losses["load"] += ls
                     if comp is not None:
@@ -408,7 +410,8 @@ class _Run:
                     break
                 except simpy.Interrupt as intr:
                     done = env.now - t0
-                    self.losses["restart"] += min(done, rs)
+                    if not booked:  # interrupted while loading: the restart is booked already
+                        self.losses["restart"] += min(done, rs)
                     self.losses["load"] += max(0.0, done - rs)
                     if comp is not None:
                         self.by_comp[comp.name] += done

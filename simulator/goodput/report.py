@@ -142,6 +142,8 @@ def goodput_report(setup: GoodputSetup, seeds: int | None = None, *, sweep: bool
 def _expected_failures(m: RunModel, wall_s: float) -> float:
     """Rate x time over the sources; bad nodes count until drained (closed_forms.lemon_expected_failures)."""
     from simulator.goodput.closed_forms import lemon_expected_failures
+    if not any(c.per == "lemon" for c in m.components):
+        return m.failure_rate_per_s * wall_s
     return sum(lemon_expected_failures(c.count, c.rate_per_device_hour / HOUR, c.drain_after, wall_s)
                if c.per == "lemon" else c.rate_per_s * wall_s for c in m.components)
 
