@@ -57,6 +57,8 @@ class SearchResult:
     wall_s: float
     message: str = ""
     closest: object = None
+    skipped: int = 0
+    gap: float | None = None
 
 
 def objective_value(row: dict, objective: str, deadline_days: float | None = None) -> float:
@@ -85,13 +87,16 @@ def search(base, *, gpus: int | None = None, gpus_range: tuple[int, int] | None 
            backend: str = "local", jobs: int | None = None, price: float | None = None, fidelity: str = "coarse",
            nonuniform: bool = False, beta: float = 100.0, progress: Callable[[list[dict]], None] | None = None,
            ray_address: str | None = None, candidates: list[Candidate] | None = None, chunk: int = 16,
-           start: str = "file") -> SearchResult:
+           start: str = "file", top: int | None = None) -> SearchResult:
     """Search strategies for ``base`` (a :class:`strategies.strategy_file.Strategy`); see the module
     docstring. ``gpus`` / ``gpus_range`` set the world sizes (default: the file's cluster);
     ``candidates`` replaces the enumerated grid (tests, benchmarks); ``chunk``: candidates per
     backend task; ``start``: where the MCMC chain starts, ``file`` (the file's own strategy when it
     is in the space, as FlexFlow starts from an expert-designed strategy) or ``random`` (a seeded
-    random candidate)."""
+    random candidate). ``top`` (exhaustive, coarse fidelity): branch and bound
+    (:mod:`simulator.search.bnb`) -- only candidates that can still enter the ``top`` best are
+    simulated; the first ``top`` rows equal those of simulating every candidate, the others are
+    counted in ``skipped``; ``None`` simulates every candidate."""
     from topologies.pricing import check_price, price_per_gpu_hour
     t0 = time.perf_counter()
     if method not in METHODS:
@@ -143,9 +148,19 @@ def search(base, *, gpus: int | None = None, gpus_range: tuple[int, int] | None 
                           f"(--axis), add GPUs (--gpus / --gpus-range), or recompute activations")
     if progress is not None and hasattr(progress, "start"):
         progress.start(len(cands) if method == "exhaustive" else (budget or min(200, len(cands))))
-    if method == "exhaustive":
+    skipped, gap, evaluations = 0, None, None
+    if method == "exhaustive" and top is not None:
+        from simulator.search.bnb import branch_and_bound
+        if backend != "local":
+            raise ConfigError("branch and bound runs in this process: use --backend local, or --no-prune to "
+                              "simulate every candidate on Ray")
+        rows, bstats = branch_and_bound(job, cands, top=top, cost=lambda r: objective_value(r, objective, deadline_days),
+                                        budget=budget, progress=progress)
+        skipped, gap, evaluations = bstats.skipped, bstats.gap, bstats.simulated
+    elif method == "exhaustive":
         rows = evaluate_rows(job, cands, backend=backend, jobs=jobs, progress=progress, ray_address=ray_address,
                              chunk=chunk)
+        gap = 0.0
     else:
         from simulator.search.mcmc import metropolis_hastings
         if budget is None:
@@ -166,7 +181,8 @@ def search(base, *, gpus: int | None = None, gpus_range: tuple[int, int] | None 
     else:
         message, closest = _no_answer(table, objective, deadline_days, tokens, gpus_list)
     return SearchResult(table, best, best_strategy, objective, method, tokens, price, deadline_days, gpus_list, stats,
-                        len(rows), time.perf_counter() - t0, message, closest)
+                        evaluations if evaluations is not None else len(rows),
+                        time.perf_counter() - t0, message, closest, skipped, gap)
 
 
 def _file_candidate(ctx, base, cands) -> Candidate | None:
