@@ -47,7 +47,8 @@ def add_parser(sub) -> None:
                    help="rows of the ranked table to print; exhaustive search simulates only the candidates that "
                         "a lower bound cannot rule out of these rows (branch and bound)")
     s.add_argument("--no-prune", action="store_true",
-                   help="exhaustive: simulate every candidate (no branch and bound; implied by --plot and --backend ray)")
+                   help="exhaustive: simulate every candidate (no branch and bound; implied by --plot and --backend ray); "
+                        "mcmc: no early rejection by the bound")
     s.add_argument("--backend", choices=("local", "ray"), default="local",
                    help="local process pool, or Ray tasks on an existing cluster (pip install 'execsim[ray]')")
     s.add_argument("--jobs", type=int, help="local worker processes (default: the CPUs available)")
@@ -133,7 +134,7 @@ def run(args) -> int:
                      deadline_days=args.deadline_days, train_tokens=args.train_tokens, method=args.method,
                      budget=args.budget, seed=args.seed, backend=args.backend, jobs=args.jobs, price=args.price,
                      fidelity=args.fidelity, nonuniform=args.nonuniform, progress=progress,
-                     ray_address=args.ray_address, start=args.start, top=_prune_top(args))
+                     ray_address=args.ray_address, start=args.start, top=_prune_top(args), prune=not args.no_prune)
     finally:
         bar.close()
     if outs.get("--csv"):
