@@ -52,6 +52,10 @@ MAX_TOKENS_PER_MICROBATCH = 2 ** 26
 MAX_INT = 2 ** 53
 MAX_DOCUMENT_BYTES = 8 * 2 ** 20
 MAX_CSV_BYTES = 64 * 2 ** 20
+#: a PyTorch profiler trace of one rank (decompressed): a few steps of a large model are ~100 MB
+MAX_TRACE_BYTES = 512 * 2 ** 20
+#: trace files one ``execsim calibrate`` reads (one per rank)
+MAX_TRACE_FILES = 1024
 
 
 def check_actions(pp: int, vpp: int, microbatches: int, where: str = "schedule") -> None:
