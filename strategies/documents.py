@@ -22,9 +22,10 @@ from typing import Any
 import yaml
 
 from strategies.errors import ConfigError, brief, cut
-from strategies.limits import MAX_CSV_BYTES, MAX_DOCUMENT_BYTES
+from strategies.limits import MAX_CSV_BYTES, MAX_DOCUMENT_BYTES, MAX_TRACE_BYTES
 
-__all__ = ["read_text", "read_csv_text", "parse_document", "load_document", "parse_scalar", "check_finite"]
+__all__ = ["read_text", "read_csv_text", "parse_document", "load_document", "parse_scalar", "check_finite",
+           "load_trace_json"]
 
 
 def read_text(path, what: str = "file", *, limit: int = MAX_DOCUMENT_BYTES) -> str:
@@ -167,6 +168,37 @@ def parse_document(text: str, where: str, *, json_format: bool = False) -> Any:
                           f"check the file") from None
     finally:
         loader.dispose()
+
+
+def load_trace_json(path, what: str = "trace") -> Any:
+    """A machine-written JSON trace (PyTorch profiler / Kineto), plain or gzip-compressed (``.gz``),
+    at most ``MAX_TRACE_BYTES`` once decompressed. Parsed with the standard JSON reader: a trace is
+    not hand-written, so duplicate keys are not looked for, and NaN is accepted as the profiler writes it."""
+    import gzip
+    import zlib
+    p = Path(path)
+    name = brief(str(p), 120)
+    if not str(p).lower().endswith(".gz"):
+        data = read_text(p, what, limit=MAX_TRACE_BYTES)
+    else:
+        try:
+            if not p.is_file():
+                raise ConfigError(f"{what} {name} does not exist or is not a file: check the path")
+            with gzip.open(p, "rb") as fh:
+                raw = fh.read(MAX_TRACE_BYTES + 1)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise ConfigError(f"{what} {name} cannot be read as gzip ({cut(str(exc), 80)}); check the file") from None
+        if len(raw) > MAX_TRACE_BYTES:
+            raise ConfigError(f"{what} {name} is over the limit of {MAX_TRACE_BYTES:,} bytes decompressed; trace "
+                              f"fewer steps")
+        try:
+            data = raw.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{what} {name} is not UTF-8 JSON (offset {exc.start})") from None
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise ConfigError(f"{what} {name} is not valid JSON: {cut(str(exc), 160)}") from None
 
 
 def load_document(path, what: str = "file") -> Any:

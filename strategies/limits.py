@@ -21,6 +21,13 @@ CPython 3.11; ``docs/strategy-file.md`` "Limits" lists them with the same reason
 * Model widths (hidden, ffn, vocab, heads, experts ...): at most ``MAX_DIM`` = 2^24 (650x GPT-3's
   hidden size), and tokens per microbatch (micro_batch * seq_len) at most 2^26, so that byte
   counts such as s * b * h stay exact 64-bit integers (2^24 * 2^26 = 2^50).
+* Goodput (``execsim goodput``): the SimPy replay handles about 150,000 events/s (failures,
+  repairs, restarts; a checkpoint cycle is closed form, not events). ``MAX_GOODPUT_EVENTS`` =
+  20 M events over all seeds and intervals is about two minutes; the estimate (expected events per
+  run x seeds x intervals) is checked before the first seed runs. The horizon is at most
+  ``MAX_GOODPUT_DAYS`` = 3,650 days (ten years, 30x Llama 3's 54-day snapshot; a token budget
+  counts in failure-free days, and a run that does not reach it stops there, unfinished) and
+  ``MAX_GOODPUT_SEEDS`` = 10,000 runs.
 * Integers in input files are at most 2^53 (``MAX_INT``), the largest range where a float and an
   integer agree; input documents are at most ``MAX_DOCUMENT_BYTES`` (YAML/JSON) and
   ``MAX_CSV_BYTES`` (schedule and profile CSVs).
@@ -45,6 +52,10 @@ MAX_TOKENS_PER_MICROBATCH = 2 ** 26
 MAX_INT = 2 ** 53
 MAX_DOCUMENT_BYTES = 8 * 2 ** 20
 MAX_CSV_BYTES = 64 * 2 ** 20
+#: a PyTorch profiler trace of one rank (decompressed): a few steps of a large model are ~100 MB
+MAX_TRACE_BYTES = 512 * 2 ** 20
+#: trace files one ``execsim calibrate`` reads (one per rank)
+MAX_TRACE_FILES = 1024
 
 
 def check_actions(pp: int, vpp: int, microbatches: int, where: str = "schedule") -> None:
@@ -63,6 +74,29 @@ def check_actions(pp: int, vpp: int, microbatches: int, where: str = "schedule")
                           f"{brief(pairs)} stage-microbatch pairs "
                           f"(up to 3 actions each) exceeds the limit of {MAX_ACTIONS // 3:,} ({MAX_ACTIONS:,} "
                           f"actions); use fewer microbatches (a larger micro_batch) or fewer stages")
+
+
+MAX_GOODPUT_DAYS = 3650
+MAX_GOODPUT_SEEDS = 10_000
+MAX_GOODPUT_EVENTS = 20_000_000
+#: measured events per second of the goodput replay (one core, CPython 3.11): the time in the error
+GOODPUT_EVENTS_PER_S = 150_000
+
+
+def check_goodput_events(seeds: int, intervals: int, per_run: float) -> None:
+    """Refuse a goodput run whose expected SimPy events exceed ``MAX_GOODPUT_EVENTS`` (before running).
+
+    >>> check_goodput_events(20, 12, 2e5)
+    Traceback (most recent call last):
+    ...
+    strategies.errors.ConfigError: goodput: seeds x intervals x expected events per run = 20 x 12 x 200,000 = 48,000,000 events exceeds the limit of 20,000,000 (about 320 s); use fewer seeds (--seeds), one interval (--no-sweep), a shorter run (--days) or fewer failure sources
+    """
+    total = seeds * intervals * per_run
+    if total > MAX_GOODPUT_EVENTS:
+        raise ConfigError(f"goodput: seeds x intervals x expected events per run = {seeds:,} x {intervals:,} x "
+                          f"{per_run:,.0f} = {total:,.0f} events exceeds the limit of {MAX_GOODPUT_EVENTS:,} (about "
+                          f"{total / GOODPUT_EVENTS_PER_S:,.0f} s); use fewer seeds (--seeds), one interval "
+                          f"(--no-sweep), a shorter run (--days) or fewer failure sources")
 
 
 #: Tasks a command that runs several simulations (compare, plan-recompute) may build in all: about

@@ -28,7 +28,7 @@ PARALLEL_KEYS = ("tp", "pp", "dp", "vpp", "sp", "cp", "ep", "zero", "layers_per_
 TRAINING_KEYS = ("micro_batch", "global_batch", "seq_len", "precision", "recompute", "train_tokens",
                  "recompute_layers")
 OPTION_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_bucket_mb", "flash_attention",
-               "overlap_handoff", "memory_reserve_gb", "fidelity", "profile", "fp32_grad_accum",
+               "overlap_handoff", "memory_reserve_gb", "fidelity", "profile", "profile_gpu", "fp32_grad_accum",
                "tp_comm_overlap", "p2p_overlap", "tp_async_backward", "p2p_host_gap_us", "moe_imbalance", "moe_capacity_factor",
                "moe_max_nodes", "pair_overlap", "pair_comm_sms", "fp8_recipe", "overlap_interference",
                "cp_comm", "cp_load_balance", "reshard_after_forward",
@@ -102,6 +102,9 @@ class OptionsSpec:
     memory_reserve_gb: memory per GPU not available to the model (CUDA context, fragmentation), GB.
     fidelity: 'operator' (a task per operator) or 'coarse' (a task per chunk, microbatch and pass).
     profile: path of a measured-time profile CSV that overrides the roofline, or None.
+    profile_gpu: apply the profile's rows measured on this GPU (its ``gpu`` column, e.g. ``cpu``) to
+        the cluster's GPU, times unchanged; None = only rows of the cluster's own GPU (a profile of
+        another GPU is then an error naming both).
     fp32_grad_accum: keep an fp32 gradient accumulation buffer (Megatron default with bf16).
     tp_comm_overlap: sequence-parallel TP all-gathers and reduce-scatters run chunk by chunk with
         their GEMM (Megatron --tp-comm-overlap: Transformer Engine userbuffers; taskgraph/overlap.py),
@@ -156,6 +159,7 @@ class OptionsSpec:
     memory_reserve_gb: float = 2.0
     fidelity: str = "operator"
     profile: str | None = None
+    profile_gpu: str | None = None
     fp32_grad_accum: bool = True
     tp_comm_overlap: bool = False
     p2p_overlap: bool = False
@@ -304,6 +308,7 @@ def parse_strategy(data: dict, base_dir: str | Path = ".") -> Strategy:
         memory_reserve_gb=get_float(o, "memory_reserve_gb", "options", default=2.0),
         fidelity=get_str(o, "fidelity", "options", default="operator", choices=FIDELITIES),
         profile=prof,
+        profile_gpu=None if o.get("profile_gpu") is None else get_str(o, "profile_gpu", "options"),
         fp32_grad_accum=get_bool(o, "fp32_grad_accum", "options", default=True),
         tp_comm_overlap=get_bool(o, "tp_comm_overlap", "options", default=False),
         overlap_interference=get_bool(o, "overlap_interference", "options", default=True),

@@ -33,7 +33,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from strategies.errors import ConfigError, brief, cut
@@ -113,6 +113,8 @@ class ProfileTable:
     used: set = field(default_factory=set, compare=False)
     path: str = ""
     _seen: set = field(default_factory=set, compare=False, repr=False)
+    #: GPU name the rows are looked up under (``options.profile_gpu``); "" = the cluster's own GPU
+    measured_on: str = ""
 
     @classmethod
     def load(cls, path) -> "ProfileTable":
@@ -153,8 +155,29 @@ class ProfileTable:
             raise ConfigError(f"profile {name} is not valid CSV (line {reader.line_num}: {cut(str(exc), 80)})") from None
         return cls(entries, lines, set(), str(p))
 
+    def gpus(self) -> list[str]:
+        """The GPU names of the rows (lower case, sorted)."""
+        return sorted({k[0] for k in self.entries})
+
+    def applied_to(self, gpu_name: str, measured_on: str | None = None) -> "ProfileTable":
+        """This table for a cluster of ``gpu_name``. A profile measured on another GPU (or on the CPU)
+        applies only when the user says so (``measured_on``: ``options.profile_gpu``, the ``gpu`` of
+        the rows to use, times not rescaled); otherwise one error names both."""
+        have = self.gpus()
+        name = brief(self.path, 120)
+        if measured_on:
+            if measured_on.lower() not in have:
+                raise ConfigError(f"options.profile_gpu = {brief(measured_on)} but profile {name} has rows for "
+                                  f"{', '.join(have[:5]) or 'no GPU'}; set profile_gpu to one of them")
+            return replace(self, measured_on=measured_on.lower())
+        if have and gpu_name.lower() not in have:
+            raise ConfigError(f"profile {name} was measured on {', '.join(have[:3])} but the cluster's GPU is "
+                              f"{gpu_name}; profile this GPU, or set options.profile_gpu: {have[0]} to apply "
+                              f"those times to it unchanged")
+        return self
+
     def lookup(self, gpu, dtype: str, op, pass_: str) -> float | None:
-        key = (gpu.name.lower(), dtype.lower(), op.name, pass_, op_shape_key(op))
+        key = (self.measured_on or gpu.name.lower(), dtype.lower(), op.name, pass_, op_shape_key(op))
         t = self.entries.get(key)
         if t is not None:
             self.used.add(key)

@@ -366,7 +366,9 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
     # strategies are costed per operator at either fidelity (lower_coarse refuses them too) and the
     # two fidelities give the same answer (tests/test_fidelity_agreement.py).
     coarse = (fidelity or opt.fidelity) == "coarse" and opt.pair_overlap != "concurrent"
-    profile = ProfileTable.load(opt.profile) if opt.profile else None
+    # a profile measured on another GPU applies only when options.profile_gpu says so (one error otherwise)
+    profile = ProfileTable.load(opt.profile).applied_to(plan.cluster.gpu.name, opt.profile_gpu) \
+        if opt.profile else None
     ctx = CostContext(plan, profile)
     cid = _context_id(plan)
     s = plan.sizes

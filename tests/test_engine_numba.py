@@ -54,7 +54,7 @@ def test_numba_kernel_deadlock_error_is_the_same():
 
 
 def test_unknown_kernel_is_one_clear_error():
-    with pytest.raises(ValueError, match="kernel 'cuda' is not one of 'python', 'numba'"):
+    with pytest.raises(ValueError, match="kernel 'cuda' is not one of 'auto', 'python', 'numba'"):
         simulate_arrays(np.ones(1), np.zeros(1, dtype=np.int32), [0, 0], [], 1, kernel="cuda")
 
 

@@ -129,7 +129,7 @@ def test_interval_longer_than_run_and_unknown_component():
     from simulator.goodput.model import check_run_model
     with pytest.raises(ConfigError, match="not shorter than the run"):
         check_run_model(_model(interval_s=10 * HOUR, horizon_s=5 * HOUR))
-    with pytest.raises(ConfigError, match="not a default component"):
+    with pytest.raises(ConfigError, match="not a component of fleet"):
         merge_components(parse_goodput({"failures": {"gpuu": {"detection_s": 5}}}), 8, 1)
 
 

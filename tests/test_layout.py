@@ -28,7 +28,8 @@ ROOMS = {
     "simulation": {"engine", "reports"},
     "search": {"engine", "reports", "outputs", "simulation"},
     "goodput": {"engine", "reports", "outputs", "simulation"},
-    "cli": {"engine", "reports", "outputs", "simulation", "search", "goodput"},
+    "profiling": {"engine", "reports", "outputs", "simulation"},
+    "cli": {"engine", "reports", "outputs", "simulation", "search", "goodput", "profiling"},
 }
 # the schedule families import the registry, which imports them to fill it
 ALLOWED_CYCLE = {"strategies.schedules", "strategies.schedules_basic", "strategies.schedules_zb",

@@ -9,13 +9,13 @@ def add_parser(sub) -> None:
              ["execsim goodput strategies/examples/llama3-405b-16k-h100-goodput.yaml",
               "execsim goodput strategies/examples/llama3-405b-16k-h100-goodput.yaml --seeds 50 --plot run.png",
               "execsim goodput strategies/examples/llama3-405b-16k-h100-goodput.yaml --interval daly --no-sweep --json",
-              "execsim goodput strategies/examples/llama3-405b-16k-h100-goodput.yaml --set goodput.spares=0 "
+              "execsim goodput strategies/examples/llama3-405b-16k-h100-goodput.yaml --set goodput.spare_nodes=0 "
               "--set goodput.elastic=true"])
     s.add_argument("file", help="strategy file; its goodput: section sets failure rates, recovery and checkpoints")
     g = s.add_mutually_exclusive_group()
     g.add_argument("--days", type=float, help="wall-clock horizon in days (overrides goodput.days)")
     g.add_argument("--train-tokens", type=float, help="token budget (overrides goodput.train_tokens)")
-    s.add_argument("--seeds", type=int, help="independent runs (default goodput.seeds, 20)")
+    s.add_argument("--seeds", type=_count, help="independent runs (default goodput.seeds, 20; at most 10,000)")
     s.add_argument("--interval", metavar="young|daly|SECONDS|S1,S2,..",
                    help="checkpoint interval policy (overrides goodput.checkpoint.interval_s)")
     s.add_argument("--no-sweep", action="store_true", help="skip the search for the best interval")
@@ -27,12 +27,26 @@ def add_parser(sub) -> None:
 
 
 
+def _count(text: str) -> int:
+    """A whole number, also written as ``1e3`` (the limit is checked with the run's other limits)."""
+    import argparse
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seeds") from None
+    if not abs(v) < float("inf") or v != int(v):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seeds")
+    return int(v)
+
+
 def _goodput_cmd(args) -> int:
     """A whole run with failures, checkpoints and restarts (simulator/goodput/)."""
-    from simulator.goodput.closed_forms import daly_goodput
     from simulator.goodput.replay import simulate_run
-    from simulator.goodput.report import format_goodput, goodput_report
+    from simulator.goodput.report import closed_form_curve, format_goodput, goodput_report
+    from strategies.goodput_file import check_seeds
     from simulator.goodput.setup import setup_from_strategy
+    if args.seeds is not None:
+        check_seeds(args.seeds, "--seeds")
     kind, spec = _load_strategy(args, "goodput")
     outs = _check_outputs(args, _input_files(args.file, kind, spec), plot=args.plot)
     setup = setup_from_strategy(spec, days=args.days, train_tokens=args.train_tokens, interval=args.interval)
@@ -44,9 +58,8 @@ def _goodput_cmd(args) -> int:
         from simulator.outputs.files import write_output
         run = simulate_run(_replace(setup.model, interval_s=rep["interval_s"]), setup.spec.seed,
                            record_checkpoints=True)
-        m = setup.model
-        write_output(outs["--plot"], lambda tmp: plot_run(run, rep, tmp, closed_form=lambda t: daly_goodput(
-            t, m.save_block_s + m.save_commit_s, setup.mean_down_s, setup.mtbf_s)), "--plot")
+        write_output(outs["--plot"], lambda tmp: plot_run(run, rep, tmp, closed_form=closed_form_curve(setup)),
+                     "--plot")
     if args.json:
         _print_json(rep)
     else:

@@ -5,14 +5,16 @@ Commands, in the order ``--help`` lists them: ``schedule`` (:mod:`simulator.cli.
 ``simulate`` (:mod:`simulator.cli.simulate`), ``report`` (:mod:`simulator.cli.report`), ``memory``
 (:mod:`simulator.cli.memory`), ``plan-recompute`` (:mod:`simulator.cli.plan_recompute`), ``compare``
 (:mod:`simulator.cli.compare`), ``import`` (:mod:`simulator.cli.import_cmd`), ``search``
-(:mod:`simulator.cli.search`), ``goodput`` (:mod:`simulator.cli.goodput`).
+(:mod:`simulator.cli.search`), ``goodput`` (:mod:`simulator.cli.goodput`), ``profile``
+(:mod:`simulator.cli.profile`), ``calibrate`` (:mod:`simulator.cli.calibrate`).
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-from simulator.cli import compare, goodput, import_cmd, memory, plan_recompute, report, schedule, search, simulate
+from simulator.cli import (calibrate, compare, goodput, import_cmd, memory, plan_recompute, profile, report, schedule,
+                           search, simulate)
 from simulator.cli.common import _EX, _EXAMPLE, EXIT_INTERNAL, EXIT_USAGE
 from strategies.errors import ExecsimError, cut
 
@@ -50,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     import_cmd.add_parser(sub)
     search.add_parser(sub)
     goodput.add_parser(sub)
+    profile.add_parser(sub)
+    calibrate.add_parser(sub)
     return p
 
 

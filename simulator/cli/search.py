@@ -43,7 +43,12 @@ def add_parser(sub) -> None:
                    help="MCMC: also move layers between stages and change single layers' recompute")
     s.add_argument("--axis", action="append", metavar="NAME=V1,V2",
                    help="restrict a search axis, e.g. --axis tp=4,8 --axis schedule=1f1b,zb-h1 (repeatable)")
-    s.add_argument("--top", type=int, default=10, help="rows of the ranked table to print")
+    s.add_argument("--top", type=int, default=10,
+                   help="rows of the ranked table to print; exhaustive search simulates only the candidates that "
+                        "a lower bound cannot rule out of these rows (branch and bound)")
+    s.add_argument("--no-prune", action="store_true",
+                   help="exhaustive: simulate every candidate (no branch and bound; implied by --plot and --backend ray); "
+                        "mcmc: no early rejection by the bound")
     s.add_argument("--backend", choices=("local", "ray"), default="local",
                    help="local process pool, or Ray tasks on an existing cluster (pip install 'execsim[ray]')")
     s.add_argument("--jobs", type=int, help="local worker processes (default: the CPUs available)")
@@ -97,6 +102,16 @@ class _Progress:
             self.bar.close()
 
 
+def _prune_top(args) -> int | None:
+    """The rows branch and bound keeps exact, or None to simulate every candidate (``--no-prune``;
+    the Pareto plot and Ray need every candidate)."""
+    if args.method != "exhaustive" or args.no_prune or args.plot or args.backend == "ray":
+        return None
+    if args.top < 1:
+        raise ConfigError(f"--top {args.top} must be >= 1 row")
+    return args.top
+
+
 def run(args) -> int:
     from simulator.cli.common import _check_outputs, _input_files, _load_strategy
     from simulator.outputs.files import write_output
@@ -119,7 +134,7 @@ def run(args) -> int:
                      deadline_days=args.deadline_days, train_tokens=args.train_tokens, method=args.method,
                      budget=args.budget, seed=args.seed, backend=args.backend, jobs=args.jobs, price=args.price,
                      fidelity=args.fidelity, nonuniform=args.nonuniform, progress=progress,
-                     ray_address=args.ray_address, start=args.start)
+                     ray_address=args.ray_address, start=args.start, top=_prune_top(args), prune=not args.no_prune)
     finally:
         bar.close()
     if outs.get("--csv"):
@@ -139,7 +154,8 @@ def run(args) -> int:
                           "train_tokens": res.train_tokens, "price_per_gpu_hour_usd": res.price,
                           "deadline_days": res.deadline_days, "simulated": res.evaluations,
                           "space": {"kept": res.stats.kept, "invalid": res.stats.invalid,
-                                    "pruned_memory": res.stats.pruned_memory},
+                                    "pruned_memory": res.stats.pruned_memory, "skipped_by_time_bound": res.skipped},
+                          "optimality_gap": res.gap,
                           "best": _json_row(res.table.iloc[0], cols) if res.best else None,
                           "message": res.message or None,
                           "rows": [_json_row(r, cols) for _, r in res.table.head(args.top).iterrows()]},
@@ -149,9 +165,12 @@ def run(args) -> int:
         print(f"{args.file}: {res.method} search over {'/'.join(map(str, res.gpus))} GPUs, objective {res.objective}"
               + (f", deadline {res.deadline_days:g} days" if res.deadline_days is not None else "")
               + f"; {res.train_tokens:.3g} tokens at {price}")
+        decided = res.evaluations + res.skipped
         print(f"space: {res.stats.kept} candidates after closed-form checks ({res.stats.invalid} invalid) and the "
-              f"static memory bound ({res.stats.pruned_memory} pruned); simulated {res.evaluations} in "
-              f"{res.wall_s:.1f} s ({res.evaluations / max(res.wall_s, 1e-9):.0f}/s)")
+              f"static memory bound ({res.stats.pruned_memory} pruned); simulated {res.evaluations}"
+              + (f", skipped {res.skipped} whose time bound cannot reach the top {args.top}" if res.skipped else "")
+              + f" in {res.wall_s:.1f} s ({decided / max(res.wall_s, 1e-9):.0f}/s)"
+              + (f"; optimality gap {100 * res.gap:.1f}%" if res.gap else ""))
         if res.best is None:
             print(f"no answer: {res.message}")
             if res.closest is not None and len(res.closest):

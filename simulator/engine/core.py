@@ -38,8 +38,10 @@ the plain loop "pop (ready, id); start; end; for each successor: ready = max, in
   push-pop and lazy-source shortcuts. Measured ~1.0-1.05x the plain loop there, against 0.82-0.93x for
   the chain loop (``python -m benchmarks.engine``).
 * ``kernel="numba"`` (optional extra ``fast``): the plain loop compiled (simulator/engine/kernels_numba.py),
-  ~10x faster, identical results (tests/test_engine_numba.py); the pure-Python loops stay the default
-  and the reference.
+  ~10x faster, identical results (tests/test_engine_numba.py); the pure-Python loops stay the
+  reference. ``kernel="auto"`` (the default) takes the compiled loop when numba is installed and the
+  graph is big enough to pay for importing it (:mod:`taskgraph.compiled`; ``EXECSIM_KERNEL=python``
+  forces the Python loops, ``=numba`` the compiled ones).
 * The garbage collector is disabled around the loop (shared/notes/engine-measurements.md: 0-90 %
   faster with many live objects).
 
@@ -88,14 +90,16 @@ def _as_index_array(x) -> np.ndarray:
 
 
 def simulate_arrays(duration, device, succ_ptr, succ_idx, num_devices: int, describe=None, *,
-                    kernel: str = "python") -> SimResult:
+                    kernel: str = "auto") -> SimResult:
     """Run the FIFO engine on raw arrays. ``describe(t)`` names a task in deadlock errors.
 
     duration: seconds per task; device: device index per task (``< num_devices``);
     succ_ptr, succ_idx: successors in CSR form (task ``t``'s successors are
     ``succ_idx[succ_ptr[t]:succ_ptr[t+1]]``; duplicate edges are allowed).
-    kernel: ``"python"`` (default and reference) or ``"numba"`` (optional extra ``fast``: the same
-    loop compiled, :mod:`simulator.engine.kernels_numba`; identical results, tested).
+    kernel: ``"auto"`` (default: the compiled loop when numba is installed and the graph is big
+    enough to pay for loading it, :mod:`taskgraph.compiled`; ``EXECSIM_KERNEL=python`` forces the
+    Python loop), ``"python"`` (the reference) or ``"numba"`` (optional extra ``fast``: the same loop
+    compiled, :mod:`simulator.engine.kernels_numba`; identical results, tested).
     """
     dur = np.ascontiguousarray(duration, dtype=np.float64).reshape(-1)
     n = int(dur.shape[0])
@@ -114,6 +118,8 @@ def simulate_arrays(duration, device, succ_ptr, succ_idx, num_devices: int, desc
     dev_np = np.asarray(device).reshape(-1)
     if dev_np.shape[0] != n:
         raise ValueError(f"device has {dev_np.shape[0]} entries for {n} tasks")
+    if kernel == "auto":
+        kernel = "numba" if compiled_kernel("run_numba", n * PYTHON_S_PER_TASK) is not None else "python"
     if kernel == "numba":
         from simulator.engine.kernels_numba import run_numba  # optional extra ``fast``
 
@@ -124,7 +130,7 @@ def simulate_arrays(duration, device, succ_ptr, succ_idx, num_devices: int, desc
         return SimResult(ready=ready_a, start=start_a, end=end_a, order=order_a.astype(np.int32),
                          makespan=float(end_a.max()))
     if kernel != "python":
-        raise ValueError(f"kernel {kernel!r} is not one of 'python', 'numba'")
+        raise ValueError(f"kernel {kernel!r} is not one of 'auto', 'python', 'numba'")
     plan = _plan(dur, ptr, idx)
     dev = dev_np.tolist()  # small ints: cached objects, 8 bytes each
     sources = plan.sources.tolist()
@@ -186,13 +192,18 @@ def simulate_arrays(duration, device, succ_ptr, succ_idx, num_devices: int, desc
 COMPILED = _registry.COMPILED
 
 
-def compiled_kernel(name: str):
-    """``simulator.engine.kernels_numba.<name>`` when numba is installed (optional extra ``fast``), else
-    None (:func:`taskgraph.compiled.compiled_kernel`)."""
-    return _registry.compiled_kernel(name, "simulator.engine.kernels_numba")
+def compiled_kernel(name: str, work: float = float("inf")):
+    """``simulator.engine.kernels_numba.<name>`` when numba is installed (optional extra ``fast``) and
+    ``work`` seconds of Python loop make it pay, else None (:func:`taskgraph.compiled.compiled_kernel`)."""
+    return _registry.compiled_kernel(name, "simulator.engine.kernels_numba", work)
 
 
-def simulate(graph, *, kernel: str = "python") -> SimResult:
+#: Seconds per task of the Python engine loop (~1 M tasks/s, docs/performance.md): the work a
+#: ``kernel="auto"`` run reports to the registry.
+PYTHON_S_PER_TASK = 1e-6
+
+
+def simulate(graph, *, kernel: str = "auto") -> SimResult:
     """Simulate a :class:`taskgraph.graph.TaskGraph` in full mode (``kernel``: see :func:`simulate_arrays`)."""
     return simulate_arrays(graph.duration, graph.device, graph.succ_ptr, graph.succ_idx,
                            graph.num_devices, describe=graph.describe, kernel=kernel)

@@ -5,7 +5,10 @@ SimPy discrete-event simulation with few events (:mod:`simulator.goodput.replay`
 
 * one process per failure component (GPU, HBM, network, NIC, host, software, ...): an independent
   Poisson source with rate ``rate_per_device_hour x devices`` (defaults from the Llama 3 report,
-  ``topologies/data/failure_rates.yaml``);
+  ``topologies/data/failure_rates.yaml``; fleet presets in ``failure_fleets.yaml``), or Weibull gaps
+  with the same mean; job-level sources whose rate grows as a power of the job's GPUs; failure domains
+  that take several nodes at once; one process per bad (lemon) node, drained after ``k`` failures;
+  loss-spike rollbacks and planned maintenance windows;
 * one repair process per failed node (a node that leaves the job comes back ``repair_hours`` later
   into the spare pool);
 * a slow-node source: a node degrades, every synchronous step runs ``slowdown`` x longer until it is
@@ -24,8 +27,13 @@ for ``bytes / storage bandwidth``; asynchronous saves block only for the device-
 become durable when the background write ends (MegaScale, Jiang et al. 2024, Section 4; torch.distributed
 async_save).
 
+Restart is detection + its parts (drain, reschedule, process start, NCCL init growing with the job)
++ load, drawn per restart with a spread when asked; saves may fail or be slowed (storage contention);
+an asynchronous write still running when the next save is due is waited for (torchtitan).
+
 Goodput = tokens trained / (tokens the failure-free job would train in the same wall time): the
-"effective training time ratio" of Kokolis et al. 2024 (Section 5). Every lost second is booked to one
+effective training time over wall time; ``ettr_available`` divides by the time the job held its
+nodes instead (Kokolis et al. 2024, Sec. V; both in docs/goodput.md). Every lost second is booked to one
 mechanism (checkpoint saves, lost work, detection, waiting for repair, restart, load, slower elastic
 job, slow node, planned drains / scale-ups), so ``useful + sum(losses) = wall time`` exactly (tested).
 
@@ -43,7 +51,9 @@ Layout (each module imports only the ones above it):
 
 * ``model``: the run model (``Component``, ``RunModel``, ``RunResult``, ``check_run_model``) and the
   constants (``HOUR``, ``DAY``, ``MECHANISMS``, ``RATES_FILE``);
-* ``closed_forms``: Young and Daly intervals, Daly's goodput and the interval that maximises it;
+* ``closed_forms``: Young and Daly intervals, Daly's goodput (and with an asynchronous write) and the
+  interval that maximises it; the oracles for bad nodes, Weibull counts and failure domains;
+* ``fleets``: failure-rate presets from published fleet studies, the job-level fit, cross-fleet errors;
 * ``replay``: the SimPy replay of one seed (``simulate_run``);
 * ``seeds``: many seeds and interval sweeps (``Summary``, ``run_seeds``, ``sweep_intervals``,
   ``best_interval``, ``default_sweep``);

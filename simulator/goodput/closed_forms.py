@@ -1,5 +1,6 @@
-"""Checkpoint-interval closed forms for exponential failures (Young 1974; Daly 2006, Eqs. 13 and 37;
-citations in :mod:`simulator.goodput`).
+"""Closed forms: checkpoint intervals for exponential failures (Young 1974; Daly 2006, Eqs. 13 and 37;
+citations in :mod:`simulator.goodput`), asynchronous saves, and the oracles the replay is tested
+against for each failure mechanism (bad nodes, Weibull lifetimes, failure domains, restart parts).
 """
 from __future__ import annotations
 
@@ -28,11 +29,33 @@ def daly_goodput(tau: float, c: float, restart: float, mtbf: float) -> float:
     return tau / (mtbf * math.exp(restart / mtbf) * math.expm1((tau + c) / mtbf))
 
 
-def optimal_interval_closed_form(c: float, restart: float, mtbf: float) -> float:
-    """The interval maximising :func:`daly_goodput` (golden-section search on log tau)."""
-    lo, hi = math.log(max(c, 1e-3) * 1e-2 + 1e-9), math.log(50.0 * mtbf)
+def async_goodput(tau: float, block: float, write: float, restart: float, mtbf: float) -> float:
+    """Daly's goodput with an asynchronous save: the job pauses ``block`` (the snapshot) per save and
+    the write runs ``write`` seconds in the background; a write still running when the next save is
+    due is waited for (torchtitan's CheckpointManager), so the pause per period is
+    ``C(tau) = block + max(0, write - tau)``; a failure loses, besides the work since the last
+    snapshot, the ``min(write, tau)`` seconds its checkpoint was not yet durable (first order: added to
+    the restart). With ``write = 0`` this is :func:`daly_goodput`. For ``tau < write`` the goodput grows
+    with ``tau`` (each period costs ``block + write`` whatever ``tau``), so the optimum is at least
+    ``write``: Young's ``sqrt(2 block M)`` when that is longer.
+
+    >>> round(async_goodput(600.0, 1.0, 0.0, 60.0, 3600.0), 6) == round(daly_goodput(600.0, 1.0, 60.0, 3600.0), 6)
+    True
+    """
+    lag = min(write, tau)
+    c = block + max(0.0, write - tau)
+    return tau / (mtbf * math.exp((restart + lag) / mtbf) * math.expm1((tau + c) / mtbf))
+
+
+def optimal_interval_closed_form(c: float, restart: float, mtbf: float, write: float = 0.0) -> float:
+    """The interval maximising :func:`daly_goodput` (:func:`async_goodput` with a background
+    ``write``), by golden-section search on log tau."""
+    lo, hi = math.log(max(c, 1e-3) * 1e-2 + 1e-9), math.log(50.0 * mtbf + write)
     g = (math.sqrt(5.0) - 1.0) / 2.0
-    f = lambda lt: -daly_goodput(math.exp(lt), c, restart, mtbf)  # noqa: E731
+    if write > 0:
+        f = lambda lt: -async_goodput(math.exp(lt), c, write, restart, mtbf)  # noqa: E731
+    else:
+        f = lambda lt: -daly_goodput(math.exp(lt), c, restart, mtbf)  # noqa: E731
     a, b = lo, hi
     x1, x2 = b - g * (b - a), a + g * (b - a)
     f1, f2 = f(x1), f(x2)
@@ -46,3 +69,50 @@ def optimal_interval_closed_form(c: float, restart: float, mtbf: float) -> float
             x2 = a + g * (b - a)
             f2 = f(x2)
     return math.exp((a + b) / 2.0)
+
+
+def lemon_expected_failures(n_lemons: int, rate_per_s: float, drain_after: int, t: float) -> float:
+    """Expected failures of ``n_lemons`` bad nodes over ``t`` seconds when each fails as a Poisson
+    process of rate ``rate_per_s`` and is drained at its ``drain_after``-th failure (0 = never):
+    ``n E[min(N, k)]``, ``N ~ Poisson(rate t)``, ``E[min(N, k)] = sum_{j=1..k} P(N >= j)``.
+
+    >>> lemon_expected_failures(10, 1.0, 0, 5.0)
+    50.0
+    >>> round(lemon_expected_failures(1, 1.0, 1, 1.0), 6)  # P(N >= 1) = 1 - e^-1
+    0.632121
+    """
+    mu = rate_per_s * t
+    if drain_after == 0:
+        return n_lemons * mu
+    p_i, cdf, total = math.exp(-mu), 0.0, 0.0
+    for j in range(1, drain_after + 1):
+        cdf += p_i                      # P(N <= j - 1)
+        total += 1.0 - cdf              # P(N >= j)
+        p_i *= mu / j
+    return n_lemons * total
+
+
+def weibull_renewal_count(rate_per_s: float, shape: float, t: float) -> float:
+    """Expected failures by ``t`` of a renewal process with Weibull gaps of mean ``1 / rate`` and
+    ``shape`` (started new at 0): ``t / mu + (cv^2 - 1) / 2`` (the second-order renewal theorem, Cox
+    1962, "Renewal Theory", Sec. 4.5), ``cv^2 = Gamma(1 + 2/k) / Gamma(1 + 1/k)^2 - 1``; exact for
+    ``shape = 1`` (Poisson), asymptotic for ``t >> mu`` otherwise."""
+    cv2 = math.gamma(1.0 + 2.0 / shape) / math.gamma(1.0 + 1.0 / shape) ** 2 - 1.0
+    return rate_per_s * t + (cv2 - 1.0) / 2.0
+
+
+def weibull_renewal_variance(rate_per_s: float, shape: float, t: float) -> float:
+    """Variance of that count for ``t >> mu``: ``cv^2 t / mu`` (Cox 1962, Sec. 6.3; Poisson: ``t / mu``):
+    a decreasing hazard (``shape < 1``) clusters failures, so runs spread more than with exponential gaps."""
+    cv2 = math.gamma(1.0 + 2.0 / shape) / math.gamma(1.0 + 1.0 / shape) ** 2 - 1.0
+    return cv2 * rate_per_s * t
+
+
+def domain_goodput(tau: float, c: float, domain_rate_per_s: float, repair_s: float, restart: float,
+                   load: float) -> float:
+    """Goodput when failure domains are the only failures and no spare is free: every event stops the
+    job until its nodes are back (``repair_s``), then restart and load; a second event while it is
+    down makes it wait ``repair_s`` from that event, as a failure during a restart starts Daly's
+    restart over. So Daly's Eq. 13 holds with ``M = 1 / (rate x domains)`` and
+    ``R = repair + restart + load`` (detection 0)."""
+    return daly_goodput(tau, c, repair_s + restart + load, 1.0 / domain_rate_per_s)

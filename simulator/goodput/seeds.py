@@ -3,6 +3,7 @@ interval (common random numbers), the best simulated interval and the default sw
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -39,7 +40,9 @@ def best_interval(summaries: list[Summary]) -> float:
     if 0 < i < len(ss) - 1:
         x = np.log([ss[i - 1].interval_s, ss[i].interval_s, ss[i + 1].interval_s])
         y = np.array(gs[i - 1:i + 2])
-        a, b, _c = np.polyfit(x, y, 2)
+        with warnings.catch_warnings():  # flat curves (an async write longer than the interval) are fine
+            warnings.simplefilter("ignore", np.exceptions.RankWarning if hasattr(np, "exceptions") else Warning)
+            a, b, _c = np.polyfit(x, y, 2)
         if a < 0:
             return float(np.exp(np.clip(-b / (2 * a), x[0], x[2])))
     return ss[i].interval_s

@@ -1,5 +1,6 @@
-"""A strategy file resolved for the run model: default failure rates merged with the file's, checkpoint
-size, save / load times, the interval policy, and elastic iteration times (re-simulated).
+"""A strategy file resolved for the run model: the fleet's failure rates merged with the file's, bad
+nodes, failure domains, loss-spike rollbacks, checkpoint size, save / load times, restart from its parts,
+the interval policy (asynchronous saves included), and elastic iteration times (re-simulated).
 """
 from __future__ import annotations
 
@@ -7,40 +8,97 @@ import math
 from dataclasses import dataclass, replace
 
 from simulator.goodput.closed_forms import daly_interval, optimal_interval_closed_form, young_interval
-from simulator.goodput.model import DAY, HOUR, RATES_FILE, Component, RunModel, check_run_model
+from simulator.goodput.fleets import component_rate_per_hour, fleet_components, load_data, load_failure_defaults
+from simulator.goodput.model import DAY, HOUR, Component, RunModel, check_run_model
 from strategies.errors import ConfigError
-from strategies.goodput_file import GoodputSpec, parse_goodput
+from strategies.goodput_file import GoodputSpec, check_days, parse_goodput
+from strategies.limits import MAX_GOODPUT_DAYS
 
-
-def load_failure_defaults(path=RATES_FILE) -> dict:
-    from strategies.config import load_mapping
-    data = load_mapping(path, "failure-rate file")
-    return data["components"]
+_FIELDS = ("rate_per_device_hour", "per", "detection_s", "needs_repair", "rate_per_hour", "ref_gpus",
+           "size_exponent", "shape")
 
 
 def merge_components(spec: GoodputSpec, num_gpus: int, num_nodes: int, defaults: dict | None = None
                      ) -> tuple[Component, ...]:
-    """Default components with the file's overrides; a new component must give rate and per."""
-    d = {k: dict(v) for k, v in (load_failure_defaults() if defaults is None else defaults).items()}
+    """The fleet's components (``spec.fleet``; ``defaults`` replaces them) with the file's overrides; a
+    new component must give its rate and ``per``. A ``per: job`` component counts once, its rate
+    ``rate_per_hour x (gpus / ref_gpus) ** size_exponent`` (a job-level source that grows with size)."""
+    if defaults is None:
+        defaults = (load_failure_defaults() if spec.fleet == "llama3-405b-h100"
+                    else fleet_components(spec.fleet))
+    d = {k: dict(v) for k, v in defaults.items()}
     for o in spec.failures:
         if o.name not in d:
-            if o.rate_per_device_hour is None or o.per is None:
+            rate = o.rate_per_hour if o.per == "job" else o.rate_per_device_hour
+            if rate is None or o.per is None:
                 from strategies.config import did_you_mean
-                raise ConfigError(f"goodput.failures.{o.name} is not a default component"
-                                  f"{did_you_mean(o.name, d)} (defaults: {', '.join(d)}); a new component needs "
-                                  f"rate_per_device_hour and per (gpu or node)")
-            d[o.name] = {"detection_s": 60.0, "needs_repair": True, "source": "strategy file"}
-        for k in ("rate_per_device_hour", "per", "detection_s", "needs_repair"):
+                raise ConfigError(f"goodput.failures.{o.name} is not a component of fleet {spec.fleet}"
+                                  f"{did_you_mean(o.name, d)} (components: {', '.join(d)}); a new component needs "
+                                  f"per (gpu, node or job) and rate_per_device_hour (per: job: rate_per_hour)")
+            d[o.name] = {"detection_s": 60.0, "needs_repair": o.per != "job", "source": "strategy file"}
+        for k in _FIELDS:
             v = getattr(o, k)
             if v is not None:
                 d[o.name][k] = v
                 d[o.name]["source"] = "strategy file"
     out = []
     for name, v in d.items():
-        count = num_gpus if v["per"] == "gpu" else num_nodes
-        out.append(Component(name, float(v["rate_per_device_hour"]), v["per"], count, float(v["detection_s"]),
-                             bool(v["needs_repair"]), str(v.get("source", ""))))
+        if v["per"] == "job":
+            v.setdefault("ref_gpus", num_gpus)
+            v.setdefault("size_exponent", 1.0)
+            if "rate_per_hour" not in v:
+                raise ConfigError(f"goodput.failures.{name}: per: job needs rate_per_hour (failures per job-hour at "
+                                  f"ref_gpus)")
+            rate, count = component_rate_per_hour(v, num_gpus), 1
+        else:
+            if "rate_per_device_hour" not in v:
+                raise ConfigError(f"goodput.failures.{name}: per: {v['per']} needs rate_per_device_hour")
+            rate, count = float(v["rate_per_device_hour"]), (num_gpus if v["per"] == "gpu" else num_nodes)
+        out.append(Component(name, rate, v["per"], count, float(v["detection_s"]), bool(v["needs_repair"]),
+                             str(v.get("source", "")), shape=float(v.get("shape", 1.0))))
     return tuple(out)
+
+
+def extra_components(spec: GoodputSpec, num_nodes: int, iteration_s: float) -> tuple[Component, ...]:
+    """Bad nodes, failure domains and loss-spike rollbacks as components of the run model."""
+    out = []
+    lm = spec.lemons
+    n_lemons = round(lm.fraction * num_nodes)
+    if n_lemons and lm.rate_per_node_hour > 0:
+        out.append(Component("lemon_nodes", lm.rate_per_node_hour, "lemon", n_lemons, lm.detection_s, False,
+                             "strategy file (goodput.lemons)", drain_after=lm.drain_after))
+    templates = load_data().get("domains") or {} if spec.domains else {}
+    for dm in spec.domains:
+        t = dict(templates.get(dm.name, {}))
+        for k in ("rate_per_domain_hour", "detection_s", "repair_hours"):
+            if getattr(dm, k) is not None:
+                t[k] = getattr(dm, k)
+        if "rate_per_domain_hour" not in t:
+            from strategies.config import did_you_mean
+            raise ConfigError(f"goodput.domains.{dm.name} has no rate: give rate_per_domain_hour, or name a template "
+                              f"{did_you_mean(dm.name, templates)}({', '.join(templates)})")
+        if dm.nodes > num_nodes:
+            raise ConfigError(f"goodput.domains.{dm.name}.nodes = {dm.nodes} is more than the job's {num_nodes} nodes")
+        out.append(Component(dm.name, float(t["rate_per_domain_hour"]), "domain", math.ceil(num_nodes / dm.nodes),
+                             float(t.get("detection_s", 60.0)), True, str(t.get("source", "strategy file")),
+                             shape=dm.shape, nodes_per_event=dm.nodes,
+                             repair_s=float(t["repair_hours"]) * HOUR if "repair_hours" in t else None))
+    rb = spec.rollbacks
+    if rb.rate_per_day > 0:
+        out.append(Component("loss_spike", rb.rate_per_day / 24.0, "job", 1, rb.detection_s, False,
+                             "strategy file (goodput.rollbacks)", rollback_s=rb.steps_back * iteration_s))
+    return tuple(out)
+
+
+def restart_parts(spec: GoodputSpec, num_gpus: int) -> tuple:
+    """((part, mean seconds), ...) of a restart, or () when the file gives ``restart_s`` only. Process
+    group / NCCL initialisation grows linearly with the job (NCCL's bootstrap all-gathers every
+    rank's address around a ring, ``bootstrapAllGather`` in src/bootstrap.cc: N - 1 steps)."""
+    r = spec.restart
+    if not r.parts:
+        return ()
+    return (("drain_s", r.drain_s), ("reschedule_s", r.reschedule_s), ("process_start_s", r.process_start_s),
+            ("init_s", r.init_s + r.init_s_per_1000_gpus * num_gpus / 1000.0))
 
 
 def checkpoint_bytes(plan) -> tuple[float, float]:
@@ -89,8 +147,9 @@ def setup_from_strategy(strategy, spec: GoodputSpec | None = None, *, days: floa
     if days is not None and train_tokens is not None:
         raise ConfigError("--days and --train-tokens are both given: give one")
     if days is not None:
-        if not days > 0:
+        if not (days > 0 and math.isfinite(days)):
             raise ConfigError(f"--days = {days!r} must be > 0")
+        check_days(days, "--days")
         spec = replace(spec, days=days, train_tokens=None)
     if train_tokens is not None:
         if not train_tokens > 0:
@@ -113,7 +172,10 @@ def setup_from_strategy(strategy, spec: GoodputSpec | None = None, *, days: floa
     tpi = float(plan.tokens_per_iteration)
     n_gpus = plan.num_gpus
     n_nodes = plan.cluster.nodes
-    comps = merge_components(spec, n_gpus, n_nodes)
+    if spec.train_tokens is not None:
+        check_days(spec.train_tokens / (tpi / it) / DAY, f"train_tokens = {spec.train_tokens:.3g} at "
+                   f"{tpi / it:.4g} tokens/s: the failure-free run")
+    comps = merge_components(spec, n_gpus, n_nodes) + extra_components(spec, n_nodes, it)
     ck = spec.checkpoint
     total_b, per_gpu_b = checkpoint_bytes(plan)
     write_s = total_b / (ck.storage_gb_per_s * 1e9)
@@ -130,13 +192,16 @@ def setup_from_strategy(strategy, spec: GoodputSpec | None = None, *, days: floa
             cache[dp] = _elastic_iteration_time(strategy, plan, dp)
         return cache[dp]
 
+    parts = restart_parts(spec, n_gpus)
+    restart_s = sum(v for _k, v in parts) if parts else spec.restart_s
     lam = sum(c.rate_per_s for c in comps)
     mtbf = 1.0 / lam if lam > 0 else math.inf
-    down = (sum(c.rate_per_s * c.detection_s for c in comps) / lam if lam > 0 else 0.0) + spec.restart_s + load_s
-    c_eff = block + commit  # an unfinished asynchronous save is as good as none
-    young = young_interval(block, mtbf) if lam > 0 else math.inf
-    daly = daly_interval(block, mtbf) if lam > 0 else math.inf
-    opt = optimal_interval_closed_form(c_eff, down, mtbf) if lam > 0 else math.inf
+    down = (sum(c.rate_per_s * c.detection_s for c in comps) / lam if lam > 0 else 0.0) + restart_s + load_s
+    # asynchronous: the optimum is at least the background write (a shorter interval only waits for
+    # it, closed_forms.async_goodput); the first-order optimum is otherwise Young's on the pause
+    young = max(young_interval(block, mtbf), commit) if lam > 0 else math.inf
+    daly = max(daly_interval(block, mtbf), commit) if lam > 0 else math.inf
+    opt = optimal_interval_closed_form(block, down, mtbf, write=commit) if lam > 0 else math.inf
     pol = ck.interval_s
     if pol == "young":
         intervals, policy = (young,), "young"
@@ -151,12 +216,16 @@ def setup_from_strategy(strategy, spec: GoodputSpec | None = None, *, days: floa
                           "interval in seconds")
     m = RunModel(
         components=comps, full_tokens_per_s=tpi / it, interval_s=float(intervals[0]),
-        save_block_s=block, save_commit_s=commit, load_s=load_s, restart_s=spec.restart_s,
+        save_block_s=block, save_commit_s=commit, load_s=load_s, restart_s=restart_s,
         horizon_s=spec.days * DAY if spec.days is not None else None, target_tokens=spec.train_tokens,
         dp=plan.sizes.dp, num_nodes=n_nodes, spare_nodes=spec.spare_nodes, repair_s=spec.repair_hours * HOUR,
         elastic=spec.elastic, iteration_time=iteration_time,
         slow_rate_per_node_hour=spec.slow_nodes.rate_per_node_hour, slowdown=spec.slow_nodes.slowdown,
-        slow_detection_s=spec.slow_nodes.detection_hours * HOUR)
+        slow_detection_s=spec.slow_nodes.detection_hours * HOUR,
+        restart_parts=parts, restart_cv=spec.restart.cv, save_failure_p=ck.failure_probability,
+        save_slow_p=ck.slow_probability, save_slowdown=ck.slowdown,
+        maintenance_every_s=spec.maintenance.every_hours * HOUR,
+        maintenance_s=spec.maintenance.duration_hours * HOUR, max_wall_s=MAX_GOODPUT_DAYS * DAY)
     for t in intervals:
         check_run_model(replace(m, interval_s=float(t)))
     return GoodputSetup(m, spec, tuple(float(t) for t in intervals), policy, it, tpi, n_gpus, total_b,

@@ -65,18 +65,27 @@ def _cell(c: Candidate) -> dict:
     return d
 
 
-def evaluate_row(job: Job, c: Candidate) -> dict:
-    """Simulate candidate ``c`` and return its table row (``ROW_FIELDS``). ``status``: ``ok``,
-    ``oom`` (simulated peak over the GPU memory), ``invalid`` (the strategy is rejected; ``error``
-    says why)."""
-    from simulator.search.evaluate import evaluate
-    from topologies.pricing import training_cost
+def invalid_row(c: Candidate, error: str, static_gb: float = NAN) -> dict:
+    """The table row of a candidate the strategy checks reject (``status`` ``invalid``)."""
     row = _cell(c)
     row.update({k: NAN for k in METRIC_FIELDS})
-    row.update(status="invalid", error="", microbatches=0, num_tasks=0, timeline="")
+    row.update(status="invalid", error=error, microbatches=0, num_tasks=0, timeline="", static_bound_gb=static_gb)
+    return row
+
+
+def evaluate_row(job: Job, c: Candidate, prepared: tuple | None = None) -> dict:
+    """Simulate candidate ``c`` and return its table row (``ROW_FIELDS``). ``status``: ``ok``,
+    ``oom`` (simulated peak over the GPU memory), ``invalid`` (the strategy is rejected; ``error``
+    says why). ``prepared``: ``(plan, work, fidelity)`` of ``c`` already computed
+    (:func:`simulator.search.evaluate.prepare`; the same row)."""
+    from simulator.search.evaluate import evaluate_prepared, prepare
+    from topologies.pricing import training_cost
+    row = invalid_row(c, "")
     try:
         row["static_bound_gb"] = static_bound(job.ctx, c) / 2**30
-        ev = evaluate(candidate_strategy(job.ctx, c), job.fidelity)
+        if prepared is None:
+            prepared = prepare(candidate_strategy(job.ctx, c), job.fidelity)
+        ev = evaluate_prepared(*prepared)
     except ExecsimError as exc:
         row["error"] = str(exc)
         return row

@@ -211,15 +211,28 @@ def evaluate(strategy, fidelity: str | None = "coarse", *, schedule: str | None 
     Raises the :class:`strategies.errors.ConfigError` of an infeasible strategy (as
     ``simulate_strategy`` does); memory that does not fit is reported (``fits``), not raised.
     """
-    from simulator.engine.core import simulate
-    from taskgraph.costing import build_work
-    from taskgraph.lower_coarse import NotCoarse, coarse_layout, graph_from_layout
-    from taskgraph.plan import resolve
     t0 = time.perf_counter()
-    strategy = _apply_overrides(strategy, schedule, vpp)
+    plan, work, fid = prepare(_apply_overrides(strategy, schedule, vpp), fidelity)
+    return evaluate_prepared(plan, work, fid, t0)
+
+
+def prepare(strategy, fidelity: str | None = "coarse"):
+    """``(plan, work, fidelity)``: the resolved plan and its cost records, the first half of
+    :func:`evaluate` (a branch and bound bounds a candidate from them before simulating it)."""
+    from taskgraph.costing import build_work
+    from taskgraph.plan import resolve
     fid = fidelity or strategy.options.fidelity
     plan = resolve(strategy)
-    work = build_work(plan, fidelity=fid)
+    return plan, build_work(plan, fidelity=fid), fid
+
+
+def evaluate_prepared(plan, work, fid: str, t0: float | None = None) -> Evaluation:
+    """The second half of :func:`evaluate`: lower and simulate ``plan`` with ``work`` (from
+    :func:`prepare`); the same numbers as :func:`evaluate`."""
+    from simulator.engine.core import simulate
+    from taskgraph.lower_coarse import NotCoarse, coarse_layout, graph_from_layout
+    t0 = time.perf_counter() if t0 is None else t0
+    strategy = plan.strategy
     handoff = strategy.options.overlap_handoff
     lay = None
     if fid == "coarse":

@@ -111,13 +111,18 @@ def propose(rng: random.Random, c: Candidate, nb: Neighbours, ctx: Context, nonu
 def metropolis_hastings(cands: Sequence[Candidate], ctx: Context, evaluate: Callable[[Candidate], dict],
                         cost: Callable[[dict], float], *, budget: int, seed: int = 0, beta: float = 100.0,
                         nonuniform: bool = False, start: Candidate | None = None,
-                        patience: int | None = None, progress: Callable[[list[dict]], None] | None = None
-                        ) -> list[dict]:
+                        patience: int | None = None, progress: Callable[[list[dict]], None] | None = None,
+                        bound: Callable[[Candidate], float] | None = None) -> list[dict]:
     """Run the chain; returns the rows of the distinct candidates simulated, in simulation order.
 
     ``cands``: the (pruned, valid) uniform grid the axis moves stay on; ``evaluate``: candidate ->
     row (``simulator.search.backends.evaluate_row``); ``cost``: row -> objective (lower is better, inf =
-    infeasible); ``start``: the first state (default: a random grid candidate).
+    infeasible); ``start``: the first state (default: a random grid candidate); ``bound``: candidate
+    -> a lower bound on its objective (:func:`simulator.search.bnb.objective_bound`). With a bound
+    the chain rejects early (Solonen et al. 2012, "Efficient MCMC for climate model parameter
+    estimation", Bayesian Analysis 7(3), Section 3: draw the acceptance number first and reject,
+    without evaluating, a proposal whose lower bound already fails the Metropolis test): the same
+    decisions as simulating it, and a rejected proposal costs no simulation.
     """
     if budget < 1:
         raise ConfigError(f"--budget {budget} must be >= 1 simulation")
@@ -153,8 +158,18 @@ def metropolis_hastings(cands: Sequence[Candidate], ctx: Context, evaluate: Call
         if new is None or new == cur:
             continue
         n_before = len(rows)
+        limit = None
+        if bound is not None and math.isfinite(cur_cost) and cur_cost > 0:
+            # early rejection: u drawn before the evaluation; the Metropolis test below is
+            # u < exp(-beta (new - cur) / cur), i.e. new < cur (1 - ln(u) / beta)
+            u = rng.random()
+            limit = cur_cost * (1.0 - math.log(u) / beta) if u > 0 else math.inf
+            if new not in seen and bound(new) > limit:
+                continue
         new_cost = score(new)
-        if new_cost <= cur_cost or (math.isfinite(new_cost) and not math.isfinite(cur_cost)):
+        if limit is not None:
+            accept = new_cost <= limit  # False when new_cost is inf
+        elif new_cost <= cur_cost or (math.isfinite(new_cost) and not math.isfinite(cur_cost)):
             accept = True
         elif not math.isfinite(new_cost):
             accept = False

@@ -428,10 +428,15 @@ def static_bound(ctx: Context, c: Candidate) -> float:
     starts = [sum(lps[:s]) for s in range(stages)]
     params = _embedding_params(ctx, c)
     chunk_acts = []
+    numbers: dict = {}  # is_moe -> (params, activations): one memo lookup per kind, not per layer
     for s in (s for s in range(stages) if _rank_of_stage(c, s) == 0):
         act = 0.0
         for li in range(starts[s], starts[s] + lps[s]):
-            p, acts = _layer_numbers(ctx, c, ctx.model.is_moe_layer(li), li)
+            moe = ctx.model.is_moe_layer(li)
+            hit = numbers.get(moe)
+            if hit is None:
+                hit = numbers[moe] = _layer_numbers(ctx, c, moe, li)
+            p, acts = hit
             params += p
             act += acts[c.recompute_layers[li] if c.recompute_layers else c.recompute]
         chunk_acts.append(act)

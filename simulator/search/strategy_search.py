@@ -57,6 +57,8 @@ class SearchResult:
     wall_s: float
     message: str = ""
     closest: object = None
+    skipped: int = 0
+    gap: float | None = None
 
 
 def objective_value(row: dict, objective: str, deadline_days: float | None = None) -> float:
@@ -85,13 +87,18 @@ def search(base, *, gpus: int | None = None, gpus_range: tuple[int, int] | None 
            backend: str = "local", jobs: int | None = None, price: float | None = None, fidelity: str = "coarse",
            nonuniform: bool = False, beta: float = 100.0, progress: Callable[[list[dict]], None] | None = None,
            ray_address: str | None = None, candidates: list[Candidate] | None = None, chunk: int = 16,
-           start: str = "file") -> SearchResult:
+           start: str = "file", top: int | None = None, prune: bool = True) -> SearchResult:
     """Search strategies for ``base`` (a :class:`strategies.strategy_file.Strategy`); see the module
     docstring. ``gpus`` / ``gpus_range`` set the world sizes (default: the file's cluster);
     ``candidates`` replaces the enumerated grid (tests, benchmarks); ``chunk``: candidates per
     backend task; ``start``: where the MCMC chain starts, ``file`` (the file's own strategy when it
     is in the space, as FlexFlow starts from an expert-designed strategy) or ``random`` (a seeded
-    random candidate)."""
+    random candidate). ``top`` (exhaustive, coarse fidelity): branch and bound
+    (:mod:`simulator.search.bnb`) -- only candidates that can still enter the ``top`` best are
+    simulated; the first ``top`` rows equal those of simulating every candidate, the others are
+    counted in ``skipped``; ``None`` simulates every candidate. ``prune`` (MCMC, coarse): reject
+    proposals early by their compute bound (:func:`simulator.search.mcmc.metropolis_hastings`) and
+    report the optimality gap against the smallest bound of the candidates not simulated."""
     from topologies.pricing import check_price, price_per_gpu_hour
     t0 = time.perf_counter()
     if method not in METHODS:
@@ -143,9 +150,19 @@ def search(base, *, gpus: int | None = None, gpus_range: tuple[int, int] | None 
                           f"(--axis), add GPUs (--gpus / --gpus-range), or recompute activations")
     if progress is not None and hasattr(progress, "start"):
         progress.start(len(cands) if method == "exhaustive" else (budget or min(200, len(cands))))
-    if method == "exhaustive":
+    skipped, gap, evaluations = 0, None, None
+    if method == "exhaustive" and top is not None:
+        from simulator.search.bnb import branch_and_bound
+        if backend != "local":
+            raise ConfigError("branch and bound runs in this process: use --backend local, or --no-prune to "
+                              "simulate every candidate on Ray")
+        rows, bstats = branch_and_bound(job, cands, top=top, cost=lambda r: objective_value(r, objective, deadline_days),
+                                        budget=budget, progress=progress)
+        skipped, gap, evaluations = bstats.skipped, bstats.gap, bstats.simulated
+    elif method == "exhaustive":
         rows = evaluate_rows(job, cands, backend=backend, jobs=jobs, progress=progress, ray_address=ray_address,
                              chunk=chunk)
+        gap = 0.0
     else:
         from simulator.search.mcmc import metropolis_hastings
         if budget is None:
@@ -153,9 +170,19 @@ def search(base, *, gpus: int | None = None, gpus_range: tuple[int, int] | None 
         if start not in ("file", "random"):
             raise ConfigError(f"MCMC start {start!r} must be 'file' or 'random'")
         first = _file_candidate(ctx, base, cands) if start == "file" else None
-        rows = metropolis_hastings(cands, ctx, lambda c: evaluate_row(job, c),
-                                   lambda r: objective_value(r, objective, deadline_days), budget=budget, seed=seed,
-                                   beta=beta, nonuniform=nonuniform, start=first, progress=progress)
+        cost = lambda r: objective_value(r, objective, deadline_days)  # noqa: E731
+        bound = None
+        if fidelity == "coarse" and prune:
+            from simulator.search.bnb import compute_bounds, objective_bound
+            lbs = dict(zip(cands, compute_bounds(job, cands)))
+
+            def bound(c):
+                t = lbs.get(c)
+                return objective_bound(job, c, compute_bounds(job, [c])[0] if t is None else t, cost)
+        rows = metropolis_hastings(cands, ctx, lambda c: evaluate_row(job, c), cost, budget=budget, seed=seed,
+                                   beta=beta, nonuniform=nonuniform, start=first, progress=progress, bound=bound)
+        if bound is not None:
+            gap = _gap(rows, cands, bound, cost)
     table = rank_rows(rows, objective, deadline_days)
     best = best_strategy = None
     message, closest = "", None
@@ -166,7 +193,24 @@ def search(base, *, gpus: int | None = None, gpus_range: tuple[int, int] | None 
     else:
         message, closest = _no_answer(table, objective, deadline_days, tokens, gpus_list)
     return SearchResult(table, best, best_strategy, objective, method, tokens, price, deadline_days, gpus_list, stats,
-                        len(rows), time.perf_counter() - t0, message, closest)
+                        evaluations if evaluations is not None else len(rows),
+                        time.perf_counter() - t0, message, closest, skipped, gap)
+
+
+def _gap(rows: list[dict], cands, bound, cost) -> float | None:
+    """(best objective found - smallest bound of the grid candidates not simulated) / |that bound|;
+    0.0 when no unsimulated candidate can beat what was found, None when nothing qualifies."""
+    from simulator.search.space import CANDIDATE_FIELDS
+    from simulator.search.backends import _cell
+    found = min((cost(r) for r in rows), default=math.inf)
+    if not math.isfinite(found):
+        return None
+    done = {tuple(r[k] for k in CANDIDATE_FIELDS) for r in rows}
+    left = min((bound(c) for c in cands if tuple(_cell(c)[k] for k in CANDIDATE_FIELDS) not in done),
+               default=math.inf)
+    if left >= found:
+        return 0.0
+    return (found - left) / abs(left) if math.isfinite(left) and left != 0 else math.inf
 
 
 def _file_candidate(ctx, base, cands) -> Candidate | None:

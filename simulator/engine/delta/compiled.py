@@ -20,6 +20,10 @@ def _delta_kernel(kernel: str):
         raise ValueError(f"kernel {kernel!r} is not one of 'auto', 'python', 'numba'")
     if kernel == "python":
         return None
+    if kernel == "auto":
+        from taskgraph.compiled import kernel_mode
+        if kernel_mode() == "python":  # EXECSIM_KERNEL=python forces the reference loops everywhere
+            return None
     try:
         import simulator.engine.delta.kernels_numba as kernels
     except ImportError:

@@ -1,0 +1,265 @@
+"""Real training runs on this machine's CPU, side by side with the simulator's prediction.
+
+A tiny GPT (the operators of ``taskgraph/operators.py`` for a GPT with learned positions, LayerNorm,
+GELU, no dropout) trains in PyTorch on CPU, in bf16, one thread per process
+(``torch.set_num_threads(1)``: two processes on two cores do not oversubscribe them):
+
+* ``single``: one process, gradient accumulation over the micro-batches, Adam;
+* ``dp2``: two processes (gloo), DistributedDataParallel, ``no_sync`` until the last micro-batch;
+* ``pp2-1f1b``, ``pp2-gpipe``: two pipeline stages with ``torch.distributed.pipelining``
+  (``Schedule1F1B``, ``ScheduleGPipe``).
+
+Each run: warm-up steps, then timed steps (median), and a Kineto trace of two steps per rank.
+Then, before the simulator sees any step time: ``execsim profile --device cpu --threads 1`` on the
+same model (compute times come from that profile only), and a gloo all-reduce sweep on this machine
+(``simulator/profiling/collectives.py``) gives the link rate of the ``cpu`` cluster (alpha-beta:
+per-call latency and bus bandwidth). The ``cpu`` device preset (``topologies/data/gpus.yaml``) is
+fixed in the repository. Each run is simulated and printed beside its measurement.
+
+    python benchmarks/real_runs.py [--out DIR] [--steps 5] [--microbatches 4]
+
+Needs PyTorch (``pip install '.[profile]'``). Takes a few minutes on two cores.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+MODEL = {"name": "tiny-gpt", "layers": 4, "hidden": 256, "heads": 4, "kv_heads": 4, "head_dim": 64, "ffn": 1024,
+         "vocab": 4096, "mlp": "gelu", "norm": "layernorm", "position": "learned", "max_seq": 256, "bias": True,
+         "tied_embeddings": False, "dropout": False}
+MICRO_BATCH, SEQ = 2, 256
+
+
+def build_model(torch, layers=None):
+    """The tiny GPT as a list of blocks (embedding, decoder layers, head) so stages can take slices."""
+    nn, F = torch.nn, torch.nn.functional
+    m = MODEL
+
+    class Embed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte, self.wpe = nn.Embedding(m["vocab"], m["hidden"]), nn.Embedding(m["max_seq"], m["hidden"])
+
+        def forward(self, ids):
+            return self.wte(ids) + self.wpe(torch.arange(ids.shape[1]))
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            h = m["hidden"]
+            self.ln1, self.ln2 = nn.LayerNorm(h), nn.LayerNorm(h)
+            self.qkv, self.out = nn.Linear(h, 3 * h), nn.Linear(h, h)
+            self.up, self.down = nn.Linear(h, m["ffn"]), nn.Linear(m["ffn"], h)
+
+        def forward(self, x):
+            b, s, h = x.shape
+            q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, m["heads"], m["head_dim"]).permute(2, 0, 3, 1, 4)
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, h)
+            x = x + self.out(a)
+            return x + self.down(F.gelu(self.up(self.ln2(x)), approximate="tanh"))
+
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln, self.lm = nn.LayerNorm(m["hidden"]), nn.Linear(m["hidden"], m["vocab"], bias=False)
+
+        def forward(self, x):
+            return self.lm(self.ln(x))
+
+    torch.manual_seed(0)
+    return [Embed()] + [Layer() for _ in range(m["layers"] if layers is None else layers)] + [Head()]
+
+
+def loss_fn(torch, logits, target):
+    return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), target.flatten())
+
+
+def _batches(torch, n, seed):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randint(0, MODEL["vocab"], (MICRO_BATCH, SEQ), generator=g),
+             torch.randint(0, MODEL["vocab"], (MICRO_BATCH, SEQ), generator=g)) for _ in range(n)]
+
+
+def _profiler(torch, trace_path, warm, active):
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    def done(p):
+        p.export_chrome_trace(str(trace_path))
+    return profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+                   schedule=schedule(wait=0, warmup=warm, active=active), on_trace_ready=done)
+
+
+def _worker(rank, world, port, mode, m, steps, out, trace_dir, result_file):
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    if world > 1:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+    blocks = build_model(torch)
+    if mode.startswith("pp"):
+        half = 1 + MODEL["layers"] // 2
+        mine = blocks[:half] if rank == 0 else blocks[half:]
+        module = torch.nn.Sequential(*mine).to(torch.bfloat16)
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+        stage = PipelineStage(module, rank, world, torch.device("cpu"))
+        cls = Schedule1F1B if mode == "pp2-1f1b" else ScheduleGPipe
+        sched = cls(stage, m, loss_fn=lambda y, t: loss_fn(torch, y, t))
+        params = list(module.parameters())
+    else:
+        module = torch.nn.Sequential(*blocks).to(torch.bfloat16)
+        params = list(module.parameters())
+        if world > 1:
+            module = torch.nn.parallel.DistributedDataParallel(module, bucket_cap_mb=25)
+    opt = torch.optim.Adam(params, lr=1e-4, foreach=True)
+    data = _batches(torch, m, seed=rank)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        if mode.startswith("pp"):
+            ids = torch.cat([b[0] for b in data])
+            tgt = torch.cat([b[1] for b in data])
+            if rank == 0:
+                sched.step(ids)
+            else:
+                sched.step(target=tgt)
+        else:
+            for i, (ids, tgt) in enumerate(data):
+                ctx = module.no_sync() if world > 1 and i < m - 1 else _Null()
+                with ctx:
+                    loss_fn(torch, module(ids), tgt).backward()
+        opt.step()
+
+    warm = 2
+    for _ in range(warm):
+        step()
+    times = []
+    for _ in range(steps):
+        if world > 1:
+            dist.barrier()
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    with _profiler(torch, Path(trace_dir) / f"rank{rank}.json", 1, 2) as prof:
+        for _ in range(3):
+            step()
+            prof.step()
+    Path(result_file).with_suffix(f".{rank}.json").write_text(json.dumps({"rank": rank, "times": times}))
+    if world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+class _Null:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *a):
+        return False
+
+
+def run_real(mode, world, m, steps, out: Path) -> dict:
+    import torch.multiprocessing as mp
+    from simulator.profiling.collectives import _free_port
+    trace_dir = out / f"traces-{mode}"
+    trace_dir.mkdir(parents=True, exist_ok=True)
+    res = out / f"times-{mode}"
+    mp.spawn(_worker, args=(world, _free_port(), mode, m, steps, out, trace_dir, res), nprocs=world, join=True)
+    per_rank = [json.loads(res.with_suffix(f".{r}.json").read_text())["times"] for r in range(world)]
+    step_times = [max(ts) for ts in zip(*per_rank)]  # a step ends when its slowest rank does
+    return {"mode": mode, "median_s": statistics.median(step_times), "steps": step_times, "trace_dir": str(trace_dir)}
+
+
+def strategy(mode, m, profile=None, link=None) -> dict:
+    dp, pp = (2, 1) if mode == "dp2" else (1, 2) if mode.startswith("pp") else (1, 1)
+    alpha, bw = link or (0.0, 1e9)
+    cluster = {"gpu": "cpu", "nodes": 1, "gpus_per_node": dp * pp, "nvlink_gbps": bw / 1e9, "nvlink_latency_us": 0.0,
+               "nvlink_efficiency": 1.0, "nic_gbit": 1, "nic_latency_us": 0, "nic_efficiency": 1.0,
+               "collective_base_latency_us": alpha * 1e6, "collective_model": "alpha-beta", "contention": False,
+               # the host is the device: a measured CPU op time already holds its dispatch
+               "host_us_per_kernel": 0, "host_us_per_collective": 0,
+               # the profile was measured on this very device: no spread over a fleet of GPUs
+               "gpu_speed_cv": 0}
+    opts = {"fp32_grad_accum": False, "grad_bucket_mb": 25, "overlap_grad_reduce": True, "p2p_overlap": True,
+            "p2p_host_gap_us": 0, "flash_attention": True}
+    if profile:
+        opts.update(profile=str(profile), profile_gpu="cpu")
+    return {"model": dict(MODEL), "cluster": cluster,
+            "parallel": {"tp": 1, "pp": pp, "dp": dp, "zero": 0},
+            "schedule": "gpipe" if mode == "pp2-gpipe" else "1f1b",
+            "training": {"micro_batch": MICRO_BATCH, "global_batch": MICRO_BATCH * m * dp, "seq_len": SEQ,
+                         "precision": "bf16", "recompute": "none"},
+            "options": opts}
+
+
+def measured_busy(trace_dir) -> dict:
+    """Per rank: median step (ms) and busy ms per step = leaf operators other than communication."""
+    from simulator.profiling.kernels import kernel_class
+    from simulator.profiling.kineto import read_trace_dir
+    out = {}
+    for rt in read_trace_dir(trace_dir):
+        main = max({k.stream for k in rt.kernels}, key=lambda s: sum(k.dur for k in rt.kernels if k.stream == s))
+        busy = sum(k.dur for k in rt.kernels if k.stream == main and kernel_class(k.name) != "communication")
+        out[rt.rank] = (statistics.median(rt.steps_us) / 1e3, busy / max(1, len(rt.steps_us)) / 1e3)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default="/tmp/execsim-real-runs", help="folder for traces, profile and files")
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--microbatches", type=int, default=4)
+    ap.add_argument("--repeats", type=int, default=10, help="execsim profile --repeats")
+    a = ap.parse_args(argv)
+    import yaml
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    m = a.microbatches
+    # 1. fixed before any step is measured: the profile (compute) and the gloo sweep (link)
+    base = out / "single.yaml"
+    base.write_text(yaml.safe_dump(strategy("single", m)))
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "simulator.cli.main", "profile", str(base), "--device", "cpu",
+                    "--threads", "1", "--repeats", str(a.repeats), "-o", str(out / "profile.csv")],
+                   check=True, cwd=ROOT, stdout=open(out / "profile.txt", "w"))
+    from simulator.profiling.collectives import fit_alpha_beta, sweep
+    sizes = [2 ** k for k in range(12, 25, 2)]
+    rows = sweep([("all-reduce", 2, s) for s in sizes], "gloo", 2, a.repeats, 3)
+    link = fit_alpha_beta(rows)
+    print(f"profile + gloo sweep: {time.perf_counter() - t0:.0f} s; gloo all-reduce alpha {link[0] * 1e6:.0f} us, "
+          f"bus bandwidth {link[1] / 1e9:.2f} GB/s")
+    # 2. the real runs
+    from simulator.simulation.strategy import simulate_strategy
+    from strategies.strategy_file import parse_strategy
+    table = []
+    for mode, world in (("single", 1), ("dp2", 2), ("pp2-1f1b", 2), ("pp2-gpipe", 2)):
+        real = run_real(mode, world, m, a.steps, out)
+        doc = strategy(mode, m, out / "profile.csv", link)
+        (out / f"{mode}.yaml").write_text(yaml.safe_dump(doc))
+        sim = simulate_strategy(parse_strategy(doc, out))
+        busy = measured_busy(real["trace_dir"])
+        sim_busy = {r.rank: (r.busy_s * 1e3, (sim.report.makespan_s - r.busy_s) * 1e3) for r in sim.report.per_rank}
+        err = sim.training.iteration_time_s / real["median_s"] - 1
+        table.append((mode, real["median_s"], sim.training.iteration_time_s, err, busy, sim_busy))
+        print(f"{mode:<10} measured {real['median_s'] * 1e3:8.1f} ms (steps {', '.join(f'{t * 1e3:.0f}' for t in real['steps'])})"
+              f"  simulated {sim.training.iteration_time_s * 1e3:8.1f} ms  ({err:+.1%})")
+        for r, (step, b) in sorted(busy.items()):
+            sb = sim_busy.get(r if mode.startswith("pp") else 0, (float("nan"), float("nan")))
+            print(f"    rank {r}: measured busy {b:7.1f} idle {step - b:7.1f} ms | simulated busy {sb[0]:7.1f} "
+                  f"idle {sb[1]:7.1f} ms")
+    (out / "results.json").write_text(json.dumps({"link": link, "table": [t[:4] for t in table]}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

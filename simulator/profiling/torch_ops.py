@@ -1,0 +1,229 @@
+"""Each operator of the graph built with PyTorch at its per-GPU shape, its three passes timed.
+
+What each pass runs (the kernels a PyTorch / Megatron-LM training step launches for it):
+
+* GEMM operators (``op.gemms``: qkv, attn_out, mlp_*, lm_head, experts, MLA projections, router):
+  ``nn.Linear``'s layouts, weight W[n, k]: forward ``X @ W^T``, input gradient ``dY @ W``, weight
+  gradient ``dY^T @ X`` (``torch.nn.functional.linear`` and its autograd formula,
+  tools/autograd/derivatives.yaml ``addmm``/``mm``); batched shapes (local experts) with ``bmm``.
+  FP8 runs through ``torch._scaled_mm`` (e4m3 operands, per-tensor scales, the Transformer Engine
+  tensorwise recipe) where the device has it; elsewhere the command stops with that message.
+* Attention core: ``torch.nn.functional.scaled_dot_product_attention`` (the flash / memory-efficient
+  backend the stack picks), causal when queries and keys are the same length; input gradient = its
+  whole backward (dQ, dK, dV); no weights.
+* Norms: ``F.layer_norm`` / ``F.rms_norm`` (model.norm); input and weight gradient taken apart with
+  ``torch.autograd.grad`` (the backward kernel then computes only the asked-for outputs).
+* Activations (gelu, swiglu, geglu), residual adds (dropout + add when the model has dropout),
+  logit soft-capping, the embedding lookup (weight gradient = its scatter-add) and the
+  vocabulary cross-entropy (fp32 logits, Megatron's vocab-parallel loss): autograd of the op.
+* Anything else without GEMMs: a bandwidth proxy, one elementwise add moving the operator's forward
+  bytes (reported as ``proxy``).
+
+A pass the operator does not have (no weight gradient of an activation, say) is 0 by definition.
+"""
+from __future__ import annotations
+
+import math
+
+from simulator.profiling.inventory import ProfileItem
+from simulator.profiling.timing import ProfilingError, median_seconds
+from taskgraph.cost import PASSES, pass_shape
+
+TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp8": "bfloat16"}
+#: _EW_FLOPS forward FLOPs per element (taskgraph/operators.py) to recover element counts
+_ACT_FLOPS = {"gelu": 8, "swiglu": 5, "geglu": 10}
+
+
+def _rand(torch, shape, dtype, device, grad=False):
+    t = torch.randn(*shape, dtype=dtype, device=device) * 0.02
+    return t.requires_grad_(grad)
+
+
+def _gemm_passes(torch, item: ProfileItem, dtype, device, fp8: bool) -> dict:
+    """Closures for the three passes of a GEMM operator (module docstring)."""
+    calls = {p: [] for p in PASSES}
+    for g in item.op.gemms:
+        for p in PASSES:
+            m, n, k, b = pass_shape(g, p)
+            calls[p].append(_one_gemm(torch, m, n, k, b, dtype, device, fp8))
+    return {p: (lambda fs=fs: [f() for f in fs]) for p, fs in calls.items()}
+
+
+def _one_gemm(torch, m, n, k, b, dtype, device, fp8: bool):
+    if fp8:
+        return _fp8_gemm(torch, m, n, k, b, device)
+    if b == 1:
+        x, w = _rand(torch, (m, k), dtype, device), _rand(torch, (n, k), dtype, device)
+        return lambda: torch.mm(x, w.t())
+    x, w = _rand(torch, (b, m, k), dtype, device), _rand(torch, (b, n, k), dtype, device)
+    return lambda: torch.bmm(x, w.transpose(1, 2))
+
+
+def _fp8_gemm(torch, m, n, k, b, device):
+    """One e4m3 GEMM with per-tensor scales (Transformer Engine's tensorwise recipe)."""
+    if device != "cuda" or not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
+        raise ProfilingError(f"fp8 GEMMs need torch._scaled_mm on a CUDA GPU with FP8 tensor cores (this is "
+                             f"{device}, torch {torch.__version__}); profile with --set training.precision=bf16")
+    if m % 16 or n % 16 or k % 16:
+        raise ProfilingError(f"torch._scaled_mm needs GEMM sizes divisible by 16, not {m}x{n}x{k}; profile with "
+                             f"--set training.precision=bf16")
+    x = torch.randn(m, k, device=device).to(torch.float8_e4m3fn)
+    w = torch.randn(n, k, device=device).to(torch.float8_e4m3fn)
+    one = torch.ones((), device=device)
+
+    def run():
+        for _ in range(b):
+            torch._scaled_mm(x, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    try:
+        run()
+    except RuntimeError as exc:
+        raise ProfilingError(f"torch._scaled_mm is not available on this GPU ({str(exc)[:80]}); profile with "
+                             f"--set training.precision=bf16") from None
+    return run
+
+
+def _autograd_passes(torch, fwd, inputs, weights) -> dict:
+    """fwd(): the output; passes: forward, gradient w.r.t. ``inputs``, gradient w.r.t. ``weights``."""
+    out = fwd()
+    dy = torch.randn_like(out)
+    passes = {"fwd": fwd}
+    passes["bwd_input"] = (lambda: torch.autograd.grad(out, inputs, dy, retain_graph=True)) if inputs else None
+    passes["bwd_weight"] = (lambda: torch.autograd.grad(out, weights, dy, retain_graph=True)) if weights else None
+    return passes
+
+
+def _attention(torch, item, plan, dtype, device) -> dict:
+    F = torch.nn.functional
+    g0, g1 = item.op.gemms[0], item.op.gemms[1]
+    sq, skv, d, bh, dv = g0.m, g0.n, g0.k, g0.batch, g1.n
+    q = _rand(torch, (1, bh, sq, d), dtype, device, True)
+    k = _rand(torch, (1, bh, skv, d), dtype, device, True)
+    v = _rand(torch, (1, bh, skv, dv), dtype, device, True)
+    causal = sq == skv
+    return _autograd_passes(torch, lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+                            [q, k, v], [])
+
+
+def _norm(torch, item, plan, dtype, device) -> dict:
+    F = torch.nn.functional
+    m, op = plan.model, item.op
+    elems = op.fwd_bytes // (2 * _dtype_bytes(plan))
+    width = m.hidden if elems % m.hidden == 0 else m.head_dim
+    x = _rand(torch, (elems // width, width), dtype, device, True)
+    w = torch.ones(width, dtype=dtype, device=device, requires_grad=True)
+    if m.norm == "rmsnorm":
+        if not hasattr(F, "rms_norm"):
+            raise ProfilingError(f"RMSNorm needs torch >= 2.4 (this is {torch.__version__})")
+        return _autograd_passes(torch, lambda: F.rms_norm(x, (width,), w, 1e-5), [x], [w])
+    b = torch.zeros(width, dtype=dtype, device=device, requires_grad=True)
+    return _autograd_passes(torch, lambda: F.layer_norm(x, (width,), w, b, 1e-5), [x], [w, b])
+
+
+def _activation(torch, item, plan, dtype, device) -> dict:
+    F = torch.nn.functional
+    kind = plan.model.mlp
+    elems = int(item.op.fwd_flops // _ACT_FLOPS.get(kind, 8))
+    if kind in ("swiglu", "geglu"):
+        x = _rand(torch, (elems * 2,), dtype, device, True)
+        act = F.silu if kind == "swiglu" else (lambda t: F.gelu(t, approximate="tanh"))
+        return _autograd_passes(torch, lambda: act(x[:elems]) * x[elems:], [x], [])
+    x = _rand(torch, (elems,), dtype, device, True)
+    fn = F.relu if kind == "relu" else (lambda t: F.gelu(t, approximate="tanh"))
+    return _autograd_passes(torch, lambda: fn(x), [x], [])
+
+
+def _residual(torch, item, plan, dtype, device) -> dict:
+    F = torch.nn.functional
+    elems = int(item.op.fwd_flops // 3)
+    x = _rand(torch, (elems,), dtype, device, True)
+    r = _rand(torch, (elems,), dtype, device)
+    p = 0.1 if plan.model.dropout else 0.0
+    return _autograd_passes(torch, (lambda: F.dropout(x, p, True) + r) if p else (lambda: x + r), [x], [])
+
+
+def _softcap(torch, item, plan, dtype, device) -> dict:
+    elems = int(item.op.fwd_flops // 3)
+    x = _rand(torch, (elems,), dtype, device, True)
+    c = float(plan.model.logit_softcap or 30.0)
+    return _autograd_passes(torch, lambda: c * torch.tanh(x / c), [x], [])
+
+
+def _tokens(plan) -> int:
+    tr, s = plan.strategy.training, plan.sizes
+    return tr.micro_batch * tr.seq_len // s.cp
+
+
+def _loss(torch, item, plan, dtype, device) -> dict:
+    F = torch.nn.functional
+    t = _tokens(plan)
+    vt = int(item.op.fwd_flops // 5) // t
+    logits = _rand(torch, (t, vt), dtype, device, True)
+    target = torch.randint(0, vt, (t,), device=device)
+    return _autograd_passes(torch, lambda: F.cross_entropy(logits.float(), target), [logits], [])
+
+
+def _embedding(torch, item, plan, dtype, device) -> dict:
+    F = torch.nn.functional
+    m, t = plan.model, _tokens(plan)
+    vt = math.ceil(m.vocab / plan.sizes.tp)
+    w = _rand(torch, (vt, m.hidden), dtype, device, True)
+    ids = torch.randint(0, vt, (t,), device=device)
+    return _autograd_passes(torch, lambda: F.embedding(ids, w), [], [w])
+
+
+def _proxy(torch, item, plan, dtype, device) -> dict:
+    n = max(1, int(item.op.fwd_bytes // (3 * _dtype_bytes(plan))))
+    a, b = _rand(torch, (n,), dtype, device), _rand(torch, (n,), dtype, device)
+    return {"fwd": lambda: a + b, "bwd_input": None, "bwd_weight": None}
+
+
+def _dtype_bytes(plan) -> int:
+    from taskgraph.plan import DTYPE_BYTES
+    return DTYPE_BYTES[plan.strategy.training.precision]
+
+
+def builder_name(item: ProfileItem) -> str:
+    """Which builder times ``item`` (the report's ``how`` column)."""
+    op = item.op
+    if op.kind == "attention" and len(op.gemms) >= 2:
+        return "sdpa"
+    if op.gemms:
+        return "gemm"
+    base = op.name.split("_", 1)[1] if op.name.startswith("mtp") else op.name
+    if op.kind == "norm":
+        return "norm"
+    if op.kind == "embedding":
+        return "embedding"
+    if op.kind == "loss":
+        return "loss"
+    if base.endswith("residual"):
+        return "residual"
+    if base == "mlp_act":
+        return "activation"
+    if base == "logit_softcap":
+        return "softcap"
+    return "proxy"
+
+
+_BUILDERS = {"sdpa": _attention, "norm": _norm, "embedding": _embedding, "loss": _loss,
+             "residual": _residual, "activation": _activation, "softcap": _softcap, "proxy": _proxy}
+
+
+def time_item(item: ProfileItem, plan, device: str, repeats: int, warmup: int) -> tuple:
+    """Median seconds of (fwd, bwd_input, bwd_weight) of one operator on ``device``. A pass whose
+    FLOPs and bytes the cost model counts as 0 is 0 (nothing runs)."""
+    import torch
+    precision = plan.strategy.training.precision
+    dtype = getattr(torch, TORCH_DTYPES[precision])
+    how = builder_name(item)
+    passes = (_gemm_passes(torch, item, dtype, device, precision == "fp8") if how == "gemm"
+              else _BUILDERS[how](torch, item, plan, dtype, device))
+    op = item.op
+    work = {"fwd": op.fwd_flops + op.fwd_bytes, "bwd_input": op.bwd_input_flops + op.bwd_input_bytes,
+            "bwd_weight": op.bwd_weight_flops + op.bwd_weight_bytes}
+    out = []
+    for p in PASSES:
+        fn = passes.get(p)
+        out.append(0.0 if fn is None or work[p] <= 0 else median_seconds(fn, device, repeats, warmup))
+    return tuple(out)
+

@@ -1,0 +1,256 @@
+"""Lower bounds on a candidate's simulated iteration time, for branch and bound (docs/search.md).
+
+The engine runs every device FIFO, one task at a time, and a task starts no earlier than its
+predecessors end. So for any device ``d`` and any set ``T`` of its tasks (the one-machine
+relaxation with heads and tails; Carlier 1982, "The one-machine sequencing problem", EJOR 11,
+the bound behind branch and bound for job shops)::
+
+    makespan >= min_{t in T} head(t) + sum_{t in T} duration(t) + min_{t in T} tail(t)
+
+where ``head(t)`` is the length of a chain of predecessors of ``t`` (their durations and transfers)
+and ``tail(t)`` the length of a chain of successors. For a pipeline rank, ``T`` = its compute tasks
+(F, B, I, W of every stage it holds, every micro-batch), and the chains come from the lowering's data
+edges (``taskgraph/lower_coarse.py``): F(s, m) waits for F(s-1, m) of the same segment, so every task
+of stage ``s`` has ``head >= sum of the forwards of the stages before s``; B / I (s, m) feed
+B / I (s-1, m), so with a fused backward (no W action on the rank) every task has ``tail >= sum of
+the input gradients of the stages before s``; every action precedes the rank's optimizer step
+(program order). The bound is the maximum over ranks. With equal stages it is Narayanan 2021's
+ideal pipeline time ``(p - 1 + v m) (f + b) / v`` -- the bubble is part of it -- and everything the
+simulation adds (exposed communication, DP reductions, waits) only lengthens the timeline.
+
+Two bounds use this formula:
+
+* :func:`records_bound` on the candidate's own cost records (``taskgraph.costing.build_work``,
+  coarse) and schedule: per micro-batch a stage takes at least ``fwd + bwd_input + bwd_weight -
+  wgrad_overlap`` on its rank (the coarse lowering's task durations), transfers on the chains,
+  the optimizer step in the tail;
+* :func:`compute_bound`, closed form without costing or schedule generation: the same chains with
+  only the compute kernels of each operator (``taskgraph.cost.op_time``, the times costing starts
+  from) times the rank's pace (``topologies.stragglers.stage_pace``), and recomputation's forward
+  kernels. Costing only adds to these (communication before / after kernels, host-dispatch stretch
+  >= 1: ``taskgraph/costing.py``, ``taskgraph/overheads.py``; ``taskgraph/coarse.py`` sums them), so
+  it is a bound on the records and hence on the timeline; it costs microseconds per candidate
+  (per-layer kernel times memoized), where costing and simulating cost milliseconds.
+
+Both are multiplied by ``SLACK`` (1 - 1e-6): the sweep adds durations one by one while the bound
+multiplies by the micro-batch count, and the two roundings may differ in the last bits
+(tests/test_search_bound.py checks bound <= simulated on every candidate of several spaces).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+#: Relative margin for floating-point rounding (module doc).
+SLACK = 1.0 - 1e-6
+#: Schedules whose backward is one fused B action per (stage, micro-batch) -- no W action -- so every
+#: rank's tasks carry the input-gradient chain in their tails (checked in tests/test_search_bound.py).
+FUSED_BACKWARD = frozenset({"1f1b", "gpipe", "interleaved-1f1b", "looped-bfs"})
+#: Schedules that split backwards into I and W (the tail then holds only the optimizer step).
+KNOWN_SPLIT = frozenset({"zb-h1", "zb-v", "dualpipe-v", "dualpipe"})
+#: Schedules whose stage placement :func:`stage_ranks` knows: round robin (Narayanan 2021
+#: interleaving), or the V of ZB-V / DualPipe-V (stages r and 2pp-1-r on rank r); one segment.
+ROUND_ROBIN = frozenset({"1f1b", "gpipe", "zb-h1", "interleaved-1f1b", "looped-bfs"})
+V_SHAPED = frozenset({"zb-v", "dualpipe-v"})
+
+
+def stage_ranks(schedule: str, pp: int, vpp: int) -> list[int] | None:
+    """Pipeline rank of each virtual stage for the schedules named above, else None."""
+    S = pp * vpp
+    if schedule in V_SHAPED and vpp == 2:
+        return [s if s < pp else 2 * pp - 1 - s for s in range(S)]
+    if schedule in ROUND_ROBIN:
+        return [s % pp for s in range(S)]
+    return None
+
+
+def chain_bound(fwd: Sequence[float], busy: Sequence[float], bwd_in: Sequence[float], ranks: Sequence[int],
+                first: Sequence[bool], microbatches: int | Sequence[int], fused: Sequence[bool],
+                xfer_fwd: Sequence[float] | None = None, xfer_bwd: Sequence[float] | None = None,
+                opt: Sequence[float] | None = None) -> float:
+    """max over ranks of (head + busy + tail), module doc; per stage ``s``: ``fwd[s]`` (F),
+    ``busy[s]`` (all its compute per micro-batch), ``bwd_in[s]`` (its input-gradient link of the
+    backward chain), ``ranks[s]``, ``first[s]`` (first stage of its segment), ``xfer_fwd[s]`` /
+    ``xfer_bwd[s]``: the transfer between stage s-1 and s (0 on one rank); per rank ``fused[r]``
+    (no W action) and ``opt[r]`` (optimizer step); ``microbatches``: through every stage, or per
+    stage (DualPipe's two segments each carry half). Not yet multiplied by :data:`SLACK`."""
+    mbs = [microbatches] * len(fwd) if isinstance(microbatches, int) else list(microbatches)
+    S = len(fwd)
+    P = max(ranks) + 1 if S else 0
+    head = [0.0] * S
+    tail = [0.0] * S
+    for s in range(1, S):
+        if not first[s]:
+            head[s] = head[s - 1] + fwd[s - 1] + (xfer_fwd[s] if xfer_fwd else 0.0)
+            tail[s] = tail[s - 1] + bwd_in[s - 1] + (xfer_bwd[s] if xfer_bwd else 0.0)
+    h = [float("inf")] * P
+    t = [float("inf")] * P
+    b = [0.0] * P
+    for s in range(S):
+        r = ranks[s]
+        h[r] = min(h[r], head[s])
+        t[r] = min(t[r], tail[s])
+        b[r] += mbs[s] * busy[s]
+    best = 0.0
+    for r in range(P):
+        if h[r] == float("inf"):
+            continue
+        o = opt[r] if opt else 0.0
+        tl = max(o, t[r]) if fused[r] else o
+        best = max(best, h[r] + b[r] + tl)
+    return best
+
+
+def records_bound(schedule, work) -> float:
+    """Lower bound (s) on the makespan of ``schedule`` lowered with coarse records ``work``
+    (:class:`taskgraph.lower_model.IterationWork` from ``build_work(..., fidelity="coarse")``); 0.0
+    when ``work`` is not coarse (one operator per stage) or its pairs run concurrently."""
+    S = schedule.num_stages
+    if len(work.stages) != S or work.concurrent_pairs or \
+            any(len(st.layers) != 1 or len(st.layers[0].ops) != 1 for st in work.stages):
+        return 0.0
+    ops = [st.layers[0].ops[0] for st in work.stages]
+    s2r = list(schedule.stage_to_rank)
+    first = [schedule.is_first_stage(s) for s in range(S)]
+    fused = [schedule.name in FUSED_BACKWARD] * schedule.pp
+    if not fused[0] and schedule.name not in KNOWN_SPLIT:  # a custom schedule: look at its actions
+        fused = [not any(x.kind == "W" for a in order for x in (getattr(a, "sub_actions", None) or (a,)))
+                 for order in schedule.orders]
+    pairs = getattr(work, "p2p_pairs", None) or {}
+
+    def xfer(a, b, default):
+        return 0.0 if a == b else pairs.get((a, b), default)
+
+    xf = [0.0] + [xfer(s2r[s - 1], s2r[s], work.p2p_fwd_s) for s in range(1, S)]
+    xb = [0.0] + [xfer(s2r[s], s2r[s - 1], work.p2p_bwd_s) for s in range(1, S)]
+    opt = [0.0] * schedule.pp
+    for s in range(S):
+        opt[s2r[s]] += work.stages[s].optimizer_s
+    busy = [o.fwd + o.bwd_input + (o.bwd_weight - o.wgrad_overlap) for o in ops]
+    mbs = [len(schedule.stage_microbatches(s)) for s in range(S)]
+    return SLACK * chain_bound([o.fwd for o in ops], busy, [o.bwd_input for o in ops], s2r, first,
+                               mbs, fused, xf, xb, opt)
+
+
+# --------------------------------------------------------------------------------------------------
+# Closed form from the compute kernels
+
+_MEMO: dict = {}
+
+
+def _kernel_times(ctx, c, layer_index: int | None, part: str) -> tuple[float, float, float, float, float]:
+    """(forward, input-gradient, weight-gradient, selective-recompute forward, full-recompute
+    forward) kernel seconds of one GPU for a layer (``part="layer"``), the embedding or the head,
+    unpaced (``taskgraph.cost.op_time`` as costing calls it)."""
+    model, tr, opt = ctx.model, ctx.base.training, ctx.base.options
+    sp = c.sp and c.tp > 1
+    kind = model.layer_kind(layer_index) if part == "layer" else None
+    key = (part, kind, model, ctx.cluster.gpu, c.tp, sp, c.cp, c.ep, c.micro_batch, tr.seq_len, tr.precision,
+           opt.flash_attention, opt.moe_load, opt.cp_comm, opt.cp_load_balance, opt.profile, opt.fp32_grad_accum,
+           opt.fp8_recipe)
+    hit = _MEMO.get(key)
+    if hit is not None:
+        return hit
+    from taskgraph.cost import DTYPE_BYTES, ProfileTable, op_time
+    from taskgraph.operators import embedding_operators, head_operators, layer_operators
+    dt = DTYPE_BYTES[tr.precision]
+    kw = dict(micro_batch=c.micro_batch, seq_len=tr.seq_len, tp=c.tp, sp=sp, cp=c.cp, dtype_bytes=dt)
+    if part == "layer":
+        ops = layer_operators(model, ep=c.ep, flash_attention=opt.flash_attention, layer_index=layer_index,
+                              moe_load=opt.moe_load, cp_comm=opt.cp_comm, cp_balance=opt.cp_load_balance, **kw)
+    elif part == "embedding":
+        ops = embedding_operators(model, **kw)
+    else:
+        ops = head_operators(model, ep=c.ep, flash_attention=opt.flash_attention, moe_load=opt.moe_load, **kw)
+    profile = ProfileTable.load(opt.profile) if opt.profile else None
+    gacc = 4 if (tr.precision in ("bf16", "fp8") and opt.fp32_grad_accum) else 2  # costing.grad_bytes_per_param
+    gpu = ctx.cluster.gpu
+    f = bi = bw = sel = 0.0
+    for o in ops:
+        t = [op_time(o, p, gpu, tr.precision, flash=opt.flash_attention, profile=profile, grad_accum_bytes=gacc,
+                     fp8_recipe=opt.fp8_recipe) for p in ("fwd", "bwd_input", "bwd_weight")]
+        f += t[0]
+        bi += t[1]
+        bw += t[2]
+        if o.selective_recompute_bytes > 0:
+            sel += t[0]
+    hit = (f, bi, bw, sel, f)
+    if len(_MEMO) > 65536:
+        _MEMO.clear()
+    _MEMO[key] = hit
+    return hit
+
+
+def _layer_kinds(model) -> tuple:
+    """``model.layer_kind(i)`` of every layer (memoized per model)."""
+    key = ("kinds", model)
+    hit = _MEMO.get(key)
+    if hit is None:
+        hit = _MEMO[key] = tuple(model.layer_kind(i) for i in range(model.layers))
+    return hit
+
+
+def _pace(ctx, c, cluster, prank: int) -> float:
+    from topologies.placement import ParallelSizes
+    from topologies.stragglers import stage_pace
+    key = ("pace", cluster, c.tp, c.pp, c.dp, c.cp, c.ep, prank)
+    hit = _MEMO.get(key)
+    if hit is None:
+        hit = _MEMO[key] = stage_pace(cluster, ParallelSizes(tp=c.tp, cp=c.cp, dp=c.dp, pp=c.pp, ep=c.ep), prank)
+    return hit
+
+
+def compute_bound(ctx, c, cluster=None) -> float:
+    """Lower bound (s) on the coarse simulated iteration time of candidate ``c``
+    (:class:`simulator.search.space.Candidate`) from compute kernels alone (module doc);
+    ``cluster``: the resolved cluster of ``c.gpus`` GPUs (default ``ctx.cluster``). 0.0 when the
+    bound does not apply (concurrent DualPipe pairs, an unknown placement is bounded by the average
+    rank instead)."""
+    base = ctx.base
+    if base.options.pair_overlap == "concurrent":
+        return 0.0
+    cluster = cluster or ctx.cluster
+    model, tr = ctx.model, base.training
+    S = c.pp * c.vpp
+    m = tr.global_batch // (c.micro_batch * c.dp)
+    if m < 1 or model.layers < S and c.layers_per_stage is None:
+        return 0.0
+    lps = c.layers_per_stage or (model.layers // S,) * S
+    ranks = stage_ranks(c.schedule, c.pp, c.vpp)
+    fwd, busy, bwd_in = [], [], []
+    kinds = _layer_kinds(model)
+    per_kind: dict = {}  # (layer kind, policy) -> (fwd, bwd_in, busy) of one layer
+    paces: dict = {}
+    li = 0
+    for s in range(S):
+        f = b = bi = 0.0
+        parts = [("embedding", None, "none")] if s == 0 else []
+        parts += [("layer", i, c.recompute_layers[i] if c.recompute_layers else c.recompute)
+                  for i in range(li, li + lps[s])]
+        parts += [("head", None, "none")] if s == S - 1 else []
+        li += lps[s]
+        for part, i, pol in parts:
+            key = (part, kinds[i] if i is not None else None, pol)
+            x = per_kind.get(key)
+            if x is None:
+                kf, kbi, kbw, ksel, kfull = _kernel_times(ctx, c, i, part)
+                rec = kfull if pol == "full" else ksel if pol == "selective" else 0.0
+                x = per_kind[key] = (kf, kbi + rec, kf + kbi + kbw + rec)
+            f += x[0]
+            bi += x[1]
+            b += x[2]
+        r = ranks[s] if ranks is not None else 0
+        pace = paces.get(r)
+        if pace is None:
+            pace = paces[r] = _pace(ctx, c, cluster, r)
+        fwd.append(f * pace)
+        bwd_in.append(bi * pace)
+        busy.append(b * pace)
+    if ranks is None:  # unknown placement: some rank holds at least the average of the compute
+        paces = [_pace(ctx, c, cluster, r) for r in range(c.pp)]
+        return SLACK * m * sum(x / _pace(ctx, c, cluster, 0) for x in busy) * min(paces) / c.pp
+    first = [s == 0 for s in range(S)]
+    fused = [c.schedule in FUSED_BACKWARD] * c.pp
+    return SLACK * chain_bound(fwd, busy, bwd_in, ranks, first, m, fused)
+
+
+__all__ = ["SLACK", "records_bound", "compute_bound", "chain_bound", "stage_ranks", "FUSED_BACKWARD"]
