@@ -179,7 +179,8 @@ def test_budget_reports_the_optimality_gap(l8):
     found = min(r["days_to_train"] for r in rows if r["status"] == "ok")
     opt = full.table.iloc[0]["days_to_train"]
     assert opt <= found <= opt * (1 + stats.gap) * (1 + 1e-12)
-    assert math.isfinite(stats.best_bound) and stats.best_bound <= opt
+    # the optimum was either among the simulated or is bounded below by what was left
+    assert math.isfinite(stats.best_bound) and (found == opt or stats.best_bound <= opt)
 
 
 def test_slack_is_tiny():
