@@ -10,8 +10,9 @@ SMs, the TP stream's ``sm_share``; max(dgrad, all-gather) when f = 0); in a fuse
 input-gradient reduction beside wgrad takes bulk(wgrad, reduction, f), recorded as ``wgrad_overlap``
 = wgrad + reduction - bulk(...) off the wgrad task; a split backward (I) leaves the reduction exposed. DP buckets all close at the end of the chunk's
 backward; with ``overlap_grad_reduce`` their durations are scaled so that they end when the operator
-lowering's would (``_bucket_tail``: released op by op during the last backward, the compute slowed by
-the DP stream's SM fraction meanwhile), so the two fidelities agree by construction. Memory keeps the saved activations; the
+lowering's would (``_bucket_tail``: released op by op during the last backward -- its W pass when the
+schedule splits backwards, ``meta["split_backward"]`` -- the compute slowed by the DP stream's SM
+fraction meanwhile), so the two fidelities agree by construction. Memory keeps the saved activations; the
 transient recompute buffers are not modeled at this fidelity.
 """
 from __future__ import annotations
@@ -22,7 +23,8 @@ from taskgraph.lower_model import Bucket, IterationWork, LayerWork, OpCost, Stag
 from taskgraph.overlap import bulk
 
 
-def _stage(st: StageWork, f_tp: float = 0.0, f_dp: float = 0.0, overlap_grad_reduce: bool = False) -> StageWork:
+def _stage(st: StageWork, f_tp: float = 0.0, f_dp: float = 0.0, overlap_grad_reduce: bool = False,
+           split_backward: bool = False) -> StageWork:
     fwd = bi = bw = wov = saved = grad = 0.0
     steps = []  # the backward in execution order: (layer, op, seconds), recomputation as op -1
     for li, layer in enumerate(st.layers):
@@ -42,13 +44,14 @@ def _stage(st: StageWork, f_tp: float = 0.0, f_dp: float = 0.0, overlap_grad_red
             bi += b_in
             bw += op.bwd_weight
             wov += ov
-            per_op.append((li, oi, b_in + op.bwd_weight - ov))
+            # a split backward (zero bubble) releases the buckets during its W pass: weight gradients only
+            per_op.append((li, oi, op.bwd_weight if split_backward else b_in + op.bwd_weight - ov))
             saved += op.saved_bytes
             grad += op.grad_bytes
             if layer.recompute == "full" or (layer.recompute == "selective" and op.selective):
                 rec += f if layer.recompute == "full" else op.fwd
         bi += rec
-        steps.append([(li, -1, rec)] + per_op[::-1])
+        steps.append(([] if split_backward else [(li, -1, rec)]) + per_op[::-1])
     op = OpCost("chunk", fwd, bi, bw, saved_bytes=saved, grad_bytes=grad, wgrad_overlap=wov)
     reduce = [b.reduce_s for b in st.buckets]
     if overlap_grad_reduce and st.buckets:
@@ -85,5 +88,6 @@ def coarsen(work: IterationWork) -> IterationWork:
     """The coarse version of ``work`` (same transfers, DP and optimizer work)."""
     share = work.meta.get("sm_share", {})
     f_tp, f_dp = share.get("tp", 0.0), share.get("dp", 0.0)
-    return replace(work, stages=tuple(_stage(s, f_tp, f_dp, work.overlap_grad_reduce) for s in work.stages),
+    split = bool(work.meta.get("split_backward", False))
+    return replace(work, stages=tuple(_stage(s, f_tp, f_dp, work.overlap_grad_reduce, split) for s in work.stages),
                    meta={**work.meta, "fidelity": "coarse"})

@@ -378,6 +378,8 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
     # SM fractions of the side streams (taskgraph/overlap.py); coarse records fold the TP one in
     shares = stream_shares(plan, dict(_rep_groups(s, 0)))
     f_tp, f_dp = shares.get("tp", 0.0), shares.get("dp", 0.0)
+    # schedules with W actions reduce gradients during the W pass (taskgraph/coarse.py _bucket_tail)
+    split = _split_backward(plan.schedule)
     layer_cache: dict = {} if cid is None else _memo(("layers",) + _layer_context(plan), dict)
     S = plan.schedule.num_stages
     for stage in range(S):
@@ -395,9 +397,9 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
                stage_pace(plan.cluster, s, prank),
                tuple((plan.model.layer_kind(li), p) for li, p in zip(lis, pols)))
         if coarse:
-            stages.append(_memo(("coarse",) + sig, lambda: _coarse_stage(
+            stages.append(_memo(("coarse", split) + sig, lambda: _coarse_stage(
                 _build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw), f_tp, f_dp,
-                opt.overlap_grad_reduce)))
+                opt.overlap_grad_reduce, split)))
             continue
         parts = _memo(("stage",) + sig, lambda: _stage_parts(
             _build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw)))
@@ -438,7 +440,7 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
         pair_compute_scale=pair_compute_scale(plan),
         meta={"model": plan.model.name, "cluster": plan.cluster.name, "num_gpus": plan.num_gpus,
               "tp": s.tp, "pp": s.pp, "dp": s.dp, "cp": s.cp, "ep": s.ep, "vpp": plan.vpp,
-              **({"sm_share": shares} if shares else {})},
+              **({"sm_share": shares} if shares else {}), **({"split_backward": True} if split else {})},
     )
     if coarse:
         if cid is None:
@@ -500,9 +502,22 @@ def _paced(st: StageWork, f: float) -> StageWork:
     return StageWork(layers, st.buckets, st.optimizer_s * f)
 
 
-def _coarse_stage(st: StageWork, f_tp: float = 0.0, f_dp: float = 0.0, overlap_grad_reduce: bool = False) -> StageWork:
+def _coarse_stage(st: StageWork, f_tp: float = 0.0, f_dp: float = 0.0, overlap_grad_reduce: bool = False,
+                  split: bool = False) -> StageWork:
     from taskgraph.coarse import _stage
-    return _stage(st, f_tp, f_dp, overlap_grad_reduce)
+    return _stage(st, f_tp, f_dp, overlap_grad_reduce, split)
+
+
+#: schedules whose backward is one fused B action / split into I and W (strategies/schedules_*.py)
+_FUSED = frozenset({"gpipe", "1f1b", "interleaved-1f1b", "looped-bfs"})
+_SPLIT = frozenset({"zb-h1", "zb-v", "dualpipe-v", "dualpipe"})
+
+
+def _split_backward(schedule) -> bool:
+    """Whether ``schedule`` has W actions (weight gradients apart from input gradients)."""
+    if schedule.name in _FUSED or schedule.name in _SPLIT:
+        return schedule.name in _SPLIT
+    return any(a.kind == "W" for order in schedule.orders for x in order for a in getattr(x, "sub_actions", (x,)))
 
 
 def _stage_parts(st: StageWork) -> tuple:
