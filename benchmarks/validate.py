@@ -302,6 +302,9 @@ def strategy_for(row: dict) -> tuple[dict, list[str]]:
     training = dict(micro_batch=mb, global_batch=gb, seq_len=_int(row, "seq_len"), precision=row["precision"],
                     recompute=row["recompute"])
     options = dict(flash_attention=_flash(row))
+    if _flash(row) and "mosaicml" in row["source"].lower():
+        # llm-foundry ran flash-attn 2 (taskgraph/data/stacks.yaml, [LLMF]), not Transformer Engine's kernel
+        options["stack"] = "llm-foundry"
     if _megatron_2021_22(row) and parallel["zero"] < 3:  # (the ZeRO-3 rows are DeepSpeed, not Megatron DDP)
         options["overlap_grad_reduce"] = False
     if "NOT overlapped" in row["notes"]:

@@ -30,7 +30,7 @@ TRAINING_KEYS = ("micro_batch", "global_batch", "seq_len", "precision", "recompu
 OPTION_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_bucket_mb", "flash_attention",
                "overlap_handoff", "memory_reserve_gb", "fidelity", "profile", "profile_gpu", "fp32_grad_accum",
                "tp_comm_overlap", "p2p_overlap", "tp_async_backward", "p2p_host_gap_us", "moe_imbalance", "moe_capacity_factor",
-               "moe_max_nodes", "pair_overlap", "pair_comm_sms", "fp8_recipe", "overlap_interference",
+               "moe_max_nodes", "pair_overlap", "pair_comm_sms", "fp8_recipe", "overlap_interference", "stack",
                "cp_comm", "cp_load_balance", "reshard_after_forward",
                "price_per_gpu_hour_usd")
 SCHEDULE_KEYS = ("name", "csv")
@@ -112,6 +112,10 @@ class OptionsSpec:
     overlap_interference: communication that runs beside compute holds its kernels' SMs (NCCL one per
         channel, userbuffers / DeepEP their configured SMs), so the compute beside it is slower
         (taskgraph/overlap.py); False = overlap is free (the pre-2025 model, for comparison).
+    stack: the software stack that runs the graph (taskgraph/data/stacks.yaml): 'megatron-te'
+        (Megatron-LM + Transformer Engine, what the GPU catalog describes), 'torchtitan' (PyTorch
+        eager: SDPA FlashAttention-2, unfused norms and activations), 'torchtitan-compile'
+        (torch.compile fuses them back), 'deepspeed'; None = megatron-te.
     tp_async_backward: the column-parallel layers' backward collectives run concurrently with their
         GEMMs (Megatron-LM's asynchronous TP all-reduce / SP all-gather and reduce-scatter, on by
         default since late 2021); False = every TP collective blocks (Megatron-LM of early 2021).
@@ -175,6 +179,7 @@ class OptionsSpec:
     cp_load_balance: bool = True
     reshard_after_forward: bool | None = None
     overlap_interference: bool = True
+    stack: str | None = None
 
     @property
     def moe_load(self) -> float:
@@ -312,6 +317,7 @@ def parse_strategy(data: dict, base_dir: str | Path = ".") -> Strategy:
         fp32_grad_accum=get_bool(o, "fp32_grad_accum", "options", default=True),
         tp_comm_overlap=get_bool(o, "tp_comm_overlap", "options", default=False),
         overlap_interference=get_bool(o, "overlap_interference", "options", default=True),
+        stack=None if o.get("stack") is None else get_str(o, "stack", "options"),  # checked by resolve
         p2p_overlap=get_bool(o, "p2p_overlap", "options", default=False),
         tp_async_backward=get_bool(o, "tp_async_backward", "options", default=True),
         p2p_host_gap_us=get_float(o, "p2p_host_gap_us", "options", default=P2P_HOST_GAP_US),

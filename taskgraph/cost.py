@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from strategies.errors import ConfigError, brief, cut
+from taskgraph.stacks import attention_efficiency
 
 PASSES = ("fwd", "bwd_input", "bwd_weight")
 
@@ -239,7 +240,7 @@ def fp8_quantize_elements(op, pass_: str) -> float:
 
 def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True,
             profile: ProfileTable | None = None, grad_accum_bytes: int = 0,
-            fp8_recipe: str = "tensorwise") -> float:
+            fp8_recipe: str = "tensorwise", stack=None) -> float:
     """Seconds for one pass of one operator on one GPU.
 
     ``grad_accum_bytes``: element size of the main-gradient buffer weight-gradient GEMMs accumulate
@@ -252,8 +253,10 @@ def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True,
     other warpgroup's MMA there, so it adds no term: the GEMM efficiency is the GPU's fp8 one."""
     if dtype == "fp8" and fp8_recipe == "blockwise" and op.kind == "gemm" and op.gemms:
         if op.name.endswith("lm_head"):
-            return op_time(op, pass_, gpu, "bf16", flash=flash, profile=profile, grad_accum_bytes=grad_accum_bytes)
-        base = op_time(op, pass_, gpu, dtype, flash=flash, profile=profile, grad_accum_bytes=grad_accum_bytes)
+            return op_time(op, pass_, gpu, "bf16", flash=flash, profile=profile, grad_accum_bytes=grad_accum_bytes,
+                           stack=stack)
+        base = op_time(op, pass_, gpu, dtype, flash=flash, profile=profile, grad_accum_bytes=grad_accum_bytes,
+                       stack=stack)
         if profile is not None and profile.lookup(gpu, dtype, op, pass_) is not None:
             return base   # a measured time includes whatever the kernels did
         q = fp8_quantize_elements(op, pass_)
@@ -294,7 +297,9 @@ def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True,
         # attention math runs in bf16/fp16 even in fp8 recipes (Transformer Engine keeps DPA in bf16)
         peak = gpu.peak_flops("bf16")
         if flash:
-            e = eff.attention_fwd_efficiency if pass_ == "fwd" else eff.attention_bwd_efficiency
+            # the stack's fused attention kernel (taskgraph/stacks.py; the catalog's without a stack)
+            e = attention_efficiency(stack, gpu, pass_) if stack is not None else \
+                (eff.attention_fwd_efficiency if pass_ == "fwd" else eff.attention_bwd_efficiency)
             return max(flops / (peak * e), mem_t) + launch
         # unfused: batched GEMMs for QK^T and PV plus separate softmax / dropout / mask kernels
         gemm_flops = sum(2.0 * g.m * g.n * g.k * g.batch for g in op.gemms) or flops
@@ -302,7 +307,9 @@ def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True,
             if op.gemms else 1.0 / (peak * eff.gemm_efficiency_max)
         ew_t = nbytes / (gpu.hbm_bandwidth * eff.elementwise_efficiency)
         return flops * per_flop + ew_t + launch * 4
-    # memory-bound kinds: elementwise, norm, embedding, loss, router (fp32 math peak is ample)
-    ew_t = nbytes / (gpu.hbm_bandwidth * eff.elementwise_efficiency)
+    # memory-bound kinds: elementwise, norm, embedding, loss, router (fp32 math peak is ample); a stack
+    # that does not fuse the operator makes several passes over its tensors (taskgraph/stacks.py)
+    passes = stack.passes_of(op.name) if stack is not None else 1
+    ew_t = passes * nbytes / (gpu.hbm_bandwidth * eff.elementwise_efficiency)
     comp = flops / gpu.peak_flops("fp32") if flops > 0 else 0.0
-    return max(ew_t, comp) + launch
+    return max(ew_t, comp) + launch * passes

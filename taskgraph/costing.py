@@ -15,6 +15,7 @@ from taskgraph.cost import ProfileTable, op_time
 from taskgraph.lower_model import Bucket, Comm, IterationWork, LayerWork, OpCost, StageWork
 from taskgraph.operators import embedding_operators, head_operators, layer_operators
 from taskgraph.plan import DTYPE_BYTES, Plan
+from taskgraph.stacks import DEFAULT_STACK, get_stack
 from topologies.collectives import collective_time
 from topologies.placement import group_ranks, rank_of
 from topologies.stragglers import stage_pace
@@ -40,6 +41,12 @@ class CostContext:
     @property
     def dtype(self) -> str:
         return self.plan.strategy.training.precision
+
+    @property
+    def stack(self):
+        """The software stack (taskgraph/stacks.py); None for the default, whose figures are the catalog's."""
+        name = self.plan.strategy.options.stack
+        return None if name in (None, DEFAULT_STACK) else get_stack(name)
 
 
 def _comm_time(cluster, kind: str, nbytes: float, ranks: tuple[int, ...], share: tuple | None = None) -> float:
@@ -109,7 +116,8 @@ def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bo
     flash = plan.strategy.options.flash_attention
     gacc = grad_bytes_per_param(plan)  # weight gradients accumulate into main_grad per micro-batch
     recipe = plan.strategy.options.fp8_recipe
-    t = {p: op_time(op, p, gpu, ctx.dtype, flash=flash, profile=ctx.profile, grad_accum_bytes=gacc, fp8_recipe=recipe)
+    t = {p: op_time(op, p, gpu, ctx.dtype, flash=flash, profile=ctx.profile, grad_accum_bytes=gacc, fp8_recipe=recipe,
+                    stack=ctx.stack)
          for p in ("fwd", "bwd_input", "bwd_weight")}
     slots = {("fwd", "before"): [], ("fwd", "after"): [], ("bwd", "before"): [], ("bwd", "after"): []}
     async_bwd = plan.strategy.options.tp_async_backward
@@ -177,7 +185,7 @@ def _userbuffer_overlap(ctx: CostContext, op, t: dict, slots: dict, gacc: int, n
         if ctx.profile is not None and ctx.profile.lookup(gpu, ctx.dtype, op, pass_) is not None:
             return t[pass_] / n  # a measured operator: no shape to re-price its chunks at
         return op_time(chunk_op(op, n), pass_, gpu, ctx.dtype, flash=flash, profile=None,
-                       grad_accum_bytes=gacc, fp8_recipe=recipe)
+                       grad_accum_bytes=gacc, fp8_recipe=recipe, stack=ctx.stack)
 
     f_ring = sm_fraction(k.ub_ring_exchange_sms, S)
     for (phase, where), pass_ in ((("fwd", "before"), "fwd"), (("fwd", "after"), "fwd"), (("bwd", "before"), "bwd_input")):
@@ -304,7 +312,7 @@ def _context_id(plan: Plan) -> int | None:
     key = (plan.model, plan.cluster, plan.sizes, plan.sp, plan.zero, tr.micro_batch, tr.seq_len, tr.precision,
            opt.flash_attention, opt.fp32_grad_accum, opt.grad_bucket_mb, opt.tp_async_backward, opt.moe_load,
            opt.moe_max_nodes, opt.pair_overlap, opt.pair_comm_sms, opt.fp8_recipe, opt.cp_comm, opt.cp_load_balance, plan.shard_size, plan.reshard_after_forward, opt.overlap_grad_reduce,
-           opt.tp_comm_overlap, opt.overlap_interference)
+           opt.tp_comm_overlap, opt.overlap_interference, opt.stack)
     try:
         cid = _CONTEXTS.get(key)
     except TypeError:  # an unhashable field (a custom model spec holding a list, say)
@@ -325,6 +333,7 @@ def _layer_context(plan: Plan) -> tuple:
     return (plan.model, plan.cluster, s.tp, plan.sp, s.cp, s.ep, tr.micro_batch, tr.seq_len, tr.precision,
             opt.flash_attention, opt.fp32_grad_accum, opt.tp_async_backward, opt.moe_load, opt.cp_comm,
             opt.cp_load_balance, opt.moe_max_nodes, opt.fp8_recipe, opt.tp_comm_overlap, opt.overlap_interference,
+            opt.stack,
             (s, plan.shard_size, plan.reshard_after_forward) if plan.zero == 3 else None)
 
 
@@ -462,7 +471,7 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
     if plan.schedule.is_first_stage(stage):
         ops = embedding_operators(plan.model, dtype_bytes=dt, **kw)
         layers.append(LayerWork("embedding", host_bound(ops, [_op_cost(ctx, o, "none", groups, False) for o in ops],
-                                                        host_s, flash, host_c)))
+                                                        host_s, flash, host_c, ctx.stack)))
     for j, (li, policy) in enumerate(zip(lis, pols)):
         # ZeRO-3 prefetch hides a gather behind the previous layer of the pass: the stage's first
         # layer (forward) and last layer (backward) have nothing to hide behind
@@ -480,13 +489,13 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
                                                  0.0 if edge[1] else bwd_c)
                 costs[0] = _with(costs[0], fwd_pre=fpre + costs[0].fwd_pre, bwd_post=costs[0].bwd_post + bpost)
                 costs[-1] = _with(costs[-1], bwd_pre=bpre + costs[-1].bwd_pre)
-            layer_cache[key] = host_bound(ops, costs, host_s, flash, host_c)
+            layer_cache[key] = host_bound(ops, costs, host_s, flash, host_c, ctx.stack)
         layers.append(LayerWork(f"layer{li}", layer_cache[key], policy))
     if plan.schedule.is_last_stage(stage):
         ops = head_operators(plan.model, dtype_bytes=dt, ep=s.ep, flash_attention=opt.flash_attention,
                              moe_load=opt.moe_load, **kw)
         layers.append(LayerWork("head", host_bound(ops, [_op_cost(ctx, o, "none", groups, False) for o in ops],
-                                                   host_s, flash, host_c)))
+                                                   host_s, flash, host_c, ctx.stack)))
     st = _stage_work(plan, tuple(layers), groups["dp"], groups)
     return _paced(st, stage_pace(plan.cluster, plan.sizes, plan.schedule.stage_to_rank[stage]))
 

@@ -36,8 +36,9 @@ from functools import lru_cache
 US = 1e-6
 
 
-def op_kernels(op, pass_: str) -> int:
-    """Kernel launches of one pass of one operator (see the module docstring)."""
+def op_kernels(op, pass_: str, stack=None) -> int:
+    """Kernel launches of one pass of one operator (see the module docstring); a memory-bound operator
+    the stack does not fuse launches one kernel per pass over its tensors (taskgraph/stacks.py)."""
     flops = {"fwd": op.fwd_flops, "bwd_input": op.bwd_input_flops, "bwd_weight": op.bwd_weight_flops}[pass_]
     nbytes = {"fwd": op.fwd_bytes, "bwd_input": op.bwd_input_bytes, "bwd_weight": op.bwd_weight_bytes}[pass_]
     if flops <= 0 and nbytes <= 0:
@@ -46,10 +47,10 @@ def op_kernels(op, pass_: str) -> int:
         return len(op.gemms)
     if op.kind == "attention":
         return 1 if getattr(op, "flash", True) else 4
-    return 1
+    return stack.passes_of(op.name) if stack is not None else 1
 
 
-def host_bound(ops, costs, host_s: float, flash: bool = True, host_coll_s: float | None = None):
+def host_bound(ops, costs, host_s: float, flash: bool = True, host_coll_s: float | None = None, stack=None):
     """Stretch one layer's compute where the host dispatches slower than the GPU runs.
 
     ``ops`` and ``costs`` are parallel (operators and their :class:`OpCost`); returns new costs.
@@ -61,7 +62,7 @@ def host_bound(ops, costs, host_s: float, flash: bool = True, host_coll_s: float
         return tuple(costs)
 
     def kernels(op, p):
-        k = op_kernels(op, p)
+        k = op_kernels(op, p, stack)
         if op.kind == "attention" and not flash and k:
             k = 4
         return k

@@ -139,6 +139,9 @@ def resolve(strategy: Strategy) -> Plan:
     cluster = resolve_cluster(strategy.cluster, strategy.base_dir)
     par, tr = strategy.parallel, strategy.training
     tp, pp, cp, ep, vpp = par.tp, par.pp, par.cp, par.ep, par.vpp
+    if strategy.options.stack is not None:
+        from taskgraph.stacks import get_stack
+        get_stack(strategy.options.stack)  # one clear error for an unknown stack, listing the known ones
 
     if model.heads % tp:
         raise ConfigError(f"parallel.tp = {tp} must divide model.heads = {model.heads} ({model.name}); "

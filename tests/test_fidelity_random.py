@@ -49,6 +49,7 @@ OPTION_VALUES = {
     "reshard_after_forward": [True, False],
     "price_per_gpu_hour_usd": [1.5],
     "overlap_interference": [False],
+    "stack": ["torchtitan", "torchtitan-compile", "deepspeed", "llm-foundry"],
 }
 #: options that only mean something with a MoE model, fp8, cp > 1, zero 3 or a DualPipe schedule
 NEEDS = {"moe_imbalance": "moe", "moe_capacity_factor": "moe", "moe_max_nodes": "moe",

@@ -1,0 +1,68 @@
+"""Software stacks (taskgraph/stacks.py, options.stack): the same operator graph priced with the
+kernels each framework runs -- closed forms on single operators, and the option end to end."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from simulator.api import simulate_strategy
+from strategies.errors import ConfigError
+from strategies.strategy_file import parse_strategy
+from taskgraph.cost import op_time
+from taskgraph.operators import layer_operators
+from taskgraph.overheads import op_kernels
+from taskgraph.plan import resolve
+from taskgraph.stacks import attention_efficiency, get_stack, stack_names
+from topologies.gpus import get_gpu
+
+
+def _ops():
+    from taskgraph.model import get_model
+    ops = layer_operators(get_model("llama3-8b"), ep=1, dtype_bytes=2, flash_attention=True, layer_index=0,
+                          micro_batch=1, seq_len=4096, tp=1, sp=False, cp=1)
+    return {o.name: o for o in ops}
+
+
+def test_default_stack_is_the_catalog():
+    h100 = get_gpu("h100")
+    for name, op in _ops().items():
+        for p in ("fwd", "bwd_input", "bwd_weight"):
+            assert op_time(op, p, h100, stack=get_stack("megatron-te")) == op_time(op, p, h100), (name, p)
+
+
+def test_eager_norm_makes_six_passes():
+    # PyTorch's composite rms_norm: six elementwise kernels, each a pass over the tensor and a launch
+    h100, op = get_gpu("h100"), _ops()["input_norm"]
+    eff = h100.efficiency
+    one = op.fwd_bytes / (h100.hbm_bandwidth * eff.elementwise_efficiency)
+    assert op_time(op, "fwd", h100, stack=get_stack("torchtitan")) == pytest.approx(6 * one + 6 * eff.launch_overhead)
+    assert op_time(op, "fwd", h100) == pytest.approx(one + eff.launch_overhead)
+    assert op_kernels(op, "fwd", get_stack("torchtitan")) == 6 and op_kernels(op, "fwd") == 1
+    # torch.compile fuses it back
+    assert op_time(op, "fwd", h100, stack=get_stack("torchtitan-compile")) == op_time(op, "fwd", h100)
+
+
+def test_sdpa_flash_attention_2_on_h100_runs_at_35_percent():
+    h100, op = get_gpu("h100"), _ops()["attn_core"]
+    assert attention_efficiency(get_stack("torchtitan"), h100, "fwd") == 0.35
+    t = op_time(op, "fwd", h100, stack=get_stack("torchtitan"))
+    mem = op.fwd_bytes / (h100.hbm_bandwidth * h100.efficiency.hbm_efficiency)
+    assert t == pytest.approx(max(op.fwd_flops / (h100.peak_flops("bf16") * 0.35), mem) + h100.efficiency.launch_overhead)
+    # on an A100 FlashAttention-2 is what the catalog's figure describes; FlashAttention-3 is Hopper only
+    a100 = get_gpu("a100")
+    assert attention_efficiency(get_stack("torchtitan"), a100, "fwd") == 0.55
+
+
+def test_stack_option_end_to_end(tmp_path):
+    base = {"model": {"preset": "llama3-8b", "layers": 2}, "cluster": {"preset": "dgx-h100", "nodes": 1},
+            "parallel": {"tp": 1, "pp": 1}, "schedule": "1f1b",
+            "training": {"micro_batch": 1, "global_batch": 8, "seq_len": 4096}}
+    times = {}
+    for st in (None,) + stack_names():
+        s = parse_strategy({**base, "options": {} if st is None else {"stack": st}}, tmp_path)
+        times[st] = simulate_strategy(s).training.iteration_time_s
+    assert times[None] == times["megatron-te"]
+    assert times["torchtitan"] > times["torchtitan-compile"] > times["megatron-te"]
+    with pytest.raises(ConfigError, match="options.stack = 'torchtitan-eager' is not a known stack; valid: "):
+        resolve(parse_strategy({**base, "options": {"stack": "torchtitan-eager"}}, tmp_path))
