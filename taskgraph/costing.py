@@ -594,8 +594,14 @@ def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, 
     # Optimizer: each GPU updates its 1/dp shard with the distributed optimizer (ZeRO >= 1; HSDP: 1/dp_shard).
     shard = total_params / (plan.shard_size if plan.zero >= 1 else 1)
     gpu = plan.cluster.gpu
-    opt_s = shard * ADAM_BYTES_PER_PARAM / (gpu.hbm_bandwidth * gpu.efficiency.hbm_efficiency)
+    bw = gpu.hbm_bandwidth * gpu.efficiency.hbm_efficiency
+    opt_s = shard * ADAM_BYTES_PER_PARAM / bw
     opt_s += step_overhead_s(plan, shard)  # gradient norm (+ fp16 found-inf), taskgraph/overheads.py
+    if plan.zero < 3:
+        # Megatron-LM zeroes the contiguous gradient buffer once per iteration (megatron/core/distributed/
+        # param_and_grad_buffer.py, _ParamAndGradBuffer.reset: grad_data.zero_()): a memset of every local
+        # gradient (FSDP instead frees its gradients: nothing to clear)
+        opt_s += total_params * gbp / bw
     return StageWork(layers, tuple(buckets), opt_s)
 
 

@@ -84,3 +84,24 @@ def test_interference_slows_what_overlaps(tmp_path):
     on = simulate_strategy(strategy(tmp_path, nodes=2)).training.iteration_time_s
     off = simulate_strategy(strategy(tmp_path, nodes=2, overlap_interference=False)).training.iteration_time_s
     assert on > off
+
+
+def test_optimizer_step_streams_adam_and_zeroes_the_gradient_buffer(tmp_path):
+    # ZeRO-1 (distributed optimizer): Adam streams 30 bytes per parameter of this rank's 1/dp shard,
+    # the gradient norm and its all-reduce (taskgraph/overheads.py), and Megatron zeroes the whole
+    # local fp32 gradient buffer once per iteration; FSDP (ZeRO-3) frees gradients instead
+    from taskgraph.costing import ADAM_BYTES_PER_PARAM, grad_bytes_per_param
+    from taskgraph.overheads import step_overhead_s
+    for zero in (1, 3):
+        s = parse_strategy({"model": {"preset": "llama3-8b", "layers": 2}, "cluster": {"preset": "dgx-h100", "nodes": 1},
+                            "parallel": {"tp": 1, "pp": 1, "zero": zero}, "schedule": "1f1b",
+                            "training": {"micro_batch": 1, "global_batch": 8, "seq_len": 4096}}, tmp_path)
+        plan = resolve(s)
+        st = build_work(plan).stages[0]
+        gbp = grad_bytes_per_param(plan)
+        params = sum(op.grad_bytes for lw in st.layers for op in lw.ops) / gbp
+        gpu = plan.cluster.gpu
+        bw = gpu.hbm_bandwidth * gpu.efficiency.hbm_efficiency
+        shard = params / plan.shard_size
+        want = shard * ADAM_BYTES_PER_PARAM / bw + step_overhead_s(plan, shard) + (params * gbp / bw if zero < 3 else 0.0)
+        assert st.optimizer_s == pytest.approx(want, rel=1e-12), zero
