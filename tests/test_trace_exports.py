@@ -157,8 +157,8 @@ def test_cli_trace_outputs(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("args, msg", [
-    (["--trace", "x.json", "--trace-ranks", "a-b"], "trace ranks: 'a-b' is not a rank or a range"),
-    (["--trace", "x.json", "--trace-ranks", "40-41"], "select no simulated rank; this run has ranks 0-3"),
+    (["--trace", "x.json", "--trace-ranks", "a-b"], "--trace-ranks: 'a-b' is not a rank or a range"),
+    (["--trace", "x.json", "--trace-ranks", "40-41"], "names rank 41 but this run simulates ranks 0-3"),
     (["--timeline", "x.txt"], "must end in .csv or .parquet"),
     (["--trace-ranks", "0"], "--trace-ranks selects ranks of --trace or --trace-dir"),
     (["--trace-dir", "x.d", "--trace-level", "stage"], "--trace-level applies to the Chrome trace"),

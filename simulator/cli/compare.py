@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simulator.cli.common import (_EXAMPLE, _FID_HELP, _MKDIR_HELP, _SET_HELP, _check_outputs, _input_files,
+from simulator.cli.common import (_EXAMPLE, _FID_HELP, _MKDIR_HELP, _SET_HELP, _check_outputs, _input_files, _pipeline_flags,
                                  _load, _print_json, _simulate_one, _sub)
 from strategies.errors import ExecsimError, brief
 
@@ -74,6 +74,7 @@ def _compare_cmd(args) -> int:
         if len(items) > 64:
             raise ExecsimError(f"--schedules names {len(items)} schedules; compare at most 64 at a time")
         kind, spec = _load(args.files[0], args.set)
+        _pipeline_flags(args, kind, args.files[0])
         outs = _check_outputs(args, _input_files(args.files[0], kind, spec), plot=args.plot)
         todo = [(item, *_schedule_item(item, spec, kind)) for item in items]
         _check_total_tasks([(kind, spec, name, vpp) for _item, name, vpp in todo], args.fidelity)
@@ -83,6 +84,8 @@ def _compare_cmd(args) -> int:
             runs.append((label, kind, _simulate_one(kind, spec, schedule=name, fidelity=args.fidelity, vpp=vpp)))
     else:
         loaded = [(f, *_load(f, args.set)) for f in args.files]
+        if all(k == "pipeline" for _f, k, _sp in loaded):
+            _pipeline_flags(args, "pipeline", " and ".join(args.files))
         outs = _check_outputs(args, [x for f, k, sp in loaded for x in _input_files(f, k, sp)], plot=args.plot)
         _check_total_tasks([(k, sp, None, None) for _f, k, sp in loaded], args.fidelity)
         from simulator.outputs.progress import progress

@@ -35,7 +35,8 @@ from pathlib import Path
 import numpy as np
 
 from simulator.engine.core import SimResult
-from simulator.outputs.trace import _STREAM_ORDER, write_text
+from simulator.outputs.trace import _STREAM_ORDER
+from strategies.errors import brief
 from taskgraph.graph import CATEGORIES, IS_COMM_CODE, TaskGraph
 
 COMPUTE_STREAM = 7  # PyTorch's default CUDA stream id in Kineto traces
@@ -114,17 +115,25 @@ def trace_ranks(graph: TaskGraph) -> list[int]:
     return sorted({d.rank for d in graph.devices if d.rank >= 0})
 
 
-def write_hta_traces(directory, graph: TaskGraph, result: SimResult, ranks=None) -> list[Path]:
+def write_hta_traces(directory, graph: TaskGraph, result: SimResult, ranks=None, *, inputs=(),
+                     flag: str = "--trace-dir") -> list[Path]:
     """Write ``rank_<r>.json`` for each simulated rank (or those in ``ranks``) into ``directory``
-    (created if missing). Returns the paths written."""
+    (created if missing), each through the checked atomic writer (:mod:`simulator.outputs.files`):
+    never over one of ``inputs``, never through a symbolic or hard link. Returns the paths written."""
+    from simulator.outputs.files import OutputError, check_output, write_output
     d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"{flag} {brief(str(d), 120)}: cannot create the folder ({exc.strerror or type(exc).__name__})"
+                          f"; choose another folder") from None
     all_ranks = trace_ranks(graph)
     chosen = all_ranks if ranks is None else [r for r in all_ranks if r in set(ranks)]
     paths = []
     for r in chosen:
         p = d / f"rank_{r}.json"
-        write_text(p, hta_rank_text(graph, result, r, len(all_ranks)))
+        check_output(p, flag, inputs=inputs)
+        write_output(p, hta_rank_text(graph, result, r, len(all_ranks)), flag, follow_links=False)
         paths.append(p)
     return paths
 
