@@ -138,7 +138,7 @@ def report_data(sim, source: str = "") -> dict:
                        "bubble_fraction": r.bubble_fraction} for r in rep.per_rank],
          "critical_path": {"num_tasks": len(rep.critical_path.tasks), "by_category_s": rep.critical_path.by_category},
          "gantt": _gantt(sim.graph, sim.result), "memory": _memory(sim)}
-    d["stages"] = {r: [st for st in range(sched.num_stages) if sched.stage_to_rank[st] == r] for r in range(sched.pp)}
+    d["stages"] = {r: list(sched.rank_stages[r]) for r in range(sched.pp)}
     tr = getattr(sim, "training", None)
     if tr is not None:
         p = sim.plan

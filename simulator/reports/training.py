@@ -144,8 +144,9 @@ def training_report(plan, work, graph: TaskGraph, result: SimResult, rep: Report
     fp8 = plan.cluster.gpu.peak_flops_fp8
     per_stage = []
     busy = {r.rank: r for r in rep.per_rank}  # the split of simulator.reports.breakdown.time_breakdown
+    rank_stages = _stages_by_rank(plan.schedule)
     for r in range(plan.schedule.pp):
-        stages = tuple(st for st in range(plan.schedule.num_stages) if plan.schedule.stage_to_rank[st] == r)
+        stages = rank_stages[r]
         rr = busy.get(r)
         comp = rr.busy_s if rr else 0.0
         exp = rr.exposed_comm_s if rr else 0.0
@@ -166,6 +167,14 @@ def training_report(plan, work, graph: TaskGraph, result: SimResult, rep: Report
         per_stage=tuple(per_stage), train_days=days, train_gpu_hours=gpu_hours,
         pace=pace_summary(plan.cluster, plan.sizes),
     )
+
+
+def _stages_by_rank(schedule) -> list[tuple[int, ...]]:
+    """The stages of each pipeline rank, in one pass over the stages (not one per rank)."""
+    out: list[list[int]] = [[] for _ in range(schedule.pp)]
+    for st, r in enumerate(schedule.stage_to_rank):
+        out[r].append(st)
+    return [tuple(x) for x in out]
 
 
 def format_training_report(tr: TrainingReport, rep: Report, title: str = "") -> str:
