@@ -371,10 +371,27 @@ def load_strategy(path) -> Strategy:
     return parse_strategy(data, Path(path).parent)
 
 
+#: The shipped examples (installed with the package: pyproject.toml package-data).
+EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
+
+
+def example_path(name: str) -> str:
+    """The absolute path of a shipped example file, so code that reads one runs from any folder.
+
+    >>> Path(example_path("gpt3-175b-1024-a100.yaml")).is_file()
+    True
+    """
+    p = EXAMPLES_DIR / name
+    if not p.is_file() or p.parent != EXAMPLES_DIR:
+        names = sorted(x.name for x in EXAMPLES_DIR.glob("*.yaml"))
+        raise ConfigError(f"example {brief(name)} is not one of {', '.join(names)}{did_you_mean(name, names)}")
+    return str(p)
+
+
 def is_strategy(data: dict) -> bool:
     """True when a mapping looks like a strategy file rather than a pipeline description."""
     return "pipeline" not in data and any(k in data for k in ("model", "cluster", "parallel", "training"))
 
 
 __all__ = ["Strategy", "ParallelSpec", "TrainingSpec", "OptionsSpec", "parse_strategy", "load_strategy", "check_strategy",
-           "is_strategy", "did_you_mean"]
+           "is_strategy", "did_you_mean", "example_path", "EXAMPLES_DIR"]

@@ -138,7 +138,9 @@ def _simulate_cmd(args) -> int:
             money = _cost_fields(sim, args.price)
             if money["cost_usd"] is not None:
                 print(f"cost: ${money['cost_usd']:,.0f} at ${money['price_per_gpu_hour_usd']:.2f} per GPU-hour "
-                      f"(topologies/data/prices.yaml; override with --price or options.price_per_gpu_hour_usd)")
+                      f"(price from {money['price_source']})")
+            elif sim.training.train_gpu_hours is not None:
+                print(f"cost: not known ({money['price_source']})")
             worst = max(mem.per_stage, key=lambda x: x.total)
             print(f"memory: peak {worst.total / 2**30:.1f} GiB on rank {worst.rank} of {mem.capacity / 2**30:.1f} GiB "
                   f"-> {'fits' if mem.fits else 'OOM'} (execsim memory FILE for the breakdown)")
@@ -173,10 +175,10 @@ def _write_html(path: str, source: str, kind: str, sim, sets=None) -> None:
 def _cost_fields(sim, override) -> dict:
     """Price per GPU-hour and the cost of training.train_tokens (topologies/pricing.py); None when
     there is no token budget or no price."""
-    from topologies.pricing import plan_price
-    price = plan_price(sim.plan, override)
+    from topologies.pricing import plan_price_origin
+    price, source = plan_price_origin(sim.plan, override)
     hours = sim.training.train_gpu_hours
-    return {"price_per_gpu_hour_usd": price,
+    return {"price_per_gpu_hour_usd": price, "price_source": source,
             "cost_usd": hours * price if (hours is not None and price is not None) else None}
 
 
