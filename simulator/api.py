@@ -22,7 +22,7 @@ from simulator.simulation.pipeline import Simulation, pipeline_schedule, simulat
 from simulator.simulation.strategy import StrategySimulation, simulate_strategy
 from simulator.simulation.what_if import WhatIf, parse_what_if, what_if
 from strategies.pipeline_file import PipelineSpec, load_pipeline
-from strategies.strategy_file import Strategy, load_strategy
+from strategies.strategy_file import Strategy, example_path, load_strategy
 
 #: name -> module, imported on first use (``from simulator.api import sweep`` works as any import)
 _LAZY = {
@@ -62,7 +62,7 @@ __all__ = sorted([
     "TrainingReport", "format_training_report", "training_report",
     "estimate_run_tasks", "Simulation", "pipeline_schedule", "simulate_pipeline", "with_vpp",
     "StrategySimulation", "simulate_strategy", "WhatIf", "parse_what_if", "what_if",
-    "PipelineSpec", "load_pipeline", "Strategy", "load_strategy", *_LAZY])
+    "PipelineSpec", "load_pipeline", "Strategy", "load_strategy", "example_path", *_LAZY])
 
 
 def __getattr__(name: str):

@@ -116,6 +116,15 @@ class Schedule:
         _, _, m0, m1 = self.stage_segment(stage)
         return range(m0, m1)
 
+    @cached_property
+    def rank_stages(self) -> tuple[tuple[int, ...], ...]:
+        """``rank_stages[r]``: the virtual stages rank ``r`` holds, in stage order (one pass over the
+        stages, so a per-rank loop costs O(stages) in all, not O(ranks x stages))."""
+        out: list[list[int]] = [[] for _ in range(self.pp)]
+        for st, r in enumerate(self.stage_to_rank):
+            out[r].append(st)
+        return tuple(tuple(x) for x in out)
+
     def chunk_of(self, stage: int) -> int:
         """Index of ``stage`` among the stages its rank holds (0 = the rank's first chunk)."""
         return self._chunks[stage]

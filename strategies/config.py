@@ -49,7 +49,9 @@ def check_int(v: Any, name: str, *, minimum: int | None = None, maximum: int | N
     strategies.errors.ConfigError: parallel.tp = 2.0 must be an integer (write it without a decimal point or exponent)
     """
     if isinstance(v, bool) or not isinstance(v, int):
-        hint = " (write it without a decimal point or exponent)" if isinstance(v, float) else ""
+        hint = (" (write it without a decimal point or exponent)" if isinstance(v, float) else
+                " (it was read as text: write plain digits such as 128, without quotes, '_' or ':')"
+                if isinstance(v, str) else "")
         raise ConfigError(f"{name} = {brief(v)} must be an integer{hint}")
     if minimum is not None and v < minimum:
         raise ConfigError(f"{name} = {brief(v)} must be >= {minimum}")
@@ -62,7 +64,9 @@ def check_number(v: Any, name: str, *, minimum: float | None = 0.0, positive: bo
                  maximum: float | None = None) -> float:
     """``float(v)`` if ``v`` is a finite number in range, else one ConfigError naming ``name``."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ConfigError(f"{name} = {brief(v)} must be a number")
+        hint = (" (it was read as text: write a plain number such as 300e9 or 1.5, without quotes or '_')"
+                if isinstance(v, str) else "")
+        raise ConfigError(f"{name} = {brief(v)} must be a number{hint}")
     try:
         f = float(v)
     except OverflowError:
@@ -118,7 +122,9 @@ def get_bool(d: dict, key: str, where: str, *, default: Any = ...) -> bool:
         return default
     v = d[key]
     if not isinstance(v, bool):
-        hint = " (without quotes)" if isinstance(v, str) and v.lower() in ("true", "false") else ""
+        hint = (" (without quotes)" if isinstance(v, str) and v.lower() in ("true", "false") else
+                " (YAML 1.2, as read here, takes yes/no/on/off as text)" if isinstance(v, str)
+                and v.lower() in ("yes", "no", "on", "off", "y", "n") else "")
         raise ConfigError(f"{_join(where, key)} = {brief(v)} must be true or false{hint}")
     return v
 

@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +40,17 @@ def read_text(path, what: str = "file", *, limit: int = MAX_DOCUMENT_BYTES) -> s
             raise ConfigError(f"{what} {name} does not exist: check the path")
         if p.is_dir():
             raise ConfigError(f"{what} {name} is a directory, not a file: give the path of the file itself")
-        size = p.stat().st_size
-        if size > limit:
-            raise ConfigError(f"{what} {name} is {size:,} bytes, over the limit of {limit:,} for this kind of "
-                              f"file; is it the right file?")
-        with p.open("rb") as fh:
+        # opened without blocking (a FIFO would wait for a writer for ever), then checked: only a
+        # regular file is read (a FIFO, device or socket has no end to wait for)
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise ConfigError(f"{what} {name} is not a regular file (a FIFO, device or socket): give the path of "
+                                  f"a file")
+            if st.st_size > limit:
+                raise ConfigError(f"{what} {name} is {st.st_size:,} bytes, over the limit of {limit:,} for this kind "
+                                  f"of file; is it the right file?")
             data = fh.read(limit + 1)
     except OSError as exc:
         raise ConfigError(f"{what} {name} cannot be read ({exc.strerror or type(exc).__name__}); check the path "
@@ -65,7 +74,24 @@ def read_csv_text(path, what: str) -> str:
 
 
 class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
-    """SafeLoader (C parser when available) that rejects duplicate keys in a mapping."""
+    """SafeLoader (C parser when available) that rejects duplicate keys in a mapping and reads plain
+    scalars by the YAML 1.2 core schema (see ``_YAML12_RESOLVERS``)."""
+
+    yaml_implicit_resolvers: dict = {}
+
+    def construct_yaml_int(self, node):
+        """YAML 1.2 integers: decimal, ``0o`` octal, ``0x`` hexadecimal. A decimal with a leading zero
+        (``017``) is refused: YAML 1.1 readers take it as octal (15), YAML 1.2 ones as 17."""
+        text = self.construct_scalar(node)
+        body = text.lstrip("+-")
+        if len(body) > 1 and body[0] == "0" and body[1].isdigit():
+            raise yaml.constructor.ConstructorError(
+                None, None, f"the number {cut(text, 40)} has a leading zero (YAML 1.1 reads it as octal, YAML 1.2 "
+                f"as decimal): write it without the zero, or with 0o for octal", node.start_mark)
+        sign = -1 if text.startswith("-") else 1
+        if body[:2] in ("0o", "0x"):
+            return sign * int(body[2:], 8 if body[1] == "o" else 16)
+        return sign * int(body)
 
     def construct_mapping(self, node, deep=False):
         if isinstance(node, yaml.MappingNode):
@@ -84,6 +110,23 @@ class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
                     raise _Duplicate(key, seen[key], where, node)
                 seen[key] = where
         return super().construct_mapping(node, deep=deep)
+
+
+#: Plain scalars are read by the YAML 1.2 core schema (yaml.org/spec/1.2.2 Section 10.3.2), not PyYAML's
+#: YAML 1.1 rules, which read ``2:08`` as the integer 128 (base 60), ``1_28`` as 128 and ``yes`` /
+#: ``on`` as true, but ``1e12`` (no decimal point) as text. Here ``1e12`` is the number 1e12, and
+#: ``2:08``, ``1_28``, ``yes`` stay text, which the field checks then refuse, naming the field.
+_YAML12_RESOLVERS = (
+    ("tag:yaml.org,2002:bool", r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF"),
+    ("tag:yaml.org,2002:int", r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$", "-+0123456789"),
+    ("tag:yaml.org,2002:float", r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+                                r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$", "-+0123456789."),
+    ("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
+    ("tag:yaml.org,2002:merge", r"^(?:<<)$", "<"),
+)
+for _tag, _rx, _first in _YAML12_RESOLVERS:
+    _StrictLoader.add_implicit_resolver(_tag, re.compile(_rx), list(_first))
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
 
 
 class _Duplicate(Exception):

@@ -93,8 +93,12 @@ def _recompute(granularity: str | None, method: str | None, num_layers: int | No
     if layers % stages:
         return {"recompute": "full"}  # uneven stages: the simulator's own split decides; stay conservative
     per = layers // stages
-    n = min(num_layers, per)
-    return {"recompute": "none", "recompute_layers": (["full"] * n + ["none"] * (per - n)) * stages}
+    if not 0 <= num_layers <= per:
+        raise ConfigError(f"{where} recompute-num-layers = {num_layers} with method 'block' recomputes that many "
+                          f"layers of each pipeline stage, but a stage holds {per} ({layers} layers over {stages} "
+                          f"stages); give at most {per}")
+    n = num_layers
+    return {"recompute_layers": (["full"] * n + ["none"] * (per - n)) * stages}
 
 
 # ----------------------------------------------------------------------------------------- Megatron

@@ -12,8 +12,18 @@ CPython 3.11; ``docs/strategy-file.md`` "Limits" lists them with the same reason
 * Actions: a schedule function emits about 1 M actions/s at about 150 bytes each (``schedules``
   cache comment), and each action lowers to at least one task; ``MAX_ACTIONS`` = 2 M keeps the
   schedule alone under ~2 s and 300 MB.
+* Pipeline stages: costing (collective groups per stage), template lowering and the per-rank reports
+  do Python work per virtual stage before and beside the task count: about 2 ms per stage (a
+  pp 8192, 8192-layer strategy with one microbatch: 16 s for 8,192 stages and 245,769 tasks), so
+  ``MAX_STAGES`` = 16,384 (pp * vpp) is about 35 s, 128x the most stages of a published run (Llama 3
+  405B: pp 16 x 8 chunks).
 * Layers: costing and memory reports do Python work per layer before a task count is known;
   ``MAX_LAYERS`` = 10,000 is 50x the deepest published model we know (Llama 3 405B: 126 layers).
+* Search grid: ``execsim search`` visits every point of its grid (closed-form checks, then the static
+  memory bound) before simulating: about 0.43 ms per point (GPT-3 175B's default space, 10,854
+  points: 4.7 s). ``MAX_GRID_POINTS`` = 600,000 is about 4 minutes, just above the default space over
+  the 29 GPU counts of ``--gpus-range 64:4096`` for Llama-3 70B (516,780 points); narrow it with
+  ``--axis``. Each axis takes at most ``MAX_AXIS_VALUES`` = 64 values.
 * GPUs: cluster placement and collective groups are computed per rank; ``MAX_GPUS`` = 2^20
   (about 1 M GPUs) is 10x the largest published training cluster.
 * Sequence length: ``MAX_SEQ_LEN`` = 2^24 tokens (16 M) keeps attention FLOP and byte counts
@@ -45,6 +55,9 @@ MAX_ACTIONS = 2_000_000
 #: Perfetto UI loads comfortably in a browser tab.
 MAX_TRACE_TASKS = 1_000_000
 MAX_LAYERS = 10_000
+MAX_STAGES = 2 ** 14
+MAX_GRID_POINTS = 600_000
+MAX_AXIS_VALUES = 64
 MAX_GPUS = 2 ** 20
 MAX_SEQ_LEN = 2 ** 24
 MAX_DIM = 2 ** 24
@@ -97,6 +110,20 @@ def check_goodput_events(seeds: int, intervals: int, per_run: float) -> None:
                           f"{per_run:,.0f} = {total:,.0f} events exceeds the limit of {MAX_GOODPUT_EVENTS:,} (about "
                           f"{total / GOODPUT_EVENTS_PER_S:,.0f} s); use fewer seeds (--seeds), one interval "
                           f"(--no-sweep), a shorter run (--days) or fewer failure sources")
+
+
+def check_stages(pp: int, vpp: int, where: str = "parallel") -> None:
+    """Refuse more than ``MAX_STAGES`` virtual stages (pp * vpp) before any per-stage work.
+
+    >>> check_stages(8192, 4)
+    Traceback (most recent call last):
+    ...
+    strategies.errors.ConfigError: parallel: pp*vpp = 8192*4 = 32768 pipeline stages is over the limit of 16,384 (each costs about 2 ms of set-up; docs/strategy-file.md, Limits); use fewer pipeline stages
+    """
+    if pp * vpp > MAX_STAGES:
+        raise ConfigError(f"{where}: pp*vpp = {brief(pp)}*{brief(vpp)} = {brief(pp * vpp)} pipeline stages is over the "
+                          f"limit of {MAX_STAGES:,} (each costs about 2 ms of set-up; docs/strategy-file.md, Limits); "
+                          f"use fewer pipeline stages")
 
 
 #: Tasks a command that runs several simulations (compare, plan-recompute) may build in all: about

@@ -169,8 +169,14 @@ def read_schedule_csv(path_or_text, *, name: str = "custom", stage_to_rank=None)
 def write_schedule_csv(schedule: Schedule) -> str:
     """PyTorch-format CSV text: one line per rank, actions comma separated, no idle cells.
 
-    An overlap entry is written PyTorch-style as ``(<forward>;<backward>)OVERLAP_F_B``.
+    An overlap entry is written PyTorch-style as ``(<forward>;<backward>)OVERLAP_F_B``. A schedule of
+    several pipelines on the same ranks (``Schedule.segments``: DualPipe's two directions) is refused:
+    the format has no way to say where one pipeline ends, so it would read back as one wrong pipeline.
     """
+    if schedule.segments:
+        raise ScheduleError(f"schedule {schedule.name!r} runs {len(schedule.segments)} pipelines (directions) on the "
+                            f"same ranks, which a PyTorch action CSV cannot carry (it would read back as one "
+                            f"pipeline); use --json, or the grid (no flag)")
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     for order in schedule.orders:

@@ -215,8 +215,12 @@ def _section(data: dict, key: str, keys: tuple[str, ...]) -> dict:
     return d
 
 
-def parse_strategy(data: dict, base_dir: str | Path = ".") -> Strategy:
-    """Check a strategy mapping and return a :class:`Strategy`."""
+def parse_strategy(data: dict, base_dir: str | Path = ".", *, written: bool = True) -> Strategy:
+    """Check a strategy mapping and return a :class:`Strategy`.
+
+    ``written``: ``data`` is what a user wrote (a file, ``--set``), so a setting given where it does
+    not apply is refused too (:func:`_check_applies`); False for a mapping rebuilt from a
+    :class:`Strategy` with every field filled in (:func:`check_strategy`)."""
     check_keys(data, TOP_KEYS, "")
     if "goodput" in data:  # a whole run with failures (execsim goodput); schema in strategies/goodput_file.py
         from strategies.goodput_file import parse_goodput
@@ -323,7 +327,7 @@ def parse_strategy(data: dict, base_dir: str | Path = ".") -> Strategy:
         p2p_host_gap_us=get_float(o, "p2p_host_gap_us", "options", default=P2P_HOST_GAP_US),
         moe_imbalance=get_float(o, "moe_imbalance", "options", default=1.0, minimum=1.0),
         moe_capacity_factor=None if o.get("moe_capacity_factor") is None else get_float(
-            o, "moe_capacity_factor", "options", positive=True),
+            o, "moe_capacity_factor", "options", minimum=1.0),
         moe_max_nodes=None if o.get("moe_max_nodes") is None else get_int(
             o, "moe_max_nodes", "options", minimum=1, maximum=4096,
             why=" (nodes a token's experts may span; DeepSeek-V3 uses 4)"),
@@ -336,7 +340,27 @@ def parse_strategy(data: dict, base_dir: str | Path = ".") -> Strategy:
             o, "reshard_after_forward", "options"),
         price_per_gpu_hour_usd=get_float(o, "price_per_gpu_hour_usd", "options", default=None, positive=True),
     )
+    if written:
+        _check_applies(t, o, par, tr, opt)
     return Strategy(data["model"], data["cluster"], par, sched, csv, tr, opt, str(base_dir), data)
+
+
+def _check_applies(t: dict, o: dict, par: ParallelSpec, tr: TrainingSpec, opt: OptionsSpec) -> None:
+    """Settings the user wrote that the rest of the file makes meaningless are refused, not ignored
+    (``parallel.ep`` on a dense model is the model; the checks that need the model or the GPU are in
+    ``taskgraph.plan.resolve``). ``t``, ``o``: the training and options sections as written."""
+    if "recompute" in t and "recompute_layers" in t:
+        raise ConfigError(f"training.recompute = {brief(tr.recompute)} and training.recompute_layers are both given; "
+                          f"recompute_layers sets every layer's policy: drop one of them")
+    if o.get("fp8_recipe") is not None and tr.precision != "fp8":
+        raise ConfigError(f"options.fp8_recipe = {brief(opt.fp8_recipe)} applies to training.precision: fp8 (it is "
+                          f"{tr.precision!r}); set precision: fp8 or drop fp8_recipe")
+    if o.get("reshard_after_forward") is not None and par.zero < 3:
+        raise ConfigError(f"options.reshard_after_forward = {str(opt.reshard_after_forward).lower()} applies to ZeRO-3 "
+                          f"/ FSDP (sharded parameters), but parallel.zero = {par.zero}; set zero: 3 or drop it")
+    if o.get("pair_comm_sms") is not None and opt.pair_overlap != "concurrent":
+        raise ConfigError(f"options.pair_comm_sms = {opt.pair_comm_sms} applies to options.pair_overlap: concurrent "
+                          f"(it is {opt.pair_overlap!r}); set pair_overlap: concurrent or drop pair_comm_sms")
 
 
 def check_strategy(strategy: Strategy) -> None:
@@ -357,12 +381,29 @@ def check_strategy(strategy: Strategy) -> None:
                                                                        "csv": strategy.schedule_csv}
     parse_strategy({"model": strategy.model, "cluster": strategy.cluster, "parallel": section(strategy.parallel),
                     "schedule": sched, "training": section(strategy.training),
-                    "options": section(strategy.options)}, ".")
+                    "options": section(strategy.options)}, ".", written=False)
 
 
 def load_strategy(path) -> Strategy:
     data = load_mapping(path, "strategy file")
     return parse_strategy(data, Path(path).parent)
+
+
+#: The shipped examples (installed with the package: pyproject.toml package-data).
+EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
+
+
+def example_path(name: str) -> str:
+    """The absolute path of a shipped example file, so code that reads one runs from any folder.
+
+    >>> Path(example_path("gpt3-175b-1024-a100.yaml")).is_file()
+    True
+    """
+    p = EXAMPLES_DIR / name
+    if not p.is_file() or p.parent != EXAMPLES_DIR:
+        names = sorted(x.name for x in EXAMPLES_DIR.glob("*.yaml"))
+        raise ConfigError(f"example {brief(name)} is not one of {', '.join(names)}{did_you_mean(name, names)}")
+    return str(p)
 
 
 def is_strategy(data: dict) -> bool:
@@ -371,4 +412,4 @@ def is_strategy(data: dict) -> bool:
 
 
 __all__ = ["Strategy", "ParallelSpec", "TrainingSpec", "OptionsSpec", "parse_strategy", "load_strategy", "check_strategy",
-           "is_strategy", "did_you_mean"]
+           "is_strategy", "did_you_mean", "example_path", "EXAMPLES_DIR"]

@@ -87,7 +87,7 @@ def _hf_common(c: _HF, *, mlp: str = "swiglu", tied_default: bool = False) -> di
         layers=c.int("num_hidden_layers"), hidden=c.int("hidden_size"), heads=heads,
         kv_heads=c.int("num_key_value_heads", heads), head_dim=c.int("head_dim", None),
         ffn=c.int("intermediate_size"), vocab=c.int("vocab_size"), mlp=mlp, norm="rmsnorm",
-        position="rope", max_seq=c.int("max_position_embeddings", 2048),
+        position="rope", max_seq=c.int("max_position_embeddings", None),
         tied_embeddings=c.bool("tie_word_embeddings", tied_default), bias=c.bool("mlp_bias", False),
         qkv_bias=c.bool("attention_bias", False), dropout=dropout > 0)
 
@@ -96,11 +96,24 @@ def _hf_window(c: _HF, kw: dict, *, every: int = 0) -> None:
     """Sliding-window attention on all layers (Mistral 7B v0.1, Phi-3) or on all but every
     ``every``-th layer (Gemma 2/3); ``layer_types`` (newer configs) is read when present."""
     w = c.int("sliding_window", 0, minimum=0)
+    types = c.d.get("layer_types")
+    c.used.add("layer_types")
+    if types is not None:  # HF: one of "full_attention" / "sliding_attention" per layer
+        kinds = ("full_attention", "sliding_attention")
+        if not isinstance(types, list) or not all(isinstance(t, str) and t in kinds for t in types):
+            bad = next((t for t in types if not (isinstance(t, str) and t in kinds)), None) \
+                if isinstance(types, list) else types
+            raise ConfigError(f"{c.where} layer_types = {brief(types)} must be a list with one of {', '.join(kinds)} "
+                              f"per layer ({brief(bad)} is not){did_you_mean(str(bad), kinds)}")
+        if len(types) != kw["layers"]:
+            raise ConfigError(f"{c.where} layer_types has {len(types)} entries but num_hidden_layers = "
+                              f"{kw['layers']}; give one per layer")
+        if "sliding_attention" in types and not w:
+            raise ConfigError(f"{c.where} layer_types has sliding_attention layers but sliding_window is "
+                              f"{c.d.get('sliding_window')!r}; set the window size or make every layer full_attention")
     if not w:
         return
     kw["sliding_window"] = w
-    types = c.d.get("layer_types")
-    c.used.add("layer_types")
     if isinstance(types, list) and types:
         glob = [i for i, t in enumerate(types) if t == "full_attention"]
         if glob:
@@ -157,6 +170,10 @@ def _hf_qwen3_moe(c: _HF) -> dict:
     c.used.add("mlp_only_layers")
     if not isinstance(dense, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in dense):
         raise ConfigError(f"{c.where} mlp_only_layers = {str(dense)[:60]} must be a list of layer indices")
+    out = [i for i in dense if not 0 <= i < kw["layers"]]
+    if out:
+        raise ConfigError(f"{c.where} mlp_only_layers has {brief(out)}: layer indices must be in 0..{kw['layers'] - 1} "
+                          f"(num_hidden_layers = {kw['layers']})")
     # HF Qwen3MoeDecoderLayer: MoE when layer not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0
     moe = tuple(i for i in range(kw["layers"]) if i not in dense and (i + 1) % step == 0)
     kw.update(experts=E, top_k=c.int("num_experts_per_tok"), expert_ffn=c.int("moe_intermediate_size"),
@@ -273,7 +290,7 @@ def load_hf_config(path_or_dict: Any, name: str | None = None, *, unused: list |
         top_name = d.get("_name_or_path")
         d = dict(d["text_config"])
         d.setdefault("_name_or_path", top_name)
-    c = _HF(d)
+    c = _HF(d, "config.json" if isinstance(path_or_dict, dict) else Path(path_or_dict).name)
     kw = HF_ARCHITECTURES[arch](c)
     kw["name"] = name or d.get("_name_or_path") or arch
     spec = ModelSpec(**kw)

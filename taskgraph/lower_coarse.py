@@ -495,7 +495,7 @@ def _build_layout(schedule: Schedule, ax: ActionIndex, shape: tuple) -> Layout:
         return nxt - 1
 
     for r in range(P):
-        stages = [s for s in range(S) if s2r[s] == r]
+        stages = schedule.rank_stages[r]
         last = int(exit_[ax.rank_last[r]])
         dp_dev = 3 * r + 2
         if not ogr:

@@ -344,7 +344,7 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
 
     # Epilogue per rank: (non-overlapped) gradient reduction, optimizer step, parameter gather.
     for r in range(schedule.pp):
-        stages = [s for s in range(schedule.num_stages) if schedule.stage_to_rank[s] == r]
+        stages = schedule.rank_stages[r]
         last = _last_task_of_rank(schedule, tasks, r)
         dpdev = b.device_index(f"rank{r}/dp")
         cdev = b.device_index(f"rank{r}/compute")

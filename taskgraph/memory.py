@@ -73,7 +73,7 @@ def params_per_gpu(plan) -> dict[int, int]:
     out = {}
     for r in range(sched.pp):
         total = 0
-        stages = [st for st in range(sched.num_stages) if sched.stage_to_rank[st] == r]
+        stages = sched.rank_stages[r]
         for st in stages:
             for li in plan.stage_layers(st):
                 key = plan.model.layer_kind(li)

@@ -88,8 +88,10 @@ class ModelSpec:
     """'layernorm' (weight+bias) or 'rmsnorm' (weight only, Zhang & Sennrich 2019)."""
     position: str = "learned"
     """'learned' absolute position embeddings (max_seq x h params), 'rope' or 'alibi' (no params)."""
-    max_seq: int = 2048
-    """Longest sequence the model supports (size of the learned position table), tokens."""
+    max_seq: int | None = None
+    """Longest sequence the model supports, tokens: the size of the learned position table (default
+    2048 with ``position: learned``), or the trained context of a RoPE / ALiBi model
+    (``max_position_embeddings``); None = not stated (no limit is checked)."""
     bias: bool = True
     """Linear layers (attention output projection, MLP) carry biases."""
     qkv_bias: bool | None = None
@@ -147,7 +149,9 @@ class ModelSpec:
         w = f"model {brief(self.name)}:"
         if not isinstance(self.name, str) or not self.name:
             raise ConfigError(f"model.name = {brief(self.name)} must be a non-empty string")
-        for f in ("layers", "hidden", "heads", "vocab", "max_seq"):
+        if self.max_seq is None and self.position == "learned":
+            set_("max_seq", 2048)
+        for f in ("layers", "hidden", "heads", "vocab") + (("max_seq",) if self.max_seq is not None else ()):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"{w} model.{f} = {brief(v)} must be a positive integer")
@@ -196,6 +200,10 @@ class ModelSpec:
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ConfigError(f"{w} model.{f} = {brief(v)} must be a non-negative integer")
+        if self.layers + self.mtp_layers > MAX_LAYERS:  # each MTP module is one more transformer layer to cost
+            raise ConfigError(f"{w} model.mtp_layers = {self.mtp_layers} (num_nextn_predict_layers in a Hugging Face "
+                              f"config.json) makes {self.layers} + {self.mtp_layers} layers, over the limit of "
+                              f"{MAX_LAYERS:,} (docs/strategy-file.md, Limits); DeepSeek-V3 uses 1")
         cap = self.logit_softcap
         if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0 <= cap < float("inf"):
             raise ConfigError(f"{w} model.logit_softcap = {brief(cap)} must be a finite number >= 0 (0 = off)")

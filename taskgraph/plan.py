@@ -7,13 +7,15 @@ the field, the value and a fix.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from strategies.actions import Schedule
 from strategies.config import did_you_mean
 from strategies.errors import ConfigError, ScheduleError, brief, cut
-from strategies.limits import MAX_TOKENS_PER_MICROBATCH, check_actions
+from strategies.limits import MAX_TOKENS_PER_MICROBATCH, check_actions, check_stages
 from strategies.schedules import SCHEDULES, get_schedule
 from strategies.strategy_file import Strategy
 from taskgraph.cost import DTYPE_BYTES  # noqa: F401  (re-exported: the one element-size table)
@@ -67,8 +69,14 @@ class Plan:
         """Global indices of the transformer layers in ``stage`` (counted from the first stage of its
         pipeline segment: DualPipe's second direction holds the same layers again)."""
         first = self.schedule.stage_segment(stage)[0] if self.schedule.segments else 0
-        start = sum(self.layers_per_stage[first:stage])
+        cum = self._layer_offsets
+        start = cum[stage] - cum[first]
         return range(start, start + self.layers_per_stage[stage])
+
+    @cached_property
+    def _layer_offsets(self) -> tuple[int, ...]:
+        """Prefix sums of layers_per_stage (stage_layers in O(1), not O(stages), per call)."""
+        return tuple(itertools.accumulate(self.layers_per_stage, initial=0))
 
 
 def _divisors(n: int) -> list[int]:
@@ -160,6 +168,13 @@ def resolve(strategy: Strategy) -> Plan:
                           f"balancing splits each rank's share in two)")
     if ep > 1 and not model.experts:
         raise ConfigError(f"parallel.ep = {ep} but model {brief(model.name)} has no experts; set ep: 1")
+    written = strategy.raw.get("options") if isinstance(strategy.raw, dict) else None
+    written = written if isinstance(written, dict) else {}
+    moe_opts = [k for k in ("moe_imbalance", "moe_capacity_factor", "moe_max_nodes") if written.get(k) is not None]
+    if moe_opts and not model.experts:
+        raise ConfigError(f"options.{moe_opts[0]} = {brief(written[moe_opts[0]])} applies to MoE models, but model "
+                          f"{brief(model.name)} has no experts; drop {', '.join('options.' + k for k in moe_opts)}")
+
     if model.experts and model.experts % ep:
         raise ConfigError(f"parallel.ep = {ep} must divide model.experts = {model.experts}; choose ep in "
                           f"{_divisors(model.experts)}")
@@ -196,6 +211,11 @@ def resolve(strategy: Strategy) -> Plan:
         raise ConfigError(f"training.micro_batch * seq_len = {tr.micro_batch} * {tr.seq_len} = "
                           f"{tr.micro_batch * tr.seq_len:,} tokens per microbatch is over the limit of "
                           f"{MAX_TOKENS_PER_MICROBATCH:,} (docs/strategy-file.md, Limits); use a smaller micro_batch")
+    if model.max_seq is not None and tr.seq_len > model.max_seq:
+        raise ConfigError(f"training.seq_len = {tr.seq_len} is longer than model {brief(model.name)} supports "
+                          f"(model.max_seq = {model.max_seq}; max_position_embeddings in a Hugging Face config.json); "
+                          f"use seq_len <= {model.max_seq} or raise the model's limit")
+    check_stages(pp, max(vpp, 2) if strategy.schedule in ("zb-v", "dualpipe-v", "dualpipe") else vpp)
     check_actions(pp, max(vpp, 2) if strategy.schedule in ("zb-v", "dualpipe-v", "dualpipe") else vpp, microbatches,
                   f"schedule {brief(strategy.schedule)} (microbatches = global_batch / (micro_batch * dp) = "
                   f"{tr.global_batch} / ({tr.micro_batch} * {dp}))")
@@ -224,7 +244,8 @@ def resolve(strategy: Strategy) -> Plan:
     if opt.fp8_recipe != "tensorwise" and tr.precision != "fp8":
         raise ConfigError(f"options.fp8_recipe = {opt.fp8_recipe!r} needs training.precision: fp8 (it is "
                           f"{tr.precision!r}); set precision: fp8 or drop fp8_recipe")
-    if opt.pair_overlap == "concurrent" and opt.pair_comm_sms >= cluster.gpu.sm_count:
+    if (opt.pair_overlap == "concurrent" or written.get("pair_comm_sms") is not None) and \
+            opt.pair_comm_sms >= cluster.gpu.sm_count:
         raise ConfigError(f"options.pair_comm_sms = {opt.pair_comm_sms} leaves no SMs for compute on "
                           f"{cluster.gpu.name} ({cluster.gpu.sm_count} SMs); use fewer (DeepSeek-V3: 20 of 132)")
     schedule = _schedule(strategy, pp, microbatches, vpp)
@@ -268,7 +289,7 @@ def load_custom_schedule(csv: str, field: str) -> Schedule:
         raise ConfigError(f"{field} = {brief(csv)}: file not found; fix the path (relative paths are read from the "
                           f"input file's folder)")
     try:
-        s = read_schedule_csv(csv)
+        s = read_schedule_csv(Path(csv))  # a Path: a file name with a comma is still a file name
         validate_schedule(s)
         check_deadlock(s)
     except ScheduleError as exc:

@@ -777,3 +777,201 @@ add(
                                       "16777216}", model="{name: a, layers: 2, hidden: 64, heads: 4, vocab: 128, "
                                       "max_seq: 16777216}")}, code=0),
 )
+
+# --------------------------------------------------------------------------- second round (issue 29)
+# Harm: --trace-dir goes through the checked, atomic writer (simulator/outputs/files.py).
+TD = "simulate p.yaml --trace-dir"
+add(
+    Case("r2-tracedir-empty", [*TD.split(), ""], {}, r"--trace-dir '' is empty", "--trace-dir"),
+    Case("r2-tracedir-is-file", f"{TD} ok.csv", {}, r"is a file, not a folder", "ok.csv"),
+    Case("r2-tracedir-missing-parent", f"{TD} no/such/d", {}, r"folder 'no/such' does not exist.*--mkdir", "no/such"),
+    Case("r2-tracedir-readonly-folder", f"{TD} ro", {"ro/keep.txt": "x\n"}, r"--trace-dir 'ro': the folder is not "
+         r"writable", "ro", readonly=("ro",)),
+    Case("r2-tracedir-input-named-rank", "simulate s.yaml --trace-dir .", {"s.yaml": strat(model="rank_0.json"),
+                                                                          "rank_0.json": hf()},
+         r"--trace-dir '\./rank_0\.json' is an input file of this run", "rank_0.json"),
+    Case("r2-tracedir-input-is-strategy", "simulate rank_1.json --trace-dir .", {"rank_1.json": json.dumps(
+         {"pipeline": PIPE})}, r"rank_1\.json' is an input file", "rank_1.json"),
+    Case("r2-tracedir-rank-is-folder", f"{TD} d", {"d/rank_0.json/x": "x\n"}, r"'d/rank_0\.json' is a directory",
+         "rank_0.json"),
+    Case("r2-tracedir-rank-readonly", f"{TD} d", {"d/rank_1.json": "{}\n"}, r"'d/rank_1\.json' is read-only",
+         "rank_1.json", readonly=("d/rank_1.json",)),
+    Case("r2-ok-tracedir", f"{TD} d", {}, code=0, creates=("d/rank_0.json", "d/rank_1.json")),
+    Case("r2-ok-tracedir-overwrite", f"{TD} d", {"d/rank_0.json": "old\n", "d/other.json": "kept\n"}, code=0,
+         creates=("d/rank_0.json", "d/rank_1.json")),
+    Case("r2-ok-tracedir-dot-ranks", f"{TD} . --trace-ranks 1", {}, code=0, creates=("rank_1.json",)),
+)
+# Work proportional to a number the user gives: bounded before the work.
+add(
+    Case("r2-trace-ranks-huge", f"{TD} d --trace-ranks 0-99999999999999", {}, r"names a rank over the limit of "
+         r"1,048,575", "--trace-ranks"),
+    Case("r2-trace-ranks-many-ranges", ["simulate", "p.yaml", "--trace", "t.json", "--trace-ranks",
+                                        ",".join(["0-1048575"] * 2000)], {}, r"names rank 1048575 but this run "
+         r"simulates ranks 0-1", "--trace-ranks"),
+    Case("r2-trace-ranks-outside-run", f"{TD} d --trace-ranks 0,7", {}, r"names rank 7 but this run simulates ranks "
+         r"0-1", "--trace-ranks"),
+    Case("r2-trace-ranks-unicode-digit", ["simulate", "p.yaml", "--trace", "t.json", "--trace-ranks", "\u0663"], {},
+         r"is not a rank or a range", "--trace-ranks"),
+    Case("r2-mtp-layers-huge", SIM, {"s.yaml": strat(model="{name: a, layers: 2, hidden: 64, heads: 4, vocab: 128, "
+                                     "mtp_layers: 100000}")}, r"model\.mtp_layers = 100000 .* over the limit of 10,000",
+         "mtp_layers"),
+    Case("r2-stages-limit", SIM, {"s.yaml": strat(cluster="{preset: dgx-h100, nodes: 4096}",
+                                                  parallel="{tp: 1, pp: 8192, vpp: 4}",
+                                                  training="{micro_batch: 1, global_batch: 4, seq_len: 128}")},
+         r"pp\*vpp = 8192\*4 = 32768 pipeline stages is over the limit of 16,384", "pp*vpp"),
+    Case("r2-input-dev-zero", "simulate /dev/zero", {}, r"'/dev/zero' is not a regular file", "/dev/zero"),
+    Case("r2-model-dev-null", SIM, {"s.yaml": strat(model="/dev/null")}, r"model file '/dev/null' is not a regular "
+         r"file", "/dev/null"),
+    Case("r2-csv-dev-zero", PSIM, {"p.yaml": pipe(schedule="custom", schedule_csv="/dev/zero")},
+         r"not a regular file|file not found", "/dev/zero"),
+)
+# Internal errors that must be one clear line.
+add(
+    Case("r2-cluster-gpu-aliases-int", SIM, {"s.yaml": strat(cluster="{preset: dgx-h100, nodes: 1, gpu: {base: "
+                                             "H100-SXM-80GB, aliases: 5}}")},
+         r"^execsim: error: cluster\.gpu: field 'aliases' = 5 must be a list of strings", "aliases"),
+    Case("r2-cluster-gpu-aliases-dict", SIM, {"s.yaml": strat(cluster="{preset: dgx-h100, nodes: 1, gpu: {base: "
+                                              "H100-SXM-80GB, aliases: {a: 1}}}")}, r"must be a list of strings",
+         "cluster.gpu"),
+)
+# Silently accepted before: settings that do not apply are refused, naming the field and the fix.
+MOE = "{name: a, layers: 2, hidden: 64, heads: 4, vocab: 128, experts: 4, top_k: 1}"
+for key, val in (("moe_imbalance", "1.5"), ("moe_capacity_factor", "1.25"), ("moe_max_nodes", "2")):
+    add(Case(f"r2-dense-{key}", SIM, {"s.yaml": strat() + f"options: {{{key}: {val}}}\n"},
+             rf"options\.{key} = {val} applies to MoE models, but model 'tiny' has no experts", f"options.{key}"))
+add(
+    Case("r2-moe-capacity-below-1", SIM, {"s.yaml": strat(model=MOE, parallel="{tp: 2, pp: 2, sp: true}") +
+                                          "options: {moe_capacity_factor: 0.5}\n"},
+         r"options\.moe_capacity_factor = 0\.5 must be >= 1", "moe_capacity_factor"),
+    Case("r2-ok-moe-options", SIM, {"s.yaml": strat(model=MOE, parallel="{tp: 2, pp: 2, sp: true}") +
+                                    "options: {moe_imbalance: 1.5, moe_capacity_factor: 1.25}\n"}, code=0, bound=5000),
+    Case("r2-fp8-recipe-fp16", SIM, {"s.yaml": strat(training="{micro_batch: 1, global_batch: 8, seq_len: 128, "
+                                     "precision: fp16}") + "options: {fp8_recipe: tensorwise}\n"},
+         r"options\.fp8_recipe = 'tensorwise' applies to training\.precision: fp8 \(it is 'fp16'\)", "fp8_recipe"),
+    Case("r2-fp8-recipe-bf16", SIM, {"s.yaml": strat() + "options: {fp8_recipe: blockwise}\n"},
+         r"applies to training\.precision: fp8", "options.fp8_recipe"),
+    Case("r2-reshard-zero0", SIM, {"s.yaml": strat() + "options: {reshard_after_forward: true}\n"},
+         r"options\.reshard_after_forward = true applies to ZeRO-3 .* parallel\.zero = 0", "reshard_after_forward"),
+    Case("r2-reshard-zero1", SIM, {"s.yaml": strat(parallel="{tp: 2, pp: 2, zero: 1}") +
+                                   "options: {reshard_after_forward: false}\n"}, r"parallel\.zero = 1",
+         "reshard_after_forward"),
+    Case("r2-pair-sms-serial", SIM, {"s.yaml": strat() + "options: {pair_comm_sms: 20}\n"},
+         r"options\.pair_comm_sms = 20 applies to options\.pair_overlap: concurrent", "pair_comm_sms"),
+    Case("r2-pair-sms-over-gpu", SIM, {"s.yaml": strat() + "options: {pair_overlap: concurrent, pair_comm_sms: 500}\n"},
+         r"options\.pair_comm_sms = 500 leaves no SMs for compute on H100-SXM-80GB \(132 SMs\)", "pair_comm_sms"),
+    Case("r2-price-pipeline", f"{PSIM} --price 2.5", {}, r"--price 2\.5 applies to strategy files.*pipeline "
+         r"description", "--price"),
+    Case("r2-fidelity-pipeline", f"{PSIM} --fidelity coarse", {}, r"--fidelity coarse applies to strategy files",
+         "--fidelity"),
+    Case("r2-fidelity-pipeline-report", "report p.yaml -o r.html --fidelity operator", {}, r"--fidelity operator "
+         r"applies to strategy files", "--fidelity"),
+    Case("r2-fidelity-pipeline-compare", "compare p.yaml --schedules 1f1b,gpipe --fidelity coarse", {},
+         r"--fidelity coarse applies to strategy files", "--fidelity"),
+    Case("r2-recompute-and-layers", SIM, {"s.yaml": strat(training="{micro_batch: 1, global_batch: 8, seq_len: 128, "
+                                          "recompute: full, recompute_layers: [full, none]}")},
+         r"training\.recompute = 'full' and training\.recompute_layers are both given", "recompute_layers"),
+    Case("r2-ok-recompute-layers-alone", SIM, {"s.yaml": strat(training="{micro_batch: 1, global_batch: 8, "
+                                               "seq_len: 128, recompute_layers: [full, none]}")}, code=0),
+    Case("r2-seq-len-over-hf-max", SIM, {"s.yaml": strat(model="hf.json"), "hf.json": hf(max_position_embeddings=64)},
+         r"training\.seq_len = 128 is longer than model .* supports \(model\.max_seq = 64; "
+         r"max_position_embeddings", "max_position_embeddings"),
+    Case("r2-ok-hf-no-max-position", SIM, {"s.yaml": strat(model="hf.json"), "hf.json": hf(max_position_embeddings=None)},
+         code=0),
+    Case("r2-schedule-dualpipe-csv", "schedule --schedule dualpipe --pp 4 --microbatches 8 --vpp 2 --csv", {},
+         r"'dualpipe' runs 2 pipelines .* PyTorch action CSV cannot carry", "--json", bound=10_000),
+    Case("r2-ok-schedule-dualpipe-json", "schedule --schedule dualpipe --pp 4 --microbatches 8 --vpp 2 --json", {},
+         code=0, bound=10_000),
+)
+HF_MOE = dict(architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", num_experts=4, num_experts_per_tok=1,
+              moe_intermediate_size=32, head_dim=16)
+HF_GEMMA = dict(architectures=["Gemma2ForCausalLM"], model_type="gemma2", head_dim=16, sliding_window=64)
+MOE_PAR = "{tp: 2, pp: 2, sp: true}"
+add(
+    Case("r2-hf-mlp-only-layers-out", SIM, {"s.yaml": strat(model="hf.json", parallel=MOE_PAR),
+                                            "hf.json": hf(**HF_MOE, mlp_only_layers=[99])},
+         r"hf\.json mlp_only_layers has \[99\]: layer indices must be in 0\.\.1", "mlp_only_layers"),
+    Case("r2-ok-hf-mlp-only-layers", SIM, {"s.yaml": strat(model="hf.json", parallel=MOE_PAR),
+                                           "hf.json": hf(**HF_MOE, mlp_only_layers=[1])}, code=0, bound=5000),
+    Case("r2-hf-layer-types-string", SIM, {"s.yaml": strat(model="hf.json"), "hf.json": hf(**HF_GEMMA,
+                                           layer_types="full")}, r"layer_types = 'full' must be a list", "layer_types"),
+    Case("r2-hf-layer-types-typo", SIM, {"s.yaml": strat(model="hf.json"), "hf.json": hf(
+         **HF_GEMMA, layer_types=["sliding_attention", "full_atention"])}, r"'full_atention' is not\) \(did you mean "
+         r"'full_attention'\?\)", "layer_types"),
+    Case("r2-hf-layer-types-length", SIM, {"s.yaml": strat(model="hf.json"), "hf.json": hf(
+         **HF_GEMMA, layer_types=["sliding_attention", "full_attention", "full_attention"])},
+         r"layer_types has 3 entries but num_hidden_layers = 2", "layer_types"),
+    Case("r2-hf-layer-types-no-window", SIM, {"s.yaml": strat(model="hf.json"), "hf.json": hf(
+         **{**HF_GEMMA, "sliding_window": None}, layer_types=["sliding_attention", "full_attention"])},
+         r"sliding_attention layers but sliding_window is None", "layer_types"),
+    Case("r2-ok-hf-layer-types", SIM, {"s.yaml": strat(model="hf.json"), "hf.json": hf(
+         **HF_GEMMA, layer_types=["sliding_attention", "full_attention"])}, code=0, bound=5000),
+)
+# YAML 1.1 oddities: read by the YAML 1.2 core schema, so they stay text and the field check says so.
+add(
+    Case("r2-yaml-sexagesimal", SIM, {"s.yaml": strat(training="{micro_batch: 1, global_batch: 8, seq_len: 2:08}")},
+         r"training\.seq_len = '2:08' must be an integer \(it was read as text", "training.seq_len"),
+    Case("r2-yaml-underscore", SIM, {"s.yaml": strat(training="{micro_batch: 1, global_batch: 8, seq_len: 1_28}")},
+         r"training\.seq_len = '1_28' must be an integer", "training.seq_len"),
+    Case("r2-yaml-yes", SIM, {"s.yaml": strat(parallel="{tp: 2, pp: 2, sp: yes}")},
+         r"parallel\.sp = 'yes' must be true or false \(YAML 1\.2", "parallel.sp"),
+    Case("r2-yaml-on-option", SIM, {"s.yaml": strat() + "options: {flash_attention: on}\n"},
+         r"options\.flash_attention = 'on' must be true or false", "options.flash_attention"),
+    Case("r2-yaml-leading-zero", SIM, {"s.yaml": strat(training="{micro_batch: 1, global_batch: 010, seq_len: 128}")},
+         r"the number 010 has a leading zero", "s.yaml"),
+    Case("r2-yaml-set-sexagesimal", f"{SIM} --set training.seq_len=2:08", {}, r"'2:08' must be an integer",
+         "training.seq_len"),
+    Case("r2-yaml-quoted-number", SIM, {"s.yaml": strat(training="{micro_batch: 1, global_batch: 8, seq_len: 128, "
+                                        "train_tokens: '1e12'}")}, r"train_tokens = '1e12' must be a number \(it was "
+         r"read as text", "train_tokens"),
+    Case("r2-ok-yaml-1e12", SIM, {"s.yaml": strat(training="{micro_batch: 1, global_batch: 8, seq_len: 128, "
+                                  "train_tokens: 1e12}")}, code=0),
+    Case("r2-ok-yaml-set-1e12", f"{SIM} --set training.train_tokens=1e12", {}, code=0),
+    Case("r2-ok-yaml-octal-explicit", SIM, {"s.yaml": strat(training="{micro_batch: 1, global_batch: 0o10, "
+                                            "seq_len: 128}")}, code=0),
+)
+# Search flags: checked before the search, bounded before the work.
+SE = "search s.yaml"
+add(
+    Case("r2-search-axis-zero-4", f"{SE} --axis zero=4", {}, r"--axis zero value '4' must be a ZeRO stage", "zero"),
+    Case("r2-search-axis-twice", f"{SE} --axis tp=1 --axis tp=2", {}, r"--axis tp is given twice", "--axis tp"),
+    Case("r2-search-axis-many", ["search", "s.yaml", "--axis", "micro_batch=" + ",".join(map(str, range(1, 30001)))],
+         {}, r"--axis micro_batch lists more than 64 values", "micro_batch"),
+    Case("r2-search-axis-repeated-value", f"{SE} --axis tp=2,2", {}, r"--axis tp lists 2 twice", "--axis tp"),
+    Case("r2-search-axis-huge-value", f"{SE} --axis pp=99999999999", {}, r"must be a whole number in 1\.\.1,048,576",
+         "pp"),
+    Case("r2-search-axis-schedule", f"{SE} --axis schedule=1f1c", {}, r"--axis schedule value '1f1c' is not one of "
+         r".*did you mean '1f1b'", "schedule"),
+    Case("r2-search-axis-many-flags", ["search", "s.yaml"] + ["--axis", "tp=2"] * 30000, {}, r"--axis tp is given "
+         r"twice", "--axis tp"),
+    Case("r2-search-top-0", f"{SE} --top 0", {}, r"--top 0 must be >= 1", "--top"),
+    Case("r2-search-budget-exhaustive", f"{SE} --budget 5", {}, r"--budget 5 applies to --method mcmc", "--budget"),
+    Case("r2-search-start-exhaustive", f"{SE} --start random", {}, r"--start random applies to --method mcmc",
+         "--start"),
+    Case("r2-search-ray-address-local", f"{SE} --ray-address 10.0.0.1:6379", {}, r"--ray-address .* applies to "
+         r"--backend ray", "--ray-address"),
+    Case("r2-search-jobs-many", f"{SE} --jobs 100000", {}, r"--jobs 100000 is more worker processes than the \d+ "
+         r"CPU", "--jobs"),
+    Case("r2-search-train-tokens-inf", f"{SE} --train-tokens inf", {}, r"--train-tokens inf must be a positive finite",
+         "--train-tokens"),
+    Case("r2-search-deadline-nan", f"{SE} --deadline-days nan --train-tokens 1e9", {}, r"--deadline-days nan must be "
+         r"a positive finite", "--deadline-days"),
+    Case("r2-search-gpus-range-huge", f"{SE} --gpus-range 1:1000000000", {}, r"B = '1000000000' GPUs is over the "
+         r"limit of 1,048,576", "--gpus-range"),
+    Case("r2-search-grid-huge", [*SE.split(), "--gpus-range", "8:4096", "--axis", "micro_batch=" + ",".join(
+         map(str, range(1, 65))), "--axis", "vpp=" + ",".join(map(str, range(1, 65))), "--axis",
+         "schedule=1f1b,gpipe,zb-h1,interleaved-1f1b,looped-bfs,zb-v,dualpipe-v"], {},
+         r"the search grid has [\d,]+ points over \d+ GPU count\(s\), over the limit of 600,000", "--axis"),
+    Case("r2-search-budget-over-grid", f"{SE} --method mcmc --budget 1000000000 --axis tp=2 --axis micro_batch=1 "
+         f"--axis recompute=none --axis zero=0 --axis pp=2 --axis vpp=1", {},
+         r"--budget 1000000000 is more than the \d+ candidates", "--budget"),
+)
+# Valid input that was refused.
+add(
+    Case("r2-ok-csv-comma-in-name", PSIM, {"p.yaml": pipe(schedule="custom", schedule_csv="a,b.csv"),
+                                           "a,b.csv": BASE_FILES["ok.csv"]}, code=0),
+    Case("r2-import-block-recompute-over-stage", "import megatron m.sh --cluster dgx-h100 --nodes 1",
+         {"m.sh": "pretrain_gpt.py --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 128 "
+                  "--max-position-embeddings 128 --micro-batch-size 1 --global-batch-size 8 --vocab-size 128 "
+                  "--recompute-granularity full --recompute-method block --recompute-num-layers 100\n"},
+         r"recompute-num-layers = 100 with method 'block' .* a stage holds 4", "recompute-num-layers"),
+)

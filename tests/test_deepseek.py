@@ -70,12 +70,13 @@ def test_moe_max_nodes_bad_values_one_error(tmp_path, bad):
         _moe_strategy(tmp_path, moe_max_nodes=bad)
 
 
-def _moe_strategy(tmp_path, schedule="1f1b", pp=2, vpp=1, gb=16, nodes=2, cluster_gpn=8, **options):
+def _moe_strategy(tmp_path, schedule="1f1b", pp=2, vpp=1, gb=16, nodes=2, cluster_gpn=8, precision="bf16",
+                  **options):
     from strategies.strategy_file import parse_strategy
     cluster = {"preset": "dgx-h100", "nodes": nodes * 8 // cluster_gpn, "gpus_per_node": cluster_gpn}
     return parse_strategy({"model": {"preset": "mixtral-8x7b", "layers": 4}, "cluster": cluster,
                            "parallel": {"tp": 1, "pp": pp, "vpp": vpp, "ep": 8}, "schedule": schedule,
-                           "training": {"micro_batch": 1, "global_batch": gb, "seq_len": 2048},
+                           "training": {"micro_batch": 1, "global_batch": gb, "seq_len": 2048, "precision": precision},
                            "options": options}, tmp_path)
 
 
@@ -177,10 +178,7 @@ def test_blockwise_fp8_dispatch_and_cache(tmp_path):
     kw = dict(nodes=4, cluster_gpn=4, moe_max_nodes=1)
 
     def experts(**opt):
-        s = _moe_strategy(tmp_path, **kw, **opt)
-        if opt.get("fp8_recipe"):
-            import dataclasses
-            s = dataclasses.replace(s, training=dataclasses.replace(s.training, precision="fp8"))
+        s = _moe_strategy(tmp_path, **kw, **opt, precision="fp8" if opt.get("fp8_recipe") else "bf16")
         w = build_work(resolve(s))
         return next(o for l in w.stages[0].layers for o in l.ops if o.name == "moe_experts")
 
@@ -193,7 +191,7 @@ def test_blockwise_fp8_dispatch_and_cache(tmp_path):
 
 def test_fp8_recipe_needs_fp8(tmp_path):
     from taskgraph.plan import resolve
-    with pytest.raises(ConfigError, match="options.fp8_recipe = 'blockwise' needs training.precision: fp8"):
+    with pytest.raises(ConfigError, match="options.fp8_recipe = 'blockwise' applies to training.precision: fp8"):
         resolve(_moe_strategy(tmp_path, fp8_recipe="blockwise"))
     with pytest.raises(ConfigError, match="options.fp8_recipe"):
         _moe_strategy(tmp_path, fp8_recipe="rowwise")

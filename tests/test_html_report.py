@@ -34,7 +34,17 @@ def test_self_contained_and_deterministic():
     assert a == b  # byte-identical for identical inputs
     assert "<script src" not in a and "<link" not in a and "@import" not in a
     assert not re.search(r"(src|href)\s*=\s*['\"]?(https?:)?//", a)  # nothing fetched from the network
-    assert a.count("<canvas") == 2 and "<svg" in a
+    assert a.count("<canvas") == 1 and "<svg" in a  # the Gantt; no memory panel without activation sizes
+
+
+def test_memory_panel_only_with_memory():
+    """A pipeline file without activation sizes has no memory to draw: no empty memory panel. With
+    memory the panel is there and its time axis gets tick labels (niceTicks over [0, makespan])."""
+    bare = html_report(pipe_sim())
+    assert "<h2>Memory</h2>" not in bare and "id='mem'" not in bare and bare.count("<canvas") == 1
+    with_mem = html_report(pipe_sim(activation=(3e8,) * 8))
+    assert "<h2>Memory</h2>" in with_mem and with_mem.count("<canvas") == 2
+    assert "niceTicks(0, T * 1.01, 8).forEach" in with_mem
 
 
 def test_numbers_come_from_the_report():
@@ -76,10 +86,14 @@ def test_cli_report_and_simulate_html(tmp_path, capsys):
 
 @pytest.mark.skipif(shutil.which("chromium") is None,
                     reason="headless browser test needs Chromium: apt-get install -y chromium (Debian package)")
-def test_renders_in_headless_chromium(tmp_path):
+@pytest.mark.parametrize("memory", [False, True], ids=["no-memory", "memory-panel"])
+def test_renders_in_headless_chromium(tmp_path, memory):
     from matplotlib.image import imread
     page = tmp_path / "report.html"
-    assert main(["report", PIPE, "-o", str(page)]) == 0
+    if memory:  # the memory panel with its time-axis ticks runs too
+        page.write_text(html_report(pipe_sim(activation=(3e8,) * 8), source=PIPE))
+    else:
+        assert main(["report", PIPE, "-o", str(page)]) == 0
     shot = tmp_path / "shot.png"
     p = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                         "--enable-logging=stderr", "--v=0", "--virtual-time-budget=3000", "--window-size=1200,1400",

@@ -304,3 +304,16 @@ def test_moe_rules_and_expert_axis():
     assert [(c.tp, c.ep, c.sp, c.dp) for c in cands] == [(1, 1, False, 64), (1, 8, False, 64), (2, 1, True, 32),
                                                          (2, 8, True, 32)]
     assert stats.invalid == 12 - 4
+
+
+def test_pareto_plot_has_colour_bars_for_headroom_and_gpus(l8):
+    """Both panels' colours are explained: a colour bar for memory headroom and one for the GPU count."""
+    import matplotlib.pyplot as plt
+    from simulator.search.plots import pareto_figure
+    sp = SearchSpace(tp=(1, 2), pp=(1,), vpp=(1,), cp=(1,), micro_batch=(1,), zero=(1,), recompute=("none",))
+    r = search(l8, space=sp, gpus_range=(4, 8), jobs=1)
+    fig, n = pareto_figure(r)
+    labels = [a.get_ylabel() for a in fig.axes]
+    plt.close(fig)
+    assert labels.count("GPUs") == 1 and labels.count("memory headroom per GPU (GiB)") == 2
+    assert len(fig.axes) == 4 and n >= 1

@@ -33,7 +33,10 @@ def test_hta_layout_exact():
     assert len(k) == 6 + 3  # 3 F + 3 B on compute, 3 sends on link 1->0
     f0 = next(e for e in k if e["name"] == "F s1 mb0")
     assert (f0["ts"], f0["dur"], f0["args"]["stream"], f0["tid"]) == (1100, 1000, COMPUTE_STREAM, COMPUTE_STREAM)
-    assert {e["args"]["stream"] for e in k if e["name"].startswith("nccl:")} == {20}
+    assert {e["args"]["stream"] for e in k if e["name"].startswith("ncclDevKernel_")} == {20}
+    assert sorted({e["name"] for e in k if e["args"]["stream"] == 20}) == [  # HTA's ^nccl.*Kernel matches
+        "ncclDevKernel_SendRecv(send-grad s1 mb0)", "ncclDevKernel_SendRecv(send-grad s1 mb1)",
+        "ncclDevKernel_SendRecv(send-grad s1 mb2)"]
     launch = next(e for e in t["traceEvents"] if e.get("cat") == "cuda_runtime"
                   and e["args"]["correlation"] == f0["args"]["correlation"])
     assert launch["ts"] == 1100 and launch["name"] == "cudaLaunchKernel"  # ready when the p2p arrived
@@ -102,6 +105,72 @@ def test_hta_idle_time_matches_simulator(tmp_path, name):
     assert sum(got.values()) > 0
 
 
+def _union_us(s_us: np.ndarray, e_us: np.ndarray) -> int:
+    """Length of the union of integer intervals [s, e)."""
+    o = np.argsort(s_us, kind="stable")
+    total, cur_s, cur_e = 0, None, None
+    for a, b in zip(s_us[o].tolist(), e_us[o].tolist()):
+        if cur_e is None or a > cur_e:
+            total += 0 if cur_e is None else cur_e - cur_s
+            cur_s, cur_e = a, b
+        else:
+            cur_e = max(cur_e, b)
+    return total + (0 if cur_e is None else cur_e - cur_s)
+
+
+@pytest.mark.filterwarnings("ignore::Warning:hta.*")
+def test_hta_overlap_and_breakdowns_match_simulator(tmp_path):
+    """On a strategy with TP, DP and pipeline communication, HTA's communication/computation overlap,
+    its temporal breakdown (compute, non-compute, idle) and its kernel-type breakdown equal ours on
+    every rank (to the export's integer microseconds): the kernels are named as NCCL names them, so HTA
+    sees the communication (its overlap was NaN with ``nccl:`` names)."""
+    pytest.importorskip("hta", reason="Holistic Trace Analysis is not installed (pip install 'execsim[hta]')")
+    from hta.trace_analysis import TraceAnalysis
+    from simulator.api import simulate_strategy
+    from simulator.outputs.trace_hta import to_us
+    from strategies.strategy_file import load_strategy
+    from taskgraph.graph import IS_COMM_CODE
+    f = tmp_path / "s.yaml"
+    f.write_text("model: {preset: llama3-8b, layers: 4}\ncluster: {preset: dgx-h100, nodes: 1}\n"
+                 "parallel: {tp: 2, pp: 2, dp: 2}\ntraining: {micro_batch: 1, global_batch: 8, seq_len: 2048}\n"
+                 "options: {overlap_grad_reduce: true}\n")
+    sim = simulate_strategy(load_strategy(f))
+    g, r = sim.graph, sim.result
+    d = tmp_path / "hta"
+    write_hta_traces(d, g, r)
+    ta = TraceAnalysis(trace_dir=str(d))
+    overlap = dict(zip(*ta.get_comm_comp_overlap(visualize=False)[["rank", "comp_comm_overlap_pctg"]].T.values))
+    tb = ta.get_temporal_breakdown(visualize=False).set_index("rank")
+    kinds, _ = ta.get_gpu_kernel_breakdown(visualize=False)
+    comm_code = IS_COMM_CODE[g.category]
+    for x in sim.report.per_rank:
+        devs = [i for i, dv in enumerate(g.devices) if dv.rank == x.rank]
+        mine = np.isin(g.device, devs)
+        s_us, e_us = to_us(r.start), to_us(r.end)
+        comm = mine & comm_code
+        comp = mine & ~comm_code
+        m_us = _union_us(s_us[comm], e_us[comm])
+        assert m_us > 0
+        both = _union_us(np.r_[s_us[comm], s_us[comp]], np.r_[e_us[comm], e_us[comp]])
+        overlap_us = m_us + _union_us(s_us[comp], e_us[comp]) - both
+        # HTA: overlap / communication time; ours: communication not exposed / communication time
+        assert overlap[x.rank] == pytest.approx(round(100 * overlap_us / m_us, 2), abs=0.011)
+        assert overlap[x.rank] == pytest.approx(100 * (1 - x.exposed_comm_s * 1e6 / m_us), abs=0.5)
+        row = tb.loc[x.rank]
+        assert row["compute_time(us)"] == pytest.approx(x.busy_s * 1e6, rel=1e-3, abs=2)
+        assert row["non_compute_time(us)"] == pytest.approx(x.exposed_comm_s * 1e6, rel=1e-3, abs=2)
+        assert row["idle_time(us)"] == pytest.approx(_idle_any_stream_s(g, r, x.rank) * 1e6, rel=1e-3, abs=2)
+    # kernel-type breakdown (HTA splits the merged intervals of all ranks by which kinds run): communication
+    # alone = our exposed communication, computation alone = compute less its overlap with communication
+    got = dict(zip(kinds["kernel_type"], kinds["sum"]))
+    exposed_us = sum(x.exposed_comm_s for x in sim.report.per_rank) * 1e6
+    assert got["COMMUNICATION"] == pytest.approx(exposed_us, rel=1e-3, abs=10)
+    overlap_key = next(k for k in got if "overlapping" in k)
+    compute_us = sum(x.busy_s for x in sim.report.per_rank) * 1e6
+    assert got["COMPUTATION"] + got[overlap_key] == pytest.approx(compute_us, rel=1e-3, abs=10)
+    assert got[overlap_key] > 0
+
+
 def test_timeline_csv_exact(tmp_path):
     g, r = _graph()
     p = tmp_path / "t.csv"
@@ -157,8 +226,8 @@ def test_cli_trace_outputs(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("args, msg", [
-    (["--trace", "x.json", "--trace-ranks", "a-b"], "trace ranks: 'a-b' is not a rank or a range"),
-    (["--trace", "x.json", "--trace-ranks", "40-41"], "select no simulated rank; this run has ranks 0-3"),
+    (["--trace", "x.json", "--trace-ranks", "a-b"], "--trace-ranks: 'a-b' is not a rank or a range"),
+    (["--trace", "x.json", "--trace-ranks", "40-41"], "names rank 41 but this run simulates ranks 0-3"),
     (["--timeline", "x.txt"], "must end in .csv or .parquet"),
     (["--trace-ranks", "0"], "--trace-ranks selects ranks of --trace or --trace-dir"),
     (["--trace-dir", "x.d", "--trace-level", "stage"], "--trace-level applies to the Chrome trace"),

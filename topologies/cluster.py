@@ -400,8 +400,8 @@ def _gpu_field(value: Any, where: str) -> GPUSpec:
         base = value.pop("base", None)
         name = value.pop("name", None)
         if base is not None:
-            return gpu_with_overrides(base, value, name=name)
-        return gpu_from_dict(name or "custom-gpu", value)
+            return gpu_with_overrides(base, value, name=name, where=f"{where}.gpu")
+        return gpu_from_dict(name or "custom-gpu", value, f"{where}.gpu")
     raise ConfigError(
         f"{where}: field 'gpu' = {brief(value)} must be a catalog GPU name (e.g. 'H100-SXM-80GB') or a "
         f"mapping of GPU fields (optionally with `base: <catalog name>`)"

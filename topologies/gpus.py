@@ -222,17 +222,18 @@ def _optional_bool(data: Mapping, key: str, where: str, *, default: bool) -> boo
     return value
 
 
-def gpu_from_dict(name: str, data: Mapping) -> GPUSpec:
+def gpu_from_dict(name: str, data: Mapping, where: str | None = None) -> GPUSpec:
     """Build a :class:`GPUSpec` from one YAML entry (user units: TFLOP/s, GB, GB/s, us).
 
-    Raises ConfigError naming the field, the value and the fix on malformed input.
+    Raises ConfigError naming the field, the value and the fix on malformed input; ``where`` names
+    the entry in errors (default ``gpu '<name>'``; a strategy file's inline GPU: ``cluster.gpu``).
     """
-    where = f"gpu {brief(name)}"
+    where = where or f"gpu {brief(name)}"
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where}: expected a mapping of GPU fields, got {type(data).__name__}")
     check_keys(data, GPU_FIELDS, where)
     aliases = data.get("aliases") or ()
-    if isinstance(aliases, str) or not all(isinstance(a, str) for a in aliases):
+    if not isinstance(aliases, (list, tuple)) or not all(isinstance(a, str) for a in aliases):
         raise ConfigError(f"{where}: field 'aliases' = {brief(aliases)} must be a list of strings")
     tflops_fp8 = number(data, "tflops_fp8", where, optional=True)
     if "efficiency" not in data:
@@ -341,7 +342,8 @@ def get_gpu(name: str | GPUSpec, catalog: Mapping[str, GPUSpec] | None = None) -
     )
 
 
-def gpu_with_overrides(base: str | GPUSpec, overrides: Mapping, name: str | None = None) -> GPUSpec:
+def gpu_with_overrides(base: str | GPUSpec, overrides: Mapping, name: str | None = None,
+                       where: str | None = None) -> GPUSpec:
     """A catalog GPU with some user-unit fields replaced (``efficiency`` merges key by key)."""
     gpu = get_gpu(base)
     data = gpu_to_dict(gpu)
@@ -354,7 +356,7 @@ def gpu_with_overrides(base: str | GPUSpec, overrides: Mapping, name: str | None
             data["efficiency"] = {**data["efficiency"], **value}
         else:
             data[key] = value
-    return gpu_from_dict(name or gpu.name, data)
+    return gpu_from_dict(name or gpu.name, data, where)
 
 
 __all__ = [

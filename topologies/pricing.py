@@ -32,6 +32,12 @@ PRICES_PATH = os.path.join(DATA_DIR, "prices.yaml")
 @lru_cache(maxsize=None)
 def price_table(path: str = PRICES_PATH) -> dict[str, float]:
     """GPU name -> US dollars per GPU-hour, checked (positive finite numbers, known fields)."""
+    return {name: price for name, (price, _source) in _price_entries(path).items()}
+
+
+@lru_cache(maxsize=None)
+def _price_entries(path: str = PRICES_PATH) -> dict[str, tuple[float, str]]:
+    """GPU name -> (US dollars per GPU-hour, the entry's source citation)."""
     with open(path, encoding="utf-8") as f:
         data = yaml.safe_load(f) or {}
     check_keys(data, ("prices",), f"price file {path!r}")
@@ -41,7 +47,8 @@ def price_table(path: str = PRICES_PATH) -> dict[str, float]:
         if not isinstance(entry, dict):
             raise ConfigError(f"{where}: expected a mapping with price_per_gpu_hour_usd and source")
         check_keys(entry, ("price_per_gpu_hour_usd", "source"), where)
-        out[str(name)] = check_price(entry.get("price_per_gpu_hour_usd"), f"{where}: price_per_gpu_hour_usd")
+        out[str(name)] = (check_price(entry.get("price_per_gpu_hour_usd"), f"{where}: price_per_gpu_hour_usd"),
+                          str(entry.get("source", "")))
     return out
 
 
@@ -66,6 +73,27 @@ def plan_price(plan, override: float | None = None) -> float | None:
     if override is None:
         override = getattr(plan.strategy.options, "price_per_gpu_hour_usd", None)
     return price_per_gpu_hour(plan.cluster.gpu.name, override)
+
+
+def plan_price_origin(plan, override: float | None = None) -> tuple[float | None, str]:
+    """:func:`plan_price` and where the price came from, for the cost line: ``--price``, the strategy
+    file's ``options.price_per_gpu_hour_usd``, or the catalog entry with its source; for a GPU the
+    catalog has no price, ``(None, why)``.
+
+    >>> plan_price_origin(type("P", (), {"strategy": None, "cluster": None})(), 2.5)
+    (2.5, '--price')
+    """
+    if override is not None:
+        return check_price(override, "--price"), "--price"
+    opt = getattr(plan.strategy.options, "price_per_gpu_hour_usd", None)
+    if opt is not None:
+        return check_price(opt, "options.price_per_gpu_hour_usd"), "options.price_per_gpu_hour_usd"
+    name = plan.cluster.gpu.name
+    entry = _price_entries().get(name)
+    if entry is None:
+        return None, (f"topologies/data/prices.yaml has no price for {name}; pass --price or set "
+                      f"options.price_per_gpu_hour_usd")
+    return entry[0], f"topologies/data/prices.yaml: {entry[1]}" if entry[1] else "topologies/data/prices.yaml"
 
 
 def training_cost(tokens_per_s: float, num_gpus: int, train_tokens: float, price: float | None) -> dict:

@@ -73,6 +73,16 @@ def _load(path: str, sets: list[str]):
     return "strategy", parse_strategy(data, Path(path).parent)
 
 
+def _pipeline_flags(args, kind: str, file=None) -> None:
+    """Flags that need a model and a cluster: refused on a pipeline description (nothing to apply them to)."""
+    if kind != "pipeline":
+        return
+    for flag, value in (("--price", getattr(args, "price", None)), ("--fidelity", getattr(args, "fidelity", None))):
+        if value is not None:
+            raise ExecsimError(f"{flag} {value} applies to strategy files (model + cluster); {brief(file or args.file)} is a "
+                               f"pipeline description with given stage times: drop {flag}")
+
+
 def _simulate_one(kind, spec, schedule=None, fidelity=None, vpp=None):
     from simulator.simulation.pipeline import simulate_pipeline
     from simulator.simulation.strategy import simulate_strategy

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simulator.cli.common import (_EXAMPLE, _FID_HELP, _MKDIR_HELP, _SET_HELP, _check_outputs, _input_files,
+from simulator.cli.common import (_EXAMPLE, _FID_HELP, _MKDIR_HELP, _SET_HELP, _check_outputs, _input_files, _pipeline_flags,
                                  _load, _print_json, _simulate_one, _sub)
 from strategies.errors import ExecsimError, brief
 
@@ -74,6 +74,7 @@ def _compare_cmd(args) -> int:
         if len(items) > 64:
             raise ExecsimError(f"--schedules names {len(items)} schedules; compare at most 64 at a time")
         kind, spec = _load(args.files[0], args.set)
+        _pipeline_flags(args, kind, args.files[0])
         outs = _check_outputs(args, _input_files(args.files[0], kind, spec), plot=args.plot)
         todo = [(item, *_schedule_item(item, spec, kind)) for item in items]
         _check_total_tasks([(kind, spec, name, vpp) for _item, name, vpp in todo], args.fidelity)
@@ -83,6 +84,8 @@ def _compare_cmd(args) -> int:
             runs.append((label, kind, _simulate_one(kind, spec, schedule=name, fidelity=args.fidelity, vpp=vpp)))
     else:
         loaded = [(f, *_load(f, args.set)) for f in args.files]
+        if all(k == "pipeline" for _f, k, _sp in loaded):
+            _pipeline_flags(args, "pipeline", " and ".join(args.files))
         outs = _check_outputs(args, [x for f, k, sp in loaded for x in _input_files(f, k, sp)], plot=args.plot)
         _check_total_tasks([(k, sp, None, None) for _f, k, sp in loaded], args.fidelity)
         from simulator.outputs.progress import progress
@@ -90,6 +93,8 @@ def _compare_cmd(args) -> int:
             runs.append((Path(f).name, kind, _simulate_one(kind, spec, fidelity=args.fidelity)))
     from simulator.reports.memory_timeline import peak_per_rank
     base = runs[0][2].report.makespan_s
+    work = [_work_key(kind, sim) for _label, kind, sim in runs]
+    same_work = len(set(work)) == 1  # a speedup only between runs of the same work on as many GPUs
     rows, mems = [], []
     for label, kind, sim in runs:
         r = sim.report
@@ -105,7 +110,9 @@ def _compare_cmd(args) -> int:
         mems.append(mem)
         exposed = [rr.exposed_comm_s for rr in r.per_rank]
         rows.append({"label": label, "schedule": sim.schedule.name, "iteration_time_s": r.makespan_s,
-                     "speedup": base / r.makespan_s if r.makespan_s > 0 else float("nan"),
+                     "speedup": (base / r.makespan_s if r.makespan_s > 0 else float("nan")) if same_work else None,
+                     "relative_time": r.makespan_s / base if base > 0 else float("nan"),
+                     "gpus_and_batch": _work_label(work[len(rows)]),
                      "bubble_fraction": r.bubble_fraction, "ideal_bubble_fraction": r.ideal_bubble_fraction,
                      "time_split": dict(r.time_split), "imbalance": r.imbalance, "num_tasks": r.num_tasks,
                      "peak_memory_gb": peaks, "fits": (mem.fits if mem else None),
@@ -124,14 +131,36 @@ def _compare_cmd(args) -> int:
     else:
         unit = "s" if base >= 10 else "ms"
         k = 1.0 if unit == "s" else 1e3
-        print(f"{'run':<22} {'iter ' + unit:>10} {'speedup':>8} {'bubble':>7} {'exp.comm ' + unit:>12} "
+        ratio = "speedup" if same_work else "time x"
+        print(f"{'run':<22} {'iter ' + unit:>10} {ratio:>8} {'bubble':>7} {'exp.comm ' + unit:>12} "
               f"{'peak GiB/stage (max)':>22}  fits")
         for row in rows:
             pk = row["peak_memory_gb"]
             fits = "" if row["fits"] is None else ("yes" if row["fits"] else "NO")
-            print(f"{row['label']:<22} {row['iteration_time_s'] * k:>10.3f} {row['speedup']:>8.3f} "
+            x = row["speedup"] if same_work else row["relative_time"]
+            print(f"{row['label']:<22} {row['iteration_time_s'] * k:>10.3f} {x:>8.3f} "
                   f"{row['bubble_fraction']:>7.3f} {row['exposed_comm_s'] * k:>12.3f} "
                   f"{(' '.join(f'{x:.1f}' for x in pk) if len(pk) <= 4 else f'{max(pk):.1f}') if pk else '-':>22}  {fits}")
+        if not same_work:
+            print("note: the runs differ in GPUs or batch (" + "; ".join(f"{r['label']}: {r['gpus_and_batch']}"
+                                                                   for r in rows)
+                  + "), so 'time x' is each iteration time over the first run's, not a speedup; compare "
+                    "tokens/s per GPU (execsim simulate) instead")
         if args.plot:
             print(f"plot written to {args.plot}")
     return 0
+
+
+def _work_key(kind: str, sim) -> tuple:
+    """What one iteration does on how many GPUs: (GPUs, global batch, sequence length) for a strategy,
+    (pipeline ranks, microbatches) for a pipeline description. Equal keys make a speedup meaningful."""
+    if kind == "strategy":
+        tr = sim.plan.strategy.training
+        return ("strategy", sim.plan.num_gpus, tr.global_batch, tr.seq_len)
+    return ("pipeline", sim.schedule.pp, sim.schedule.microbatches)
+
+
+def _work_label(key: tuple) -> str:
+    if key[0] == "strategy":
+        return f"{key[1]} GPUs, batch {key[2]} x {key[3]} tokens"
+    return f"{key[1]} pipeline ranks, {key[2]} microbatches"

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from simulator.cli.simulate import _write_html
-from simulator.cli.common import (_EXAMPLE, _FID_HELP, _SET_HELP, _check_outputs, _input_files, _load,
+from simulator.cli.common import (_EXAMPLE, _FID_HELP, _SET_HELP, _check_outputs, _input_files, _load, _pipeline_flags,
                                  _simulate_one, _sub)
 
 
@@ -20,6 +20,7 @@ def add_parser(sub) -> None:
 
 def _report_cmd(args) -> int:
     kind, spec = _load(args.file, args.set)
+    _pipeline_flags(args, kind)
     outs = _check_outputs(args, _input_files(args.file, kind, spec), output=args.output)
     sim = _simulate_one(kind, spec, fidelity=args.fidelity)
     _write_html(outs["--output"], args.file, kind, sim, args.set)

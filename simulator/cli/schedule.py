@@ -31,7 +31,8 @@ def _schedule_cmd(args) -> int:
     sched = get_schedule(args.schedule, args.pp, args.microbatches, args.vpp)
     if args.json:
         d = sched.to_json()
-        text = json.dumps({k: d[k] for k in ("pp", "microbatches", "vpp", "stage_to_rank", "orders")}) + "\n"
+        text = json.dumps({k: d[k] for k in ("pp", "microbatches", "vpp", "stage_to_rank", "segments", "orders")
+                           if k in d}) + "\n"
     elif args.csv:
         from strategies.schedule_csv import write_schedule_csv
         text = write_schedule_csv(sched)

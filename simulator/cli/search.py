@@ -37,7 +37,7 @@ def add_parser(sub) -> None:
                    help="exhaustive over the valid grid (default) or Metropolis-Hastings (FlexFlow section 6)")
     s.add_argument("--budget", type=int, metavar="K", help="MCMC: simulations to spend (default min(200, grid))")
     s.add_argument("--seed", type=int, default=0, help="MCMC random seed")
-    s.add_argument("--start", choices=("file", "random"), default="file",
+    s.add_argument("--start", choices=("file", "random"),
                    help="MCMC: start from the file's strategy (default) or a random candidate")
     s.add_argument("--nonuniform", action="store_true",
                    help="MCMC: also move layers between stages and change single layers' recompute")
@@ -66,10 +66,47 @@ def add_parser(sub) -> None:
 
 
 def _range(text: str) -> tuple[int, int]:
+    from strategies.errors import brief
+    from strategies.limits import MAX_GPUS
     a, sep, b = text.partition(":")
-    if not sep or not a.strip().isdigit() or not b.strip().isdigit():
-        raise ConfigError(f"--gpus-range {text!r} must look like A:B with whole numbers, e.g. 64:1024")
+    a, b = a.strip(), b.strip()
+    if not sep or not (a.isascii() and a.isdigit()) or not (b.isascii() and b.isdigit()):
+        raise ConfigError(f"--gpus-range {brief(text)} must look like A:B with whole numbers, e.g. 64:1024")
+    if len(b) > 12 or int(b) > MAX_GPUS:
+        raise ConfigError(f"--gpus-range {brief(text)}: B = {brief(b)} GPUs is over the limit of {MAX_GPUS:,} "
+                          f"(docs/strategy-file.md, Limits)")
     return int(a), int(b)
+
+
+def _check_flags(args) -> None:
+    """Flags that do not apply to this search, or whose numbers are out of range, before any work."""
+    from simulator.search.backends import default_jobs
+    from strategies.errors import brief
+    if args.method != "mcmc":
+        for flag, value in (("--budget", args.budget), ("--start", args.start)):
+            if value is not None:
+                raise ConfigError(f"{flag} {value} applies to --method mcmc (exhaustive simulates every candidate); "
+                                  f"add --method mcmc or drop {flag}")
+    if args.budget is not None and args.budget < 1:
+        raise ConfigError(f"--budget {args.budget} must be >= 1 simulation")
+    if args.ray_address is not None and args.backend != "ray":
+        raise ConfigError(f"--ray-address {brief(args.ray_address)} applies to --backend ray; add --backend ray or "
+                          f"drop it")
+    if args.top < 1:
+        raise ConfigError(f"--top {args.top} must be >= 1 (rows of the ranked table to print)")
+    if args.jobs is not None:
+        cpus = default_jobs()
+        if args.jobs < 1:
+            raise ConfigError(f"--jobs {args.jobs} must be >= 1 worker process")
+        if args.backend == "local" and args.jobs > cpus:
+            raise ConfigError(f"--jobs {args.jobs} is more worker processes than the {cpus} CPU(s) this process may "
+                              f"use; give at most {cpus} (more only compete for the same CPUs)")
+    for flag, value in (("--train-tokens", args.train_tokens), ("--deadline-days", args.deadline_days),
+                        ("--price", args.price)):
+        if value is not None and not 0 < value < math.inf:
+            raise ConfigError(f"{flag} {value} must be a positive finite number")
+    if args.gpus is not None and not 1 <= args.gpus <= 2 ** 20:
+        raise ConfigError(f"--gpus {args.gpus} must be in 1..1,048,576 (docs/strategy-file.md, Limits)")
 
 
 class _Progress:
@@ -117,14 +154,18 @@ def run(args) -> int:
     from simulator.outputs.files import write_output
     from simulator.search.space import SearchSpace, parse_axis
     from simulator.search.strategy_search import format_table, search
+    _check_flags(args)
+    axes = {}
+    for item in args.axis or []:
+        name, vals = parse_axis(item)
+        if name in axes:
+            raise ConfigError(f"--axis {name} is given twice ({','.join(map(str, axes[name]))} and "
+                              f"{','.join(map(str, vals))}): give all its values in one --axis {name}=V1,V2")
+        axes[name] = vals
     kind, base = _load_strategy(args, "search")
     # every output is checked before the search and written atomically (simulator/outputs/files.py)
     outs = _check_outputs(args, _input_files(args.file, kind, base), csv=args.csv, plot=args.plot,
                           write_best=args.write_best)
-    axes = {}
-    for item in args.axis or []:
-        name, vals = parse_axis(item)
-        axes[name] = vals
     space = SearchSpace(**axes)
     rng = _range(args.gpus_range) if args.gpus_range else None
     bar = _Progress(args.objective or ("cost" if args.deadline_days is not None else "time"), args.deadline_days)
@@ -134,7 +175,8 @@ def run(args) -> int:
                      deadline_days=args.deadline_days, train_tokens=args.train_tokens, method=args.method,
                      budget=args.budget, seed=args.seed, backend=args.backend, jobs=args.jobs, price=args.price,
                      fidelity=args.fidelity, nonuniform=args.nonuniform, progress=progress,
-                     ray_address=args.ray_address, start=args.start, top=_prune_top(args), prune=not args.no_prune)
+                     ray_address=args.ray_address, start=args.start or "file", top=_prune_top(args),
+                     prune=not args.no_prune)
     finally:
         bar.close()
     if outs.get("--csv"):
@@ -233,6 +275,8 @@ def write_strategy(strategy, path: str, *, price: float | None = None, fidelity:
     for k in ("recompute_layers", "train_tokens"):
         if tr[k] is None:
             del tr[k]
+    if "recompute_layers" in tr:  # it sets every layer; a file may not give both
+        del tr["recompute"]
     raw_opts = dict(strategy.raw.get("options") or {})
     if price is not None:
         raw_opts["price_per_gpu_hour_usd"] = float(price)

@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 from simulator.cli.common import (_EXAMPLE, _FID_HELP, _MKDIR_HELP, _SET_HELP, _check_outputs, _input_files,
-                                 _load, _print_json, _simulate_one, _sub)
+                                 _load, _pipeline_flags, _print_json, _simulate_one, _sub)
 from strategies.errors import ExecsimError, brief
 
 
@@ -62,14 +62,24 @@ def _simulate_cmd(args) -> int:
     if args.check and kind != "strategy":
         raise ExecsimError(f"--check needs a strategy file (model + cluster give the memory capacity); {args.file} "
                            f"is a pipeline description")
-    if args.trace_ranks and not (args.trace or args.trace_dir):
+    _pipeline_flags(args, kind)
+    if args.trace_ranks is not None and args.trace is None and args.trace_dir is None:
         raise ExecsimError("--trace-ranks selects ranks of --trace or --trace-dir; add one of them")
-    if args.trace_level and not args.trace:
+    if args.trace_level and args.trace is None:
         raise ExecsimError("--trace-level applies to the Chrome trace; add --trace OUT.json")
-    outs = _check_outputs(args, _input_files(args.file, kind, spec), trace=args.trace, html=args.html,
-                          timeline=args.timeline)
-    if args.trace_dir:
-        _check_trace_dir(args.trace_dir, getattr(args, "mkdir", False))
+    if args.trace_ranks is not None:
+        from simulator.outputs.trace import parse_ranks
+        args.trace_ranks = parse_ranks(args.trace_ranks)
+        pp = spec.pp if kind == "pipeline" else spec.parallel.pp  # one simulated rank per pipeline rank
+        if args.trace_ranks[-1] >= pp:
+            raise ExecsimError(f"--trace-ranks names rank {args.trace_ranks[-1]} but this run simulates ranks 0-{pp - 1} "
+                               f"(one per pipeline rank); give ranks in 0-{pp - 1}")
+    inputs = _input_files(args.file, kind, spec)
+    outs = _check_outputs(args, inputs, trace=args.trace, html=args.html, timeline=args.timeline)
+    if args.trace_dir is not None:
+        from simulator.outputs.files import check_output_dir
+        outs["--trace-dir"] = check_output_dir(args.trace_dir, "--trace-dir", inputs=inputs,
+                                               mkdir=getattr(args, "mkdir", False))
     if outs.get("--trace") and not args.trace_ranks and args.trace_level != "stage":
         from simulator.simulation.estimate import estimate_run_tasks
         from strategies.limits import MAX_TRACE_TASKS
@@ -95,7 +105,7 @@ def _simulate_cmd(args) -> int:
         t0 = _time.perf_counter()
         _full(sim.graph)
         full_s = _time.perf_counter() - t0
-    written = _write_trace_outputs(args, sim, mem, outs)
+    written = _write_trace_outputs(args, sim, mem, outs, inputs)
     if outs.get("--html"):
         _write_html(outs["--html"], args.file, kind, sim, args.set)
     if args.json:
@@ -128,7 +138,9 @@ def _simulate_cmd(args) -> int:
             money = _cost_fields(sim, args.price)
             if money["cost_usd"] is not None:
                 print(f"cost: ${money['cost_usd']:,.0f} at ${money['price_per_gpu_hour_usd']:.2f} per GPU-hour "
-                      f"(topologies/data/prices.yaml; override with --price or options.price_per_gpu_hour_usd)")
+                      f"(price from {money['price_source']})")
+            elif sim.training.train_gpu_hours is not None:
+                print(f"cost: not known ({money['price_source']})")
             worst = max(mem.per_stage, key=lambda x: x.total)
             print(f"memory: peak {worst.total / 2**30:.1f} GiB on rank {worst.rank} of {mem.capacity / 2**30:.1f} GiB "
                   f"-> {'fits' if mem.fits else 'OOM'} (execsim memory FILE for the breakdown)")
@@ -163,30 +175,17 @@ def _write_html(path: str, source: str, kind: str, sim, sets=None) -> None:
 def _cost_fields(sim, override) -> dict:
     """Price per GPU-hour and the cost of training.train_tokens (topologies/pricing.py); None when
     there is no token budget or no price."""
-    from topologies.pricing import plan_price
-    price = plan_price(sim.plan, override)
+    from topologies.pricing import plan_price_origin
+    price, source = plan_price_origin(sim.plan, override)
     hours = sim.training.train_gpu_hours
-    return {"price_per_gpu_hour_usd": price,
+    return {"price_per_gpu_hour_usd": price, "price_source": source,
             "cost_usd": hours * price if (hours is not None and price is not None) else None}
 
 
-def _check_trace_dir(path: str, mkdir: bool) -> None:
-    """--trace-dir: a folder (created when missing if its parent exists, or with --mkdir)."""
-    p = Path(path)
-    if str(path).strip() == "":
-        raise ExecsimError("--trace-dir '' is empty: give a folder for the per-rank traces")
-    if p.exists() and not p.is_dir():
-        raise ExecsimError(f"--trace-dir {brief(str(path))} is a file, not a folder: give a folder for rank_N.json files")
-    if not p.exists() and not p.parent.exists() and not mkdir:
-        raise ExecsimError(f"--trace-dir {brief(str(path))}: the folder {brief(str(p.parent))} does not exist; create "
-                           f"it or add --mkdir")
-
-
-def _write_trace_outputs(args, sim, mem, outs: dict) -> list[str]:
+def _write_trace_outputs(args, sim, mem, outs: dict, inputs=()) -> list[str]:
     """--trace, --trace-dir and --timeline (issue 15), to the paths ``_check_outputs`` accepted, each
     written atomically (simulator.outputs.files); returns one line per file written."""
-    from simulator.outputs.trace import parse_ranks
-    ranks = parse_ranks(args.trace_ranks) if args.trace_ranks else None
+    ranks = args.trace_ranks  # parsed before the simulation (simulator.outputs.trace.parse_ranks)
     out = []
     from simulator.outputs.files import write_output
     if args.trace:
@@ -195,9 +194,9 @@ def _write_trace_outputs(args, sim, mem, outs: dict) -> list[str]:
         write_output(outs["--trace"], lambda tmp: write_chrome_trace(
             tmp, sim.graph, sim.result, counters=counters, ranks=ranks, level=args.trace_level or "operator"), "--trace")
         out.append(f"trace written to {args.trace} (open in https://ui.perfetto.dev or chrome://tracing)")
-    if args.trace_dir:
+    if outs.get("--trace-dir") is not None:
         from simulator.outputs.trace_hta import write_hta_traces
-        paths = write_hta_traces(args.trace_dir, sim.graph, sim.result, ranks=ranks)
+        paths = write_hta_traces(outs["--trace-dir"], sim.graph, sim.result, ranks=ranks, inputs=inputs)
         out.append(f"{len(paths)} per-rank traces written to {args.trace_dir} (Holistic Trace Analysis: "
                    f"TraceAnalysis(trace_dir={str(args.trace_dir)!r}))")
     if args.timeline:

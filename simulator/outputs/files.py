@@ -34,12 +34,13 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterable, Union
 
 from strategies.errors import ExecsimError, brief
 
-__all__ = ["OutputError", "check_output", "check_outputs", "write_output"]
+__all__ = ["OutputError", "check_output", "check_output_dir", "check_outputs", "write_output"]
 
 Writer = Union[str, bytes, Callable[[str], None]]
 
@@ -98,12 +99,55 @@ def check_output(path, flag: str, *, inputs: Iterable = (), mkdir: bool = False,
                 raise OutputError(f"{flag} {name} is read-only: make it writable or choose another name")
             if not stat.S_ISREG(st.st_mode) and not (stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
                 raise OutputError(f"{flag} {name} exists and is not a regular file: choose another name")
-        if (not p.exists() or stat.S_ISREG(p.stat().st_mode)) and not os.access(parent, os.W_OK | os.X_OK):
+        if (not p.exists() or stat.S_ISREG(p.stat().st_mode)) and (not os.access(parent, os.W_OK | os.X_OK)
+                                                                   or not parent.stat().st_mode & 0o222):
             raise OutputError(f"{flag} {name}: folder {brief(str(parent), 120)} is not writable; choose another "
                               f"folder")
     except OSError as exc:
         raise OutputError(f"{flag} {name} cannot be used ({exc.strerror or type(exc).__name__}); choose another "
                           f"path") from None
+    return text
+
+
+def check_output_dir(path, flag: str, *, inputs: Iterable = (), mkdir: bool = False,
+                     pattern: str = r"rank_\d+\.json") -> str:
+    """Check a folder that ``flag`` fills with files named like ``pattern`` (``--trace-dir``), before any
+    work; return it as a str. Refused with one :class:`OutputError`: an empty path, a file, a missing
+    folder whose parent is missing (unless ``mkdir``), a folder that cannot be written (no write
+    permission, or no write bit at all: root ignores permissions), and any existing entry matching
+    ``pattern`` that :func:`check_output` refuses (an input of the run, also through a symbolic or hard
+    link, a folder, a read-only file). The folder itself is created when the files are written."""
+    import re
+    if path is None:
+        raise OutputError(f"{flag}: no folder given")
+    text = os.fspath(path)
+    name = brief(text, 120)
+    if not text.strip():
+        raise OutputError(f"{flag} {name} is empty: give a folder for the files, e.g. {flag} out/")
+    if "\x00" in text:
+        raise OutputError(f"{flag} {name} contains a NUL byte: give a folder name")
+    d = Path(text)
+    try:
+        if d.exists() and not d.is_dir():
+            raise OutputError(f"{flag} {name} is a file, not a folder: give a folder (it is created if missing)")
+        if not d.exists():
+            if not d.parent.exists() and not mkdir:
+                raise OutputError(f"{flag} {name}: folder {brief(str(d.parent), 120)} does not exist; create it or "
+                                  f"pass --mkdir")
+            return text
+        st = d.stat()
+        if not os.access(d, os.W_OK | os.X_OK) or not st.st_mode & 0o222:
+            raise OutputError(f"{flag} {name}: the folder is not writable; choose another folder or make it "
+                              f"writable")
+        inputs = [i for i in inputs if i is not None]
+        rx = re.compile(pattern)
+        with os.scandir(d) as entries:
+            for e in entries:
+                if rx.fullmatch(e.name):
+                    check_output(os.path.join(text, e.name), flag, inputs=inputs)
+    except OSError as exc:
+        raise OutputError(f"{flag} {name} cannot be used ({exc.strerror or type(exc).__name__}); choose another "
+                          f"folder") from None
     return text
 
 
@@ -124,9 +168,16 @@ def check_outputs(outputs: dict, *, inputs: Iterable = (), mkdir: bool = False) 
     return done
 
 
-def write_output(path, write: Writer, flag: str) -> None:
+def write_output(path, write: Writer, flag: str, *, follow_links: bool = True) -> None:
     """Write ``path`` atomically: ``write(tmp_path)`` (or the given str/bytes) into a temporary file
-    in the same folder, then rename it over ``path``. Any OSError becomes one :class:`OutputError`."""
+    in the same folder, then rename it over ``path``. Any OSError becomes one :class:`OutputError`.
+
+    The temporary file is ``.<name>.<random>.tmp<suffix>`` beside the output. It is removed when the
+    write fails, on Ctrl-C (SIGINT) and on SIGTERM (the signal is turned into ``SystemExit(143)`` while
+    the file exists, then the previous handler is restored); only SIGKILL can leave it behind. The
+    rename replaces the directory entry, so an existing symbolic or hard link at ``path`` is replaced,
+    never written through. ``follow_links=False`` also writes a symbolic link to a device or FIFO as a
+    new file (for names execsim makes up itself, e.g. ``--trace-dir``'s ``rank_N.json``)."""
     text = os.fspath(path)
     p = Path(text)
     name = brief(text, 120)
@@ -139,25 +190,57 @@ def write_output(path, write: Writer, flag: str) -> None:
             write(target)
 
     try:
-        if p.exists() and not stat.S_ISREG(p.stat().st_mode):  # a device or FIFO: write in place
-            emit(text)
+        st = p.lstat() if p.is_symlink() and not follow_links else (p.stat() if p.exists() else None)
+        if st is not None and (stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
+            emit(text)  # a device or FIFO (/dev/stdout, /dev/null): written in place, it cannot be renamed over
             return
-        mode = p.stat().st_mode & 0o777 if p.exists() else 0o666 & ~_umask()
-        fd, tmp = tempfile.mkstemp(dir=str(p.parent), prefix=f".{p.name[:80]}.", suffix=f".tmp{p.suffix[:16]}")
-        os.close(fd)
-        try:
-            emit(tmp)
+        mode = st.st_mode & 0o777 if st is not None and stat.S_ISREG(st.st_mode) else 0o666 & ~_umask()
+        with _temporary_file(p) as tmp:
+            try:
+                emit(tmp)
+            except ExecsimError as exc:  # a writer's own error must not name the temporary file
+                raise type(exc)(str(exc).replace(tmp, text)) from None
             os.chmod(tmp, mode)
             os.replace(tmp, text)
-        except BaseException:
+    except OSError as exc:
+        raise OutputError(f"cannot write {flag} {name} ({exc.strerror or type(exc).__name__}); check the path, "
+                          f"free space and permissions") from None
+
+
+@contextmanager
+def _temporary_file(p: Path):
+    """A new temporary file beside ``p`` (``.<name>.<random>.tmp<suffix>``), removed when the block
+    ends, whether it renamed the file away or failed, was interrupted (SIGINT) or terminated
+    (SIGTERM: ``SystemExit(143)``, 128 + 15 as the shell reports it). SIGINT and SIGTERM are blocked
+    while the file is created and its name kept, so no signal falls between the two; handlers can
+    only be set in the main thread, elsewhere the default applies."""
+    import signal
+    import threading
+    main = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGTERM, _terminate) if main else None
+    tmp = None
+    try:
+        if main:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+        try:
+            fd, tmp = tempfile.mkstemp(dir=str(p.parent), prefix=f".{p.name[:80]}.", suffix=f".tmp{p.suffix[:16]}")
+            os.close(fd)
+        finally:
+            if main:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
+        yield tmp
+    finally:
+        if tmp is not None:
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
-            raise
-    except OSError as exc:
-        raise OutputError(f"cannot write {flag} {name} ({exc.strerror or type(exc).__name__}); check the path, "
-                          f"free space and permissions") from None
+        if main:
+            signal.signal(signal.SIGTERM, old if old is not None else signal.SIG_DFL)
+
+
+def _terminate(signum, frame):
+    raise SystemExit(128 + signum)
 
 
 def _umask() -> int:

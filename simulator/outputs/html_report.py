@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from simulator.outputs.plots import GROUPS, _row_layout, _segments
+from simulator.reports.training import format_mfu
 
 #: above this many bars the Gantt collapses to one bar per action (stage level)
 MAX_BARS = 30_000
@@ -138,7 +139,7 @@ def report_data(sim, source: str = "") -> dict:
                        "bubble_fraction": r.bubble_fraction} for r in rep.per_rank],
          "critical_path": {"num_tasks": len(rep.critical_path.tasks), "by_category_s": rep.critical_path.by_category},
          "gantt": _gantt(sim.graph, sim.result), "memory": _memory(sim)}
-    d["stages"] = {r: [st for st in range(sched.num_stages) if sched.stage_to_rank[st] == r] for r in range(sched.pp)}
+    d["stages"] = {r: list(sched.rank_stages[r]) for r in range(sched.pp)}
     tr = getattr(sim, "training", None)
     if tr is not None:
         p = sim.plan
@@ -146,7 +147,7 @@ def report_data(sim, source: str = "") -> dict:
                          "cluster": p.cluster.name, "tp": p.sizes.tp, "pp": p.sizes.pp, "dp": p.sizes.dp,
                          "cp": p.sizes.cp, "ep": p.sizes.ep, "sp": p.sp, "zero": p.zero,
                          "recompute": p.strategy.training.recompute, "tokens_per_s": tr.tokens_per_s,
-                         "mfu": tr.mfu, "hfu": tr.hfu, "train_days": tr.train_days,
+                         "mfu": tr.mfu, "hfu": tr.hfu, "mfu_fp8_peak": tr.mfu_fp8_peak, "train_days": tr.train_days,
                          "gpus_per_rank": tr.gpus_per_simulated_rank,
                          "stages": {s.rank: {"stages": list(s.stages), "layers": s.layers} for s in tr.per_stage}}
     return d
@@ -166,8 +167,8 @@ def _summary_html(d: dict) -> str:
                  ("parallelism", f"tp={t['tp']} pp={t['pp']} dp={t['dp']} cp={t['cp']} ep={t['ep']} sp={t['sp']} "
                                  f"zero={t['zero']} recompute={t['recompute']}; each simulated rank stands for "
                                  f"{t['gpus_per_rank']} GPUs"),
-                 ("throughput", f"{t['tokens_per_s']:,.0f} tokens/s, MFU {100 * t['mfu']:.1f}%, "
-                                f"HFU {100 * t['hfu']:.1f}%"
+                 ("throughput", f"{t['tokens_per_s']:,.0f} tokens/s, "
+                                f"{format_mfu(t['mfu'], t['hfu'], t.get('mfu_fp8_peak'))}"
                                 + (f", {t['train_days']:.1f} days to train" if t["train_days"] else ""))]
     ideal = d["ideal_bubble_fraction"]
     if len(d["per_rank"]) == 1:
@@ -278,7 +279,8 @@ def html_report(sim, *, source: str = "", strategy_text: str = "") -> str:
                      "double-click: reset. Chunks: darker = chunk 0, lighter = later chunks; numbers are "
                      f"microbatches.{note}</span></div><div id='legend' class='legend'></div>"
                      "<div class='wrap'><canvas id='gantt'></canvas><div id='tip' class='tip'></div></div>"),
-        ("Memory", "<div class='memwrap'><canvas id='mem'></canvas><div id='memlegend' class='legend v'></div></div>"),
+        *([("Memory", "<div class='memwrap'><canvas id='mem'></canvas><div id='memlegend' class='legend v'></div></div>")]
+          if d["memory"]["has_events"] or d["memory"]["capacity_gib"] is not None else []),
         ("Critical path", _cp_html(d)),
         ("Input", f"<pre>{html.escape(strategy_text)}</pre>" if strategy_text else "<p>-</p>"),
     ]
@@ -358,14 +360,15 @@ _JS = r"""
   }
   function xOf(t) { return LEFT + (t - t0) * (W - LEFT - 8) / (t1 - t0); }
   function tOf(x) { return t0 + (x - LEFT) * (t1 - t0) / (W - LEFT - 8); }
-  function ticks() {
-    // about 8 ticks at 1, 2 or 5 times a power of ten
-    var raw = (t1 - t0) / U[0] / 8, p = Math.pow(10, Math.floor(Math.log10(raw))), st = 10 * p;
+  function niceTicks(lo, hi, n) {
+    // about n ticks (in units of U) at 1, 2 or 5 times a power of ten between lo and hi (ns)
+    var raw = (hi - lo) / U[0] / n, p = Math.pow(10, Math.floor(Math.log10(raw))), st = 10 * p;
     [5, 2, 1].forEach(function (m) { if (m * p >= raw) st = m * p; });
-    var out = [], a = Math.ceil(t0 / U[0] / st);
-    for (var j = a; j * st <= t1 / U[0] && out.length < 50; j++) out.push(j * st);
+    var out = [], a = Math.ceil(lo / U[0] / st);
+    for (var j = a; j * st <= hi / U[0] && out.length < 50; j++) out.push(j * st);
     return out;
   }
+  function ticks() { return niceTicks(t0, t1, 8); }
   function draw() {
     ctx.clearRect(0, 0, W, H);
     ctx.font = "11px sans-serif"; ctx.fillStyle = "#333"; ctx.textBaseline = "middle";
@@ -433,14 +436,15 @@ _JS = r"""
   cv.addEventListener("dblclick", reset);
   document.getElementById("reset").addEventListener("click", reset);
   document.getElementById("showcp").addEventListener("change", draw);
-  // memory
-  var M = D.memory, mc = document.getElementById("mem"), mx = mc.getContext("2d"), MH = 300;
+  // memory (no section, no canvas, when the run has neither memory events nor a capacity)
+  var M = D.memory, mc = document.getElementById("mem"), mx = mc ? mc.getContext("2d") : null, MH = 300;
   var pal = ["#440154", "#3b528b", "#21918c", "#5ec962", "#fde725", "#d55e00", "#cc79a7", "#0072b2"];
   function color(i, n) { return n <= pal.length ? pal[Math.round(i * (pal.length - 1) / Math.max(n - 1, 1))] : "hsl(" + Math.round(270 * i / n) + ",70%,40%)"; }
   function drawMem() {
+    if (!mc) return;
     var w = Math.max(mc.parentElement.clientWidth - 220, 300);
     mc.width = w * dpr; mc.height = MH * dpr; mc.style.height = MH + "px"; mx.setTransform(dpr, 0, 0, dpr, 0, 0);
-    var L = 56, B = 26, top = 10, ymax = M.capacity_gib || 0, n = M.curves.length, leg = "";
+    var L = 56, B = 36, top = 10, ymax = M.capacity_gib || 0, n = M.curves.length, leg = "";
     M.curves.forEach(function (c) { ymax = Math.max(ymax, c.peak_gib); });
     ymax = ymax > 0 ? ymax * 1.1 : 1;
     function X(t) { return L + t / (T * 1.01) * (w - L - 8); }
@@ -449,7 +453,12 @@ _JS = r"""
     mx.fillStyle = "#333"; mx.font = "11px sans-serif"; mx.textAlign = "right"; mx.textBaseline = "middle";
     for (var q = 0; q <= 4; q++) { var v = ymax * q / 4; mx.fillText(v.toFixed(1), L - 4, Y(v)); }
     mx.save(); mx.translate(12, MH / 2); mx.rotate(-Math.PI / 2); mx.textAlign = "center"; mx.fillText("GiB per GPU", 0, 0); mx.restore();
-    mx.textAlign = "center"; mx.fillText("time (" + U[1] + ")", L + (w - L) / 2, MH - 8);
+    mx.textAlign = "center";
+    niceTicks(0, T * 1.01, 8).forEach(function (v) {  // time ticks and labels along the x axis
+      var x = X(v * U[0]); mx.strokeStyle = "#ccc"; mx.beginPath(); mx.moveTo(x, MH - B); mx.lineTo(x, MH - B + 4); mx.stroke();
+      mx.fillText(String(+v.toPrecision(6)), x, MH - B + 11);
+    });
+    mx.fillText("time (" + U[1] + ")", L + (w - L) / 2, MH - 7);
     M.curves.forEach(function (c, i) {
       var col = color(i, n); mx.strokeStyle = col; mx.lineWidth = 1.5; mx.beginPath();
       for (var k = 0; k < c.t.length; k++) {

@@ -38,7 +38,7 @@ import re
 import numpy as np
 
 from simulator.engine.core import SimResult
-from strategies.errors import ConfigError
+from strategies.errors import ConfigError, brief
 from taskgraph.graph import CATEGORIES, TaskGraph
 
 _STREAM_ORDER = {"compute": 0, "tp": 1, "cp": 2, "ep": 3, "dp": 4, "send": 5, "recv": 6, "link": 7}
@@ -78,21 +78,40 @@ def _layout(graph: TaskGraph):
 
 
 def parse_ranks(text: str) -> tuple[int, ...]:
-    """``"0,1,8-11"`` -> (0, 1, 8, 9, 10, 11). Raises ConfigError naming the bad item."""
-    out: set[int] = set()
+    """``"0,1,8-11"`` -> (0, 1, 8, 9, 10, 11). Raises ConfigError naming the bad item.
+
+    Ranks are below ``strategies.limits.MAX_GPUS`` (no run has more), and overlapping ranges are
+    merged before they are listed, so the work is bounded by that limit, not by the numbers given.
+
+    >>> parse_ranks("3,0-1,1-2")
+    (0, 1, 2, 3)
+    """
+    from strategies.limits import MAX_GPUS
+    spans: list[tuple[int, int]] = []
     for item in (x.strip() for x in str(text).split(",")):
         if not item:
             continue
         lo, sep, hi = item.partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()):
-            raise ConfigError(f"trace ranks: {item!r} is not a rank or a range; write e.g. 0,1,8-15")
+        lo, hi = lo.strip(), hi.strip()
+        if not (lo.isascii() and lo.isdigit()) or (sep and not (hi.isascii() and hi.isdigit())):
+            raise ConfigError(f"--trace-ranks: {brief(item)} is not a rank or a range; write e.g. 0,1,8-15")
+        if len(lo) > 12 or len(hi) > 12 or int(lo) >= MAX_GPUS or (sep and int(hi) >= MAX_GPUS):
+            raise ConfigError(f"--trace-ranks: {brief(item)} names a rank over the limit of {MAX_GPUS - 1:,} (no run "
+                              f"has more than {MAX_GPUS:,} GPUs; docs/strategy-file.md, Limits); give ranks of this run")
         a, b = int(lo), int(hi) if sep else int(lo)
         if b < a:
-            raise ConfigError(f"trace ranks: range {item!r} ends before it starts; write it low-high")
-        out.update(range(a, b + 1))
-    if not out:
-        raise ConfigError(f"trace ranks: {text!r} names no rank; write e.g. 0,1 or 0-7")
-    return tuple(sorted(out))
+            raise ConfigError(f"--trace-ranks: range {brief(item)} ends before it starts; write it low-high")
+        spans.append((a, b))
+    if not spans:
+        raise ConfigError(f"--trace-ranks {brief(text)} names no rank; write e.g. 0,1 or 0-7")
+    spans.sort()
+    merged = [list(spans[0])]
+    for a, b in spans[1:]:
+        if a <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return tuple(r for a, b in merged for r in range(a, b + 1))
 
 
 def _selected_tasks(graph: TaskGraph, dev_keep: np.ndarray) -> np.ndarray:
@@ -190,7 +209,7 @@ def trace_lines(graph: TaskGraph, result: SimResult, *, flows: bool = True, coun
     if not keep_pid and threads:
         have = sorted(p for p in threads if p != network_pid)
         span = f"ranks {have[0]}-{have[-1]}" if have else "no ranks"
-        raise ConfigError(f"trace ranks {sorted(ranks)} select no simulated rank; this run has {span}")
+        raise ConfigError(f"--trace-ranks {brief(sorted(ranks))} select no simulated rank; this run has {span}")
     dev_keep = np.asarray([int(p) in keep_pid for p in dev_pid.tolist()], dtype=bool)
     lines: list[str] = []
     for pid in sorted(keep_pid):

@@ -8,8 +8,9 @@ trace_parser.py, trace.py, analyzers/breakdown_analysis.py, v0.5.0):
   ``"rank":\\s+(\\d+)`` on the file's lines, so the header is on its own line with a space after the
   colon (trace_file.create_rank_to_trace_dict);
 - GPU work is complete events (``ph: "X"``) with ``cat: "kernel"`` and an integer ``args.stream``
-  (events without a stream are CPU events); communication kernels are told apart by ``nccl`` in the
-  name (utils.get_kernel_type);
+  (events without a stream are CPU events); communication kernels are told apart by the regex
+  ``^nccl.*Kernel`` on the name (utils.is_comm_kernel / get_kernel_type), everything else but memory
+  copies is computation;
 - a kernel is tied to its CPU launch (``cat: "cuda_runtime"``, ``cudaLaunchKernel``) by equal
   ``args.correlation``; Kineto also draws the pair as an ``ac2g`` flow with the same id;
 - timestamps in microseconds; float timestamps are rounded inward (start up, end down) by HTA's
@@ -20,8 +21,10 @@ trace_parser.py, trace.py, analyzers/breakdown_analysis.py, v0.5.0):
 Mapping: one file ``rank_<r>.json`` per simulated rank (each simulated rank stands for its pipeline
 rank's GPUs); every device of the rank (compute, tp, dp, send/recv, outgoing links) is one stream:
 compute is stream 7 (PyTorch's default stream), the others 20, 21, ... in the Chrome trace's
-order. Each task is one kernel named like the Chrome trace's slice (``nccl:`` prefixed for
-communication); its launch is a zero-length ``cudaLaunchKernel`` on the host thread at the time the
+order. Each task is one kernel named like the Chrome trace's slice; communication kernels are
+named as NCCL names its kernels (``ncclDevKernel_AllGather(tp-all-gather s0 mb1)``, see
+``nccl_kernel_name``), so HTA counts them as communication; its launch is a zero-length
+``cudaLaunchKernel`` on the host thread at the time the
 task became ready (its inputs were available). HTA's idle-time breakdown therefore counts a gap
 whose next kernel was not yet ready as "host wait" (here: waiting on dependencies: pipeline bubble
 and exposed communication) and the rest as "kernel wait"/"other". Devices owned by no rank are left
@@ -35,7 +38,8 @@ from pathlib import Path
 import numpy as np
 
 from simulator.engine.core import SimResult
-from simulator.outputs.trace import _STREAM_ORDER, write_text
+from simulator.outputs.trace import _STREAM_ORDER
+from strategies.errors import brief
 from taskgraph.graph import CATEGORIES, IS_COMM_CODE, TaskGraph
 
 COMPUTE_STREAM = 7  # PyTorch's default CUDA stream id in Kineto traces
@@ -93,7 +97,7 @@ def hta_rank_text(graph: TaskGraph, result: SimResult, rank: int, world_size: in
         base = ops[op[k]] if op[k] >= 0 else cats[cat[k]]
         name = base if mb[k] < 0 else f"{base} s{st[k]} mb{mb[k]}" if st[k] >= 0 else f"{base} mb{mb[k]}"
         if comm[k]:
-            name = "nccl:" + name
+            name = nccl_kernel_name(base, name)
         cid = CORRELATION_BASE + task
         lines.append(f'{{"args":{{"correlation":{cid},"device":{rank},"execsim category":"{cats[cat[k]]}",'
                      f'"execsim task":{task},"stream":{strm[k]}}},"cat":"kernel","dur":{d_l[k]},"name":"{name}",'
@@ -109,22 +113,54 @@ def hta_rank_text(graph: TaskGraph, result: SimResult, rank: int, world_size: in
     return head + ",\n".join(lines) + "\n]}\n"
 
 
+#: NCCL's device kernel per collective (NCCL >= 2.19 names them ``ncclDevKernel_<Coll>_<ALGO>_<PROTO>``,
+#: e.g. ``ncclDevKernel_AllGather_RING_LL``; send/recv, and all-to-all, which NCCL runs as grouped
+#: send/recv, are ``ncclDevKernel_SendRecv``). HTA tells communication kernels by the regex
+#: ``^nccl.*Kernel`` (hta/utils/utils.py ``is_comm_kernel``); a name without "Kernel" counts as
+#: computation, which made its communication/computation overlap NaN (no communication) before.
+#: Matched on our operator names in order; the algorithm and protocol are not part of a task, so the
+#: names stop at the collective.
+_NCCL_KERNELS = (("all-to-all", "SendRecv"), ("send", "SendRecv"), ("recv", "SendRecv"), ("ring", "SendRecv"),
+                 ("reduce-scatter", "ReduceScatter"), ("all-gather", "AllGather"), ("param-gather", "AllGather"),
+                 ("all-reduce", "AllReduce"), ("grad-reduce", "AllReduce"))
+
+
+def nccl_kernel_name(op: str, label: str) -> str:
+    """A communication task's kernel name as NCCL writes it, with execsim's label in parentheses where
+    NCCL has its argument type: ``ncclDevKernel_AllGather(tp-all-gather s0 mb1)``. Collectives we cannot
+    name map to NCCL's generic kernel (``ncclDevKernel_Generic``).
+
+    >>> nccl_kernel_name("send-act", "send-act s0 mb3")
+    'ncclDevKernel_SendRecv(send-act s0 mb3)'
+    """
+    coll = next((c for key, c in _NCCL_KERNELS if key in op), "Generic")
+    return f"ncclDevKernel_{coll}({label})"
+
+
 def trace_ranks(graph: TaskGraph) -> list[int]:
     """The simulated ranks (owners of at least one device)."""
     return sorted({d.rank for d in graph.devices if d.rank >= 0})
 
 
-def write_hta_traces(directory, graph: TaskGraph, result: SimResult, ranks=None) -> list[Path]:
+def write_hta_traces(directory, graph: TaskGraph, result: SimResult, ranks=None, *, inputs=(),
+                     flag: str = "--trace-dir") -> list[Path]:
     """Write ``rank_<r>.json`` for each simulated rank (or those in ``ranks``) into ``directory``
-    (created if missing). Returns the paths written."""
+    (created if missing), each through the checked atomic writer (:mod:`simulator.outputs.files`):
+    never over one of ``inputs``, never through a symbolic or hard link. Returns the paths written."""
+    from simulator.outputs.files import OutputError, check_output, write_output
     d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"{flag} {brief(str(d), 120)}: cannot create the folder ({exc.strerror or type(exc).__name__})"
+                          f"; choose another folder") from None
     all_ranks = trace_ranks(graph)
     chosen = all_ranks if ranks is None else [r for r in all_ranks if r in set(ranks)]
     paths = []
     for r in chosen:
         p = d / f"rank_{r}.json"
-        write_text(p, hta_rank_text(graph, result, r, len(all_ranks)))
+        check_output(p, flag, inputs=inputs)
+        write_output(p, hta_rank_text(graph, result, r, len(all_ranks)), flag, follow_links=False)
         paths.append(p)
     return paths
 

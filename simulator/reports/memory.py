@@ -68,29 +68,40 @@ class MemoryReport:
         }
 
 
-def _split_at_peak(graph: TaskGraph, result: SimResult, rank: int, peak_time: float, peak_bytes: float):
-    """Activation and temporary bytes alive at the rank's peak (same event order as memory_curves)."""
-    if graph.mem_task.size == 0 or peak_bytes <= 0:
-        return 0.0, 0.0
+def _split_at_peak(graph: TaskGraph, result: SimResult) -> dict:
+    """Activation and temporary bytes alive at each rank's peak (same event order as memory_curves):
+    ``{rank: (activation bytes, temporary bytes)}``, for every rank in one sort of the memory events
+    (not one pass over all events per rank)."""
+    if graph.mem_task.size == 0:
+        return {}
     task = graph.mem_task.astype(np.int64)
     t = np.where(graph.mem_at_end == 1, result.end[task], result.start[task])
-    ranks = np.array([d.rank for d in graph.devices])[graph.device[task]]
-    sel = np.flatnonzero(ranks == rank)
+    ranks = np.array([d.rank for d in graph.devices], dtype=np.int64)[graph.device[task]]
     delta = graph.mem_bytes
-    order = sel[np.lexsort((task[sel], delta[sel] > 0, t[sel]))]
-    cum = np.cumsum(delta[order])
-    k = int(np.argmax(cum))
-    upto = order[: k + 1]
-    kinds = graph.mem_kind[upto] if graph.mem_kind.size else np.zeros(upto.size, dtype=np.int8)
-    act = float(delta[upto][kinds == MEM_KINDS.index("activation")].sum())
-    tmp = float(delta[upto][kinds == MEM_KINDS.index("temporary")].sum())
-    return act, tmp
+    order = np.lexsort((task, delta > 0, t, ranks))  # by rank, then the curve's event order
+    kinds = graph.mem_kind if graph.mem_kind.size else np.zeros(task.size, dtype=np.int8)
+    r_sorted = ranks[order]
+    starts = np.flatnonzero(np.r_[True, r_sorted[1:] != r_sorted[:-1]])
+    ends = np.r_[starts[1:], r_sorted.size]
+    act_kind, tmp_kind = MEM_KINDS.index("activation"), MEM_KINDS.index("temporary")
+    out = {}
+    for a, b in zip(starts.tolist(), ends.tolist()):
+        sel = order[a:b]
+        cum = np.cumsum(delta[sel])
+        k = int(np.argmax(cum))
+        upto = sel[: k + 1]
+        kd, dl = kinds[upto], delta[upto]
+        out[int(r_sorted[a])] = (float(dl[kd == act_kind].sum()), float(dl[kd == tmp_kind].sum()))
+    return out
 
 
 def memory_report(plan, graph: TaskGraph, result: SimResult) -> MemoryReport:
+    from simulator.reports.training import _stages_by_rank
     from taskgraph.memory import static_memory
     static = static_memory(plan)
     curves = memory_curves(graph, result)
+    split = _split_at_peak(graph, result)
+    rank_stages = _stages_by_rank(plan.schedule)
     reserve = plan.strategy.options.memory_reserve_gb * GB
     capacity = plan.cluster.gpu.hbm_capacity - reserve
     out = []
@@ -98,10 +109,9 @@ def memory_report(plan, graph: TaskGraph, result: SimResult) -> MemoryReport:
         st = static[r]
         c = curves.get(r)
         peak, when, alive = (c.peak_bytes, c.peak_time, c.alive_at_peak) if c else (0.0, 0.0, ())
-        act, tmp = _split_at_peak(graph, result, r, when, peak)
-        stages = tuple(s for s in range(plan.schedule.num_stages) if plan.schedule.stage_to_rank[s] == r)
+        act, tmp = split.get(r, (0.0, 0.0)) if peak > 0 else (0.0, 0.0)
         total = st.total + peak + reserve
-        out.append(StageMemory(r, stages, st.weights, st.grads, st.optimizer, act, tmp, reserve, total,
+        out.append(StageMemory(r, rank_stages[r], st.weights, st.grads, st.optimizer, act, tmp, reserve, total,
                                plan.cluster.gpu.hbm_capacity, when, alive))
     return MemoryReport(tuple(out), plan.cluster.gpu.hbm_capacity)
 

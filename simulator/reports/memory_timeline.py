@@ -44,8 +44,10 @@ def memory_curves(graph: TaskGraph, result: SimResult) -> dict[int, MemoryCurve]
     delta = graph.mem_bytes
     t = np.where(graph.mem_at_end == 1, result.end[task], result.start[task])
     rank = np.array([d.rank for d in graph.devices])[graph.device[task]]
+    by_rank = np.argsort(rank, kind="stable")  # each rank's events in one sort, not one scan per rank
+    sorted_rank = rank[by_rank]
     for r in ranks:
-        sel = np.flatnonzero(rank == r)
+        sel = by_rank[np.searchsorted(sorted_rank, r, "left"):np.searchsorted(sorted_rank, r, "right")]
         if sel.size == 0:
             out[r] = MemoryCurve(r, np.zeros(1), np.zeros(1), 0.0, 0.0, ())
             continue

@@ -144,8 +144,9 @@ def training_report(plan, work, graph: TaskGraph, result: SimResult, rep: Report
     fp8 = plan.cluster.gpu.peak_flops_fp8
     per_stage = []
     busy = {r.rank: r for r in rep.per_rank}  # the split of simulator.reports.breakdown.time_breakdown
+    rank_stages = _stages_by_rank(plan.schedule)
     for r in range(plan.schedule.pp):
-        stages = tuple(st for st in range(plan.schedule.num_stages) if plan.schedule.stage_to_rank[st] == r)
+        stages = rank_stages[r]
         rr = busy.get(r)
         comp = rr.busy_s if rr else 0.0
         exp = rr.exposed_comm_s if rr else 0.0
@@ -168,10 +169,31 @@ def training_report(plan, work, graph: TaskGraph, result: SimResult, rep: Report
     )
 
 
+def _stages_by_rank(schedule) -> list[tuple[int, ...]]:
+    """The stages of each pipeline rank, in one pass over the stages (not one per rank)."""
+    out: list[list[int]] = [[] for _ in range(schedule.pp)]
+    for st, r in enumerate(schedule.stage_to_rank):
+        out[r].append(st)
+    return [tuple(x) for x in out]
+
+
+def format_mfu(mfu: float, hfu: float, mfu_fp8_peak: float | None, sep: str = ", ") -> str:
+    """``MFU 52.4%   HFU 60.1%``; an FP8 run says which peak each figure is against, and gives the MFU
+    against the FP8 peak too (the BF16 figure alone reads as if FP8 ran at that share of its own peak).
+
+    >>> format_mfu(0.842, 0.85, 0.421)
+    'MFU 84.2% of the BF16 peak (42.1% of the FP8 peak), HFU 85.0% of the BF16 peak'
+    """
+    if mfu_fp8_peak is None:
+        return f"MFU {100 * mfu:.1f}%{sep}HFU {100 * hfu:.1f}%"
+    return (f"MFU {100 * mfu:.1f}% of the BF16 peak ({100 * mfu_fp8_peak:.1f}% of the FP8 peak){sep}"
+            f"HFU {100 * hfu:.1f}% of the BF16 peak")
+
+
 def format_training_report(tr: TrainingReport, rep: Report, title: str = "") -> str:
     lines = [title] if title else []
     lines.append(f"iteration time {tr.iteration_time_s:.3f} s   tokens/s {tr.tokens_per_s:,.0f}   "
-                 f"tokens/s/GPU {tr.tokens_per_s_per_gpu:,.1f}   MFU {100 * tr.mfu:.1f}%   HFU {100 * tr.hfu:.1f}%")
+                 f"tokens/s/GPU {tr.tokens_per_s_per_gpu:,.1f}   {format_mfu(tr.mfu, tr.hfu, tr.mfu_fp8_peak, '   ')}")
     lines.append(f"GPUs {tr.num_gpus} (each simulated rank stands for {tr.gpus_per_simulated_rank} GPUs: its TP, CP "
                  f"and DP peers)   microbatches {tr.microbatches}   imbalance {rep.imbalance:.3f}   "
                  f"tasks {rep.num_tasks}")

@@ -22,8 +22,18 @@ def pareto_front(time: np.ndarray, cost: np.ndarray) -> np.ndarray:
 
 def plot_pareto(result, path: str, title: str = "") -> int:
     """Write two panels as a PNG: time to train vs cost (colour: memory headroom) and time vs memory
-    headroom, each with its Pareto front, the winner starred. Returns the number of time-cost front
-    points (one when every candidate has the same GPU count: cost is then proportional to time)."""
+    headroom (colour: GPU count), each with its Pareto front, the winner starred, each colour with its
+    colour bar. Returns the number of time-cost front points (one when every candidate has the same GPU
+    count: cost is then proportional to time)."""
+    import matplotlib.pyplot as plt
+    fig, n_front = pareto_figure(result, title)
+    fig.savefig(path)
+    plt.close(fig)
+    return n_front
+
+
+def pareto_figure(result, title: str = ""):
+    """The figure :func:`plot_pareto` writes, and its number of time-cost front points."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -41,7 +51,8 @@ def plot_pareto(result, path: str, title: str = "") -> int:
         front = pareto_front(t, c)
         n_front = front.size
         ax.plot(t[front], c[front], "-o", color="crimson", ms=4, lw=1.2, label=f"Pareto front ({front.size})")
-        ax2.scatter(t, h, c=ok["gpus"].to_numpy(dtype=float), cmap="plasma", s=14, alpha=0.8)
+        sc2 = ax2.scatter(t, h, c=ok["gpus"].to_numpy(dtype=float), cmap="plasma", s=14, alpha=0.8)
+        fig.colorbar(sc2, ax=ax2, label="GPUs")
         f2 = pareto_front(t, -h)
         ax2.plot(t[f2], h[f2], "-o", color="crimson", ms=4, lw=1.2, label=f"Pareto front ({f2.size})")
         if result.deadline_days is not None:
@@ -63,6 +74,4 @@ def plot_pareto(result, path: str, title: str = "") -> int:
     ax.set_title(title or f"strategy search ({result.method}, {result.evaluations} simulated)")
     ax2.set_title("time vs memory headroom (colour: GPUs)")
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return n_front
+    return fig, n_front

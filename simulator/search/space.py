@@ -135,30 +135,52 @@ def _divisors(n: int) -> list[int]:
 
 
 def parse_axis(item: str) -> tuple[str, tuple]:
-    """``"tp=4,8"`` -> ``("tp", (4, 8))``; one clear error naming the axis otherwise."""
+    """``"tp=4,8"`` -> ``("tp", (4, 8))``; one clear error naming the axis otherwise. Every value is
+    checked here, before any work: sizes are whole numbers in 1..2^20 (the GPU limit), zero in 0..3,
+    schedules and recompute policies known names; at most ``MAX_AXIS_VALUES`` values, none twice.
+
+    >>> parse_axis("zero=0,1")
+    ('zero', (0, 1))
+    """
     from strategies.config import did_you_mean
+    from strategies.errors import brief
+    from strategies.limits import MAX_AXIS_VALUES, MAX_GPUS
+    from strategies.schedules import SCHEDULES
     name, eq, vals = item.partition("=")
     name = name.strip()
     if not eq or not vals.strip():
-        raise ConfigError(f"--axis {item!r} must look like NAME=V1,V2 (e.g. tp=4,8); axes: {', '.join(AXES)}")
+        raise ConfigError(f"--axis {brief(item)} must look like NAME=V1,V2 (e.g. tp=4,8); axes: {', '.join(AXES)}")
     if name not in AXES:
-        raise ConfigError(f"--axis {name!r} is not a search axis{did_you_mean(name, AXES)}; axes: {', '.join(AXES)}")
+        raise ConfigError(f"--axis {brief(name)} is not a search axis{did_you_mean(name, AXES)}; axes: {', '.join(AXES)}")
+    items = [x.strip() for x in vals.split(",", MAX_AXIS_VALUES + 1) if x.strip()]
+    if len(items) > MAX_AXIS_VALUES:
+        raise ConfigError(f"--axis {name} lists more than {MAX_AXIS_VALUES} values; give at most {MAX_AXIS_VALUES} "
+                          f"(the grid multiplies every axis)")
     out = []
-    for v in (x.strip() for x in vals.split(",") if x.strip()):
+    for v in items:
         if name in ("schedule", "recompute"):
-            if name == "recompute" and v not in RECOMPUTE:
-                raise ConfigError(f"--axis recompute value {v!r} must be one of {', '.join(RECOMPUTE)}")
+            valid = RECOMPUTE if name == "recompute" else sorted(SCHEDULES)
+            if v not in valid:
+                raise ConfigError(f"--axis {name} value {brief(v)} is not one of {', '.join(valid)}"
+                                  f"{did_you_mean(v, valid)}")
             out.append(v)
         elif name == "sp":
             if v.lower() not in ("true", "false", "1", "0"):
-                raise ConfigError(f"--axis sp value {v!r} must be true or false")
+                raise ConfigError(f"--axis sp value {brief(v)} must be true or false")
             out.append(v.lower() in ("true", "1"))
+        elif name == "zero":
+            if v not in ("0", "1", "2", "3"):
+                raise ConfigError(f"--axis zero value {brief(v)} must be a ZeRO stage: 0, 1, 2 or 3")
+            out.append(int(v))
         else:
-            if not v.isdigit() or int(v) < (0 if name == "zero" else 1):
-                raise ConfigError(f"--axis {name} value {v!r} must be a positive integer")
+            if not (v.isascii() and v.isdigit()) or len(v) > 8 or not 1 <= int(v) <= MAX_GPUS:
+                raise ConfigError(f"--axis {name} value {brief(v)} must be a whole number in 1..{MAX_GPUS:,}")
             out.append(int(v))
     if not out:
-        raise ConfigError(f"--axis {item!r} lists no values")
+        raise ConfigError(f"--axis {brief(item)} lists no values")
+    if len(set(out)) != len(out):
+        twice = next(v for v in out if out.count(v) > 1)
+        raise ConfigError(f"--axis {name} lists {twice} twice; give each value once")
     return name, tuple(out)
 
 
@@ -485,3 +507,20 @@ def _rank_of_stage(c: Candidate, s: int) -> int:
 
 __all__ = ["Candidate", "SearchSpace", "Context", "SpaceStats", "AXES", "CANDIDATE_FIELDS", "context", "check_gpus",
            "gpu_counts", "cluster_for", "enumerate_space", "static_bound", "valid_variant", "parse_axis"]
+
+
+def grid_points(ctx: Context, space: SearchSpace, gpus_list: Iterable[int]) -> int:
+    """How many grid points :func:`enumerate_space` visits (each costs the closed-form checks and, when
+    they pass, the static memory bound): the product of the axes per GPU count, with the schedules
+    each (pp, vpp) admits, counted from the axis lengths without visiting the points."""
+    total = 0
+    for gpus in gpus_list:
+        ax = default_axes(ctx, space, gpus)
+        per = (len(ax["tp"]) * len(ax["cp"]) * len(ax["ep"]) * len(ax["micro_batch"]) * len(ax["recompute"])
+               * (len(ax["sp"]) if ax["sp"] else 1))
+        pv = 0
+        for pp in ax["pp"]:
+            zeros = len(ax["zero"]) if ax["zero"] else (3 if pp == 1 else 2)
+            pv += zeros * sum(len(_schedules(ax["schedule"], pp, vpp)) for vpp in ax["vpp"])
+        total += per * pv
+    return total

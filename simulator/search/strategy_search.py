@@ -107,10 +107,10 @@ def search(base, *, gpus: int | None = None, gpus_range: tuple[int, int] | None 
         objective = "cost" if deadline_days is not None else "time"
     if objective not in OBJECTIVES:
         raise ConfigError(f"--objective {objective!r} must be one of {', '.join(OBJECTIVES)}")
-    if deadline_days is not None and not (isinstance(deadline_days, (int, float)) and deadline_days > 0):
-        raise ConfigError(f"--deadline-days {deadline_days!r} must be a positive number of days")
-    if train_tokens is not None and not train_tokens > 0:
-        raise ConfigError(f"--train-tokens {train_tokens!r} must be a positive number of tokens, e.g. 300e9")
+    if deadline_days is not None and not (isinstance(deadline_days, (int, float)) and 0 < deadline_days < math.inf):
+        raise ConfigError(f"--deadline-days {deadline_days!r} must be a positive finite number of days")
+    if train_tokens is not None and not 0 < train_tokens < math.inf:
+        raise ConfigError(f"--train-tokens {train_tokens!r} must be a positive finite number of tokens, e.g. 300e9")
     if nonuniform and method != "mcmc":
         raise ConfigError("--nonuniform (layers per stage and per-layer recompute) needs --method mcmc: that space is "
                           "too large to enumerate")
@@ -135,6 +135,14 @@ def search(base, *, gpus: int | None = None, gpus_range: tuple[int, int] | None 
     job = Job(ctx, price, tokens, fidelity)
     if candidates is None:
         from simulator.search.backends import gc_paused
+        from simulator.search.space import grid_points
+        from strategies.limits import MAX_GRID_POINTS
+        points = grid_points(ctx, space, gpus_list)
+        if points > MAX_GRID_POINTS:
+            raise ConfigError(f"the search grid has {points:,} points over {len(gpus_list)} GPU count(s), over the limit of "
+                              f"{MAX_GRID_POINTS:,} (about 0.4 ms each before any simulation; docs/strategy-file.md, "
+                              f"Limits): narrow it with --axis (e.g. --axis tp=4,8 --axis micro_batch=1) or fewer GPU "
+                              f"counts")
         with gc_paused():
             cands, stats = enumerate_space(ctx, space, gpus_list)
     else:
@@ -167,6 +175,10 @@ def search(base, *, gpus: int | None = None, gpus_range: tuple[int, int] | None 
         from simulator.search.mcmc import metropolis_hastings
         if budget is None:
             budget = min(200, len(cands))
+        if budget > len(cands):
+            raise ConfigError(f"--budget {budget} is more than the {len(cands)} candidates of this space (each "
+                              f"simulation is a distinct candidate): give at most {len(cands)}, or --method "
+                              f"exhaustive to simulate them all")
         if start not in ("file", "random"):
             raise ConfigError(f"MCMC start {start!r} must be 'file' or 'random'")
         first = _file_candidate(ctx, base, cands) if start == "file" else None
