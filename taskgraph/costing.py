@@ -451,6 +451,8 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
               "tp": s.tp, "pp": s.pp, "dp": s.dp, "cp": s.cp, "ep": s.ep, "vpp": plan.vpp,
               **({"sm_share": shares} if shares else {}), **({"split_backward": True} if split else {})},
     )
+    if profile is not None:  # which operator passes the measured profile priced, which the cost model did
+        work = replace(work, meta={**work.meta, "profile": profile_coverage(profile)})
     if coarse:
         if cid is None:
             from taskgraph.coarse import coarsen
@@ -458,6 +460,15 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
         # the stages are coarse already (memoized); coarsen() would only add the meta entry
         work = replace(work, meta={**work.meta, "fidelity": "coarse"})
     return work
+
+
+def profile_coverage(profile: ProfileTable) -> dict:
+    """Measured operator times take precedence over the cost model (taskgraph/cost.py op_time): how
+    many distinct operator passes the profile priced and which the cost model priced instead."""
+    measured = sorted({f"{k[2]} {k[3]}" for k in profile.used})
+    modelled = sorted({f"{k[2]} {k[3]}" for k in profile._seen} - set(measured))
+    return {"path": profile.path, "measured": len(measured), "modelled": len(modelled),
+            "modelled_examples": modelled[:6]}
 
 
 def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: dict, layer_cache: dict, dt: int,

@@ -246,3 +246,17 @@ def test_cpu_profile_end_to_end(tmp_path, capsys):
         plan = resolve(load_strategy(s))
         strat = replace(plan.strategy, training=replace(plan.strategy.training, precision="fp8"))
         profile_plan(resolve(strat), "cpu", 1, 0)
+
+
+def test_report_says_which_operators_were_measured(tmp_path):
+    # measured times take precedence over the cost model; the simulation says which came from which
+    from simulator.simulation.strategy import simulate_strategy
+    plan = resolve(load_strategy(_tiny(tmp_path)))
+    items = profile_items(plan)
+    rows = [ProfileRow(items[0].name, items[0].shape, p, 1e-6, 0.0) for p in PASSES]
+    (tmp_path / "prof.csv").write_text(profile_text(rows, "cpu", "bf16"))
+    sim = simulate_strategy(load_strategy(_tiny(tmp_path, "options: {profile: prof.csv}\n")))
+    cov = sim.graph.meta["profile"]
+    passes_of_first = {f"{items[0].name} {p}" for p in PASSES}
+    assert cov["measured"] == len(passes_of_first)
+    assert cov["modelled"] > 0 and not passes_of_first & set(cov["modelled_examples"])

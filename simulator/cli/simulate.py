@@ -119,6 +119,8 @@ def _simulate_cmd(args) -> int:
             out.update({k: v for k, v in t.items()})
             out.update(_cost_fields(sim, args.price))
             out["critical_path"] = sim.report.to_json()["critical_path"]
+            if sim.graph.meta.get("profile"):
+                out["profile"] = sim.graph.meta["profile"]
             m = mem.to_json()
             for st, extra in zip(out["per_stage"], m["memory_per_stage"]):
                 st["peak_memory_gb"] = extra["total_gb"]
@@ -144,6 +146,11 @@ def _simulate_cmd(args) -> int:
             worst = max(mem.per_stage, key=lambda x: x.total)
             print(f"memory: peak {worst.total / 2**30:.1f} GiB on rank {worst.rank} of {mem.capacity / 2**30:.1f} GiB "
                   f"-> {'fits' if mem.fits else 'OOM'} (execsim memory FILE for the breakdown)")
+            cov = sim.graph.meta.get("profile")
+            if cov:
+                rest = (f"; {cov['modelled']} from the cost model ({', '.join(cov['modelled_examples'])}"
+                        f"{', ...' if cov['modelled'] > len(cov['modelled_examples']) else ''})" if cov["modelled"] else "")
+                print(f"profile: {cov['measured']} operator passes measured ({cov['path']}){rest}")
         else:
             print(format_report(sim.report, title))
         if deltas is not None:
