@@ -1,0 +1,105 @@
+"""NeMo 1.x / NeMo-Framework-Launcher training recipes -> a strategy mapping (see :mod:`strategies.importers`)."""
+from __future__ import annotations
+
+from typing import Any
+
+from strategies.errors import ConfigError
+from strategies.import_common import Imported, _cluster, _recompute, _tokenizer_vocab, _walk
+
+# ------------------------------------------------------------------------------------------------ NeMo
+
+#: NeMo keys read (dotted from the recipe's top level); everything else under trainer/model is reported
+_NEMO_READ = {
+    "trainer.num_nodes", "trainer.devices", "trainer.precision", "trainer.max_steps", "model.micro_batch_size",
+    "model.global_batch_size", "model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
+    "model.virtual_pipeline_model_parallel_size", "model.context_parallel_size", "model.expert_model_parallel_size",
+    "model.sequence_parallel", "model.encoder_seq_length", "model.max_position_embeddings", "model.num_layers",
+    "model.hidden_size", "model.ffn_hidden_size", "model.num_attention_heads", "model.num_query_groups",
+    "model.kv_channels", "model.hidden_dropout", "model.attention_dropout", "model.normalization", "model.bias",
+    "model.activation", "model.position_embedding_type", "model.share_embeddings_and_output_weights",
+    "model.activations_checkpoint_granularity", "model.activations_checkpoint_method",
+    "model.activations_checkpoint_num_layers", "model.fp8", "model.optim.name", "model.optim.overlap_grad_sync",
+    "model.optim.overlap_param_sync", "model.ub_tp_comm_overlap", "model.overlap_p2p_comm",
+    "model.num_moe_experts", "model.moe_router_topk", "model.tokenizer.type", "model.tokenizer.library",
+    "model.tokenizer.model", "model.tokenizer.vocab_file", "model.use_flash_attention", "model.make_vocab_size_divisible_by",
+    # modeled as NeMo/Megatron run by default: blocking batched p2p, wgrad GEMMs accumulating into main_grad
+    "model.batch_p2p_comm", "model.gradient_accumulation_fusion",
+}
+
+
+def import_nemo(data: dict, *, cluster: str | None = None, nodes: int | None = None,
+                vocab: int | None = None) -> Imported:
+    """Map a NeMo 1.x / NeMo-Framework-Launcher training recipe (``trainer:`` + ``model:``) to a strategy."""
+    if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
+        raise ConfigError("nemo recipe: expected a mapping with a 'model:' section (NeMo 1.x megatron_gpt_config.yaml "
+                          "or a NeMo-Framework-Launcher conf/training recipe)")
+    tr = data.get("trainer") or {}
+    m = data["model"]
+
+    def g(key: str, default: Any = None, kind: type = int) -> Any:
+        v = m.get(key, default)
+        if v is None or v is default:
+            return default
+        if kind is int and (isinstance(v, bool) or not isinstance(v, int)):
+            raise ConfigError(f"nemo recipe: model.{key} = {str(v)[:40]!r} must be an integer")
+        if kind is bool and not isinstance(v, bool):
+            raise ConfigError(f"nemo recipe: model.{key} = {str(v)[:40]!r} must be true or false")
+        return v
+
+    for req in ("num_layers", "hidden_size", "num_attention_heads", "global_batch_size"):
+        if m.get(req) is None:
+            raise ConfigError(f"nemo recipe: model.{req} is missing; add it")
+    tp, pp = g("tensor_model_parallel_size", 1), g("pipeline_model_parallel_size", 1)
+    vpp = g("virtual_pipeline_model_parallel_size", 1) or 1
+    layers, h, heads = g("num_layers"), g("hidden_size"), g("num_attention_heads")
+    act = str(m.get("activation", "gelu"))
+    gated = act in ("swiglu", "fast-swiglu")
+    if act not in ("gelu", "swiglu", "fast-swiglu"):
+        raise ConfigError(f"nemo recipe: model.activation = {act!r} is not modeled; use gelu or (fast-)swiglu")
+    tok = m.get("tokenizer") or {}
+    v_size = vocab or _tokenizer_vocab(tok.get("type")) or _tokenizer_vocab(tok.get("model"))
+    if not v_size:
+        raise ConfigError(f"nemo recipe: the vocabulary size is not known from model.tokenizer "
+                          f"({str(tok.get('type'))[:40]!r}); give --vocab N")
+    seq = g("encoder_seq_length", 2048)
+    model = {"name": str(data.get("name") or m.get("name") or "nemo-gpt"), "layers": layers, "hidden": h,
+             "heads": heads, "kv_heads": g("num_query_groups", heads) or heads,
+             "ffn": g("ffn_hidden_size", 4 * h), "vocab": v_size, "mlp": "swiglu" if gated else "gelu",
+             "norm": "rmsnorm" if str(m.get("normalization", "layernorm")).lower() == "rmsnorm" else "layernorm",
+             "position": "rope" if m.get("position_embedding_type", "learned_absolute") == "rope" else "learned",
+             "max_seq": g("max_position_embeddings", seq),
+             "tied_embeddings": g("share_embeddings_and_output_weights", True, bool),
+             "bias": g("bias", True, bool),
+             "dropout": float(m.get("hidden_dropout", 0.1) or 0) > 0 or float(m.get("attention_dropout", 0.1) or 0) > 0}
+    if m.get("kv_channels") is not None:
+        model["head_dim"] = g("kv_channels")
+    if g("num_moe_experts", 0):
+        model.update(experts=g("num_moe_experts"), top_k=g("moe_router_topk", 2))
+    optim = m.get("optim") or {}
+    dist = str(optim.get("name", "")).startswith("distributed_fused_adam")
+    parallel = {"tp": tp, "pp": pp, "cp": g("context_parallel_size", 1), "ep": g("expert_model_parallel_size", 1),
+                "sp": g("sequence_parallel", False, bool) and tp > 1, "zero": 1 if dist else 0}
+    if vpp > 1:
+        parallel["vpp"] = vpp
+    prec = str(tr.get("precision", "bf16"))
+    if prec not in ("bf16", "bf16-mixed", "16", "16-mixed", "32"):
+        raise ConfigError(f"nemo recipe: trainer.precision = {prec!r} must be bf16, bf16-mixed, 16 or 16-mixed")
+    precision = "fp8" if m.get("fp8") is True else ("fp16" if prec.startswith("16") else "bf16")
+    training = {"micro_batch": g("micro_batch_size", 1), "global_batch": g("global_batch_size"), "seq_len": seq,
+                "precision": precision}
+    training.update(_recompute(m.get("activations_checkpoint_granularity"), m.get("activations_checkpoint_method"),
+                               m.get("activations_checkpoint_num_layers"), layers, pp * vpp, "nemo recipe: model.activations_checkpoint"))
+    if tr.get("max_steps"):
+        training["train_tokens"] = float(tr["max_steps"]) * training["global_batch"] * seq
+    options = {"overlap_grad_reduce": bool(optim.get("overlap_grad_sync", dist)),
+               "overlap_param_gather": bool(optim.get("overlap_param_sync", dist)),
+               "tp_comm_overlap": m.get("ub_tp_comm_overlap") is True,
+               "p2p_overlap": m.get("overlap_p2p_comm") is True,
+               "flash_attention": m.get("use_flash_attention", True) is not False}
+    n = nodes if nodes is not None else tr.get("num_nodes")
+    strategy = {"model": model, "cluster": _cluster(cluster, n, "nemo recipe"), "parallel": parallel,
+                "schedule": "interleaved-1f1b" if vpp > 1 else "1f1b", "training": training, "options": options}
+    if tr.get("devices") is not None:
+        strategy["_gpus_per_node"] = tr.get("devices")
+    seen = [k for k in _walk({"trainer": tr, "model": m}) if k not in _NEMO_READ]
+    return Imported(strategy, tuple(seen), "nemo")
