@@ -66,7 +66,7 @@ def _node_limited(cluster, nbytes: float, ranks: tuple, copies: int, max_nodes: 
 
 
 #: costing group name -> placement axis of the family of concurrent groups (Megatron dp-cp group).
-_FAMILY_AXIS = {"tp": "tp", "cp": "cp", "ep": "ep", "dp": "dp-cp"}
+_FAMILY_AXIS = {"tp": "tp", "cp": "cp", "ep": "ep", "dp": "dp-cp", "etp": "etp"}
 
 
 #: FP8 all-to-all payload over the BF16 one: 1 byte per element plus a 4-byte scale per 128 (DeepSeek-V3
@@ -91,6 +91,14 @@ def grad_bytes_per_param(plan: Plan) -> int:
     accumulate_allreduce_grads_in_fp32 for bf16); fp16 keeps fp16 gradients."""
     tr, opt = plan.strategy.training, plan.strategy.options
     return 4 if (tr.precision in ("bf16", "fp8") and opt.fp32_grad_accum) else 2
+
+
+def param_bytes(plan: Plan) -> int:
+    """Bytes of one model parameter as the GPU holds and gathers it: 2 (bf16/fp16 weights), or 1
+    with ``options.fp8_param_gather`` (Megatron --fp8-param-gather: Transformer Engine keeps the
+    compute weights as Float8Tensor and the distributed optimizer / FSDP all-gathers them in FP8,
+    arguments.py help "perform the param all-gather in fp8"; torchao enable_fsdp_float8_all_gather)."""
+    return 1 if plan.strategy.options.fp8_param_gather else DTYPE_BYTES[plan.strategy.training.precision]
 
 
 def layer_input_bytes(plan: Plan) -> float:
@@ -132,7 +140,8 @@ def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bo
             n = len(ranks)
             secs = max(0.0, secs - (n - 1) / n * t["fwd" if c.phase == "fwd" else "bwd_input"])
             overlaps = ""
-        slots[(c.phase, c.where)].append(Comm(f"{c.group}-comm", f"{c.group}-{c.op}", secs, "tp",
+        grp = "tp" if c.group == "etp" else c.group    # expert TP collectives are TP collectives
+        slots[(c.phase, c.where)].append(Comm(f"{grp}-comm", f"{c.group}-{c.op}", secs, "tp",
                                               overlaps=overlaps))
     saved, rec = float(op.saved_activation_bytes), 0.0
     if ctx.dtype == "fp8" and recipe == "blockwise" and op.kind == "gemm" and not op.name.endswith("lm_head"):
@@ -210,7 +219,7 @@ def _zero3_comms(ctx: CostContext, ops, dp_group, fwd_hide: float, bwd_hide: flo
     the layer's pass (``Comm.mem_bytes``)."""
     plan = ctx.plan
     params = sum(op.params for op in ops)  # this TP shard's layer parameters, gathered over dp
-    wbytes = DTYPE_BYTES[plan.strategy.training.precision] * params
+    wbytes = param_bytes(plan) * params
     gbytes = grad_bytes_per_param(plan) * params
     shard, _ = shard_groups(plan, dp_group)
     g_fwd, g_bwd, rs_each = fsdp_layer_comms(plan)
@@ -258,7 +267,7 @@ def _context_id(plan: Plan) -> int | None:
         return None
     key = (plan.model, plan.cluster, plan.sizes, plan.sp, plan.zero, tr.micro_batch, tr.seq_len, tr.precision,
            opt.flash_attention, opt.fp32_grad_accum, opt.grad_bucket_mb, opt.tp_async_backward, opt.moe_load,
-           opt.moe_max_nodes, opt.pair_overlap, opt.pair_comm_sms, opt.fp8_recipe, opt.cp_comm, opt.cp_load_balance, plan.shard_size, plan.reshard_after_forward, opt.overlap_grad_reduce)
+           opt.moe_max_nodes, opt.pair_overlap, opt.pair_comm_sms, opt.fp8_recipe, opt.fp8_param_gather, opt.cp_comm, opt.cp_load_balance, plan.shard_size, plan.reshard_after_forward, opt.overlap_grad_reduce)
     try:
         cid = _CONTEXTS.get(key)
     except TypeError:  # an unhashable field (a custom model spec holding a list, say)
@@ -278,7 +287,7 @@ def _layer_context(plan: Plan) -> tuple:
     tr, opt, s = plan.strategy.training, plan.strategy.options, plan.sizes
     return (plan.model, plan.cluster, s.tp, plan.sp, s.cp, s.ep, tr.micro_batch, tr.seq_len, tr.precision,
             opt.flash_attention, opt.fp32_grad_accum, opt.tp_async_backward, opt.moe_load, opt.cp_comm,
-            opt.cp_load_balance, opt.moe_max_nodes, opt.fp8_recipe,
+            opt.cp_load_balance, opt.moe_max_nodes, opt.fp8_recipe, opt.fp8_param_gather,
             (s, plan.shard_size, plan.reshard_after_forward) if plan.zero == 3 else None)
 
 
@@ -296,7 +305,7 @@ def _groups_sig(cluster, sizes, prank: int) -> tuple:
 def _rep_groups(sizes, prank: int) -> tuple:
     """(axis, ranks) of the representative of pipeline rank ``prank``: tp, cp, dp (= dp x cp) and ep."""
     rep = rank_of(0, 0, 0, prank, sizes)
-    groups = {g: group_ranks(g, sizes, rep) for g in ("tp", "cp", "dp", "ep")}
+    groups = {g: group_ranks(g, sizes, rep) for g in ("tp", "cp", "dp", "ep", "etp")}
     # Gradients are reduced, and ZeRO / the distributed optimizer shard, over dp x cp (Megatron-LM
     # parallel_state "dp-cp" group: CP ranks hold the same weights and see different tokens).
     groups["dp"] = group_ranks("dp-cp", sizes, rep)
@@ -412,9 +421,9 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
         # ZeRO-3 prefetch hides a gather behind the previous layer of the pass: the stage's first
         # layer (forward) and last layer (backward) have nothing to hide behind
         edge = (j == 0, j == len(lis) - 1) if plan.zero == 3 else (False, False)
-        key = (plan.model.layer_kind(li), policy, groups["tp"], groups["cp"], groups["ep"], edge)
+        key = (plan.model.layer_kind(li), policy, groups["tp"], groups["cp"], groups["ep"], groups["etp"], edge)
         if key not in layer_cache:
-            ops = layer_operators(plan.model, ep=s.ep, dtype_bytes=dt, flash_attention=opt.flash_attention,
+            ops = layer_operators(plan.model, ep=s.ep, etp=s.etp, dtype_bytes=dt, flash_attention=opt.flash_attention,
                                   layer_index=li, moe_load=opt.moe_load, cp_comm=opt.cp_comm,
                                   cp_balance=opt.cp_load_balance, **kw)
             costs = [_op_cost(ctx, o, policy, groups, i == 0) for i, o in enumerate(ops)]
@@ -480,7 +489,7 @@ def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, 
     """Gradient buckets in backward order (Megatron DDP) and the optimizer step of one stage."""
     s = plan.sizes
     gbp = grad_bytes_per_param(plan)
-    pbytes = DTYPE_BYTES[plan.strategy.training.precision]
+    pbytes = param_bytes(plan)
     opt = plan.strategy.options
     limit_params = (opt.grad_bucket_mb * 1e6 / gbp) if opt.grad_bucket_mb else max(
         BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_DP * s.dp)

@@ -78,7 +78,8 @@ def params_per_gpu(plan) -> dict[int, int]:
             for li in plan.stage_layers(st):
                 key = plan.model.layer_kind(li)
                 if key not in cache:
-                    cache[key] = sum(o.params for o in layer_operators(plan.model, ep=s.ep, layer_index=li, **kw))
+                    cache[key] = sum(o.params for o in layer_operators(plan.model, ep=s.ep, etp=s.etp, layer_index=li,
+                                                                       **kw))
                 total += cache[key]
             if sched.is_first_stage(st):
                 total += emb
@@ -98,11 +99,11 @@ def static_memory(plan) -> dict[int, ModelStates]:
     reduce-scattered after its last backward (Megatron's distributed optimizer; torch.distributed.
     pipelining with FSDP turns gradient sync off until then), so they are not sharded; FSDP + PP that
     does not reshard after forward keeps the stage's gathered weights through the step (Llama 3)."""
-    from taskgraph.costing import grad_bytes_per_param
+    from taskgraph.costing import grad_bytes_per_param, param_bytes
     pp1 = plan.sizes.pp == 1
     shard_w = None if plan.zero < 3 else (pp1 or plan.reshard_after_forward)
     shard_g = None if pp1 else False
-    return {r: model_state_bytes(p, dp=plan.shard_size, zero=plan.zero, weight_bytes=2,
+    return {r: model_state_bytes(p, dp=plan.shard_size, zero=plan.zero, weight_bytes=param_bytes(plan),
                                  grad_bytes=grad_bytes_per_param(plan), shard_weights=shard_w, shard_grads=shard_g)
             for r, p in params_per_gpu(plan).items()}
 
@@ -123,7 +124,7 @@ def layer_activation_table(plan) -> list[dict]:
                                                           ep=s.ep, dtype_bytes=DTYPE_BYTES[tr.precision],
                                                           layer_index=li,
                                                           moe_load=plan.strategy.options.moe_load,
-                                                          cp_comm=plan.strategy.options.cp_comm)
+                                                          cp_comm=plan.strategy.options.cp_comm, etp=s.etp)
                           for pol in ("none", "selective", "full")}
         policy = tr.recompute_layers[li] if tr.recompute_layers else tr.recompute
         rows.append({"layer": li, "stage": stage, "rank": plan.schedule.stage_to_rank[stage], "policy": policy,
