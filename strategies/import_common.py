@@ -10,7 +10,7 @@ from strategies.errors import ConfigError
 #: Vocabulary sizes of tokenizers named in recipes (the tokenizer's own vocab; Megatron pads it).
 #: GPT-2 BPE 50257 (Radford 2019); Llama 2 / Mistral / Mixtral SentencePiece 32000 (Touvron 2023,
 #: HF config.json); Llama 3 tiktoken 128256 (Dubey 2024 Section 2.1 / HF config.json).
-TOKENIZER_VOCAB = {"gpt2": 50257, "GPT2BPETokenizer": 50257, "meta-llama/Llama-2": 32000,
+TOKENIZER_VOCAB = {"gpt2": 50257, "GPT2BPETokenizer": 50257, "Llama2Tokenizer": 32000, "meta-llama/Llama-2": 32000,
                    "meta-llama/Meta-Llama-3": 128256, "meta-llama/Llama-3": 128256, "meta-llama/Meta-Llama-3.1": 128256,
                    "mistralai/Mistral": 32000, "mistralai/Mixtral": 32000}
 

@@ -1,71 +1,73 @@
 """Megatron-LM ``pretrain_gpt.py`` arguments -> a strategy mapping (see :mod:`strategies.importers`)."""
 from __future__ import annotations
 
-import re
-import shlex
 from typing import Any
 
 from strategies.errors import ConfigError
 from strategies.import_common import TOKENIZER_VOCAB, Imported, _cluster, _recompute, _tokenizer_vocab
+from strategies.shell_args import launch_words, unset_error
 
 # ----------------------------------------------------------------------------------------- Megatron
 
-def _shell_tokens(text: str) -> list[str]:
-    """Tokens of a launch script: comments and line continuations removed, simple ``NAME=value``
-    assignments substituted for ``$NAME`` / ``${NAME}`` (bash arrays ``X=( ... )`` included)."""
-    text = text.replace("\\\r\n", " ").replace("\\\n", " ")
-    env: dict = {}
-    for m in re.finditer(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(\S[^\n#]*)", text, re.M):
-        val = m.group(2).strip()
-        if val.startswith("(") or val.startswith('"') or val.startswith("'"):
-            continue
-        env[m.group(1)] = val.split()[0]
+class _Flags(dict):
+    """``{flag: [value, ...]}`` in kebab case; ``get`` returns the one value bash passed, checked:
+    a value the script leaves to the environment, or one set only in a branch whose condition
+    cannot be decided, is one error naming its line (:func:`strategies.shell_args.unset_error`);
+    two different values of a flag the importer reads are one error."""
 
-    def sub(s: str) -> str:
-        for _ in range(5):
-            s2 = re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)",
-                        lambda m: env.get(m.group(1) or m.group(3), m.group(2) if m.group(2) is not None else m.group(0)),
-                        s)
-            if s2 == s:
-                break
-            s = s2
-        return s
+    def get(self, name: str, default: Any = None) -> Any:
+        vals = dict.get(self, name)
+        if not vals:
+            return default
+        distinct = list(dict.fromkeys(str(v) for v in vals))
+        marked = [v for v in vals if v is not True and (getattr(v, "unset", None) or getattr(v, "cond", None))]
+        if len(distinct) > 1:
+            cond = next((v for v in vals if getattr(v, "cond", None)), None)
+            if cond is not None:
+                raise unset_error(cond, f"--{name}")
+            raise ConfigError(f"megatron arguments: --{name} is given twice ({_show(vals[0])} and {_show(vals[-1])}); "
+                              f"keep one")
+        if marked:
+            raise unset_error(marked[0], f"--{name}")
+        return vals[-1] if vals[-1] is True else str(vals[-1])
 
-    try:
-        toks = shlex.split(sub(text), comments=True)
-    except ValueError as exc:
-        raise ConfigError(f"megatron arguments: cannot split the text into words ({exc}); check the quotes") from None
-    out = []
-    for t in toks:
-        t = t.strip("()")
-        if t:
-            out.append(t)
-    return out
+    def __getitem__(self, name: str) -> Any:
+        return self.get(name)
 
 
-def _flags(tokens: list[str]) -> tuple[dict, list]:
-    """``--flag value`` / ``--flag=value`` / ``--flag`` -> ordered {flag: value or True}; flags in
-    kebab case. Also torchrun's ``--nnodes`` / ``--nproc_per_node``."""
-    flags: dict = {}
+def _show(v) -> str:
+    return repr(True) if v is True else repr(str(v)[:40])
+
+
+def _flags(tokens: list) -> tuple[_Flags, list]:
+    """``--flag value`` / ``--flag=value`` / ``--flag`` -> ordered :class:`_Flags`; flags in kebab
+    case (argparse accepts ``--flag_name`` too). torchrun's ``--nnodes`` / ``--nproc_per_node`` come
+    from the launcher's words."""
+    flags = _Flags()
     order: list = []
-    i = 0
-    while i < len(tokens):
+    i, n = 0, len(tokens)
+    while i < n:
         t = tokens[i]
         if t.startswith("--") and len(t) > 2:
             name, eq, val = t[2:].partition("=")
             name = name.replace("_", "-")
-            if not eq:
-                if i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
-                    val = tokens[i + 1]
-                    i += 1
-                else:
-                    val = True
-            if name in flags and flags[name] != val:
-                raise ConfigError(f"megatron arguments: --{name} is given twice ({flags[name]!r} and {val!r}); keep one")
-            flags[name] = val
+            if eq:
+                val = _same_marks(val, t)
+            elif i + 1 < n and not tokens[i + 1].startswith("--"):
+                val = tokens[i + 1]
+                i += 1
+            else:
+                val = True
+            flags.setdefault(name, []).append(val)
             order.append(name)
         i += 1
     return flags, order
+
+
+def _same_marks(val: str, word) -> Any:
+    from strategies.shell_args import Word
+    u, c = getattr(word, "unset", None), getattr(word, "cond", None)
+    return Word(val, u, c) if (u or c) else val
 
 
 def _int(flags: dict, name: str, default: Any = None) -> Any:
@@ -93,16 +95,35 @@ _MEGATRON_READ = {
     "use-flash-attn", "attention-backend", "transformer-impl", "attention-dropout", "hidden-dropout",
     "train-iters", "train-samples", "nnodes", "nproc-per-node", "accumulate-allreduce-grads-in-fp32",
     "use-torch-fsdp2", "expert-tensor-parallel-size", "apply-layernorm-1p", "vocab-file", "merge-file",
-    "cp-comm-type",
+    "cp-comm-type", "fp8-recipe", "fp8-param-gather", "grad-reduce-in-bf16", "use-megatron-fsdp",
+    "data-parallel-sharding-strategy", "no-position-embedding", "use-mcore-models",
 }
 
 
+def _maybe(flags: _Flags, name: str) -> Any:
+    """A flag's value where an unknown one is harmless (a tokenizer path): None when not known."""
+    try:
+        return flags.get(name)
+    except ConfigError:
+        return None
+
+
+#: Megatron-FSDP --data-parallel-sharding-strategy -> ZeRO stage (arguments.py; default optim_grads_params)
+FSDP_SHARDING = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+#: --fp8-recipe (megatron/core/transformer/transformer_config.py fp8_recipe, default 'delayed') -> options.fp8_recipe
+FP8_RECIPES = {"delayed": "delayed", "tensorwise": "tensorwise", "blockwise": "blockwise", "mxfp8": "mxfp8"}
+
+
 def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None = None,
-                    vocab: int | None = None) -> Imported:
-    """Map Megatron-LM ``pretrain_gpt.py`` arguments (as pasted from a launch script) to a strategy."""
-    flags, order = _flags(_shell_tokens(text))
+                    vocab: int | None = None, env: dict | None = None) -> Imported:
+    """Map a Megatron-LM launch script (or the ``pretrain_gpt.py`` arguments pasted alone) to a
+    strategy: the words bash would pass (:mod:`strategies.shell_args`), read as argparse would."""
+    words = launch_words(text, env)
+    flags, order = _flags(words.args)
+    launcher, _ = _flags(words.launcher)
     if not flags:
-        raise ConfigError("megatron arguments: no --flags found; paste the pretrain_gpt.py arguments")
+        raise ConfigError("megatron arguments: no --flags found; give the launch script or the pretrain_gpt.py "
+                          "arguments")
     if flags.get("bf16") is True and flags.get("fp16") is True:
         raise ConfigError("megatron arguments: --bf16 and --fp16 are both given; keep one")
     if "recompute-activations" in flags and flags.get("recompute-granularity") == "full":
@@ -132,9 +153,9 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
     if ffn is None:  # Megatron arguments.py: 4h, or int(4h * 2/3 / 64) * 64 with --swiglu
         ffn = int(4 * h * 2 / 3 / 64) * 64 if swiglu else 4 * h
     kv = _int(flags, "num-query-groups", 1) if flags.get("group-query-attention") is True else heads
-    v_size = vocab or _int(flags, "vocab-size") or _tokenizer_vocab(flags.get("tokenizer-model")) \
-        or _tokenizer_vocab(flags.get("tokenizer-type"))
-    if not v_size and "gpt2" in str(flags.get("vocab-file", "")).lower() and "merge-file" in flags:
+    v_size = vocab or _int(flags, "vocab-size") or _tokenizer_vocab(_maybe(flags, "tokenizer-model")) \
+        or _tokenizer_vocab(_maybe(flags, "tokenizer-type"))
+    if not v_size and "gpt2" in str(_maybe(flags, "vocab-file") or "").lower() and "merge-file" in flags:
         v_size = TOKENIZER_VOCAB["gpt2"]   # GPT-2 BPE vocab/merges files (Megatron examples/gpt3)
     if not v_size:
         raise ConfigError("megatron arguments: the vocabulary size is not known from --tokenizer-type/--tokenizer-model; "
@@ -162,14 +183,21 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
                                   f"of the expert size {model['expert_ffn']}")
             model["shared_experts"] = shared // model["expert_ffn"]
     ep = _int(flags, "expert-model-parallel-size", 1)
-    etp = _int(flags, "expert-tensor-parallel-size")
-    if etp is not None and etp != tp:
-        order.append("expert-tensor-parallel-size (!= tp not modeled)")
+    # Megatron defaults expert TP to TP (arguments.py: expert_tensor_parallel_size = tensor_model_parallel_size)
+    etp = _int(flags, "expert-tensor-parallel-size", tp)
+    if flags.get("use-megatron-fsdp") is True:
+        strat = str(flags.get("data-parallel-sharding-strategy", "optim_grads_params"))
+        if strat not in FSDP_SHARDING:
+            raise ConfigError(f"megatron argument --data-parallel-sharding-strategy = {strat[:40]!r} must be one of "
+                              f"{', '.join(FSDP_SHARDING)}")
+        zero = FSDP_SHARDING[strat]
+    else:
+        zero = 3 if flags.get("use-torch-fsdp2") is True else (1 if flags.get("use-distributed-optimizer") is True else 0)
     parallel: dict = {"tp": tp, "pp": pp, "cp": _int(flags, "context-parallel-size", 1), "ep": ep,
                       # Megatron turns sequence parallelism off when tp == 1 (arguments.py)
-                      "sp": flags.get("sequence-parallel") is True and tp > 1,
-                      "zero": 3 if flags.get("use-torch-fsdp2") is True else
-                      (1 if flags.get("use-distributed-optimizer") is True else 0)}
+                      "sp": flags.get("sequence-parallel") is True and tp > 1, "zero": zero}
+    if etp != tp:
+        parallel["etp"] = etp
     if vpp > 1:
         parallel["vpp"] = vpp
     first, last = _int(flags, "decoder-first-pipeline-num-layers"), _int(flags, "decoder-last-pipeline-num-layers")
@@ -189,7 +217,7 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
         parallel["layers_per_stage"] = lps
     seq = _int(flags, "seq-length")
     gb = _int(flags, "global-batch-size")
-    precision = "fp8" if "fp8-format" in flags else ("fp16" if flags.get("fp16") is True else "bf16")
+    precision = "fp8" if flags.get("fp8-format") is not None else ("fp16" if flags.get("fp16") is True else "bf16")
     training: dict = {"micro_batch": _int(flags, "micro-batch-size", 1), "global_batch": gb, "seq_len": seq,
                       "precision": precision}
     if "recompute-activations" in flags:
@@ -215,10 +243,22 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
                "tp_comm_overlap": flags.get("tp-comm-overlap") is True,
                "flash_attention": bool(flash),
                # Megatron keeps main grads in fp32 with bf16 (arguments.py forces it) or when asked
-               "fp32_grad_accum": precision != "fp16" or flags.get("accumulate-allreduce-grads-in-fp32") is True}
+               # --grad-reduce-in-bf16 keeps the gradient buffer (and its reduction) in bf16 (arguments.py
+               # sets grad_reduce_in_fp32 False; distributed_data_parallel_config.py)
+               "fp32_grad_accum": (precision != "fp16" and flags.get("grad-reduce-in-bf16") is not True)
+               or flags.get("accumulate-allreduce-grads-in-fp32") is True}
+    if precision == "fp8":
+        recipe = str(flags.get("fp8-recipe", "delayed"))
+        if recipe not in FP8_RECIPES:
+            raise ConfigError(f"megatron argument --fp8-recipe = {recipe[:40]!r} is not modeled; one of "
+                              f"{', '.join(FP8_RECIPES)}")
+        options["fp8_recipe"] = FP8_RECIPES[recipe]
+        if flags.get("fp8-param-gather") is True:
+            options["fp8_param_gather"] = True
     if parallel["cp"] > 1:
         options["cp_comm"] = cp_map.get(cp_type, "ring")
-    nn_, npn = _int(flags, "nnodes"), _int(flags, "nproc-per-node")
+    nn_ = _int(launcher, "nnodes") if "nnodes" in launcher else _int(flags, "nnodes")
+    npn = _int(launcher, "nproc-per-node") if "nproc-per-node" in launcher else _int(flags, "nproc-per-node")
     strategy = {"model": model, "cluster": _cluster(cluster, nodes if nodes is not None else nn_, "megatron arguments"),
                 "parallel": parallel, "schedule": "interleaved-1f1b" if vpp > 1 else "1f1b",
                 "training": training, "options": options}

@@ -1,12 +1,77 @@
 """NeMo 1.x / NeMo-Framework-Launcher training recipes -> a strategy mapping (see :mod:`strategies.importers`)."""
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from strategies.errors import ConfigError
 from strategies.import_common import Imported, _cluster, _recompute, _tokenizer_vocab, _walk
 
 # ------------------------------------------------------------------------------------------------ NeMo
+
+#: Lightning trainer.precision spellings (lightning.fabric.connector _PRECISION_INPUT) -> training.precision;
+#: None = FP32 (not modeled)
+NEMO_PRECISION = {"bf16": "bf16", "bf16-mixed": "bf16", "16": "fp16", "16-mixed": "fp16", "fp16": "fp16",
+                  "32": None, "32-true": None, "fp32": None, "64": None, "64-true": None}
+_REF = re.compile(r"\$\{([^${}]*)\}")
+
+
+def resolve_interpolations(data: dict) -> dict:
+    """A copy of ``data`` with OmegaConf interpolations resolved as NeMo does: ``${a.b}`` (from the
+    top, or from the launcher's ``training.`` root, where the launcher mounts the recipe), ``${.x}``
+    relative to the key's mapping, and NeMo's ``${multiply:a,b}`` resolver; nested ones inside out.
+    A reference that names nothing (``${data_dir}``, set by the launcher) stays as written: the
+    importer reports it only if it reads that key. Work is bounded: at most 64 substitutions per value.
+
+    OmegaConf itself would do this, but it is a dependency for ~30 lines and NeMo's ``multiply`` would
+    have to be registered in its process-wide resolver table."""
+    def lookup(path: str, here: tuple):
+        if path.startswith("."):
+            up = len(path) - len(path.lstrip("."))
+            node, keys = here[:len(here) - (up - 1)] if up > 1 else here, path.lstrip(".").split(".")
+            keys = list(node) + keys
+        else:
+            keys = path.split(".")
+            if keys[0] == "training" and "training" not in data:
+                keys = keys[1:]
+        v: Any = data
+        for k in keys:
+            if not isinstance(v, dict) or k not in v:
+                raise KeyError(path)
+            v = v[k]
+        return v
+
+    def value(v: Any, here: tuple, depth: int = 0) -> Any:
+        if not isinstance(v, str) or "${" not in v or depth > 8:
+            return v
+        for _ in range(64):
+            m = _REF.search(v)
+            if not m:
+                return v
+            expr = m.group(1).strip()
+            try:
+                if expr.startswith("multiply:"):
+                    out: Any = 1
+                    for a in expr[len("multiply:"):].split(","):
+                        a = a.strip()
+                        out *= value(a, here, depth + 1) if not a.lstrip("-").isdigit() else int(a)
+                else:
+                    out = value(lookup(expr, here), here, depth + 1)
+            except (KeyError, TypeError):
+                return v
+            if m.group(0) == v:
+                return out
+            v = v[:m.start()] + str(out) + v[m.end():]
+        return v
+
+    def walk(d: Any, here: tuple) -> Any:
+        if isinstance(d, dict):
+            return {k: walk(x, here + (k,)) if isinstance(x, (dict, list)) else value(x, here) for k, x in d.items()}
+        if isinstance(d, list):
+            return [walk(x, here) for x in d]
+        return value(d, here)
+    return walk(data, ())
+
 
 #: NeMo keys read (dotted from the recipe's top level); everything else under trainer/model is reported
 _NEMO_READ = {
@@ -33,6 +98,7 @@ def import_nemo(data: dict, *, cluster: str | None = None, nodes: int | None = N
     if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
         raise ConfigError("nemo recipe: expected a mapping with a 'model:' section (NeMo 1.x megatron_gpt_config.yaml "
                           "or a NeMo-Framework-Launcher conf/training recipe)")
+    data = resolve_interpolations(data)
     tr = data.get("trainer") or {}
     m = data["model"]
 
@@ -76,21 +142,30 @@ def import_nemo(data: dict, *, cluster: str | None = None, nodes: int | None = N
     if g("num_moe_experts", 0):
         model.update(experts=g("num_moe_experts"), top_k=g("moe_router_topk", 2))
     optim = m.get("optim") or {}
-    dist = str(optim.get("name", "")).startswith("distributed_fused_adam")
+    # the distributed optimizer: Apex distributed_fused_adam, or Megatron-core's
+    # (mcore_distributed_optim, NeMo nlp/parts/megatron_trainer_builder / MegatronGPTModel.setup_optimization)
+    dist = str(optim.get("name", "")).startswith(("distributed_fused_adam", "mcore_distributed_optim"))
     parallel = {"tp": tp, "pp": pp, "cp": g("context_parallel_size", 1), "ep": g("expert_model_parallel_size", 1),
                 "sp": g("sequence_parallel", False, bool) and tp > 1, "zero": 1 if dist else 0}
     if vpp > 1:
         parallel["vpp"] = vpp
     prec = str(tr.get("precision", "bf16"))
-    if prec not in ("bf16", "bf16-mixed", "16", "16-mixed", "32"):
-        raise ConfigError(f"nemo recipe: trainer.precision = {prec!r} must be bf16, bf16-mixed, 16 or 16-mixed")
-    precision = "fp8" if m.get("fp8") is True else ("fp16" if prec.startswith("16") else "bf16")
+    if prec not in NEMO_PRECISION:
+        raise ConfigError(f"nemo recipe: trainer.precision = {prec[:40]!r} is not a Lightning precision execsim "
+                          f"models; use one of {', '.join(k for k, v in NEMO_PRECISION.items() if v)}")
+    if NEMO_PRECISION[prec] is None:
+        raise ConfigError(f"nemo recipe: trainer.precision = {prec!r} trains in FP32, which execsim does not model "
+                          f"(bf16, fp16 and fp8 mixed precision); use bf16-mixed")
+    precision = "fp8" if m.get("fp8") is True else NEMO_PRECISION[prec]
     training = {"micro_batch": g("micro_batch_size", 1), "global_batch": g("global_batch_size"), "seq_len": seq,
                 "precision": precision}
     training.update(_recompute(m.get("activations_checkpoint_granularity"), m.get("activations_checkpoint_method"),
                                m.get("activations_checkpoint_num_layers"), layers, pp * vpp, "nemo recipe: model.activations_checkpoint"))
-    if tr.get("max_steps"):
-        training["train_tokens"] = float(tr["max_steps"]) * training["global_batch"] * seq
+    steps = tr.get("max_steps")
+    if steps is not None and steps != -1:   # Lightning: -1 = no step limit (train on max_epochs/max_time)
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ConfigError(f"nemo recipe: trainer.max_steps = {str(steps)[:40]!r} must be a positive integer or -1")
+        training["train_tokens"] = float(steps) * training["global_batch"] * seq
     options = {"overlap_grad_reduce": bool(optim.get("overlap_grad_sync", dist)),
                "overlap_param_gather": bool(optim.get("overlap_param_sync", dist)),
                "tp_comm_overlap": m.get("ub_tp_comm_overlap") is True,

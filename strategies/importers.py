@@ -43,6 +43,13 @@ def parse_source(kind: str, text: str) -> Any:
         return text
     if kind == "nemo":
         from strategies.documents import parse_document   # duplicate keys, non-finite numbers refused
+        head = text.lstrip()[:4000]
+        if head.startswith(("import ", "from ", "def ", "#!/usr/bin/env python")) or "nemo_run" in head \
+                or "from nemo.collections.llm" in head:
+            raise ConfigError("nemo recipe: this is a NeMo 2 Python recipe (nemo.collections.llm / NeMo-Run); "
+                              "execsim reads NeMo 1 / NeMo-Framework-Launcher YAML recipes, because a NeMo 2 "
+                              "recipe is a program whose settings exist only when it runs: not supported. Write "
+                              "its settings as a strategy file, or use the launcher's YAML")
         return parse_document(text, "nemo recipe")
     import tomllib
     try:
@@ -52,10 +59,19 @@ def parse_source(kind: str, text: str) -> Any:
 
 
 def import_config(kind: str, source: Any, *, cluster: str | None = None, nodes: int | None = None,
-                  vocab: int | None = None) -> Imported:
-    """Run the importer for ``kind`` on ``source`` (text, or the parsed mapping for nemo/torchtitan)."""
+                  vocab: int | None = None, env: dict | None = None, base_dir: str | None = None) -> Imported:
+    """Run the importer for ``kind`` on ``source`` (text, or the parsed mapping for nemo/torchtitan).
+
+    ``env``: values for variables a Megatron script leaves to the environment (``--env NAME=VALUE``).
+    ``base_dir``: the source's folder, where torchtitan's ``hf_assets_path`` is looked up."""
     if kind not in IMPORTERS:
         raise ConfigError(f"import kind {kind!r} is not one of {', '.join(IMPORTERS)}{did_you_mean(kind, IMPORTERS)}")
+    if env and kind != "megatron":
+        raise ConfigError(f"--env sets shell variables of a Megatron launch script; a {kind} source has none: drop it")
     if isinstance(source, str) and kind != "megatron":
         source = parse_source(kind, source)
+    if kind == "megatron":
+        return import_megatron(source, cluster=cluster, nodes=nodes, vocab=vocab, env=env)
+    if kind == "torchtitan":
+        return import_torchtitan(source, cluster=cluster, nodes=nodes, vocab=vocab, base_dir=base_dir)
     return IMPORTERS[kind](source, cluster=cluster, nodes=nodes, vocab=vocab)
