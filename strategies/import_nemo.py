@@ -16,6 +16,10 @@ NEMO_PRECISION = {"bf16": "bf16", "bf16-mixed": "bf16", "16": "fp16", "16-mixed"
 _REF = re.compile(r"\$\{([^${}]*)\}")
 
 
+def _or(x: Any, default: Any) -> Any:
+    return default if x is None else x
+
+
 def resolve_interpolations(data: dict) -> dict:
     """A copy of ``data`` with OmegaConf interpolations resolved as NeMo does: ``${a.b}`` (from the
     top, or from the launcher's ``training.`` root, where the launcher mounts the recipe), ``${.x}``
@@ -44,25 +48,35 @@ def resolve_interpolations(data: dict) -> dict:
     def value(v: Any, here: tuple, depth: int = 0) -> Any:
         if not isinstance(v, str) or "${" not in v or depth > 8:
             return v
-        for _ in range(64):
-            m = _REF.search(v)
-            if not m:
+        whole = _REF.fullmatch(v)
+        if whole:                        # the value is one reference: its typed value
+            out = one(whole.group(1).strip(), here, depth)
+            return v if out is None else out
+        for _ in range(8):               # inner references first, then the ones around them
+            new = _REF.sub(lambda m: str(_or(one(m.group(1).strip(), here, depth), m.group(0))), v)
+            if new == v:
                 return v
-            expr = m.group(1).strip()
-            try:
-                if expr.startswith("multiply:"):
-                    out: Any = 1
-                    for a in expr[len("multiply:"):].split(","):
-                        a = a.strip()
-                        out *= value(a, here, depth + 1) if not a.lstrip("-").isdigit() else int(a)
-                else:
-                    out = value(lookup(expr, here), here, depth + 1)
-            except (KeyError, TypeError):
-                return v
-            if m.group(0) == v:
-                return out
-            v = v[:m.start()] + str(out) + v[m.end():]
+            v = new
+            if _REF.fullmatch(v):
+                return value(v, here, depth + 1)
         return v
+
+    def one(expr: str, here: tuple, depth: int) -> Any:
+        """The value of one ``${...}`` body, or None when it names nothing known."""
+        try:
+            if expr.startswith("multiply:"):
+                out: Any = 1
+                for a in expr[len("multiply:"):].split(","):
+                    a = a.strip()
+                    x = int(a) if a.lstrip("-").isdigit() else value(a, here, depth + 1)
+                    if isinstance(x, bool) or not isinstance(x, (int, float)):
+                        return None
+                    out *= x
+                return out
+            out = value(lookup(expr, here), here, depth + 1)
+            return None if isinstance(out, str) and "${" in out else out
+        except (KeyError, TypeError):
+            return None
 
     def walk(d: Any, here: tuple) -> Any:
         if isinstance(d, dict):

@@ -464,7 +464,8 @@ def _first_unset(items):
 
 def _need(w, line: int) -> str:
     if getattr(w, "unset", None):
-        raise _Unknown(w.unset)
+        ln, name = w.unset
+        raise _Unknown((ln, f"${name} is never set" if name.isidentifier() or name.isdigit() else name))
     if getattr(w, "cond", None):
         raise _Unknown(w.cond)
     return str(w)
