@@ -55,7 +55,7 @@ class ParallelSizes:
     ep: expert-parallel size, a divisor of dp (Megatron carves EP out of DP), unless etp is set.
     etp: expert tensor-parallel size under MoE parallel folding (Megatron-core parallel_state:
         ``expert_decoder_rank_generator = RankGenerator(tp=etp, ep=ep, dp=edp, pp=pp, cp=1)``; Liu et
-        al. 2025, "MoE Parallel Folding", arXiv:2504.14960 Section 3): the expert layers of a pipeline
+        al. 2025, "MoE Parallel Folding", arXiv:2504.14960): the expert layers of a pipeline
         stage lay their own mesh etp x ep x edp (etp fastest) over the stage's tp*cp*dp consecutive
         ranks, so ep may exceed dp; None = experts follow the dense layout (etp = tp, ep inside dp).
     """
