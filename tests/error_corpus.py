@@ -760,6 +760,10 @@ add(
          r"set precision: fp8", "fp8_param_gather"),
     Case("strategy-fp8-param-gather-str", SIM, {"s.yaml": strat(options="{fp8_param_gather: 'yes'}")},
          r"true or false", "fp8_param_gather"),
+    Case("cluster-gpus-over-nodes", SIM, {"s.yaml": strat(cluster="{preset: dgx-h100, nodes: 1, gpus: 9}")},
+         r"gpus = 9 must be an integer the 1 nodes of 8 GPUs hold", "gpus"),
+    Case("cluster-gpus-float", SIM, {"s.yaml": strat(cluster="{preset: gb200-nvl72, gpus: 100.5}")},
+         r"gpus", "gpus"),
     Case("strategy-recompute-layers-bad", SIM, {"s.yaml": strat(training="{micro_batch: 1, global_batch: 8, "
                                                 "seq_len: 128, recompute_layers: [full, most]}")},
          r"must be a list with one of none, selective, full", "recompute_layers"),
