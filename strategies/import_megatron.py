@@ -96,7 +96,8 @@ _MEGATRON_READ = {
     "train-iters", "train-samples", "nnodes", "nproc-per-node", "accumulate-allreduce-grads-in-fp32",
     "use-torch-fsdp2", "expert-tensor-parallel-size", "apply-layernorm-1p", "vocab-file", "merge-file",
     "cp-comm-type", "fp8-recipe", "fp8-param-gather", "grad-reduce-in-bf16", "use-megatron-fsdp",
-    "data-parallel-sharding-strategy", "no-position-embedding", "use-mcore-models",
+    "data-parallel-sharding-strategy", "no-position-embedding", "use-mcore-models", "cpu-offloading",
+    "cpu-offloading-num-layers",
 }
 
 
@@ -255,6 +256,9 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
         options["fp8_recipe"] = FP8_RECIPES[recipe]
         if flags.get("fp8-param-gather") is True:
             options["fp8_param_gather"] = True
+    offload = _int(flags, "cpu-offloading-num-layers", 0)
+    if offload:   # activations of that many layers to host memory (transformer_config.cpu_offloading_num_layers)
+        options["activation_offload_layers"] = offload
     if parallel["cp"] > 1:
         options["cp_comm"] = cp_map.get(cp_type, "ring")
     nn_ = _int(launcher, "nnodes") if "nnodes" in launcher else _int(flags, "nnodes")

@@ -102,7 +102,8 @@ _NEMO_READ = {
     "model.num_moe_experts", "model.moe_router_topk", "model.tokenizer.type", "model.tokenizer.library",
     "model.tokenizer.model", "model.tokenizer.vocab_file", "model.use_flash_attention", "model.make_vocab_size_divisible_by",
     # modeled as NeMo/Megatron run by default: blocking batched p2p, wgrad GEMMs accumulating into main_grad
-    "model.batch_p2p_comm", "model.gradient_accumulation_fusion",
+    "model.batch_p2p_comm", "model.gradient_accumulation_fusion", "model.cpu_offloading",
+    "model.cpu_offloading_num_layers",
 }
 
 
@@ -185,6 +186,8 @@ def import_nemo(data: dict, *, cluster: str | None = None, nodes: int | None = N
                "tp_comm_overlap": m.get("ub_tp_comm_overlap") is True,
                "p2p_overlap": m.get("overlap_p2p_comm") is True,
                "flash_attention": m.get("use_flash_attention", True) is not False}
+    if m.get("cpu_offloading") is True and g("cpu_offloading_num_layers", 0):
+        options["activation_offload_layers"] = g("cpu_offloading_num_layers")
     n = nodes if nodes is not None else tr.get("num_nodes")
     strategy = {"model": model, "cluster": _cluster(cluster, n, "nemo recipe"), "parallel": parallel,
                 "schedule": "interleaved-1f1b" if vpp > 1 else "1f1b", "training": training, "options": options}

@@ -31,6 +31,7 @@ OPTION_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_bucket_mb", 
                "overlap_handoff", "memory_reserve_gb", "fidelity", "profile", "fp32_grad_accum",
                "tp_comm_overlap", "p2p_overlap", "tp_async_backward", "p2p_host_gap_us", "moe_imbalance", "moe_capacity_factor",
                "moe_max_nodes", "pair_overlap", "pair_comm_sms", "fp8_recipe", "fp8_param_gather",
+               "activation_offload_layers",
                "cp_comm", "cp_load_balance", "reshard_after_forward",
                "price_per_gpu_hour_usd")
 SCHEDULE_KEYS = ("name", "csv")
@@ -174,6 +175,7 @@ class OptionsSpec:
     pair_comm_sms: int = 20
     fp8_recipe: str = "tensorwise"
     fp8_param_gather: bool = False
+    activation_offload_layers: int = 0
     cp_comm: str = "allgather"
     cp_load_balance: bool = True
     reshard_after_forward: bool | None = None
@@ -326,6 +328,7 @@ def parse_strategy(data: dict, base_dir: str | Path = ".") -> Strategy:
         pair_comm_sms=get_int(o, "pair_comm_sms", "options", default=20, minimum=0, maximum=1024),
         fp8_recipe=get_str(o, "fp8_recipe", "options", default="tensorwise", choices=FP8_RECIPES),
         fp8_param_gather=get_bool(o, "fp8_param_gather", "options", default=False),
+        activation_offload_layers=get_int(o, "activation_offload_layers", "options", default=0, minimum=0),
         cp_comm=get_str(o, "cp_comm", "options", default="allgather", choices=("allgather", "ring", "a2a")),
         cp_load_balance=get_bool(o, "cp_load_balance", "options", default=True),
         reshard_after_forward=None if o.get("reshard_after_forward") is None else get_bool(

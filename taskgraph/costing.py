@@ -267,7 +267,7 @@ def _context_id(plan: Plan) -> int | None:
         return None
     key = (plan.model, plan.cluster, plan.sizes, plan.sp, plan.zero, tr.micro_batch, tr.seq_len, tr.precision,
            opt.flash_attention, opt.fp32_grad_accum, opt.grad_bucket_mb, opt.tp_async_backward, opt.moe_load,
-           opt.moe_max_nodes, opt.pair_overlap, opt.pair_comm_sms, opt.fp8_recipe, opt.fp8_param_gather, opt.cp_comm, opt.cp_load_balance, plan.shard_size, plan.reshard_after_forward, opt.overlap_grad_reduce)
+           opt.moe_max_nodes, opt.pair_overlap, opt.pair_comm_sms, opt.fp8_recipe, opt.fp8_param_gather, opt.activation_offload_layers, opt.cp_comm, opt.cp_load_balance, plan.shard_size, plan.reshard_after_forward, opt.overlap_grad_reduce)
     try:
         cid = _CONTEXTS.get(key)
     except TypeError:  # an unhashable field (a custom model spec holding a list, say)
@@ -287,7 +287,7 @@ def _layer_context(plan: Plan) -> tuple:
     tr, opt, s = plan.strategy.training, plan.strategy.options, plan.sizes
     return (plan.model, plan.cluster, s.tp, plan.sp, s.cp, s.ep, tr.micro_batch, tr.seq_len, tr.precision,
             opt.flash_attention, opt.fp32_grad_accum, opt.tp_async_backward, opt.moe_load, opt.cp_comm,
-            opt.cp_load_balance, opt.moe_max_nodes, opt.fp8_recipe, opt.fp8_param_gather,
+            opt.cp_load_balance, opt.moe_max_nodes, opt.fp8_recipe, opt.fp8_param_gather, opt.activation_offload_layers,
             (s, plan.shard_size, plan.reshard_after_forward) if plan.zero == 3 else None)
 
 
@@ -421,7 +421,8 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
         # ZeRO-3 prefetch hides a gather behind the previous layer of the pass: the stage's first
         # layer (forward) and last layer (backward) have nothing to hide behind
         edge = (j == 0, j == len(lis) - 1) if plan.zero == 3 else (False, False)
-        key = (plan.model.layer_kind(li), policy, groups["tp"], groups["cp"], groups["ep"], groups["etp"], edge)
+        off = j < opt.activation_offload_layers
+        key = (plan.model.layer_kind(li), policy, groups["tp"], groups["cp"], groups["ep"], groups["etp"], edge, off)
         if key not in layer_cache:
             ops = layer_operators(plan.model, ep=s.ep, etp=s.etp, dtype_bytes=dt, flash_attention=opt.flash_attention,
                                   layer_index=li, moe_load=opt.moe_load, cp_comm=opt.cp_comm,
@@ -434,6 +435,8 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
                                                  0.0 if edge[1] else bwd_c)
                 costs[0] = _with(costs[0], fwd_pre=fpre + costs[0].fwd_pre, bwd_post=costs[0].bwd_post + bpost)
                 costs[-1] = _with(costs[-1], bwd_pre=bpre + costs[-1].bwd_pre)
+            if off:
+                costs = _offloaded(plan, costs)
             layer_cache[key] = host_bound(ops, costs, host_s, flash, host_c)
         layers.append(LayerWork(f"layer{li}", layer_cache[key], policy))
     if plan.schedule.is_last_stage(stage):
@@ -443,6 +446,28 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
                                                    host_s, flash, host_c)))
     st = _stage_work(plan, tuple(layers), groups["dp"], groups)
     return _paced(st, stage_pace(plan.cluster, plan.sizes, plan.schedule.stage_to_rank[stage]))
+
+
+def _offloaded(plan: Plan, costs: list) -> list:
+    """A layer whose saved activations go to host memory (``options.activation_offload_layers``;
+    Megatron --cpu-offloading, Transformer Engine ``get_cpu_offload_context``): after its forward the
+    saved tensors are copied to the host on a copy stream while the next layer's forward runs, and
+    copied back while the next layer's backward runs before its own (TE offload handler: "offloading
+    of layer i overlaps with the computation of layer i+1"; the neighbouring layer is taken equal to
+    this one). Each copy moves the layer's saved bytes S over the host link (PCIe / NVLink-C2C,
+    ``cluster.host_link_bandwidth``) in S / bandwidth; only max(0, S / bandwidth - pass time) is
+    exposed, as a transfer on the ``offload`` stream after the layer's forward and before its backward.
+    The activations then hold no GPU memory between the passes (the one-layer staging buffer TE keeps
+    is not counted)."""
+    saved = sum(c.saved_bytes for c in costs)
+    t = saved / plan.cluster.host_link_bandwidth
+    fwd = sum(c.fwd for c in costs)
+    bwd = sum(c.bwd_input + c.bwd_weight for c in costs)
+    out = Comm("offload", "activation-offload", max(0.0, t - fwd), "offload")
+    back = Comm("offload", "activation-reload", max(0.0, t - bwd), "offload")
+    costs = [_with(c, saved_bytes=0.0) for c in costs]
+    costs[-1] = _with(costs[-1], fwd_post=costs[-1].fwd_post + (out,), bwd_pre=(back,) + costs[-1].bwd_pre)
+    return costs
 
 
 def _paced(st: StageWork, f: float) -> StageWork:

@@ -764,6 +764,12 @@ add(
          r"gpus = 9 must be an integer the 1 nodes of 8 GPUs hold", "gpus"),
     Case("cluster-gpus-float", SIM, {"s.yaml": strat(cluster="{preset: gb200-nvl72, gpus: 100.5}")},
          r"gpus", "gpus"),
+    Case("strategy-offload-negative", SIM, {"s.yaml": strat(options="{activation_offload_layers: -1}")},
+         r"must be >= 0", "activation_offload_layers"),
+    Case("strategy-offload-float", SIM, {"s.yaml": strat(options="{activation_offload_layers: 1.5}")},
+         r"must be an integer", "activation_offload_layers"),
+    Case("cluster-host-link-zero", SIM, {"s.yaml": strat(cluster="{preset: dgx-h100, nodes: 1, host_link_gbps: 0}")},
+         r"host_link_gbps", "host_link_gbps"),
     Case("strategy-recompute-layers-bad", SIM, {"s.yaml": strat(training="{micro_batch: 1, global_batch: 8, "
                                                 "seq_len: 128, recompute_layers: [full, most]}")},
          r"must be a list with one of none, selective, full", "recompute_layers"),

@@ -409,6 +409,28 @@ def test_fp8_recipes_add_their_quantization_passes():
     assert set(FP8_RECIPE_COSTS) == set(FP8_RECIPES)
 
 
+def test_activation_offload_exposes_what_the_next_pass_cannot_hide():
+    """Offloaded layer: S saved bytes go to the host at 64 GB/s (PCIe Gen5 x16) and come back;
+    exposed: max(0, S / 64e9 - forward) after its forward and max(0, S / 64e9 - backward) before its
+    backward; its activations hold no GPU memory."""
+    from taskgraph.costing import build_work
+    p0 = _plan({"tp": 1}, model="llama3-8b", nodes=1)
+    p1 = _plan({"tp": 1}, model="llama3-8b", nodes=1, options={"activation_offload_layers": 2})
+    l0 = build_work(p0).stages[0].layers[1]          # layer 0 (after the embedding)
+    l1 = build_work(p1).stages[0].layers[1]
+    S = sum(o.saved_bytes for o in l0.ops)
+    fwd = sum(o.fwd for o in l0.ops)
+    bwd = sum(o.bwd_input + o.bwd_weight for o in l0.ops)
+    out = [c for o in l1.ops for c in o.fwd_post if c.category == "offload"]
+    back = [c for o in l1.ops for c in o.bwd_pre if c.category == "offload"]
+    assert p1.cluster.host_link_bandwidth == 64e9
+    assert out[0].seconds == pytest.approx(max(0.0, S / 64e9 - fwd), rel=1e-12)
+    assert back[0].seconds == pytest.approx(max(0.0, S / 64e9 - bwd), rel=1e-12)
+    assert sum(o.saved_bytes for o in l1.ops) == 0 and S > 0
+    layer2 = build_work(p1).stages[0].layers[3]      # layer 2: not offloaded
+    assert sum(o.saved_bytes for o in layer2.ops) == S
+
+
 # ------------------------------------------------------------------------------ real recipes
 RECIPES = os.environ.get("EXECSIM_RECIPES")
 

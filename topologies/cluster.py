@@ -45,7 +45,7 @@ CLUSTER_FIELDS = (
     "collective_base_latency_us", "network_topology", "nodes_per_leaf", "spine_switches",
     "oversubscription", "collective_model", "slow", "gpu_speed_cv", "contention", "host_us_per_kernel",
     "host_us_per_collective", "node_gpus", "routing", "switch_radix", "core_oversubscription",
-    "qps_per_connection", "gpus",
+    "qps_per_connection", "gpus", "host_link_gbps",
 )
 #: How switches spread flows over equal-cost uplinks (``topologies/fabric.py``): ``adaptive`` = every
 #: flow gets its fair share of the pooled uplinks (InfiniBand adaptive routing, per-packet spraying);
@@ -54,6 +54,8 @@ CLUSTER_FIELDS = (
 ROUTINGS = ("adaptive", "ecmp")
 #: Host (CPU) dispatch time per kernel when a cluster file does not say (taskgraph/overheads.py).
 DEFAULT_HOST_US_PER_KERNEL = 10.0
+#: GPU <-> host memory, GB/s per direction: PCIe Gen5 x16 (clusters.yaml header for the sources)
+DEFAULT_HOST_LINK_GBPS = 64.0
 #: Host issue cost of one NCCL call when a cluster file does not say (taskgraph/overheads.py).
 DEFAULT_HOST_US_PER_COLLECTIVE = 30.0
 #: Per-GPU speed spread (std / mean) when a cluster file does not say: Sinha et al. SC'22 measured an
@@ -77,6 +79,8 @@ class ClusterSpec:
         one node of the domain's size).
     gpus: GPUs the job uses when it does not fill every node: ranks 0..gpus-1 fill the nodes in rank
         order and the last node holds the rest (a 100-GPU job on NVL72 racks: 72 + 28); None = all.
+    host_link_bandwidth: GPU <-> host memory bandwidth per GPU per direction, bytes/s (PCIe or
+        NVLink-C2C), for CPU activation offload.
     nvlink_bandwidth: NVLink bandwidth per GPU per direction, bytes/s (through the NVSwitch).
     nvlink_latency: per-step latency alpha of an intra-node ring step, seconds.
     nvlink_efficiency: fraction of ``nvlink_bandwidth`` NCCL reaches as bus bandwidth.
@@ -142,6 +146,7 @@ class ClusterSpec:
     core_oversubscription: float = 1.0
     qps_per_connection: int = 1
     gpus: int | None = None
+    host_link_bandwidth: float = 64e9
 
     def __post_init__(self):
         where = f"cluster {brief(self.name)}"
@@ -522,6 +527,8 @@ def cluster_from_dict(data: Mapping, *, where: str = "cluster") -> ClusterSpec:
         qps_per_connection=(number(merged, "qps_per_connection", where, integer=True, strict=False)
                             if merged.get("qps_per_connection") is not None else 1),
         gpus=number(merged, "gpus", where, integer=True) if merged.get("gpus") is not None else None,
+        host_link_bandwidth=(float(number(merged, "host_link_gbps", where)) * GB_PER_S
+                             if merged.get("host_link_gbps") is not None else DEFAULT_HOST_LINK_GBPS * GB_PER_S),
     )
 
 
