@@ -310,9 +310,11 @@ class _Shell:
             if items is not None:
                 vals = [w for parts, ln in items for w in self.words(parts, ln)]
                 old = self.vars.get(name)
-                if append:
-                    old = old if isinstance(old, list) else ([] if old is None else [old])
-                    self.vars[name] = old + vals
+                if append:      # in place: every array value is a list of its own (no aliasing)
+                    if isinstance(old, list):
+                        old.extend(vals)
+                    else:
+                        self.vars[name] = ([] if old is None else [old]) + vals
                 else:
                     self.vars[name] = vals
             else:
@@ -322,7 +324,7 @@ class _Shell:
                 old = self.vars.get(name)
                 if append and old is not None:
                     if isinstance(old, list):
-                        self.vars[name] = old + [v]
+                        old.append(v)
                         continue
                     v = _w(str(old) + str(v), _attr(old, "unset") or _attr(v, "unset"), _attr(old, "cond") or _attr(v, "cond"))
                 self.vars[name] = v
@@ -532,15 +534,20 @@ def launch_words(text: str, env: dict | None = None) -> LaunchWords:
     if len(text) > MAX_SCRIPT_BYTES:
         raise ConfigError(f"megatron script is {len(text):,} characters, over the limit of {MAX_SCRIPT_BYTES:,}; "
                           f"give the launch script itself")
-    toks = Lexer(text).tokens()
-    prog = Parser(toks).statements()
-    sh = _Shell(env or {})
+    import gc
+    paused = gc.isenabled()
+    gc.disable()    # tokens and nodes are acyclic; the collector would rescan the growing lists
     try:
-        sh.run(prog)
-    except _Exit:
-        pass
-    except _Unknown as u:          # pragma: no cover - conditions are caught in if_block
-        raise ConfigError(f"megatron script line {u.why[0]}: cannot decide {u.why[1]}") from None
+        toks = Lexer(text).tokens()
+        prog = Parser(toks).statements()
+        sh = _Shell(env or {})
+        try:
+            sh.run(prog)
+        except _Exit:
+            pass
+    finally:
+        if paused:
+            gc.enable()
     if sh.launches:
         words, _ = sh.launches[-1]
         k = next(i for i, w in enumerate(words) if _is_script(w))
