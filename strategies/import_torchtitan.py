@@ -9,7 +9,7 @@ from strategies.import_common import Imported, _cluster, _walk
 
 #: torchtitan [model] name + flavor -> execsim preset (torchtitan/models/*/__init__.py flavors)
 TORCHTITAN_FLAVORS = {("llama3", "8B"): "llama3-8b", ("llama3", "70B"): "llama3-70b", ("llama3", "405B"): "llama3-405b",
-                      ("deepseek_v3", "671B"): "deepseek-v3", ("qwen3", "8B"): "qwen3-8b", ("qwen3", "32B"): "qwen3-32b",
+                      ("qwen3", "8B"): "qwen3-8b", ("qwen3", "32B"): "qwen3-32b",
                       ("qwen3", "30B-A3B"): "qwen3-30b-a3b", ("qwen3", "235B-A22B"): "qwen3-235b-a22b"}
 
 
@@ -28,6 +28,45 @@ TORCHTITAN_MODELS = {("qwen3", "0.6B"): _qwen3("qwen3-0.6b", 28, 1024, 16, 3072,
                      ("qwen3", "1.7B"): _qwen3("qwen3-1.7b", 28, 2048, 16, 6144, True),
                      ("qwen3", "4B"): _qwen3("qwen3-4b", 36, 2560, 32, 9728, True),
                      ("qwen3", "14B"): _qwen3("qwen3-14b", 40, 5120, 40, 17408, False)}
+def _llama4(name: str, experts: int, moe_every: int) -> dict:
+    """A Llama 4 flavor of torchtitan/models/llama4 (__init__.py l. 38-60, model/args.py defaults,
+    model/model.py TransformerBlock): dim 5120, 48 layers, 40 heads, 8 KV heads, vocab 202048; dense
+    FFN 4h -> 2/3 -> x1.2 -> multiple of 2048 = 16384; MoE layers (every ``moe_every``-th, (i+1) %
+    step == 0) with ``experts`` routed experts, top-1, one shared expert, each of the dense width
+    / (top_k + shared) = 8192 (auto_scale_hidden_dim)."""
+    step = range(moe_every - 1, 48, moe_every)
+    return {"name": name, "layers": 48, "hidden": 5120, "heads": 40, "kv_heads": 8, "ffn": 16384, "vocab": 202048,
+            "mlp": "swiglu", "norm": "rmsnorm", "position": "rope", "max_seq": 8192, "bias": False,
+            "tied_embeddings": False, "dropout": False, "experts": experts, "top_k": 1, "expert_ffn": 8192,
+            "shared_experts": 1, "moe_layers": "all" if moe_every == 1 else list(step)}
+
+
+def _deepseek(name: str, layers: int, dim: int, heads: int, ffn: int, expert_ffn: int, experts: int,
+              q_lora: int) -> dict:
+    """A DeepSeek-V2-style flavor of torchtitan/models/deepseek_v3/__init__.py (l. 78-129): MLA with
+    kv_lora_rank 512, qk_nope 128 + qk_rope 64 (head_dim 192), v_head_dim 128; the first layer dense;
+    2 shared + ``experts`` routed experts, top-6; vocab 102400; no multi-token prediction."""
+    return {"name": name, "layers": layers, "hidden": dim, "heads": heads, "kv_heads": heads, "ffn": ffn,
+            "vocab": 102400, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope", "max_seq": 16384,
+            "bias": False, "tied_embeddings": False, "dropout": False, "attention": "mla", "head_dim": 192,
+            "v_head_dim": 128, "q_lora_rank": q_lora, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
+            "experts": experts, "top_k": 6, "expert_ffn": expert_ffn, "shared_experts": 2,
+            "moe_layers": list(range(1, layers))}
+
+
+TORCHTITAN_MODELS.update({
+    ("llama4", "17bx16e"): _llama4("llama4-scout-17bx16e", 16, 1),
+    ("llama4", "17bx128e"): _llama4("llama4-maverick-17bx128e", 128, 2),
+    ("llama4", "17bx16e_irope"): _llama4("llama4-scout-17bx16e", 16, 1),
+    ("llama4", "17bx128e_irope"): _llama4("llama4-maverick-17bx128e", 128, 2),
+    # torchtitan's DeepSeek-V3 has no multi-token-prediction module (the preset has DeepSeek's one)
+    ("deepseek_v3", "671B"): {"preset": "deepseek-v3", "mtp_layers": 0},
+    ("deepseek_v3", "16B"): _deepseek("deepseek-v2-lite-16b", 27, 2048, 16, 10944, 1408, 64, 0),
+    ("deepseek_v3", "236B"): _deepseek("deepseek-v2-236b", 60, 5120, 128, 12288, 1536, 160, 1536),
+})
+#: flavors whose attention is chunked (iRoPE: local attention in blocks of 8192 tokens, every 4th
+#: layer global without RoPE; torchtitan llama4 every_n_layers_nope / fixed_attn_block_size)
+IROPE_CHUNK = {("llama4", "17bx16e_irope"): 8192, ("llama4", "17bx128e_irope"): 8192}
 #: torchtitan [float8] recipe_name (torchao Float8LinearRecipeName) -> options.fp8_recipe
 FLOAT8_RECIPES = {"tensorwise": "tensorwise", "rowwise": "rowwise", "rowwise_with_gw_hp": "rowwise"}
 #: [training] mixed_precision_param (torch dtype names) -> training.precision
@@ -178,5 +217,8 @@ def import_torchtitan(data: dict, *, cluster: str | None = None, nodes: int | No
     seen = [k for k in flat if k not in _TT_READ and not (on and k in _TT_FLOAT8) and not k.startswith(_TT_QUIET)]
     if hsdp:
         seen.append(hsdp)
+    if key in IROPE_CHUNK and seq > IROPE_CHUNK[key]:
+        notes.append(f"model.flavor {key[1]} (chunked attention in blocks of {IROPE_CHUNK[key]} tokens is simulated as "
+                     f"full causal attention: seq_len {seq} is longer than a block)")
     seen += notes
     return Imported(strategy, tuple(seen), "torchtitan")

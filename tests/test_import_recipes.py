@@ -346,6 +346,22 @@ def test_torchtitan_flavors_float8_and_refusals(tmp_path):
     assert s["model"] == str((tmp_path / "assets" / "config.json").resolve())
 
 
+@pytest.mark.parametrize("name,flavor,total_b", [
+    # published totals: Llama 4 Scout 109B / Maverick 400B (Meta model cards; Scout's vision encoder is
+    # not in torchtitan's text model), DeepSeek-V2-Lite 15.7B / DeepSeek-V2 236B (DeepSeek-V2 report),
+    # DeepSeek-V3 671B
+    ("llama4", "17bx16e", 107.8), ("llama4", "17bx128e", 400.7), ("deepseek_v3", "16B", 15.7),
+    ("deepseek_v3", "236B", 235.7), ("deepseek_v3", "671B", 671.0), ("qwen3", "30B-A3B", 30.5),
+])
+def test_every_torchtitan_moe_flavor(name, flavor, total_b):
+    from taskgraph.model import load_model_yaml, get_model
+    t = f"[model]\nname = '{name}'\nflavor = '{flavor}'\n[training]\nlocal_batch_size = 1\nseq_len = 4096\n"
+    m = import_config("torchtitan", t, cluster="dgx-h100", nodes=8).strategy["model"]
+    spec = get_model(m) if isinstance(m, str) else load_model_yaml(m)
+    assert round(spec.param_count() / 1e9, 1) == total_b
+    assert spec.mtp_layers == 0     # torchtitan's DeepSeek-V3 has no MTP module
+
+
 # ------------------------------------------------------------------------ MoE parallel folding
 def _plan(parallel: dict, model="mixtral-8x7b", nodes=32, options=None, precision="bf16"):
     from strategies.strategy_file import parse_strategy
