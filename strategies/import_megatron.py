@@ -80,6 +80,28 @@ def _int(flags: dict, name: str, default: Any = None) -> Any:
         raise ConfigError(f"megatron argument --{name} = {str(v)[:40]!r} must be an integer") from None
 
 
+def _float(flags: _Flags, name: str) -> float | None:
+    v = flags.get(name)
+    if v is None:
+        return None
+    try:
+        return float(str(v))
+    except ValueError:
+        raise ConfigError(f"megatron argument --{name} = {str(v)[:40]!r} must be a number") from None
+
+
+def _capacity(options: dict, factor: float | None, pad: bool) -> None:
+    """Token dropping (--moe-expert-capacity-factor; NeMo moe_expert_capacity_factor): the busiest
+    rank processes at most factor x the mean (options.moe_capacity_factor). Padding to capacity
+    (--moe-pad-expert-input-to-capacity) makes every expert process exactly factor x the mean, i.e.
+    the busiest rank's load is the factor: options.moe_imbalance = factor."""
+    if factor is None or factor <= 0:     # None / -1: dropless (Megatron's default)
+        return
+    options["moe_capacity_factor"] = factor
+    if pad:
+        options["moe_imbalance"] = max(1.0, factor)
+
+
 #: Megatron flags the importer reads (everything else is reported as not modeled)
 _MEGATRON_READ = {
     "tensor-model-parallel-size", "pipeline-model-parallel-size", "context-parallel-size",
@@ -97,7 +119,8 @@ _MEGATRON_READ = {
     "use-torch-fsdp2", "expert-tensor-parallel-size", "apply-layernorm-1p", "vocab-file", "merge-file",
     "cp-comm-type", "fp8-recipe", "fp8-param-gather", "grad-reduce-in-bf16", "use-megatron-fsdp",
     "data-parallel-sharding-strategy", "no-position-embedding", "use-mcore-models", "cpu-offloading",
-    "cpu-offloading-num-layers",
+    "cpu-offloading-num-layers", "moe-token-dispatcher-type", "moe-expert-capacity-factor",
+    "moe-pad-expert-input-to-capacity",
 }
 
 
@@ -184,6 +207,12 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
                                   f"of the expert size {model['expert_ffn']}")
             model["shared_experts"] = shared // model["expert_ffn"]
     ep = _int(flags, "expert-model-parallel-size", 1)
+    if experts and ep > 1:
+        # transformer_config.py moe_token_dispatcher_type: 'allgather' (default), 'alltoall', 'flex' (DeepEP)
+        disp = str(flags.get("moe-token-dispatcher-type", "allgather"))
+        if disp != "alltoall":
+            order.append(f"moe-token-dispatcher-type {disp}{' (the default)' if 'moe-token-dispatcher-type' not in flags else ''}"
+                         f" (simulated as the all-to-all dispatcher)")
     # Megatron defaults expert TP to TP (arguments.py: expert_tensor_parallel_size = tensor_model_parallel_size)
     etp = _int(flags, "expert-tensor-parallel-size", tp)
     if flags.get("use-megatron-fsdp") is True:
@@ -256,6 +285,8 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
         options["fp8_recipe"] = FP8_RECIPES[recipe]
         if flags.get("fp8-param-gather") is True:
             options["fp8_param_gather"] = True
+    if experts:
+        _capacity(options, _float(flags, "moe-expert-capacity-factor"), flags.get("moe-pad-expert-input-to-capacity") is True)
     offload = _int(flags, "cpu-offloading-num-layers", 0)
     if offload:   # activations of that many layers to host memory (transformer_config.cpu_offloading_num_layers)
         options["activation_offload_layers"] = offload

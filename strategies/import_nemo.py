@@ -6,6 +6,7 @@ from typing import Any
 
 from strategies.errors import ConfigError
 from strategies.import_common import Imported, _cluster, _recompute, _tokenizer_vocab, _walk
+from strategies.import_megatron import _capacity
 
 # ------------------------------------------------------------------------------------------------ NeMo
 
@@ -103,7 +104,8 @@ _NEMO_READ = {
     "model.tokenizer.model", "model.tokenizer.vocab_file", "model.use_flash_attention", "model.make_vocab_size_divisible_by",
     # modeled as NeMo/Megatron run by default: blocking batched p2p, wgrad GEMMs accumulating into main_grad
     "model.batch_p2p_comm", "model.gradient_accumulation_fusion", "model.cpu_offloading",
-    "model.cpu_offloading_num_layers",
+    "model.cpu_offloading_num_layers", "model.moe_expert_capacity_factor", "model.moe_pad_expert_input_to_capacity",
+    "model.moe_token_dispatcher_type", "model.optim.grad_sync_dtype",
 }
 
 
@@ -181,11 +183,24 @@ def import_nemo(data: dict, *, cluster: str | None = None, nodes: int | None = N
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise ConfigError(f"nemo recipe: trainer.max_steps = {str(steps)[:40]!r} must be a positive integer or -1")
         training["train_tokens"] = float(steps) * training["global_batch"] * seq
+    extra: list = []
     options = {"overlap_grad_reduce": bool(optim.get("overlap_grad_sync", dist)),
                "overlap_param_gather": bool(optim.get("overlap_param_sync", dist)),
                "tp_comm_overlap": m.get("ub_tp_comm_overlap") is True,
                "p2p_overlap": m.get("overlap_p2p_comm") is True,
                "flash_attention": m.get("use_flash_attention", True) is not False}
+    if g("num_moe_experts", 0):
+        cf = m.get("moe_expert_capacity_factor")
+        if cf is not None and (isinstance(cf, bool) or not isinstance(cf, (int, float))):
+            raise ConfigError(f"nemo recipe: model.moe_expert_capacity_factor = {str(cf)[:40]!r} must be a number")
+        _capacity(options, cf, m.get("moe_pad_expert_input_to_capacity") is True)
+        disp = str(m.get("moe_token_dispatcher_type", "allgather"))
+        if g("expert_model_parallel_size", 1) > 1 and disp != "alltoall":
+            extra.append(f"model.moe_token_dispatcher_type {disp} (simulated as the all-to-all dispatcher)")
+    # NeMo mcore optimizer: grad_reduce_in_fp32 = (optim.grad_sync_dtype == fp32), fp32 by default
+    gsd = str(optim.get("grad_sync_dtype", "fp32"))
+    if gsd in ("bf16", "fp16"):
+        options["fp32_grad_accum"] = False
     if m.get("cpu_offloading") is True and g("cpu_offloading_num_layers", 0):
         options["activation_offload_layers"] = g("cpu_offloading_num_layers")
     n = nodes if nodes is not None else tr.get("num_nodes")
@@ -193,5 +208,5 @@ def import_nemo(data: dict, *, cluster: str | None = None, nodes: int | None = N
                 "schedule": "interleaved-1f1b" if vpp > 1 else "1f1b", "training": training, "options": options}
     if tr.get("devices") is not None:
         strategy["_gpus_per_node"] = tr.get("devices")
-    seen = [k for k in _walk({"trainer": tr, "model": m}) if k not in _NEMO_READ]
+    seen = [k for k in _walk({"trainer": tr, "model": m}) if k not in _NEMO_READ] + extra
     return Imported(strategy, tuple(seen), "nemo")

@@ -306,6 +306,21 @@ def test_nemo_interpolation_resolver():
     assert loop["a"].startswith("${")
 
 
+def test_nemo_mixtral_capacity_and_bf16_gradient_sync():
+    """launcher_scripts/conf/training/mixtral/mixtral_8x7b.yaml l. 50-52 (alltoall dispatcher, padded to
+    capacity factor 1.0) and l. 153 (optim.grad_sync_dtype: bf16)."""
+    d = {**NEMO_70B, "model": {**NEMO_70B["model"], "num_moe_experts": 8, "moe_router_topk": 2,
+                               "moe_token_dispatcher_type": "alltoall", "moe_pad_expert_input_to_capacity": True,
+                               "moe_expert_capacity_factor": 1.5,
+                               "optim": {**NEMO_70B["model"]["optim"], "grad_sync_dtype": "bf16"}}}
+    opt = import_config("nemo", d, cluster="dgx-h100").strategy["options"]
+    assert opt["moe_capacity_factor"] == 1.5 and opt["moe_imbalance"] == 1.5 and opt["fp32_grad_accum"] is False
+    d["model"]["moe_token_dispatcher_type"] = "allgather"
+    d["model"]["expert_model_parallel_size"] = 8
+    imp = import_config("nemo", d, cluster="dgx-h100")
+    assert any("allgather (simulated as the all-to-all dispatcher)" in u for u in imp.unmodeled)
+
+
 @pytest.mark.parametrize("prec,want", [("bf16", "bf16"), ("bf16-mixed", "bf16"), (16, "fp16"), ("16-mixed", "fp16")])
 def test_nemo_precision_spellings(prec, want):
     d = {**NEMO_70B, "trainer": {**NEMO_70B["trainer"], "precision": prec, "max_steps": -1}}
