@@ -83,3 +83,15 @@ def _walk(d: Any, prefix: str = "") -> list[str]:
             out += _walk(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}"]
         return out
     return []
+
+
+def _capacity(options: dict, factor: float | None, pad: bool) -> None:
+    """Token dropping (--moe-expert-capacity-factor; NeMo moe_expert_capacity_factor): the busiest
+    rank processes at most factor x the mean (options.moe_capacity_factor). Padding to capacity
+    (--moe-pad-expert-input-to-capacity) makes every expert process exactly factor x the mean, i.e.
+    the busiest rank's load is the factor: options.moe_imbalance = factor."""
+    if factor is None or factor <= 0:     # None / -1: dropless (Megatron's default)
+        return
+    options["moe_capacity_factor"] = factor
+    if pad:
+        options["moe_imbalance"] = max(1.0, factor)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from strategies.errors import ConfigError
-from strategies.import_common import TOKENIZER_VOCAB, Imported, _cluster, _recompute, _tokenizer_vocab
+from strategies.import_common import TOKENIZER_VOCAB, Imported, _capacity, _cluster, _recompute, _tokenizer_vocab
 from strategies.shell_args import launch_words, unset_error
 
 # ----------------------------------------------------------------------------------------- Megatron
@@ -88,18 +88,6 @@ def _float(flags: _Flags, name: str) -> float | None:
         return float(str(v))
     except ValueError:
         raise ConfigError(f"megatron argument --{name} = {str(v)[:40]!r} must be a number") from None
-
-
-def _capacity(options: dict, factor: float | None, pad: bool) -> None:
-    """Token dropping (--moe-expert-capacity-factor; NeMo moe_expert_capacity_factor): the busiest
-    rank processes at most factor x the mean (options.moe_capacity_factor). Padding to capacity
-    (--moe-pad-expert-input-to-capacity) makes every expert process exactly factor x the mean, i.e.
-    the busiest rank's load is the factor: options.moe_imbalance = factor."""
-    if factor is None or factor <= 0:     # None / -1: dropless (Megatron's default)
-        return
-    options["moe_capacity_factor"] = factor
-    if pad:
-        options["moe_imbalance"] = max(1.0, factor)
 
 
 #: Megatron flags the importer reads (everything else is reported as not modeled)

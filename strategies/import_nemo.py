@@ -5,8 +5,7 @@ import re
 from typing import Any
 
 from strategies.errors import ConfigError
-from strategies.import_common import Imported, _cluster, _recompute, _tokenizer_vocab, _walk
-from strategies.import_megatron import _capacity
+from strategies.import_common import Imported, _capacity, _cluster, _recompute, _tokenizer_vocab, _walk
 
 # ------------------------------------------------------------------------------------------------ NeMo
 
