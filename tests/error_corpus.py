@@ -803,3 +803,33 @@ add(
                                       "16777216}", model="{name: a, layers: 2, hidden: 64, heads: 4, vocab: 128, "
                                       "max_seq: 16777216}")}, code=0),
 )
+
+# --------------------------------------------------------------------------- issue 27: importers
+_MEG = ("A=(--num-layers 2 --hidden-size 64 --num-attention-heads 4)\n"
+        "torchrun pretrain_gpt.py ${A[@]} --seq-length 128 --global-batch-size 8 --vocab-size 100 \\\n"
+        "  --tensor-model-parallel-size $TP\n")
+add(
+    Case("import-megatron-unset-variable", "import megatron m.sh --cluster dgx-h100 --nodes 1", {"m.sh": _MEG},
+         r"line 3: --tensor-model-parallel-size takes its value from \$TP, which the script never sets; give "
+         r"--env TP=VALUE", "TP"),
+    Case("import-megatron-env-malformed", "import megatron m.sh --cluster dgx-h100 --nodes 1 --env TP",
+         {"m.sh": _MEG}, r"must be NAME=VALUE", "--env"),
+    Case("import-megatron-unclosed-quote", "import megatron m.sh --cluster dgx-h100 --nodes 1",
+         {"m.sh": "A='x\n"}, r"line 1: a ' quote is not closed", "quote"),
+    Case("import-megatron-env-other-kind", "import nemo n.yaml --cluster dgx-h100 --env TP=2",
+         {"n.yaml": "model: {}\n"}, r"--env sets shell variables of a Megatron launch script", "--env"),
+    Case("import-nemo2-python", "import nemo r.py --cluster dgx-h100",
+         {"r.py": "from nemo.collections import llm\nimport nemo_run as run\n"}, r"NeMo 2 Python recipe", "NeMo 2"),
+    Case("import-nemo-fp32", "import nemo n.yaml --cluster dgx-h100",
+         {"n.yaml": "trainer: {num_nodes: 1, precision: 32}\nmodel: {num_layers: 2, hidden_size: 64, "
+                    "num_attention_heads: 4, global_batch_size: 8, tokenizer: {type: gpt2}}\n"},
+         r"trains in FP32", "trainer.precision"),
+    Case("import-torchtitan-datetime", "import torchtitan t.toml --cluster dgx-h100 --nodes 1",
+         {"t.toml": "[job]\ndump_folder = 2025-01-01\n[model]\nname = 'llama3'\nflavor = '8B'\n"},
+         r"is a TOML date/time", "job.dump_folder"),
+    Case("import-torchtitan-fp32", "import torchtitan t.toml --cluster dgx-h100 --nodes 1",
+         {"t.toml": "[model]\nname = 'llama3'\nflavor = '8B'\n[training]\nmixed_precision_param = 'float32'\n"},
+         r"FP32 training is not modeled", "mixed_precision_param"),
+    Case("ok-import-megatron-env", "import megatron m.sh --cluster dgx-h100 --nodes 1 --env TP=2 -o o.yaml",
+         {"m.sh": _MEG}, code=0, creates=("o.yaml",)),
+)
