@@ -407,6 +407,22 @@ def test_ep_wider_than_dp_is_expressible():
     assert group_ranks("tp", p.sizes, 0) == (0, 1)
 
 
+def test_expert_tensor_parallel_imports():
+    """TP 2, PP 8, EP 32 on 256 GPUs: Megatron --expert-tensor-parallel-size 1; torchtitan
+    expert_tensor_parallel_degree."""
+    args = ("--num-layers 16 --hidden-size 1024 --num-attention-heads 16 --seq-length 4096 --global-batch-size 64 "
+            "--vocab-size 1000 --num-experts 64 --moe-router-topk 4 --moe-ffn-hidden-size 512 --swiglu "
+            "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 8 --expert-model-parallel-size 32 "
+            "--expert-tensor-parallel-size 1 --sequence-parallel --moe-token-dispatcher-type alltoall")
+    s = import_config("megatron", args, cluster="dgx-h100", nodes=32).strategy
+    assert s["parallel"]["etp"] == 1 and s["parallel"]["ep"] == 32
+    from simulator.simulation.importing import check, finish
+    check(finish(import_config("megatron", args, cluster="dgx-h100", nodes=32)))      # resolves: ep 32 > dp 16
+    t = ("[model]\nname = 'qwen3'\nflavor = '30B-A3B'\n[training]\nlocal_batch_size = 1\nseq_len = 4096\n"
+         "[parallelism]\ntensor_parallel_degree = 2\nexpert_parallel_degree = 8\nexpert_tensor_parallel_degree = 1\n")
+    assert import_config("torchtitan", t, cluster="dgx-h100", nodes=1).strategy["parallel"]["etp"] == 1
+
+
 def test_fp8_param_gather_halves_weight_bytes():
     """--fp8-param-gather: weights held in FP8 (1 byte) instead of BF16 (2): exactly params bytes less."""
     from taskgraph.memory import params_per_gpu, static_memory
