@@ -306,6 +306,8 @@ def _rep_groups(sizes, prank: int) -> tuple:
     """(axis, ranks) of the representative of pipeline rank ``prank``: tp, cp, dp (= dp x cp) and ep."""
     rep = rank_of(0, 0, 0, prank, sizes)
     groups = {g: group_ranks(g, sizes, rep) for g in ("tp", "cp", "dp", "ep", "etp")}
+    # the routed experts' data-parallel group (Megatron expert_data_parallel: world / (pp*ep*etp))
+    groups["edp"] = group_ranks("edp" if sizes.etp is not None else "cp-edp", sizes, rep)
     # Gradients are reduced, and ZeRO / the distributed optimizer shard, over dp x cp (Megatron-LM
     # parallel_state "dp-cp" group: CP ranks hold the same weights and see different tokens).
     groups["dp"] = group_ranks("dp-cp", sizes, rep)
@@ -519,37 +521,49 @@ def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, 
     limit_params = (opt.grad_bucket_mb * 1e6 / gbp) if opt.grad_bucket_mb else max(
         BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_DP * s.dp)
     buckets: list[Bucket] = []
-    total_params = 0.0
+    total_params = expert_params = 0.0
     share = ("dp-cp", s, _pp_background(plan, layers) + _axis_background(plan, layers, groups or {}))
-    times: dict = {}  # bucket size -> (reduce, gather) seconds: equal layers repeat bucket sizes
+    edp_group = (groups or {}).get("edp", dp_group[:1])
+    times: dict = {}  # (expert?, bucket size) -> (reduce, gather) seconds: equal layers repeat bucket sizes
 
-    def bucket(li, oi, params):
-        t = times.get(params)
+    def bucket(li, oi, params, expert=False):
+        t = times.get((expert, params))
         if t is None:
-            b = _bucket(plan, li, oi, params, gbp, pbytes, dp_group, share)
-            times[params] = (b.reduce_s, b.gather_s)
+            b = (_expert_bucket(plan, li, oi, params, gbp, pbytes, edp_group) if expert else
+                 _bucket(plan, li, oi, params, gbp, pbytes, dp_group, share))
+            times[(expert, params)] = (b.reduce_s, b.gather_s)
             return b
         return Bucket(li, oi, params * gbp, *t)
 
     if not fsdp_layer_comms(plan)[2]:   # gradients reduced in buckets at the end (DDP / ZeRO 1-2 / FSDP + PP)
-        acc = 0.0
+        # Megatron DDP keeps the routed experts' gradients in buffers of their own, bucketed and reduced
+        # over the expert-data-parallel group (distributed_data_parallel.py expert_parallel_buffers)
+        acc = {False: 0.0, True: 0.0}
         for li in range(len(layers) - 1, -1, -1):
             for oi in range(len(layers[li].ops) - 1, -1, -1):
-                gb = layers[li].ops[oi].grad_bytes
+                op = layers[li].ops[oi]
+                gb = op.grad_bytes
                 if gb <= 0:
                     continue
-                acc += gb / gbp
+                ex = op.name.endswith("moe_experts")
+                acc[ex] += gb / gbp
                 total_params += gb / gbp
-                if acc >= limit_params:
-                    buckets.append(bucket(li, oi, acc))
-                    acc = 0.0
-        if acc > 0:  # the last (first-layer) bucket closes at the stage's first op with parameters
-            li, oi = _first_param_op(layers)
-            buckets.append(bucket(li, oi, acc))
+                expert_params += gb / gbp if ex else 0.0
+                if acc[ex] >= limit_params:
+                    buckets.append(bucket(li, oi, acc[ex], ex))
+                    acc[ex] = 0.0
+        for ex in (True, False):
+            if acc[ex] > 0:  # the last (first-layer) bucket closes at the stage's first op with parameters
+                li, oi = _first_param_op(layers)
+                buckets.append(bucket(li, oi, acc[ex], ex))
     else:
         total_params = sum(op.grad_bytes for l in layers for op in l.ops) / gbp
-    # Optimizer: each GPU updates its 1/dp shard with the distributed optimizer (ZeRO >= 1; HSDP: 1/dp_shard).
-    shard = total_params / (plan.shard_size if plan.zero >= 1 else 1)
+    # Optimizer: each GPU updates its 1/dp shard with the distributed optimizer (ZeRO >= 1; HSDP:
+    # 1/dp_shard), the routed experts' 1/edp shard
+    if plan.zero >= 1:
+        shard = (total_params - expert_params) / plan.shard_size + expert_params / plan.expert_shard_size
+    else:
+        shard = total_params
     gpu = plan.cluster.gpu
     opt_s = shard * ADAM_BYTES_PER_PARAM / (gpu.hbm_bandwidth * gpu.efficiency.hbm_efficiency)
     opt_s += step_overhead_s(plan, shard)  # gradient norm (+ fp16 found-inf), taskgraph/overheads.py
@@ -602,6 +616,20 @@ def _pp_background(plan: Plan, layers) -> tuple:
     p2p = DTYPE_BYTES[tr.precision] * tr.micro_batch * tr.seq_len / s.cp * plan.model.hidden / s.tp
     # rounded so that stages with nearly equal compute share one cache entry
     return (("pp", float(f"{p2p / per_mb:.3g}")),)
+
+
+def _expert_bucket(plan: Plan, li, oi, params, gbp, pbytes, edp_group) -> Bucket:
+    """A bucket of routed-expert gradients: all-reduce (zero 0) or reduce-scatter + parameter
+    all-gather (zero >= 1) over the expert-data-parallel group (Megatron expert_data_parallel_group;
+    its family is not an axis of the dense placement, so no all-groups-at-once contention)."""
+    c = plan.cluster
+    if len(edp_group) == 1:
+        return Bucket(li, oi, params * gbp, 0.0, 0.0)
+    if plan.zero == 0:
+        return Bucket(li, oi, params * gbp, _comm_time(c, "all-reduce", params * gbp, edp_group), 0.0)
+    gather = plan.zero < 3 or not plan.reshard_after_forward
+    return Bucket(li, oi, params * gbp, _comm_time(c, "reduce-scatter", params * gbp, edp_group),
+                  _comm_time(c, "all-gather", params * pbytes, edp_group) if gather else 0.0)
 
 
 def _bucket(plan: Plan, li, oi, params, gbp, pbytes, dp_group, share=None) -> Bucket:

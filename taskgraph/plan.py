@@ -54,6 +54,14 @@ class Plan:
         return self.strategy.parallel.dp_shard or self.sizes.dp * self.sizes.cp
 
     @property
+    def expert_shard_size(self) -> int:
+        """Ranks the routed experts' gradients are reduced over and their ZeRO / distributed-optimizer
+        states sharded over: Megatron's expert-data-parallel group, world / (pp * ep * etp)
+        (parallel_state expert RankGenerator; without folding etp = tp, so cp * dp / ep)."""
+        s = self.sizes
+        return s.tp * s.cp * s.dp // (s.expert_tp * s.ep)
+
+    @property
     def reshard_after_forward(self) -> bool:
         """FSDP frees gathered parameters after each layer's forward (see OptionsSpec)."""
         r = self.strategy.options.reshard_after_forward

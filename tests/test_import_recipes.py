@@ -396,6 +396,20 @@ def test_etp_changes_expert_memory_by_the_hand_computed_amount():
     assert folded[3] - plain[3] == 4 * 3 * 4096 * 7168
 
 
+def test_expert_states_shard_over_the_expert_data_parallel_group():
+    """Mixtral 8x7B, pp 4, ep 8 on 64 H100 (dp 16, ZeRO-1): Megatron's distributed optimizer shards
+    the routed experts' states over expert-data-parallel = 64 / (4 * 8 * 1) = 2 ranks, the rest over
+    dp = 16: optimizer bytes = 12 * dense / 16 + 12 * experts / 2."""
+    from taskgraph.memory import params_split, static_memory
+    p = _plan({"tp": 1, "pp": 4, "ep": 8, "zero": 1}, nodes=8)
+    assert p.expert_shard_size == 2 and p.shard_size == 16
+    for r, (dense, experts) in params_split(p).items():
+        assert experts > 0
+        assert static_memory(p)[r].optimizer == pytest.approx(12 * dense / 16 + 12 * experts / 2, rel=1e-12)
+    folded = _plan({"tp": 2, "pp": 8, "ep": 8, "etp": 1, "sp": True, "zero": 1})      # 256 GPUs: edp = 32/8
+    assert folded.expert_shard_size == 4
+
+
 def test_ep_wider_than_dp_is_expressible():
     """TP 2, PP 8, EP 32 on 256 GPUs (dp = 16): the expert mesh etp 1 x ep 32 folds over tp x dp."""
     model = {"name": "moe64", "layers": 8, "hidden": 1024, "heads": 16, "vocab": 1000, "experts": 64, "top_k": 4,
