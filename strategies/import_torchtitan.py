@@ -105,13 +105,20 @@ def _no_datetimes(d: dict, prefix: str = "") -> None:
 
 def _model(mdl: dict, key: tuple, base_dir: str | None, notes: list) -> object:
     """The model: the Hugging Face config.json behind ``hf_assets_path`` when it is there (relative to
-    the TOML's folder), else the flavor's preset or transcribed mapping."""
+    the TOML's folder, or to the current directory as torchtitan reads it), else the flavor's preset
+    or transcribed mapping."""
     from pathlib import Path
     assets = mdl.get("hf_assets_path")
-    if isinstance(assets, str) and base_dir is not None:
-        cfg = Path(base_dir) / assets / "config.json"
-        if cfg.is_file():
-            return str(cfg.resolve())
+    if isinstance(assets, str) and assets:
+        # torchtitan resolves it from the directory it runs in (the repository root); a copy next to
+        # the TOML is looked for first
+        for root in ([Path(base_dir)] if base_dir is not None else []) + [Path.cwd()]:
+            try:
+                cfg = root / assets / "config.json"
+                if cfg.is_file():
+                    return str(cfg.resolve())
+            except (OSError, ValueError):
+                continue
     if key in TORCHTITAN_FLAVORS:
         return TORCHTITAN_FLAVORS[key]
     if key in TORCHTITAN_MODELS:

@@ -355,10 +355,21 @@ def test_torchtitan_flavors_float8_and_refusals(tmp_path):
     # the HF config behind hf_assets_path, relative to the TOML's folder
     (tmp_path / "assets").mkdir()
     (tmp_path / "assets" / "config.json").write_text("{}")
-    s = import_config("torchtitan", base + "[model]\n" if False else
-                      base.replace("flavor = '0.6B'\n", "flavor = '0.6B'\nhf_assets_path = 'assets'\n"),
+    s = import_config("torchtitan", base.replace("flavor = '0.6B'\n", "flavor = '0.6B'\nhf_assets_path = 'assets'\n"),
                       cluster="dgx-h100", nodes=1, base_dir=str(tmp_path)).strategy
     assert s["model"] == str((tmp_path / "assets" / "config.json").resolve())
+
+
+
+def test_torchtitan_hf_assets_from_the_working_directory(tmp_path, monkeypatch):
+    """torchtitan resolves hf_assets_path from where it runs (the repository root)."""
+    (tmp_path / "assets" / "hf" / "Qwen3-0.6B").mkdir(parents=True)
+    (tmp_path / "assets" / "hf" / "Qwen3-0.6B" / "config.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    t = ("[model]\nname = 'qwen3'\nflavor = '0.6B'\nhf_assets_path = './assets/hf/Qwen3-0.6B'\n"
+         "[training]\nlocal_batch_size = 1\nseq_len = 4096\n")
+    s = import_config("torchtitan", t, cluster="dgx-h100", nodes=1, base_dir=str(tmp_path / "elsewhere")).strategy
+    assert s["model"] == str((tmp_path / "assets" / "hf" / "Qwen3-0.6B" / "config.json").resolve())
 
 
 @pytest.mark.parametrize("name,flavor,total_b", [
