@@ -253,9 +253,7 @@ def resolve(strategy: Strategy) -> Plan:
                           f"or a Hopper/Blackwell cluster")
 
     opt = strategy.options
-    if opt.fp8_recipe != "tensorwise" and tr.precision != "fp8":
-        raise ConfigError(f"options.fp8_recipe = {opt.fp8_recipe!r} needs training.precision: fp8 (it is "
-                          f"{tr.precision!r}); set precision: fp8 or drop fp8_recipe")
+    # (an fp8_recipe without fp8 is refused by strategies/strategy_file.py check_strategy)
     if opt.fp8_param_gather and tr.precision != "fp8":
         raise ConfigError(f"options.fp8_param_gather = true keeps parameters in FP8, but training.precision = "
                           f"{tr.precision!r}; set precision: fp8 or drop fp8_param_gather")

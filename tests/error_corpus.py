@@ -758,7 +758,7 @@ add(
     Case("strategy-fp8-recipe-unknown", SIM, {"s.yaml": strat(options="{fp8_recipe: mxfp4}")}, r"one of",
          "fp8_recipe"),
     Case("strategy-fp8-recipe-bf16", SIM, {"s.yaml": strat(options="{fp8_recipe: rowwise}")},
-         r"needs training\.precision: fp8", "fp8_recipe"),
+         r"applies to training\.precision: fp8", "fp8_recipe"),
     Case("strategy-mxfp8-hopper", SIM, {"s.yaml": strat(options="{fp8_recipe: mxfp8}", training="{micro_batch: 1, "
                                       "global_batch: 8, seq_len: 128, precision: fp8}")}, r"needs Blackwell", "mxfp8"),
     Case("strategy-fp8-param-gather-bf16", SIM, {"s.yaml": strat(options="{fp8_param_gather: true}")},
