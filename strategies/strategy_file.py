@@ -24,17 +24,20 @@ from strategies.errors import ConfigError, brief
 from strategies.limits import MAX_GPUS, MAX_SEQ_LEN
 
 TOP_KEYS = ("model", "cluster", "parallel", "schedule", "training", "options", "goodput")
-PARALLEL_KEYS = ("tp", "pp", "dp", "vpp", "sp", "cp", "ep", "zero", "layers_per_stage", "dp_shard")
+PARALLEL_KEYS = ("tp", "pp", "dp", "vpp", "sp", "cp", "ep", "zero", "layers_per_stage", "dp_shard", "etp")
 TRAINING_KEYS = ("micro_batch", "global_batch", "seq_len", "precision", "recompute", "train_tokens",
                  "recompute_layers")
 OPTION_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_bucket_mb", "flash_attention",
                "overlap_handoff", "memory_reserve_gb", "fidelity", "profile", "profile_gpu", "fp32_grad_accum",
                "tp_comm_overlap", "p2p_overlap", "tp_async_backward", "p2p_host_gap_us", "moe_imbalance", "moe_capacity_factor",
-               "moe_max_nodes", "pair_overlap", "pair_comm_sms", "fp8_recipe", "overlap_interference", "stack",
+               "moe_max_nodes", "pair_overlap", "pair_comm_sms", "fp8_recipe", "fp8_param_gather",
+               "activation_offload_layers", "overlap_interference", "stack",
                "cp_comm", "cp_load_balance", "reshard_after_forward",
                "price_per_gpu_hour_usd")
 SCHEDULE_KEYS = ("name", "csv")
 PRECISIONS = ("bf16", "fp16", "fp8")
+#: FP8 scaling recipes (options.fp8_recipe); their costs: taskgraph/cost.py FP8_RECIPE_COSTS
+FP8_RECIPES = ("tensorwise", "delayed", "rowwise", "blockwise", "mxfp8")
 RECOMPUTE = ("none", "selective", "full")
 FIDELITIES = ("operator", "coarse")
 #: Host gap after each blocking pipeline exchange, microseconds: calibrated on the 12 zero-bubble-paper
@@ -56,6 +59,10 @@ class ParallelSpec:
     dp_shard: HSDP / partial sharding: ZeRO shards over groups of dp_shard data-parallel ranks and
         replicates across dp*cp / dp_shard such groups (PyTorch HSDP; torchtitan
         data_parallel_shard_degree; Megatron --num-distributed-optimizer-instances); None = all dp*cp.
+    etp: expert tensor parallel size (Megatron MoE parallel folding, --expert-tensor-parallel-size):
+        the expert layers use their own mesh etp x ep x edp over the same tp*cp*dp GPUs of a pipeline
+        stage, with edp = tp*cp*dp / (etp*ep); None = tp (Megatron's default). With etp != tp, ep may
+        exceed dp (e.g. tp 2, ep 32 on 256 GPUs with pp 8).
     """
 
     tp: int = 1
@@ -68,6 +75,7 @@ class ParallelSpec:
     zero: int = 0
     layers_per_stage: tuple[int, ...] | None = None
     dp_shard: int | None = None
+    etp: int | None = None
 
 
 @dataclass(frozen=True)
@@ -140,9 +148,13 @@ class OptionsSpec:
         pipeline communication hide behind the other's computation, on SMs minus pair_comm_sms).
     pair_comm_sms: SMs the communication kernels hold during concurrent pairs (DeepSeek-V3 Section
         3.2.1: 20 of the H800's 132); compute of a paired action runs at (SMs - this) / SMs.
-    fp8_recipe: with precision fp8, 'tensorwise' (Transformer Engine per-tensor delayed scaling) or
-        'blockwise' (DeepSeek-V3 Section 3.3: 1x128 activation tiles, 128x128 weight blocks, online
-        quantization kernels, BF16 embedding / output head).
+    fp8_recipe: with precision fp8, one of FP8_RECIPES (taskgraph/cost.py FP8 recipe table):
+        'tensorwise' / 'delayed' (Transformer Engine per-tensor scaling: current / delayed), 'rowwise'
+        (torchao per-row scaling), 'blockwise' (DeepSeek-V3 Section 3.3: 1x128 activation tiles,
+        128x128 weight blocks, online quantization kernels, BF16 embedding / output head) or 'mxfp8'
+        (OCP MX v1.0 32-element blocks with E8M0 scales; Blackwell).
+    fp8_param_gather: parameters kept in FP8 (Megatron --fp8-param-gather; torchao
+        enable_fsdp_float8_all_gather): 1-byte weights on the GPU and a 1-byte parameter all-gather.
     cp_comm: context-parallel attention: 'allgather' K/V (Llama 3), 'ring' p2p overlapped with the
         attention chunks (Ring Attention; Megatron/TE "p2p"), 'a2a' Ulysses all-to-all over heads.
     cp_load_balance: causal load balancing over CP ranks (Megatron's zig-zag chunks); False = the
@@ -175,6 +187,8 @@ class OptionsSpec:
     pair_overlap: str = "serial"
     pair_comm_sms: int = 20
     fp8_recipe: str = "tensorwise"
+    fp8_param_gather: bool = False
+    activation_offload_layers: int = 0
     cp_comm: str = "allgather"
     cp_load_balance: bool = True
     reshard_after_forward: bool | None = None
@@ -254,6 +268,7 @@ def parse_strategy(data: dict, base_dir: str | Path = ".", *, written: bool = Tr
         zero=get_int(p, "zero", "parallel", default=0, minimum=0),
         layers_per_stage=lps,
         dp_shard=None if p.get("dp_shard") is None else get_int(p, "dp_shard", "parallel", minimum=1),
+        etp=None if p.get("etp") is None else get_int(p, "etp", "parallel", minimum=1, maximum=MAX_GPUS, why=_GPUS_WHY),
     )
     if par.zero > 3:
         raise ConfigError(f"parallel.zero = {par.zero} must be 0, 1, 2 or 3")
@@ -333,7 +348,9 @@ def parse_strategy(data: dict, base_dir: str | Path = ".", *, written: bool = Tr
             why=" (nodes a token's experts may span; DeepSeek-V3 uses 4)"),
         pair_overlap=get_str(o, "pair_overlap", "options", default="serial", choices=("serial", "concurrent")),
         pair_comm_sms=get_int(o, "pair_comm_sms", "options", default=20, minimum=0, maximum=1024),
-        fp8_recipe=get_str(o, "fp8_recipe", "options", default="tensorwise", choices=("tensorwise", "blockwise")),
+        fp8_recipe=get_str(o, "fp8_recipe", "options", default="tensorwise", choices=FP8_RECIPES),
+        fp8_param_gather=get_bool(o, "fp8_param_gather", "options", default=False),
+        activation_offload_layers=get_int(o, "activation_offload_layers", "options", default=0, minimum=0),
         cp_comm=get_str(o, "cp_comm", "options", default="allgather", choices=("allgather", "ring", "a2a")),
         cp_load_balance=get_bool(o, "cp_load_balance", "options", default=True),
         reshard_after_forward=None if o.get("reshard_after_forward") is None else get_bool(

@@ -213,9 +213,6 @@ def grad_accumulate_bytes(op, grad_accum_bytes: int) -> float:
     return sum(2.0 * grad_accum_bytes * g.k * g.n * g.batch for g in op.gemms)
 
 
-#: FP8 recipes (``options.fp8_recipe``): Transformer Engine per-tensor delayed scaling, or DeepSeek-V3's
-#: fine-grained block-wise scaling (arXiv:2412.19437 Section 3.3).
-FP8_RECIPES = ("tensorwise", "blockwise")
 #: block-wise scaling tile: 1 x 128 activation tiles, 128 x 128 weight blocks, one fp32 scale each
 #: (DeepSeek-V3 Section 3.3.2, Figure 7a)
 FP8_TILE = 128
@@ -223,18 +220,37 @@ FP8_TILE = 128
 #: scale per 1 x 128 tile (4/128). DeepSeek-V3 Section 3.5.1 describes this round trip ("read 128 BF16
 #: activation values ... the quantized FP8 values are written back to HBM, only to be read again for MMA").
 FP8_QUANT_BYTES = 2 + 1 + 4 / FP8_TILE
+#: OCP Microscaling Formats (MX) v1.0 Section 5: MXFP8 blocks of 32 elements share one 8-bit E8M0 scale
+MX_BLOCK = 32
+#: Per recipe: (HBM bytes per quantized element, which GEMM operands are quantized online per pass).
+#: tensorwise / delayed (Transformer Engine per-tensor scaling): the cast is fused into the kernel that
+#: produces the operand (LayerNorm / activation / the previous GEMM's epilogue) and the scale is one
+#: fp32 per tensor (TE "FP8 primer": Float8CurrentScaling / DelayedScaling): no separate pass.
+#: rowwise (torchao Float8Linear, recipe "rowwise"): dynamic per-row scales computed by a separate amax
+#: reduction and cast of both operands of every GEMM, weights included (not cached across passes):
+#: read 2 (amax) + read 2 + write 1 bytes per element + a 4-byte scale per row (amortized, ignored).
+#: blockwise (DeepSeek-V3 Section 3.3): FP8_QUANT_BYTES, activations online, weights once per step.
+#: mxfp8 (TE MXFP8BlockScaling on Blackwell): read 2, write the row-wise and the column-wise FP8 copies
+#: (2 x 1) and their E8M0 scales (2 x 1/32); the column-wise copies serve wgrad, so wgrad quantizes
+#: nothing; weights once per step.
+FP8_RECIPE_COSTS = {"tensorwise": (0.0, ""), "delayed": (0.0, ""), "rowwise": (5.0, "both"),
+                    "blockwise": (FP8_QUANT_BYTES, "act"), "mxfp8": (2 + 2 + 2 / MX_BLOCK, "act-once")}
 
 
-def fp8_quantize_elements(op, pass_: str) -> float:
-    """Elements the block-wise recipe quantizes online before ``op``'s GEMMs in ``pass_``
-    (DeepSeek-V3 Section 3.3: Fprop, Dgrad and Wgrad all run in FP8). For the executed GEMM
-    C[m,n] = A[m,k] B[k,n]: forward A = X and dgrad A = dY are quantized in 1 x 128 tiles (B is the
-    weight, quantized in 128 x 128 blocks once per optimizer step: not per pass); wgrad quantizes both
-    operands, X^T and dY (Section 3.3.3: cached activations re-tiled from 1 x 128 to 128 x 1)."""
+def fp8_quantize_elements(op, pass_: str, recipe: str = "blockwise") -> float:
+    """Elements ``recipe`` quantizes online before ``op``'s GEMMs in ``pass_``. For the executed GEMM
+    C[m,n] = A[m,k] B[k,n] (forward A = X, dgrad A = dY; B the weight): 'act' (DeepSeek-V3 Section 3.3:
+    Fprop, Dgrad and Wgrad all in FP8) quantizes A in forward and dgrad and both operands in wgrad
+    (cached activations re-tiled from 1 x 128 to 128 x 1, Section 3.3.3); 'both' quantizes A and B in
+    every pass; 'act-once' quantizes A in forward and dgrad only (both layouts written at once)."""
+    mode = FP8_RECIPE_COSTS[recipe][1]
     total = 0.0
     for g in op.gemms:
         m, n, k, batch = pass_shape(g, pass_)
-        total += (m * k + (k * n if pass_ == "bwd_weight" else 0)) * batch
+        if mode == "both" or (mode == "act" and pass_ == "bwd_weight"):
+            total += (m * k + k * n) * batch
+        elif mode == "act" or (mode == "act-once" and pass_ != "bwd_weight"):
+            total += m * k * batch
     return float(total)
 
 
@@ -251,18 +267,20 @@ def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True,
     its online-quantized operands (:func:`fp8_quantize_elements`, FP8_QUANT_BYTES per element). The
     accumulation promoted to FP32 CUDA cores every N_C = 128 elements (Section 3.3.2) overlaps the
     other warpgroup's MMA there, so it adds no term: the GEMM efficiency is the GPU's fp8 one."""
-    if dtype == "fp8" and fp8_recipe == "blockwise" and op.kind == "gemm" and op.gemms:
-        if op.name.endswith("lm_head"):
+    if dtype == "fp8" and FP8_RECIPE_COSTS.get(fp8_recipe, (0.0,))[0] and op.kind == "gemm" and op.gemms:
+        if op.name.endswith("lm_head"):   # the output head stays BF16 (DeepSeek-V3 3.3.1; torchtitan filter_fqns)
             return op_time(op, pass_, gpu, "bf16", flash=flash, profile=profile, grad_accum_bytes=grad_accum_bytes,
                            stack=stack)
         base = op_time(op, pass_, gpu, dtype, flash=flash, profile=profile, grad_accum_bytes=grad_accum_bytes,
                        stack=stack)
         if profile is not None and profile.lookup(gpu, dtype, op, pass_) is not None:
             return base   # a measured time includes whatever the kernels did
-        q = fp8_quantize_elements(op, pass_)
+        q = fp8_quantize_elements(op, pass_, fp8_recipe)
+        if q <= 0:
+            return base
         eff = gpu.efficiency
-        kernels = 2 if pass_ == "bwd_weight" else 1
-        return base + q * FP8_QUANT_BYTES / (gpu.hbm_bandwidth * eff.elementwise_efficiency) \
+        kernels = 2 if (pass_ == "bwd_weight" or FP8_RECIPE_COSTS[fp8_recipe][1] == "both") else 1
+        return base + q * FP8_RECIPE_COSTS[fp8_recipe][0] / (gpu.hbm_bandwidth * eff.elementwise_efficiency) \
             + kernels * len(op.gemms) * eff.launch_overhead
     if profile is not None:
         t = profile.lookup(gpu, dtype, op, pass_)

@@ -75,7 +75,7 @@ def _node_limited(cluster, nbytes: float, ranks: tuple, copies: int, max_nodes: 
 
 
 #: costing group name -> placement axis of the family of concurrent groups (Megatron dp-cp group).
-_FAMILY_AXIS = {"tp": "tp", "cp": "cp", "ep": "ep", "dp": "dp-cp"}
+_FAMILY_AXIS = {"tp": "tp", "cp": "cp", "ep": "ep", "dp": "dp-cp", "etp": "etp"}
 
 
 #: FP8 all-to-all payload over the BF16 one: 1 byte per element plus a 4-byte scale per 128 (DeepSeek-V3
@@ -100,6 +100,14 @@ def grad_bytes_per_param(plan: Plan) -> int:
     accumulate_allreduce_grads_in_fp32 for bf16); fp16 keeps fp16 gradients."""
     tr, opt = plan.strategy.training, plan.strategy.options
     return 4 if (tr.precision in ("bf16", "fp8") and opt.fp32_grad_accum) else 2
+
+
+def param_bytes(plan: Plan) -> int:
+    """Bytes of one model parameter as the GPU holds and gathers it: 2 (bf16/fp16 weights), or 1
+    with ``options.fp8_param_gather`` (Megatron --fp8-param-gather: Transformer Engine keeps the
+    compute weights as Float8Tensor and the distributed optimizer / FSDP all-gathers them in FP8,
+    arguments.py help "perform the param all-gather in fp8"; torchao enable_fsdp_float8_all_gather)."""
+    return 1 if plan.strategy.options.fp8_param_gather else DTYPE_BYTES[plan.strategy.training.precision]
 
 
 def layer_input_bytes(plan: Plan) -> float:
@@ -142,7 +150,8 @@ def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bo
             n = len(ranks)
             secs = max(0.0, secs - (n - 1) / n * t["fwd" if c.phase == "fwd" else "bwd_input"])
             overlaps = ""
-        slots[(c.phase, c.where)].append(Comm(f"{c.group}-comm", f"{c.group}-{c.op}", secs, "tp",
+        grp = "tp" if c.group == "etp" else c.group    # expert TP collectives are TP collectives
+        slots[(c.phase, c.where)].append(Comm(f"{grp}-comm", f"{c.group}-{c.op}", secs, "tp",
                                               overlaps=overlaps))
     if plan.strategy.options.tp_comm_overlap and op.kind == "gemm" and op.gemms:
         _userbuffer_overlap(ctx, op, t, slots, gacc, len(groups["tp"]))
@@ -260,7 +269,7 @@ def _zero3_comms(ctx: CostContext, ops, dp_group, fwd_hide: float, bwd_hide: flo
     the layer's pass (``Comm.mem_bytes``)."""
     plan = ctx.plan
     params = sum(op.params for op in ops)  # this TP shard's layer parameters, gathered over dp
-    wbytes = DTYPE_BYTES[plan.strategy.training.precision] * params
+    wbytes = param_bytes(plan) * params
     gbytes = grad_bytes_per_param(plan) * params
     shard, _ = shard_groups(plan, dp_group)
     g_fwd, g_bwd, rs_each = fsdp_layer_comms(plan)
@@ -311,7 +320,7 @@ def _context_id(plan: Plan) -> int | None:
         return None
     key = (plan.model, plan.cluster, plan.sizes, plan.sp, plan.zero, tr.micro_batch, tr.seq_len, tr.precision,
            opt.flash_attention, opt.fp32_grad_accum, opt.grad_bucket_mb, opt.tp_async_backward, opt.moe_load,
-           opt.moe_max_nodes, opt.pair_overlap, opt.pair_comm_sms, opt.fp8_recipe, opt.cp_comm, opt.cp_load_balance, plan.shard_size, plan.reshard_after_forward, opt.overlap_grad_reduce,
+           opt.moe_max_nodes, opt.pair_overlap, opt.pair_comm_sms, opt.fp8_recipe, opt.fp8_param_gather, opt.activation_offload_layers, opt.cp_comm, opt.cp_load_balance, plan.shard_size, plan.reshard_after_forward, opt.overlap_grad_reduce,
            opt.tp_comm_overlap, opt.overlap_interference, opt.stack)
     try:
         cid = _CONTEXTS.get(key)
@@ -332,8 +341,8 @@ def _layer_context(plan: Plan) -> tuple:
     tr, opt, s = plan.strategy.training, plan.strategy.options, plan.sizes
     return (plan.model, plan.cluster, s.tp, plan.sp, s.cp, s.ep, tr.micro_batch, tr.seq_len, tr.precision,
             opt.flash_attention, opt.fp32_grad_accum, opt.tp_async_backward, opt.moe_load, opt.cp_comm,
-            opt.cp_load_balance, opt.moe_max_nodes, opt.fp8_recipe, opt.tp_comm_overlap, opt.overlap_interference,
-            opt.stack,
+            opt.cp_load_balance, opt.moe_max_nodes, opt.fp8_recipe, opt.fp8_param_gather, opt.activation_offload_layers,
+            opt.tp_comm_overlap, opt.overlap_interference, opt.stack,
             (s, plan.shard_size, plan.reshard_after_forward) if plan.zero == 3 else None)
 
 
@@ -351,7 +360,9 @@ def _groups_sig(cluster, sizes, prank: int) -> tuple:
 def _rep_groups(sizes, prank: int) -> tuple:
     """(axis, ranks) of the representative of pipeline rank ``prank``: tp, cp, dp (= dp x cp) and ep."""
     rep = rank_of(0, 0, 0, prank, sizes)
-    groups = {g: group_ranks(g, sizes, rep) for g in ("tp", "cp", "dp", "ep")}
+    groups = {g: group_ranks(g, sizes, rep) for g in ("tp", "cp", "dp", "ep", "etp")}
+    # the routed experts' data-parallel group (Megatron expert_data_parallel: world / (pp*ep*etp))
+    groups["edp"] = group_ranks("edp" if sizes.etp is not None else "cp-edp", sizes, rep)
     # Gradients are reduced, and ZeRO / the distributed optimizer shard, over dp x cp (Megatron-LM
     # parallel_state "dp-cp" group: CP ranks hold the same weights and see different tokens).
     groups["dp"] = group_ranks("dp-cp", sizes, rep)
@@ -487,9 +498,10 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
         # ZeRO-3 prefetch hides a gather behind the previous layer of the pass: the stage's first
         # layer (forward) and last layer (backward) have nothing to hide behind
         edge = (j == 0, j == len(lis) - 1) if plan.zero == 3 else (False, False)
-        key = (plan.model.layer_kind(li), policy, groups["tp"], groups["cp"], groups["ep"], edge)
+        off = j < opt.activation_offload_layers
+        key = (plan.model.layer_kind(li), policy, groups["tp"], groups["cp"], groups["ep"], groups["etp"], edge, off)
         if key not in layer_cache:
-            ops = layer_operators(plan.model, ep=s.ep, dtype_bytes=dt, flash_attention=opt.flash_attention,
+            ops = layer_operators(plan.model, ep=s.ep, etp=s.etp, dtype_bytes=dt, flash_attention=opt.flash_attention,
                                   layer_index=li, moe_load=opt.moe_load, cp_comm=opt.cp_comm,
                                   cp_balance=opt.cp_load_balance, **kw)
             costs = [_op_cost(ctx, o, policy, groups, i == 0) for i, o in enumerate(ops)]
@@ -500,6 +512,8 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
                                                  0.0 if edge[1] else bwd_c)
                 costs[0] = _with(costs[0], fwd_pre=fpre + costs[0].fwd_pre, bwd_post=costs[0].bwd_post + bpost)
                 costs[-1] = _with(costs[-1], bwd_pre=bpre + costs[-1].bwd_pre)
+            if off:
+                costs = _offloaded(plan, costs)
             layer_cache[key] = host_bound(ops, costs, host_s, flash, host_c, ctx.stack)
         layers.append(LayerWork(f"layer{li}", layer_cache[key], policy))
     if plan.schedule.is_last_stage(stage):
@@ -509,6 +523,28 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
                                                    host_s, flash, host_c, ctx.stack)))
     st = _stage_work(plan, tuple(layers), groups["dp"], groups)
     return _paced(st, stage_pace(plan.cluster, plan.sizes, plan.schedule.stage_to_rank[stage]))
+
+
+def _offloaded(plan: Plan, costs: list) -> list:
+    """A layer whose saved activations go to host memory (``options.activation_offload_layers``;
+    Megatron --cpu-offloading, Transformer Engine ``get_cpu_offload_context``): after its forward the
+    saved tensors are copied to the host on a copy stream while the next layer's forward runs, and
+    copied back while the next layer's backward runs before its own (TE offload handler: "offloading
+    of layer i overlaps with the computation of layer i+1"; the neighbouring layer is taken equal to
+    this one). Each copy moves the layer's saved bytes S over the host link (PCIe / NVLink-C2C,
+    ``cluster.host_link_bandwidth``) in S / bandwidth; only max(0, S / bandwidth - pass time) is
+    exposed, as a transfer on the ``offload`` stream after the layer's forward and before its backward.
+    The activations then hold no GPU memory between the passes (the one-layer staging buffer TE keeps
+    is not counted)."""
+    saved = sum(c.saved_bytes for c in costs)
+    t = saved / plan.cluster.host_link_bandwidth
+    fwd = sum(c.fwd for c in costs)
+    bwd = sum(c.bwd_input + c.bwd_weight for c in costs)
+    out = Comm("offload", "activation-offload", max(0.0, t - fwd), "offload")
+    back = Comm("offload", "activation-reload", max(0.0, t - bwd), "offload")
+    costs = [_with(c, saved_bytes=0.0) for c in costs]
+    costs[-1] = _with(costs[-1], fwd_post=costs[-1].fwd_post + (out,), bwd_pre=(back,) + costs[-1].bwd_pre)
+    return costs
 
 
 def _paced(st: StageWork, f: float) -> StageWork:
@@ -568,42 +604,54 @@ def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, 
     """Gradient buckets in backward order (Megatron DDP) and the optimizer step of one stage."""
     s = plan.sizes
     gbp = grad_bytes_per_param(plan)
-    pbytes = DTYPE_BYTES[plan.strategy.training.precision]
+    pbytes = param_bytes(plan)
     opt = plan.strategy.options
     limit_params = (opt.grad_bucket_mb * 1e6 / gbp) if opt.grad_bucket_mb else max(
         BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_DP * s.dp)
     buckets: list[Bucket] = []
-    total_params = 0.0
+    total_params = expert_params = 0.0
     share = ("dp-cp", s, _pp_background(plan, layers) + _axis_background(plan, layers, groups or {}))
-    times: dict = {}  # bucket size -> (reduce, gather) seconds: equal layers repeat bucket sizes
+    edp_group = (groups or {}).get("edp", dp_group[:1])
+    times: dict = {}  # (expert?, bucket size) -> (reduce, gather) seconds: equal layers repeat bucket sizes
 
-    def bucket(li, oi, params):
-        t = times.get(params)
+    def bucket(li, oi, params, expert=False):
+        t = times.get((expert, params))
         if t is None:
-            b = _bucket(plan, li, oi, params, gbp, pbytes, dp_group, share)
-            times[params] = (b.reduce_s, b.gather_s)
+            b = (_expert_bucket(plan, li, oi, params, gbp, pbytes, edp_group) if expert else
+                 _bucket(plan, li, oi, params, gbp, pbytes, dp_group, share))
+            times[(expert, params)] = (b.reduce_s, b.gather_s)
             return b
         return Bucket(li, oi, params * gbp, *t)
 
     if not fsdp_layer_comms(plan)[2]:   # gradients reduced in buckets at the end (DDP / ZeRO 1-2 / FSDP + PP)
-        acc = 0.0
+        # Megatron DDP keeps the routed experts' gradients in buffers of their own, bucketed and reduced
+        # over the expert-data-parallel group (distributed_data_parallel.py expert_parallel_buffers)
+        acc = {False: 0.0, True: 0.0}
         for li in range(len(layers) - 1, -1, -1):
             for oi in range(len(layers[li].ops) - 1, -1, -1):
-                gb = layers[li].ops[oi].grad_bytes
+                op = layers[li].ops[oi]
+                gb = op.grad_bytes
                 if gb <= 0:
                     continue
-                acc += gb / gbp
+                ex = op.name.endswith("moe_experts")
+                acc[ex] += gb / gbp
                 total_params += gb / gbp
-                if acc >= limit_params:
-                    buckets.append(bucket(li, oi, acc))
-                    acc = 0.0
-        if acc > 0:  # the last (first-layer) bucket closes at the stage's first op with parameters
-            li, oi = _first_param_op(layers)
-            buckets.append(bucket(li, oi, acc))
+                expert_params += gb / gbp if ex else 0.0
+                if acc[ex] >= limit_params:
+                    buckets.append(bucket(li, oi, acc[ex], ex))
+                    acc[ex] = 0.0
+        for ex in (True, False):
+            if acc[ex] > 0:  # the last (first-layer) bucket closes at the stage's first op with parameters
+                li, oi = _first_param_op(layers)
+                buckets.append(bucket(li, oi, acc[ex], ex))
     else:
         total_params = sum(op.grad_bytes for l in layers for op in l.ops) / gbp
-    # Optimizer: each GPU updates its 1/dp shard with the distributed optimizer (ZeRO >= 1; HSDP: 1/dp_shard).
-    shard = total_params / (plan.shard_size if plan.zero >= 1 else 1)
+    # Optimizer: each GPU updates its 1/dp shard with the distributed optimizer (ZeRO >= 1; HSDP:
+    # 1/dp_shard), the routed experts' 1/edp shard
+    if plan.zero >= 1:
+        shard = (total_params - expert_params) / plan.shard_size + expert_params / plan.expert_shard_size
+    else:
+        shard = total_params
     gpu = plan.cluster.gpu
     bw = gpu.hbm_bandwidth * gpu.efficiency.hbm_efficiency
     opt_s = shard * ADAM_BYTES_PER_PARAM / bw
@@ -662,6 +710,20 @@ def _pp_background(plan: Plan, layers) -> tuple:
     p2p = DTYPE_BYTES[tr.precision] * tr.micro_batch * tr.seq_len / s.cp * plan.model.hidden / s.tp
     # rounded so that stages with nearly equal compute share one cache entry
     return (("pp", float(f"{p2p / per_mb:.3g}")),)
+
+
+def _expert_bucket(plan: Plan, li, oi, params, gbp, pbytes, edp_group) -> Bucket:
+    """A bucket of routed-expert gradients: all-reduce (zero 0) or reduce-scatter + parameter
+    all-gather (zero >= 1) over the expert-data-parallel group (Megatron expert_data_parallel_group;
+    its family is not an axis of the dense placement, so no all-groups-at-once contention)."""
+    c = plan.cluster
+    if len(edp_group) == 1:
+        return Bucket(li, oi, params * gbp, 0.0, 0.0)
+    if plan.zero == 0:
+        return Bucket(li, oi, params * gbp, _comm_time(c, "all-reduce", params * gbp, edp_group), 0.0)
+    gather = plan.zero < 3 or not plan.reshard_after_forward
+    return Bucket(li, oi, params * gbp, _comm_time(c, "reduce-scatter", params * gbp, edp_group),
+                  _comm_time(c, "all-gather", params * pbytes, edp_group) if gather else 0.0)
 
 
 def _bucket(plan: Plan, li, oi, params, gbp, pbytes, dp_group, share=None) -> Bucket:

@@ -25,11 +25,12 @@ CATEGORIES = (
     "dp-comm",          # 9 data-parallel gradient / parameter collective
     "optimizer",        # 10 optimizer step
     "other",            # 11
+    "offload",          # 12 activation copy to / from host memory (CPU offload)
 )
 CAT = {name: i for i, name in enumerate(CATEGORIES)}
 #: What a memory event holds (index = code in ``TaskGraph.mem_kind``).
 MEM_KINDS = ("activation", "temporary", "parameter", "buffer")
-COMM_CATEGORIES = frozenset({"pp-send", "tp-comm", "cp-comm", "ep-comm", "dp-comm"})
+COMM_CATEGORIES = frozenset({"pp-send", "tp-comm", "cp-comm", "ep-comm", "dp-comm", "offload"})
 IS_COMM_CODE = np.array([c in COMM_CATEGORIES for c in CATEGORIES], dtype=bool)
 
 

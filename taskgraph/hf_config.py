@@ -116,6 +116,7 @@ def _hf_window(c: _HF, kw: dict, *, every: int = 0) -> None:
     kw["sliding_window"] = w
     if isinstance(types, list) and types:
         glob = [i for i, t in enumerate(types) if t == "full_attention"]
+        every = 0                                  # no full-attention layer: every layer is local
         if glob:
             k = glob[0] + 1
             if [i for i in range(len(types)) if (i + 1) % k == 0] != glob:
@@ -199,9 +200,23 @@ def _hf_gemma2(c: _HF, *, every: int = 2) -> dict:
     return kw
 
 
+#: What transformers' Gemma3TextConfig fills in for keys a config.json leaves out (the released
+#: google/gemma-3-*-it files omit e.g. vocab_size and num_attention_heads from text_config):
+#: huggingface/transformers src/transformers/models/gemma3/configuration_gemma3.py,
+#: Gemma3TextConfig.__init__ defaults (commit 008f5c8c).
+GEMMA3_TEXT_DEFAULTS = {"vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216,
+                        "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                        "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 131_072,
+                        "tie_word_embeddings": True, "attention_dropout": 0.0, "sliding_window": 4096,
+                        "sliding_window_pattern": 6}
+
+
 def _hf_gemma3(c: _HF) -> dict:
     # Gemma 3 report (arXiv:2503.19786) Section 2: 5 local (window 1024) : 1 global layers, QK-norm
     # replacing soft-capping; HF Gemma3 config sliding_window_pattern = 6.
+    for k, v in GEMMA3_TEXT_DEFAULTS.items():
+        if c.d.get(k) is None and not (k == "sliding_window_pattern" and "layer_types" in c.d):
+            c.d[k] = v
     kw = _hf_gemma2(c, every=6)
     kw["qk_norm"] = True
     return kw

@@ -58,6 +58,11 @@ def params_per_gpu(plan) -> dict[int, int]:
     """Parameters held by one GPU of each pipeline rank (TP/EP sharded). With tied embeddings and
     pp > 1 the last stage keeps its own copy of the word embedding for the LM head (Megatron-LM
     ``shared_embedding``), counted once per rank that holds a copy."""
+    return {r: d + e for r, (d, e) in params_split(plan).items()}
+
+
+def params_split(plan) -> dict[int, tuple[int, int]]:
+    """(dense, routed-expert) parameters held by one GPU of each pipeline rank (see params_per_gpu)."""
     from taskgraph.plan import DTYPE_BYTES
     tr = plan.strategy.training
     s = plan.sizes
@@ -65,28 +70,34 @@ def params_per_gpu(plan) -> dict[int, int]:
               dtype_bytes=DTYPE_BYTES[tr.precision])
     sched = plan.schedule
     emb = sum(o.params for o in embedding_operators(plan.model, **kw))
-    head = sum(o.params for o in head_operators(plan.model, ep=s.ep, **kw))
+    head_ops = head_operators(plan.model, ep=s.ep, **kw)
+    head_ex = sum(o.params for o in head_ops if o.name.endswith("moe_experts"))   # MTP modules' experts
+    head = sum(o.params for o in head_ops) - head_ex
     word_emb = next(o.params for o in embedding_operators(plan.model, **kw) if o.name == "embedding")
     if plan.model.position == "learned":
         word_emb -= plan.model.max_seq * plan.model.hidden
     cache: dict = {}
     out = {}
     for r in range(sched.pp):
-        total = 0
+        total = experts = 0
         stages = sched.rank_stages[r]
         for st in stages:
             for li in plan.stage_layers(st):
                 key = plan.model.layer_kind(li)
                 if key not in cache:
-                    cache[key] = sum(o.params for o in layer_operators(plan.model, ep=s.ep, layer_index=li, **kw))
-                total += cache[key]
+                    ops = layer_operators(plan.model, ep=s.ep, etp=s.etp, layer_index=li, **kw)
+                    ex = sum(o.params for o in ops if o.name.endswith("moe_experts"))
+                    cache[key] = (sum(o.params for o in ops) - ex, ex)
+                total += cache[key][0]
+                experts += cache[key][1]
             if sched.is_first_stage(st):
                 total += emb
             if sched.is_last_stage(st):
                 total += head
+                experts += head_ex
                 if plan.model.tied_embeddings and not any(sched.is_first_stage(x) for x in stages):
                     total += word_emb
-        out[r] = int(total)
+        out[r] = (int(total), int(experts))
     return out
 
 
@@ -98,13 +109,21 @@ def static_memory(plan) -> dict[int, ModelStates]:
     reduce-scattered after its last backward (Megatron's distributed optimizer; torch.distributed.
     pipelining with FSDP turns gradient sync off until then), so they are not sharded; FSDP + PP that
     does not reshard after forward keeps the stage's gathered weights through the step (Llama 3)."""
-    from taskgraph.costing import grad_bytes_per_param
+    from taskgraph.costing import grad_bytes_per_param, param_bytes
     pp1 = plan.sizes.pp == 1
     shard_w = None if plan.zero < 3 else (pp1 or plan.reshard_after_forward)
     shard_g = None if pp1 else False
-    return {r: model_state_bytes(p, dp=plan.shard_size, zero=plan.zero, weight_bytes=2,
+
+    def states(p: int, shard: int) -> ModelStates:
+        return model_state_bytes(p, dp=shard, zero=plan.zero, weight_bytes=param_bytes(plan),
                                  grad_bytes=grad_bytes_per_param(plan), shard_weights=shard_w, shard_grads=shard_g)
-            for r, p in params_per_gpu(plan).items()}
+    out = {}
+    for r, (dense, experts) in params_split(plan).items():
+        # routed experts: ZeRO / distributed-optimizer shards over the expert-data-parallel group
+        # (Megatron: world / (pp * ep * etp); plan.expert_shard_size)
+        a, b = states(dense, plan.shard_size), states(experts, plan.expert_shard_size)
+        out[r] = ModelStates(a.params + b.params, a.weights + b.weights, a.grads + b.grads, a.optimizer + b.optimizer)
+    return out
 
 
 def layer_activation_table(plan) -> list[dict]:
@@ -123,7 +142,7 @@ def layer_activation_table(plan) -> list[dict]:
                                                           ep=s.ep, dtype_bytes=DTYPE_BYTES[tr.precision],
                                                           layer_index=li,
                                                           moe_load=plan.strategy.options.moe_load,
-                                                          cp_comm=plan.strategy.options.cp_comm)
+                                                          cp_comm=plan.strategy.options.cp_comm, etp=s.etp)
                           for pol in ("none", "selective", "full")}
         policy = tr.recompute_layers[li] if tr.recompute_layers else tr.recompute
         rows.append({"layer": li, "stage": stage, "rank": plan.schedule.stage_to_rank[stage], "policy": policy,

@@ -190,6 +190,7 @@ class _Ctx:
     moe_load: float = 1.0   # busiest EP rank's routed tokens / mean (OptionsSpec.moe_load)
     cp_comm: str = "allgather"  # context-parallel attention: allgather | ring | a2a (CP_COMMS)
     cp_balance: bool = True     # causal load balancing over CP ranks (zig-zag chunks)
+    etp: int = 0                # expert tensor parallel (MoE parallel folding); 0 = tp
 
 
 def _choices(n: int, limit: int = 8) -> str:
@@ -199,7 +200,7 @@ def _choices(n: int, limit: int = 8) -> str:
 
 def _context(model: ModelSpec, micro_batch: int, seq_len: int, tp: int, sp: bool, cp: int, ep: int,
              dtype_bytes: int, flash_attention: bool, causal_halved: bool | None, moe_load: float = 1.0,
-             cp_comm: str = "allgather", cp_balance: bool = True) -> _Ctx:
+             cp_comm: str = "allgather", cp_balance: bool = True, etp: int | None = None) -> _Ctx:
     for name, v in (("micro_batch", micro_batch), ("seq_len", seq_len), ("parallel.tp", tp),
                     ("parallel.cp", cp), ("parallel.ep", ep), ("dtype_bytes", dtype_bytes)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -242,7 +243,7 @@ def _context(model: ModelSpec, micro_batch: int, seq_len: int, tp: int, sp: bool
                           f"use cp_comm: ring or allgather, or a cp dividing both")
     return _Ctx(model, micro_batch, seq_len, sq, T, T // tp if sp else T, tp, sp, cp, ep,
                 dtype_bytes, flash_attention, flash_attention if causal_halved is None else causal_halved,
-                float(moe_load), cp_comm, bool(cp_balance))
+                float(moe_load), cp_comm, bool(cp_balance), etp or 0)
 
 
 # ---------------------------------------------------------------------- operator builders
@@ -465,14 +466,17 @@ def _moe_ops(c: _Ctx, layer: int) -> list:
     ``moe_load`` > 1 these are the numbers of the busiest expert-parallel rank, which receives
     moe_load x the mean: its expert GEMMs, permutations, saved activations and the all-to-all volume
     it receives scale by moe_load; the all-to-all and the next layer wait for it (GShard Sec. 2.2)."""
-    m, dt, tp = c.m, c.dt, c.tp
+    m, dt = c.m, c.dt
+    # expert tensor parallel: tp (Megatron-core default) or etp with parallel folding, whose group
+    # ('etp') all-gathers the tokens its ranks received (MoEAlltoAllTokenDispatcher) before the experts
+    tp, tgrp = (c.etp, "etp") if c.etp else (c.tp, "tp")
     h, E, k = m.hidden, m.experts, m.top_k
     mats = 3 if m.gated_mlp else 2
-    fe = m.expert_ffn // tp                               # expert tensor parallel = tp (Megatron-core)
+    fe = m.expert_ffn // tp
     e_loc = E // c.ep
     router = _gemm("moe_router", layer, c.Tsp, E, h, dt, kind="router", params=m.router_params(),
                    saved=dt * c.Tsp * h + 4 * c.Tsp * E)  # input + fp32 routing probabilities
-    Te = math.ceil(c.T * k * c.moe_load)                  # token copies processed by local experts
+    Te = math.ceil(c.Tsp * tp * k * c.moe_load)           # token copies processed by local experts
     per_expert = math.ceil(Te / e_loc)
     up = GemmShape(per_expert, (mats - 1) * fe, h, e_loc)
     down = GemmShape(per_expert, h, fe, e_loc)
@@ -488,14 +492,14 @@ def _moe_ops(c: _Ctx, layer: int) -> list:
     if c.ep > 1:
         comms.append(Collective("ep", "all-to-all", "fwd", "before", a2a, copies=k))
     if tp > 1:
-        comms += [Collective("tp", "all-gather", "fwd", "before", ag),
-                  Collective("tp", "reduce-scatter", "fwd", "after", ag)]
+        comms += [Collective(tgrp, "all-gather", "fwd", "before", ag),
+                  Collective(tgrp, "reduce-scatter", "fwd", "after", ag)]
     if c.ep > 1:
         comms += [Collective("ep", "all-to-all", "fwd", "after", a2a, copies=k),
                   Collective("ep", "all-to-all", "bwd", "before", a2a, copies=k)]
     if tp > 1:
-        comms += [Collective("tp", "all-gather", "bwd", "before", ag),
-                  Collective("tp", "reduce-scatter", "bwd", "after", ag)]
+        comms += [Collective(tgrp, "all-gather", "bwd", "before", ag),
+                  Collective(tgrp, "reduce-scatter", "bwd", "after", ag)]
     if c.ep > 1:
         comms.append(Collective("ep", "all-to-all", "bwd", "after", a2a, copies=k))
     bias = ((mats - 1) * fe + h) if m.bias else 0
@@ -508,15 +512,15 @@ def _moe_ops(c: _Ctx, layer: int) -> list:
         # permuted input + activation input(s) + down-proj input (Korthikanti 4.1, per token copy)
         saved_activation_bytes=dt * Te * (h + mats * fe), comms=tuple(comms))
     ops = [router, experts]
-    if m.shared_experts:
-        fs = m.shared_experts * fe
+    if m.shared_experts:    # shared experts are dense MLPs: the attention TP group splits them
+        fs = m.shared_experts * (m.expert_ffn // c.tp)
         sf = 2.0 * c.T * h * fs * mats
         io = dt * c.T * (h + mats * fs) + dt * mats * h * fs + dt * c.T * h
         ops.append(Operator(
             "moe_shared_experts", "gemm", layer,
             (GemmShape(c.T, (mats - 1) * fs, h), GemmShape(c.T, h, fs)),
             sf + act_f * c.T * fs, sf + act_b * c.T * fs, sf, io, io, io,
-            params=m.shared_experts * (mats * h * fe + bias),
+            params=m.shared_experts * (mats * h * (m.expert_ffn // c.tp) + bias),
             saved_activation_bytes=dt * c.Tsp * h + dt * c.T * mats * fs,
             comms=_column_comms(c, c.T) + _row_comms(c, c.T)))
     return ops
@@ -527,7 +531,7 @@ def layer_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int
                     sp: bool = False, cp: int = 1, ep: int = 1, dtype_bytes: int = 2,
                     flash_attention: bool = True, layer_index: int = 0,
                     causal_halved: bool | None = None, moe_load: float = 1.0, cp_comm: str = "allgather",
-                    cp_balance: bool = True) -> list:
+                    cp_balance: bool = True, etp: int | None = None) -> list:
     """Operators of decoder layer ``layer_index`` on one GPU, in forward order.
 
     ``causal_halved``: count only the unmasked s(s+1)/2 attention pairs; default (None) = what
@@ -535,7 +539,7 @@ def layer_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int
     ``moe_load``: routed tokens of the busiest expert-parallel rank over the mean (MoE layers).
     """
     c = _context(model, micro_batch, seq_len, tp, sp, cp, ep, dtype_bytes, flash_attention,
-                 causal_halved, moe_load, cp_comm, cp_balance)
+                 causal_halved, moe_load, cp_comm, cp_balance, etp)
     return _layer_ops(c, layer_index)
 
 
@@ -704,7 +708,8 @@ def operator_graph(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int 
 def activation_bytes_per_layer(model: ModelSpec, micro_batch: int, seq_len: int, tp: int = 1,
                                sp: bool = False, recompute: str = "none", flash_attention: bool = True,
                                *, cp: int = 1, ep: int = 1, dtype_bytes: int = 2,
-                               layer_index: int = 0, moe_load: float = 1.0, cp_comm: str = "allgather") -> int:
+                               layer_index: int = 0, moe_load: float = 1.0, cp_comm: str = "allgather",
+                               etp: int | None = None) -> int:
     """Bytes one layer keeps for backward per micro-batch on one GPU (Korthikanti 2022 Table 2).
 
     'none': sum of saved_activation_bytes; 'selective': minus the attention-core internals
@@ -715,7 +720,7 @@ def activation_bytes_per_layer(model: ModelSpec, micro_batch: int, seq_len: int,
                           f"{did_you_mean(recompute, RECOMPUTE)}")
     ops = layer_operators(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, sp=sp, cp=cp, ep=ep,
                           dtype_bytes=dtype_bytes, flash_attention=flash_attention,
-                          layer_index=layer_index, moe_load=moe_load, cp_comm=cp_comm)
+                          layer_index=layer_index, moe_load=moe_load, cp_comm=cp_comm, etp=etp)
     if recompute == "full":
         return dtype_bytes * micro_batch * (seq_len // cp) * model.hidden // (tp if sp else 1)
     drop = recompute == "selective"

@@ -56,6 +56,14 @@ class Plan:
         return self.strategy.parallel.dp_shard or self.sizes.dp * self.sizes.cp
 
     @property
+    def expert_shard_size(self) -> int:
+        """Ranks the routed experts' gradients are reduced over and their ZeRO / distributed-optimizer
+        states sharded over: Megatron's expert-data-parallel group, world / (pp * ep * etp)
+        (parallel_state expert RankGenerator; without folding etp = tp, so cp * dp / ep)."""
+        s = self.sizes
+        return s.tp * s.cp * s.dp // (s.expert_tp * s.ep)
+
+    @property
     def reshard_after_forward(self) -> bool:
         """FSDP frees gathered parameters after each layer's forward (see OptionsSpec)."""
         r = self.strategy.options.reshard_after_forward
@@ -195,7 +203,14 @@ def resolve(strategy: Strategy) -> Plan:
             raise ConfigError(f"tp({tp}) * pp({pp}) * cp({cp}) * dp({dp}) = {mp * dp} != world size {world} "
                               f"({cluster.nodes} nodes x {cluster.gpus_per_node} GPUs); set dp={world // mp if world % mp == 0 else '?'} "
                               f"or change the cluster's nodes to {-(-mp * dp // cluster.gpus_per_node)}")
-    sizes = ParallelSizes(tp=tp, cp=cp, dp=dp, pp=pp, ep=ep)
+    if par.etp is not None:
+        if not model.experts:
+            raise ConfigError(f"parallel.etp = {par.etp} sets the experts' tensor parallelism but model "
+                              f"{brief(model.name)} has no experts; drop etp")
+        if model.expert_ffn % par.etp:
+            raise ConfigError(f"parallel.etp = {par.etp} must divide model.expert_ffn = {model.expert_ffn}; choose "
+                              f"etp in {_divisors(model.expert_ffn)[:12]}")
+    sizes = ParallelSizes(tp=tp, cp=cp, dp=dp, pp=pp, ep=ep, etp=par.etp)
     if par.dp_shard is not None and (dp * cp) % par.dp_shard:
         raise ConfigError(f"parallel.dp_shard = {par.dp_shard} must divide dp*cp = {dp}*{cp} = {dp * cp} (the ranks "
                           f"that hold the same weights); choose dp_shard in {_divisors(dp * cp)[:16]}")
@@ -241,9 +256,13 @@ def resolve(strategy: Strategy) -> Plan:
                           f"or a Hopper/Blackwell cluster")
 
     opt = strategy.options
-    if opt.fp8_recipe != "tensorwise" and tr.precision != "fp8":
-        raise ConfigError(f"options.fp8_recipe = {opt.fp8_recipe!r} needs training.precision: fp8 (it is "
-                          f"{tr.precision!r}); set precision: fp8 or drop fp8_recipe")
+    # (an fp8_recipe without fp8 is refused by strategies/strategy_file.py check_strategy)
+    if opt.fp8_param_gather and tr.precision != "fp8":
+        raise ConfigError(f"options.fp8_param_gather = true keeps parameters in FP8, but training.precision = "
+                          f"{tr.precision!r}; set precision: fp8 or drop fp8_param_gather")
+    if opt.fp8_recipe == "mxfp8" and tr.precision == "fp8" and not cluster.gpu.architecture.lower().startswith("blackwell"):
+        raise ConfigError(f"options.fp8_recipe = 'mxfp8' needs Blackwell tensor cores (MXFP8 block scaling); "
+                          f"{cluster.gpu.name} is {cluster.gpu.architecture}: use tensorwise, delayed, rowwise or blockwise")
     if (opt.pair_overlap == "concurrent" or written.get("pair_comm_sms") is not None) and \
             opt.pair_comm_sms >= cluster.gpu.sm_count:
         raise ConfigError(f"options.pair_comm_sms = {opt.pair_comm_sms} leaves no SMs for compute on "

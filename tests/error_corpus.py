@@ -744,6 +744,37 @@ add(
          "parallel.zero"),
     Case("strategy-lps-bool", SIM, {"s.yaml": strat(parallel="{tp: 2, pp: 2, layers_per_stage: [true, 1]}")},
          r"list of non-negative integers", "layers_per_stage"),
+    # issue 27: parallel folding, FP8 recipes and FP8 parameters
+    Case("strategy-etp-zero", SIM, {"s.yaml": strat(parallel="{tp: 2, pp: 2, etp: 0}")}, r"must be >= 1",
+         "parallel.etp"),
+    Case("strategy-etp-dense", SIM, {"s.yaml": strat(parallel="{tp: 2, pp: 2, etp: 1}")}, r"has no experts; drop etp",
+         "parallel.etp"),
+    Case("strategy-etp-ffn", SIM, {"s.yaml": strat(parallel="{tp: 2, pp: 2, ep: 2, etp: 5, sp: true}", model="{name: a, layers: 2, hidden: 64, heads: 4, vocab: 128, experts: 8, top_k: 2, expert_ffn: 96}")},
+         r"must divide model\.expert_ffn = 96", "parallel.etp"),
+    Case("strategy-etp-mesh", SIM, {"s.yaml": strat(parallel="{tp: 2, pp: 2, ep: 8, etp: 2, sp: true}", model="{name: a, layers: 2, hidden: 64, heads: 4, vocab: 128, experts: 8, top_k: 2, expert_ffn: 96}")},
+         r"must divide the 4 GPUs of a pipeline stage", "parallel.etp"),
+    Case("strategy-ep-over-dp-no-etp", SIM, {"s.yaml": strat(parallel="{tp: 2, pp: 2, ep: 4, sp: true}", model="{name: a, layers: 2, hidden: 64, heads: 4, vocab: 128, experts: 8, top_k: 2, expert_ffn: 96}")},
+         r"or set parallel\.etp", "ep"),
+    Case("strategy-fp8-recipe-unknown", SIM, {"s.yaml": strat(options="{fp8_recipe: mxfp4}")}, r"one of",
+         "fp8_recipe"),
+    Case("strategy-fp8-recipe-bf16", SIM, {"s.yaml": strat(options="{fp8_recipe: rowwise}")},
+         r"applies to training\.precision: fp8", "fp8_recipe"),
+    Case("strategy-mxfp8-hopper", SIM, {"s.yaml": strat(options="{fp8_recipe: mxfp8}", training="{micro_batch: 1, "
+                                      "global_batch: 8, seq_len: 128, precision: fp8}")}, r"needs Blackwell", "mxfp8"),
+    Case("strategy-fp8-param-gather-bf16", SIM, {"s.yaml": strat(options="{fp8_param_gather: true}")},
+         r"set precision: fp8", "fp8_param_gather"),
+    Case("strategy-fp8-param-gather-str", SIM, {"s.yaml": strat(options="{fp8_param_gather: 'yes'}")},
+         r"true or false", "fp8_param_gather"),
+    Case("cluster-gpus-over-nodes", SIM, {"s.yaml": strat(cluster="{preset: dgx-h100, nodes: 1, gpus: 9}")},
+         r"gpus = 9 must be an integer the 1 nodes of 8 GPUs hold", "gpus"),
+    Case("cluster-gpus-float", SIM, {"s.yaml": strat(cluster="{preset: gb200-nvl72, gpus: 100.5}")},
+         r"gpus", "gpus"),
+    Case("strategy-offload-negative", SIM, {"s.yaml": strat(options="{activation_offload_layers: -1}")},
+         r"must be >= 0", "activation_offload_layers"),
+    Case("strategy-offload-float", SIM, {"s.yaml": strat(options="{activation_offload_layers: 1.5}")},
+         r"must be an integer", "activation_offload_layers"),
+    Case("cluster-host-link-zero", SIM, {"s.yaml": strat(cluster="{preset: dgx-h100, nodes: 1, host_link_gbps: 0}")},
+         r"host_link_gbps", "host_link_gbps"),
     Case("strategy-recompute-layers-bad", SIM, {"s.yaml": strat(training="{micro_batch: 1, global_batch: 8, "
                                                 "seq_len: 128, recompute_layers: [full, most]}")},
          r"must be a list with one of none, selective, full", "recompute_layers"),
@@ -974,4 +1005,34 @@ add(
                   "--max-position-embeddings 128 --micro-batch-size 1 --global-batch-size 8 --vocab-size 128 "
                   "--recompute-granularity full --recompute-method block --recompute-num-layers 100\n"},
          r"recompute-num-layers = 100 with method 'block' .* a stage holds 4", "recompute-num-layers"),
+)
+
+# --------------------------------------------------------------------------- issue 27: importers
+_MEG = ("A=(--num-layers 2 --hidden-size 64 --num-attention-heads 4)\n"
+        "torchrun pretrain_gpt.py ${A[@]} --seq-length 128 --global-batch-size 8 --vocab-size 100 \\\n"
+        "  --tensor-model-parallel-size $TP\n")
+add(
+    Case("import-megatron-unset-variable", "import megatron m.sh --cluster dgx-h100 --nodes 1", {"m.sh": _MEG},
+         r"line 3: --tensor-model-parallel-size takes its value from \$TP, which the script never sets; give "
+         r"--env TP=VALUE", "TP"),
+    Case("import-megatron-env-malformed", "import megatron m.sh --cluster dgx-h100 --nodes 1 --env TP",
+         {"m.sh": _MEG}, r"must be NAME=VALUE", "--env"),
+    Case("import-megatron-unclosed-quote", "import megatron m.sh --cluster dgx-h100 --nodes 1",
+         {"m.sh": "A='x\n"}, r"line 1: a ' quote is not closed", "quote"),
+    Case("import-megatron-env-other-kind", "import nemo n.yaml --cluster dgx-h100 --env TP=2",
+         {"n.yaml": "model: {}\n"}, r"--env sets shell variables of a Megatron launch script", "--env"),
+    Case("import-nemo2-python", "import nemo r.py --cluster dgx-h100",
+         {"r.py": "from nemo.collections import llm\nimport nemo_run as run\n"}, r"NeMo 2 Python recipe", "NeMo 2"),
+    Case("import-nemo-fp32", "import nemo n.yaml --cluster dgx-h100",
+         {"n.yaml": "trainer: {num_nodes: 1, precision: 32}\nmodel: {num_layers: 2, hidden_size: 64, "
+                    "num_attention_heads: 4, global_batch_size: 8, tokenizer: {type: gpt2}}\n"},
+         r"trains in FP32", "trainer.precision"),
+    Case("import-torchtitan-datetime", "import torchtitan t.toml --cluster dgx-h100 --nodes 1",
+         {"t.toml": "[job]\ndump_folder = 2025-01-01\n[model]\nname = 'llama3'\nflavor = '8B'\n"},
+         r"is a TOML date/time", "job.dump_folder"),
+    Case("import-torchtitan-fp32", "import torchtitan t.toml --cluster dgx-h100 --nodes 1",
+         {"t.toml": "[model]\nname = 'llama3'\nflavor = '8B'\n[training]\nmixed_precision_param = 'float32'\n"},
+         r"FP32 training is not modeled", "mixed_precision_param"),
+    Case("ok-import-megatron-env", "import megatron m.sh --cluster dgx-h100 --nodes 1 --env TP=2 -o o.yaml",
+         {"m.sh": _MEG}, code=0, creates=("o.yaml",)),
 )

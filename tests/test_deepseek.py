@@ -194,7 +194,7 @@ def test_fp8_recipe_needs_fp8(tmp_path):
     with pytest.raises(ConfigError, match="options.fp8_recipe = 'blockwise' applies to training.precision: fp8"):
         resolve(_moe_strategy(tmp_path, fp8_recipe="blockwise"))
     with pytest.raises(ConfigError, match="options.fp8_recipe"):
-        _moe_strategy(tmp_path, fp8_recipe="rowwise")
+        _moe_strategy(tmp_path, fp8_recipe="rowwize")      # rowwise is a recipe since issue 27
 
 
 # --- bidirectional DualPipe (DeepSeek-V3 Section 3.2.1; deepseek-ai/DualPipe dualpipe.py) ------

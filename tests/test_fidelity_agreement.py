@@ -75,3 +75,31 @@ def test_covers_rows_and_examples():
     # known rows are left out
     assert {r["id"] for r in ALL_ROWS} - {r["id"] for r in ROWS} == NOT_EXPRESSIBLE
     assert len(ROWS) >= 80 and len(STRATEGY_FILES) >= 10
+
+
+#: issue 27's fields, each drawn on a small strategy (coarse folds what operator fidelity schedules)
+NEW_FIELDS = {
+    "etp": ({"model": "mixtral-8x7b", "cluster": {"preset": "dgx-h100", "nodes": 4},
+             "parallel": {"tp": 2, "pp": 4, "ep": 8, "etp": 1, "sp": True, "zero": 1},
+             "training": {"micro_batch": 1, "global_batch": 32, "seq_len": 4096}}),
+    "fp8-rowwise-param-gather": ({"model": "llama3-8b", "cluster": {"preset": "dgx-h100", "nodes": 1},
+                                  "parallel": {"tp": 2, "pp": 2, "zero": 1, "sp": True},
+                                  "training": {"micro_batch": 1, "global_batch": 32, "seq_len": 4096,
+                                               "precision": "fp8"},
+                                  "options": {"fp8_recipe": "rowwise", "fp8_param_gather": True}}),
+    "mxfp8": ({"model": "llama3-8b", "cluster": {"preset": "dgx-b200", "nodes": 1},
+               "parallel": {"tp": 2, "pp": 2, "zero": 1, "sp": True},
+               "training": {"micro_batch": 1, "global_batch": 32, "seq_len": 4096, "precision": "fp8"},
+               "options": {"fp8_recipe": "mxfp8"}}),
+    "offload-gb200-any-size": ({"model": "llama3-8b", "cluster": {"preset": "gb200-nvl72", "gpus": 100},
+                                # pp 2: with pp 1 the two fidelities already differ by ~3 % without
+                                # offload (the DP buckets' overlap at the end of backward)
+                                "parallel": {"tp": 2, "pp": 2, "zero": 1, "sp": True},
+                                "training": {"micro_batch": 1, "global_batch": 200, "seq_len": 8192},
+                                "options": {"activation_offload_layers": 4}}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NEW_FIELDS))
+def test_new_field_fidelities_agree(name, monkeypatch):
+    _assert_agree(*_both(parse_strategy(NEW_FIELDS[name]), monkeypatch))

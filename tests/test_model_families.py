@@ -267,3 +267,30 @@ def test_ring_attention_exposes_only_what_the_chunks_do_not_hide(tmp_path):
     t_ag = ag.fwd_pre[0].seconds
     assert ring.fwd_pre[0].seconds == pytest.approx(max(0.0, t_ag - 3 / 4 * ag.fwd))
     assert ring.fwd_pre[0].seconds < t_ag
+
+
+def test_gemma3_text_config_takes_transformers_defaults():
+    """The released google/gemma-3-4b-it config.json gives text_config without vocab_size,
+    num_attention_heads, num_key_value_heads or head_dim: transformers' Gemma3TextConfig fills in
+    262208, 8, 4, 256 (configuration_gemma3.py defaults), so must we."""
+    from taskgraph.hf_config import GEMMA3_TEXT_DEFAULTS, load_hf_config
+    unused: list = []
+    d = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+         "text_config": {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
+                         "num_hidden_layers": 34, "sliding_window": 1024}, "vision_config": {"hidden_size": 1152}}
+    m = load_hf_config(d, unused=unused)
+    assert (m.heads, m.kv_heads, m.head_dim, m.vocab) == (8, 4, 256, 262208)
+    assert (m.sliding_window, m.global_attention_every, m.tied_embeddings) == (1024, 6, True)
+    assert unused == ["vision_config (vision tower not modeled)"]
+    assert GEMMA3_TEXT_DEFAULTS["sliding_window_pattern"] == 6
+
+
+def test_layer_types_read_or_refused():
+    from taskgraph.hf_config import load_hf_config
+    d = {"architectures": ["Gemma3ForCausalLM"], "num_hidden_layers": 4, "hidden_size": 64, "intermediate_size": 128,
+         "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16, "vocab_size": 100, "sliding_window": 512}
+    assert load_hf_config({**d, "layer_types": ["sliding_attention"] * 4}).global_attention_every == 0
+    assert load_hf_config({**d, "layer_types": ["sliding_attention", "full_attention"] * 2}).global_attention_every == 2
+    for bad in (["sliding", "full_attention"] * 2, ["full_attention"] * 3, "sliding_attention"):
+        with pytest.raises(ConfigError, match="layer_types"):
+            load_hf_config({**d, "layer_types": bad})

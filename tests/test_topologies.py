@@ -373,3 +373,16 @@ def test_check_fits():
     assert check_fits(dict(tp=8, dp=2), c).world_size == 16
     with pytest.raises(ConfigError, match="needs 32 GPUs.*at least 4 nodes"):
         check_fits(dict(tp=8, dp=2, pp=2), c)
+
+
+def test_gb200_job_of_any_size_fills_racks_in_order():
+    """A 100-GPU job on GB200 NVL72 racks (one NVLink domain of 72 = one node): ranks 0..71 on rack 0,
+    72..99 on rack 1; tp 4 x dp 25: the dp group of rank 0 holds ranks 0, 4, ..., 96 = 18 + 7."""
+    from topologies.cluster import cluster_from_dict
+    from topologies.placement import group_ranks, node_counts
+    cl = cluster_from_dict({"preset": "gb200-nvl72", "gpus": 100})
+    assert (cl.nodes, cl.gpus_per_node, cl.num_gpus) == (2, 72, 100)
+    dp = group_ranks("dp", {"tp": 4, "dp": 25}, 0)
+    assert node_counts(cl, dp) == {0: 18, 1: 7}
+    with pytest.raises(ConfigError, match=r"gpus = 100 must be an integer the 1 nodes of 72 GPUs hold"):
+        cluster_from_dict({"preset": "gb200-nvl72", "nodes": 1, "gpus": 100})

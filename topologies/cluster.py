@@ -45,7 +45,7 @@ CLUSTER_FIELDS = (
     "collective_base_latency_us", "network_topology", "nodes_per_leaf", "spine_switches",
     "oversubscription", "collective_model", "slow", "gpu_speed_cv", "contention", "host_us_per_kernel",
     "host_us_per_collective", "node_gpus", "routing", "switch_radix", "core_oversubscription",
-    "qps_per_connection",
+    "qps_per_connection", "gpus", "host_link_gbps",
 )
 #: How switches spread flows over equal-cost uplinks (``topologies/fabric.py``): ``adaptive`` = every
 #: flow gets its fair share of the pooled uplinks (InfiniBand adaptive routing, per-packet spraying);
@@ -54,6 +54,8 @@ CLUSTER_FIELDS = (
 ROUTINGS = ("adaptive", "ecmp")
 #: Host (CPU) dispatch time per kernel when a cluster file does not say (taskgraph/overheads.py).
 DEFAULT_HOST_US_PER_KERNEL = 10.0
+#: GPU <-> host memory, GB/s per direction: PCIe Gen5 x16 (clusters.yaml header for the sources)
+DEFAULT_HOST_LINK_GBPS = 64.0
 #: Host issue cost of one NCCL call when a cluster file does not say (taskgraph/overheads.py).
 DEFAULT_HOST_US_PER_COLLECTIVE = 30.0
 #: Per-GPU speed spread (std / mean) when a cluster file does not say: Sinha et al. SC'22 measured an
@@ -72,7 +74,13 @@ class ClusterSpec:
     name: cluster name (preset name or the YAML's ``name``).
     gpu: the GPU model in every slot.
     nodes: number of nodes (servers).
-    gpus_per_node: GPUs per node, all on one NVLink/NVSwitch domain.
+    gpus_per_node: GPUs per node, all on one NVLink/NVSwitch domain (a GB200 NVL72 rack is one node
+        of 72: its 18 trays share the NVLink switch trays; a multi-node NVLink domain spanning racks is
+        one node of the domain's size).
+    gpus: GPUs the job uses when it does not fill every node: ranks 0..gpus-1 fill the nodes in rank
+        order and the last node holds the rest (a 100-GPU job on NVL72 racks: 72 + 28); None = all.
+    host_link_bandwidth: GPU <-> host memory bandwidth per GPU per direction, bytes/s (PCIe or
+        NVLink-C2C), for CPU activation offload.
     nvlink_bandwidth: NVLink bandwidth per GPU per direction, bytes/s (through the NVSwitch).
     nvlink_latency: per-step latency alpha of an intra-node ring step, seconds.
     nvlink_efficiency: fraction of ``nvlink_bandwidth`` NCCL reaches as bus bandwidth.
@@ -137,6 +145,8 @@ class ClusterSpec:
     switch_radix: int | None = None
     core_oversubscription: float = 1.0
     qps_per_connection: int = 1
+    gpus: int | None = None
+    host_link_bandwidth: float = 64e9
 
     def __post_init__(self):
         where = f"cluster {brief(self.name)}"
@@ -162,6 +172,14 @@ class ClusterSpec:
             raise ConfigError(f"{where}: nodes * gpus_per_node = {self.nodes} * {self.gpus_per_node} = "
                               f"{self.nodes * self.gpus_per_node:,} GPUs is over the limit of {MAX_GPUS:,} "
                               f"(docs/strategy-file.md, Limits); is nodes right?")
+        if self.gpus is not None:
+            g = self.gpus
+            if isinstance(g, bool) or not isinstance(g, int) or not (self.nodes - 1) * self.gpus_per_node < g <= \
+                    self.nodes * self.gpus_per_node:
+                raise ConfigError(f"{where}: gpus = {brief(g)} must be an integer the {self.nodes} nodes of "
+                                  f"{self.gpus_per_node} GPUs hold with the last one in use: "
+                                  f"{(self.nodes - 1) * self.gpus_per_node + 1}..{self.nodes * self.gpus_per_node}; "
+                                  f"or drop nodes and give gpus alone")
         if self.network_topology not in NETWORK_TOPOLOGIES:
             raise ConfigError(
                 f"{where}: network_topology = {brief(self.network_topology)} is not one of "
@@ -228,8 +246,8 @@ class ClusterSpec:
     # --- sizes -------------------------------------------------------------------------------
     @property
     def num_gpus(self) -> int:
-        """Total GPUs: ``nodes * gpus_per_node``."""
-        return self.nodes * self.gpus_per_node
+        """GPUs of the job: ``gpus``, or ``nodes * gpus_per_node``."""
+        return self.gpus if self.gpus is not None else self.nodes * self.gpus_per_node
 
     def node_of(self, rank: int) -> int:
         """Node index of global rank ``rank`` (node-major rank order)."""
@@ -431,6 +449,10 @@ def cluster_from_dict(data: Mapping, *, where: str = "cluster") -> ClusterSpec:
     gpu = _gpu_field(merged["gpu"], where)
     if merged.get("nvlink_gbps") is None:
         merged["nvlink_gbps"] = gpu.nvlink_bandwidth / GB_PER_S
+    if merged.get("gpus") is not None and data.get("nodes") is None and merged.get("gpus_per_node"):
+        # a job of `gpus` GPUs fills whole NVLink domains (nodes) in rank order, the last one partly
+        g = number(merged, "gpus", where, integer=True)
+        merged["nodes"] = -(-g // number(merged, "gpus_per_node", where, integer=True))
     need = [k for k in ("nodes", "gpus_per_node", "nvlink_latency_us", "nvlink_efficiency",
                         "nic_gbit", "nic_latency_us", "nic_efficiency") if merged.get(k) is None]
     if need:
@@ -504,6 +526,9 @@ def cluster_from_dict(data: Mapping, *, where: str = "cluster") -> ClusterSpec:
                                if merged.get("core_oversubscription") is not None else 1.0),
         qps_per_connection=(number(merged, "qps_per_connection", where, integer=True, strict=False)
                             if merged.get("qps_per_connection") is not None else 1),
+        gpus=number(merged, "gpus", where, integer=True) if merged.get("gpus") is not None else None,
+        host_link_bandwidth=(float(number(merged, "host_link_gbps", where)) * GB_PER_S
+                             if merged.get("host_link_gbps") is not None else DEFAULT_HOST_LINK_GBPS * GB_PER_S),
     )
 
 

@@ -35,11 +35,13 @@ from topologies.gpus import did_you_mean
 #: Parallel axes in Megatron order, fastest-varying first (dp expands to ep, edp for experts).
 ORDER = ("tp", "cp", "dp", "pp")
 #: Axes ``group_ranks`` accepts (alone or joined with ``-``).
-AXES = ("tp", "cp", "dp", "pp", "ep", "edp")
+AXES = ("tp", "cp", "dp", "pp", "ep", "edp", "etp")
 # Internal coordinates, fastest first: the dp axis is split into (ep, edp).
 _COORDS = ("tp", "cp", "ep", "edp", "pp")
 _AXIS_COORDS = {"tp": ("tp",), "cp": ("cp",), "dp": ("ep", "edp"), "pp": ("pp",), "ep": ("ep",),
-                "edp": ("edp",)}
+                "edp": ("edp",), "etp": ("tp",)}
+#: Axes of the expert mesh under MoE parallel folding (``ParallelSizes.etp`` set)
+_EXPERT_AXES = ("etp", "ep", "edp")
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,12 @@ class ParallelSizes:
     cp: context-parallel size.
     dp: data-parallel size (includes the expert-parallel sub-axis).
     pp: pipeline-parallel size (slowest-varying).
-    ep: expert-parallel size, a divisor of dp (Megatron carves EP out of DP).
+    ep: expert-parallel size, a divisor of dp (Megatron carves EP out of DP), unless etp is set.
+    etp: expert tensor-parallel size under MoE parallel folding (Megatron-core parallel_state:
+        ``expert_decoder_rank_generator = RankGenerator(tp=etp, ep=ep, dp=edp, pp=pp, cp=1)``; Liu et
+        al. 2025, "MoE Parallel Folding", arXiv:2504.14960): the expert layers of a pipeline
+        stage lay their own mesh etp x ep x edp (etp fastest) over the stage's tp*cp*dp consecutive
+        ranks, so ep may exceed dp; None = experts follow the dense layout (etp = tp, ep inside dp).
     """
 
     tp: int = 1
@@ -58,17 +65,26 @@ class ParallelSizes:
     dp: int = 1
     pp: int = 1
     ep: int = 1
+    etp: int | None = None
 
     def __post_init__(self):
-        for axis in ("tp", "cp", "dp", "pp", "ep"):
+        for axis in ("tp", "cp", "dp", "pp", "ep") + (("etp",) if self.etp is not None else ()):
             value = getattr(self, axis)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"parallel size {axis} = {value!r} must be an integer >= 1")
-        if self.dp % self.ep:
+        if self.etp is not None:
+            stage = self.tp * self.cp * self.dp
+            if stage % (self.etp * self.ep):
+                raise ConfigError(
+                    f"parallel.etp * ep = {self.etp} * {self.ep} = {self.etp * self.ep} must divide the "
+                    f"{stage} GPUs of a pipeline stage (tp*cp*dp = {self.tp}*{self.cp}*{self.dp}; MoE parallel "
+                    f"folding lays the expert mesh etp x ep x edp over them); change etp or ep")
+        elif self.dp % self.ep:
             raise ConfigError(
                 f"parallel size ep = {self.ep} must divide dp = {self.dp} (Megatron carves expert "
                 f"parallelism out of data parallelism); pick ep in "
-                f"{[d for d in range(1, self.dp + 1) if self.dp % d == 0]}"
+                f"{[d for d in range(1, self.dp + 1) if self.dp % d == 0][:12]}, or set parallel.etp "
+                f"(MoE parallel folding: experts over tp*cp*dp)"
             )
 
     @property
@@ -78,8 +94,15 @@ class ParallelSizes:
 
     @property
     def edp(self) -> int:
-        """Expert-data-parallel size: dp // ep."""
+        """Expert-data-parallel size: dp // ep, or tp*cp*dp // (etp*ep) with parallel folding."""
+        if self.etp is not None:
+            return self.tp * self.cp * self.dp // (self.etp * self.ep)
         return self.dp // self.ep
+
+    @property
+    def expert_tp(self) -> int:
+        """Tensor-parallel size of the expert layers: etp, or tp without parallel folding."""
+        return self.tp if self.etp is None else self.etp
 
 
 def as_sizes(sizes: Any) -> ParallelSizes:
@@ -87,7 +110,7 @@ def as_sizes(sizes: Any) -> ParallelSizes:
     if isinstance(sizes, ParallelSizes):
         return sizes
     if isinstance(sizes, Mapping):
-        unknown = [k for k in sizes if k not in ("tp", "cp", "dp", "pp", "ep")]
+        unknown = [k for k in sizes if k not in ("tp", "cp", "dp", "pp", "ep", "etp")]
         if unknown:
             raise ConfigError(
                 f"parallel sizes: unknown axis {unknown[0]!r}{did_you_mean(unknown[0], ORDER + ('ep',))}; "
@@ -95,14 +118,29 @@ def as_sizes(sizes: Any) -> ParallelSizes:
             )
         return ParallelSizes(**{k: sizes[k] for k in sizes})
     if all(hasattr(sizes, a) for a in ("tp", "dp", "pp")):
-        return ParallelSizes(**{a: getattr(sizes, a) for a in ("tp", "cp", "dp", "pp", "ep")
+        return ParallelSizes(**{a: getattr(sizes, a) for a in ("tp", "cp", "dp", "pp", "ep", "etp")
                                 if getattr(sizes, a, None) is not None})
     raise ConfigError(f"parallel sizes {sizes!r}: pass a dict like {{'tp': 2, 'dp': 4, 'pp': 2}} "
                       f"or an object with tp/cp/dp/pp attributes")
 
 
 def _coord_sizes(s: ParallelSizes) -> dict[str, int]:
+    if s.etp is not None:   # folding: the dense layout keeps dp whole; experts use _expert_group
+        return {"tp": s.tp, "cp": s.cp, "ep": 1, "edp": s.dp, "pp": s.pp}
     return {"tp": s.tp, "cp": s.cp, "ep": s.ep, "edp": s.edp, "pp": s.pp}
+
+
+def _expert_group(axis: str, s: ParallelSizes, rank: int) -> tuple[int, ...]:
+    """``rank``'s group along an expert axis under parallel folding: within the pipeline stage's
+    tp*cp*dp consecutive ranks, local = etp_rank + etp * (ep_rank + ep * edp_rank)."""
+    stage = s.tp * s.cp * s.dp
+    base, local = rank - rank % stage, rank % stage
+    e, ep_r, edp_r = local % s.etp, (local // s.etp) % s.ep, local // (s.etp * s.ep)
+    if axis == "etp":
+        return tuple(base + x + s.etp * (ep_r + s.ep * edp_r) for x in range(s.etp))
+    if axis == "ep":
+        return tuple(base + e + s.etp * (x + s.ep * edp_r) for x in range(s.ep))
+    return tuple(base + e + s.etp * (ep_r + s.ep * x) for x in range(s.edp))
 
 
 def _check_index(name: str, value: Any, size: int) -> None:
@@ -162,6 +200,9 @@ def group_ranks(axis: str, sizes: Any, rank: int) -> tuple[int, ...]:
     expert-data-parallel one (Megatron's ``RankGenerator.get_ranks(..., independent_ep=True)``).
     """
     s = as_sizes(sizes)
+    if s.etp is not None and str(axis).lower() in _EXPERT_AXES:
+        _check_index("rank", rank, s.world_size)
+        return _expert_group(str(axis).lower(), s, int(rank))
     vary = _parse_axis(axis)
     _check_index("rank", rank, s.world_size)
     n = _coord_sizes(s)

@@ -22,6 +22,9 @@ def add_parser(sub) -> None:
                    "launch scripts and recipes do not name the hardware)")
     s.add_argument("--nodes", type=int, help="number of nodes (default: from the source where it says)")
     s.add_argument("--vocab", type=int, help="vocabulary size when the source's tokenizer does not tell it")
+    s.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                   help="megatron: a shell variable the script leaves to the environment (or a positional "
+                        "argument: --env 1=VALUE); repeatable")
     s.set_defaults(func=_import_cmd)
 
 
@@ -38,9 +41,17 @@ def _import_cmd(args) -> int:
                                f"{args.kind} configuration, or - for standard input")
         text = read_text(path, f"import source {path.name}")
         origin = path.name
+    env = {}
+    for item in args.env:
+        name, eq, value = item.partition("=")
+        if not eq or not (name.isidentifier() or name.isdigit()):
+            raise ExecsimError(f"--env {brief(item)} must be NAME=VALUE (a shell variable name or a positional "
+                               f"argument number), e.g. --env TP=8")
+        env[name] = value
     outs = _check_outputs(args, [] if args.source == "-" else [args.source], output=args.output)
     out, imp = import_strategy(args.kind, text, origin=origin, cluster=args.cluster, nodes=args.nodes,
-                               vocab=args.vocab)
+                               vocab=args.vocab, env=env,
+                               base_dir=None if args.source == "-" else str(Path(args.source).parent))
     if imp.unmodeled:
         print(f"execsim: warning: {summary(imp)}", file=sys.stderr)
     if outs.get("--output"):

@@ -85,7 +85,7 @@ GROUPS = (
 )
 _GROUP_OF = {"forward": 0, "backward": 1, "backward-input": 2, "backward-weight": 3, "recompute": 4,
              "pp-send": 5, "tp-comm": 5, "cp-comm": 5, "ep-comm": 5, "dp-comm": 5,
-             "optimizer": 6, "other": 7}
+             "optimizer": 6, "other": 7, "offload": 5}
 #: group index of each category code
 GROUP_OF_CODE = np.array([_GROUP_OF[c] for c in CATEGORIES], dtype=np.int64)
 _LABELED_GROUPS = frozenset({0, 1, 2, 3, 4})  # compute passes get microbatch labels

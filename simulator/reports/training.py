@@ -111,7 +111,7 @@ def recompute_flops_per_microbatch(plan) -> float:
     extra; Korthikanti 2022 Section 6.3): attention core under selective, whole layer under full."""
     from taskgraph.operators import layer_operators
     tr, s = plan.strategy.training, plan.sizes
-    kw = dict(micro_batch=tr.micro_batch, seq_len=tr.seq_len, tp=s.tp, sp=plan.sp, cp=s.cp, ep=s.ep,
+    kw = dict(micro_batch=tr.micro_batch, seq_len=tr.seq_len, tp=s.tp, sp=plan.sp, cp=s.cp, ep=s.ep, etp=s.etp,
               flash_attention=plan.strategy.options.flash_attention)
     total, cache = 0.0, {}
     for li in range(plan.model.layers):

@@ -69,7 +69,7 @@ def _layer_costs(plan):
         moe = plan.model.layer_kind(li)
         if moe not in flops:
             ops = layer_operators(plan.model, micro_batch=tr.micro_batch, seq_len=tr.seq_len, tp=s.tp, sp=plan.sp,
-                                  cp=s.cp, ep=s.ep, dtype_bytes=DTYPE_BYTES[tr.precision],
+                                  cp=s.cp, ep=s.ep, etp=s.etp, dtype_bytes=DTYPE_BYTES[tr.precision],
                                   flash_attention=plan.strategy.options.flash_attention, layer_index=li)
             flops[moe] = {"none": 0.0, "selective": sum(o.fwd_flops for o in ops if o.selective_recompute_bytes > 0),
                           "full": sum(o.fwd_flops for o in ops)}

@@ -66,9 +66,10 @@ def to_yaml(strategy: dict, imp: Imported, origin: str) -> str:
 
 
 def import_strategy(kind: str, text: str, *, origin: str, cluster: str | None = None, nodes: int | None = None,
-                    vocab: int | None = None) -> tuple[str, Imported]:
+                    vocab: int | None = None, env: dict | None = None,
+                    base_dir: str | None = None) -> tuple[str, Imported]:
     """Import, finish, check; returns the YAML text and the :class:`Imported` record."""
-    imp = import_config(kind, text, cluster=cluster, nodes=nodes, vocab=vocab)
+    imp = import_config(kind, text, cluster=cluster, nodes=nodes, vocab=vocab, env=env, base_dir=base_dir)
     strategy = finish(imp)
     check(strategy)
     return to_yaml(strategy, imp, origin), imp

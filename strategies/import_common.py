@@ -1,0 +1,101 @@
+"""What the importers share (:mod:`strategies.importers`): the :class:`Imported` record, tokenizer
+vocabularies, the cluster from the caller, Megatron/NeMo recompute settings, dotted key walks."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from strategies.errors import ConfigError
+
+#: Vocabulary sizes of tokenizers named in recipes (the tokenizer's own vocab; Megatron pads it).
+#: GPT-2 BPE 50257 (Radford 2019); Llama 2 / Mistral / Mixtral SentencePiece 32000 (Touvron 2023,
+#: HF config.json); Llama 3 tiktoken 128256 (Dubey 2024 Section 2.1 / HF config.json).
+TOKENIZER_VOCAB = {"gpt2": 50257, "GPT2BPETokenizer": 50257, "Llama2Tokenizer": 32000, "meta-llama/Llama-2": 32000,
+                   "meta-llama/Meta-Llama-3": 128256, "meta-llama/Llama-3": 128256, "meta-llama/Meta-Llama-3.1": 128256,
+                   "mistralai/Mistral": 32000, "mistralai/Mixtral": 32000}
+
+
+@dataclass(frozen=True)
+class Imported:
+    """A strategy mapping built from another tool's configuration."""
+
+    strategy: dict
+    """Strategy-file mapping (model, cluster, parallel, schedule, training, options)."""
+    unmodeled: tuple
+    """Flags or keys the source sets that the simulator does not model, in source order."""
+    source: str
+    """Which importer made it ('megatron', 'nemo', 'torchtitan')."""
+
+
+def _tokenizer_vocab(name: str | None) -> int | None:
+    if not name:
+        return None
+    for prefix, v in TOKENIZER_VOCAB.items():
+        if str(name).startswith(prefix):
+            return v
+    return None
+
+
+def _cluster(cluster: str | None, nodes: int | None, where: str) -> dict:
+    if not cluster:
+        raise ConfigError(f"{where}: the cluster is not in the source; give --cluster PRESET (e.g. dgx-h100) "
+                          f"and --nodes N")
+    if nodes is None:
+        raise ConfigError(f"{where}: the number of nodes is not in the source; give --nodes N")
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise ConfigError(f"--nodes = {nodes!r} must be a positive integer")
+    return {"preset": cluster, "nodes": nodes}
+
+
+def _recompute(granularity: str | None, method: str | None, num_layers: int | None, layers: int,
+               stages: int, where: str) -> dict:
+    """Megatron/NeMo activation recomputation -> training.recompute (+ recompute_layers for 'block').
+
+    Megatron (arguments.py, transformer_block.py): 'selective' recomputes the attention core;
+    'full' + 'uniform' recomputes every layer (in groups of N); 'full' + 'block' recomputes the first
+    N layers of each pipeline (virtual) stage and keeps the rest."""
+    if granularity in (None, "", "none", "null"):
+        return {"recompute": "none"}
+    if granularity == "selective":
+        return {"recompute": "selective"}
+    if granularity != "full":
+        raise ConfigError(f"{where} recompute granularity = {granularity!r} must be full or selective")
+    if method in (None, "uniform"):
+        return {"recompute": "full"}
+    if method != "block":
+        raise ConfigError(f"{where} recompute method = {method!r} must be uniform or block")
+    if num_layers is None:
+        raise ConfigError(f"{where} recompute method 'block' needs the number of layers (recompute-num-layers)")
+    if layers % stages:
+        return {"recompute": "full"}  # uneven stages: the simulator's own split decides; stay conservative
+    per = layers // stages
+    if not 0 <= num_layers <= per:
+        raise ConfigError(f"{where} recompute-num-layers = {num_layers} with method 'block' recomputes that many "
+                          f"layers of each pipeline stage, but a stage holds {per} ({layers} layers over {stages} "
+                          f"stages); give at most {per}")
+    n = num_layers
+    return {"recompute_layers": (["full"] * n + ["none"] * (per - n)) * stages}
+
+
+def _walk(d: Any, prefix: str = "") -> list[str]:
+    """Dotted names of the leaves of ``d`` that are set (None = not set, not listed)."""
+    if isinstance(d, dict):
+        out = []
+        for k, v in d.items():
+            if v is None:
+                continue
+            out += _walk(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}"]
+        return out
+    return []
+
+
+def _capacity(options: dict, factor: float | None, pad: bool) -> None:
+    """Token dropping (--moe-expert-capacity-factor; NeMo moe_expert_capacity_factor): the busiest
+    rank processes at most factor x the mean (options.moe_capacity_factor). Padding to capacity
+    (--moe-pad-expert-input-to-capacity) makes every expert process exactly factor x the mean, i.e.
+    the busiest rank's load is the factor: options.moe_imbalance = factor."""
+    if factor is None or factor <= 0:     # None / -1: dropless (Megatron's default)
+        return
+    options["moe_capacity_factor"] = factor
+    if pad:
+        options["moe_imbalance"] = max(1.0, factor)

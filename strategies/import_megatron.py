@@ -1,0 +1,291 @@
+"""Megatron-LM ``pretrain_gpt.py`` arguments -> a strategy mapping (see :mod:`strategies.importers`)."""
+from __future__ import annotations
+
+from typing import Any
+
+from strategies.errors import ConfigError
+from strategies.import_common import TOKENIZER_VOCAB, Imported, _capacity, _cluster, _recompute, _tokenizer_vocab
+from strategies.shell_args import launch_words, unset_error
+
+# ----------------------------------------------------------------------------------------- Megatron
+
+class _Flags(dict):
+    """``{flag: [value, ...]}`` in kebab case; ``get`` returns the one value bash passed, checked:
+    a value the script leaves to the environment, or one set only in a branch whose condition
+    cannot be decided, is one error naming its line (:func:`strategies.shell_args.unset_error`);
+    two different values of a flag the importer reads are one error."""
+
+    def get(self, name: str, default: Any = None) -> Any:
+        vals = dict.get(self, name)
+        if not vals:
+            return default
+        distinct = list(dict.fromkeys(str(v) for v in vals))
+        marked = [v for v in vals if v is not True and (getattr(v, "unset", None) or getattr(v, "cond", None))]
+        if len(distinct) > 1:
+            cond = next((v for v in vals if getattr(v, "cond", None)), None)
+            if cond is not None:
+                raise unset_error(cond, f"--{name}")
+            raise ConfigError(f"megatron arguments: --{name} is given twice ({_show(vals[0])} and {_show(vals[-1])}); "
+                              f"keep one")
+        if marked:
+            raise unset_error(marked[0], f"--{name}")
+        return vals[-1] if vals[-1] is True else str(vals[-1])
+
+    def __getitem__(self, name: str) -> Any:
+        return self.get(name)
+
+
+def _show(v) -> str:
+    return repr(True) if v is True else repr(str(v)[:40])
+
+
+def _flags(tokens: list) -> tuple[_Flags, list]:
+    """``--flag value`` / ``--flag=value`` / ``--flag`` -> ordered :class:`_Flags`; flags in kebab
+    case (argparse accepts ``--flag_name`` too). torchrun's ``--nnodes`` / ``--nproc_per_node`` come
+    from the launcher's words."""
+    flags = _Flags()
+    order: list = []
+    i, n = 0, len(tokens)
+    while i < n:
+        t = tokens[i]
+        if t.startswith("--") and len(t) > 2:
+            name, eq, val = t[2:].partition("=")
+            name = name.replace("_", "-")
+            if eq:
+                val = _same_marks(val, t)
+            elif i + 1 < n and not tokens[i + 1].startswith("--"):
+                val = tokens[i + 1]
+                i += 1
+            else:
+                val = True
+            flags.setdefault(name, []).append(val)
+            order.append(name)
+        i += 1
+    return flags, order
+
+
+def _same_marks(val: str, word) -> Any:
+    from strategies.shell_args import Word
+    u, c = getattr(word, "unset", None), getattr(word, "cond", None)
+    return Word(val, u, c) if (u or c) else val
+
+
+def _int(flags: dict, name: str, default: Any = None) -> Any:
+    v = flags.get(name, default)
+    if v is default:
+        return default
+    try:
+        return int(str(v))
+    except ValueError:
+        raise ConfigError(f"megatron argument --{name} = {str(v)[:40]!r} must be an integer") from None
+
+
+def _float(flags: _Flags, name: str) -> float | None:
+    v = flags.get(name)
+    if v is None:
+        return None
+    try:
+        return float(str(v))
+    except ValueError:
+        raise ConfigError(f"megatron argument --{name} = {str(v)[:40]!r} must be a number") from None
+
+
+#: Megatron flags the importer reads (everything else is reported as not modeled)
+_MEGATRON_READ = {
+    "tensor-model-parallel-size", "pipeline-model-parallel-size", "context-parallel-size",
+    "expert-model-parallel-size", "num-layers-per-virtual-pipeline-stage", "virtual-pipeline-model-parallel-size",
+    "sequence-parallel", "use-distributed-optimizer", "overlap-grad-reduce", "overlap-param-gather",
+    "tp-comm-overlap", "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers",
+    "micro-batch-size", "global-batch-size", "seq-length", "num-layers", "hidden-size", "num-attention-heads",
+    "ffn-hidden-size", "group-query-attention", "num-query-groups", "kv-channels", "max-position-embeddings",
+    "swiglu", "normalization", "position-embedding-type", "untie-embeddings-and-output-weights",
+    "disable-bias-linear", "add-qkv-bias", "num-experts", "moe-router-topk", "moe-ffn-hidden-size",
+    "moe-shared-expert-intermediate-size", "vocab-size", "tokenizer-type", "tokenizer-model", "bf16", "fp16",
+    "fp8-format", "recompute-activations", "recompute-granularity", "recompute-method", "recompute-num-layers",
+    "use-flash-attn", "attention-backend", "transformer-impl", "attention-dropout", "hidden-dropout",
+    "train-iters", "train-samples", "nnodes", "nproc-per-node", "accumulate-allreduce-grads-in-fp32",
+    "use-torch-fsdp2", "expert-tensor-parallel-size", "apply-layernorm-1p", "vocab-file", "merge-file",
+    "cp-comm-type", "fp8-recipe", "fp8-param-gather", "grad-reduce-in-bf16", "use-megatron-fsdp",
+    "data-parallel-sharding-strategy", "no-position-embedding", "use-mcore-models", "cpu-offloading",
+    "cpu-offloading-num-layers", "moe-token-dispatcher-type", "moe-expert-capacity-factor",
+    "moe-pad-expert-input-to-capacity",
+}
+
+
+def _maybe(flags: _Flags, name: str) -> Any:
+    """A flag's value where an unknown one is harmless (a tokenizer path): None when not known."""
+    try:
+        return flags.get(name)
+    except ConfigError:
+        return None
+
+
+#: Megatron-FSDP --data-parallel-sharding-strategy -> ZeRO stage (arguments.py; default optim_grads_params)
+FSDP_SHARDING = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+#: --fp8-recipe (megatron/core/transformer/transformer_config.py fp8_recipe, default 'delayed') -> options.fp8_recipe
+FP8_RECIPES = {"delayed": "delayed", "tensorwise": "tensorwise", "blockwise": "blockwise", "mxfp8": "mxfp8"}
+
+
+def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None = None,
+                    vocab: int | None = None, env: dict | None = None) -> Imported:
+    """Map a Megatron-LM launch script (or the ``pretrain_gpt.py`` arguments pasted alone) to a
+    strategy: the words bash would pass (:mod:`strategies.shell_args`), read as argparse would."""
+    words = launch_words(text, env)
+    flags, order = _flags(words.args)
+    launcher, _ = _flags(words.launcher)
+    if not flags:
+        raise ConfigError("megatron arguments: no --flags found; give the launch script or the pretrain_gpt.py "
+                          "arguments")
+    if flags.get("bf16") is True and flags.get("fp16") is True:
+        raise ConfigError("megatron arguments: --bf16 and --fp16 are both given; keep one")
+    if "recompute-activations" in flags and flags.get("recompute-granularity") == "full":
+        raise ConfigError("megatron arguments: --recompute-activations (selective) contradicts "
+                          "--recompute-granularity full; keep one")
+    for req in ("num-layers", "hidden-size", "num-attention-heads", "seq-length", "global-batch-size"):
+        if req not in flags:
+            raise ConfigError(f"megatron arguments: --{req} is missing; add it (pretrain_gpt.py requires it)")
+    tp = _int(flags, "tensor-model-parallel-size", 1)
+    pp = _int(flags, "pipeline-model-parallel-size", 1)
+    layers = _int(flags, "num-layers")
+    h = _int(flags, "hidden-size")
+    heads = _int(flags, "num-attention-heads")
+    vpp = _int(flags, "virtual-pipeline-model-parallel-size", 1)
+    per_chunk = _int(flags, "num-layers-per-virtual-pipeline-stage")
+    if per_chunk is not None:
+        if layers % (pp * per_chunk):
+            raise ConfigError(f"megatron arguments: --num-layers {layers} is not divisible by "
+                              f"--pipeline-model-parallel-size {pp} x --num-layers-per-virtual-pipeline-stage {per_chunk}")
+        v = layers // (pp * per_chunk)
+        if "virtual-pipeline-model-parallel-size" in flags and v != vpp:
+            raise ConfigError(f"megatron arguments: --num-layers-per-virtual-pipeline-stage {per_chunk} gives "
+                              f"{v} chunks per rank but --virtual-pipeline-model-parallel-size is {vpp}; keep one")
+        vpp = v
+    swiglu = flags.get("swiglu") is True
+    ffn = _int(flags, "ffn-hidden-size")
+    if ffn is None:  # Megatron arguments.py: 4h, or int(4h * 2/3 / 64) * 64 with --swiglu
+        ffn = int(4 * h * 2 / 3 / 64) * 64 if swiglu else 4 * h
+    kv = _int(flags, "num-query-groups", 1) if flags.get("group-query-attention") is True else heads
+    v_size = vocab or _int(flags, "vocab-size") or _tokenizer_vocab(_maybe(flags, "tokenizer-model")) \
+        or _tokenizer_vocab(_maybe(flags, "tokenizer-type"))
+    if not v_size and "gpt2" in str(_maybe(flags, "vocab-file") or "").lower() and "merge-file" in flags:
+        v_size = TOKENIZER_VOCAB["gpt2"]   # GPT-2 BPE vocab/merges files (Megatron examples/gpt3)
+    if not v_size:
+        raise ConfigError("megatron arguments: the vocabulary size is not known from --tokenizer-type/--tokenizer-model; "
+                          "add --vocab-size N to the arguments or give --vocab N")
+    model: dict = {"name": "megatron-gpt", "layers": layers, "hidden": h, "heads": heads, "kv_heads": kv,
+                   "ffn": ffn, "vocab": v_size, "mlp": "swiglu" if swiglu else "gelu",
+                   "norm": "rmsnorm" if str(flags.get("normalization", "LayerNorm")).lower() == "rmsnorm" else "layernorm",
+                   "position": "rope" if flags.get("position-embedding-type", "learned_absolute") == "rope" else "learned",
+                   "max_seq": _int(flags, "max-position-embeddings", _int(flags, "seq-length")),
+                   "tied_embeddings": flags.get("untie-embeddings-and-output-weights") is not True,
+                   "bias": flags.get("disable-bias-linear") is not True,
+                   "dropout": float(flags.get("hidden-dropout", 0.1)) > 0 or float(flags.get("attention-dropout", 0.1)) > 0}
+    if flags.get("add-qkv-bias") is True:
+        model["qkv_bias"] = True
+    if "kv-channels" in flags:
+        model["head_dim"] = _int(flags, "kv-channels")
+    experts = _int(flags, "num-experts")
+    if experts:
+        model.update(experts=experts, top_k=_int(flags, "moe-router-topk", 2),
+                     expert_ffn=_int(flags, "moe-ffn-hidden-size", ffn))
+        shared = _int(flags, "moe-shared-expert-intermediate-size")
+        if shared:
+            if shared % model["expert_ffn"]:
+                raise ConfigError(f"megatron arguments: --moe-shared-expert-intermediate-size {shared} is not a multiple "
+                                  f"of the expert size {model['expert_ffn']}")
+            model["shared_experts"] = shared // model["expert_ffn"]
+    ep = _int(flags, "expert-model-parallel-size", 1)
+    if experts and ep > 1:
+        # transformer_config.py moe_token_dispatcher_type: 'allgather' (default), 'alltoall', 'flex' (DeepEP)
+        disp = str(flags.get("moe-token-dispatcher-type", "allgather"))
+        if disp != "alltoall":
+            order.append(f"moe-token-dispatcher-type {disp}{' (the default)' if 'moe-token-dispatcher-type' not in flags else ''}"
+                         f" (simulated as the all-to-all dispatcher)")
+    # Megatron defaults expert TP to TP (arguments.py: expert_tensor_parallel_size = tensor_model_parallel_size)
+    etp = _int(flags, "expert-tensor-parallel-size", tp)
+    if flags.get("use-megatron-fsdp") is True:
+        strat = str(flags.get("data-parallel-sharding-strategy", "optim_grads_params"))
+        if strat not in FSDP_SHARDING:
+            raise ConfigError(f"megatron argument --data-parallel-sharding-strategy = {strat[:40]!r} must be one of "
+                              f"{', '.join(FSDP_SHARDING)}")
+        zero = FSDP_SHARDING[strat]
+    else:
+        zero = 3 if flags.get("use-torch-fsdp2") is True else (1 if flags.get("use-distributed-optimizer") is True else 0)
+    parallel: dict = {"tp": tp, "pp": pp, "cp": _int(flags, "context-parallel-size", 1), "ep": ep,
+                      # Megatron turns sequence parallelism off when tp == 1 (arguments.py)
+                      "sp": flags.get("sequence-parallel") is True and tp > 1, "zero": zero}
+    if etp != tp:
+        parallel["etp"] = etp
+    if vpp > 1:
+        parallel["vpp"] = vpp
+    first, last = _int(flags, "decoder-first-pipeline-num-layers"), _int(flags, "decoder-last-pipeline-num-layers")
+    if first is not None or last is not None:
+        if vpp > 1:
+            raise ConfigError("megatron arguments: --decoder-first/last-pipeline-num-layers with virtual pipelining "
+                              "is not modeled; drop one")
+        inner = pp - (first is not None) - (last is not None)
+        rest = layers - (first or 0) - (last or 0)
+        if inner < 0 or (inner and rest % inner) or (not inner and rest):
+            raise ConfigError(f"megatron arguments: --num-layers {layers} minus the first/last stage layers does not "
+                              f"split evenly over the other {inner} stages")
+        lps = ([first] if first is not None else []) + [rest // inner] * inner if inner else []
+        if not inner:
+            lps = [first] if first is not None else []
+        lps += [last] if last is not None else []
+        parallel["layers_per_stage"] = lps
+    seq = _int(flags, "seq-length")
+    gb = _int(flags, "global-batch-size")
+    precision = "fp8" if flags.get("fp8-format") is not None else ("fp16" if flags.get("fp16") is True else "bf16")
+    training: dict = {"micro_batch": _int(flags, "micro-batch-size", 1), "global_batch": gb, "seq_len": seq,
+                      "precision": precision}
+    if "recompute-activations" in flags:
+        training["recompute"] = "selective"
+    else:
+        training.update(_recompute(flags.get("recompute-granularity"), flags.get("recompute-method"),
+                                   _int(flags, "recompute-num-layers"), layers, pp * vpp, "megatron arguments:"))
+    if "train-samples" in flags:
+        training["train_tokens"] = float(_int(flags, "train-samples") * seq)
+    elif "train-iters" in flags:
+        training["train_tokens"] = float(_int(flags, "train-iters") * gb * seq)
+    backend = flags.get("attention-backend", "auto")
+    impl = flags.get("transformer-impl", "transformer_engine")
+    flash = backend in ("flash", "fused", "auto") and (impl == "transformer_engine" or flags.get("use-flash-attn") is True)
+    if backend == "flash" or flags.get("use-flash-attn") is True:
+        flash = True
+    cp_type = str(flags.get("cp-comm-type", "p2p"))   # Megatron default: p2p (ring attention)
+    cp_map = {"p2p": "ring", "a2a": "a2a", "allgather": "allgather"}
+    if cp_type not in cp_map:
+        order.append(f"cp-comm-type {cp_type} (hierarchical not modeled; simulated as ring)")
+    options = {"overlap_grad_reduce": flags.get("overlap-grad-reduce") is True,
+               "overlap_param_gather": flags.get("overlap-param-gather") is True,
+               "tp_comm_overlap": flags.get("tp-comm-overlap") is True,
+               "flash_attention": bool(flash),
+               # Megatron keeps main grads in fp32 with bf16 (arguments.py forces it) or when asked
+               # --grad-reduce-in-bf16 keeps the gradient buffer (and its reduction) in bf16 (arguments.py
+               # sets grad_reduce_in_fp32 False; distributed_data_parallel_config.py)
+               "fp32_grad_accum": (precision != "fp16" and flags.get("grad-reduce-in-bf16") is not True)
+               or flags.get("accumulate-allreduce-grads-in-fp32") is True}
+    if precision == "fp8":
+        recipe = str(flags.get("fp8-recipe", "delayed"))
+        if recipe not in FP8_RECIPES:
+            raise ConfigError(f"megatron argument --fp8-recipe = {recipe[:40]!r} is not modeled; one of "
+                              f"{', '.join(FP8_RECIPES)}")
+        options["fp8_recipe"] = FP8_RECIPES[recipe]
+        if flags.get("fp8-param-gather") is True:
+            options["fp8_param_gather"] = True
+    if experts:
+        _capacity(options, _float(flags, "moe-expert-capacity-factor"), flags.get("moe-pad-expert-input-to-capacity") is True)
+    offload = _int(flags, "cpu-offloading-num-layers", 0)
+    if offload:   # activations of that many layers to host memory (transformer_config.cpu_offloading_num_layers)
+        options["activation_offload_layers"] = offload
+    if parallel["cp"] > 1:
+        options["cp_comm"] = cp_map.get(cp_type, "ring")
+    nn_ = _int(launcher, "nnodes") if "nnodes" in launcher else _int(flags, "nnodes")
+    npn = _int(launcher, "nproc-per-node") if "nproc-per-node" in launcher else _int(flags, "nproc-per-node")
+    strategy = {"model": model, "cluster": _cluster(cluster, nodes if nodes is not None else nn_, "megatron arguments"),
+                "parallel": parallel, "schedule": "interleaved-1f1b" if vpp > 1 else "1f1b",
+                "training": training, "options": options}
+    if npn is not None:
+        strategy["_gpus_per_node"] = npn
+    unmodeled = tuple("--" + f if " " not in f else f for f in dict.fromkeys(order) if f not in _MEGATRON_READ)
+    return Imported(strategy, unmodeled, "megatron")
