@@ -292,7 +292,8 @@ def _load_catalog(path: str) -> dict[str, GPUSpec]:
     check_finite(doc, f"GPU catalog {brief(str(path), 120)}")
     if not isinstance(doc, Mapping) or not isinstance(doc.get("gpus"), Mapping):
         raise ConfigError(f"GPU catalog {brief(path)}: expected a top-level `gpus:` mapping of name -> fields")
-    catalog = {str(name): gpu_from_dict(str(name), entry) for name, entry in doc["gpus"].items()}
+    catalog = {str(name): gpu_from_dict(str(name), _with_fitted(str(name), entry))
+               for name, entry in doc["gpus"].items()}
     seen: dict[str, str] = {}
     for gpu in catalog.values():
         for key in (gpu.name.lower(), *gpu.aliases):
@@ -301,6 +302,16 @@ def _load_catalog(path: str) -> dict[str, GPUSpec]:
                                   f"{brief(seen[key])} and {brief(gpu.name)}; make aliases unique")
             seen[key] = gpu.name
     return catalog
+
+
+def _with_fitted(name: str, entry: Any) -> Any:
+    """A catalog entry whose ``efficiency`` fields written ``fitted`` take their value from
+    ``topologies/data/fitted.yaml`` (the constants fitted to measured runs, declared in one place)."""
+    if not isinstance(entry, Mapping) or not isinstance(entry.get("efficiency"), Mapping):
+        return entry
+    from strategies.fitted import catalog_values, resolve_fitted
+    eff = resolve_fitted(entry["efficiency"], catalog_values("gpu").get(name, {}), f"gpu {brief(name)}.efficiency")
+    return {**entry, "efficiency": eff}
 
 
 @lru_cache(maxsize=1)
