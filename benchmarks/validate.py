@@ -1,7 +1,7 @@
 """Accuracy benchmark: simulate published, measured training runs and compare iteration times.
 
     python -m benchmarks.validate [--rows PATTERN] [--json out.json] [--fidelity operator|coarse|auto]
-                                  [--markdown table.md] [--check-fidelity]
+                                  [--markdown table.md] [--check-fidelity] [--cv]
 
 Reads ``benchmarks/validation/published_runs.csv`` (a copy of the shared table of measured runs; the
 ``source`` column says where each figure comes from), builds a strategy mapping per row
@@ -18,6 +18,8 @@ of the row id, e.g. ``--rows 'K22-*'``, ``--rows N21`` or ``--rows 'K22-22B*,MPT
 ``taskgraph/coarse.py``); ``--fidelity operator`` / ``coarse`` force one.
 ``--check-fidelity`` simulates the selected rows at both fidelities and prints the difference;
 ``--markdown`` writes the table pasted into docs/validation.md.
+``--cv`` refits the constants of ``topologies/data/fitted.yaml`` without one source group at a time
+and prints each group's left-out error beside its in-sample error (``benchmarks/crossval.py``).
 
 Assumptions shared by all rows (each one stated where it is applied):
 
@@ -347,12 +349,15 @@ def _layer_times(sim) -> tuple[float, float]:
     return float(fwd["end"].max() - fwd["start"].min()), float(bwd["end"].max() - bwd["start"].min())
 
 
-def run_row(row: dict, fidelity: str = "auto") -> Result:
+def run_row(row: dict, fidelity: str = "auto", patch=None) -> Result:
+    """Simulate one row; ``patch(d)`` may change its strategy mapping first (``--cv``)."""
     from simulator.api import simulate_strategy
     from strategies.strategy_file import parse_strategy
     res = Result(row["id"], group_of(row), row["metric"])
     try:
         d, notes = strategy_for(row)
+        if patch is not None:
+            patch(d)
         res.assumptions = notes
         res.measured_s = measured_seconds(row)
     except NotExpressible as exc:
@@ -494,6 +499,37 @@ def check_fidelity(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def run_cv(rows: list[dict], fidelity: str, markdown: str | None = None) -> str:
+    """Leave-one-group-out cross-validation of topologies/data/fitted.yaml (benchmarks/crossval.py)
+    over ``rows``; returns the report (and writes it as Markdown to ``markdown``)."""
+    from benchmarks.crossval import Evaluator, cross_validate, format_cv, patch_strategy
+    from strategies.fitted import constants, load_fits
+    fits = load_fits()
+    consts = constants(fits)
+    base = {}
+    for row in rows:
+        r = run_row(row, fidelity)
+        if r.error_pct is not None:
+            base[row["id"]] = r
+    by_id = {row["id"]: row for row in rows if row["id"] in base}
+
+    def simulate(row: dict, values: dict) -> float:
+        r = run_row(row, fidelity, patch=lambda d: patch_strategy(d, row, values, consts))
+        return r.error_pct
+
+    ev = Evaluator(by_id, consts, {i: r.error_pct for i, r in base.items()}, simulate)
+    groups = {i: r.group for i, r in base.items()}
+    full, per_group = cross_validate(fits, groups, ev, progress=lambda g: print(f"  cv: leaving out {g}",
+                                                                              file=sys.stderr, flush=True))
+    text = format_cv(full, per_group, fits)
+    how = sorted({f"{k}: {v}" for g in per_group for k, v in g.how.items() if not v.startswith("its rows")})
+    text += "\nrefits that could not use their own rows: " + ("; ".join(how) or "none")
+    text += f"\n{ev.simulations} extra simulations (fidelity {fidelity})"
+    if markdown:
+        Path(markdown).write_text(format_cv(full, per_group, fits, markdown=True) + "\n")
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.validate", description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", help="glob or substring of row ids to run")
@@ -504,6 +540,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markdown", help="also write the per-row table and group summary as Markdown here")
     ap.add_argument("--check-fidelity", action="store_true",
                     help="instead: simulate the selected rows at operator and coarse fidelity and compare")
+    ap.add_argument("--cv", action="store_true",
+                    help="instead: leave-one-group-out cross-validation of the fitted constants "
+                         "(topologies/data/fitted.yaml); --markdown writes its tables")
     args = ap.parse_args(argv)
     rows = select(load_rows(args.csv), args.rows)
     if not rows:
@@ -511,6 +550,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.check_fidelity:
         print(check_fidelity(rows))
+        return 0
+    if args.cv:
+        t0 = time.perf_counter()
+        print(run_cv(rows, args.fidelity, args.markdown))
+        print(f"wall time {time.perf_counter() - t0:.1f} s")
         return 0
     t0 = time.perf_counter()
     results = []
