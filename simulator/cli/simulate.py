@@ -113,6 +113,8 @@ def _simulate_cmd(args) -> int:
             for st, extra in zip(out["per_stage"], m["memory_per_stage"]):
                 st["peak_memory_gb"] = extra["total_gb"]
             out.update(m)
+            from simulator.reports.envelope import plan_envelope
+            out["calibration"] = plan_envelope(sim.plan).to_json()
         out["oom"] = None if mem is None else not mem.fits
         out.setdefault("fits", None)
         _print_json(out)
@@ -132,6 +134,8 @@ def _simulate_cmd(args) -> int:
             worst = max(mem.per_stage, key=lambda x: x.total)
             print(f"memory: peak {worst.total / 2**30:.1f} GiB on rank {worst.rank} of {mem.capacity / 2**30:.1f} GiB "
                   f"-> {'fits' if mem.fits else 'OOM'} (execsim memory FILE for the breakdown)")
+            from simulator.reports.envelope import plan_envelope
+            print(plan_envelope(p).summary())
         else:
             print(format_report(sim.report, title))
         if deltas is not None:

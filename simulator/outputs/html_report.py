@@ -149,6 +149,8 @@ def report_data(sim, source: str = "") -> dict:
                          "mfu": tr.mfu, "hfu": tr.hfu, "train_days": tr.train_days,
                          "gpus_per_rank": tr.gpus_per_simulated_rank,
                          "stages": {s.rank: {"stages": list(s.stages), "layers": s.layers} for s in tr.per_stage}}
+        from simulator.reports.envelope import plan_envelope
+        d["calibration"] = plan_envelope(p).to_json()
     return d
 
 
@@ -169,6 +171,8 @@ def _summary_html(d: dict) -> str:
                  ("throughput", f"{t['tokens_per_s']:,.0f} tokens/s, MFU {100 * t['mfu']:.1f}%, "
                                 f"HFU {100 * t['hfu']:.1f}%"
                                 + (f", {t['train_days']:.1f} days to train" if t["train_days"] else ""))]
+    if d.get("calibration"):
+        rows.append(("calibration", d["calibration"]["summary"]))
     ideal = d["ideal_bubble_fraction"]
     if len(d["per_rank"]) == 1:
         bub = "none (one pipeline rank)"
