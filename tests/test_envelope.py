@@ -53,7 +53,8 @@ def test_nearest_inside_and_outside():
     e = assess(run(stack="megatron", family="moe", gpu="H800-SXM-80GB", gpus=1024), (ZB, NEMO))
     assert not e.inside and e.nearest is NEMO and e.distance == pytest.approx(0.5 + 0.25 + 1 + 1 / 3)
     assert e.summary().startswith("outside the calibrated envelope: no measured run with MoE on H800-SXM-80GB "
-                                  "with megatron at 1024 GPUs; nearest: NeMo (")
+                                  "at 1024 GPUs; nearest: NeMo (")
+    assert e.absent == ("gpu", "family", "scale")  # megatron is measured (ZB), 1024 GPUs is not
     assert "differs in stack, GPU, model family, scale), 4.0% mean error over 5 runs" in e.summary()
     e = assess(run(gpus=1024), (ZB, NEMO))  # 2x beyond the range alone: distance 1/3, still inside
     assert e.inside and e.distance == pytest.approx(1 / 3) and e.distance <= NEAR
@@ -63,7 +64,9 @@ def test_nearest_inside_and_outside():
 def test_ties_go_to_the_group_with_more_rows():
     # an H100 bf16 Megatron run: 1.0 from ZB (other generation) and 0.5 + 0.5 from NeMo (stack, precision)
     e = assess(run(stack="megatron", precision="bf16", gpus=16), (NEMO, ZB))
-    assert e.distance == 1.0 and e.nearest is ZB
+    assert e.distance == 1.0 and e.nearest is ZB and e.absent == ()
+    assert e.summary().startswith("outside the calibrated envelope: no measured run combines megatron, "
+                                  "H100-SXM-80GB, bf16, dense and 16 GPUs; nearest: ZB (")
 
 
 @given(st.sampled_from(["megatron", "nemo", "fsdp", "deepspeed-zero3", "megatron-deepspeed"]),
@@ -122,8 +125,9 @@ def test_simulate_text_and_json_name_the_nearest_group(capsys):
     out = _cli(capsys, "simulate", GPT3, "--fidelity", "coarse")
     assert out.splitlines()[-1].startswith("calibration: nearest measured group ")
     d = json.loads(_cli(capsys, "simulate", L8B, "--fidelity", "coarse", "--json"))["calibration"]
-    assert d["inside"] is False and d["summary"].startswith("outside the calibrated envelope: no measured run with "
-                                                            "dense BF16 on H100-SXM-80GB")
+    assert d["inside"] is False and d["summary"].startswith("outside the calibrated envelope: no measured run "
+                                                            "combines megatron, H100-SXM-80GB, bf16, dense and 8 GPUs")
+    assert d["never_measured"] == []
     assert d["run"] == {"stack": "megatron", "gpu": "H100-SXM-80GB", "architecture": "hopper", "family": "dense",
                         "precision": "bf16", "gpus": 8}
     assert set(d["nearest_group"]) >= {"name", "mean_abs_error_pct", "rows"} and d["distance"] == 1.0

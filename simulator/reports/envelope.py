@@ -30,7 +30,9 @@ layer, not a run, and are left out.
 The nearest group is the one with the smallest distance (ties: more rows, then name). The run is
 **inside** the calibrated envelope when that distance is at most :data:`NEAR` (one related stack,
 another product of the same generation, or a scale within 2.8x of what was measured, alone), and
-**outside** otherwise; the report then lists the features nothing measured shares with the run.
+**outside** otherwise; the report then says what no measured group has at all (e.g. "MoE on
+H800-SXM-80GB"), or that the run's features were measured, but never together, and in which
+features the nearest group differs.
 
 >>> g = CalibrationGroup("NeMo", "nemo", ("H100-SXM-80GB",), ("hopper",), ("dense",), ("fp8",), 64, 512, 4, 4.0, 13.3)
 >>> run = RunFeatures("megatron", "H800-SXM-80GB", "hopper", "moe", "fp8", 2048)
@@ -130,20 +132,23 @@ class Envelope:
     distance: float
     terms: dict
     inside: bool
+    absent: tuple = ()  # features of the run no measured group has: stack, gpu, family, precision, scale
 
-    def _mismatch(self) -> str:
-        """The run's features no measured group near it shares, e.g. ``MoE on H800-SXM-80GB``."""
-        r, t = self.run, self.terms
-        what = [("MoE" if r.family == "moe" else "dense") if "family" in t else "",
-                r.precision.upper() if "precision" in t else ""]
-        if not any(what):  # lead with what the run is, then what nothing measured shares
-            what = ["MoE" if r.family == "moe" else "dense", r.precision.upper()]
-        parts = [" ".join(w for w in what if w)]
-        if "gpu" in t:
+    def _missing(self) -> str:
+        """What no measured group has at all, e.g. ``MoE on H800-SXM-80GB``; or the whole run when
+        every feature was measured somewhere, only never together."""
+        r, a = self.run, self.absent
+        if not a:
+            return (f"combines {r.stack}, {r.gpu}, {r.precision}, {'MoE' if r.family == 'moe' else 'dense'} "
+                    f"and {r.gpus} GPUs")
+        what = [("MoE" if r.family == "moe" else "dense") if "family" in a else "",
+                ("FP8" if r.precision == "fp8" else "16-bit precision") if "precision" in a else ""]
+        parts = ["with " + " ".join(w for w in what if w)] if any(what) else []
+        if "gpu" in a:
             parts.append(f"on {r.gpu}")
-        if "stack" in t:
+        if "stack" in a:
             parts.append(f"with {r.stack}")
-        if "scale" in t:
+        if "scale" in a:
             parts.append(f"at {r.gpus} GPUs")
         return " ".join(parts)
 
@@ -157,7 +162,7 @@ class Envelope:
             return (f"calibration: nearest measured group {g.name} ({g.describe()}): {err} "
                     f"(max {g.max_abs_error_pct:.1f}%; distance {self.distance:.2f})")
         names = {"stack": "stack", "gpu": "GPU", "family": "model family", "precision": "precision", "scale": "scale"}
-        return (f"outside the calibrated envelope: no measured run with {self._mismatch()}; nearest: "
+        return (f"outside the calibrated envelope: no measured run {self._missing()}; nearest: "
                 f"{g.name} ({g.describe()}; differs in {', '.join(names[k] for k in self.terms)}), {err}")
 
     def to_json(self) -> dict:
@@ -165,6 +170,7 @@ class Envelope:
         return {"inside": self.inside, "distance": round(self.distance, 4),
                 "terms": {k: round(v, 4) for k, v in self.terms.items()},
                 "run": asdict(self.run), "nearest_group": None if g is None else asdict(g),
+                "never_measured": list(self.absent),
                 "summary": self.summary()}
 
 
@@ -175,7 +181,13 @@ def assess(run: RunFeatures, groups: Iterable[CalibrationGroup] | None = None) -
         return Envelope(run, None, math.inf, {}, False)
     scored = sorted(((*distance(run, g), g) for g in groups), key=lambda x: (x[0], -x[2].rows, x[2].name))
     d, terms, g = scored[0]
-    return Envelope(run, g, d, terms, d <= NEAR)
+    absent = tuple(k for k, hit in (
+        ("stack", any(run.stack == x.stack for x in groups)), ("gpu", any(run.gpu in x.gpus for x in groups)),
+        ("family", any(run.family in x.families for x in groups)),
+        ("precision", any(_precision_class(run.precision) in {_precision_class(p) for p in x.precisions}
+                          for x in groups)),
+        ("scale", min(x.min_gpus for x in groups) <= run.gpus <= max(x.max_gpus for x in groups))) if not hit)
+    return Envelope(run, g, d, terms, d <= NEAR, absent)
 
 
 def run_features(plan) -> RunFeatures:
