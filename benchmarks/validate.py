@@ -607,6 +607,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="also write the calibration envelope (per-group errors and features) to PATH "
                          "(default: simulator/reports/envelope.yaml); run it on all rows")
     args = ap.parse_args(argv)
+    if args.write_envelope is not None and (args.rows or args.cv or args.check_fidelity):
+        print("--write-envelope needs a plain run over every row (its errors are the groups'); drop --rows, "
+              "--cv and --check-fidelity", file=sys.stderr)
+        return 2
     rows = select(load_rows(args.csv), args.rows)
     if not rows:
         print(f"no row id matches {args.rows!r}", file=sys.stderr)
