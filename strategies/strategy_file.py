@@ -21,6 +21,7 @@ from typing import Any
 
 from strategies.config import (check_keys, did_you_mean, get_bool, get_float, get_int, get_str, load_mapping)
 from strategies.errors import ConfigError, brief
+from strategies.fitted import fitted_value
 from strategies.limits import MAX_GPUS, MAX_SEQ_LEN
 
 TOP_KEYS = ("model", "cluster", "parallel", "schedule", "training", "options", "goodput")
@@ -40,9 +41,10 @@ PRECISIONS = ("bf16", "fp16", "fp8")
 FP8_RECIPES = ("tensorwise", "delayed", "rowwise", "blockwise", "mxfp8")
 RECOMPUTE = ("none", "selective", "full")
 FIDELITIES = ("operator", "coarse")
-#: Host gap after each blocking pipeline exchange, microseconds: calibrated on the 12 zero-bubble-paper
-#: 1F1B rows (Qi 2024, Megatron-LM fork; mean signed error 0), see docs/validation.md.
-P2P_HOST_GAP_US = 500.0
+#: Host gap after each blocking pipeline exchange, microseconds: fitted on the 12 zero-bubble-paper
+#: 1F1B rows (Qi 2024, Megatron-LM fork; mean signed error 0): topologies/data/fitted.yaml,
+#: docs/validation.md.
+P2P_HOST_GAP_US = float(fitted_value("p2p_host_gap_us"))
 _GPUS_WHY = " GPUs (docs/strategy-file.md, Limits)"
 
 

@@ -23,6 +23,7 @@ from typing import Any, Mapping
 
 
 from strategies.errors import ConfigError, brief
+from strategies.fitted import catalog_values, fitted_value, resolve_fitted
 from strategies.limits import MAX_GPUS
 from topologies.gpus import (
     DATA_DIR, GB_PER_S, GBIT_PER_S, US, GPUSpec, check_keys, did_you_mean, get_gpu, gpu_from_dict,
@@ -57,7 +58,7 @@ DEFAULT_HOST_US_PER_KERNEL = 10.0
 #: GPU <-> host memory, GB/s per direction: PCIe Gen5 x16 (clusters.yaml header for the sources)
 DEFAULT_HOST_LINK_GBPS = 64.0
 #: Host issue cost of one NCCL call when a cluster file does not say (taskgraph/overheads.py).
-DEFAULT_HOST_US_PER_COLLECTIVE = 30.0
+DEFAULT_HOST_US_PER_COLLECTIVE = float(fitted_value("host_us_per_collective"))
 #: Per-GPU speed spread (std / mean) when a cluster file does not say: Sinha et al. SC'22 measured an
 #: 8% median fastest-to-slowest spread among ~10^4 GPUs of one SKU, 2 sigma E[Z_(N:N)] with
 #: E[Z] ~ 3.9 gives sigma ~ 0.01 (topologies/stragglers.py; docs/cost-model.md).
@@ -404,6 +405,9 @@ def _preset_dict(name: str) -> dict:
     check_keys(entry, tuple(f for f in CLUSTER_FIELDS if f not in ("preset", "nodes")) + _PRESET_ONLY_FIELDS,
                f"{CLUSTER_PRESETS_PATH} preset {brief(table[key])}")
     data = {k: v for k, v in entry.items() if k not in _PRESET_ONLY_FIELDS}
+    # fields written `fitted` take their value from topologies/data/fitted.yaml
+    data = resolve_fitted(data, catalog_values("preset").get(table[key], {}),
+                          f"{CLUSTER_PRESETS_PATH} preset {brief(table[key])}")
     data.setdefault("name", table[key])
     return data
 

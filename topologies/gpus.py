@@ -142,6 +142,10 @@ class GPUSpec:
     sm_count: number of streaming multiprocessors.
     efficiency: cost-model efficiency knobs (:class:`GPUEfficiency`).
     source: citation for the figures.
+    power_w: board power (W) the peak figures hold at; ``None`` when the catalog does not say.
+    power_curve: ``((watts, dense bf16 TFLOP/s), ...)`` of this die at several board powers, from
+        NVIDIA's figures for parts that share it (:func:`power_scale`); empty: no published curve.
+    power_curve_source: citation for the curve.
     """
 
     name: str
@@ -158,6 +162,9 @@ class GPUSpec:
     sm_count: int
     efficiency: GPUEfficiency
     source: str = ""
+    power_w: float | None = None
+    power_curve: tuple[tuple[float, float], ...] = ()
+    power_curve_source: str = ""
 
     def peak_flops(self, dtype: str = "bf16") -> float:
         """Dense peak FLOP/s for ``dtype`` (bf16, fp16, fp8, tf32, fp32; torch-style aliases ok)."""
@@ -189,8 +196,61 @@ class GPUSpec:
 #: Top-level GPU fields accepted in YAML.
 GPU_FIELDS = (
     "aliases", "architecture", "source", "tflops_bf16", "tflops_fp16", "tflops_fp8", "tflops_tf32",
-    "tflops_fp32", "hbm_gb", "hbm_bw_gbps", "nvlink_gbps", "sm_count", "efficiency",
+    "tflops_fp32", "hbm_gb", "hbm_bw_gbps", "nvlink_gbps", "sm_count", "efficiency", "power_w", "power_curve",
 )
+#: Peak-rate fields a power cap scales (Tensor Cores and CUDA cores run at the capped clock; HBM,
+#: NVLink and capacity do not change).
+CLOCKED_FIELDS = ("tflops_bf16", "tflops_fp16", "tflops_fp8", "tflops_tf32", "tflops_fp32")
+
+
+def _power_curve(data: Any, where: str) -> tuple[tuple[tuple[float, float], ...], str]:
+    """``power_curve: {points: [[watts, tflops_bf16], ...], source: "..."}`` -> (points, source)."""
+    where = f"{where}.power_curve"
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: expected {{points: [[watts, dense bf16 TFLOP/s], ...], source: ...}}, "
+                          f"got {brief(data)}")
+    check_keys(data, ("points", "source"), where)
+    pts = data.get("points")
+    ok = isinstance(pts, list) and len(pts) >= 2 and all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                    and math.isfinite(x) and x > 0 for x in p) for p in pts)
+    if not ok or [p[0] for p in pts] != sorted({p[0] for p in pts}):
+        raise ConfigError(f"{where}.points = {brief(pts)} must be two or more [watts, TFLOP/s] pairs of positive "
+                          f"numbers in increasing watts")
+    if not str(data.get("source", "")).strip():
+        raise ConfigError(f"{where}: add `source:` (where the figures come from)")
+    return tuple((float(w), float(t)) for w, t in pts), str(data["source"])
+
+
+def power_scale(gpu: "GPUSpec", power_w: float) -> float:
+    """Factor on ``gpu``'s peak rates when its board power is capped at ``power_w`` watts.
+
+    A power cap lowers the sustained clock (DVFS); peak FLOP/s scale with the clock. The curve is
+    NVIDIA's own dense BF16 figures for parts sharing the die at different board powers (e.g.
+    GH100: H100 NVL 835.5 TFLOP/s at 400 W, H100 SXM 989.4 at 700 W), interpolated linearly in
+    watts; the factor is curve(power_w) / curve(gpu.power_w). Outside the curve: one ConfigError.
+
+    >>> round(power_scale(get_gpu("h100"), 500), 6)  # (835.5 + (989.4 - 835.5) / 3) / 989.4
+    0.896301
+    """
+    where = f"gpu {brief(gpu.name)}: power_w = {brief(power_w)}"
+    if isinstance(power_w, bool) or not isinstance(power_w, (int, float)) or not math.isfinite(power_w):
+        raise ConfigError(f"{where} must be a number of watts")
+    pts = gpu.power_curve
+    if not pts or gpu.power_w is None:
+        raise ConfigError(f"{where}: NVIDIA publishes no figures for this GPU at other board powers, so there is "
+                          f"no power curve; remove power_w or give the tflops_* at that power directly")
+    lo, hi = pts[0][0], pts[-1][0]
+    if not lo <= power_w <= hi:
+        raise ConfigError(f"{where} is outside the published curve, {lo:g}-{hi:g} W ({gpu.power_curve_source}); "
+                          f"use a value in that range or give the tflops_* directly")
+
+    def at(w: float) -> float:
+        for (w0, t0), (w1, t1) in zip(pts, pts[1:]):
+            if w0 <= w <= w1:
+                return t0 + (t1 - t0) * (w - w0) / (w1 - w0)
+        raise ConfigError(f"gpu {brief(gpu.name)}: its own power_w {gpu.power_w:g} W is outside its curve")
+    return at(float(power_w)) / at(float(gpu.power_w))
 
 
 def _efficiency_from_dict(data: Any, where: str) -> GPUEfficiency:
@@ -236,6 +296,10 @@ def gpu_from_dict(name: str, data: Mapping, where: str | None = None) -> GPUSpec
     if not isinstance(aliases, (list, tuple)) or not all(isinstance(a, str) for a in aliases):
         raise ConfigError(f"{where}: field 'aliases' = {brief(aliases)} must be a list of strings")
     tflops_fp8 = number(data, "tflops_fp8", where, optional=True)
+    power_w = number(data, "power_w", where, optional=True)
+    curve, curve_src = _power_curve(data["power_curve"], where) if data.get("power_curve") is not None else ((), "")
+    if curve and power_w is None:
+        raise ConfigError(f"{where}: a power_curve needs `power_w:` (the board power the tflops_* figures hold at)")
     if "efficiency" not in data:
         raise ConfigError(f"{where}: missing required field 'efficiency' (a mapping of "
                           f"{', '.join(EFFICIENCY_FIELDS)})")
@@ -254,6 +318,9 @@ def gpu_from_dict(name: str, data: Mapping, where: str | None = None) -> GPUSpec
         sm_count=number(data, "sm_count", where, integer=True),
         efficiency=_efficiency_from_dict(data["efficiency"], where),
         source=str(data.get("source", "")),
+        power_w=None if power_w is None else float(power_w),
+        power_curve=curve,
+        power_curve_source=curve_src,
     )
 
 
@@ -277,6 +344,9 @@ def gpu_to_dict(gpu: GPUSpec) -> dict:
             **{f.name: getattr(e, f.name) for f in fields(e) if f.name != "launch_overhead"},
             "launch_overhead_us": e.launch_overhead / US,
         },
+        "power_w": gpu.power_w,
+        "power_curve": ({"points": [list(p) for p in gpu.power_curve], "source": gpu.power_curve_source}
+                        if gpu.power_curve else None),
     }
 
 
@@ -293,7 +363,8 @@ def _load_catalog(path: str) -> dict[str, GPUSpec]:
     check_finite(doc, f"GPU catalog {brief(str(path), 120)}")
     if not isinstance(doc, Mapping) or not isinstance(doc.get("gpus"), Mapping):
         raise ConfigError(f"GPU catalog {brief(path)}: expected a top-level `gpus:` mapping of name -> fields")
-    catalog = {str(name): gpu_from_dict(str(name), entry) for name, entry in doc["gpus"].items()}
+    catalog = {str(name): gpu_from_dict(str(name), _with_fitted(str(name), entry))
+               for name, entry in doc["gpus"].items()}
     seen: dict[str, str] = {}
     for gpu in catalog.values():
         for key in (gpu.name.lower(), *gpu.aliases):
@@ -302,6 +373,16 @@ def _load_catalog(path: str) -> dict[str, GPUSpec]:
                                   f"{brief(seen[key])} and {brief(gpu.name)}; make aliases unique")
             seen[key] = gpu.name
     return catalog
+
+
+def _with_fitted(name: str, entry: Any) -> Any:
+    """A catalog entry whose ``efficiency`` fields written ``fitted`` take their value from
+    ``topologies/data/fitted.yaml`` (the constants fitted to measured runs, declared in one place)."""
+    if not isinstance(entry, Mapping) or not isinstance(entry.get("efficiency"), Mapping):
+        return entry
+    from strategies.fitted import catalog_values, resolve_fitted
+    eff = resolve_fitted(entry["efficiency"], catalog_values("gpu").get(name, {}), f"gpu {brief(name)}.efficiency")
+    return {**entry, "efficiency": eff}
 
 
 @lru_cache(maxsize=1)
@@ -344,9 +425,18 @@ def get_gpu(name: str | GPUSpec, catalog: Mapping[str, GPUSpec] | None = None) -
 
 def gpu_with_overrides(base: str | GPUSpec, overrides: Mapping, name: str | None = None,
                        where: str | None = None) -> GPUSpec:
-    """A catalog GPU with some user-unit fields replaced (``efficiency`` merges key by key)."""
+    """A catalog GPU with some user-unit fields replaced (``efficiency`` merges key by key).
+
+    ``power_w`` caps the board power: every peak rate scales by :func:`power_scale` (unless the
+    override gives that rate itself); HBM, NVLink and capacity stay.
+    """
     gpu = get_gpu(base)
     data = gpu_to_dict(gpu)
+    if overrides.get("power_w") is not None and overrides["power_w"] != gpu.power_w:
+        k = power_scale(gpu, overrides["power_w"])
+        for f in CLOCKED_FIELDS:
+            if data[f] is not None and f not in overrides:
+                data[f] = data[f] * k
     if overrides:
         data["aliases"] = []  # a modified part is not the catalog part any more
         data["source"] = f"{gpu.source}; overridden: {', '.join(sorted(overrides))}"
@@ -361,5 +451,5 @@ def gpu_with_overrides(base: str | GPUSpec, overrides: Mapping, name: str | None
 
 __all__ = [
     "GPUSpec", "GPUEfficiency", "get_gpu", "list_gpus", "load_gpu_catalog", "gpu_from_dict",
-    "gpu_to_dict", "gpu_with_overrides", "DTYPES", "GPU_CATALOG_PATH",
+    "gpu_to_dict", "gpu_with_overrides", "power_scale", "DTYPES", "GPU_CATALOG_PATH",
 ]

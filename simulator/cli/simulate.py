@@ -125,6 +125,8 @@ def _simulate_cmd(args) -> int:
             for st, extra in zip(out["per_stage"], m["memory_per_stage"]):
                 st["peak_memory_gb"] = extra["total_gb"]
             out.update(m)
+            from simulator.reports.envelope import plan_envelope
+            out["calibration"] = plan_envelope(sim.plan).to_json()
         out["oom"] = None if mem is None else not mem.fits
         out.setdefault("fits", None)
         _print_json(out)
@@ -151,6 +153,8 @@ def _simulate_cmd(args) -> int:
                 rest = (f"; {cov['modelled']} from the cost model ({', '.join(cov['modelled_examples'])}"
                         f"{', ...' if cov['modelled'] > len(cov['modelled_examples']) else ''})" if cov["modelled"] else "")
                 print(f"profile: {cov['measured']} operator passes measured ({cov['path']}){rest}")
+            from simulator.reports.envelope import plan_envelope
+            print(plan_envelope(p).summary())
         else:
             print(format_report(sim.report, title))
         if deltas is not None:

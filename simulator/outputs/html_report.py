@@ -150,6 +150,8 @@ def report_data(sim, source: str = "") -> dict:
                          "mfu": tr.mfu, "hfu": tr.hfu, "mfu_fp8_peak": tr.mfu_fp8_peak, "train_days": tr.train_days,
                          "gpus_per_rank": tr.gpus_per_simulated_rank,
                          "stages": {s.rank: {"stages": list(s.stages), "layers": s.layers} for s in tr.per_stage}}
+        from simulator.reports.envelope import plan_envelope
+        d["calibration"] = plan_envelope(p).to_json()
     return d
 
 
@@ -170,6 +172,8 @@ def _summary_html(d: dict) -> str:
                  ("throughput", f"{t['tokens_per_s']:,.0f} tokens/s, "
                                 f"{format_mfu(t['mfu'], t['hfu'], t.get('mfu_fp8_peak'))}"
                                 + (f", {t['train_days']:.1f} days to train" if t["train_days"] else ""))]
+    if d.get("calibration"):
+        rows.append(("calibration", d["calibration"]["summary"]))
     ideal = d["ideal_bubble_fraction"]
     if len(d["per_rank"]) == 1:
         bub = "none (one pipeline rank)"
