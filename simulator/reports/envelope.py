@@ -18,7 +18,9 @@ layer, not a run, and are left out.
 
 * ``stack`` -- the software stack: 0 same; 0.5 related (the Megatron family: Megatron-LM,
   Megatron-DeepSpeed, NeMo; or the sharded data-parallel family: FSDP, DeepSpeed ZeRO-3); 1 other.
-  Until strategy files name their stack, a run's is inferred: ZeRO-3 → ``fsdp``, else ``megatron``.
+  A run's stack is its ``options.stack`` (megatron-te → megatron, torchtitan and torchtitan-compile →
+  torchtitan, in the sharded family; llm-foundry → fsdp; deepspeed → megatron-deepspeed or
+  deepspeed-zero3); without one it is inferred: ZeRO-3 → ``fsdp``, else ``megatron``.
 * ``gpu`` -- 0 a GPU the group measured; 0.25 another product of the same generation
   (architecture: H800 or H200 against H100); 1 another generation.
 * ``family`` -- dense or MoE: 0 same, 1 other.
@@ -61,7 +63,10 @@ WEIGHTS = {"stack": 1.0, "stack_related": 0.5, "gpu": 1.0, "gpu_same_generation"
 #: Largest distance still called inside the calibrated envelope.
 NEAR = 0.5
 #: Stacks that share kernels and schedules (Megatron code; sharded data parallel).
-STACK_FAMILIES = ({"megatron", "megatron-deepspeed", "nemo"}, {"fsdp", "deepspeed-zero3"})
+STACK_FAMILIES = ({"megatron", "megatron-deepspeed", "nemo"}, {"fsdp", "deepspeed-zero3", "torchtitan"})
+#: options.stack (taskgraph/data/stacks.yaml) -> the envelope's stack name
+_STACKS = {"megatron-te": "megatron", "torchtitan": "torchtitan", "torchtitan-compile": "torchtitan",
+           "llm-foundry": "fsdp"}
 _GROUP_FIELDS = ("name", "stack", "gpus", "architectures", "families", "precisions", "min_gpus", "max_gpus",
                  "rows", "mean_abs_error_pct", "max_abs_error_pct")
 
@@ -192,7 +197,9 @@ def assess(run: RunFeatures, groups: Iterable[CalibrationGroup] | None = None) -
 
 def run_features(plan) -> RunFeatures:
     """The features of a resolved strategy (:class:`taskgraph.plan.Plan`)."""
-    stack = "fsdp" if plan.zero == 3 else "megatron"
+    stack = _STACKS.get(plan.strategy.options.stack or "", "fsdp" if plan.zero == 3 else "megatron")
+    if plan.strategy.options.stack == "deepspeed":
+        stack = "deepspeed-zero3" if plan.zero == 3 else "megatron-deepspeed"
     gpu = plan.cluster.gpu
     return RunFeatures(stack=stack, gpu=gpu.name, architecture=gpu.architecture,
                        family="moe" if plan.model.experts else "dense",
