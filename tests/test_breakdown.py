@@ -142,7 +142,12 @@ def test_same_meaning_at_both_fidelities():
     from simulator.api import simulate_strategy
     from simulator.search.evaluate import vary
     from strategies.strategy_file import load_strategy
-    s = vary(load_strategy("strategies/examples/gpt3-175b-1024-a100.yaml"), {"training.global_batch": 256})
+    # the breakdown's meaning, without the SM interference of overlapped communication: the operator
+    # lowering puts that slowdown on the compute tasks beside it (stretching the pipeline drain), the coarse
+    # records into their DP bucket tail; the two agree on iteration time (tests/test_fidelity_random.py), not
+    # on where the seconds land
+    s = vary(load_strategy("strategies/examples/gpt3-175b-1024-a100.yaml"),
+             {"training.global_batch": 256, "options.overlap_interference": False})
     op = simulate_strategy(s, fidelity="operator").report
     co = simulate_strategy(s, fidelity="coarse").report
     for a, b in zip(op.per_rank, co.per_rank):

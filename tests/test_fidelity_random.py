@@ -50,11 +50,14 @@ OPTION_VALUES = {
     "price_per_gpu_hour_usd": [1.5],
     "overlap_interference": [False],
     "stack": ["torchtitan", "torchtitan-compile", "deepspeed", "llm-foundry"],
+    "fp8_param_gather": [True],
+    "activation_offload_layers": [1, 2],
 }
 #: options that only mean something with a MoE model, fp8, cp > 1, zero 3 or a DualPipe schedule
 NEEDS = {"moe_imbalance": "moe", "moe_capacity_factor": "moe", "moe_max_nodes": "moe",
          "fp8_recipe": "fp8", "cp_comm": "cp", "cp_load_balance": "cp", "reshard_after_forward": "zero3",
-         "pair_overlap": "dualpipe", "pair_comm_sms": "dualpipe", "overlap_handoff": "dualpipe"}
+         "pair_overlap": "dualpipe", "pair_comm_sms": "dualpipe", "overlap_handoff": "dualpipe",
+         "fp8_param_gather": "fp8"}
 
 
 def _draw(rng: np.random.Generator, i: int) -> tuple[dict, set]:

@@ -424,7 +424,7 @@ def test_expert_states_shard_over_the_expert_data_parallel_group():
 def test_ep_wider_than_dp_is_expressible():
     """TP 2, PP 8, EP 32 on 256 GPUs (dp = 16): the expert mesh etp 1 x ep 32 folds over tp x dp."""
     model = {"name": "moe64", "layers": 8, "hidden": 1024, "heads": 16, "vocab": 1000, "experts": 64, "top_k": 4,
-             "expert_ffn": 512, "mlp": "swiglu"}
+             "expert_ffn": 512, "mlp": "swiglu", "max_seq": 4096}  # learned positions: max_seq bounds seq_len
     p = _plan({"tp": 2, "pp": 8, "ep": 32, "etp": 1, "sp": True}, model=model)
     from topologies.placement import group_ranks
     assert p.sizes.dp == 16 and p.sizes.edp == 1

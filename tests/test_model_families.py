@@ -173,8 +173,8 @@ def test_new_families_simulate_end_to_end(preset, tmp_path):
     op = simulate_strategy(s)
     co = simulate_strategy(s, fidelity="coarse")
     assert op.training.to_json()["iteration_time_s"] > 0
-    # coarse fidelity exposes more communication today (2-7% here; docs/performance.md), never less
-    assert op.result.makespan <= co.result.makespan * (1 + 1e-9) <= 1.10 * op.result.makespan
+    # the two fidelities agree (coarse records fold each block's costs the operator lowering schedules)
+    assert abs(co.result.makespan / op.result.makespan - 1) <= 0.02
 
 
 def _mixtral(tmp_path, **options):
