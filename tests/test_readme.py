@@ -28,7 +28,7 @@ EX = "strategies/examples"
 GPT3 = f"{EX}/gpt3-175b-1024-a100.yaml"
 L70 = f"{EX}/llama3-70b-64-h100.yaml"
 DEADLINE = (f"--gpus-range 64:4096 --deadline-days 30 --train-tokens 1e12 --axis tp=2,4,8 --axis cp=1,2 "
-            f"--axis recompute=none,selective --axis zero=1 --axis micro_batch=1")
+            f"--axis recompute=none,selective --axis zero=1 --axis micro_batch=1 --no-prune")
 #: README commands that these checks run (each must appear in the README, whitespace-normalised)
 COMMANDS = [f"execsim search {GPT3} --write-best best.yaml", "execsim simulate best.yaml",
             f"execsim search {L70} {DEADLINE}"]
@@ -77,8 +77,9 @@ def figures(runs) -> dict[str, str]:
     for key, name in (("gpt3", "GPT-3 175B"), ("l70", "Llama-3 70B")):
         s, b = runs[key], runs[key]["best"]
         valid = s["space"]["kept"] + s["space"]["pruned_memory"]
-        f[f"{key} simulated"] = (f"{s['simulated']} simulated of {valid} valid" if key == "gpt3"
-                                 else f"{s['simulated']} simulated")
+        skipped = s["space"].get("skipped_by_time_bound", 0)
+        f[f"{key} simulated"] = (f"{s['simulated']} simulated ({skipped} ruled out by the time bound) of {valid} valid"
+                                 if key == "gpt3" else f"{s['simulated']} simulated ({skipped} ruled out by the time bound)")
         f[f"{key} price"] = f"${s['price_per_gpu_hour_usd']:.2f}/GPU-h"
         f[f"{key} best"] = f"| {_label(b)} |"
         f[f"{key} iteration"] = (f"{b['iteration_time_s']:.2f} s ({b['tokens_per_s'] / 1e3:.{0 if key == 'gpt3' else 1}f}k "
