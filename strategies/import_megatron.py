@@ -70,14 +70,26 @@ def _same_marks(val: str, word) -> Any:
     return Word(val, u, c) if (u or c) else val
 
 
+#: flags whose 0 means something (no layers recomputed, offloaded or moved; no shared expert)
+_ZERO_OK = {"recompute-num-layers", "cpu-offloading-num-layers", "decoder-first-pipeline-num-layers",
+            "decoder-last-pipeline-num-layers", "moe-shared-expert-intermediate-size"}
+#: the largest integer any Megatron size or count here may take (a bound on the work it causes)
+_INT_MAX = 10**15
+
+
 def _int(flags: dict, name: str, default: Any = None) -> Any:
     v = flags.get(name, default)
     if v is default:
         return default
     try:
-        return int(str(v))
+        n = int(str(v))
     except ValueError:
         raise ConfigError(f"megatron argument --{name} = {str(v)[:40]!r} must be an integer") from None
+    low = 0 if name in _ZERO_OK else 1
+    if not low <= n <= _INT_MAX:
+        raise ConfigError(f"megatron argument --{name} = {str(v)[:40]} must be an integer in [{low}, {_INT_MAX:.0e}]"
+                          f"{'' if n >= low else ' (a size or count of 0 or less means nothing to Megatron)'}")
+    return n
 
 
 def _float(flags: _Flags, name: str) -> float | None:
@@ -110,6 +122,27 @@ _MEGATRON_READ = {
     "cpu-offloading-num-layers", "moe-token-dispatcher-type", "moe-expert-capacity-factor",
     "moe-pad-expert-input-to-capacity",
 }
+
+
+def _edit1(a: str, b: str) -> bool:
+    """One insertion, deletion or substitution apart."""
+    if abs(len(a) - len(b)) > 1 or a == b:
+        return False
+    if len(a) > len(b):
+        a, b = b, a
+    i = 0
+    while i < len(a) and a[i] == b[i]:
+        i += 1
+    return a[i:] == b[i + 1:] or (len(a) == len(b) and a[i + 1:] == b[i + 1:])
+
+
+def _near_miss(flag: str) -> str | None:
+    """The read flag one edit away from ``flag`` (at least 8 letters long, so that short real flags
+    such as --fp16 / --bf16 are not each other's typos), or None."""
+    if len(flag) < 8:
+        return None
+    hits = sorted(k for k in _MEGATRON_READ if len(k) >= 8 and _edit1(flag, k))
+    return hits[0] if hits else None
 
 
 def _maybe(flags: _Flags, name: str) -> Any:
@@ -288,4 +321,9 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
     if npn is not None:
         strategy["_gpus_per_node"] = npn
     unmodeled = tuple("--" + f if " " not in f else f for f in dict.fromkeys(order) if f not in _MEGATRON_READ)
+    for f in unmodeled:   # a typo of a flag this importer reads would silently drop that setting
+        near = _near_miss(f[2:]) if f.startswith("--") else None
+        if near:
+            raise ConfigError(f"megatron argument {f} is not a flag this importer knows, and it is one letter from "
+                              f"--{near}, which it reads; fix the spelling (or remove it)")
     return Imported(strategy, unmodeled, "megatron")

@@ -1007,6 +1007,23 @@ add(
          r"recompute-num-layers = 100 with method 'block' .* a stage holds 4", "recompute-num-layers"),
 )
 
+# Megatron sizes and counts: 0, huge, and one-letter typos of a flag the importer reads (issue 29)
+_MEG0 = ("pretrain_gpt.py --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 128 "
+         "--max-position-embeddings 128 --micro-batch-size 1 --global-batch-size 8 --vocab-size 128 ")
+add(
+    Case("import-megatron-tp-zero", "import megatron m.sh --cluster dgx-h100 --nodes 1",
+         {"m.sh": _MEG0 + "--tensor-model-parallel-size 0\n"}, r"--tensor-model-parallel-size = 0 must be an integer in \[1,",
+         "--tensor-model-parallel-size"),
+    Case("import-megatron-vpp-layers-zero", "import megatron m.sh --cluster dgx-h100 --nodes 1",
+         {"m.sh": _MEG0 + "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 0\n"},
+         r"--num-layers-per-virtual-pipeline-stage = 0 must be", "--num-layers-per-virtual-pipeline-stage"),
+    Case("import-megatron-train-iters-2-66", "import megatron m.sh --cluster dgx-h100 --nodes 1",
+         {"m.sh": _MEG0 + "--train-iters 73786976294838206464\n"}, r"--train-iters = 73786976294838206464 must be",
+         "--train-iters"),
+    Case("import-megatron-near-miss-flag", "import megatron m.sh --cluster dgx-h100 --nodes 1",
+         {"m.sh": _MEG0 + "--overlap-grad-reduc\n"}, r"one letter from --overlap-grad-reduce", "--overlap-grad-reduc"),
+)
+
 # --------------------------------------------------------------------------- issue 27: importers
 _MEG = ("A=(--num-layers 2 --hidden-size 64 --num-attention-heads 4)\n"
         "torchrun pretrain_gpt.py ${A[@]} --seq-length 128 --global-batch-size 8 --vocab-size 100 \\\n"

@@ -28,7 +28,7 @@ import numpy as np
 
 from taskgraph.overlap import MAX_FRACTION
 
-TOLERANCE = 1e-4
+TOLERANCE = 1e-3
 MAX_ROUNDS = 6
 DAMPING = 0.7
 
