@@ -82,7 +82,8 @@ _TT_READ = {"model.name", "model.flavor", "training.local_batch_size", "training
             "parallelism.expert_parallel_degree", "parallelism.pipeline_parallel_schedule",
             "parallelism.pipeline_parallel_microbatch_size", "parallelism.fsdp_reshard_after_forward",
             "parallelism.enable_async_tensor_parallel", "activation_checkpoint.mode", "model.hf_assets_path",
-            "model.converters", "parallelism.expert_tensor_parallel_degree"}
+            "model.converters", "parallelism.expert_tensor_parallel_degree", "training.compile", "compile.enable",
+            "compile.components"}
 #: float8 keys read when a float8 / mx converter is on (otherwise listed as set but not in effect)
 _TT_FLOAT8 = {"float8.recipe_name", "float8.enable_fsdp_float8_all_gather", "float8.filter_fqns",
               "quantize.linear.float8.recipe_name", "quantize.linear.float8.enable_fsdp_float8_all_gather",
@@ -187,8 +188,13 @@ def import_torchtitan(data: dict, *, cluster: str | None = None, nodes: int | No
                           f"mixed precision ({', '.join(MIXED_PRECISION)}); "
                           + ("FP32 training is not modeled" if mp == "float32" else "use one of them"))
     precision = MIXED_PRECISION[mp]
+    # the software stack (taskgraph/data/stacks.yaml): torchtitan runs PyTorch eager unless torch.compile is on
+    # ([training] compile = true in older configs, [compile] enable = true with components since 2025)
+    comp = data.get("compile") or {}
+    compiled = tr.get("compile") is True or (comp.get("enable") is True and "model" in (comp.get("components") or ["model"]))
     options: dict = {"overlap_grad_reduce": True, "overlap_param_gather": True,
-                     "tp_comm_overlap": par.get("enable_async_tensor_parallel") is True}
+                     "tp_comm_overlap": par.get("enable_async_tensor_parallel") is True,
+                     "stack": "torchtitan-compile" if compiled else "torchtitan"}
     # float8 (torchao): [model] converters = ["float8"] (or ["mx"]) with [float8] (or, in newer
     # torchtitan, [quantize.linear.float8]) recipe_name and enable_fsdp_float8_all_gather
     converters = mdl.get("converters") or []

@@ -68,7 +68,8 @@ def test_torchtitan_llama3_8b(tmp_path, capsys):
     s = yaml.safe_load(out.read_text())
     assert s["model"] == "llama3-8b" and s["parallel"]["zero"] == 3       # FSDP over all 64 ranks
     assert s["training"]["global_batch"] == 64 and s["training"]["recompute"] == "selective"
-    assert "training.compile" in err
+    # training.compile is read now (the software stack: eager -> options.stack torchtitan), not listed as unmodeled
+    assert "training.compile" not in err and s["options"]["stack"] == "torchtitan"
     rc, text, _ = run(capsys, "simulate", out)
     assert rc == 0 and "dp=64" in text
 

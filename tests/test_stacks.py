@@ -66,3 +66,14 @@ def test_stack_option_end_to_end(tmp_path):
     assert times["torchtitan"] > times["torchtitan-compile"] > times["megatron-te"]
     with pytest.raises(ConfigError, match="options.stack = 'torchtitan-eager' is not a known stack; valid: "):
         resolve(parse_strategy({**base, "options": {"stack": "torchtitan-eager"}}, tmp_path))
+
+
+def test_torchtitan_import_names_its_stack():
+    # torchtitan runs PyTorch eager unless torch.compile is on ([training] compile, or [compile] enable)
+    from strategies.importers import import_config
+    base = "[model]\nname = 'llama3'\nflavor = '8B'\n[training]\nlocal_batch_size = 1\nseq_len = 2048\n"
+    assert import_config("torchtitan", base, cluster="dgx-h100", nodes=1).strategy["options"]["stack"] == "torchtitan"
+    assert import_config("torchtitan", base + "compile = true\n", cluster="dgx-h100",
+                         nodes=1).strategy["options"]["stack"] == "torchtitan-compile"
+    assert import_config("torchtitan", base + "[compile]\nenable = true\ncomponents = ['model', 'loss']\n",
+                         cluster="dgx-h100", nodes=1).strategy["options"]["stack"] == "torchtitan-compile"
