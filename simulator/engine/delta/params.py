@@ -13,6 +13,11 @@ RESUME_MAX_SHARE = 0.75
 #: ``_res_fix + _res_per * tasks``, measured on this machine as changes run), so a change costs at most
 #: about (1 + RESUME_RACE) x the resumed engine, and a small change is never handed to it.
 RESUME_RACE = 0.3
+#: Ski rental against a full run: the sweep gives up once what it has cost plus the expected cost of
+#: the alternative (the resumed engine, or a full run) reaches (1 + FALLBACK_WASTE) full runs of the
+#: same engine, so no change costs much more than a full run (a change early in the timeline that
+#: re-times most of what follows it wastes at most this share of a full run).
+FALLBACK_WASTE = 0.05
 #: The sweep a DeltaSimulator uses when its ``kernel`` argument is None (see DeltaSimulator).
 DEFAULT_KERNEL = "auto"
 #: ``budget="auto"`` (the default): the Python sweep costs ~10x the engine per re-timed task, so it gets
