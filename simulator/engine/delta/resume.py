@@ -270,6 +270,18 @@ class ResumeMixin:
         else:
             self._res_fix = 0.5 * self._res_fix + 0.5 * max(seconds - tasks * per, 0.0)
 
+    def _warm(self) -> None:
+        """Load (or compile) the compiled engine and :func:`~simulator.engine.delta.kernels_numba.adopt`
+        on a one-task graph, with the argument types of :meth:`_full`, so that the first timed full
+        run measures the run and not the loading."""
+        from simulator.engine.kernels_numba import run_numba
+        one, i64 = np.zeros(1), np.zeros(1, dtype=np.int64)
+        order, ready, start, _ = run_numba(one, np.zeros(1, dtype=np.int32), np.zeros(2, dtype=np.int64),
+                                           np.zeros(0, dtype=np.int64), 1)
+        self._nb.adopt(order, ready, start, one, np.zeros(1, dtype=np.int32), np.ones(1, dtype=bool),
+                       one.copy(), one.copy(), one.copy(), one.copy(), i64.copy(), i64.copy(), i64.copy(),
+                       i64.copy(), i64.copy(), False)
+
     def _full(self, count_changed: bool = False) -> int:
         """Full run with :func:`simulator.engine.core.simulate_arrays` (the engine of the same kind as
         the sweep; the compiled loop is called directly, the inputs being valid); rebuilds the delta
