@@ -37,10 +37,11 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
         :data:`params.AUTO_BUDGET_PYTHON` for the Python sweep; for the compiled sweep
         :data:`params.AUTO_BUDGET_COMPILED` with the projection described there.
     max_work: also give up after this many processed + vacated tasks (deterministic; None = no limit).
-    kernel: None means :data:`params.DEFAULT_KERNEL`, ``"auto"``. ``"auto"`` runs the sweep of duration changes on a timeline with durations > 0
-        compiled when numba is installed (optional extra ``fast``, :mod:`simulator.engine.delta.kernels_numba`: the
-        same loop and IEEE operations, so the same bits; tests/test_delta.py compares them),
-        ``"python"`` always the Python loop, ``"numba"`` requires numba.
+    kernel: None means :data:`params.DEFAULT_KERNEL`, ``"auto"``. ``"auto"`` runs the sweep of duration
+        and device changes compiled when numba is installed (optional extra ``fast``,
+        :mod:`simulator.engine.delta.kernels_numba`: the same loop, guards and IEEE operations, so the
+        same bits; tests/test_delta_numba.py compares them), and its full runs and resumes on the
+        compiled engine; ``"python"`` always the Python loop and engine, ``"numba"`` requires numba.
     """
 
     def __init__(self, graph=None, *, budget: float | str | None = "auto", max_work: int | None = None,
