@@ -27,7 +27,12 @@ Change kinds:
   about 1-5 % of the tasks (the closest of 120 probes): a resume cannot help there.
 
 Then the tail and first-task changes on a random DAG (``benchmarks.graphs.random_dag``, ``--tasks``
-tasks) and on the real lowered GPT-3 175B / 1,024-GPU graph (``--graphs`` picks the sections).
+tasks) and on the real lowered GPT-3 175B / 1,024-GPU graph (``--graphs`` picks the sections); on the
+GPT-3 graph also changes drawn by a fixed seed (``--seed``) and kept by the share of tasks they
+re-time, measured after the fact, at about 0.1 / 1 / 5 / 20 % (:func:`drawn_changes`).
+
+Each row times the delta, a full run of the pure-Python engine and (numba installed) of the compiled
+one on the changed graph, and ``result()``; speedups are medians of the paired per-rep ratios.
 
 For changes that fell back, the last column shows what the sweep alone (``budget=None``) would have
 re-timed and cost: the fallback rule gives up after ``budget`` (5 %) of a full run, so a change is
@@ -332,12 +337,46 @@ def tail_changes(g: TaskGraph, base, shares=(0.001, 0.01, 0.05, 0.5)):
     return out
 
 
+def drawn_changes(g: TaskGraph, targets=(0.001, 0.01, 0.05, 0.2), draws: int = 80, seed: int = 0,
+                  kernel: str = "python"):
+    """Changes drawn by a fixed seed, kept by the share of tasks they re-time, measured after the fact.
+
+    Draws ``draws`` (task, factor) pairs: a task of positive duration, uniform, made ``factor`` times
+    longer, ``factor`` log-uniform in [1.5, 1000] (from a kernel a little slower to a task that
+    stalls). Each is simulated in full (``kernel``) and its share of tasks whose start or end changes
+    is measured; for each target share the draw closest to it (in log ratio) is kept. Returns
+    ``(name, apply)`` pairs and the measured shares of all draws."""
+    rng = np.random.default_rng(seed)
+    pos = np.flatnonzero(g.duration > 0)
+    base = simulate_arrays(g.duration, g.device, g.succ_ptr, g.succ_idx, g.num_devices, kernel=kernel)
+    found = []
+    for _ in range(draws):
+        t = int(rng.choice(pos))
+        f = float(np.exp(rng.uniform(np.log(1.5), np.log(1000.0))))
+        d = g.duration.copy()
+        d[t] *= f
+        r = simulate_arrays(d, g.device, g.succ_ptr, g.succ_idx, g.num_devices, kernel=kernel)
+        share = np.count_nonzero((r.start != base.start) | (r.end != base.end)) / g.num_tasks
+        found.append((share, t, f))
+    out, used = [], set()
+    for target in targets:
+        cands = [c for c in found if c[1] not in used and c[0] > 0]
+        if not cands:
+            continue
+        share, t, f = min(cands, key=lambda c: abs(np.log(c[0] / target)))
+        used.add(t)
+        out.append((f"drawn ~{100 * target:g} %: task {t} x{f:.3g}", _set_dur(t, float(g.duration[t]) * f)))
+    return out, sorted(c[0] for c in found)
+
+
 def run_changes(g: TaskGraph, base, changes, reps: int = 5, check: bool = True, kernel: str | None = None):
     """Run every change ``reps`` times on a DeltaSimulator of ``g`` (``kernel``: its sweep); returns
-    (g, build_s, rows)."""
+    (g, build_s, rows). Each rep also times a full run of the changed graph on the Python engine
+    (``kernel="python"``) and, when numba is installed, on the compiled one; speedups are the median
+    of the paired (full / delta) ratios."""
     t0 = time.perf_counter()
     ds = DeltaSimulator(g, kernel=kernel)
-    nb_engine = _has_numba()  # also time the compiled engine's full run, for the record
+    nb_engine = _has_numba()  # also time the compiled engine's full run
     if nb_engine:
         simulate_arrays(g.duration, g.device, g.succ_ptr, g.succ_idx, g.num_devices, kernel="numba")
     if ds._nb is not None:  # compile (or load from numba's cache) outside the timings
@@ -347,33 +386,39 @@ def run_changes(g: TaskGraph, base, changes, reps: int = 5, check: bool = True, 
     build_s = time.perf_counter() - t0
     rows = []
     for name, apply in changes:
-        d_times, f_times, c_times, stats = [], [], [], None
+        d_times, f_times, c_times, r_times, stats = [], [], [], [], None
         for rep in range(reps):  # delta and full interleaved: the machine is shared and noisy
             gc.collect()
             st, undo = apply(ds)
             d_times.append(st.wall_s)
             stats = stats or st
+            t0 = time.perf_counter()
+            res = ds.result()
+            r_times.append(time.perf_counter() - t0)
             arrays = ds.graph_arrays()
             gc.collect()
             t0 = time.perf_counter()
-            full = simulate_arrays(*arrays)
+            full = simulate_arrays(*arrays, kernel="python")
             f_times.append(time.perf_counter() - t0)
             if nb_engine:
                 t0 = time.perf_counter()
                 simulate_arrays(*arrays, kernel="numba")
                 c_times.append(time.perf_counter() - t0)
             if check and rep == 0:
-                res = ds.result()
                 assert np.array_equal(full.start, res.start) and np.array_equal(full.end, res.end), name
-                assert np.array_equal(full.order, res.order), name
+                assert np.array_equal(full.ready, res.ready) and np.array_equal(full.order, res.order), name
+            res = full = None
             undo(ds)
+        d = np.array(d_times)
         # paired per rep (the two runs of a rep see the same machine load), then the median
-        speedup = float(np.median(np.array(f_times) / np.array(d_times)))
         row = dict(change=name, retimed=stats.retimed, changed=stats.changed, moved=stats.moved,
-                   fallback=stats.reason if stats.fallback else "", delta_s=float(np.median(d_times)),
-                   full_s=float(np.median(f_times)), speedup=speedup, pure=None,
-                   compiled_full_s=float(np.median(c_times)) if c_times else None)
-        if stats.fallback:  # what the sweep alone would have cost (no budget)
+                   fallback=stats.reason if stats.fallback else "", resumed=stats.resumed,
+                   delta_s=float(np.median(d)), full_s=float(np.median(f_times)),
+                   speedup=float(np.median(np.array(f_times) / d)), pure=None,
+                   result_s=float(np.median(r_times)),
+                   compiled_full_s=float(np.median(c_times)) if c_times else None,
+                   speedup_compiled=float(np.median(np.array(c_times) / d)) if c_times else None)
+        if stats.fallback and not stats.resumed:  # what the sweep alone would have cost (no budget)
             budget, ds.budget = ds.budget, None
             pure = []
             for _ in range(max(1, reps // 3)):
@@ -398,28 +443,29 @@ def _has_numba() -> bool:
     return True
 
 
+def _x(v: float) -> str:
+    return f"{v:.0f}x" if v >= 10 else f"{v:.2f}x"
+
+
 def format_table(g, build_s, rows, title: str | None = None) -> str:
     n = g.num_tasks
     title = title or (f"1F1B pipeline: {n} tasks, {g.meta['ranks']} ranks, {g.meta['microbatches']} "
                       f"microbatches, {g.meta['ops']} ops per block")
     lines = [f"{title}; DeltaSimulator build {build_s:.2f} s",
-             "| change | re-timed | % tasks | start/end changed | delta ms | full ms | speedup | fallback "
-             "| sweep alone: re-timed, ms, speedup | compiled engine's full run: ms, delta vs it |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| change | re-timed | % tasks | start/end changed (%) | delta ms | Python full ms | vs Python "
+             "full | compiled full ms | vs compiled full | result() ms | fallback | sweep alone: re-timed, ms, "
+             "vs Python full |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        sp = r["speedup"]
         pure = "-"
         if r["pure"] is not None:
             ps, pr = r["pure"]
-            pure = f"{pr} ({100 * pr / n:.1f} %), {1e3 * ps:.1f}, {r['full_s'] / ps:.2f}x"
-        lines.append(f"| {r['change']} | {r['retimed']} | {100 * r['retimed'] / n:.2f} | {r['changed']} | "
-                     f"{1e3 * r['delta_s']:.2f} | {1e3 * r['full_s']:.1f} | "
-                     f"{sp:.0f}x | " if sp >= 10 else
-                     f"| {r['change']} | {r['retimed']} | {100 * r['retimed'] / n:.2f} | {r['changed']} | "
-                     f"{1e3 * r['delta_s']:.2f} | {1e3 * r['full_s']:.1f} | {sp:.2f}x | ")
+            pure = f"{pr} ({100 * pr / n:.1f} %), {1e3 * ps:.1f}, {_x(r['full_s'] / ps)}"
         cf = r.get("compiled_full_s")
-        cf = "-" if cf is None else f"{1e3 * cf:.1f}, {cf / r['delta_s']:.2f}x"
-        lines[-1] += f"{r['fallback'] or '-'} | {pure} | {cf} |"
+        cf = "- | -" if cf is None else f"{1e3 * cf:.1f} | {_x(r['speedup_compiled'])}"
+        lines.append(f"| {r['change']} | {r['retimed']} | {100 * r['retimed'] / n:.2f} | {r['changed']} "
+                     f"({100 * r['changed'] / n:.2f}) | {1e3 * r['delta_s']:.2f} | {1e3 * r['full_s']:.1f} | "
+                     f"{_x(r['speedup'])} | {cf} | {1e3 * r['result_s']:.2f} | {r['fallback'] or '-'} | {pure} |")
     return "\n".join(lines)
 
 
@@ -522,11 +568,16 @@ def _sections(a, kinds, kernel):
             title = f"random DAG: {g.num_tasks} tasks, 16 devices, ~2 successors per task"
         else:
             g = lowered_gpt3()
-            title = (f"real lowered graph, strategies/examples/gpt3-175b-1024-a100.yaml: {g.num_tasks} "
-                     f"tasks ({int(np.count_nonzero(g.duration == 0.0))} of zero duration: no resume)")
+            title = (f"real lowered graph, strategies/examples/gpt3-175b-1024-a100.yaml (operator fidelity): "
+                     f"{g.num_tasks} tasks, {int(np.count_nonzero(g.duration == 0.0))} of zero duration")
         base = simulate_arrays(g.duration, g.device, g.succ_ptr, g.succ_idx, g.num_devices)
-        g, build_s, rows = run_changes(g, base, tail_changes(g, base), a.reps, check=not a.no_check,
-                                       kernel=kernel)
+        changes = tail_changes(g, base)
+        if kind == "gpt3":  # changes drawn by a fixed seed, at about 0.1 / 1 / 5 / 20 % re-timed
+            drawn, shares = drawn_changes(g, seed=a.seed, kernel="numba" if _has_numba() else "python")
+            changes = drawn + changes
+            print(f"\n{len(shares)} drawn changes (seed {a.seed}), % of tasks whose start or end changes: "
+                  + ", ".join(f"{100 * x:.2g}" for x in shares))
+        g, build_s, rows = run_changes(g, base, changes, a.reps, check=not a.no_check, kernel=kernel)
         print()
         print(format_table(g, build_s, rows, title))
 

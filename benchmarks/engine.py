@@ -3,13 +3,15 @@
     python -m benchmarks.engine [--sizes 1e4,1e5,1e6,3e6] [--quick] [--kinds pipeline,random,fanout,zero,gpt3]
                                 [--repeat 3] [--json PATH]
 
-For each graph kind (``benchmarks/graphs.py``) and size: graph build time, ``simulate(graph)`` time
-(median of ``--repeat`` runs; the call includes every conversion from and to numpy), tasks/s, the
+For each graph kind (``benchmarks/graphs.py``) and size: graph build time, ``simulate(graph,
+kernel="python")`` time (the pure-Python engine, whatever is installed; median of ``--repeat`` runs;
+the call includes every conversion from and to numpy), tasks/s, the
 ratio of a minimal reference heap loop's time to the engine's (``>1``: the engine is faster; the
 reference is written below, same semantics, simplest code, timed the same way and interleaved with
 the engine runs), whether both give identical timelines, and the peak memory per task of one
-engine call measured with ``tracemalloc`` (Python and numpy allocations made during the call,
-graph arrays excluded; a separate, slower run). Prints the machine description first.
+engine call and of one reference-loop call, measured with ``tracemalloc`` (Python and numpy
+allocations made during the call, its result included, graph arrays excluded; separate, slower
+runs). Prints the machine description first.
 ``--network`` runs ``benchmarks/network.py`` instead: end-to-end time of the GPT-3 175B example with
 the network model (NCCL tuner + link sharing) on and switched off, same run.
 """
@@ -89,6 +91,17 @@ def _timed(fn):
     return time.perf_counter() - t0, out
 
 
+def _peak(fn) -> int:
+    """tracemalloc peak of one call (Python and numpy allocations made during it, the result included)."""
+    gc.collect()
+    tracemalloc.start()
+    out = fn()
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    del out
+    return peak
+
+
 def bench_one(kind: str, build, n_target: int, repeat: int, seed: int = 0) -> dict:
     t_build, graph = _timed(lambda: build(n_target, seed))
     n = graph.num_tasks
@@ -96,7 +109,7 @@ def bench_one(kind: str, build, n_target: int, repeat: int, seed: int = 0) -> di
     res = ref = None
     for _ in range(repeat):  # interleaved, so drifting machine load hits both alike
         res = ref = None  # free the previous run's results before timing
-        dt, res = _timed(lambda: simulate(graph))
+        dt, res = _timed(lambda: simulate(graph, kernel="python"))
         eng_times.append(dt)
         dt, ref = _timed(lambda: reference_loop(graph))
         ref_times.append(dt)
@@ -112,11 +125,8 @@ def bench_one(kind: str, build, n_target: int, repeat: int, seed: int = 0) -> di
                          for f in ("ready", "start", "end", "order"))
         fast = None
     res = ref = None
-    gc.collect()
-    tracemalloc.start()
-    simulate(graph)
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
+    peak = _peak(lambda: simulate(graph, kernel="python"))
+    ref_peak = _peak(lambda: reference_loop(graph))
     t_eng, t_ref = statistics.median(eng_times), statistics.median(ref_times)
     return {
         "kind": kind, "tasks": n, "edges": graph.num_edges, "devices": graph.num_devices,
@@ -124,6 +134,7 @@ def bench_one(kind: str, build, n_target: int, repeat: int, seed: int = 0) -> di
         "tasks_per_s": n / t_eng, "reference_s": t_ref, "reference_runs_s": ref_times,
         "reference_tasks_per_s": n / t_ref, "ratio_vs_reference": t_ref / t_eng,
         "identical_to_reference": same and numba_same is not False, "peak_bytes_per_task": peak / n,
+        "reference_peak_bytes_per_task": ref_peak / n,
         "numba_s": statistics.median(numba_times) if numba_times else None,
         "numba_runs_s": numba_times, "numba_identical": numba_same,
         "peak_method": "tracemalloc peak during one simulate(graph) call",
@@ -132,14 +143,15 @@ def bench_one(kind: str, build, n_target: int, repeat: int, seed: int = 0) -> di
 
 def format_table(rows: list[dict]) -> str:
     head = (f"{'graph':<10} {'tasks':>9} {'edges':>9} {'build s':>8} {'sim s':>7} {'tasks/s':>10} "
-            f"{'ref s':>7} {'ref tasks/s':>11} {'x ref':>6} {'same':>5} {'B/task':>7} {'numba/s':>10} "
+            f"{'ref s':>7} {'ref tasks/s':>11} {'x ref':>6} {'same':>5} {'B/task':>7} {'ref B':>6} {'numba/s':>10} "
             f"{'py/numba':>8}")
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(f"{r['kind']:<10} {r['tasks']:>9,} {r['edges']:>9,} {r['build_s']:>8.3f} "
                      f"{r['simulate_s']:>7.3f} {r['tasks_per_s'] / 1e6:>8.3f} M {r['reference_s']:>7.3f} "
                      f"{r['reference_tasks_per_s'] / 1e6:>9.3f} M {r['ratio_vs_reference']:>6.2f} "
-                     f"{'yes' if r['identical_to_reference'] else 'NO':>5} {r['peak_bytes_per_task']:>7.0f}"
+                     f"{'yes' if r['identical_to_reference'] else 'NO':>5} {r['peak_bytes_per_task']:>7.0f} "
+                     f"{r['reference_peak_bytes_per_task']:>6.0f}"
                      + (f" {r['tasks'] / r['numba_s'] / 1e6:>8.2f} M {r['numba_s'] / r['simulate_s']:>8.3f}"
                         if r.get("numba_s") else f" {'-':>10} {'-':>8}"))
     return "\n".join(lines)
@@ -176,8 +188,9 @@ def main(argv=None) -> int:
 
     info = machine()
     print("machine: " + ", ".join(f"{k}={v}" for k, v in info.items()))
-    print(f"simulate = median of {args.repeat} runs of simulate(graph); x ref = reference loop time / "
-          f"engine time; B/task = tracemalloc peak of one engine call / tasks; numba/s = the compiled "
+    print(f"simulate = median of {args.repeat} runs of simulate(graph, kernel='python'); x ref = reference "
+          f"loop time / engine time; B/task, ref B = tracemalloc peak of one engine / reference-loop call "
+          f"/ tasks; numba/s = the compiled "
           f"kernel (optional extra 'fast'); py/numba = pure-Python engine speed / compiled-loop limit")
     rows = []
     for i, n in enumerate(sizes):

@@ -560,3 +560,126 @@ def test_race_hand_overs_equal_full_runs(monkeypatch):
             assert_matches_full(ds)
             handed += "expected to take" in stats.reason
     assert handed >= 20, handed
+
+
+# ------------------------------------------- zero durations: compiled sweep and resume (issue 30)
+@st.composite
+def zero_graphs(draw):
+    """Graphs with many zero durations whose ids mostly follow a topological order (so most
+    timelines are canonical and the guarded sweep and its resume run, as on real lowered graphs)."""
+    n = draw(st.integers(2, 40))
+    nd = draw(st.integers(1, 4))
+    rnd = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    perm = rnd.permutation(n) if draw(st.integers(0, 3)) == 0 else np.arange(n)
+    p = draw(st.floats(0.02, 0.3))
+    edges = [(int(perm[u]), int(perm[v])) for v in range(n) for u in range(v) if rnd.random() < p]
+    dur = rnd.choice([0.0, 0.0, 1.0, 2.0, 3.0], n)
+    return graph_arrays_from(n, nd, edges, dur, rnd.integers(0, nd, n))
+
+
+@settings(max_examples=400, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.function_scoped_fixture])  # the monkeypatch is a constant
+@given(arrays=zero_graphs(), data=st.data())
+def test_zero_duration_sweeps_and_resumes_equal_full_runs(arrays, data, monkeypatch):
+    """With zero durations the sweep runs with its guards (compiled too) and a sweep stopped by its
+    work limit resumes the engine from the sweep point after checking the guarded prefix: every
+    result equals a full run, bit for bit (times, pop order, device orders, makespan)."""
+    monkeypatch.setattr(delta_mod, "RESUME_MAX_SHARE", 1.0)  # resume whatever the share
+    max_work = data.draw(st.one_of(st.none(), st.integers(1, 6)))
+    ds = DeltaSimulator.from_arrays(*arrays, budget=None, max_work=max_work)
+    n, nd = len(arrays[0]), arrays[4]
+    for _ in range(data.draw(st.integers(1, 5))):
+        t = data.draw(st.integers(0, n - 1))
+        if data.draw(st.integers(0, 3)):
+            stats = ds.set_durations([t], [float(data.draw(st.sampled_from([0, 0, 1, 2, 3, 4])))])
+        else:
+            stats = ds.set_devices([t], [data.draw(st.integers(0, nd - 1))])
+        assert_matches_full(ds)
+        event("resumed" if stats.resumed else ("fallback" if stats.fallback else "delta"))
+
+
+def test_zero_duration_resumes_happen_and_stay_exact(monkeypatch):
+    """Derandomized companion of the property test: on graphs with zero durations, work-limited
+    sweeps resume the engine (with the guards) and every result equals a full run."""
+    monkeypatch.setattr(delta_mod, "RESUME_MAX_SHARE", 1.0)
+    rng = np.random.default_rng(5)
+    resumed = 0
+    for _ in range(300):
+        n, nd = int(rng.integers(2, 30)), int(rng.integers(1, 4))
+        edges = [(u, v) for v in range(n) for u in range(v) if rng.random() < 0.15]
+        dur = rng.choice([0.0, 0.0, 1.0, 2.0, 3.0], n)
+        ds = DeltaSimulator.from_arrays(*graph_arrays_from(n, nd, edges, dur, rng.integers(0, nd, n)),
+                                        budget=None, max_work=int(rng.integers(1, 6)))
+        for _ in range(4):
+            t = int(rng.integers(0, n))
+            if rng.random() < 0.7:
+                stats = ds.set_durations([t], [float(rng.choice([0.0, 1.0, 2.0, 3.0]))])
+            else:
+                stats = ds.set_devices([t], [int(rng.integers(0, nd))])
+            resumed += stats.resumed > 0 and ds._n_zero > 0
+            assert_matches_full(ds)
+    assert resumed >= 100, resumed
+
+
+# a graph found by a 15,000-change campaign (zero and rounding-level durations, work limits): at the
+# third change the guarded sweep stops with a task behind its sweep point still dirty
+_PREFIX_EDGES = ("4-22 21-22 27-22 30-22 30-19 32-14 14-17 20-9 27-9 17-9 27-12 31-7 21-7 27-7 32-26 1-26 "
+                 "17-26 9-26 0-26 10-3 27-3 27-18 26-18 4-33 19-33 9-33 3-33 20-2 32-2 19-2 17-2 9-2 10-8 "
+                 "32-8 22-8 5-8 3-8 10-25 1-25 17-25 0-25 7-24 26-24 31-29 4-29 14-29 17-29 18-29 27-6 "
+                 "0-6 7-6 2-6 21-28 0-28 12-28 18-28 32-35 5-35 3-35 33-35 8-35 6-35 10-23 4-23 21-23 "
+                 "22-23 14-23 4-15 21-15 19-15 18-15 10-34 32-34 27-34 17-34 12-34 7-34 8-34 24-34 29-34 "
+                 "6-34 35-34 15-34 1-13 19-13 14-13 5-13 26-13 25-13 30-16 19-16 12-16 7-16 33-16 2-16 "
+                 "6-16 35-16 23-16 15-16 20-11 4-11 9-11 26-11 3-11 25-11 6-11")
+_PREFIX_DUR = [5e-324, 0, 2, 2, 0, 3, 3, 0, 1e-16, 3, 2, 3, 1e-16, 2, 1e-16, 3, 1e-16, 0, 2, 0, 1e-16, 0,
+               0, 3, 2, 1e-16, 2, 0, 1, 0, 1, 0, 1e-16, 1, 2, 0]
+_PREFIX_DEV = [1, 0, 0, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 1, 1, 0, 1, 1,
+               0, 0, 1, 1, 0, 1]
+
+
+def test_guarded_resume_checks_its_prefix(monkeypatch):
+    """The resume after a guarded sweep checks that the tasks up to the sweep point are final; here
+    the check rejects the resume (the plain full run is used, exact), and without the check the
+    resumed result would be wrong (so the check is needed, not vacuous)."""
+    from simulator.engine.delta.resume import ResumeMixin
+
+    monkeypatch.setattr(delta_mod, "RESUME_MAX_SHARE", 1.0)
+    edges = [tuple(map(int, e.split("-"))) for e in _PREFIX_EDGES.split()]
+    arrays = graph_arrays_from(36, 2, edges, _PREFIX_DUR, _PREFIX_DEV)
+
+    def run():
+        ds = DeltaSimulator.from_arrays(*arrays, budget=None, max_work=5)
+        ds.set_devices([33], [0])
+        ds.set_durations([35], [0.0])
+        return ds, ds.set_durations([3], [0.0])
+
+    ds, stats = run()
+    assert stats.fallback and not stats.resumed and "at or before the sweep point" in stats.reason
+    assert_matches_full(ds)
+    monkeypatch.setattr(ResumeMixin, "_guarded_prefix_ok", lambda self, *a: True)
+    ds, stats = run()
+    assert stats.resumed
+    full, res = simulate_arrays(*ds.graph_arrays()), ds.result()
+    assert not (np.array_equal(res.end, full.end) and np.array_equal(res.order, full.order))
+
+
+def test_zero_duration_chain_takes_the_sweep_hand_checked():
+    # chain 0 -> 1 -> 2 on one device, durations [1, 0, 1]: task 1 ends when it starts, and task 2 is
+    # ready then with a higher id, key (1.0, 2) > (1.0, 1): the edge goes forward, canonical
+    arrays = graph_arrays_from(3, 1, [(0, 1), (1, 2)], [1.0, 0.0, 1.0], [0, 0, 0])
+    ds = DeltaSimulator.from_arrays(*arrays, budget=None)
+    assert ds.canonical and ds._n_zero == 1
+    stats = ds.set_durations([0], [2.0])
+    assert not stats.fallback and stats.retimed == 3  # the guarded sweep, no full run
+    assert ds.end.tolist() == [2.0, 2.0, 3.0] and ds.ready.tolist() == [0.0, 2.0, 2.0]
+    assert_matches_full(ds)
+
+
+def test_full_runs_use_the_engine_of_the_sweep(sweep_kernel):
+    """A DeltaSimulator with the Python sweep falls back to the Python engine; the default runs the
+    compiled engine when the compiled sweep is in use (numba installed)."""
+    arrays = graph_arrays_from(2, 1, [(0, 1)], [1.0, 2.0], [0, 0])
+    ds = DeltaSimulator.from_arrays(*arrays)
+    assert ds._engine == ("python" if ds._nb is None else "numba")
+    if sweep_kernel == "python":
+        assert ds._engine == "python"

@@ -4,11 +4,13 @@ queues, including after resumes on its linked lists and after changes that switc
 queues (device moves, task replacements, added devices)."""
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 import simulator.engine.delta.params as delta_mod
 from benchmarks.delta import pipeline_1f1b
 from simulator.engine.delta.simulator import DeltaSimulator
-from tests.test_delta import assert_matches_full, graph_arrays_from
+from tests.test_delta import assert_matches_full, graph_arrays_from, zero_graphs
 
 numba = pytest.importorskip("numba", reason="numba not installed: the optional extra 'fast' is absent")
 
@@ -127,4 +129,44 @@ def test_a_full_event_heap_falls_back(monkeypatch):
     t = int(ds.pop_order[0])
     stats = ds.set_durations([t], [float(g.duration[t]) * 2.0])
     assert stats.fallback and "event heap is full" in stats.reason
+    assert_matches_full(ds)
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(arrays=zero_graphs(), data=st.data())
+def test_compiled_sweep_with_zero_durations_equals_python_sweep(arrays, data):
+    """Zero (and rounding-lossy) durations: the compiled sweep runs the Python sweep's guards; change
+    by change both give the same bits, counters, fallbacks and resumes, with and without work
+    limits (which force guarded resumes)."""
+    n, nd = len(arrays[0]), arrays[4]
+    max_work = data.draw(st.one_of(st.none(), st.integers(1, 6)))
+    old = delta_mod.RESUME_MAX_SHARE
+    delta_mod.RESUME_MAX_SHARE = 1.0
+    try:
+        a = DeltaSimulator.from_arrays(*arrays, budget=None, max_work=max_work, kernel="numba")
+        b = DeltaSimulator.from_arrays(*arrays, budget=None, max_work=max_work, kernel="python")
+        for _ in range(data.draw(st.integers(1, 5))):
+            t = data.draw(st.integers(0, n - 1))
+            if data.draw(st.integers(0, 3)):
+                v = float(data.draw(st.sampled_from([0.0, 0.0, 1.0, 2.0, 3.0, 1e-16])))
+                sa, sb = a.set_durations([t], [v]), b.set_durations([t], [v])
+            else:
+                d = data.draw(st.integers(0, nd - 1))
+                sa, sb = a.set_devices([t], [d]), b.set_devices([t], [d])
+            assert_same(a, b, sa, sb)
+            event("compiled sweep" if a._ll is not None and not sa.fallback else "other")
+        assert_matches_full(a)
+    finally:
+        delta_mod.RESUME_MAX_SHARE = old
+
+
+def test_compiled_sweep_runs_with_zero_durations():
+    """A timeline with a zero-duration task takes the compiled sweep (with its guards), not a full
+    run; hand-computed: chain 0 -> 1 -> 2 on one device, durations [1, 0, 1], task 0 made 2 s."""
+    arrays = graph_arrays_from(3, 1, [(0, 1), (1, 2)], [1.0, 0.0, 1.0], [0, 0, 0])
+    ds = DeltaSimulator.from_arrays(*arrays, budget=None, kernel="numba")
+    stats = ds.set_durations([0], [2.0])
+    assert ds._ll is not None and not stats.fallback and stats.moved == 2
+    assert ds.end.tolist() == [2.0, 2.0, 3.0]
     assert_matches_full(ds)

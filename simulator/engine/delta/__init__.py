@@ -99,11 +99,34 @@ time changed (and new edges) are checked to go forward in key order (the timelin
 was canonical, so other edges still do). If no guard fired, the result is a canonical fixed point and
 equals the engine by Lemma 1; otherwise the full run is used (counted).
 
+Zero durations and the resume
+-----------------------------
+A guarded sweep that stops for its budget or work limit also hands the rest to the engine (below),
+after checking what the unguarded argument gives for free. Let F be the entries with a key up to the
+sweep point K. The engine pops exactly F first, with the sweep's values, if (a) no task still dirty
+has an entry in F (its event would have fallen behind the sweep), (b) no edge goes from a resumed task
+into F, (c) every resumed task's new key is after every key in F, and (d) no edge at a task the sweep
+processed goes backwards in key order between tasks of F: then each task of F has its predecessors
+and its device predecessor in F, computed once with their final values (the guards), F is canonical,
+and by the induction of Lemma 1 the engine's heap holds no key below the next task of F until F is
+exhausted. The engine's state at that point is what the resume hands over, so the resumed run is the
+engine's continuation whatever its order; (e) the resumed tasks popped in key order keeps the new
+timeline canonical for the next change. (a) and (d) are checked before the resume
+(``_guarded_prefix_ok``), (b), (c) and (e) after the resumed run; if one fails the plain full run is
+used. Without (a) some resumes are wrong (tests/test_delta.py keeps one such graph, found by a
+15,000-change campaign).
+
 Fallback (cheaper when the change touches much of the graph): the change is applied and the sweep
 runs with a time budget, ``budget`` times a full run (the fastest full run so far: engine + state
 rebuild; checked every 32 events; one event costs several engine pops, so only a sweep
 that stays small can win). The sweep cannot know in advance how far a change will spread, so this is
-the ski-rental rule: at most ``budget`` of a full run is wasted. When the budget runs out, when the
+the ski-rental rule: at most ``budget`` of a full run is wasted. Whatever the budget, the sweep also
+gives up once what it has cost plus the expected cost of the alternative (the resumed engine or a full
+run, whichever the cost model expects to be cheaper) reaches ``1 + params.FALLBACK_WASTE`` full runs.
+Full runs and resumes run the engine of the sweep's kind: the compiled engine with the compiled sweep
+(``_full`` calls its loop directly, and one compiled pass, ``kernels_numba.adopt``, copies the times
+into the state in place, checks canonicity and lossy durations, counts the changed tasks and builds
+the linked-list queues), the Python engine with the Python sweep. When the budget runs out, when the
 timeline is not canonical, or when a guard fires, :func:`simulator.engine.core.simulate_arrays` runs on
 the current graph (tombstones enter it as isolated
 zero-duration tasks: such a task pops at (0, id), starts and ends at its device's current free time
@@ -128,8 +151,9 @@ durations, or most of the graph after the sweep point).
 
 Compiled sweep
 --------------
-With numba installed (extra ``fast``) and ``kernel="auto"`` (the default), duration changes on a
-timeline with durations > 0 run :func:`simulator.engine.delta.kernels_numba.sweep`: the same event loop,
+With numba installed (extra ``fast``) and ``kernel="auto"`` (the default), duration and device changes
+run :func:`simulator.engine.delta.kernels_numba.sweep` (with the guards above when the timeline has
+zero or rounding-lossy durations, as real lowered graphs do): the same event loop,
 device queues as doubly linked lists in key order instead of chunked lists, the event heap as two
 arrays. It pauses every 256-1,024 units of work so that the deadline checks and the race above run here
 unchanged. Resumes patch the linked lists (:func:`simulator.engine.delta.kernels_numba.last_upto`,
@@ -137,14 +161,22 @@ unchanged. Resumes patch the linked lists (:func:`simulator.engine.delta.kernels
 (device moves, task replacements, zero durations) first rebuilds the ``_Queue`` objects from them
 (:meth:`~simulator.engine.delta.compiled.CompiledSweepMixin._queues`), and the next compiled sweep
 rebuilds the lists (:meth:`~simulator.engine.delta.compiled.CompiledSweepMixin._links`). Full runs and
-resumes stay on the default (Python) engine, so that the comparison with "a full run" is the product's
-full run. The event heap is sized once per sweep from a bound on its pushes
+resumes run the compiled engine. The event heap is sized once per sweep from a bound on its pushes
 (:func:`simulator.engine.delta.kernels_numba.heap_capacity`), so the loop never reallocates and never
 returns arrays (reference counting on every push had cost 60 % of its time). The compiled sweep re-times
 a task in about the engine's time per task, so the ski rental above is relaxed for it
 (``budget="auto"``, :data:`~simulator.engine.delta.params.AUTO_BUDGET_COMPILED`): at each check it goes
 on while, at the rate measured so far, re-timing every task after its point would cost no more than the
 alternative, up to one full run's time in all.
+
+Results
+-------
+:meth:`~simulator.engine.delta.simulator.DeltaSimulator.result` costs what changed plus copies: the
+global key order (the engine's pop order on a canonical timeline) is kept from the last full run and
+patched with the tasks whose key changed since (each sweep and resume records them;
+``kernels_numba.merge_order`` merges them in one pass, numpy without numba), and sorted from scratch
+only after a task replacement; the times are copied out (views over the compact numbering only when
+there are tombstones, which need the renumbering).
 
 Task ids
 --------
@@ -168,7 +200,7 @@ modules, they import ``queues``, ``stats`` and ``params``, never ``simulator``):
   (construction, accessors, ``set_durations`` / ``set_devices`` / ``add_devices`` /
   ``replace_tasks``), their argument checks, and ``_delta``: marks the dirty tasks, sets the budget and
   the race with the resume (``replan``), picks a sweep and routes its outcome.
-* ``params``: the tunable constants (``RESUME_MAX_SHARE``, ``RESUME_RACE``, ``DEFAULT_KERNEL``,
+* ``params``: the tunable constants (``RESUME_MAX_SHARE``, ``RESUME_RACE``, ``FALLBACK_WASTE``, ``DEFAULT_KERNEL``,
   ``AUTO_BUDGET_PYTHON`` / ``AUTO_BUDGET_COMPILED``, ``_LOAD``), read at call time as ``params.NAME``.
 * ``stats``: :class:`~simulator.engine.delta.stats.DeltaStats` (what a change cost), ``_Abort`` (a
   sweep gives up) and small shared helpers.

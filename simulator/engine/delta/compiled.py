@@ -62,11 +62,10 @@ class CompiledSweepMixin:
         device groups when no queue changed since, else by sorting the entries by (device, key)."""
         if self._ll is None:
             n, nd = len(self._dur), self._nd
-            if self._q_fresh:
-                g = self._groups
-                g.device(0)  # computes the grouping
-                ids = g.order[g.perm]
-                bounds = g.bounds
+            if self._q_fresh:  # a canonical full run's pop order is key order: one pass
+                where = np.frombuffer(self._where, dtype=np.int64)  # the queue entries' devices
+                self._ll = self._nb.links_from_order(self._groups.order, where, n, nd)
+                del where
             else:
                 where = np.frombuffer(self._where, dtype=np.int64)
                 lk = np.frombuffer(self._lk, dtype=np.float64)
@@ -75,15 +74,16 @@ class CompiledSweepMixin:
                 bounds = np.zeros(nd + 1, dtype=np.int64)
                 np.cumsum(np.bincount(where[e], minlength=nd), out=bounds[1:])
                 del where, lk
-            self._ll = self._nb.build_links(np.ascontiguousarray(ids, dtype=np.int64),
-                                            np.ascontiguousarray(bounds, dtype=np.int64), n, nd)
+                self._ll = self._nb.build_links(np.ascontiguousarray(ids, dtype=np.int64),
+                                                np.ascontiguousarray(bounds, dtype=np.int64), n, nd)
             self._cur = np.full(nd, -1, dtype=np.int64)
         return self._ll
 
-    def _sweep_nb(self, heap, dirtied, limit, deadline, replan):
-        """:meth:`_sweep` compiled (:func:`simulator.engine.delta.kernels_numba.sweep`, durations > 0, duration
-        changes only); same returns and aborts. The kernel pauses every ``step`` units of work so the
-        deadline is checked here (the Python loop checks every 32)."""
+    def _sweep_nb(self, heap, dirtied, limit, deadline, guard, replan):
+        """:meth:`_sweep` compiled (:func:`simulator.engine.delta.kernels_numba.sweep`; duration and
+        device changes; with the zero-duration guards when ``guard``); same returns and aborts, except
+        that the processed tasks whose ready time changed come as a numpy array. The kernel pauses
+        every ``step`` units of work so the deadline is checked here (the Python loop checks every 32)."""
         nb = self._nb
         qh, qt, qn, qp = self._links()
         cur = self._cur
@@ -106,9 +106,10 @@ class CompiledSweepMixin:
         n0 = len(dirtied)
         dirt = np.empty(n, dtype=np.int64)
         dirt[:n0] = dirtied
-        cnt = np.zeros(6, dtype=np.int64)
+        cnt = np.zeros(7, dtype=np.int64)
         cnt[nb.C_DIRT] = n0
-        flt = np.array([-math.inf, self._mk, 0.0, _NAN, -1.0, -1.0])
+        flt = np.array([-math.inf, self._mk, 0.0, _NAN, -1.0, -1.0, -math.inf, -1.0, 0.0])
+        rr = np.empty(n, dtype=np.int64)  # (pages touched only as it fills)
         timed = deadline != math.inf
         lim = -1 if limit is None else int(limit)
         step = 256  # a pause costs a call (~10 us): fewer checks than the Python loop's every 32
@@ -120,7 +121,7 @@ class CompiledSweepMixin:
                 stop = int(cnt[nb.C_WORK]) + step if timed else 1 << 62
                 status, hs = nb.sweep(R, S, E, self._dur_np, self._dev_np, lk, where, st, nr,
                                               pend, oS, oE, ptr, idx, pptr, pidx, qh, qt, qn, qp, cur,
-                                              hr, hx, hs, dirt, cnt, flt, stop, lim)
+                                              hr, hx, hs, dirt, cnt, flt, stop, lim, guard, rr)
                 if status == nb.DONE:
                     break
                 at = (float(flt[nb.F_AT_R]), int(flt[nb.F_AT_X]))
@@ -143,16 +144,18 @@ class CompiledSweepMixin:
             # -> clear the scratch here, vectorized, instead of the caller's loop over ``dirtied``
             marked = dirt[:int(cnt[nb.C_DIRT])]
             self._nb_clean = not np.any(st[marked] != 2)
-            if self._nb_clean:
+            if self._nb_clean and not guard:  # (guarded: after the backward-edge check, _delta)
                 st[marked] = 0
         except BaseException:
             self._nb_clean = False
             raise
         finally:
             self._q_stale = True
-            if not self._nb_clean:
-                dirtied.extend(dirt[n0:int(cnt[nb.C_DIRT])].tolist())
+            self._nb_marked = dirt[:int(cnt[nb.C_DIRT])]  # every marked task (the caller's list first)
+            self._swept_moved = rr[:int(cnt[nb.C_RR])]  # (kept for the resume if the sweep gives up)
             del R, S, E, lk, nr, oS, oE, where, st, pend
+            if flt[nb.F_LOSSY]:  # a positive duration lost to rounding: guard later changes too
+                self._lossy = True
         mk0 = self._mk
         return (int(cnt[nb.C_PROC]), int(cnt[nb.C_CHANGED]), int(cnt[nb.C_MOVED]), int(cnt[nb.C_VAC]),
-                [], max(float(flt[nb.F_EMAX]), mk0), bool(flt[nb.F_LOST]))
+                rr[:int(cnt[nb.C_RR])], max(float(flt[nb.F_EMAX]), mk0), bool(flt[nb.F_LOST]))

@@ -2,8 +2,9 @@
 
 The same event loop as ``DeltaSimulator._sweep`` (the package doc of :mod:`simulator.engine.delta` gives the
 algorithm and its proof: FlexFlow's delta simulation, Jia et al. 2019 Section 5.3, made exact for the
-FIFO engine), for the case it is used in: durations > 0 (no zero-duration guards) and changes that
-only re-time (``set_durations``). Only the data structures differ:
+FIFO engine), for the changes it is used for (``set_durations``, ``set_devices``), with the
+zero-duration guards of the Python loop when the timeline has zero (or rounding-lossy) durations
+(``guard``). Only the data structures differ:
 
 * each device queue is a doubly linked list in key order ``(lk[x], x)`` (``qn``/``qp`` per task,
   ``qh``/``qt`` per device) instead of chunked Python lists; an insert searches from a nearby entry
@@ -29,11 +30,14 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("the compiled delta sweep needs numba: pip install 'execsim[fast]'") from exc
 
 DONE, PAUSED, LIMIT, LOSSY, TIE, OVERFLOW = 0, 1, 2, 3, 4, 5
-# cnt slots (int64): dirtied count, processed, changed, moved, vacated, work
-C_DIRT, C_PROC, C_CHANGED, C_MOVED, C_VAC, C_WORK = 0, 1, 2, 3, 4, 5
+# cnt slots (int64): dirtied count, processed, changed, moved, vacated, work, tasks in ``rr`` (the
+# processed tasks whose ready time changed)
+C_DIRT, C_PROC, C_CHANGED, C_MOVED, C_VAC, C_WORK, C_RR = 0, 1, 2, 3, 4, 5, 6
 # flt slots (float64): largest new end, old makespan, an end at the makespan decreased (0/1),
-# sweep point (ready, id) of the last event handled, the task whose duration was lost to rounding
-F_EMAX, F_MK0, F_LOST, F_AT_R, F_AT_X, F_BAD = 0, 1, 2, 3, 4, 5
+# sweep point (ready, id) of the last event handled, the task whose duration was lost to rounding,
+# (guarded) the key (ready, id) of the last event popped that was not stale, and 1.0 once a
+# positive duration was lost to rounding
+F_EMAX, F_MK0, F_LOST, F_AT_R, F_AT_X, F_BAD, F_KR, F_KX, F_LOSSY = 0, 1, 2, 3, 4, 5, 6, 7, 8
 
 
 @numba.njit(cache=True, inline="always")
@@ -215,9 +219,16 @@ def cut_and_append(qh, qt, qn, qp, d, last, ids):
 
 @numba.njit(cache=True)
 def sweep(R, S, E, dur, dev, lk, where, st, nr, pend, oS, oE, sptr, sidx, pptr, pidx,
-          qh, qt, qn, qp, cur, hr, hx, hs, dirt, cnt, flt, stop_work, limit):
-    """``DeltaSimulator._sweep`` without guards (durations > 0). Returns (status, hs); the heap
-    arrays hold :func:`heap_capacity` entries.
+          qh, qt, qn, qp, cur, hr, hx, hs, dirt, cnt, flt, stop_work, limit, guard, rr):
+    """``DeltaSimulator._sweep``. Returns (status, hs); the heap arrays hold :func:`heap_capacity`
+    entries.
+
+    guard: the timeline has zero (or rounding-lossy) durations: the Python loop's guards run (an
+    event behind the sweep point, a task behind it relocated, an input change of a processed task:
+    TIE) and a task whose positive duration is lost to rounding is allowed (``F_LOSSY`` set);
+    without ``guard`` a lost duration stops the loop (LOSSY). The processed tasks whose ready time
+    changed are written to ``rr`` (count ``cnt[C_RR]``): the caller's backward-edge check
+    (:func:`backward_edge`) and the patch of the global key order use them.
 
     st: 0 clean, 1 dirty, 3 dirty and unresolved, 2 done (see the Python loop). ``cur[d]``: the last
     entry placed at the sweep point on device d (final, so a valid place to search from), -1 none.
@@ -236,6 +247,9 @@ def sweep(R, S, E, dur, dev, lk, where, st, nr, pend, oS, oE, sptr, sidx, pptr, 
     vacated = cnt[C_VAC]
     work = cnt[C_WORK]
     nmark = cnt[C_DIRT]
+    nrr = cnt[C_RR]
+    kr = flt[F_KR]
+    kx = np.int64(flt[F_KX])
     status = DONE
     cap = hr.shape[0]
     while hs > 0:
@@ -251,6 +265,12 @@ def sweep(R, S, E, dur, dev, lk, where, st, nr, pend, oS, oE, sptr, sidx, pptr, 
         sx = st[x]
         if not sx & 1:
             continue  # clean or done: a stale event
+        if guard:
+            if _before(r, x, kr, kx):  # zero-duration tie: an event fell behind the sweep
+                status = TIE
+                break
+            kr = r
+            kx = x
         if pend[x] == 0 and nr[x] == r:
             # ---- process x at its final key (r, x)
             d = dev[x]
@@ -278,10 +298,12 @@ def sweep(R, S, E, dur, dev, lk, where, st, nr, pend, oS, oE, sptr, sidx, pptr, 
             pe = E[pv] if pv != -1 else 0.0
             s = r if r > pe else pe
             e = s + dur[x]
-            if e == s:
-                flt[F_BAD] = x
-                status = LOSSY
-                break
+            if e == s and dur[x] > 0.0:
+                if not guard:  # the unguarded argument needs E > S
+                    flt[F_BAD] = x
+                    status = LOSSY
+                    break
+                flt[F_LOSSY] = 1.0
             oe = E[x]
             if w == -1:
                 where[x] = d
@@ -291,6 +313,8 @@ def sweep(R, S, E, dur, dev, lk, where, st, nr, pend, oS, oE, sptr, sidx, pptr, 
                 mark_next = e != oe
             if R[x] != r:
                 moved += 1
+                rr[nrr] = x
+                nrr += 1
             if e != oe or s != S[x]:
                 changed += 1
                 if e > emax:
@@ -369,6 +393,9 @@ def sweep(R, S, E, dur, dev, lk, where, st, nr, pend, oS, oE, sptr, sidx, pptr, 
                 if wy == dy and lk[y] == new:
                     hs = _push(hr, hx, hs, new, y)
                     continue
+                if guard and wy != -1 and _before(lk[y], y, kr, kx):
+                    bad = True  # zero-duration tie: a task behind the sweep changed
+                    break
                 z1 = -1
                 z2 = -1
                 if wy == dy:
@@ -471,6 +498,155 @@ def sweep(R, S, E, dur, dev, lk, where, st, nr, pend, oS, oE, sptr, sidx, pptr, 
     cnt[C_MOVED] = moved
     cnt[C_VAC] = vacated
     cnt[C_WORK] = work
+    cnt[C_RR] = nrr
+    flt[F_KR] = kr
+    flt[F_KX] = kx
     flt[F_EMAX] = emax
     flt[F_LOST] = 1.0 if lost else 0.0
     return status, hs
+
+
+@numba.njit(cache=True)
+def backward_edge(tasks, R, sptr, sidx, pptr, pidx):
+    """``DeltaSimulator._backward_edge`` over ``tasks`` (existing edges only): the first edge at one
+    of them that goes backwards in (ready, id) order, as (u, v), or (-1, -1)."""
+    for k in range(tasks.shape[0]):
+        x = tasks[k]
+        rx = R[x]
+        for j in range(sptr[x], sptr[x + 1]):
+            v = sidx[j]
+            if _before(R[v], v, rx, x):
+                return x, v
+        for j in range(pptr[x], pptr[x + 1]):
+            u = pidx[j]
+            if _before(rx, x, R[u], u):
+                return u, x
+    return -1, -1
+
+
+@numba.njit(cache=True)
+def any_lossy(start, end, dur):
+    """Does a task end when it starts with a positive duration (lost to rounding)? NaN: no."""
+    for i in range(dur.shape[0]):
+        if end[i] == start[i] and dur[i] > 0.0:
+            return True
+    return False
+
+
+@numba.njit(cache=True)
+def key_sorted(order, ready):
+    """Is the pop ``order`` sorted by key (ready, id)? (The timeline is then canonical.)"""
+    for k in range(1, order.shape[0]):
+        a = order[k - 1]
+        b = order[k]
+        if not _before(ready[a], a, ready[b], b):
+            return False
+    return True
+
+
+@numba.njit(cache=True)
+def links_from_order(order, dev, n, nd):
+    """The linked-list device queues of a canonical full run: its pop ``order`` is key order, so each
+    device's tasks come in key order (one pass; :func:`build_links` without the grouping). ``dev``:
+    the device of each task's queue entry (``where``: a change may have set a new device since)."""
+    qn = np.full(n, -1, dtype=np.int64)
+    qp = np.full(n, -1, dtype=np.int64)
+    qh = np.full(nd, -1, dtype=np.int64)
+    qt = np.full(nd, -1, dtype=np.int64)
+    for k in range(order.shape[0]):
+        x = order[k]
+        d = dev[x]
+        p = qt[d]
+        if p == -1:
+            qh[d] = x
+        else:
+            qn[p] = x
+        qp[x] = p
+        qt[d] = x
+    return qh, qt, qn, qp
+
+
+@numba.njit(cache=True)
+def adopt(order, ready, start, dur, dev, alive, R, S, E, lk, where, qh, qt, qn, qp, count):
+    """A full run's timeline into the delta state, in one pass over the tasks and one over the pop
+    ``order`` (``DeltaSimulator._adopt``): copies the times (NaN for tombstones; the end is the
+    engine's ``start + dur``, the same IEEE addition) and the queue devices; counts the live tasks whose start or end differ from the state before (``count``; a NaN
+    before, i.e. a new task, counts); whether a positive duration was lost to rounding; whether the
+    order is key-sorted (canonical); and the linked-list queues (:func:`links_from_order`), written
+    into ``qh, qt, qn, qp`` (reused arrays: fresh pages cost more than the pass). Returns (changed,
+    lossy, canonical, makespan)."""
+    n = ready.shape[0]
+    nan = np.nan
+    changed = 0
+    lossy = False
+    mk = 0.0
+    for i in range(n):
+        if alive[i]:
+            s = start[i]
+            e = s + dur[i]
+            if e > mk:
+                mk = e
+            if count and (s != S[i] or e != E[i]):
+                changed += 1
+            if e == s and dur[i] > 0.0:
+                lossy = True
+            R[i] = ready[i]
+            lk[i] = ready[i]
+            S[i] = s
+            E[i] = e
+            where[i] = dev[i]
+        else:
+            R[i] = nan
+            lk[i] = nan
+            S[i] = nan
+            E[i] = nan
+            where[i] = -1
+    canonical = True
+    qn[:] = -1
+    qp[:] = -1
+    qh[:] = -1
+    qt[:] = -1
+    prev = -1
+    for k in range(order.shape[0]):
+        x = order[k]
+        if not alive[x]:
+            continue
+        if prev != -1 and not _before(ready[prev], prev, ready[x], x):
+            canonical = False
+        prev = x
+        d = dev[x]
+        p = qt[d]
+        if p == -1:
+            qh[d] = x
+        else:
+            qn[p] = x
+        qp[x] = p
+        qt[d] = x
+    return changed, lossy, canonical, mk
+
+
+@numba.njit(cache=True)
+def merge_order(order, moved, R, mark):
+    """The key order after a change: ``order`` (the old key order of the live tasks) without the
+    ``moved`` tasks (``mark[x]`` True), merged with ``moved`` (sorted by their new key). The other
+    tasks kept their keys, so they stay in key order. One pass (``DeltaSimulator._current_order``)."""
+    out = np.empty(order.shape[0], dtype=np.int64)
+    j = 0
+    k = 0
+    m = moved.shape[0]
+    for i in range(order.shape[0]):
+        x = order[i]
+        if mark[x]:
+            continue
+        rx = R[x]
+        while j < m and _before(R[moved[j]], moved[j], rx, x):
+            out[k] = moved[j]
+            k += 1
+            j += 1
+        out[k] = x
+        k += 1
+    while j < m:
+        out[k] = moved[j]
+        k += 1
+        j += 1
+    return out

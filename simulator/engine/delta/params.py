@@ -6,13 +6,24 @@ setting one on this module (a test, a benchmark) changes the simulators that run
 #: when they are at most this share of the live tasks, else runs the engine on everything: the
 #: resumed engine costs about 1.4x a full run's per-task time (sub-graph, state patching), so it
 #: breaks even near 80 % (measured on the 103,496-task pipeline of python -m benchmarks.delta: 82 %
-#: of the tasks resumed at 0.97x of a full run, 89 % at 0.89x, the plain fallback at 0.93x).
+#: of the tasks resumed at 0.97x of a full run, 89 % at 0.89x, the plain fallback at 0.93x). Below
+#: it the resume is also skipped when its cost model expects more than a full run; 1.0: always resume
+#: (tests).
 RESUME_MAX_SHARE = 0.75
 #: Ski rental between the sweep and the resumed engine: the sweep gives up once it has cost this share
 #: of the engine's expected time on the tasks after the current sweep point (the cost model
 #: ``_res_fix + _res_per * tasks``, measured on this machine as changes run), so a change costs at most
 #: about (1 + RESUME_RACE) x the resumed engine, and a small change is never handed to it.
 RESUME_RACE = 0.3
+#: Ski rental against a full run: the sweep gives up once what it has cost plus the expected cost of
+#: the alternative (the resumed engine, or a full run) reaches (1 + FALLBACK_WASTE) full runs of the
+#: same engine, so a change early in the timeline that re-times most of what follows it wastes at most
+#: this share of a full run. Measured on the real GPT-3 graph with the compiled sweep (python -m
+#: benchmarks.delta, docs/performance.md): 0.05 made a change that re-times 0.44 % fall back (0.77x
+#: of a compiled full run instead of 12x: the sweep's rate, projected on every task after its point,
+#: cannot tell it early from a change that re-times everything); 0.3 let the worst changes cost 0.64x;
+#: 0.15 keeps every change up to ~1 % in the sweep.
+FALLBACK_WASTE = 0.15
 #: The sweep a DeltaSimulator uses when its ``kernel`` argument is None (see DeltaSimulator).
 DEFAULT_KERNEL = "auto"
 #: ``budget="auto"`` (the default): the Python sweep costs ~10x the engine per re-timed task, so it gets

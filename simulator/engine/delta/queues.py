@@ -15,19 +15,27 @@ class _Groups:
     """The tasks of a full run grouped by device, in pop order (shared by the device queues, which
     take their slice on first use)."""
 
-    __slots__ = ("order", "dev_o", "ready", "nd", "perm", "bounds")
+    __slots__ = ("order", "dev", "ready", "nd", "perm", "bounds")
 
-    def __init__(self, order, dev_o, ready, nd):
-        self.order, self.dev_o, self.ready, self.nd = order, dev_o, ready, nd
+    def __init__(self, order, dev, ready, nd):
+        """``dev``: the device of each task at the time of the run (a copy, or an array that no
+        change writes to before the grouping is computed)."""
+        self.order, self.dev, self.ready, self.nd = order, dev, ready, nd
         self.perm = None
+
+    def freeze(self):
+        """Before a change writes to the device array: keep the run's devices (a copy)."""
+        if self.perm is None:
+            self.dev = self.dev.copy()
 
     def device(self, d):
         """(ids, ready times) of device d's tasks in pop order (numpy)."""
         if self.perm is None:
-            small = self.dev_o.astype(np.int16 if self.nd < 32768 else np.int32)
+            dev_o = self.dev[self.order]
+            small = dev_o.astype(np.int16 if self.nd < 32768 else np.int32)
             self.perm = np.argsort(small, kind="stable")  # radix sort for small ints
             self.bounds = np.zeros(self.nd + 1, dtype=np.int64)
-            np.cumsum(np.bincount(self.dev_o, minlength=self.nd), out=self.bounds[1:])
+            np.cumsum(np.bincount(dev_o, minlength=self.nd), out=self.bounds[1:])
         ids = self.order[self.perm[self.bounds[d]:self.bounds[d + 1]]]
         return ids, self.ready[ids]
 

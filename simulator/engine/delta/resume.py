@@ -48,27 +48,28 @@ class ResumeMixin:
         dirty.clear()
         return self._csr
 
+    def _clear_scratch(self, dirtied, undo: bool) -> np.ndarray:
+        """Leave the sweep scratch (st, pend) all zero for the tasks in ``dirtied`` (a list, or the
+        compiled sweep's numpy array), vectorized; with ``undo``, also put back the start and end the
+        sweep overwrote (so that a fallback counts the tasks that changed against the old timeline).
+        Returns the tasks the sweep processed."""
+        d = np.asarray(dirtied, dtype=np.int64).reshape(-1)
+        if not d.size:
+            return d
+        st = np.frombuffer(self._st, dtype=np.int64)
+        done = d[st[d] == 2]
+        if undo and done.size:
+            np.frombuffer(self._S, dtype=np.float64)[done] = np.frombuffer(self._oS, dtype=np.float64)[done]
+            np.frombuffer(self._E, dtype=np.float64)[done] = np.frombuffer(self._oE, dtype=np.float64)[done]
+        st[d] = 0
+        np.frombuffer(self._pend, dtype=np.int64)[d] = 0
+        return done
+
     def _fallback(self, t0, reason, dirtied, new_ids, removed) -> DeltaStats:
-        st, pend, S, E, oS, oE = self._st, self._pend, self._S, self._E, self._oS, self._oE
-        for x in dirtied:  # leave the sweep scratch all zero; undo the sweep's writes for the stats
-            if st[x] == 2:
-                S[x] = oS[x]
-                E[x] = oE[x]
-            st[x] = 0
-            pend[x] = 0
-        old_S, old_E, old_alive = S, E, self._alive_np.copy()
-        self._full()
-        wall = time.perf_counter() - t0
-        n_old = len(old_S)  # tasks whose start or end changed (new ones count), vectorized
-        nS = np.frombuffer(self._S, dtype=np.float64)
-        nE = np.frombuffer(self._E, dtype=np.float64)
-        diff = self._alive_np.copy()
-        diff[:n_old] &= ~((nS[:n_old] == np.frombuffer(old_S, dtype=np.float64))
-                          & (nE[:n_old] == np.frombuffer(old_E, dtype=np.float64)) & old_alive)
-        if new_ids:
-            diff[list(new_ids)] = True
-        return DeltaStats(retimed=self._n_live, fallback=True, reason=reason, wall_s=wall,
-                          new_ids=new_ids, removed=removed, changed=int(np.count_nonzero(diff)))
+        self._clear_scratch(dirtied, undo=True)
+        changed = self._full(count_changed=True)
+        return DeltaStats(retimed=self._n_live, fallback=True, reason=reason,
+                          wall_s=time.perf_counter() - t0, new_ids=new_ids, removed=removed, changed=changed)
 
     def _pred_csr(self):
         """Predecessor CSR (ptr, idx) of the whole id space, rebuilt from the successor CSR when the
@@ -83,7 +84,7 @@ class ResumeMixin:
             self._pcsr = (ptr, pp, src)
         return self._pcsr[1], self._pcsr[2]
 
-    def _resume(self, t0, reason, at, processed, dirtied, new_ids, removed) -> DeltaStats:
+    def _resume(self, t0, reason, at, processed, dirtied, new_ids, removed, guard=False) -> DeltaStats:
         """The sweep stopped at point ``at`` (budget or work limit, durations > 0): hand the rest to
         the engine instead of starting over.
 
@@ -102,37 +103,47 @@ class ResumeMixin:
         resumed tasks only: their edges are gathered from the CSR arrays, and the delta state is
         patched in place (times written back; each device queue cut at the sweep point and the
         resumed tasks appended in key order, all of them after it), not rebuilt. So the fallback
-        costs the sweep so far plus about one engine pop per task after the sweep point."""
+        costs the sweep so far plus about one engine pop per task after the sweep point.
+
+        ``guard`` (zero or rounding-lossy durations): the guarded sweep's invariant is checked here
+        instead of assumed (package doc, "Zero durations and the resume"): no dirty task left at or
+        before the sweep point, no edge from a resumed task into a final one, every resumed task
+        after the sweep point in key order, no edge at a processed task backwards in key order, and
+        the resumed tasks popped in key order; if one check fails, the plain full run is used."""
         n, nd = len(self._dur), self._nd
         alive = self._alive_np
         where = np.frombuffer(self._where, dtype=np.int64)
         lk = np.frombuffer(self._lk, dtype=np.float64)
         kr, kx = at
+        share = params.RESUME_MAX_SHARE
+        if share < 1.0 and self._resume_costs_more(int(np.count_nonzero(lk > kr))):
+            # (at least that many tasks after the sweep point: decided before building any mask)
+            return self._fallback(t0, reason, dirtied, new_ids, removed)
         final = (where != -1) & (lk <= kr)
         tie = np.flatnonzero((lk == kr) & (where != -1))  # entries at the sweep point's ready time:
         final[tie[tie > kx]] = False                       # final up to the sweep point's id
         rest = alive & ~final
         sub = np.flatnonzero(rest)
-        if sub.size > params.RESUME_MAX_SHARE * self._n_live:
-            # the resumed part costs about as much per task as a full run, plus the state patching:
-            # with most tasks after the sweep point, the plain full run is cheaper
+        if share < 1.0 and self._resume_costs_more(int(sub.size)):
             return self._fallback(t0, reason, dirtied, new_ids, removed)
         st, pend, oS, oE = self._st, self._pend, self._oS, self._oE
         R = np.frombuffer(self._R, dtype=np.float64)
         S = np.frombuffer(self._S, dtype=np.float64)
         E = np.frombuffer(self._E, dtype=np.float64)
+        ptr, idx = self._csr_arrays()
+        pptr, pidx = self._pred_csr()
         # tasks whose times may change: the ones the sweep processed, and the resumed ones
-        swept = [x for x in dirtied if st[x] == 2]
-        old_sw = (np.array([oS[x] for x in swept]), np.array([oE[x] for x in swept]))
-        for x in dirtied:  # leave the sweep scratch all zero
-            st[x] = 0
-            pend[x] = 0
+        dirtied = np.asarray(dirtied, dtype=np.int64).reshape(-1)
+        sw = dirtied[np.frombuffer(st, dtype=np.int64)[dirtied] == 2]
+        if guard and not self._guarded_prefix_ok(final, dirtied, sw, R, ptr, idx, pptr, pidx):
+            return self._fallback(t0, f"{reason}; a zero-duration tie at or before the sweep point",
+                                  dirtied, new_ids, removed)
+        old_sw = (np.frombuffer(oS, dtype=np.float64)[sw], np.frombuffer(oE, dtype=np.float64)[sw])
+        self._clear_scratch(dirtied, undo=False)
         old_S, old_E = S[sub].copy(), E[sub].copy()
         dev = self._dev_np
         # edges inside the resumed part (a resumed task's successors are all resumed: they come
         # later in key order) and edges into it from final tasks
-        ptr, idx = self._csr_arrays()
-        pptr, pidx = self._pred_csr()
         new_id = np.full(n, -1, dtype=np.int64)
         s_src, s_dst = _gather(ptr, idx, sub)
         p_dst, p_src = _gather(pptr, pidx, sub)
@@ -160,8 +171,8 @@ class ResumeMixin:
         a, b = pdev.size, pready.size
         k = a + b
         new_id[sub] = k + np.arange(sub.size)
-        if s_dst.size and int(new_id[s_dst].min()) < 0:  # cannot happen (package doc); be safe
-            return self._fallback(t0, reason, (), new_ids, removed)
+        if s_dst.size and int(new_id[s_dst].min()) < 0:  # an edge into a final task: cannot happen
+            return self._fallback(t0, reason, (), new_ids, removed)  # with durations > 0 (package doc)
         sdur = np.concatenate([free[pdev], inj[pready], self._dur_np[sub]])
         sdev = np.concatenate([pdev, nd + np.arange(b), dev[sub]])
         esrc = np.concatenate([a + np.arange(b), k + s_src])
@@ -170,18 +181,31 @@ class ResumeMixin:
         sptr, sidx = csr_from_edges(k + sub.size, esrc, edst)
         t_res = time.perf_counter()
         try:
-            res = simulate_arrays(sdur, sdev, sptr, sidx, nd + b)
+            res = simulate_arrays(sdur, sdev, sptr, sidx, nd + b, kernel=self._engine)
         except SimulationError:  # a cycle after the sweep point: the full run reports it by task name
             return self._fallback(t0, reason, (), new_ids, removed)
         nR, nS, nE = res.ready[k:], res.start[k:], res.end[k:]
-        if np.any((nE == nS) & (self._dur_np[sub] > 0.0)) or (sub.size and nR.min() < kr):
+        lossy = bool(np.any((nE == nS) & (self._dur_np[sub] > 0.0)))
+        if lossy and not guard:
             # a duration lost to rounding after the sweep point: the timeline may not be canonical
             return self._fallback(t0, f"{reason}; a positive duration was lost to rounding after the sweep point",
                                   (), new_ids, removed)
+        ko = res.order[res.order >= k].astype(np.int64) - k  # pop order of the resumed tasks
+        if sub.size:
+            rk, xk = nR[ko], sub[ko]
+            # every resumed task after the sweep point (it cannot have been popped before it), and
+            # (with zero durations) popped in key order, so the new timeline is canonical
+            if nR.min() < kr or bool(np.any((nR == kr) & (sub < kx))) or (guard and not bool(np.all(
+                    (rk[1:] > rk[:-1]) | ((rk[1:] == rk[:-1]) & (xk[1:] > xk[:-1]))))):
+                return self._fallback(t0, f"{reason}; a resumed task was not after the sweep point in "
+                                          f"key order (a zero duration, or one lost to rounding, ties)",
+                                      (), new_ids, removed)
+        if lossy:
+            self._lossy = True
         # patch the state: times, queue entries (cut at the sweep point, resumed tasks appended)
+        key_changed = R[sub] != nR
         R[sub], S[sub], E[sub] = nR, nS, nE
         lk[sub] = nR
-        ko = res.order[res.order >= k].astype(np.int64) - k  # pop order = key order (canonical)
         kd = dev[sub][ko]
         by_dev = np.argsort(kd.astype(np.int16) if nd < 32768 else kd, kind="stable")  # radix sort
         ids_sorted = sub[ko][by_dev]
@@ -198,11 +222,11 @@ class ResumeMixin:
                 if hi > lo:
                     self._Q[d].extend(r_sorted[lo:hi], ids_sorted[lo:hi])
         where[sub] = dev[sub]
-        self._order_cache = None
+        if self._order_cache is not None:  # tasks whose key changed: swept ones, resumed ones
+            self._order_moved += [self._swept_moved, sub[key_changed]]
         self._mk = self._recompute_makespan()
         changed = int(np.count_nonzero((old_S != nS) | (old_E != nE)))
-        if swept:
-            sw = np.array(swept, dtype=np.int64)
+        if sw.size:
             keep = ~rest[sw]  # swept tasks that stayed final (the others are counted above)
             changed += int(np.count_nonzero(((S[sw] != old_sw[0]) | (E[sw] != old_sw[1])) & keep))
         self._learn_resume(int(sub.size), time.perf_counter() - t_res)
@@ -210,6 +234,32 @@ class ResumeMixin:
                           reason=f"{reason}; the engine resumed from the sweep point ({sub.size} of "
                                  f"{self._n_live} tasks)", wall_s=time.perf_counter() - t0,
                           new_ids=new_ids, removed=removed, changed=changed, resumed=int(sub.size))
+
+    def _guarded_prefix_ok(self, final, dirtied, sw, R, ptr, idx, pptr, pidx) -> bool:
+        """With zero durations, the checks that make the guarded sweep's tasks up to the sweep point
+        what the engine pops first (package doc, "Zero durations and the resume"): no dirty task is
+        left with a queue entry at or before the sweep point (its event would have fallen behind the
+        sweep), and no edge between a processed task and a final task goes backwards in key order."""
+        if dirtied.size:
+            stv = np.frombuffer(self._st, dtype=np.int64)[dirtied]
+            if bool(np.any(final[dirtied[(stv & 1) == 1]])):
+                return False
+        if not sw.size:
+            return True
+        for rows, other, out in ((_gather(ptr, idx, sw)) + (True,), (_gather(pptr, pidx, sw)) + (False,)):
+            keep = final[other]
+            x, y = sw[rows[keep]], other[keep]
+            u, v = (x, y) if out else (y, x)
+            if bool(np.any((R[v] < R[u]) | ((R[v] == R[u]) & (v < u)))):
+                return False
+        return True
+
+    def _resume_costs_more(self, tasks: int) -> bool:
+        """Is the plain full run the better fallback than resuming the engine on ``tasks`` tasks? When
+        they are more than ``params.RESUME_MAX_SHARE`` of the live tasks, or the resume's cost model
+        expects more than a full run (with ``RESUME_MAX_SHARE = 1`` the resume is always taken)."""
+        return (tasks > params.RESUME_MAX_SHARE * self._n_live
+                or self._res_fix + (self._res_per or 0.0) * tasks > self._t_full)
 
     def _learn_resume(self, tasks: int, seconds: float) -> None:
         """Refine the resumed engine's cost model from one measured resume (half-life of one
@@ -220,27 +270,47 @@ class ResumeMixin:
         else:
             self._res_fix = 0.5 * self._res_fix + 0.5 * max(seconds - tasks * per, 0.0)
 
-    def _full(self) -> None:
-        """Full run with :func:`simulator.engine.core.simulate_arrays`; rebuilds the delta state from it."""
+    def _warm(self) -> None:
+        """Load (or compile) the compiled engine and :func:`~simulator.engine.delta.kernels_numba.adopt`
+        on a one-task graph, with the argument types of :meth:`_full`, so that the first timed full
+        run measures the run and not the loading."""
+        from simulator.engine.kernels_numba import run_numba
+        one, i64 = np.zeros(1), np.zeros(1, dtype=np.int64)
+        order, ready, start, _ = run_numba(one, np.zeros(1, dtype=np.int32), np.zeros(2, dtype=np.int64),
+                                           np.zeros(0, dtype=np.int64), 1)
+        self._nb.adopt(order, ready, start, one, np.zeros(1, dtype=np.int32), np.ones(1, dtype=bool),
+                       one.copy(), one.copy(), one.copy(), one.copy(), i64.copy(), i64.copy(), i64.copy(),
+                       i64.copy(), i64.copy(), False)
+
+    def _full(self, count_changed: bool = False) -> int:
+        """Full run with :func:`simulator.engine.core.simulate_arrays` (the engine of the same kind as
+        the sweep; the compiled loop is called directly, the inputs being valid); rebuilds the delta
+        state from it. With ``count_changed``, returns the live tasks whose start or end differ from
+        the state before (new tasks count)."""
         t0 = time.perf_counter()
         n = len(self._dur)
         ptr, idx = self._csr_arrays()
-        g = self._describe_graph
-        describe = g.describe if (g is not None and n == g.num_tasks and self._n_live == n) else None
-        try:
-            res = simulate_arrays(self._dur_np, self._dev_np, ptr, idx, self._nd, describe=describe)
-        except SimulationError as exc:
-            self._broken = str(exc)
-            raise
-        alive = self._alive_np
-        order = res.order.astype(np.int64)
-        ready, start, end = res.ready, res.start, res.end
-        if self._n_live < n:  # drop tombstones (isolated zero-duration tasks: they changed nothing)
-            order = order[alive[order]]
-            dead = ~alive
-            ready, start, end = ready.copy(), start.copy(), end.copy()
-            ready[dead] = start[dead] = end[dead] = _NAN
-        self._adopt(order, ready, start, end, float(res.makespan) if self._n_live else 0.0)
+        res = None
+        if self._engine == "numba" and n:
+            from simulator.engine.kernels_numba import run_numba
+            order, ready, start, _ = run_numba(self._dur_np, self._dev_np, ptr, idx, self._nd)
+            end = makespan = None  # computed by the compiled _adopt
+            if order.shape[0] != n:
+                res = order = None  # a cycle: the engine below raises its error, by task name
+        else:
+            order = None
+        if order is None:
+            g = self._describe_graph
+            describe = g.describe if (g is not None and n == g.num_tasks and self._n_live == n) else None
+            try:
+                res = simulate_arrays(self._dur_np, self._dev_np, ptr, idx, self._nd, describe=describe,
+                                      kernel=self._engine)
+            except SimulationError as exc:
+                self._broken = str(exc)
+                raise
+            order, ready, start, end = res.order.astype(np.int64), res.ready, res.start, res.end
+            makespan = float(res.makespan)
+        changed = self._adopt(order, ready, start, end, makespan, count_changed)
         t = time.perf_counter() - t0
         if abs(n - self._t_full_n) * 10 > n:  # the graph changed size: forget older timings
             self._t_full = t
@@ -249,40 +319,73 @@ class ResumeMixin:
             self._t_full = min(self._t_full, t)
         if self._res_per is None and self._n_live:
             self._res_per = 1.5 * self._t_full / self._n_live
+        return changed
 
-    def _adopt(self, order, ready, start, end, makespan: float) -> None:
-        """Rebuild the delta state from a timeline of the current graph (engine pop ``order`` of the
-        live tasks; NaN times for tombstones)."""
+    def _adopt(self, order, ready, start, end, makespan, count_changed: bool = False) -> int:
+        """Rebuild the delta state from a full run of the current graph (engine pop ``order`` of all
+        ids, tombstones included: isolated zero-duration tasks that changed nothing). The per-task
+        arrays are overwritten in place when the id space kept its size (one copy each; one compiled
+        pass with the compiled sweep, which also builds its linked-list queues). With
+        ``count_changed``, returns the live tasks whose start or end differ from the state before.
+        ``end``, ``makespan``: None with the compiled sweep (computed in its pass)."""
         n = len(self._dur)
         alive = self._alive_np
-        canonical = True
-        # start + dur == start with dur > 0: a duration lost to rounding, a zero duration in effect
-        lossy = bool(np.any((end == start) & (self._dur_np > 0.0)))
-        self._lossy = lossy
-        if (self._n_zero or lossy) and order.size > 1:
-            r = ready[order]
-            canonical = bool(np.all((r[1:] > r[:-1]) | ((r[1:] == r[:-1]) & (order[1:] > order[:-1]))))
-        ready = np.ascontiguousarray(ready, dtype=np.float64)
-        self._R = array("d", ready.tobytes())
-        self._S = array("d", np.ascontiguousarray(start, dtype=np.float64).tobytes())
-        self._E = array("d", np.ascontiguousarray(end, dtype=np.float64).tobytes())
-        self._lk = array("d", self._R)
-        where = self._dev_np.astype(np.int64)
+        nb = self._nb
+        if self._R is None or len(self._R) != n:
+            for name in ("_R", "_S", "_E", "_lk"):
+                setattr(self, name, array("d", bytes(8 * n)))
+                if count_changed and name != "_lk":  # old values unknown here: all count as changed
+                    np.frombuffer(getattr(self, name), dtype=np.float64)[:] = _NAN
+            self._where = _zeros("q", n)
         if self._n_live < n:
-            where[~alive] = -1
-        self._where = array("q", where.tobytes())
-        groups = _Groups(order, self._dev_np[order], ready, self._nd)
+            order = order[alive[order]]
+        R, S, E, lk = (np.frombuffer(a, dtype=np.float64) for a in (self._R, self._S, self._E, self._lk))
+        where = np.frombuffer(self._where, dtype=np.int64)
+        if nb is not None:
+            links = self._ll or self._ll_spare
+            if links is None or links[0].shape[0] != self._nd or links[2].shape[0] != n:
+                links = tuple(np.empty(k, dtype=np.int64) for k in (self._nd, self._nd, n, n))
+            changed, lossy, canonical, makespan = nb.adopt(order, ready, start, self._dur_np, self._dev_np,
+                                                           alive, R, S, E, lk, where, *links, count_changed)
+            self._ll = self._ll_spare = links
+            self._cur = np.full(self._nd, -1, dtype=np.int64)
+        else:
+            if self._n_live < n:
+                dead = ~alive
+                ready, start, end = ready.copy(), start.copy(), end.copy()
+                ready[dead] = start[dead] = end[dead] = _NAN
+            changed = 0
+            if count_changed:  # NaN before (new, reused ids) != anything
+                changed = int(np.count_nonzero(alive & ((start != S) | (end != E))))
+            # start + dur == start with dur > 0: a duration lost to rounding, a zero duration in effect
+            lossy = bool(np.any((end == start) & (self._dur_np > 0.0)))
+            canonical = True
+            if (self._n_zero or lossy) and order.size > 1:
+                r = ready[order]
+                canonical = bool(np.all((r[1:] > r[:-1]) | ((r[1:] == r[:-1]) & (order[1:] > order[:-1]))))
+            R[:] = ready
+            lk[:] = ready
+            S[:] = start
+            E[:] = end
+            where[:] = self._dev_np
+            if self._n_live < n:
+                where[~alive] = -1
+            self._ll = None
+        del R, S, E, lk, where
+        self._lossy = bool(lossy)
+        groups = _Groups(order, self._dev_np, ready, self._nd)  # (set_devices, replace_tasks: freeze)
         self._Q = [_Queue((groups, d)) for d in range(self._nd)]
         self._groups = groups
-        self._q_fresh = True  # no queue changed since this run (_links can use the grouping)
-        self._ll = None
+        self._q_fresh = True  # no queue changed since this run
         self._q_stale = False
-        self._mk = makespan
-        self._canonical = canonical
+        self._mk = float(makespan) if self._n_live else 0.0
+        self._canonical = bool(canonical)
         self._order_cache = order
+        self._order_moved = []
         if self._st is None or len(self._st) != n:
             self._st = _zeros("q", n)  # sweep scratch (see _sweep), all zero between changes
             self._pend = _zeros("q", n)
             self._nr = _zeros("d", n)
             self._oS = _zeros("d", n)
             self._oE = _zeros("d", n)
+        return int(changed)

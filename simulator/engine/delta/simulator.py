@@ -37,10 +37,11 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
         :data:`params.AUTO_BUDGET_PYTHON` for the Python sweep; for the compiled sweep
         :data:`params.AUTO_BUDGET_COMPILED` with the projection described there.
     max_work: also give up after this many processed + vacated tasks (deterministic; None = no limit).
-    kernel: None means :data:`params.DEFAULT_KERNEL`, ``"auto"``. ``"auto"`` runs the sweep of duration changes on a timeline with durations > 0
-        compiled when numba is installed (optional extra ``fast``, :mod:`simulator.engine.delta.kernels_numba`: the
-        same loop and IEEE operations, so the same bits; tests/test_delta.py compares them),
-        ``"python"`` always the Python loop, ``"numba"`` requires numba.
+    kernel: None means :data:`params.DEFAULT_KERNEL`, ``"auto"``. ``"auto"`` runs the sweep of duration
+        and device changes compiled when numba is installed (optional extra ``fast``,
+        :mod:`simulator.engine.delta.kernels_numba`: the same loop, guards and IEEE operations, so the
+        same bits; tests/test_delta_numba.py compares them), and its full runs and resumes on the
+        compiled engine; ``"python"`` always the Python loop and engine, ``"numba"`` requires numba.
     """
 
     def __init__(self, graph=None, *, budget: float | str | None = "auto", max_work: int | None = None,
@@ -58,7 +59,11 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
         self.budget = budget
         self.max_work = max_work
         self._nb = _delta_kernel(params.DEFAULT_KERNEL if kernel is None else kernel)
+        # full runs and resumes run the engine of the same kind as the sweep: compiled with the
+        # compiled sweep, the Python loop with the Python sweep (never slower than a full run of it)
+        self._engine = "python" if self._nb is None else "numba"
         self._ll = None  # the compiled sweep's device queues (qh, qt, qn, qp), see _links
+        self._ll_spare = None  # their arrays, kept for the next full run to fill (_adopt)
         self._q_stale = False  # True while _ll is newer than _Q
         self._t_full = math.inf
         # the resumed engine's cost model (seconds): fixed part + per task after the sweep point;
@@ -103,7 +108,14 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
         self._lossy = False  # some positive duration was lost to rounding (start + dur == start)
         self._broken: str | None = None
         self._st = self._nr = self._pend = None
+        self._R = None
+        self._order_cache, self._order_moved = None, []  # key order of the live tasks (_current_order)
+        if self._engine == "numba":
+            # load the compiled engine and state rebuild first: a full run's time is a cost model
+            self._warm()
         self._full()
+        if self._engine == "numba":  # the first run also paid for its fresh pages: time a second one
+            self._full()
 
     @classmethod
     def from_arrays(cls, duration, device, succ_ptr, succ_idx, num_devices: int, *,
@@ -181,11 +193,34 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
     def pop_order(self) -> np.ndarray:
         """Live ids in the engine's global pop order (key-sorted when canonical; sorted lazily)."""
         self._check_ok()
-        if self._order_cache is None:
+        return self._current_order().copy()
+
+    def _current_order(self) -> np.ndarray:
+        """The live ids in key order: the last full run's order, patched with the tasks whose key
+        changed since (merged in one pass); sorted from scratch only after a task replacement."""
+        order = self._order_cache
+        R = np.frombuffer(self._R, dtype=np.float64)
+        if order is None:
             live = self.live_ids()
-            r = np.frombuffer(self._R, dtype=np.float64)[live]
-            self._order_cache = live[np.lexsort((live, r))]
-        return self._order_cache.copy()
+            order = live[np.lexsort((live, R[live]))]
+        elif self._order_moved:
+            moved = np.unique(np.concatenate([np.asarray(m, dtype=np.int64) for m in self._order_moved]))
+            moved = moved[np.lexsort((moved, R[moved]))]
+            mark = np.zeros(len(self._dur), dtype=bool)
+            mark[moved] = True
+            if self._nb is not None:
+                order = self._nb.merge_order(order, moved, R, mark)
+            else:
+                keep = order[~mark[order]]
+                rk, rm = R[keep], R[moved]
+                pos = np.searchsorted(rk, rm, "left")
+                hi = np.searchsorted(rk, rm, "right")
+                for j in np.flatnonzero(hi > pos).tolist():  # equal ready times: by id among them
+                    pos[j] += int(np.searchsorted(keep[pos[j]:hi[j]], moved[j]))
+                order = np.insert(keep, pos, moved)
+        self._order_cache = order
+        self._order_moved = []
+        return order
 
     def live_ids(self) -> np.ndarray:
         """Internal ids of the live tasks, ascending: compact id ``i`` is internal id ``live_ids()[i]``."""
@@ -210,16 +245,16 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
         """The timeline as a :class:`SimResult` over the compact numbering (equal to a full run of
         :meth:`graph_arrays`)."""
         self._check_ok()
+        order = self._current_order()
+        R, S, E = (np.frombuffer(a, dtype=np.float64) for a in (self._R, self._S, self._E))
+        if self._n_live == len(self._dur):  # no tombstones: the compact numbering is the id space
+            return SimResult(ready=R.copy(), start=S.copy(), end=E.copy(), order=order.astype(np.int32),
+                             makespan=self._mk)
         live = self.live_ids()
         remap = np.full(len(self._dur), -1, dtype=np.int64)
         remap[live] = np.arange(live.size)
-        return SimResult(
-            ready=np.frombuffer(self._R, dtype=np.float64)[live],
-            start=np.frombuffer(self._S, dtype=np.float64)[live],
-            end=np.frombuffer(self._E, dtype=np.float64)[live],
-            order=remap[self.pop_order].astype(np.int32),
-            makespan=self._mk,
-        )
+        return SimResult(ready=R[live], start=S[live], end=E[live], order=remap[order].astype(np.int32),
+                         makespan=self._mk)
 
     # ------------------------------------------------------------------ changes
     def set_durations(self, task_ids, new_durations) -> DeltaStats:
@@ -255,6 +290,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
             if not 0 <= d < self._nd:
                 raise ValueError(f"device index {d} out of range [0, {self._nd}); add_devices() first")
         dev = self._dev
+        self._groups.freeze()  # the last full run's device groups keep its devices
         seeds = []
         for x, d in zip(ids, vals):
             if dev[x] != d:
@@ -328,6 +364,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
                 raise ValueError(f"remove_edges: no edge {u} -> {v} between existing tasks")
 
         self._queues()
+        self._groups.freeze()
         R, S, E, dur, dev, succ, pred = self._R, self._S, self._E, self._dur, self._dev, self._succ, self._pred
         where, alive_np, dur_np, dev_np = self._where, self._alive_np, self._dur_np, self._dev_np
         canonical = self._canonical
@@ -429,7 +466,9 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
     def _delta(self, t0, seeds, n_dev_moves, dev_marks, new_tasks, touched, new_edges, removed, new_ids,
                mk_lost) -> DeltaStats:
         """Run the sweep from the given dirty sets; fall back to a full run when it gives up."""
-        self._order_cache = None
+        if dev_marks or new_tasks or touched or removed:  # a task replacement: the key order is sorted anew
+            self._order_cache = None
+            self._order_moved = []
         self._t_change = t0
         if not self._canonical:
             return self._fallback(t0, "timeline before the change was not canonical (a zero duration, or one lost to rounding, ties an edge)",
@@ -479,10 +518,9 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
         heapq.heapify(heap)
         # a positive duration lost to rounding (start + dur == start) acts as a zero duration
         guard = self._n_zero > 0 or self._lossy
-        # the compiled sweep (simulator/engine/delta/kernels_numba.py) takes duration and device changes without
-        # guards; task replacements (new ids, removed entries) keep the Python sweep
-        compiled = (self._nb is not None and not guard
-                    and not (dev_marks or new_tasks or touched or removed))
+        # the compiled sweep (simulator/engine/delta/kernels_numba.py) takes duration and device changes,
+        # with the guards when needed; task replacements (new ids, removed entries) keep the Python sweep
+        compiled = self._nb is not None and not (dev_marks or new_tasks or touched or removed)
         budget, project = self.budget, False
         if budget == "auto":
             budget = params.AUTO_BUDGET_COMPILED if compiled else params.AUTO_BUDGET_PYTHON
@@ -492,24 +530,26 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
         else:
             cap = t0 + budget * self._t_full
             # first look at the resume's cost once the sweep has spent a share of its fixed part
-            deadline = cap if guard else min(cap, t0 + params.RESUME_RACE * self._res_fix)
+            deadline = min(cap, t0 + params.RESUME_RACE * self._res_fix)
 
         def replan(r, x, processed, work, since=t0):
-            """The sweep passed its deadline at (r, x): give up (the engine resumes from here) or
-            set the next deadline, from the measured cost model (package doc, "Fallback"). ``since``:
-            when the sweep itself started (the compiled sweep's set-up is not part of the race)."""
+            """The sweep passed its deadline at (r, x): give up (the engine resumes from here, or runs
+            in full) or set the next deadline, from the measured cost model (package doc, "Fallback").
+            ``since``: when the sweep itself started (the compiled sweep's set-up is not part of the
+            race)."""
             now = time.perf_counter()
-            if guard:
-                raise _Abort(f"time budget spent after {work} tasks", (r, x), processed)
             lkv = np.frombuffer(self._lk, dtype=np.float64)
             rest = int(np.count_nonzero(lkv > r))
             del lkv
-            est = (self._res_fix + self._res_per * rest if rest <= params.RESUME_MAX_SHARE * self._n_live
-                   else self._t_full)
+            # the alternative if the sweep gives up now: the engine resumed on the tasks after the
+            # sweep point, or a full run, whichever is expected to be cheaper
+            t_full = self._t_full
+            est = t_full
+            if rest <= params.RESUME_MAX_SHARE * self._n_live:
+                est = min(est, self._res_fix + self._res_per * rest)
             if project and processed and (now - since) / processed * rest <= est:
-                # the compiled sweep re-times tasks about as fast as the engine runs them: even if
-                # every task after its point moves, at the rate measured so far it finishes before
-                # the alternative would (resume or full run), so it goes on (checked again later)
+                # the compiled sweep: even if every task after its point moves, at the rate measured
+                # so far it finishes before the alternative would, so it goes on (checked again later)
                 return now + 0.1 * est
             if now >= cap:
                 raise _Abort(f"time budget spent after {work} tasks", (r, x), processed)
@@ -517,35 +557,54 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
                 raise _Abort(f"the sweep had cost {1e3 * (now - since):.2f} ms after {work} tasks, more than "
                              f"{params.RESUME_RACE} x the {1e3 * est:.2f} ms the engine is expected to take on the "
                              f"{rest} tasks after its point", (r, x), processed)
-            return min(cap, since + params.RESUME_RACE * est)
+            # never more than (1 + FALLBACK_WASTE) full runs in all: the sweep so far plus the alternative
+            limit = (1.0 + params.FALLBACK_WASTE) * t_full - est
+            if now - t0 >= limit:
+                raise _Abort(f"the sweep had cost {1e3 * (now - t0):.2f} ms after {work} tasks: with the "
+                             f"{1e3 * est:.2f} ms the engine is expected to take on the {rest} tasks after its "
+                             f"point, more than {1 + params.FALLBACK_WASTE:g} full runs", (r, x), processed)
+            return min(cap, since + params.RESUME_RACE * est, t0 + limit)
 
         if not compiled:
             self._queues()
         try:
             if compiled:
                 processed, changed, moved, vacated, retimed_r, emax, lost = self._sweep_nb(
-                    heap, dirtied, self.max_work, deadline, replan)
+                    heap, dirtied, self.max_work, deadline, guard, replan)
             else:
                 processed, changed, moved, vacated, retimed_r, emax, lost = self._sweep(
                     heap, dirtied, self.max_work, deadline, guard, replan)
         except _Abort as exc:
-            if exc.at is not None and not guard:
-                return self._resume(t0, str(exc), exc.at, exc.processed, dirtied, new_ids, removed)
+            if compiled:
+                dirtied = self._nb_marked
+            if exc.at is not None:
+                return self._resume(t0, str(exc), exc.at, exc.processed, dirtied, new_ids, removed, guard)
             return self._fallback(t0, str(exc), dirtied, new_ids, removed)
         clean = compiled and self._nb_clean  # the compiled sweep cleared its scratch itself
-        left = 0 if clean else sum(1 for x in dirtied if st[x] != 2)
+        if compiled:
+            dirtied = self._nb_marked
+            left = 0 if clean else int(np.count_nonzero(np.frombuffer(st, dtype=np.int64)[dirtied] != 2))
+        else:
+            left = sum(1 for x in dirtied if st[x] != 2)
         if left:
             return self._fallback(t0, f"{left} task(s) never became ready (cycle)", dirtied, new_ids, removed)
         if guard:
             bad = self._backward_edge(retimed_r, new_edges)
+            if clean and bad is None:  # the compiled sweep left its scratch for this check
+                np.frombuffer(st, dtype=np.int64)[dirtied] = 0
             if bad is not None:
                 return self._fallback(
                     t0, f"zero-duration tie: edge {bad[0]} -> {bad[1]} goes backwards in (ready, id) "
                         f"order, the engine's pop order is not key-sorted", dirtied, new_ids, removed)
         if not clean:
-            for x in dirtied:
-                st[x] = 0
+            if compiled:
+                np.frombuffer(st, dtype=np.int64)[dirtied] = 0
+            else:
+                for x in dirtied:
+                    st[x] = 0
         self._mk = self._recompute_makespan() if (lost or mk_lost) else emax
+        if self._order_cache is not None and len(retimed_r):
+            self._order_moved.append(retimed_r)  # merged into the key order when it is asked for
         stats.retimed = processed
         stats.changed = changed
         stats.moved = moved + n_dev_moves

@@ -22,7 +22,18 @@ class SweepMixin:
         return float(np.nanmax(np.frombuffer(self._E, dtype=np.float64)))
 
     def _backward_edge(self, tasks, new_edges):
+        """The first edge at one of ``tasks`` (or among ``new_edges``) that goes backwards in (ready,
+        id) order, as (u, v), or None. ``tasks`` as a numpy array (from the compiled sweep, which
+        runs on an unchanged edge set): checked by the compiled helper."""
         R, succ, pred = self._R, self._succ, self._pred
+        if isinstance(tasks, np.ndarray):
+            if tasks.size:
+                ptr, idx = self._csr_arrays()
+                pptr, pidx = self._pred_csr()
+                u, v = self._nb.backward_edge(tasks, np.frombuffer(R, dtype=np.float64), ptr, idx, pptr, pidx)
+                if u != -1:
+                    return int(u), int(v)
+            tasks = ()
         for x in tasks:
             rx = R[x]
             for v in succ[x]:
@@ -37,8 +48,8 @@ class SweepMixin:
         return None
 
     def _sweep(self, heap, dirtied, limit, deadline, guard, replan):
-        """The event loop (see package doc). Returns counters, the largest new end and whether an end
-        that was the makespan decreased.
+        """The event loop (see package doc). Returns counters, the processed tasks whose ready time
+        changed, the largest new end and whether an end that was the makespan decreased.
 
         st[x]: 0 clean, 1 dirty, 3 dirty and unresolved (vacated, new, or moved to a key not below
         its end: its successors pend on it), 2 done. nr[x]: x's new ready time when st is odd and
@@ -57,7 +68,8 @@ class SweepMixin:
             limit = -1
         clock = time.perf_counter
         timed = deadline != math.inf
-        retimed_r: list[int] = []
+        retimed_r: list[int] = []  # processed tasks whose ready time (key) changed
+        self._swept_moved = retimed_r  # (kept for the resume if the sweep gives up)
         mk0 = self._mk
         emax = -math.inf
         lost = False
@@ -140,11 +152,13 @@ class SweepMixin:
                 pe = E[pv] if pv != -1 else 0.0
                 s = r if r > pe else pe
                 e = s + dur[x]
-                if e == s and not guard:
-                    # dur > 0 here (no zero durations): the addition lost it to rounding, so x ends
-                    # when it starts and an edge can tie; the no-guard argument needs E > S
-                    raise _Abort(f"positive duration lost to rounding: task {x} ({dur[x]!r} s) starts "
-                                 f"and ends at {s!r} s")
+                if e == s and dur[x] > 0.0:
+                    if not guard:
+                        # the addition lost a positive duration to rounding, so x ends when it
+                        # starts and an edge can tie; the no-guard argument needs E > S
+                        raise _Abort(f"positive duration lost to rounding: task {x} ({dur[x]!r} s) "
+                                     f"starts and ends at {s!r} s")
+                    self._lossy = True  # later changes keep the guards (package doc)
                 oe = E[x]
                 if w == -1:
                     where[x] = d
@@ -154,8 +168,7 @@ class SweepMixin:
                     mark_next = e != oe
                 if R[x] != r:
                     moved += 1
-                    if guard:
-                        retimed_r.append(x)
+                    retimed_r.append(x)
                 if e != oe or s != S[x]:
                     changed += 1
                     if e > emax:
