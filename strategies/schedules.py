@@ -11,6 +11,18 @@ from strategies.limits import check_actions
 
 ScheduleFn = Callable[[int, int, int], Schedule]
 SCHEDULES: dict[str, ScheduleFn] = {}
+#: named schedules whose backward is one fused B action per (stage, micro-batch), and those that split
+#: it into I and W actions (checked against the orders in tests/test_fidelity_random.py)
+FUSED_BACKWARD = frozenset({"1f1b", "gpipe", "interleaved-1f1b", "looped-bfs"})
+SPLIT_BACKWARD = frozenset({"zb-h1", "zb-v", "dualpipe-v", "dualpipe"})
+
+
+def has_split_backward(schedule: Schedule) -> bool:
+    """Whether ``schedule`` has W actions (weight gradients apart from input gradients): by name for
+    the named families, else from its actions (a custom schedule)."""
+    if schedule.name in FUSED_BACKWARD or schedule.name in SPLIT_BACKWARD:
+        return schedule.name in SPLIT_BACKWARD
+    return any(a.kind == "W" for order in schedule.orders for x in order for a in getattr(x, "sub_actions", (x,)))
 
 
 def register(name: str):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from strategies.schedules import has_split_backward
 from taskgraph.cost import ProfileTable, op_time
 from taskgraph.lower_model import Bucket, Comm, IterationWork, LayerWork, OpCost, StageWork
 from taskgraph.operators import embedding_operators, head_operators, layer_operators
@@ -399,7 +400,7 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
     shares = stream_shares(plan, dict(_rep_groups(s, 0)))
     f_tp, f_dp = shares.get("tp", 0.0), shares.get("dp", 0.0)
     # schedules with W actions reduce gradients during the W pass (taskgraph/coarse.py _bucket_tail)
-    split = _split_backward(plan.schedule)
+    split = has_split_backward(plan.schedule)
     layer_cache: dict = {} if cid is None else _memo(("layers",) + _layer_context(plan), dict)
     S = plan.schedule.num_stages
     for stage in range(S):
@@ -562,18 +563,6 @@ def _coarse_stage(st: StageWork, f_tp: float = 0.0, f_dp: float = 0.0, overlap_g
                   split: bool = False) -> StageWork:
     from taskgraph.coarse import _stage
     return _stage(st, f_tp, f_dp, overlap_grad_reduce, split)
-
-
-#: schedules whose backward is one fused B action / split into I and W (strategies/schedules_*.py)
-_FUSED = frozenset({"gpipe", "1f1b", "interleaved-1f1b", "looped-bfs"})
-_SPLIT = frozenset({"zb-h1", "zb-v", "dualpipe-v", "dualpipe"})
-
-
-def _split_backward(schedule) -> bool:
-    """Whether ``schedule`` has W actions (weight gradients apart from input gradients)."""
-    if schedule.name in _FUSED or schedule.name in _SPLIT:
-        return schedule.name in _SPLIT
-    return any(a.kind == "W" for order in schedule.orders for x in order for a in getattr(x, "sub_actions", (x,)))
 
 
 def _stage_parts(st: StageWork) -> tuple:

@@ -171,9 +171,9 @@ def test_random_strategies_agree_across_fidelities(draws):
 
 def test_split_backward_table_matches_the_schedules():
     # the coarse records release DP buckets during the W pass of split schedules (taskgraph/coarse.py);
-    # costing knows the families by name: the names must say what the orders do
+    # the registry knows the families by name: the names must say what the orders do
     from strategies.schedules import SCHEDULES, get_schedule
-    from taskgraph.costing import _split_backward
+    from strategies.schedules import has_split_backward as _split_backward
     for name in SCHEDULES:
         s = get_schedule(name, 4, 8, 2 if name in ("interleaved-1f1b", "zb-v", "dualpipe-v", "dualpipe", "looped-bfs") else 1)
         scan = any(a.kind == "W" for order in s.orders for x in order for a in getattr(x, "sub_actions", (x,)))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from simulator.cli.common import (_EXAMPLE, _FID_HELP, _MKDIR_HELP, _SET_HELP, _check_outputs, _input_files,
                                  _load, _pipeline_flags, _print_json, _simulate_one, _sub)
-from strategies.errors import ExecsimError, brief
+from strategies.errors import ExecsimError
 
 
 def add_parser(sub) -> None:

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import simpy
 
-from simulator.goodput.model import (HOUR, MECHANISMS, STREAM_LEMON, STREAM_MAINT, STREAM_RESTART, STREAM_SAVE,
+from simulator.goodput.model import (HOUR, MECHANISMS, STREAM_LEMON, STREAM_RESTART, STREAM_SAVE,
                                      Component, RunModel, RunResult, check_run_model)
 
 

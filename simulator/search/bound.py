@@ -40,13 +40,14 @@ from __future__ import annotations
 
 from typing import Sequence
 
+# Schedules whose backward is one fused B action per (stage, micro-batch) -- no W action -- so every
+# rank's tasks carry the input-gradient chain in their tails (checked in tests/test_search_bound.py),
+# and those that split backwards into I and W (the tail then holds only the optimizer step): the
+# schedule registry's tables.
+from strategies.schedules import FUSED_BACKWARD, SPLIT_BACKWARD as KNOWN_SPLIT
+
 #: Relative margin for floating-point rounding (module doc).
 SLACK = 1.0 - 1e-6
-#: Schedules whose backward is one fused B action per (stage, micro-batch) -- no W action -- so every
-#: rank's tasks carry the input-gradient chain in their tails (checked in tests/test_search_bound.py).
-FUSED_BACKWARD = frozenset({"1f1b", "gpipe", "interleaved-1f1b", "looped-bfs"})
-#: Schedules that split backwards into I and W (the tail then holds only the optimizer step).
-KNOWN_SPLIT = frozenset({"zb-h1", "zb-v", "dualpipe-v", "dualpipe"})
 #: Schedules whose stage placement :func:`stage_ranks` knows: round robin (Narayanan 2021
 #: interleaving), or the V of ZB-V / DualPipe-V (stages r and 2pp-1-r on rank r); one segment.
 ROUND_ROBIN = frozenset({"1f1b", "gpipe", "zb-h1", "interleaved-1f1b", "looped-bfs"})

@@ -126,7 +126,7 @@ class ResumeMixin:
         sub = np.flatnonzero(rest)
         if share < 1.0 and self._resume_costs_more(int(sub.size)):
             return self._fallback(t0, reason, dirtied, new_ids, removed)
-        st, pend, oS, oE = self._st, self._pend, self._oS, self._oE
+        st, oS, oE = self._st, self._oS, self._oE
         R = np.frombuffer(self._R, dtype=np.float64)
         S = np.frombuffer(self._S, dtype=np.float64)
         E = np.frombuffer(self._E, dtype=np.float64)
