@@ -17,7 +17,8 @@ from simulator.search.backends import Job, candidate_strategy, evaluate_row, ray
 from simulator.cli.main import main
 from simulator.search.evaluate import evaluate
 from simulator.search.plots import pareto_front
-from simulator.search.space import SearchSpace, context, enumerate_space, gpu_counts, parse_axis
+from simulator.search.space import (INFLIGHT_CLOSED_FORM, SearchSpace, context, enumerate_space, gpu_counts,
+                                    parse_axis, static_bound)
 from simulator.search.strategy_search import objective_value, search
 from strategies.errors import ConfigError
 from strategies.strategy_file import load_strategy
@@ -89,7 +90,9 @@ def test_static_bound_is_a_lower_bound_of_the_simulated_peak(l8, exhaustive):
     # and a pruned candidate really does not fit
     ctx = context(l8)
     _, stats = enumerate_space(ctx, SMALL, [8])
-    bound_gb, c = stats.pruned[0]
+    c = stats.pruned[0]
+    bound_gb = static_bound(ctx, c) / 2**30
+    assert bound_gb > ctx.cluster.gpu.hbm_capacity / 2**30
     row = evaluate_row(Job(ctx, 2.99, 1e9), c)
     assert row["status"] == "oom" and row["peak_memory_gb"] >= bound_gb
 
@@ -317,3 +320,27 @@ def test_pareto_plot_has_colour_bars_for_headroom_and_gpus(l8):
     plt.close(fig)
     assert labels.count("GPUs") == 1 and labels.count("memory headroom per GPU (GiB)") == 2
     assert len(fig.axes) == 4 and n >= 1
+
+
+@pytest.mark.parametrize("schedule", sorted(INFLIGHT_CLOSED_FORM))
+def test_inflight_closed_forms_equal_the_generated_orders(schedule):
+    """Each closed-form in-flight count equals the count read off the generated schedule (the
+    memory bound must not change when the schedule is not generated)."""
+    from simulator.search import space
+    closed = space.INFLIGHT_CLOSED_FORM[schedule]
+    checked = 0
+    for pp in range(1, 9):
+        for m in range(1, 25):
+            for vpp in (1, 2, 3, 4):
+                want = closed(pp, m, vpp)
+                if want is None:
+                    continue
+                space._BOUND_MEMO.clear()
+                saved = space.INFLIGHT_CLOSED_FORM.pop(schedule)
+                try:
+                    got = space.inflight_chunks(schedule, pp, m, vpp)
+                finally:
+                    space.INFLIGHT_CLOSED_FORM[schedule] = saved
+                assert got == want, (schedule, pp, m, vpp)
+                checked += 1
+    assert checked >= 100

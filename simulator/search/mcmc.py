@@ -30,7 +30,7 @@ import random
 from dataclasses import replace
 from typing import Callable, Sequence
 
-from simulator.search.space import RECOMPUTE, Candidate, Context, static_bound, valid_variant
+from simulator.search.space import RECOMPUTE, Candidate, Context, exceeds_memory, valid_variant
 from strategies.errors import ConfigError
 
 #: Axes a proposal may change; ``pipe`` is the (vpp, schedule) pair (a schedule fixes the chunks).
@@ -136,7 +136,7 @@ def metropolis_hastings(cands: Sequence[Candidate], ctx: Context, evaluate: Call
         r = seen.get(c)
         if r is None:
             try:
-                if static_bound(ctx, c) > cap:
+                if exceeds_memory(ctx, c, cap):
                     return math.inf
             except ConfigError:  # the operators reject this combination: invalid, not simulated
                 return math.inf

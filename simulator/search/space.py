@@ -305,7 +305,7 @@ class SpaceStats:
     invalid: int = 0
     pruned_memory: int = 0
     kept: int = 0
-    pruned: list = field(default_factory=list)  # (bound GiB, Candidate), for "closest candidates"
+    pruned: list = field(default_factory=list)  # Candidates, for "closest candidates" (their bounds then)
 
 
 def enumerate_space(ctx: Context, space: SearchSpace, gpus_list: Iterable[int], *,
@@ -340,13 +340,13 @@ def enumerate_space(ctx: Context, space: SearchSpace, gpus_list: Iterable[int], 
                                                     continue
                                                 if prune:
                                                     try:
-                                                        b = static_bound(ctx, c)
+                                                        over = exceeds_memory(ctx, c, cap)
                                                     except ConfigError:  # a rule the checks above miss
                                                         stats.invalid += 1
                                                         continue
-                                                    if b > cap:
+                                                    if over:
                                                         stats.pruned_memory += 1
-                                                        stats.pruned.append((b / 2**30, c))
+                                                        stats.pruned.append(c)
                                                         continue
                                                 out.append(c)
     out.sort(key=Candidate.sort_key)
@@ -441,6 +441,26 @@ def _embedding_params(ctx: Context, c: Candidate) -> float:
 
 def static_bound(ctx: Context, c: Candidate) -> float:
     """Lower bound, bytes, on the peak memory of one GPU of pipeline rank 0 (module docstring)."""
+    fixed, chunk_acts, m = _bound_parts(ctx, c)
+    return fixed + max(sum(chunk_acts), inflight_chunks(c.schedule, c.pp, m, c.vpp) * min(chunk_acts, default=0.0))
+
+
+def exceeds_memory(ctx: Context, c: Candidate, cap: float) -> bool:
+    """``static_bound(ctx, c) > cap``, without generating the schedule where the answer does not
+    depend on it: the in-flight count lies between 1 and every forward of rank 0 (m per chunk), so
+    a bound with all chunks' activations already over ``cap``, or one with every forward in flight
+    still under it, decides alone."""
+    fixed, chunk_acts, m = _bound_parts(ctx, c)
+    low = min(chunk_acts, default=0.0)
+    if fixed + sum(chunk_acts) > cap:
+        return True
+    if fixed + max(sum(chunk_acts), m * len(chunk_acts) * low) <= cap:
+        return False
+    return fixed + max(sum(chunk_acts), inflight_chunks(c.schedule, c.pp, m, c.vpp) * low) > cap
+
+
+def _bound_parts(ctx: Context, c: Candidate) -> tuple[float, list, int]:
+    """(model states + reserve bytes, activation bytes per chunk of rank 0, micro-batches)."""
     from taskgraph.memory import model_state_bytes
     tr, opt = ctx.base.training, ctx.base.options
     if len(_BOUND_MEMO) > 65536:
@@ -465,8 +485,24 @@ def static_bound(ctx: Context, c: Candidate) -> float:
     gacc = 4 if (tr.precision in ("bf16", "fp8") and opt.fp32_grad_accum) else 2  # costing.grad_bytes_per_param
     states = model_state_bytes(params, dp=c.dp * c.cp, zero=c.zero, weight_bytes=2, grad_bytes=gacc)
     m = tr.global_batch // (c.micro_batch * c.dp)
-    act = max(sum(chunk_acts), inflight_chunks(c.schedule, c.pp, m, c.vpp) * min(chunk_acts, default=0.0))
-    return states.total + act + opt.memory_reserve_gb * 2**30
+    return states.total + opt.memory_reserve_gb * 2**30, chunk_acts, m
+
+
+def _inflight_interleaved(pp: int, m: int, vpp: int) -> int | None:
+    # Megatron-LM pipeline_parallel/schedules.py forward_backward_pipelining_with_interleaving:
+    # rank r runs (pp - r - 1) * 2 + (vpp - 1) * pp warm-up forwards, then one more before its first
+    # backward; all m * vpp when that is more. Only where its micro-batch groups are full (m % pp == 0)
+    return min(m * vpp, 2 * (pp - 1) + (vpp - 1) * pp + 1) if vpp >= 2 and m % pp == 0 else None
+
+
+#: schedule -> (pp, m, vpp) -> rank 0's in-flight count in closed form (None: generate the schedule);
+#: tests/test_strategy_search.py checks each against the generated order on a grid
+INFLIGHT_CLOSED_FORM = {
+    "1f1b": lambda pp, m, vpp: min(pp, m) if vpp == 1 else None,   # Narayanan 2021 Section 2.2: pp warm-up
+    "gpipe": lambda pp, m, vpp: m if vpp == 1 else None,           # Huang 2019: every forward, then backwards
+    "looped-bfs": lambda pp, m, vpp: m * vpp,   # PyTorch ScheduleLoopedBFS (Lamy-Poirier 2023): every forward first
+    "interleaved-1f1b": _inflight_interleaved,
+}
 
 
 def inflight_chunks(schedule: str, pp: int, microbatches: int, vpp: int) -> int:
@@ -476,6 +512,11 @@ def inflight_chunks(schedule: str, pp: int, microbatches: int, vpp: int) -> int:
     below. 1 when the schedule rejects these sizes (the candidate then fails at evaluation)."""
     key = ("inflight", schedule, pp, microbatches, vpp)
     hit = _BOUND_MEMO.get(key)
+    if hit is None and microbatches >= 1:
+        closed = INFLIGHT_CLOSED_FORM.get(schedule)
+        hit = closed(pp, microbatches, vpp) if closed is not None else None
+        if hit is not None:
+            _BOUND_MEMO[key] = hit
     if hit is None:
         from strategies.errors import ScheduleError
         from strategies.schedules import get_schedule
@@ -506,7 +547,7 @@ def _rank_of_stage(c: Candidate, s: int) -> int:
 
 
 __all__ = ["Candidate", "SearchSpace", "Context", "SpaceStats", "AXES", "CANDIDATE_FIELDS", "context", "check_gpus",
-           "gpu_counts", "cluster_for", "enumerate_space", "static_bound", "valid_variant", "parse_axis"]
+           "gpu_counts", "cluster_for", "enumerate_space", "static_bound", "exceeds_memory", "valid_variant", "parse_axis"]
 
 
 def grid_points(ctx: Context, space: SearchSpace, gpus_list: Iterable[int]) -> int:

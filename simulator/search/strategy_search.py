@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from simulator.search.backends import ROW_FIELDS, Job, evaluate_row, evaluate_rows
-from simulator.search.space import Candidate, SearchSpace, SpaceStats, check_gpus, context, enumerate_space, gpu_counts
+from simulator.search.space import Candidate, SearchSpace, SpaceStats, check_gpus, context, enumerate_space, gpu_counts, static_bound
 from strategies.errors import ConfigError
 
 OBJECTIVES = ("time", "cost", "tokens-per-dollar")
@@ -151,7 +151,8 @@ def search(base, *, gpus: int | None = None, gpus_range: tuple[int, int] | None 
     if not cands:
         why = (f"{stats.invalid} grid points are invalid for {ctx.model.name} and {stats.pruned_memory} exceed the "
                f"{ctx.cluster.gpu.hbm_capacity / 2**30:.0f} GiB of one {ctx.cluster.gpu.name} by the static memory bound")
-        closest = sorted(stats.pruned, key=lambda x: (x[0], x[1].sort_key()))[:5]
+        closest = sorted(((static_bound(ctx, c) / 2**30, c) for c in stats.pruned),
+                         key=lambda x: (x[0], x[1].sort_key()))[:5]
         hint = ("; closest by memory bound: " + "; ".join(f"{c.label()} on {c.gpus} GPUs needs >= {b:.1f} GiB"
                                                            for b, c in closest)) if closest else ""
         raise ConfigError(f"empty search space on {', '.join(map(str, gpus_list))} GPUs: {why}{hint}. Widen the axes "
