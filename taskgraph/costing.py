@@ -553,10 +553,18 @@ def _paced(st: StageWork, f: float) -> StageWork:
     communication and the gradient buckets' collectives are unchanged."""
     if f == 1.0:
         return st
-    layers = tuple(replace(l, ops=tuple(replace(o, fwd=o.fwd * f, bwd_input=o.bwd_input * f,
-                                                       bwd_weight=o.bwd_weight * f) for o in l.ops))
-                   for l in st.layers)
+    layers = tuple(replace(l, ops=tuple(_scaled(o, f) for o in l.ops)) for l in st.layers)
     return StageWork(layers, st.buckets, st.optimizer_s * f)
+
+
+def _scaled(o: OpCost, f: float) -> OpCost:
+    """``replace(o, fwd=o.fwd * f, bwd_input=o.bwd_input * f, bwd_weight=o.bwd_weight * f)`` without
+    re-running the dataclass constructor (the search paces every operator of every candidate)."""
+    c = object.__new__(OpCost)
+    d = c.__dict__
+    d.update(o.__dict__)
+    d["fwd"], d["bwd_input"], d["bwd_weight"] = o.fwd * f, o.bwd_input * f, o.bwd_weight * f
+    return c
 
 
 def _coarse_stage(st: StageWork, f_tp: float = 0.0, f_dp: float = 0.0, overlap_grad_reduce: bool = False,
