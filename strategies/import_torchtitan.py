@@ -28,7 +28,7 @@ TORCHTITAN_MODELS = {("qwen3", "0.6B"): _qwen3("qwen3-0.6b", 28, 1024, 16, 3072,
                      ("qwen3", "1.7B"): _qwen3("qwen3-1.7b", 28, 2048, 16, 6144, True),
                      ("qwen3", "4B"): _qwen3("qwen3-4b", 36, 2560, 32, 9728, True),
                      ("qwen3", "14B"): _qwen3("qwen3-14b", 40, 5120, 40, 17408, False)}
-def _llama4(name: str, experts: int, moe_every: int) -> dict:
+def _llama4(name: str, experts: int, moe_every: int, chunk: int = 0) -> dict:
     """A Llama 4 flavor of torchtitan/models/llama4 (__init__.py l. 38-60, model/args.py defaults,
     model/model.py TransformerBlock): dim 5120, 48 layers, 40 heads, 8 KV heads, vocab 202048; dense
     FFN 4h -> 2/3 -> x1.2 -> multiple of 2048 = 16384; MoE layers (every ``moe_every``-th, (i+1) %
@@ -38,7 +38,11 @@ def _llama4(name: str, experts: int, moe_every: int) -> dict:
     return {"name": name, "layers": 48, "hidden": 5120, "heads": 40, "kv_heads": 8, "ffn": 16384, "vocab": 202048,
             "mlp": "swiglu", "norm": "rmsnorm", "position": "rope", "max_seq": 8192, "bias": False,
             "tied_embeddings": False, "dropout": False, "experts": experts, "top_k": 1, "expert_ffn": 8192,
-            "shared_experts": 1, "moe_layers": "all" if moe_every == 1 else list(step)}
+            "shared_experts": 1, "moe_layers": "all" if moe_every == 1 else list(step),
+            # the _irope flavors: every_n_layers_nope = 4, layers 0, 4, 8 ... global without RoPE
+            # (TransformerBlock: layer_id % every_n_layers_nope == 0), the others attend within blocks
+            # of fixed_attn_block_size = 8192 tokens (model/args.py)
+            **({"attention_chunk": chunk, "global_attention_every": 4, "global_attention_start": 0} if chunk else {})}
 
 
 def _deepseek(name: str, layers: int, dim: int, heads: int, ffn: int, expert_ffn: int, experts: int,
@@ -57,16 +61,13 @@ def _deepseek(name: str, layers: int, dim: int, heads: int, ffn: int, expert_ffn
 TORCHTITAN_MODELS.update({
     ("llama4", "17bx16e"): _llama4("llama4-scout-17bx16e", 16, 1),
     ("llama4", "17bx128e"): _llama4("llama4-maverick-17bx128e", 128, 2),
-    ("llama4", "17bx16e_irope"): _llama4("llama4-scout-17bx16e", 16, 1),
-    ("llama4", "17bx128e_irope"): _llama4("llama4-maverick-17bx128e", 128, 2),
+    ("llama4", "17bx16e_irope"): _llama4("llama4-scout-17bx16e-irope", 16, 1, chunk=8192),
+    ("llama4", "17bx128e_irope"): _llama4("llama4-maverick-17bx128e-irope", 128, 2, chunk=8192),
     # torchtitan's DeepSeek-V3 has no multi-token-prediction module (the preset has DeepSeek's one)
     ("deepseek_v3", "671B"): {"preset": "deepseek-v3", "mtp_layers": 0},
     ("deepseek_v3", "16B"): _deepseek("deepseek-v2-lite-16b", 27, 2048, 16, 10944, 1408, 64, 0),
     ("deepseek_v3", "236B"): _deepseek("deepseek-v2-236b", 60, 5120, 128, 12288, 1536, 160, 1536),
 })
-#: flavors whose attention is chunked (iRoPE: local attention in blocks of 8192 tokens, every 4th
-#: layer global without RoPE; torchtitan llama4 every_n_layers_nope / fixed_attn_block_size)
-IROPE_CHUNK = {("llama4", "17bx16e_irope"): 8192, ("llama4", "17bx128e_irope"): 8192}
 #: torchtitan [float8] recipe_name (torchao Float8LinearRecipeName) -> options.fp8_recipe
 FLOAT8_RECIPES = {"tensorwise": "tensorwise", "rowwise": "rowwise", "rowwise_with_gw_hp": "rowwise"}
 #: [training] mixed_precision_param (torch dtype names) -> training.precision
@@ -230,8 +231,5 @@ def import_torchtitan(data: dict, *, cluster: str | None = None, nodes: int | No
     seen = [k for k in flat if k not in _TT_READ and not (on and k in _TT_FLOAT8) and not k.startswith(_TT_QUIET)]
     if hsdp:
         seen.append(hsdp)
-    if key in IROPE_CHUNK and seq > IROPE_CHUNK[key]:
-        notes.append(f"model.flavor {key[1]} (chunked attention in blocks of {IROPE_CHUNK[key]} tokens is simulated as "
-                     f"full causal attention: seq_len {seq} is longer than a block)")
     seen += notes
     return Imported(strategy, tuple(seen), "torchtitan")

@@ -131,8 +131,18 @@ class ModelSpec:
     sliding_window: int = 0
     """Local attention window in tokens (Gemma 2: 4096, Gemma 3: 1024, Mistral 7B v0.1: 4096); 0 = none."""
     global_attention_every: int = 0
-    """With a sliding window, layer i attends globally when (i+1) % k == 0 (Gemma 2: 2, Gemma 3: 6,
-    Hugging Face Gemma2/Gemma3 modeling code); 0 = every layer uses the window."""
+    """With a sliding window or chunked attention, every k-th layer attends globally: layer i when
+    (i+1) % k == 0 (Gemma 2: 2, Gemma 3: 6, Hugging Face Gemma2/Gemma3 modeling code; Llama 4: 4, HF
+    Llama4TextConfig no_rope_layers), or from ``global_attention_start`` on; 0 = every layer is local."""
+    global_attention_start: int | None = None
+    """Index of the first global layer of the every-k pattern; None = k - 1 (Hugging Face's (i+1) % k).
+    torchtitan's Llama 4 makes layers 0, k, 2k ... global (models/llama4 TransformerBlock:
+    ``layer_id % every_n_layers_nope == 0`` uses no RoPE and the full causal mask): 0."""
+    attention_chunk: int = 0
+    """Chunked local attention (Llama 4 iRoPE): the sequence is cut into blocks of C tokens and each
+    query attends causally within its own block only (HF Llama4TextConfig attention_chunk_size 8192;
+    torchtitan llama4 fixed_attn_block_size: "the query will only attend to the tokens within the
+    same block regardless how long is the sequence"); 0 = none."""
     logit_softcap: float = 0.0
     """Final-logit soft-capping c: logits <- c tanh(logits / c) (Gemma 2 report, Section 2); 0 = off.
     Attention soft-capping runs inside the fused attention kernel and costs no extra HBM traffic."""
@@ -196,7 +206,7 @@ class ModelSpec:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"{w} model.{f} = {brief(v)} must be a positive integer")
         for f in ("experts", "top_k", "shared_experts", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
-                  "sliding_window", "global_attention_every", "mtp_layers"):
+                  "sliding_window", "global_attention_every", "attention_chunk", "mtp_layers"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ConfigError(f"{w} model.{f} = {brief(v)} must be a non-negative integer")
@@ -220,9 +230,20 @@ class ModelSpec:
         elif self.q_lora_rank or self.kv_lora_rank or self.qk_rope_head_dim:
             raise ConfigError(f"{w} model.q_lora_rank/kv_lora_rank/qk_rope_head_dim are MLA fields but "
                               f"model.attention = {self.attention!r}; set attention: mla or drop them")
-        if self.global_attention_every and not self.sliding_window:
+        if self.global_attention_every and not (self.sliding_window or self.attention_chunk):
             raise ConfigError(f"{w} model.global_attention_every = {self.global_attention_every} needs "
-                              f"model.sliding_window > 0")
+                              f"model.sliding_window > 0 or model.attention_chunk > 0")
+        if self.sliding_window and self.attention_chunk:
+            raise ConfigError(f"{w} model.sliding_window = {self.sliding_window} and model.attention_chunk = "
+                              f"{self.attention_chunk}: a local layer has one mask; set one of them to 0")
+        start = self.global_attention_start
+        if start is not None:
+            if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start < max(self.layers, 1):
+                raise ConfigError(f"{w} model.global_attention_start = {brief(start)} must be a layer index in "
+                                  f"0..{self.layers - 1} (torchtitan Llama 4: 0; omit it for Hugging Face's (i+1) % k)")
+            if not self.global_attention_every:
+                raise ConfigError(f"{w} model.global_attention_start = {start} needs model.global_attention_every "
+                                  f"> 0 (the period of the global layers)")
         if self.experts and not 1 <= self.top_k <= self.experts:
             raise ConfigError(f"{w} model.top_k = {self.top_k} must be in 1..{self.experts} "
                               f"(model.experts) for an MoE model")
@@ -270,11 +291,15 @@ class ModelSpec:
         return tuple(i for i in range(self.layers) if self.is_moe_layer(i))
 
     def is_local_attention_layer(self, i: int) -> bool:
-        """Whether layer ``i`` attends within ``sliding_window`` tokens (see global_attention_every)."""
-        if not self.sliding_window:
+        """Whether layer ``i`` attends within ``sliding_window`` tokens or its ``attention_chunk`` block
+        (see global_attention_every and global_attention_start)."""
+        if not (self.sliding_window or self.attention_chunk):
             return False
         k = self.global_attention_every
-        return not (k and (i + 1) % k == 0)
+        if not k:
+            return True
+        start = k - 1 if self.global_attention_start is None else self.global_attention_start
+        return not (i >= start and (i - start) % k == 0)
 
     def layer_kind(self, i: int) -> tuple:
         """Hashable key shared by layers with identical operators (MoE or dense, local or global
@@ -490,7 +515,8 @@ def get_model(name: str) -> ModelSpec:
 _FIELDS = tuple(f.name for f in dataclasses.fields(ModelSpec))
 _INT_FIELDS = ("layers", "hidden", "heads", "vocab", "kv_heads", "head_dim", "ffn", "max_seq",
                "experts", "top_k", "expert_ffn", "shared_experts", "q_lora_rank", "kv_lora_rank",
-               "qk_rope_head_dim", "v_head_dim", "sliding_window", "global_attention_every", "mtp_layers")
+               "qk_rope_head_dim", "v_head_dim", "sliding_window", "global_attention_every", "attention_chunk",
+               "global_attention_start", "mtp_layers")
 _BOOL_FIELDS = ("tied_embeddings", "bias", "qkv_bias", "embedding_norm", "dropout", "qk_norm", "sandwich_norm",
                 "router_bias")
 

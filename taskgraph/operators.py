@@ -312,15 +312,22 @@ def _row_comms(c: _Ctx, tokens: int) -> tuple:
     return (Collective("tp", "all-reduce", "fwd", "after", nbytes),)
 
 
-def attention_pairs(s: int, causal_halved: bool, window: int = 0) -> float:
+def attention_pairs(s: int, causal_halved: bool, window: int = 0, chunk: int = 0) -> float:
     """(query, key) pairs one head scores over one sequence of ``s`` tokens.
 
     Causal: s(s+1)/2 executed by a flash kernel (masked half skipped), s^2 otherwise. A sliding
     window w (Beltagy 2020 Longformer; Mistral 7B, Jiang 2023 Section 2) keeps each query's last w
-    keys: w s - w(w-1)/2 pairs for s >= w (a flash kernel skips tiles outside the band).
+    keys: w s - w(w-1)/2 pairs for s >= w (a flash kernel skips tiles outside the band). Chunked
+    attention in blocks of C tokens (Llama 4 iRoPE; ModelSpec.attention_chunk) is causal attention
+    within each block: q = s div C full blocks and one of r = s mod C tokens, q C(C+1)/2 + r(r+1)/2
+    pairs (q C^2 + r^2 for a kernel that does not skip the masked half; tiles off the block
+    diagonal are skipped, FlexAttention's block mask).
     """
     if window and window < s:
         return float(window * s - window * (window - 1) // 2)
+    if chunk and chunk < s:
+        q, r = divmod(s, chunk)
+        return q * attention_pairs(chunk, causal_halved) + attention_pairs(r, causal_halved)
     return s * (s + 1) / 2 if causal_halved else float(s * s)
 
 
@@ -384,11 +391,13 @@ def _attention_ops(c: _Ctx, layer: int) -> list:
     # the causal work is load-balanced over ranks (Megatron CP zig-zag split: each rank holds chunks
     # i and 2cp-1-i), so total / cp. Without balancing the CP rank holding the last s/cp queries
     # scores the most pairs and sets the pace (Brandon 2023 Striped Attention Section 3: (2cp-1)/cp x).
-    window = m.sliding_window if m.is_local_attention_layer(layer) else 0
-    pairs = attention_pairs(c.s, c.causal_halved, window) / c.cp
+    local = m.is_local_attention_layer(layer)
+    window = m.sliding_window if local else 0
+    chunk = m.attention_chunk if local else 0
+    pairs = attention_pairs(c.s, c.causal_halved, window, chunk) / c.cp
     if c.cp > 1 and not c.cp_balance and c.causal_halved:
         q = c.s // c.cp
-        pairs = attention_pairs(c.s, True, window) - attention_pairs(c.s - q, True, window)
+        pairs = attention_pairs(c.s, True, window, chunk) - attention_pairs(c.s - q, True, window, chunk)
     fwd = 2.0 * c.b * at * (d + dv) * pairs               # QK^T + PV (Narayanan 2021 eq. 3: 4 b a d)
     bwd = (FLASH_BWD_FACTOR if c.flash else UNFUSED_BWD_FACTOR) * fwd
     # qkv_bytes: Q, K, V 4sbh/t + 2sbh/t with MHA (Korthikanti 4.1); kv_full: K and V of the whole
@@ -759,7 +768,7 @@ def model_flops_per_token(model: ModelSpec, seq_len: int, convention: str = "meg
         else:
             w += mats * h * m.ffn
         layer_w += w
-        ctx += min(seq_len, m.sliding_window) if m.is_local_attention_layer(i) else seq_len
+        ctx += min(seq_len, m.sliding_window or m.attention_chunk) if m.is_local_attention_layer(i) else seq_len
     # 12 l s (a d) = 6 l s a (d_qk + d_v) when d_qk = d_v
     attn = 6.0 * ctx * a * (d + dv)
     if convention == "megatron":

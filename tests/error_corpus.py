@@ -1053,3 +1053,21 @@ add(
     Case("ok-import-megatron-env", "import megatron m.sh --cluster dgx-h100 --nodes 1 --env TP=2 -o o.yaml",
          {"m.sh": _MEG}, code=0, creates=("o.yaml",)),
 )
+# Chunked local attention (Llama 4 iRoPE): model.attention_chunk, model.global_attention_start
+CHUNK_MODEL = "{name: c, layers: 4, hidden: 64, heads: 4, vocab: 128, attention_chunk: 32, global_attention_every: 4"
+add(
+    Case("chunk-negative", SIM, {"s.yaml": strat(model="{name: c, layers: 2, hidden: 64, heads: 4, vocab: 128, "
+                                                 "attention_chunk: -8}")}, r"attention_chunk", "attention_chunk"),
+    Case("chunk-and-window", SIM, {"s.yaml": strat(model=CHUNK_MODEL + ", sliding_window: 16}")},
+         r"model\.sliding_window = 16 and model\.attention_chunk = 32: a local layer has one mask", "attention_chunk"),
+    Case("chunk-start-out-of-range", SIM, {"s.yaml": strat(model=CHUNK_MODEL + ", global_attention_start: 4}")},
+         r"model\.global_attention_start = 4 must be a layer index in 0\.\.3", "global_attention_start"),
+    Case("chunk-start-without-every", SIM, {"s.yaml": strat(model="{name: c, layers: 4, hidden: 64, heads: 4, "
+                                                            "vocab: 128, attention_chunk: 32, global_attention_start: 0}")},
+         r"global_attention_start = 0 needs model\.global_attention_every", "global_attention_start"),
+    Case("chunk-every-without-local", SIM, {"s.yaml": strat(model="{name: c, layers: 4, hidden: 64, heads: 4, "
+                                                            "vocab: 128, global_attention_every: 4}")},
+         r"global_attention_every = 4 needs model\.sliding_window > 0 or model\.attention_chunk > 0",
+         "global_attention_every"),
+    Case("ok-chunk", SIM, {"s.yaml": strat(model=CHUNK_MODEL + ", global_attention_start: 0}")}, code=0),
+)

@@ -388,6 +388,23 @@ def test_every_torchtitan_moe_flavor(name, flavor, total_b):
     assert spec.mtp_layers == 0     # torchtitan's DeepSeek-V3 has no MTP module
 
 
+def test_torchtitan_irope_flavor_is_chunked_attention():
+    """torchtitan llama4 *_irope (models/llama4/model/args.py: every_n_layers_nope 4,
+    fixed_attn_block_size 8192): layers 0, 4, 8 ... global, the rest attend within 8192-token blocks;
+    at seq_len 32768 a local layer scores 4 blocks' causal pairs, 1/4 of the global layer's."""
+    from taskgraph.model import load_model_yaml
+    from taskgraph.operators import layer_operators
+    t = "[model]\nname = 'llama4'\nflavor = '17bx16e_irope'\n[training]\nlocal_batch_size = 1\nseq_len = 32768\n"
+    imp = import_config("torchtitan", t, cluster="dgx-h100", nodes=8)
+    spec = load_model_yaml(imp.strategy["model"])
+    assert (spec.attention_chunk, spec.global_attention_every, spec.global_attention_start) == (8192, 4, 0)
+    assert not any("chunked attention" in w for w in imp.unmodeled)
+    assert [i for i in range(12) if not spec.is_local_attention_layer(i)] == [0, 4, 8]
+    core = [next(o for o in layer_operators(spec, micro_batch=1, seq_len=32768, layer_index=i) if o.name == "attn_core")
+            for i in (0, 1)]
+    assert core[1].fwd_flops / core[0].fwd_flops == pytest.approx(4 * 8192 * 8193 / (32768 * 32769))
+
+
 # ------------------------------------------------------------------------ MoE parallel folding
 def _plan(parallel: dict, model="mixtral-8x7b", nodes=32, options=None, precision="bf16"):
     from strategies.strategy_file import parse_strategy

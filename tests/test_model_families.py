@@ -6,7 +6,7 @@ import pytest
 
 from strategies.errors import ConfigError
 from taskgraph.hf_config import load_hf_config
-from taskgraph.model import PRESETS, PUBLISHED_ACTIVE_PARAMS, PUBLISHED_PARAMS, get_model
+from taskgraph.model import PRESETS, PUBLISHED_ACTIVE_PARAMS, PUBLISHED_PARAMS, ModelSpec, get_model
 from taskgraph.operators import (attention_pairs, head_operators, layer_operators, model_flops_per_token,
                                  model_operators)
 
@@ -79,6 +79,34 @@ def test_attention_pairs_sliding_window():
     core = {i: next(o for o in ops if o.name == "attn_core") for i, ops in ((0, local), (1, glob))}
     assert core[0].fwd_flops / core[1].fwd_flops == pytest.approx(attention_pairs(8192, True, 4096)
                                                                   / attention_pairs(8192, True))
+
+
+def test_attention_pairs_chunked():
+    # blocks of 4 over 10 tokens: two full blocks (4*5/2 = 10 pairs each) and one of 2 tokens (3)
+    assert attention_pairs(10, True, chunk=4) == 2 * 10 + 3
+    assert attention_pairs(10, False, chunk=4) == 2 * 16 + 4    # a kernel that computes the masked half
+    assert attention_pairs(8, True, chunk=8) == attention_pairs(8, True) == 36   # one block: plain causal
+    assert attention_pairs(8, True, chunk=16) == 36
+
+
+def test_chunked_attention_layers_and_flops():
+    """Llama 4 iRoPE: torchtitan's layers 0, 4, 8 ... global (global_attention_start 0), Hugging
+    Face's 3, 7, 11 ... (the default); the local layers' attention core scores the block pairs."""
+    base = dict(name="c", layers=8, hidden=256, heads=4, vocab=1000)
+    tt = ModelSpec(**base, attention_chunk=64, global_attention_every=4, global_attention_start=0)
+    hf = ModelSpec(**base, attention_chunk=64, global_attention_every=4)
+    assert [i for i in range(8) if not tt.is_local_attention_layer(i)] == [0, 4]
+    assert [i for i in range(8) if not hf.is_local_attention_layer(i)] == [3, 7]
+    core = {i: next(o for o in layer_operators(tt, micro_batch=1, seq_len=256, layer_index=i) if o.name == "attn_core")
+            for i in (0, 1)}
+    # 256 tokens in blocks of 64: 4 x 64*65/2 = 8,320 pairs against 256*257/2 = 32,896 for the global layer;
+    # fwd = 2 b a (d_qk + d_v) pairs = 2 * 1 * 4 * (64 + 64) * pairs
+    assert core[1].fwd_flops == 2 * 4 * 128 * 8320 and core[0].fwd_flops == 2 * 4 * 128 * 32896
+    # model FLOPs: a local layer counts its block as its context (12 s a d per layer with min(s, C))
+    full = ModelSpec(**base)
+    per_layer = 6.0 * 256 * 4 * 128       # 6 x context x a (d + dv) for one layer at seq 256
+    assert model_flops_per_token(full, 256) - model_flops_per_token(tt, 256) == pytest.approx(
+        6 * (per_layer - 6.0 * 64 * 4 * 128))
 
 
 def test_operator_params_sum_to_model_params_new_families():
