@@ -35,6 +35,8 @@ HF_IRRELEVANT_KEYS = frozenset({
     "max_position_embeddings", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
     "num_attention_heads", "qkv_bias", "text_config", "vision_config", "mm_tokens_per_image",
     "boi_token_index", "eoi_token_index", "image_token_index", "initializer_factor",
+    "attn_temperature_tuning", "floor_scale", "attn_scale", "intermediate_size_mlp", "interleave_moe_layer_step",
+    "moe_layers", "use_qk_norm", "no_rope_layers", "no_rope_layer_interval", "attention_chunk_size",
 })
 # Keys that only some families use: the family parser marks what it reads (``_HF.used``) and the
 # rest of the file, minus HF_IRRELEVANT_KEYS, is reported. HF_IRRELEVANT_KEYS lists the family keys
@@ -245,6 +247,85 @@ def _hf_deepseek(c: _HF) -> dict:
     return kw
 
 
+#: Llama4TextConfig defaults a released text_config may rely on: huggingface/transformers
+#: src/transformers/models/llama4/configuration_llama4.py, Llama4TextConfig (Llama 4 Scout's shapes)
+LLAMA4_TEXT_DEFAULTS = {"vocab_size": 202_048, "hidden_size": 5120, "intermediate_size": 8192,
+                        "intermediate_size_mlp": 16_384, "num_hidden_layers": 48, "num_attention_heads": 40,
+                        "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 131_072,
+                        "num_experts_per_tok": 1, "num_local_experts": 16, "interleave_moe_layer_step": 1,
+                        "use_qk_norm": True, "no_rope_layer_interval": 4, "attention_chunk_size": 8192}
+
+
+def _layer_list(c: _HF, key: str, layers: int, kinds: tuple) -> list | None:
+    """A per-layer list of ``kinds`` values (None when absent or empty), checked for its length."""
+    v = c.d.get(key)
+    c.used.add(key)
+    if v is None or v == []:
+        return None
+    if not isinstance(v, list) or not all(not isinstance(x, bool) and x in kinds for x in v):
+        bad = next((x for x in v if isinstance(x, bool) or x not in kinds), None) if isinstance(v, list) else v
+        raise ConfigError(f"{c.where} {key} = {brief(v)} must be a list with one of {', '.join(map(str, kinds))} "
+                          f"per layer ({brief(bad)} is not)")
+    if len(v) != layers:
+        raise ConfigError(f"{c.where} {key} has {len(v)} entries but num_hidden_layers = {layers}; give one per layer")
+    return v
+
+
+def _hf_llama4(c: _HF) -> dict:
+    """Llama 4 text model (transformers models/llama4: Llama4TextConfig, Llama4TextDecoderLayer): MoE
+    layers ``moe_layers`` (default every ``interleave_moe_layer_step``-th, (i+1) % step == 0) with
+    ``num_local_experts`` routed experts of ``intermediate_size``, top-``num_experts_per_tok``, and one
+    shared expert of the same width (Llama4TextMoe.shared_expert); dense layers an MLP of
+    ``intermediate_size_mlp``. Chunked attention (iRoPE) in blocks of ``attention_chunk_size`` on the
+    RoPE layers, full attention on the NoPE ones: ``no_rope_layers`` (1 = RoPE) or ``layer_types``
+    (chunked_attention / full_attention), default every ``no_rope_layer_interval``-th layer global at
+    (i+1) % k == 0. ``use_qk_norm`` is a weightless L2 norm (Llama4TextL2Norm): costed as qk_norm,
+    whose 2 x head_dim weights per layer it does not have (256 parameters a layer)."""
+    for k, v in LLAMA4_TEXT_DEFAULTS.items():
+        if k not in c.d:
+            c.d[k] = v
+    kw = _hf_common(c)
+    c.act("hidden_act", ("silu",))
+    layers = kw["layers"]
+    E = c.int("num_local_experts", 0, minimum=0)
+    step = c.int("interleave_moe_layer_step", 1)
+    moe = c.d.get("moe_layers")
+    c.used.add("moe_layers")
+    if moe is None:
+        moe = list(range(step - 1, layers, step))
+    elif not isinstance(moe, list) or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < layers
+                                          for i in moe):
+        raise ConfigError(f"{c.where} moe_layers = {brief(moe)} must be a list of layer indices in 0..{layers - 1}")
+    dense_ffn = c.int("intermediate_size_mlp")
+    if E and moe:
+        kw.update(experts=E, top_k=c.int("num_experts_per_tok"), expert_ffn=kw["ffn"], shared_experts=1,
+                  moe_layers="all" if sorted(set(moe)) == list(range(layers)) else tuple(sorted(set(moe))))
+    kw["ffn"] = dense_ffn
+    kw["qk_norm"] = c.bool("use_qk_norm", True)
+    chunk = c.int("attention_chunk_size", 0, minimum=0)
+    rope = _layer_list(c, "no_rope_layers", layers, (0, 1))
+    types = _layer_list(c, "layer_types", layers, ("chunked_attention", "full_attention"))
+    if types is not None:
+        glob = [i for i, t in enumerate(types) if t == "full_attention"]
+    elif rope is not None:
+        glob = [i for i, r in enumerate(rope) if r == 0]
+    else:
+        k = c.int("no_rope_layer_interval")
+        glob = [i for i in range(layers) if (i + 1) % k == 0]
+    if not chunk or len(glob) == layers:
+        return kw   # no chunk size, or every layer global: plain causal attention
+    kw["attention_chunk"] = chunk
+    if glob:
+        k = glob[1] - glob[0] if len(glob) > 1 else glob[0] + 1
+        if [i for i in range(glob[0], layers) if (i - glob[0]) % k == 0] != glob:
+            raise ConfigError(f"{c.where}: full-attention (NoPE) layers {glob[:8]} are not every k-th layer; only "
+                              f"periodic patterns are modeled")
+        kw["global_attention_every"] = k
+        if glob[0] != k - 1:
+            kw["global_attention_start"] = glob[0]
+    return kw
+
+
 #: architectures name -> parser of its config.json fields (one function per family)
 HF_ARCHITECTURES = {
     "LlamaForCausalLM": _hf_llama,
@@ -259,20 +340,23 @@ HF_ARCHITECTURES = {
     "Gemma3ForConditionalGeneration": _hf_gemma3,
     "DeepseekV2ForCausalLM": _hf_deepseek,
     "DeepseekV3ForCausalLM": _hf_deepseek,
+    "Llama4ForCausalLM": _hf_llama4,
+    "Llama4ForConditionalGeneration": _hf_llama4,
 }
 _HF_MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "mixtral": "MixtralForCausalLM",
                    "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
                    "phi3": "Phi3ForCausalLM", "gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
                    "gemma3": "Gemma3ForConditionalGeneration", "deepseek_v2": "DeepseekV2ForCausalLM",
-                   "deepseek_v3": "DeepseekV3ForCausalLM"}
+                   "deepseek_v3": "DeepseekV3ForCausalLM", "llama4_text": "Llama4ForCausalLM",
+                   "llama4": "Llama4ForConditionalGeneration"}
 
 
 def load_hf_config(path_or_dict: Any, name: str | None = None, *, unused: list | None = None) -> ModelSpec:
     """Build a ModelSpec from a Hugging Face ``config.json`` (file, its directory, or dict).
 
     Supported architectures: the keys of :data:`HF_ARCHITECTURES` (Llama, Mistral, Mixtral, Qwen2,
-    Qwen3, Qwen3-MoE, Phi-3, Gemma 2, Gemma 3, DeepSeek-V2/V3), found by ``architectures`` or
-    ``model_type``. A multimodal Gemma 3 file is read from its ``text_config`` (the vision tower is
+    Qwen3, Qwen3-MoE, Phi-3, Gemma 2, Gemma 3, DeepSeek-V2/V3, Llama 4), found by ``architectures`` or
+    ``model_type``. A multimodal Gemma 3 or Llama 4 file is read from its ``text_config`` (the vision tower is
     not modeled and is reported in ``unused``). Keys in :data:`HF_IRRELEVANT_KEYS` do not change time
     or memory; any other key the family does not read is appended to ``unused`` (when a list is
     given) - unless it is a near-miss of a key the family reads, which is an error with a suggestion.

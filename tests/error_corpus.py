@@ -1071,3 +1071,15 @@ add(
          "global_attention_every"),
     Case("ok-chunk", SIM, {"s.yaml": strat(model=CHUNK_MODEL + ", global_attention_start: 0}")}, code=0),
 )
+HF_LLAMA4 = dict(architectures=["Llama4ForCausalLM"], model_type="llama4_text", num_local_experts=2,
+                 intermediate_size_mlp=128, attention_chunk_size=32, head_dim=16)
+add(
+    Case("hf-llama4-no-rope-length", SIM, {"s.yaml": strat(model="hf.json"), "hf.json": hf(**HF_LLAMA4,
+                                                                                        no_rope_layers=[0, 1, 1])},
+         r"no_rope_layers has 3 entries but num_hidden_layers = 2; give one per layer", "no_rope_layers"),
+    Case("hf-llama4-moe-layers-out", SIM, {"s.yaml": strat(model="hf.json"), "hf.json": hf(**HF_LLAMA4,
+                                                                                        moe_layers=[5])},
+         r"moe_layers = \[5\] must be a list of layer indices in 0\.\.1", "moe_layers"),
+    Case("ok-hf-llama4", SIM, {"s.yaml": strat(model="hf.json", parallel=MOE_PAR), "hf.json": hf(**HF_LLAMA4)},
+         code=0, bound=5000),
+)

@@ -322,3 +322,33 @@ def test_layer_types_read_or_refused():
     for bad in (["sliding", "full_attention"] * 2, ["full_attention"] * 3, "sliding_attention"):
         with pytest.raises(ConfigError, match="layer_types"):
             load_hf_config({**d, "layer_types": bad})
+
+
+def test_hf_llama4_text_config():
+    """A Llama 4 config.json (transformers Llama4TextConfig defaults = Scout): 16 routed + 1 shared
+    expert on every layer, chunked attention in 8192-token blocks, every 4th layer global at (i+1) % 4
+    == 0; Scout 109B total with a 17B-active count (Meta's model card: 17B active, 109B total with
+    its vision encoder), Maverick (128 experts on every other layer) 400B."""
+    wrap = {"architectures": ["Llama4ForConditionalGeneration"], "vision_config": {"hidden_size": 1408}}
+    unused = []
+    scout = load_hf_config({**wrap, "text_config": {"model_type": "llama4_text"}}, unused=unused)
+    assert round(scout.param_count() / 1e9, 1) == 107.8 and round(scout.active_param_count() / 1e9, 1) == 17.2
+    assert (scout.experts, scout.top_k, scout.shared_experts, scout.expert_ffn, scout.ffn) == (16, 1, 1, 8192, 16384)
+    assert (scout.attention_chunk, scout.global_attention_every, scout.global_attention_start) == (8192, 4, None)
+    assert [i for i in range(8) if not scout.is_local_attention_layer(i)] == [3, 7]
+    assert unused == ["vision_config (vision tower not modeled)"]
+    mav = load_hf_config({**wrap, "text_config": {"num_local_experts": 128, "interleave_moe_layer_step": 2}})
+    assert round(mav.param_count() / 1e9, 1) == 400.7 and mav.moe_layer_indices()[:3] == (1, 3, 5)
+    # an explicit no_rope_layers list (0 = NoPE = global) with torchtitan's phase: layers 0, 4, 8 ...
+    tt = load_hf_config({**wrap, "text_config": {"num_hidden_layers": 8, "no_rope_layers": [0, 1, 1, 1] * 2}})
+    assert (tt.global_attention_every, tt.global_attention_start) == (4, 0)
+    lt = load_hf_config({**wrap, "text_config": {"num_hidden_layers": 4,
+                                                "layer_types": ["chunked_attention"] * 3 + ["full_attention"]}})
+    assert (lt.attention_chunk, lt.global_attention_every, lt.global_attention_start) == (8192, 4, None)
+    assert load_hf_config({**wrap, "text_config": {"attention_chunk_size": None}}).attention_chunk == 0
+    with pytest.raises(ConfigError, match=r"no_rope_layers has 3 entries but num_hidden_layers = 8"):
+        load_hf_config({**wrap, "text_config": {"num_hidden_layers": 8, "no_rope_layers": [0, 1, 1]}})
+    with pytest.raises(ConfigError, match=r"NoPE\) layers \[0, 1, 5\] are not every k-th layer"):
+        load_hf_config({**wrap, "text_config": {"num_hidden_layers": 8, "no_rope_layers": [0, 0, 1, 1, 1, 0, 1, 1]}})
+    with pytest.raises(ConfigError, match=r"layer_types = .* must be a list with one of chunked_attention"):
+        load_hf_config({**wrap, "text_config": {"num_hidden_layers": 2, "layer_types": ["chunked", "full_attention"]}})
