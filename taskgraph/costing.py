@@ -518,8 +518,8 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
             layer_cache[key] = host_bound(ops, costs, host_s, flash, host_c, ctx.stack)
         layers.append(LayerWork(f"layer{li}", layer_cache[key], policy))
     if plan.schedule.is_last_stage(stage):
-        ops = head_operators(plan.model, dtype_bytes=dt, ep=s.ep, flash_attention=opt.flash_attention,
-                             moe_load=opt.moe_load, **kw)
+        ops = head_operators(plan.model, dtype_bytes=dt, ep=s.ep, etp=s.etp, flash_attention=opt.flash_attention,
+                             moe_load=opt.moe_load, cp_comm=opt.cp_comm, cp_balance=opt.cp_load_balance, **kw)
         layers.append(LayerWork("head", host_bound(ops, [_op_cost(ctx, o, "none", groups, False) for o in ops],
                                                    host_s, flash, host_c, ctx.stack)))
     st = _stage_work(plan, tuple(layers), groups["dp"], groups)

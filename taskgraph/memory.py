@@ -70,7 +70,7 @@ def params_split(plan) -> dict[int, tuple[int, int]]:
               dtype_bytes=DTYPE_BYTES[tr.precision])
     sched = plan.schedule
     emb = sum(o.params for o in embedding_operators(plan.model, **kw))
-    head_ops = head_operators(plan.model, ep=s.ep, **kw)
+    head_ops = head_operators(plan.model, ep=s.ep, etp=s.etp, **kw)
     head_ex = sum(o.params for o in head_ops if o.name.endswith("moe_experts"))   # MTP modules' experts
     head = sum(o.params for o in head_ops) - head_ex
     word_emb = next(o.params for o in embedding_operators(plan.model, **kw) if o.name == "embedding")

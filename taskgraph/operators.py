@@ -606,25 +606,32 @@ def embedding_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp:
 
 def head_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int = 1,
                    sp: bool = False, cp: int = 1, dtype_bytes: int = 2, ep: int = 1,
-                   flash_attention: bool = True, moe_load: float = 1.0) -> list:
+                   flash_attention: bool = True, moe_load: float = 1.0, cp_comm: str = "allgather",
+                   cp_balance: bool = True, etp: int | None = None) -> list:
     """Final norm, vocab-parallel LM head (+ Gemma's logit soft-capping) and vocab-parallel
-    cross-entropy loss, then the multi-token-prediction modules (DeepSeek-V3 Section 2.2) if any."""
+    cross-entropy loss, then the multi-token-prediction modules (DeepSeek-V3 Section 2.2) if any,
+    parallelized like the decoder layers (``cp_comm``, ``cp_balance``, ``etp``: see layer_operators)."""
     c = _context(model, micro_batch, seq_len, tp, sp, cp, 1, dtype_bytes, True, None)
     ops = _lm_head_ops(c, "")
     for k in range(model.mtp_layers):
         ops += _mtp_ops(model, k, micro_batch=micro_batch, seq_len=seq_len, tp=tp, sp=sp, cp=cp,
-                        dtype_bytes=dtype_bytes, ep=ep, flash_attention=flash_attention, moe_load=moe_load)
+                        dtype_bytes=dtype_bytes, ep=ep, flash_attention=flash_attention, moe_load=moe_load,
+                        cp_comm=cp_comm, cp_balance=cp_balance, etp=etp)
     return ops
 
 
-def _mtp_ops(model: ModelSpec, k: int, *, ep: int, flash_attention: bool, moe_load: float = 1.0, **kw) -> list:
+def _mtp_ops(model: ModelSpec, k: int, *, ep: int, flash_attention: bool, moe_load: float = 1.0,
+             cp_comm: str = "allgather", cp_balance: bool = True, etp: int | None = None, **kw) -> list:
     """MTP module k (DeepSeek-V3 Section 2.2, eqs. 21-23): RMSNorm of the previous depth's hidden
     state and of the shifted token embedding (the embedding lookup is shared: its cost is one more
     gather, folded in here as the norm's traffic), the h x 2h projection M_k (replicated over tp like
     a column-parallel GEMM with its sequence-parallel gather), one transformer layer like the main
-    model's last, and the shared output head and loss of depth k + 1."""
+    model's last -- its experts on the same expert-TP group and its attention under the same CP
+    exchange (Megatron-LM builds the MTP block from the decoder's layer spec:
+    megatron/core/transformer/multi_token_prediction.py, MultiTokenPredictionLayer) -- and the shared
+    output head and loss of depth k + 1."""
     c = _context(model, kw["micro_batch"], kw["seq_len"], kw["tp"], kw["sp"], kw["cp"], ep,
-                 kw["dtype_bytes"], flash_attention, None, moe_load)
+                 kw["dtype_bytes"], flash_attention, None, moe_load, cp_comm, cp_balance, etp)
     p = f"mtp{k}_"
     h, dt = model.hidden, c.dt
     ops = [_norm(c, p + "hnorm", -2), _norm(c, p + "enorm", -2)]

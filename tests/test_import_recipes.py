@@ -424,6 +424,23 @@ def test_etp_changes_expert_memory_by_the_hand_computed_amount():
     assert folded[3] - plain[3] == 4 * 3 * 4096 * 7168
 
 
+def test_mtp_module_experts_follow_expert_tp():
+    """An MTP module's transformer layer is built like the decoder's (Megatron MultiTokenPredictionLayer
+    uses the decoder layer spec), so with etp 1 its local experts are whole on each GPU, as the
+    decoder's are: at etp 1 the last rank holds its decoder layer's and the MTP layer's 64 / 8 = 8
+    local experts (3 x h x expert_ffn each) whole, at etp = tp = 2 half of each."""
+    from taskgraph.memory import params_split
+    model = {"name": "moe64", "layers": 8, "hidden": 1024, "heads": 16, "vocab": 1000, "experts": 64, "top_k": 4,
+             "expert_ffn": 512, "mlp": "swiglu", "max_seq": 4096, "mtp_layers": 1}
+    folded = params_split(_plan({"tp": 2, "pp": 8, "ep": 8, "etp": 1, "sp": True}, model=model))
+    plain = params_split(_plan({"tp": 2, "pp": 8, "ep": 8, "sp": True}, model=model))
+    # rank 0 holds one decoder layer: its experts go from half to whole, + 8 x 3 x 1024 x 512 / 2 (and
+    # the grouped-GEMM extras of moe_experts); the last rank holds a decoder layer and the MTP layer
+    layer_gain = folded[0][1] - plain[0][1]
+    assert layer_gain >= 8 * 3 * 1024 * 512 // 2
+    assert folded[7][1] - plain[7][1] == 2 * layer_gain
+
+
 def test_expert_states_shard_over_the_expert_data_parallel_group():
     """Mixtral 8x7B, pp 4, ep 8 on 64 H100 (dp 16, ZeRO-1): Megatron's distributed optimizer shards
     the routed experts' states over expert-data-parallel = 64 / (4 * 8 * 1) = 2 ranks, the rest over

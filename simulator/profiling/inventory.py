@@ -39,11 +39,11 @@ def plan_operators(plan: Plan) -> list[Operator]:
     kw = dict(micro_batch=tr.micro_batch, seq_len=tr.seq_len, tp=s.tp, sp=plan.sp, cp=s.cp)
     ops: list[Operator] = list(embedding_operators(plan.model, dtype_bytes=dt, **kw))
     for li in range(plan.model.layers):
-        ops += layer_operators(plan.model, ep=s.ep, dtype_bytes=dt, flash_attention=opt.flash_attention,
+        ops += layer_operators(plan.model, ep=s.ep, etp=s.etp, dtype_bytes=dt, flash_attention=opt.flash_attention,
                                layer_index=li, moe_load=opt.moe_load, cp_comm=opt.cp_comm,
                                cp_balance=opt.cp_load_balance, **kw)
-    ops += head_operators(plan.model, dtype_bytes=dt, ep=s.ep, flash_attention=opt.flash_attention,
-                          moe_load=opt.moe_load, **kw)
+    ops += head_operators(plan.model, dtype_bytes=dt, ep=s.ep, etp=s.etp, flash_attention=opt.flash_attention,
+                          moe_load=opt.moe_load, cp_comm=opt.cp_comm, cp_balance=opt.cp_load_balance, **kw)
     return ops
 
 
