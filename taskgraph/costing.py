@@ -96,6 +96,15 @@ def pair_compute_scale(plan: Plan) -> float:
     return sms / (sms - opt.pair_comm_sms)
 
 
+def _comm_stream(plan: Plan, group: str) -> str:
+    """Stream of a collective of ``group``: the expert dispatch / combine run on their own
+    communication stream with ``options.overlap_moe_expert_parallel_comm`` (Megatron-LM
+    pipeline_parallel/utils.py set_streams / get_comm_stream: the combined 1F1B step puts moe_dispatch
+    and moe_combine on that stream, model_chunk_schedule_plan.py _build_callable_nodes), so one
+    micro-batch's all-to-all runs beside the other's compute; every other collective on ``tp``."""
+    return "ep" if group == "ep" and plan.strategy.options.overlap_moe_expert_parallel_comm else "tp"
+
+
 def grad_bytes_per_param(plan: Plan) -> int:
     """Megatron accumulates and reduces gradients in fp32 with bf16 (arguments.py sets
     accumulate_allreduce_grads_in_fp32 for bf16); fp16 keeps fp16 gradients."""
@@ -152,7 +161,7 @@ def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bo
             secs = max(0.0, secs - (n - 1) / n * t["fwd" if c.phase == "fwd" else "bwd_input"])
             overlaps = ""
         grp = "tp" if c.group == "etp" else c.group    # expert TP collectives are TP collectives
-        slots[(c.phase, c.where)].append(Comm(f"{grp}-comm", f"{c.group}-{c.op}", secs, "tp",
+        slots[(c.phase, c.where)].append(Comm(f"{grp}-comm", f"{c.group}-{c.op}", secs, _comm_stream(plan, c.group),
                                               overlaps=overlaps))
     if plan.strategy.options.tp_comm_overlap and op.kind == "gemm" and op.gemms:
         _userbuffer_overlap(ctx, op, t, slots, gacc, len(groups["tp"]))
@@ -322,7 +331,8 @@ def _context_id(plan: Plan) -> int | None:
     key = (plan.model, plan.cluster, plan.sizes, plan.sp, plan.zero, tr.micro_batch, tr.seq_len, tr.precision,
            opt.flash_attention, opt.fp32_grad_accum, opt.grad_bucket_mb, opt.tp_async_backward, opt.moe_load,
            opt.moe_max_nodes, opt.pair_overlap, opt.pair_comm_sms, opt.fp8_recipe, opt.fp8_param_gather, opt.activation_offload_layers, opt.cp_comm, opt.cp_load_balance, plan.shard_size, plan.reshard_after_forward, opt.overlap_grad_reduce,
-           opt.tp_comm_overlap, opt.overlap_interference, opt.stack)
+           opt.tp_comm_overlap, opt.overlap_interference, opt.stack, opt.overlap_moe_expert_parallel_comm,
+           opt.moe_flex_dispatcher_num_sms)
     try:
         cid = _CONTEXTS.get(key)
     except TypeError:  # an unhashable field (a custom model spec holding a list, say)
@@ -343,7 +353,7 @@ def _layer_context(plan: Plan) -> tuple:
     return (plan.model, plan.cluster, s.tp, plan.sp, s.cp, s.ep, tr.micro_batch, tr.seq_len, tr.precision,
             opt.flash_attention, opt.fp32_grad_accum, opt.tp_async_backward, opt.moe_load, opt.cp_comm,
             opt.cp_load_balance, opt.moe_max_nodes, opt.fp8_recipe, opt.fp8_param_gather, opt.activation_offload_layers,
-            opt.tp_comm_overlap, opt.overlap_interference, opt.stack,
+            opt.tp_comm_overlap, opt.overlap_interference, opt.stack, opt.overlap_moe_expert_parallel_comm,
             (s, plan.shard_size, plan.reshard_after_forward) if plan.zero == 3 else None)
 
 
@@ -386,7 +396,9 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
     # under the other's compute, DeepSeek-V3 Section 3.2.1); a coarse block per chunk cannot, so such
     # strategies are costed per operator at either fidelity (lower_coarse refuses them too) and the
     # two fidelities give the same answer (tests/test_fidelity_agreement.py).
-    coarse = (fidelity or opt.fidelity) == "coarse" and opt.pair_overlap != "concurrent"
+    # Megatron's combined 1F1B steps (options.overlap_moe_expert_parallel_comm) are such pairs too.
+    concurrent = opt.pair_overlap == "concurrent" or opt.overlap_moe_expert_parallel_comm
+    coarse = (fidelity or opt.fidelity) == "coarse" and not concurrent
     # a profile measured on another GPU applies only when options.profile_gpu says so (one error otherwise)
     profile = ProfileTable.load(opt.profile).applied_to(plan.cluster.gpu.name, opt.profile_gpu) \
         if opt.profile else None
@@ -457,7 +469,7 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
         overlap_grad_reduce=opt.overlap_grad_reduce, overlap_param_gather=opt.overlap_param_gather,
         tp_comm_overlap=opt.tp_comm_overlap, p2p_overlap=opt.p2p_overlap, p2p_pairs=pairs,
         represents=s.tp * s.cp * s.dp,
-        concurrent_pairs=opt.pair_overlap == "concurrent",
+        concurrent_pairs=concurrent, delay_wgrad=opt.delay_wgrad_compute,
         pair_compute_scale=pair_compute_scale(plan),
         meta={"model": plan.model.name, "cluster": plan.cluster.name, "num_gpus": plan.num_gpus,
               "tp": s.tp, "pp": s.pp, "dp": s.dp, "cp": s.cp, "ep": s.ep, "vpp": plan.vpp,
