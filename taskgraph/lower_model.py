@@ -291,7 +291,7 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
                         pre, early, post, late = op.bwd_pre, (), op.bwd_post, ()
                     comms(pre)
                     xs = comms(early, side=True)
-                    t = comp(op.bwd_input, cat, dname, free=(0.0, 0.0) if has_w else held)
+                    t = dgrad = comp(op.bwd_input, cat, dname, free=(0.0, 0.0) if has_w else held)
                     waits.extend(xs)
                     comms(post)
                     ys = comms(late, side=True)
@@ -299,11 +299,11 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
                         # Megatron-LM --delay-wgrad-compute (model_chunk_schedule_plan.py
                         # TransformerLayerSchedulePlan.run: mlp.backward, then the dispatch backward on
                         # the communication stream beside mlp.backward_dw): the weight gradient waits for
-                        # its input gradient only, and what follows in the chain does not wait for it
-                        # (the action's exit does: a join)
+                        # its input gradient only, so the collectives after the dgrad start at once, and
+                        # what follows in the chain does not wait for it (the action's exit does: a join)
                         t = bld.add_task((op.bwd_weight - op.wgrad_overlap) * scale, cdev, "backward",
                                          op=name + ".wgrad", stage=a.stage, chunk=chunk, mb=a.mb, rank=rank)
-                        bld.add_edge(chain[-1], t)
+                        bld.add_edge(dgrad, t)
                         for m, kind in zip(held, ("activation", "temporary")):
                             if m:
                                 bld.add_memory(t, -m, at_end=True, kind=kind)
