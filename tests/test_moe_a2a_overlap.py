@@ -162,3 +162,60 @@ def test_dispatcher_sms_default_is_deepeps(tmp_path):
     a = simulate_strategy(_strategy(tmp_path, **on)).result.makespan
     b = simulate_strategy(_strategy(tmp_path, moe_flex_dispatcher_num_sms=comm_kernels().deepep_sms, **on)).result.makespan
     assert a == b
+
+
+# --- importers -----------------------------------------------------------------------------------
+# The MoE flags of a DeepSeek-V3-style Megatron-LM launch (flag names: megatron/core/transformer/
+# transformer_config.py overlap_moe_expert_parallel_comm, delay_wgrad_compute, moe_token_dispatcher_type,
+# moe_flex_dispatcher_backend, moe_enable_deepep, moe_deepep_num_sms, moe_router_group_topk).
+MEGATRON_MOE = ("--num-layers 8 --hidden-size 1024 --num-attention-heads 8 --seq-length 4096 --global-batch-size 64 "
+                "--vocab-size 32000 --bf16 --num-experts 64 --moe-router-topk 8 --expert-model-parallel-size 8 "
+                "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2 "
+                "--moe-token-dispatcher-type flex --moe-enable-deepep --moe-router-group-topk 4 "
+                "--overlap-moe-expert-parallel-comm --delay-wgrad-compute --moe-deepep-num-sms 20")
+
+
+def test_megatron_moe_overlap_flags_import():
+    from strategies.importers import import_config
+    imp = import_config("megatron", MEGATRON_MOE, cluster="dgx-h100", nodes=2)
+    o = imp.strategy["options"]
+    assert o["overlap_moe_expert_parallel_comm"] is True and o["delay_wgrad_compute"] is True
+    assert o["moe_flex_dispatcher_num_sms"] == 20 and o["moe_max_nodes"] == 4
+    assert imp.strategy["schedule"] == "interleaved-1f1b"
+    assert not [u for u in imp.unmodeled if "moe" in u or "wgrad" in u], imp.unmodeled
+    # without group-limited routing a DeepEP token reaches at most its top-k nodes
+    imp = import_config("megatron", MEGATRON_MOE.replace("--moe-router-group-topk 4 ", ""), cluster="dgx-h100", nodes=2)
+    assert imp.strategy["options"]["moe_max_nodes"] == 8
+    # the plain all-to-all dispatcher: no node deduplication, the SMs noted when they have no effect
+    plain = MEGATRON_MOE.replace("--moe-token-dispatcher-type flex --moe-enable-deepep ", "--moe-token-dispatcher-type "
+                                 "alltoall ").replace("--overlap-moe-expert-parallel-comm --delay-wgrad-compute ", "")
+    imp = import_config("megatron", plain, cluster="dgx-h100", nodes=2)
+    assert "moe_max_nodes" not in imp.strategy["options"]
+    assert "moe-deepep-num-sms 20 (no effect without overlap-moe-expert-parallel-comm)" in imp.unmodeled
+
+
+@pytest.mark.parametrize("edit,match", [
+    (("--overlap-moe-expert-parallel-comm ", ""), r"--delay-wgrad-compute needs overlap-moe-expert-parallel-comm"),
+    (("--moe-token-dispatcher-type flex ", ""), r"--moe-enable-deepep needs moe-token-dispatcher-type flex"),
+    (("--expert-model-parallel-size 8 ", ""), r"--overlap-moe-expert-parallel-comm needs experts and expert parallelism"),
+])
+def test_megatron_moe_overlap_refusals(edit, match):
+    from strategies.errors import ConfigError
+    from strategies.importers import import_config
+    with pytest.raises(ConfigError, match=match):
+        import_config("megatron", MEGATRON_MOE.replace(*edit), cluster="dgx-h100", nodes=2)
+
+
+def test_nemo_moe_overlap_keys_import():
+    from strategies.importers import import_config
+    d = {"trainer": {"num_nodes": 2, "devices": 8, "precision": "bf16-mixed"},
+         "model": {"num_layers": 8, "hidden_size": 1024, "num_attention_heads": 8, "global_batch_size": 64,
+                   "encoder_seq_length": 4096, "tokenizer": {"type": "meta-llama/Llama-2-7b"},
+                   "num_moe_experts": 64, "moe_router_topk": 8, "expert_model_parallel_size": 8,
+                   "moe_token_dispatcher_type": "flex", "overlap_moe_expert_parallel_comm": True,
+                   "delay_wgrad_compute": True, "moe_flex_dispatcher_num_sms": 24}}
+    imp = import_config("nemo", d, cluster="dgx-h100")
+    o = imp.strategy["options"]
+    assert (o["overlap_moe_expert_parallel_comm"], o["delay_wgrad_compute"], o["moe_flex_dispatcher_num_sms"],
+            o["moe_max_nodes"]) == (True, True, 24, 8)
+    assert not [u for u in imp.unmodeled if "moe" in u or "wgrad" in u], imp.unmodeled
