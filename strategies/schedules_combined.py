@@ -71,7 +71,8 @@ def combined_1f1b(schedule: Schedule) -> Schedule:
         new += bs[steady:]
         orders.append(tuple(new))
     return Schedule(schedule.name, schedule.pp, schedule.microbatches, schedule.vpp, schedule.stage_to_rank,
-                    tuple(orders), {**schedule.meta, "combined_1f1b": True,
+                    tuple(orders), {**{k: v for k, v in schedule.meta.items() if not k.startswith("_")},  # no caches
+                                    "combined_1f1b": True,
                                     "combined_source": "Megatron-LM schedules.py get_pp_rank_microbatches, "
                                                        "combined_1f1b.py"},
                     segments=schedule.segments)
