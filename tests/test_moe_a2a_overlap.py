@@ -219,3 +219,16 @@ def test_nemo_moe_overlap_keys_import():
     assert (o["overlap_moe_expert_parallel_comm"], o["delay_wgrad_compute"], o["moe_flex_dispatcher_num_sms"],
             o["moe_max_nodes"]) == (True, True, 24, 8)
     assert not [u for u in imp.unmodeled if "moe" in u or "wgrad" in u], imp.unmodeled
+
+
+def test_report_names_the_combined_steps(tmp_path, capsys):
+    import yaml
+    from simulator.cli.main import main
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump({"model": {"preset": "mixtral-8x7b", "layers": 2}, "cluster": {"preset": "dgx-h100", "nodes": 1},
+                                 "parallel": {"tp": 1, "pp": 2, "ep": 4}, "schedule": "1f1b",
+                                 "training": {"micro_batch": 1, "global_batch": 16, "seq_len": 1024},
+                                 "options": {"overlap_moe_expert_parallel_comm": True}}))
+    assert main(["simulate", str(f)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].endswith("microbatches=4 (combined 1F1B steps: options.overlap_moe_expert_parallel_comm)")
