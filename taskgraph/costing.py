@@ -21,6 +21,7 @@ from topologies.collectives import collective_time
 from topologies.placement import group_ranks, rank_of
 from topologies.stragglers import stage_pace
 from taskgraph.overheads import host_bound, step_overhead_s
+from taskgraph.cpu_optimizer import cpu_offload_step_time
 from taskgraph.overlap import bulk, chunk_op, pipelined, ring_exchange, sm_fraction, stream_shares
 from topologies.comm_kernels import comm_kernels
 
@@ -332,7 +333,8 @@ def _context_id(plan: Plan) -> int | None:
            opt.flash_attention, opt.fp32_grad_accum, opt.grad_bucket_mb, opt.tp_async_backward, opt.moe_load,
            opt.moe_max_nodes, opt.pair_overlap, opt.pair_comm_sms, opt.fp8_recipe, opt.fp8_param_gather, opt.activation_offload_layers, opt.cp_comm, opt.cp_load_balance, plan.shard_size, plan.reshard_after_forward, opt.overlap_grad_reduce,
            opt.tp_comm_overlap, opt.overlap_interference, opt.stack, opt.overlap_moe_expert_parallel_comm,
-           opt.moe_flex_dispatcher_num_sms)
+           opt.moe_flex_dispatcher_num_sms, opt.optimizer_cpu_offload, opt.optimizer_offload_fraction,
+           opt.overlap_cpu_optimizer_d2h_h2d)
     try:
         cid = _CONTEXTS.get(key)
     except TypeError:  # an unhashable field (a custom model spec holding a list, say)
@@ -534,8 +536,8 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
                              moe_load=opt.moe_load, **kw)
         layers.append(LayerWork("head", host_bound(ops, [_op_cost(ctx, o, "none", groups, False) for o in ops],
                                                    host_s, flash, host_c, ctx.stack)))
-    st = _stage_work(plan, tuple(layers), groups["dp"], groups)
-    return _paced(st, stage_pace(plan.cluster, plan.sizes, plan.schedule.stage_to_rank[stage]))
+    pace = stage_pace(plan.cluster, plan.sizes, plan.schedule.stage_to_rank[stage])
+    return _paced(_stage_work(plan, tuple(layers), groups["dp"], groups, pace), pace)
 
 
 def _offloaded(plan: Plan, costs: list) -> list:
@@ -562,13 +564,14 @@ def _offloaded(plan: Plan, costs: list) -> list:
 
 def _paced(st: StageWork, f: float) -> StageWork:
     """Stragglers (topologies/stragglers.py): the stage's compute runs at its slowest GPU's speed;
-    communication and the gradient buckets' collectives are unchanged."""
+    communication and the gradient buckets' collectives are unchanged (the optimizer step is paced
+    by ``_stage_work``, whose CPU-offloaded part is not GPU work)."""
     if f == 1.0:
         return st
     layers = tuple(replace(l, ops=tuple(replace(o, fwd=o.fwd * f, bwd_input=o.bwd_input * f,
                                                        bwd_weight=o.bwd_weight * f) for o in l.ops))
                    for l in st.layers)
-    return StageWork(layers, st.buckets, st.optimizer_s * f)
+    return StageWork(layers, st.buckets, st.optimizer_s)
 
 
 def _coarse_stage(st: StageWork, f_tp: float = 0.0, f_dp: float = 0.0, overlap_grad_reduce: bool = False,
@@ -601,8 +604,9 @@ def _with(c: OpCost, **kw) -> OpCost:
 
 
 def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, ...],
-                groups: dict | None = None) -> StageWork:
-    """Gradient buckets in backward order (Megatron DDP) and the optimizer step of one stage."""
+                groups: dict | None = None, pace: float = 1.0) -> StageWork:
+    """Gradient buckets in backward order (Megatron DDP) and the optimizer step of one stage; the
+    step's GPU work runs at the stage's straggler ``pace`` (topologies/stragglers.py)."""
     s = plan.sizes
     gbp = grad_bytes_per_param(plan)
     pbytes = param_bytes(plan)
@@ -655,14 +659,18 @@ def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, 
         shard = total_params
     gpu = plan.cluster.gpu
     bw = gpu.hbm_bandwidth * gpu.efficiency.hbm_efficiency
-    opt_s = shard * ADAM_BYTES_PER_PARAM / bw
-    opt_s += step_overhead_s(plan, shard)  # gradient norm (+ fp16 found-inf), taskgraph/overheads.py
+    adam = shard * ADAM_BYTES_PER_PARAM / bw * pace
+    opt_s = step_overhead_s(plan, shard)  # gradient norm (+ fp16 found-inf), taskgraph/overheads.py
     if plan.zero < 3:
         # Megatron-LM zeroes the contiguous gradient buffer once per iteration (megatron/core/distributed/
         # param_and_grad_buffer.py, _ParamAndGradBuffer.reset: grad_data.zero_()): a memset of every local
         # gradient (FSDP instead frees its gradients: nothing to clear)
         opt_s += total_params * gbp / bw
-    return StageWork(layers, tuple(buckets), opt_s)
+    opt_s *= pace
+    if opt.optimizer_cpu_offload:   # the offloaded share steps on the CPU (host link, host DRAM: no pace)
+        tensors = max(1, sum(1 for l in layers for op in l.ops if op.grad_bytes > 0))
+        adam = cpu_offload_step_time(plan, shard, adam, tensors, gbp, pbytes)
+    return StageWork(layers, tuple(buckets), adam + opt_s)
 
 
 def _first_param_op(layers) -> tuple[int, int]:

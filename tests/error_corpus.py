@@ -929,6 +929,25 @@ add(
     Case("a2a-ok", SIM, {"s.yaml": strat(model=MOE, parallel="{tp: 2, pp: 2, ep: 2, sp: true}") +
                          "options: {overlap_moe_expert_parallel_comm: true, delay_wgrad_compute: true, "
                          "moe_flex_dispatcher_num_sms: 24}\n"}, code=0, bound=5000),
+    # Megatron's CPU optimizer offload (options.optimizer_cpu_offload) and its companions
+    Case("cpu-opt-fraction-alone", SIM, {"s.yaml": strat() + "options: {optimizer_offload_fraction: 0.5}\n"},
+         r"options\.optimizer_offload_fraction = 0\.5 applies with options\.optimizer_cpu_offload: true",
+         "optimizer_offload_fraction"),
+    Case("cpu-opt-overlap-alone", SIM, {"s.yaml": strat() + "options: {overlap_cpu_optimizer_d2h_h2d: true}\n"},
+         r"options\.overlap_cpu_optimizer_d2h_h2d = true applies with options\.optimizer_cpu_offload: true",
+         "overlap_cpu_optimizer_d2h_h2d"),
+    Case("cpu-opt-fraction-above-1", SIM, {"s.yaml": strat() + "options: {optimizer_cpu_offload: true, "
+                                           "optimizer_offload_fraction: 1.5}\n"},
+         r"options\.optimizer_offload_fraction = 1\.5 must be in \[0, 1\]", "optimizer_offload_fraction"),
+    Case("cpu-opt-fraction-negative", SIM, {"s.yaml": strat() + "options: {optimizer_cpu_offload: true, "
+                                            "optimizer_offload_fraction: -0.1}\n"},
+         r"options\.optimizer_offload_fraction", "optimizer_offload_fraction"),
+    Case("cpu-opt-not-bool", SIM, {"s.yaml": strat() + "options: {optimizer_cpu_offload: sometimes}\n"},
+         r"options\.optimizer_cpu_offload", "optimizer_cpu_offload"),
+    Case("cpu-opt-host-memory-zero", SIM, {"s.yaml": strat(cluster="{preset: dgx-h100, nodes: 1, host_memory_gbps: 0}")},
+         r"host_memory_gbps", "host_memory_gbps"),
+    Case("cpu-opt-ok", SIM, {"s.yaml": strat() + "options: {optimizer_cpu_offload: true, optimizer_offload_fraction: "
+                             "0.5, overlap_cpu_optimizer_d2h_h2d: true}\n"}, code=0, bound=5000),
     Case("r2-price-pipeline", f"{PSIM} --price 2.5", {}, r"--price 2\.5 applies to strategy files.*pipeline "
          r"description", "--price"),
     Case("r2-fidelity-pipeline", f"{PSIM} --fidelity coarse", {}, r"--fidelity coarse applies to strategy files",

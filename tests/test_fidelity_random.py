@@ -55,7 +55,12 @@ OPTION_VALUES = {
     "overlap_moe_expert_parallel_comm": [True],
     "delay_wgrad_compute": [True],
     "moe_flex_dispatcher_num_sms": [0, 16, 32],
+    "optimizer_cpu_offload": [True],
+    "optimizer_offload_fraction": [0.0, 0.5],
+    "overlap_cpu_optimizer_d2h_h2d": [True],
 }
+#: Megatron's CPU optimizer offload, drawn by _draw_cpu_offload from its own generator (same reason)
+OFFLOAD_KEYS = ("optimizer_cpu_offload", "optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d")
 #: Megatron's combined 1F1B options, drawn by _draw_a2a_overlap from their own generator (so the
 #: draws above stay what they were before these options existed)
 A2A_KEYS = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute", "moe_flex_dispatcher_num_sms")
@@ -63,7 +68,22 @@ A2A_KEYS = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute", "moe_flex
 NEEDS = {"moe_imbalance": "moe", "moe_capacity_factor": "moe", "moe_max_nodes": "moe",
          "fp8_recipe": "fp8", "cp_comm": "cp", "cp_load_balance": "cp", "reshard_after_forward": "zero3",
          "pair_overlap": "dualpipe", "pair_comm_sms": "dualpipe", "overlap_handoff": "dualpipe",
-         "fp8_param_gather": "fp8", **{k: "a2a-overlap" for k in A2A_KEYS}}
+         "fp8_param_gather": "fp8", **{k: "a2a-overlap" for k in A2A_KEYS}, **{k: "cpu-offload" for k in OFFLOAD_KEYS}}
+
+
+def _draw_cpu_offload(data: dict, on: set, i: int) -> None:
+    """Switch on the CPU optimizer (and with it a fraction / overlapped copies) in a fifth of the draws."""
+    rng = np.random.default_rng((20261126, i))
+    if rng.random() >= 0.2:
+        return
+    data["options"]["optimizer_cpu_offload"] = True
+    on.add("optimizer_cpu_offload")
+    if rng.random() < 0.5:
+        data["options"]["optimizer_offload_fraction"] = float(rng.choice(OPTION_VALUES["optimizer_offload_fraction"]))
+        on.add("optimizer_offload_fraction")
+    if rng.random() < 0.5:
+        data["options"]["overlap_cpu_optimizer_d2h_h2d"] = True
+        on.add("overlap_cpu_optimizer_d2h_h2d")
 
 
 def _draw_a2a_overlap(data: dict, on: set, i: int) -> None:
@@ -148,6 +168,7 @@ def _draw(rng: np.random.Generator, i: int) -> tuple[dict, set]:
                          "precision": precision, "recompute": str(rng.choice(["none", "selective", "full"]))},
             "options": options}
     _draw_a2a_overlap(data, on, i)
+    _draw_cpu_offload(data, on, i)
     return data, on
 
 
