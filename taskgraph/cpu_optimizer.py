@@ -8,9 +8,10 @@ from __future__ import annotations
 #: (Megatron's CPUAdam, megatron/core/optimizer/__init__.py) reads the fp32 gradient (4), reads and
 #: writes the fp32 master weight and both moments (24), and the copy back casts the master weight to
 #: the GPU weight's dtype on the host (read 4, write 2: ATen native/cuda/Copy.cu copy_kernel_cuda
-#: converts to the destination dtype before a host-to-device copy). Memory-bound: ~15 flops per
-#: parameter against tens of bytes (ZeRO-Offload, Ren et al. USENIX ATC 2021, Section 5.1: the CPU
-#: Adam step is limited by memory bandwidth once vectorized).
+#: converts to the destination dtype before a host-to-device copy). Taken as memory-bound: about 15
+#: flops per parameter against 34 bytes, for a vectorized multithreaded Adam such as ZeRO-Offload's
+#: CPU-Adam (Ren et al. USENIX ATC 2021, Section 5.1) or PyTorch's fused CPU kernel; the balance
+#: argument is ours, no measured CPU Adam rate is fitted.
 CPU_ADAM_BYTES_PER_PARAM = 34
 
 
