@@ -99,3 +99,61 @@ def _capacity(options: dict, factor: float | None, pad: bool) -> None:
     options["moe_capacity_factor"] = factor
     if pad:
         options["moe_imbalance"] = max(1.0, factor)
+
+
+def _int_value(v: Any, name: str) -> int:
+    if isinstance(v, bool) or not str(v).strip().isdigit():
+        raise ConfigError(f"{name} = {str(v)[:40]!r} must be a non-negative integer")
+    return int(str(v).strip())
+
+
+def moe_dispatch_options(get, spell, options: dict, notes: list, expert_parallel: bool, where: str) -> None:
+    """The MoE token dispatcher and its overlap, as Megatron-LM's TransformerConfig fields name them
+    (``get(field)``: the source's value or None; ``spell(field)``: how the source spells it in a
+    note; ``where + spell(field)`` in an error):
+
+    * ``moe_token_dispatcher_type: flex`` with ``moe_flex_dispatcher_backend: deepep`` (the default;
+      ``moe_enable_deepep`` is its deprecated spelling): DeepEP's normal kernels send each token over
+      RDMA once per destination node, then over NVLink (topologies/moe_dispatch.py), so
+      ``options.moe_max_nodes`` = the nodes a token reaches: ``moe_router_group_topk`` (group-limited
+      routing) or else its top-k;
+    * ``overlap_moe_expert_parallel_comm``, ``delay_wgrad_compute`` and the dispatcher's SMs
+      (``moe_flex_dispatcher_num_sms``, formerly ``moe_deepep_num_sms``) map one to one.
+
+    Megatron's own refusals (transformer_config.py __post_init__) are one error here."""
+    flex = get("moe_token_dispatcher_type") == "flex"
+    if get("moe_enable_deepep") is True and not flex:
+        raise ConfigError(f"{where}{spell('moe_enable_deepep')} needs {spell('moe_token_dispatcher_type')} flex "
+                          f"(Megatron: \"DeepEP backend is only supported with flex token dispatcher\"); set it")
+    backend = str(get("moe_flex_dispatcher_backend") or "deepep")
+    group_topk = get("moe_router_group_topk")
+    if expert_parallel and flex and backend == "deepep":
+        options["moe_max_nodes"] = _int_value(group_topk if group_topk is not None else get("moe_router_topk") or 2,
+                                              where + spell("moe_router_group_topk" if group_topk is not None
+                                                            else "moe_router_topk"))
+    else:
+        if flex and expert_parallel:
+            notes.append(f"{spell('moe_flex_dispatcher_backend')} {backend} (simulated as the all-to-all dispatcher)")
+        if group_topk is not None:   # the plain all-to-all sends every routed copy to its expert's GPU
+            notes.append(f"{spell('moe_router_group_topk')} {group_topk} (no effect without DeepEP's node-deduplicated "
+                         f"dispatch, {spell('moe_token_dispatcher_type')} flex)")
+    sms = get("moe_flex_dispatcher_num_sms")
+    sms_key = "moe_flex_dispatcher_num_sms" if sms is not None else "moe_deepep_num_sms"
+    sms = sms if sms is not None else get("moe_deepep_num_sms")
+    if get("overlap_moe_expert_parallel_comm") is True:
+        if not expert_parallel:
+            raise ConfigError(f"{where}{spell('overlap_moe_expert_parallel_comm')} needs experts and expert "
+                              f"parallelism > 1 (Megatron: \"only supported with expert model parallelism\"); "
+                              f"set them or drop it")
+        options["overlap_moe_expert_parallel_comm"] = True
+        if get("delay_wgrad_compute") is True:
+            options["delay_wgrad_compute"] = True
+        if sms is not None:
+            options["moe_flex_dispatcher_num_sms"] = _int_value(sms, where + spell(sms_key))
+        return
+    if get("delay_wgrad_compute") is True:   # Megatron refuses it without the overlap
+        raise ConfigError(f"{where}{spell('delay_wgrad_compute')} needs {spell('overlap_moe_expert_parallel_comm')} "
+                          f"(Megatron: \"overlap_moe_expert_parallel_comm must be enabled when enabling "
+                          f"delay_wgrad_compute\"); add it or drop delay-wgrad")
+    if sms is not None:
+        notes.append(f"{spell(sms_key)} {sms} (no effect without {spell('overlap_moe_expert_parallel_comm')})")

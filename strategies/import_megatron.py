@@ -4,7 +4,8 @@ from __future__ import annotations
 from typing import Any
 
 from strategies.errors import ConfigError
-from strategies.import_common import TOKENIZER_VOCAB, Imported, _capacity, _cluster, _recompute, _tokenizer_vocab
+from strategies.import_common import (TOKENIZER_VOCAB, Imported, _capacity, _cluster, _recompute, _tokenizer_vocab,
+                                      moe_dispatch_options)
 from strategies.shell_args import launch_words, unset_error
 
 # ----------------------------------------------------------------------------------------- Megatron
@@ -120,7 +121,10 @@ _MEGATRON_READ = {
     "cp-comm-type", "fp8-recipe", "fp8-param-gather", "grad-reduce-in-bf16", "use-megatron-fsdp",
     "data-parallel-sharding-strategy", "no-position-embedding", "use-mcore-models", "cpu-offloading",
     "cpu-offloading-num-layers", "moe-token-dispatcher-type", "moe-expert-capacity-factor",
-    "moe-pad-expert-input-to-capacity",
+    "moe-pad-expert-input-to-capacity", "overlap-moe-expert-parallel-comm", "delay-wgrad-compute",
+    "moe-enable-deepep", "moe-flex-dispatcher-backend", "moe-flex-dispatcher-num-sms", "moe-deepep-num-sms",
+    "moe-router-group-topk", "optimizer-cpu-offload", "optimizer-offload-fraction", "overlap-cpu-optimizer-d2h-h2d",
+    "use-precision-aware-optimizer",
 }
 
 
@@ -231,7 +235,7 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
     if experts and ep > 1:
         # transformer_config.py moe_token_dispatcher_type: 'allgather' (default), 'alltoall', 'flex' (DeepEP)
         disp = str(flags.get("moe-token-dispatcher-type", "allgather"))
-        if disp != "alltoall":
+        if disp not in ("alltoall", "flex"):
             order.append(f"moe-token-dispatcher-type {disp}{' (the default)' if 'moe-token-dispatcher-type' not in flags else ''}"
                          f" (simulated as the all-to-all dispatcher)")
     # Megatron defaults expert TP to TP (arguments.py: expert_tensor_parallel_size = tensor_model_parallel_size)
@@ -308,6 +312,23 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
             options["fp8_param_gather"] = True
     if experts:
         _capacity(options, _float(flags, "moe-expert-capacity-factor"), flags.get("moe-pad-expert-input-to-capacity") is True)
+    if flags.get("optimizer-cpu-offload") is True:
+        # optimizer_config.py: optimizer_offload_fraction defaults to 0.0 (nothing offloaded); arguments.py
+        # asserts --use-precision-aware-optimizer (whose default fp32 states change nothing here)
+        if flags.get("use-precision-aware-optimizer") is not True:
+            raise ConfigError("megatron arguments: --optimizer-cpu-offload needs --use-precision-aware-optimizer "
+                              "(Megatron asserts it: \"the hybrid device optimizer reuses the code path of this "
+                              "flag\"); add it")
+        options["optimizer_cpu_offload"] = True
+        options["optimizer_offload_fraction"] = _float(flags, "optimizer-offload-fraction") or 0.0
+        if flags.get("overlap-cpu-optimizer-d2h-h2d") is True:
+            options["overlap_cpu_optimizer_d2h_h2d"] = True
+    else:
+        for f in ("optimizer-offload-fraction", "overlap-cpu-optimizer-d2h-h2d"):
+            if f in flags:
+                order.append(f"{f} (no effect without optimizer-cpu-offload)")
+    moe_dispatch_options(lambda k: flags.get(k.replace("_", "-")), lambda k: k.replace("_", "-"), options, order,
+                         bool(experts) and ep > 1, "megatron arguments: --")
     offload = _int(flags, "cpu-offloading-num-layers", 0)
     if offload:   # activations of that many layers to host memory (transformer_config.cpu_offloading_num_layers)
         options["activation_offload_layers"] = offload

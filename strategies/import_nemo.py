@@ -5,7 +5,7 @@ import re
 from typing import Any
 
 from strategies.errors import ConfigError
-from strategies.import_common import Imported, _capacity, _cluster, _recompute, _tokenizer_vocab, _walk
+from strategies.import_common import Imported, _capacity, _cluster, _recompute, _tokenizer_vocab, _walk, moe_dispatch_options
 
 # ------------------------------------------------------------------------------------------------ NeMo
 
@@ -104,7 +104,9 @@ _NEMO_READ = {
     # modeled as NeMo/Megatron run by default: blocking batched p2p, wgrad GEMMs accumulating into main_grad
     "model.batch_p2p_comm", "model.gradient_accumulation_fusion", "model.cpu_offloading",
     "model.cpu_offloading_num_layers", "model.moe_expert_capacity_factor", "model.moe_pad_expert_input_to_capacity",
-    "model.moe_token_dispatcher_type", "model.optim.grad_sync_dtype",
+    "model.moe_token_dispatcher_type", "model.optim.grad_sync_dtype", "model.overlap_moe_expert_parallel_comm",
+    "model.delay_wgrad_compute", "model.moe_enable_deepep", "model.moe_flex_dispatcher_backend",
+    "model.moe_flex_dispatcher_num_sms", "model.moe_deepep_num_sms", "model.moe_router_group_topk",
 }
 
 
@@ -194,8 +196,12 @@ def import_nemo(data: dict, *, cluster: str | None = None, nodes: int | None = N
             raise ConfigError(f"nemo recipe: model.moe_expert_capacity_factor = {str(cf)[:40]!r} must be a number")
         _capacity(options, cf, m.get("moe_pad_expert_input_to_capacity") is True)
         disp = str(m.get("moe_token_dispatcher_type", "allgather"))
-        if g("expert_model_parallel_size", 1) > 1 and disp != "alltoall":
+        if g("expert_model_parallel_size", 1) > 1 and disp not in ("alltoall", "flex"):
             extra.append(f"model.moe_token_dispatcher_type {disp} (simulated as the all-to-all dispatcher)")
+    # NeMo 1 hands model.* keys that name TransformerConfig fields to Megatron-core unchanged
+    # (MegatronBaseModel.build_transformer_config), so Megatron's MoE overlap fields read the same
+    moe_dispatch_options(m.get, lambda k: f"model.{k}", options, extra,
+                         bool(g("num_moe_experts", 0)) and g("expert_model_parallel_size", 1) > 1, "nemo recipe: ")
     # NeMo mcore optimizer: grad_reduce_in_fp32 = (optim.grad_sync_dtype == fp32), fp32 by default
     gsd = str(optim.get("grad_sync_dtype", "fp32"))
     if gsd in ("bf16", "fp16"):

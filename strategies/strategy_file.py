@@ -31,7 +31,9 @@ TRAINING_KEYS = ("micro_batch", "global_batch", "seq_len", "precision", "recompu
 OPTION_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_bucket_mb", "flash_attention",
                "overlap_handoff", "memory_reserve_gb", "fidelity", "profile", "profile_gpu", "fp32_grad_accum",
                "tp_comm_overlap", "p2p_overlap", "tp_async_backward", "p2p_host_gap_us", "moe_imbalance", "moe_capacity_factor",
-               "moe_max_nodes", "pair_overlap", "pair_comm_sms", "fp8_recipe", "fp8_param_gather",
+               "moe_max_nodes", "pair_overlap", "pair_comm_sms", "overlap_moe_expert_parallel_comm",
+               "delay_wgrad_compute", "moe_flex_dispatcher_num_sms", "optimizer_cpu_offload",
+               "optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d", "fp8_recipe", "fp8_param_gather",
                "activation_offload_layers", "overlap_interference", "stack",
                "cp_comm", "cp_load_balance", "reshard_after_forward",
                "price_per_gpu_hour_usd")
@@ -150,6 +152,28 @@ class OptionsSpec:
         pipeline communication hide behind the other's computation, on SMs minus pair_comm_sms).
     pair_comm_sms: SMs the communication kernels hold during concurrent pairs (DeepSeek-V3 Section
         3.2.1: 20 of the H800's 132); compute of a paired action runs at (SMs - this) / SMs.
+    overlap_moe_expert_parallel_comm: Megatron-LM --overlap-moe-expert-parallel-comm (1F1B and
+        interleaved 1F1B only): one more warm-up forward per rank, then every steady-state forward
+        runs merged with the next backward as one combined step whose halves interleave on the
+        compute and expert-all-to-all streams (megatron/core/pipeline_parallel/schedules.py
+        get_pp_rank_microbatches, combined_1f1b.py; strategies/schedules_combined.py).
+    delay_wgrad_compute: Megatron-LM --delay-wgrad-compute (needs the overlap above): a backward's
+        weight-gradient GEMMs leave the chain, so the collective after an input-gradient GEMM starts
+        at once and the weight gradient fills the gap (model_chunk_schedule_plan.py
+        TransformerLayerSchedulePlan.run, mlp.backward_dw).
+    moe_flex_dispatcher_num_sms: SMs the expert dispatch / combine kernels hold while they run beside
+        compute with the overlap above (Megatron --moe-flex-dispatcher-num-sms, formerly
+        --moe-deepep-num-sms); None = DeepEP's setting in topologies/data/comm_kernels.yaml (24).
+    optimizer_cpu_offload: Megatron-LM --optimizer-cpu-offload (HybridDeviceOptimizer,
+        megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py): the optimizer states (fp32 master
+        weights, Adam moments) of optimizer_offload_fraction of the parameters live in host memory and
+        their Adam step runs on the CPU; gradients go to the host and updated weights come back over
+        the host link (taskgraph/costing.py cpu_optimizer_time).
+    optimizer_offload_fraction: the share of the parameters (by count) whose optimizer runs on the CPU,
+        in [0, 1] (Megatron --optimizer-offload-fraction; its default 0.0 offloads nothing).
+    overlap_cpu_optimizer_d2h_h2d: Megatron --overlap-cpu-optimizer-d2h-h2d: one CPU optimizer per
+        parameter tensor, the gradient copies, CPU steps and weight copies pipelined over the tensors
+        on their own streams; false = all gradients to the host, then the CPU step, then the weights back.
     fp8_recipe: with precision fp8, one of FP8_RECIPES (taskgraph/cost.py FP8 recipe table):
         'tensorwise' / 'delayed' (Transformer Engine per-tensor scaling: current / delayed), 'rowwise'
         (torchao per-row scaling), 'blockwise' (DeepSeek-V3 Section 3.3: 1x128 activation tiles,
@@ -188,6 +212,12 @@ class OptionsSpec:
     moe_max_nodes: int | None = None
     pair_overlap: str = "serial"
     pair_comm_sms: int = 20
+    overlap_moe_expert_parallel_comm: bool = False
+    delay_wgrad_compute: bool = False
+    moe_flex_dispatcher_num_sms: int | None = None
+    optimizer_cpu_offload: bool = False
+    optimizer_offload_fraction: float = 1.0
+    overlap_cpu_optimizer_d2h_h2d: bool = False
     fp8_recipe: str = "tensorwise"
     fp8_param_gather: bool = False
     activation_offload_layers: int = 0
@@ -350,6 +380,13 @@ def parse_strategy(data: dict, base_dir: str | Path = ".", *, written: bool = Tr
             why=" (nodes a token's experts may span; DeepSeek-V3 uses 4)"),
         pair_overlap=get_str(o, "pair_overlap", "options", default="serial", choices=("serial", "concurrent")),
         pair_comm_sms=get_int(o, "pair_comm_sms", "options", default=20, minimum=0, maximum=1024),
+        overlap_moe_expert_parallel_comm=get_bool(o, "overlap_moe_expert_parallel_comm", "options", default=False),
+        delay_wgrad_compute=get_bool(o, "delay_wgrad_compute", "options", default=False),
+        moe_flex_dispatcher_num_sms=None if o.get("moe_flex_dispatcher_num_sms") is None else get_int(
+            o, "moe_flex_dispatcher_num_sms", "options", minimum=0, maximum=1024),
+        optimizer_cpu_offload=get_bool(o, "optimizer_cpu_offload", "options", default=False),
+        optimizer_offload_fraction=get_float(o, "optimizer_offload_fraction", "options", default=1.0, minimum=0.0),
+        overlap_cpu_optimizer_d2h_h2d=get_bool(o, "overlap_cpu_optimizer_d2h_h2d", "options", default=False),
         fp8_recipe=get_str(o, "fp8_recipe", "options", default="tensorwise", choices=FP8_RECIPES),
         fp8_param_gather=get_bool(o, "fp8_param_gather", "options", default=False),
         activation_offload_layers=get_int(o, "activation_offload_layers", "options", default=0, minimum=0),
@@ -380,6 +417,21 @@ def _check_applies(t: dict, o: dict, par: ParallelSpec, tr: TrainingSpec, opt: O
     if o.get("pair_comm_sms") is not None and opt.pair_overlap != "concurrent":
         raise ConfigError(f"options.pair_comm_sms = {opt.pair_comm_sms} applies to options.pair_overlap: concurrent "
                           f"(it is {opt.pair_overlap!r}); set pair_overlap: concurrent or drop pair_comm_sms")
+    # Megatron-LM transformer_config.py __post_init__: "overlap_moe_expert_parallel_comm must be enabled
+    # when enabling delay_wgrad_compute"; the dispatcher SMs matter only beside overlapped compute
+    for key in ("delay_wgrad_compute", "moe_flex_dispatcher_num_sms"):
+        v = getattr(opt, key)
+        if o.get(key) not in (None, False) and not opt.overlap_moe_expert_parallel_comm:
+            raise ConfigError(f"options.{key} = {str(v).lower() if isinstance(v, bool) else v} applies with options.overlap_moe_expert_parallel_comm: "
+                              f"true (Megatron-LM requires it); set overlap_moe_expert_parallel_comm: true or drop {key}")
+    if opt.optimizer_offload_fraction > 1.0:
+        raise ConfigError(f"options.optimizer_offload_fraction = {opt.optimizer_offload_fraction} must be in [0, 1] "
+                          f"(the share of the parameters whose optimizer runs on the CPU)")
+    for key in ("optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d"):
+        v = getattr(opt, key)
+        if o.get(key) not in (None, False) and not opt.optimizer_cpu_offload:
+            raise ConfigError(f"options.{key} = {str(v).lower() if isinstance(v, bool) else v} applies with "
+                              f"options.optimizer_cpu_offload: true; set optimizer_cpu_offload: true or drop {key}")
 
 
 def check_strategy(strategy: Strategy) -> None:

@@ -21,6 +21,7 @@ from topologies.collectives import collective_time
 from topologies.placement import group_ranks, rank_of
 from topologies.stragglers import stage_pace
 from taskgraph.overheads import host_bound, step_overhead_s
+from taskgraph.cpu_optimizer import cpu_offload_step_time
 from taskgraph.overlap import bulk, chunk_op, pipelined, ring_exchange, sm_fraction, stream_shares
 from topologies.comm_kernels import comm_kernels
 
@@ -96,6 +97,15 @@ def pair_compute_scale(plan: Plan) -> float:
     return sms / (sms - opt.pair_comm_sms)
 
 
+def _comm_stream(plan: Plan, group: str) -> str:
+    """Stream of a collective of ``group``: the expert dispatch / combine run on their own
+    communication stream with ``options.overlap_moe_expert_parallel_comm`` (Megatron-LM
+    pipeline_parallel/utils.py set_streams / get_comm_stream: the combined 1F1B step puts moe_dispatch
+    and moe_combine on that stream, model_chunk_schedule_plan.py _build_callable_nodes), so one
+    micro-batch's all-to-all runs beside the other's compute; every other collective on ``tp``."""
+    return "ep" if group == "ep" and plan.strategy.options.overlap_moe_expert_parallel_comm else "tp"
+
+
 def grad_bytes_per_param(plan: Plan) -> int:
     """Megatron accumulates and reduces gradients in fp32 with bf16 (arguments.py sets
     accumulate_allreduce_grads_in_fp32 for bf16); fp16 keeps fp16 gradients."""
@@ -152,7 +162,7 @@ def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bo
             secs = max(0.0, secs - (n - 1) / n * t["fwd" if c.phase == "fwd" else "bwd_input"])
             overlaps = ""
         grp = "tp" if c.group == "etp" else c.group    # expert TP collectives are TP collectives
-        slots[(c.phase, c.where)].append(Comm(f"{grp}-comm", f"{c.group}-{c.op}", secs, "tp",
+        slots[(c.phase, c.where)].append(Comm(f"{grp}-comm", f"{c.group}-{c.op}", secs, _comm_stream(plan, c.group),
                                               overlaps=overlaps))
     if plan.strategy.options.tp_comm_overlap and op.kind == "gemm" and op.gemms:
         _userbuffer_overlap(ctx, op, t, slots, gacc, len(groups["tp"]))
@@ -322,7 +332,9 @@ def _context_id(plan: Plan) -> int | None:
     key = (plan.model, plan.cluster, plan.sizes, plan.sp, plan.zero, tr.micro_batch, tr.seq_len, tr.precision,
            opt.flash_attention, opt.fp32_grad_accum, opt.grad_bucket_mb, opt.tp_async_backward, opt.moe_load,
            opt.moe_max_nodes, opt.pair_overlap, opt.pair_comm_sms, opt.fp8_recipe, opt.fp8_param_gather, opt.activation_offload_layers, opt.cp_comm, opt.cp_load_balance, plan.shard_size, plan.reshard_after_forward, opt.overlap_grad_reduce,
-           opt.tp_comm_overlap, opt.overlap_interference, opt.stack)
+           opt.tp_comm_overlap, opt.overlap_interference, opt.stack, opt.overlap_moe_expert_parallel_comm,
+           opt.moe_flex_dispatcher_num_sms, opt.optimizer_cpu_offload, opt.optimizer_offload_fraction,
+           opt.overlap_cpu_optimizer_d2h_h2d)
     try:
         cid = _CONTEXTS.get(key)
     except TypeError:  # an unhashable field (a custom model spec holding a list, say)
@@ -343,7 +355,7 @@ def _layer_context(plan: Plan) -> tuple:
     return (plan.model, plan.cluster, s.tp, plan.sp, s.cp, s.ep, tr.micro_batch, tr.seq_len, tr.precision,
             opt.flash_attention, opt.fp32_grad_accum, opt.tp_async_backward, opt.moe_load, opt.cp_comm,
             opt.cp_load_balance, opt.moe_max_nodes, opt.fp8_recipe, opt.fp8_param_gather, opt.activation_offload_layers,
-            opt.tp_comm_overlap, opt.overlap_interference, opt.stack,
+            opt.tp_comm_overlap, opt.overlap_interference, opt.stack, opt.overlap_moe_expert_parallel_comm,
             (s, plan.shard_size, plan.reshard_after_forward) if plan.zero == 3 else None)
 
 
@@ -386,7 +398,9 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
     # under the other's compute, DeepSeek-V3 Section 3.2.1); a coarse block per chunk cannot, so such
     # strategies are costed per operator at either fidelity (lower_coarse refuses them too) and the
     # two fidelities give the same answer (tests/test_fidelity_agreement.py).
-    coarse = (fidelity or opt.fidelity) == "coarse" and opt.pair_overlap != "concurrent"
+    # Megatron's combined 1F1B steps (options.overlap_moe_expert_parallel_comm) are such pairs too.
+    concurrent = opt.pair_overlap == "concurrent" or opt.overlap_moe_expert_parallel_comm
+    coarse = (fidelity or opt.fidelity) == "coarse" and not concurrent
     # a profile measured on another GPU applies only when options.profile_gpu says so (one error otherwise)
     profile = ProfileTable.load(opt.profile).applied_to(plan.cluster.gpu.name, opt.profile_gpu) \
         if opt.profile else None
@@ -457,7 +471,7 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
         overlap_grad_reduce=opt.overlap_grad_reduce, overlap_param_gather=opt.overlap_param_gather,
         tp_comm_overlap=opt.tp_comm_overlap, p2p_overlap=opt.p2p_overlap, p2p_pairs=pairs,
         represents=s.tp * s.cp * s.dp,
-        concurrent_pairs=opt.pair_overlap == "concurrent",
+        concurrent_pairs=concurrent, delay_wgrad=opt.delay_wgrad_compute,
         pair_compute_scale=pair_compute_scale(plan),
         meta={"model": plan.model.name, "cluster": plan.cluster.name, "num_gpus": plan.num_gpus,
               "tp": s.tp, "pp": s.pp, "dp": s.dp, "cp": s.cp, "ep": s.ep, "vpp": plan.vpp,
@@ -522,8 +536,8 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
                              moe_load=opt.moe_load, cp_comm=opt.cp_comm, cp_balance=opt.cp_load_balance, **kw)
         layers.append(LayerWork("head", host_bound(ops, [_op_cost(ctx, o, "none", groups, False) for o in ops],
                                                    host_s, flash, host_c, ctx.stack)))
-    st = _stage_work(plan, tuple(layers), groups["dp"], groups)
-    return _paced(st, stage_pace(plan.cluster, plan.sizes, plan.schedule.stage_to_rank[stage]))
+    pace = stage_pace(plan.cluster, plan.sizes, plan.schedule.stage_to_rank[stage])
+    return _paced(_stage_work(plan, tuple(layers), groups["dp"], groups, pace), pace)
 
 
 def _offloaded(plan: Plan, costs: list) -> list:
@@ -550,11 +564,12 @@ def _offloaded(plan: Plan, costs: list) -> list:
 
 def _paced(st: StageWork, f: float) -> StageWork:
     """Stragglers (topologies/stragglers.py): the stage's compute runs at its slowest GPU's speed;
-    communication and the gradient buckets' collectives are unchanged."""
+    communication and the gradient buckets' collectives are unchanged (the optimizer step is paced
+    by ``_stage_work``, whose CPU-offloaded part is not GPU work)."""
     if f == 1.0:
         return st
     layers = tuple(replace(l, ops=tuple(_scaled(o, f) for o in l.ops)) for l in st.layers)
-    return StageWork(layers, st.buckets, st.optimizer_s * f)
+    return StageWork(layers, st.buckets, st.optimizer_s)
 
 
 def _scaled(o: OpCost, f: float) -> OpCost:
@@ -597,8 +612,9 @@ def _with(c: OpCost, **kw) -> OpCost:
 
 
 def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, ...],
-                groups: dict | None = None) -> StageWork:
-    """Gradient buckets in backward order (Megatron DDP) and the optimizer step of one stage."""
+                groups: dict | None = None, pace: float = 1.0) -> StageWork:
+    """Gradient buckets in backward order (Megatron DDP) and the optimizer step of one stage; the
+    step's GPU work runs at the stage's straggler ``pace`` (topologies/stragglers.py)."""
     s = plan.sizes
     gbp = grad_bytes_per_param(plan)
     pbytes = param_bytes(plan)
@@ -651,14 +667,18 @@ def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, 
         shard = total_params
     gpu = plan.cluster.gpu
     bw = gpu.hbm_bandwidth * gpu.efficiency.hbm_efficiency
-    opt_s = shard * ADAM_BYTES_PER_PARAM / bw
-    opt_s += step_overhead_s(plan, shard)  # gradient norm (+ fp16 found-inf), taskgraph/overheads.py
+    adam = shard * ADAM_BYTES_PER_PARAM / bw * pace
+    opt_s = step_overhead_s(plan, shard)  # gradient norm (+ fp16 found-inf), taskgraph/overheads.py
     if plan.zero < 3:
         # Megatron-LM zeroes the contiguous gradient buffer once per iteration (megatron/core/distributed/
         # param_and_grad_buffer.py, _ParamAndGradBuffer.reset: grad_data.zero_()): a memset of every local
         # gradient (FSDP instead frees its gradients: nothing to clear)
         opt_s += total_params * gbp / bw
-    return StageWork(layers, tuple(buckets), opt_s)
+    opt_s *= pace
+    if opt.optimizer_cpu_offload:   # the offloaded share steps on the CPU (host link, host DRAM: no pace)
+        tensors = max(1, sum(1 for l in layers for op in l.ops if op.grad_bytes > 0))
+        adam = cpu_offload_step_time(plan, shard, adam, tensors, gbp, pbytes)
+    return StageWork(layers, tuple(buckets), adam + opt_s)
 
 
 def _first_param_op(layers) -> tuple[int, int]:

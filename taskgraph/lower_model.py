@@ -132,6 +132,7 @@ class IterationWork:
     meta: dict = field(default_factory=dict)
     concurrent_pairs: bool = False  # overlapped F&B pairs run their halves together (DeepSeek-V3 3.2.1)
     pair_compute_scale: float = 1.0  # compute of a concurrent pair's halves: SMs / (SMs - comm SMs)
+    delay_wgrad: bool = False     # a B's weight-gradient GEMMs leave the chain (Megatron --delay-wgrad-compute)
 
 
 def _layer_ops_backward(layer: LayerWork):
@@ -290,11 +291,24 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
                         pre, early, post, late = op.bwd_pre, (), op.bwd_post, ()
                     comms(pre)
                     xs = comms(early, side=True)
-                    t = comp(op.bwd_input, cat, dname, free=(0.0, 0.0) if has_w else held)
+                    t = dgrad = comp(op.bwd_input, cat, dname, free=(0.0, 0.0) if has_w else held)
                     waits.extend(xs)
                     comms(post)
                     ys = comms(late, side=True)
-                    if with_w and has_w:
+                    if with_w and has_w and work.delay_wgrad:
+                        # Megatron-LM --delay-wgrad-compute (model_chunk_schedule_plan.py
+                        # TransformerLayerSchedulePlan.run: mlp.backward, then the dispatch backward on
+                        # the communication stream beside mlp.backward_dw): the weight gradient waits for
+                        # its input gradient only, so the collectives after the dgrad start at once, and
+                        # what follows in the chain does not wait for it (the action's exit does: a join)
+                        t = bld.add_task((op.bwd_weight - op.wgrad_overlap) * scale, cdev, "backward",
+                                         op=name + ".wgrad", stage=a.stage, chunk=chunk, mb=a.mb, rank=rank)
+                        bld.add_edge(dgrad, t)
+                        for m, kind in zip(held, ("activation", "temporary")):
+                            if m:
+                                bld.add_memory(t, -m, at_end=True, kind=kind)
+                        comm_tails.append(t)
+                    elif with_w and has_w:
                         t = comp(op.bwd_weight - op.wgrad_overlap, "backward", name + ".wgrad", free=held)
                     waits.extend(ys)
                     if with_w or not has_w:

@@ -117,12 +117,17 @@ def static_memory(plan) -> dict[int, ModelStates]:
     def states(p: int, shard: int) -> ModelStates:
         return model_state_bytes(p, dp=shard, zero=plan.zero, weight_bytes=param_bytes(plan),
                                  grad_bytes=grad_bytes_per_param(plan), shard_weights=shard_w, shard_grads=shard_g)
+    # options.optimizer_cpu_offload: the offloaded share's fp32 master weights and Adam moments live in
+    # host memory (Megatron HybridDeviceOptimizer: the CPU optimizer's parameters are host copies)
+    opt = plan.strategy.options
+    on_gpu = 1.0 - opt.optimizer_offload_fraction if opt.optimizer_cpu_offload else 1.0
     out = {}
     for r, (dense, experts) in params_split(plan).items():
         # routed experts: ZeRO / distributed-optimizer shards over the expert-data-parallel group
         # (Megatron: world / (pp * ep * etp); plan.expert_shard_size)
         a, b = states(dense, plan.shard_size), states(experts, plan.expert_shard_size)
-        out[r] = ModelStates(a.params + b.params, a.weights + b.weights, a.grads + b.grads, a.optimizer + b.optimizer)
+        out[r] = ModelStates(a.params + b.params, a.weights + b.weights, a.grads + b.grads,
+                             (a.optimizer + b.optimizer) * on_gpu)
     return out
 
 

@@ -91,7 +91,8 @@ def stream_shares(plan, groups: dict) -> dict:
     """SM fraction of the work on each side stream of a rank (module doc), for
     ``IterationWork.meta["sm_share"]``: ``dp``: NCCL's channels for the DP group (2 per NIC when it
     leaves the node); ``tp``: the asynchronous column-parallel collectives on the TP group (NCCL
-    channels, or TE's bulk userbuffer SMs with ``tp_comm_overlap``). Empty when
+    channels, or TE's bulk userbuffer SMs with ``tp_comm_overlap``); ``ep``: the expert dispatch /
+    combine SMs with ``overlap_moe_expert_parallel_comm`` (their own stream then). Empty when
     ``options.overlap_interference`` is off; concurrent DualPipe pairs already price their
     communication SMs (``pair_comm_sms``), so their TP stream takes none here."""
     opt = plan.strategy.options
@@ -109,4 +110,10 @@ def stream_shares(plan, groups: dict) -> dict:
         sms = comm_kernels().ub_bulk_sms if opt.tp_comm_overlap else \
             nccl_channels(gpu.architecture, spans_nodes=spans_nodes(tp, g), nics_per_node=g)
         out["tp"] = sm_fraction(sms, S)
+    if opt.overlap_moe_expert_parallel_comm and len(groups.get("ep", ())) > 1:
+        # the expert dispatch / combine kernels beside the other micro-batch's compute in a combined
+        # 1F1B step hold moe_flex_dispatcher_num_sms SMs (Megatron-LM transformer_config.py
+        # moe_flex_dispatcher_num_sms; unset: DeepEP's own setting, data/comm_kernels.yaml [DEEPEP])
+        sms = opt.moe_flex_dispatcher_num_sms
+        out["ep"] = sm_fraction(comm_kernels().deepep_sms if sms is None else sms, S)
     return {k: v for k, v in out.items() if v > 0}

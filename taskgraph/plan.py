@@ -17,6 +17,7 @@ from strategies.config import did_you_mean
 from strategies.errors import ConfigError, ScheduleError, brief, cut
 from strategies.limits import MAX_TOKENS_PER_MICROBATCH, check_actions, check_stages
 from strategies.schedules import SCHEDULES, get_schedule
+from strategies.schedules_combined import COMBINABLE, combined_1f1b
 from strategies.strategy_file import Strategy
 from taskgraph.cost import DTYPE_BYTES  # noqa: F401  (re-exported: the one element-size table)
 from taskgraph.hf_config import load_hf_config
@@ -268,12 +269,42 @@ def resolve(strategy: Strategy) -> Plan:
         raise ConfigError(f"options.pair_comm_sms = {opt.pair_comm_sms} leaves no SMs for compute on "
                           f"{cluster.gpu.name} ({cluster.gpu.sm_count} SMs); use fewer (DeepSeek-V3: 20 of 132)")
     schedule = _schedule(strategy, pp, microbatches, vpp)
+    if opt.overlap_moe_expert_parallel_comm:
+        _check_a2a_overlap(strategy, model, cluster, ep)
+        schedule = combined_1f1b(schedule)
     if strategy.schedule == "dualpipe":
         lps = tuple(lps) + tuple(lps)   # virtual stage pp + s is direction 1's copy of model stage s
     warnings = (f"model config keys not modeled (ignored): {', '.join(unused[:20])}"
                 f"{' ...' if len(unused) > 20 else ''}",) if unused else ()
     return Plan(strategy, model, cluster, sizes, vpp, par.sp and tp > 1, par.zero, microbatches, tuple(lps), schedule,
                 warnings)
+
+
+def _check_a2a_overlap(strategy: Strategy, model, cluster, ep: int) -> None:
+    """What Megatron-LM asserts for --overlap-moe-expert-parallel-comm (transformer_config.py
+    __post_init__: expert parallelism, no full recompute) and the schedules it runs combined steps in."""
+    opt, tr = strategy.options, strategy.training
+    key = "options.overlap_moe_expert_parallel_comm = true"
+    if strategy.schedule not in COMBINABLE:
+        raise ConfigError(f"{key} merges the steady-state steps of {' or '.join(COMBINABLE)} (Megatron-LM); "
+                          f"schedule = {brief(strategy.schedule)}: use one of those, or pair_overlap: concurrent "
+                          f"with dualpipe / dualpipe-v")
+    if not model.experts or ep < 2:
+        raise ConfigError(f"{key} overlaps the expert all-to-all, but "
+                          f"{'model ' + brief(model.name) + ' has no experts' if not model.experts else 'parallel.ep = 1'}"
+                          f" (Megatron-LM: only supported with expert model parallelism); set ep > 1 or drop it")
+    written = strategy.raw.get("options") if isinstance(strategy.raw, dict) else None
+    if isinstance(written, dict) and written.get("pair_overlap") is not None:
+        raise ConfigError(f"options.pair_overlap = {brief(opt.pair_overlap)} sets DualPipe's pairs; with {key} the "
+                          f"combined steps always run their halves together (SMs: moe_flex_dispatcher_num_sms): "
+                          f"drop pair_overlap")
+    pols = tr.recompute_layers or (tr.recompute,)
+    if "full" in pols:
+        raise ConfigError(f"{key} with full recompute: Megatron-LM refuses it (\"disable full recomputation when "
+                          f"enabling overlap_moe_expert_parallel_comm\"); use recompute: selective or none")
+    if opt.moe_flex_dispatcher_num_sms is not None and opt.moe_flex_dispatcher_num_sms >= cluster.gpu.sm_count:
+        raise ConfigError(f"options.moe_flex_dispatcher_num_sms = {opt.moe_flex_dispatcher_num_sms} leaves no SMs for "
+                          f"compute on {cluster.gpu.name} ({cluster.gpu.sm_count} SMs); use fewer (DeepEP: 20-24)")
 
 
 def _schedule(strategy: Strategy, pp: int, m: int, vpp: int) -> Schedule:

@@ -890,6 +890,64 @@ add(
          r"options\.pair_comm_sms = 20 applies to options\.pair_overlap: concurrent", "pair_comm_sms"),
     Case("r2-pair-sms-over-gpu", SIM, {"s.yaml": strat() + "options: {pair_overlap: concurrent, pair_comm_sms: 500}\n"},
          r"options\.pair_comm_sms = 500 leaves no SMs for compute on H100-SXM-80GB \(132 SMs\)", "pair_comm_sms"),
+    # Megatron's combined 1F1B (options.overlap_moe_expert_parallel_comm) and its companions
+    Case("a2a-overlap-dense", SIM, {"s.yaml": strat() + "options: {overlap_moe_expert_parallel_comm: true}\n"},
+         r"overlap_moe_expert_parallel_comm = true overlaps the expert all-to-all, but model 'tiny' has no experts",
+         "overlap_moe_expert_parallel_comm"),
+    Case("a2a-overlap-ep1", SIM, {"s.yaml": strat(model=MOE, parallel="{tp: 2, pp: 2, sp: true}") +
+                                  "options: {overlap_moe_expert_parallel_comm: true}\n"},
+         r"but parallel\.ep = 1 \(Megatron-LM: only supported with expert model parallelism\)",
+         "overlap_moe_expert_parallel_comm"),
+    Case("a2a-overlap-gpipe", SIM, {"s.yaml": strat(model=MOE, parallel="{tp: 2, pp: 2, ep: 2, sp: true}") +
+                                    "schedule: gpipe\noptions: {overlap_moe_expert_parallel_comm: true}\n"},
+         r"merges the steady-state steps of 1f1b or interleaved-1f1b .*schedule = 'gpipe'",
+         "overlap_moe_expert_parallel_comm"),
+    Case("a2a-overlap-full-recompute", SIM, {"s.yaml": strat(
+        model=MOE, parallel="{tp: 2, pp: 2, ep: 2, sp: true}",
+        training="{micro_batch: 1, global_batch: 8, seq_len: 128, recompute: full}") +
+        "options: {overlap_moe_expert_parallel_comm: true}\n"},
+         r"with full recompute: Megatron-LM refuses it", "overlap_moe_expert_parallel_comm"),
+    Case("a2a-overlap-not-bool", SIM, {"s.yaml": strat() + "options: {overlap_moe_expert_parallel_comm: often}\n"},
+         r"options\.overlap_moe_expert_parallel_comm", "overlap_moe_expert_parallel_comm"),
+    Case("a2a-overlap-with-pairs", SIM, {"s.yaml": strat(model=MOE, parallel="{tp: 2, pp: 2, ep: 2, sp: true}") +
+                                         "options: {overlap_moe_expert_parallel_comm: true, pair_overlap: concurrent}\n"},
+         r"options\.pair_overlap = 'concurrent' sets DualPipe's pairs; .* drop pair_overlap", "pair_overlap"),
+    Case("a2a-delay-wgrad-alone", SIM, {"s.yaml": strat() + "options: {delay_wgrad_compute: true}\n"},
+         r"options\.delay_wgrad_compute = true applies with options\.overlap_moe_expert_parallel_comm: true",
+         "delay_wgrad_compute"),
+    Case("a2a-delay-wgrad-not-bool", SIM, {"s.yaml": strat() + "options: {delay_wgrad_compute: 3}\n"},
+         r"options\.delay_wgrad_compute", "delay_wgrad_compute"),
+    Case("a2a-sms-alone", SIM, {"s.yaml": strat() + "options: {moe_flex_dispatcher_num_sms: 20}\n"},
+         r"options\.moe_flex_dispatcher_num_sms = 20 applies with options\.overlap_moe_expert_parallel_comm: true",
+         "moe_flex_dispatcher_num_sms"),
+    Case("a2a-sms-negative", SIM, {"s.yaml": strat() + "options: {moe_flex_dispatcher_num_sms: -4}\n"},
+         r"options\.moe_flex_dispatcher_num_sms", "moe_flex_dispatcher_num_sms"),
+    Case("a2a-sms-over-gpu", SIM, {"s.yaml": strat(model=MOE, parallel="{tp: 2, pp: 2, ep: 2, sp: true}") +
+                                   "options: {overlap_moe_expert_parallel_comm: true, moe_flex_dispatcher_num_sms: 200}\n"},
+         r"options\.moe_flex_dispatcher_num_sms = 200 leaves no SMs for compute on H100-SXM-80GB \(132 SMs\)",
+         "moe_flex_dispatcher_num_sms"),
+    Case("a2a-ok", SIM, {"s.yaml": strat(model=MOE, parallel="{tp: 2, pp: 2, ep: 2, sp: true}") +
+                         "options: {overlap_moe_expert_parallel_comm: true, delay_wgrad_compute: true, "
+                         "moe_flex_dispatcher_num_sms: 24}\n"}, code=0, bound=5000),
+    # Megatron's CPU optimizer offload (options.optimizer_cpu_offload) and its companions
+    Case("cpu-opt-fraction-alone", SIM, {"s.yaml": strat() + "options: {optimizer_offload_fraction: 0.5}\n"},
+         r"options\.optimizer_offload_fraction = 0\.5 applies with options\.optimizer_cpu_offload: true",
+         "optimizer_offload_fraction"),
+    Case("cpu-opt-overlap-alone", SIM, {"s.yaml": strat() + "options: {overlap_cpu_optimizer_d2h_h2d: true}\n"},
+         r"options\.overlap_cpu_optimizer_d2h_h2d = true applies with options\.optimizer_cpu_offload: true",
+         "overlap_cpu_optimizer_d2h_h2d"),
+    Case("cpu-opt-fraction-above-1", SIM, {"s.yaml": strat() + "options: {optimizer_cpu_offload: true, "
+                                           "optimizer_offload_fraction: 1.5}\n"},
+         r"options\.optimizer_offload_fraction = 1\.5 must be in \[0, 1\]", "optimizer_offload_fraction"),
+    Case("cpu-opt-fraction-negative", SIM, {"s.yaml": strat() + "options: {optimizer_cpu_offload: true, "
+                                            "optimizer_offload_fraction: -0.1}\n"},
+         r"options\.optimizer_offload_fraction", "optimizer_offload_fraction"),
+    Case("cpu-opt-not-bool", SIM, {"s.yaml": strat() + "options: {optimizer_cpu_offload: sometimes}\n"},
+         r"options\.optimizer_cpu_offload", "optimizer_cpu_offload"),
+    Case("cpu-opt-host-memory-zero", SIM, {"s.yaml": strat(cluster="{preset: dgx-h100, nodes: 1, host_memory_gbps: 0}")},
+         r"host_memory_gbps", "host_memory_gbps"),
+    Case("cpu-opt-ok", SIM, {"s.yaml": strat() + "options: {optimizer_cpu_offload: true, optimizer_offload_fraction: "
+                             "0.5, overlap_cpu_optimizer_d2h_h2d: true}\n"}, code=0, bound=5000),
     Case("r2-price-pipeline", f"{PSIM} --price 2.5", {}, r"--price 2\.5 applies to strategy files.*pipeline "
          r"description", "--price"),
     Case("r2-fidelity-pipeline", f"{PSIM} --fidelity coarse", {}, r"--fidelity coarse applies to strategy files",

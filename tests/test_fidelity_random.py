@@ -52,12 +52,59 @@ OPTION_VALUES = {
     "stack": ["torchtitan", "torchtitan-compile", "deepspeed", "llm-foundry"],
     "fp8_param_gather": [True],
     "activation_offload_layers": [1, 2],
+    "overlap_moe_expert_parallel_comm": [True],
+    "delay_wgrad_compute": [True],
+    "moe_flex_dispatcher_num_sms": [0, 16, 32],
+    "optimizer_cpu_offload": [True],
+    "optimizer_offload_fraction": [0.0, 0.5],
+    "overlap_cpu_optimizer_d2h_h2d": [True],
 }
+#: Megatron's CPU optimizer offload, drawn by _draw_cpu_offload from its own generator (same reason)
+OFFLOAD_KEYS = ("optimizer_cpu_offload", "optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d")
+#: Megatron's combined 1F1B options, drawn by _draw_a2a_overlap from their own generator (so the
+#: draws above stay what they were before these options existed)
+A2A_KEYS = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute", "moe_flex_dispatcher_num_sms")
 #: options that only mean something with a MoE model, fp8, cp > 1, zero 3 or a DualPipe schedule
 NEEDS = {"moe_imbalance": "moe", "moe_capacity_factor": "moe", "moe_max_nodes": "moe",
          "fp8_recipe": "fp8", "cp_comm": "cp", "cp_load_balance": "cp", "reshard_after_forward": "zero3",
          "pair_overlap": "dualpipe", "pair_comm_sms": "dualpipe", "overlap_handoff": "dualpipe",
-         "fp8_param_gather": "fp8"}
+         "fp8_param_gather": "fp8", **{k: "a2a-overlap" for k in A2A_KEYS}, **{k: "cpu-offload" for k in OFFLOAD_KEYS}}
+
+
+def _draw_cpu_offload(data: dict, on: set, i: int) -> None:
+    """Switch on the CPU optimizer (and with it a fraction / overlapped copies) in a fifth of the draws."""
+    rng = np.random.default_rng((20261126, i))
+    if rng.random() >= 0.2:
+        return
+    data["options"]["optimizer_cpu_offload"] = True
+    on.add("optimizer_cpu_offload")
+    if rng.random() < 0.5:
+        data["options"]["optimizer_offload_fraction"] = float(rng.choice(OPTION_VALUES["optimizer_offload_fraction"]))
+        on.add("optimizer_offload_fraction")
+    if rng.random() < 0.5:
+        data["options"]["overlap_cpu_optimizer_d2h_h2d"] = True
+        on.add("overlap_cpu_optimizer_d2h_h2d")
+
+
+def _draw_a2a_overlap(data: dict, on: set, i: int) -> None:
+    """Switch on Megatron's combined 1F1B (and with it delayed wgrad / dispatcher SMs) in a MoE draw
+    with a 1F1B or interleaved schedule, as Megatron accepts it: ep > 1, no full recompute."""
+    rng = np.random.default_rng((20261125, i))
+    par, tr = data["parallel"], data["training"]
+    if "experts" not in data["model"] or data["schedule"] not in ("1f1b", "interleaved-1f1b") or \
+            (par["dp"] * par["cp"]) % 2 or rng.random() < 0.2:
+        return
+    par["ep"] = 2
+    if tr["recompute"] == "full":
+        tr["recompute"] = "selective"
+    data["options"]["overlap_moe_expert_parallel_comm"] = True
+    on.add("overlap_moe_expert_parallel_comm")
+    if rng.random() < 0.6:
+        data["options"]["delay_wgrad_compute"] = True
+        on.add("delay_wgrad_compute")
+    if rng.random() < 0.6:
+        data["options"]["moe_flex_dispatcher_num_sms"] = int(rng.choice(OPTION_VALUES["moe_flex_dispatcher_num_sms"]))
+        on.add("moe_flex_dispatcher_num_sms")
 
 
 def _draw(rng: np.random.Generator, i: int) -> tuple[dict, set]:
@@ -120,6 +167,8 @@ def _draw(rng: np.random.Generator, i: int) -> tuple[dict, set]:
             "training": {"micro_batch": micro, "global_batch": micro * dp * mbs, "seq_len": 1024,
                          "precision": precision, "recompute": str(rng.choice(["none", "selective", "full"]))},
             "options": options}
+    _draw_a2a_overlap(data, on, i)
+    _draw_cpu_offload(data, on, i)
     return data, on
 
 

@@ -46,13 +46,16 @@ CLUSTER_FIELDS = (
     "collective_base_latency_us", "network_topology", "nodes_per_leaf", "spine_switches",
     "oversubscription", "collective_model", "slow", "gpu_speed_cv", "contention", "host_us_per_kernel",
     "host_us_per_collective", "node_gpus", "routing", "switch_radix", "core_oversubscription",
-    "qps_per_connection", "gpus", "host_link_gbps",
+    "qps_per_connection", "gpus", "host_link_gbps", "host_memory_gbps",
 )
 #: How switches spread flows over equal-cost uplinks (``topologies/fabric.py``): ``adaptive`` = every
 #: flow gets its fair share of the pooled uplinks (InfiniBand adaptive routing, per-packet spraying);
 #: ``ecmp`` = each flow (queue pair) is pinned to one uplink by a hash of its header, so flows collide
 #: (RoCE/Ethernet ECMP: Gangidi et al. SIGCOMM 2024, Qian et al. SIGCOMM 2024).
 ROUTINGS = ("adaptive", "ecmp")
+#: Host DRAM bandwidth of one node, GB/s: two sockets of 8 DDR5-4800 channels (DGX H100's Xeon 8480C;
+#: clusters.yaml header for the sources), the CPU optimizer's memory (options.optimizer_cpu_offload)
+DEFAULT_HOST_MEMORY_GBPS = 614.4
 #: Host (CPU) dispatch time per kernel when a cluster file does not say (taskgraph/overheads.py).
 DEFAULT_HOST_US_PER_KERNEL = 10.0
 #: GPU <-> host memory, GB/s per direction: PCIe Gen5 x16 (clusters.yaml header for the sources)
@@ -82,6 +85,8 @@ class ClusterSpec:
         order and the last node holds the rest (a 100-GPU job on NVL72 racks: 72 + 28); None = all.
     host_link_bandwidth: GPU <-> host memory bandwidth per GPU per direction, bytes/s (PCIe or
         NVLink-C2C), for CPU activation offload.
+    host_memory_bandwidth: host DRAM bandwidth of one node, bytes/s (all its CPU sockets), shared by
+        its GPUs' CPU optimizer steps (options.optimizer_cpu_offload).
     nvlink_bandwidth: NVLink bandwidth per GPU per direction, bytes/s (through the NVSwitch).
     nvlink_latency: per-step latency alpha of an intra-node ring step, seconds.
     nvlink_efficiency: fraction of ``nvlink_bandwidth`` NCCL reaches as bus bandwidth.
@@ -148,6 +153,7 @@ class ClusterSpec:
     qps_per_connection: int = 1
     gpus: int | None = None
     host_link_bandwidth: float = 64e9
+    host_memory_bandwidth: float = 614.4e9
 
     def __post_init__(self):
         where = f"cluster {brief(self.name)}"
@@ -533,6 +539,8 @@ def cluster_from_dict(data: Mapping, *, where: str = "cluster") -> ClusterSpec:
         gpus=number(merged, "gpus", where, integer=True) if merged.get("gpus") is not None else None,
         host_link_bandwidth=(float(number(merged, "host_link_gbps", where)) * GB_PER_S
                              if merged.get("host_link_gbps") is not None else DEFAULT_HOST_LINK_GBPS * GB_PER_S),
+        host_memory_bandwidth=float(number(merged, "host_memory_gbps", where)
+                                    if merged.get("host_memory_gbps") is not None else DEFAULT_HOST_MEMORY_GBPS) * GB_PER_S,
     )
 
 

@@ -132,6 +132,8 @@ def _simulate_cmd(args) -> int:
         _print_json(out)
     else:
         title = f"{args.file}: schedule {s.name}, pp={s.pp}, vpp={s.vpp}, microbatches={s.microbatches}"
+        if isinstance(s.meta, dict) and s.meta.get("combined_1f1b"):
+            title += " (combined 1F1B steps: options.overlap_moe_expert_parallel_comm)"
         if kind == "strategy":
             from simulator.reports.training import format_training_report
             p = sim.plan

@@ -206,11 +206,11 @@ def compute_bound(ctx, c, cluster=None) -> float:
     """Lower bound (s) on the coarse simulated iteration time of candidate ``c``
     (:class:`simulator.search.space.Candidate`) from compute kernels alone (module doc);
     ``cluster``: the resolved cluster of ``c.gpus`` GPUs (default ``ctx.cluster``). 0.0 when the
-    bound does not apply (concurrent DualPipe pairs, an unknown placement is bounded by the average
+    bound does not apply (concurrent DualPipe pairs or combined 1F1B steps, an unknown placement is bounded by the average
     rank instead)."""
     base = ctx.base
-    if base.options.pair_overlap == "concurrent":
-        return 0.0
+    if base.options.pair_overlap == "concurrent" or base.options.overlap_moe_expert_parallel_comm:
+        return 0.0   # concurrent pairs (DualPipe's, Megatron's combined 1F1B steps) reorder the work
     cluster = cluster or ctx.cluster
     model, tr = ctx.model, base.training
     S = c.pp * c.vpp

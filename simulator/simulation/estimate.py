@@ -44,6 +44,9 @@ def estimate_run_tasks(kind: str, spec, *, schedule: str | None = None, vpp: int
     if recompute_layers is not None:
         strategy = replace(strategy, training=replace(strategy.training, recompute_layers=recompute_layers))
     plan = resolve(strategy)
-    if (fidelity or strategy.options.fidelity) == "coarse":
+    opt = strategy.options
+    # concurrent pairs (DualPipe's, Megatron's combined 1F1B) are lowered per operator at either fidelity
+    if (fidelity or opt.fidelity) == "coarse" and opt.pair_overlap != "concurrent" and \
+            not opt.overlap_moe_expert_parallel_comm:
         return estimate_tasks(plan.schedule)
     return estimate_tasks(plan.schedule, build_work(plan, fidelity=fidelity))
