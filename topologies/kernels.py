@@ -162,3 +162,44 @@ def attention_fraction(kernel: str, architecture: str, pass_: str, head_dim: flo
     if gpu is None:
         return None
     return _pass_at(table, kernel, gpu, "fwd" if pass_ == "fwd" else "bwd", causal, float(head_dim), float(seq))
+
+
+@dataclass(frozen=True)
+class GemmFigure:
+    """One published GEMM figure: ``groups`` GEMMs of (m, n, k) in ``dtype`` at ``flops`` FLOP/s."""
+
+    gpu: str
+    dtype: str
+    m: int
+    n: int
+    k: int
+    groups: int
+    flops: float
+    source: str
+
+
+@lru_cache(maxsize=None)
+def gemm_figures(path: str = KERNELS_PATH) -> tuple[GemmFigure, ...]:
+    """The ``gemm.rows`` of ``path`` (published GEMM throughput by shape), checked."""
+    from strategies.documents import check_finite, load_document
+    where = _where(path)
+    doc = load_document(path, "kernel table")
+    check_finite(doc, where)
+    gemm = doc.get("gemm") if isinstance(doc, Mapping) else None
+    if not isinstance(gemm, Mapping):
+        return ()
+    check_keys(gemm, ("rows", "max_achievable"), where + " gemm")
+    out = []
+    for i, row in enumerate(gemm.get("rows") or []):
+        w = f"{where}: gemm.rows[{i}]"
+        check_keys(row, ("gpu", "dtype", "m", "n", "k", "groups", "tflops", "source"), w)
+        for key in ("m", "n", "k", "groups"):
+            v = row.get(key)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"{w}: {key} = {v!r} must be a positive integer")
+        tf = row.get("tflops")
+        if isinstance(tf, bool) or not isinstance(tf, (int, float)) or tf <= 0 or not row.get("source"):
+            raise ConfigError(f"{w}: tflops = {tf!r} must be a positive number and source must name where it comes from")
+        out.append(GemmFigure(str(row["gpu"]), str(row["dtype"]), row["m"], row["n"], row["k"], row["groups"],
+                              float(tf) * 1e12, str(row["source"])))
+    return tuple(out)
