@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from strategies.config import did_you_mean
 from strategies.errors import ConfigError
+from taskgraph.attention_shape import AttentionShape, kernel_attention_shape
 from taskgraph.model import ModelSpec
 
 KINDS = ("gemm", "attention", "elementwise", "norm", "embedding", "loss", "router",
@@ -80,18 +81,6 @@ class GemmShape:
     def flops(self) -> int:
         """2 m n k per GEMM (multiply + add), times batch."""
         return 2 * self.m * self.n * self.k * self.batch
-
-
-@dataclass(frozen=True)
-class AttentionShape:
-    """The shape a fused attention kernel sees (priced by the kernel tables, topologies/kernels.py)."""
-
-    head_dim: float
-    """FLOP-weighted head dim, (d_qk + d_v) / 2 (QK^T runs at d_qk, PV at d_v)."""
-    seq: int
-    """Key-loop length of one kernel launch: the sequence, a sliding window, or a ring-CP chunk."""
-    causal_share: float
-    """Share of the FLOPs computed under a causal mask (the rest on unmasked blocks)."""
 
 
 @dataclass(frozen=True)
@@ -388,26 +377,6 @@ def _qk_projections(c: _Ctx, layer: int) -> tuple:
     return ops, q_bytes + k_bytes + v_bytes, kv_full
 
 
-def kernel_attention_shape(c: _Ctx, d: int, dv: int, window: int) -> AttentionShape:
-    """What one fused attention launch sees, by how context parallelism runs it.
-
-    Without CP (and with Ulysses all-to-all, which hands each rank the whole sequence for heads / cp:
-    Jacobs 2023, DeepSpeed-Ulysses Section 3) the kernel loops over the full sequence, or over the
-    window of a sliding-window layer. All-gather CP (Dubey 2024, Llama 3 Section 3.3.2) gathers the
-    full K and V and runs the local queries against them under the causal mask: the same key loop.
-    Ring CP (Liu 2023, Ring Attention Section 3; Transformer Engine's AttnFuncWithCPAndKVP2P) launches
-    one kernel per step on the local query chunk against one K/V chunk of s / cp: only the step on the
-    rank's own chunk is causal, the other cp - 1 steps are unmasked blocks of equal work (zig-zag load
-    balancing gives each the same half of the pairs), so 1 / cp of the FLOPs run masked. A FLOP count
-    of the whole square (``causal_halved`` off) is priced as unmasked work."""
-    seq = min(c.s, window) if window else c.s
-    share = 1.0 if c.causal_halved else 0.0
-    if c.cp > 1 and c.cp_comm == "ring":
-        seq = min(seq, c.s // c.cp)
-        share /= c.cp
-    return AttentionShape((d + dv) / 2, seq, share)
-
-
 def _attention_ops(c: _Ctx, layer: int) -> list:
     m, dt, tp = c.m, c.dt, c.tp
     h, d, dv = m.hidden, m.head_dim, m.v_head_dim
@@ -466,7 +435,7 @@ def _attention_ops(c: _Ctx, layer: int) -> list:
         # keeps only its softmax statistics and selective recomputation leaves it alone
         saved_activation_bytes=(0 if mla else qkv_bytes) + internals,
         selective_recompute_bytes=0 if (mla and c.flash) else internals,
-        comms=cp_comms, attn_shape=kernel_attention_shape(c, d, dv, window))
+        comms=cp_comms, attn_shape=kernel_attention_shape(c.s, c.cp, c.cp_comm, c.causal_halved, d, dv, window))
     out = _gemm("attn_out", layer, c.T, h, at * dv, dt,
                 params=at * dv * h + (h if m.bias else 0),
                 saved=o_bytes,                            # its input, 2sbh/t (Korthikanti 4.1)
