@@ -21,7 +21,6 @@ class AttentionShape:
     """Share of the FLOPs computed under a causal mask (the rest on unmasked blocks)."""
 
 
-
 def kernel_attention_shape(s: int, cp: int, cp_comm: str, causal_halved: bool, d: int, dv: int,
                            window: int = 0) -> AttentionShape:
     """What one fused attention launch sees, by how context parallelism runs it.
