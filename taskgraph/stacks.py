@@ -87,6 +87,7 @@ def get_stack(name: str | None) -> Stack:
     return stacks[key]
 
 
+@lru_cache(maxsize=4096)
 def _kernel_fraction(kernel: str, architecture: str, pass_: str, shape) -> float | None:
     """The kernel table's fraction of peak at ``shape`` (time-weighted over its masked and unmasked
     FLOPs: 1/e = c/e_causal + (1-c)/e_unmasked), trying the kernel's fallback off its architectures."""
@@ -118,13 +119,14 @@ def attention_efficiency(stack: Stack, gpu, pass_: str, shape=None) -> float:
         if shape is None:
             ref = catalog["reference"].get(arch) or catalog["reference"]["hopper"]
             shape = _Ref(ref[0], ref[1], 1.0)
-        f = _kernel_fraction(stack.attention, arch, pass_, shape)
+        f = _kernel_fraction(stack.attention, arch, "fwd" if pass_ == "fwd" else "bwd", shape)
         return const if f is None else f
     kernel, ref = catalog["kernel"].get(arch), catalog["reference"].get(arch)
     if shape is None or kernel is None:
         return const
-    at = _kernel_fraction(kernel, arch, pass_, shape)
-    base = _kernel_fraction(kernel, arch, pass_, _Ref(ref[0], ref[1], 1.0))
+    p = "fwd" if pass_ == "fwd" else "bwd"
+    at = _kernel_fraction(kernel, arch, p, shape)
+    base = _kernel_fraction(kernel, arch, p, _Ref(ref[0], ref[1], 1.0))
     if at is None or not base:
         return const
     return min(1.0, const * at / base)
