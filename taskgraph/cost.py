@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from strategies.errors import ConfigError, brief, cut
-from taskgraph.stacks import attention_efficiency
+from taskgraph.stacks import attention_efficiency, get_stack
 
 PASSES = ("fwd", "bwd_input", "bwd_weight")
 
@@ -315,9 +315,10 @@ def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True,
         # attention math runs in bf16/fp16 even in fp8 recipes (Transformer Engine keeps DPA in bf16)
         peak = gpu.peak_flops("bf16")
         if flash:
-            # the stack's fused attention kernel (taskgraph/stacks.py; the catalog's without a stack)
-            e = attention_efficiency(stack, gpu, pass_) if stack is not None else \
-                (eff.attention_fwd_efficiency if pass_ == "fwd" else eff.attention_bwd_efficiency)
+            # the stack's fused attention kernel at the shape it sees (taskgraph/stacks.py and the kernel
+            # tables, topologies/kernels.py; without a stack the default, the catalog's)
+            e = attention_efficiency(stack if stack is not None else get_stack(None), gpu, pass_,
+                                     getattr(op, "attn_shape", None))
             return max(flops / (peak * e), mem_t) + launch
         # unfused: batched GEMMs for QK^T and PV plus separate softmax / dropout / mask kernels
         gemm_flops = sum(2.0 * g.m * g.n * g.k * g.batch for g in op.gemms) or flops

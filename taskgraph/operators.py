@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from strategies.config import did_you_mean
 from strategies.errors import ConfigError
+from taskgraph.attention_shape import AttentionShape, kernel_attention_shape
 from taskgraph.model import ModelSpec
 
 KINDS = ("gemm", "attention", "elementwise", "norm", "embedding", "loss", "router",
@@ -143,6 +144,8 @@ class Operator:
     (Korthikanti 2022 Section 5); non-zero only for attn_core. Recompute cost = fwd_flops."""
     comms: tuple = field(default=())
     """Collectives around this operator, in execution order (Korthikanti 2022 Section 4.2.2)."""
+    attn_shape: AttentionShape | None = None
+    """attn_core only: what the fused attention kernel sees (:func:`kernel_attention_shape`)."""
 
     @property
     def bwd_flops(self) -> float:
@@ -441,7 +444,7 @@ def _attention_ops(c: _Ctx, layer: int) -> list:
         # keeps only its softmax statistics and selective recomputation leaves it alone
         saved_activation_bytes=(0 if mla else qkv_bytes) + internals,
         selective_recompute_bytes=0 if (mla and c.flash) else internals,
-        comms=cp_comms)
+        comms=cp_comms, attn_shape=kernel_attention_shape(c.s, c.cp, c.cp_comm, c.causal_halved, d, dv, window))
     out = _gemm("attn_out", layer, c.T, h, at * dv, dt,
                 params=at * dv * h + (h if m.bias else 0),
                 saved=o_bytes,                            # its input, 2sbh/t (Korthikanti 4.1)

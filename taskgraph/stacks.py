@@ -21,6 +21,7 @@ from functools import lru_cache
 import yaml
 
 from strategies.errors import ConfigError
+from topologies.kernels import attention_fraction, attention_table
 
 STACKS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "stacks.yaml")
 DEFAULT_STACK = "megatron-te"
@@ -41,11 +42,17 @@ class Stack:
 
 
 @lru_cache(maxsize=None)
-def _table(path: str = STACKS_PATH) -> tuple[dict, dict]:
+def _table(path: str = STACKS_PATH) -> tuple[dict, dict, dict]:
     with open(path, encoding="utf-8") as f:
         data = yaml.safe_load(f) or {}
-    kernels = {str(k): {str(a): (float(v["fwd"]), float(v["bwd"])) for a, v in (arch or {}).items()}
-               for k, arch in (data.get("attention_kernels") or {}).items()}
+    known = attention_table().kernels()
+    kernels = {}
+    for k, d in (data.get("attention_kernels") or {}).items():
+        fb = (d or {}).get("fallback")
+        if str(k) not in known or (fb is not None and str(fb) not in known):
+            raise ConfigError(f"stack file {path!r}: attention kernel {k!r} (fallback {fb!r}) is not a kernel of "
+                              f"the kernel table ({', '.join(known)})")
+        kernels[str(k)] = None if fb is None else str(fb)
     stacks = {}
     for name, d in (data.get("stacks") or {}).items():
         att = str(d.get("attention", "catalog"))
@@ -56,7 +63,15 @@ def _table(path: str = STACKS_PATH) -> tuple[dict, dict]:
         if any(v < 1 or v > 64 for v in passes.values()):
             raise ConfigError(f"stack file {path!r}: stack {name!r} passes must be integers in [1, 64]")
         stacks[str(name)] = Stack(str(name), att, passes)
-    return stacks, kernels
+    cat = data.get("catalog_attention") or {}
+    catalog = {"kernel": {str(a): str(k) for a, k in (cat.get("kernel") or {}).items()},
+               "reference": {str(a): (float(r["head_dim"]), float(r["seq_len"]))
+                             for a, r in (cat.get("reference") or {}).items()}}
+    for a, k in catalog["kernel"].items():
+        if k not in kernels or a not in catalog["reference"]:
+            raise ConfigError(f"stack file {path!r}: catalog_attention.kernel.{a} = {k!r} needs a kernel of "
+                              f"attention_kernels and a catalog_attention.reference.{a}")
+    return stacks, kernels, catalog
 
 
 def stack_names() -> tuple[str, ...]:
@@ -72,16 +87,55 @@ def get_stack(name: str | None) -> Stack:
     return stacks[key]
 
 
-def attention_efficiency(stack: Stack, gpu, pass_: str) -> float:
-    """Fraction of the bf16 peak the stack's fused attention reaches on ``gpu`` in ``pass_`` (fwd or
-    a backward pass): the catalog's for 'catalog', else the kernel's figure for the GPU's
-    architecture (FlashAttention-3 off Hopper falls back to FlashAttention-2)."""
-    eff = gpu.efficiency
-    if stack.attention == "catalog":
-        return eff.attention_fwd_efficiency if pass_ == "fwd" else eff.attention_bwd_efficiency
+@lru_cache(maxsize=4096)
+def _kernel_fraction(kernel: str, architecture: str, pass_: str, shape) -> float | None:
+    """The kernel table's fraction of peak at ``shape`` (time-weighted over its masked and unmasked
+    FLOPs: 1/e = c/e_causal + (1-c)/e_unmasked), trying the kernel's fallback off its architectures."""
     kernels = _table()[1]
-    per_arch = kernels[stack.attention]
-    fig = per_arch.get(gpu.architecture) or kernels.get("fa2", {}).get(gpu.architecture)
-    if fig is None:  # an architecture the table does not know: the catalog's
-        return eff.attention_fwd_efficiency if pass_ == "fwd" else eff.attention_bwd_efficiency
-    return fig[0] if pass_ == "fwd" else fig[1]
+    while kernel is not None:
+        c = shape.causal_share
+        parts = [(c, True), (1.0 - c, False)]
+        fr = [(w, attention_fraction(kernel, architecture, pass_, shape.head_dim, shape.seq, causal=m))
+              for w, m in parts if w > 0]
+        if fr and all(f is not None for _, f in fr):
+            return 1.0 / sum(w / f for w, f in fr)
+        kernel = kernels.get(kernel)
+    return None
+
+
+def attention_efficiency(stack: Stack, gpu, pass_: str, shape=None) -> float:
+    """Fraction of the bf16 peak the stack's fused attention reaches on ``gpu`` in ``pass_`` (fwd or
+    a backward pass) at ``shape`` (an ``operators.AttentionShape``; None: the catalog's reference shape).
+
+    A kernel stack takes the kernel table's figure for the GPU's architecture at the shape (a kernel
+    with no rows there: its fallback; none at all: the catalog's figure). 'catalog' takes the GPU's
+    attention_*_efficiency scaled by its kernel's curve relative to the reference shape
+    (``catalog_attention`` in stacks.yaml)."""
+    eff = gpu.efficiency
+    const = eff.attention_fwd_efficiency if pass_ == "fwd" else eff.attention_bwd_efficiency
+    _, _, catalog = _table()
+    arch = gpu.architecture
+    if stack.attention != "catalog":
+        if shape is None:
+            ref = catalog["reference"].get(arch) or catalog["reference"]["hopper"]
+            shape = _Ref(ref[0], ref[1], 1.0)
+        f = _kernel_fraction(stack.attention, arch, "fwd" if pass_ == "fwd" else "bwd", shape)
+        return const if f is None else f
+    kernel, ref = catalog["kernel"].get(arch), catalog["reference"].get(arch)
+    if shape is None or kernel is None:
+        return const
+    p = "fwd" if pass_ == "fwd" else "bwd"
+    at = _kernel_fraction(kernel, arch, p, shape)
+    base = _kernel_fraction(kernel, arch, p, _Ref(ref[0], ref[1], 1.0))
+    if at is None or not base:
+        return const
+    return min(1.0, const * at / base)
+
+
+@dataclass(frozen=True)
+class _Ref:
+    """A reference attention shape (the fields of ``operators.AttentionShape``)."""
+
+    head_dim: float
+    seq: float
+    causal_share: float

@@ -1,0 +1,42 @@
+"""The shape a fused attention kernel sees on one GPU (priced by the kernel tables,
+``topologies/kernels.py``, through ``taskgraph/stacks.py``).
+
+>>> kernel_attention_shape(32768, 4, "ring", True, 128, 128)
+AttentionShape(head_dim=128.0, seq=8192, causal_share=0.25)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """The shape a fused attention kernel sees (priced by the kernel tables, topologies/kernels.py)."""
+
+    head_dim: float
+    """FLOP-weighted head dim, (d_qk + d_v) / 2 (QK^T runs at d_qk, PV at d_v)."""
+    seq: int
+    """Key-loop length of one kernel launch: the sequence, a sliding window, or a ring-CP chunk."""
+    causal_share: float
+    """Share of the FLOPs computed under a causal mask (the rest on unmasked blocks)."""
+
+
+def kernel_attention_shape(s: int, cp: int, cp_comm: str, causal_halved: bool, d: int, dv: int,
+                           window: int = 0) -> AttentionShape:
+    """What one fused attention launch sees, by how context parallelism runs it.
+
+    Without CP (and with Ulysses all-to-all, which hands each rank the whole sequence for heads / cp:
+    Jacobs 2023, DeepSpeed-Ulysses Section 3) the kernel loops over the full sequence, or over the
+    window of a sliding-window layer. All-gather CP (Dubey 2024, Llama 3 Section 3.3.2) gathers the
+    full K and V and runs the local queries against them under the causal mask: the same key loop.
+    Ring CP (Liu 2023, Ring Attention Section 3; Transformer Engine's AttnFuncWithCPAndKVP2P) launches
+    one kernel per step on the local query chunk against one K/V chunk of s / cp: only the step on the
+    rank's own chunk is causal, the other cp - 1 steps are unmasked blocks of equal work (zig-zag load
+    balancing gives each the same half of the pairs), so 1 / cp of the FLOPs run masked. A FLOP count
+    of the whole square (``causal_halved`` off) is priced as unmasked work."""
+    seq = min(s, window) if window else s
+    share = 1.0 if causal_halved else 0.0
+    if cp > 1 and cp_comm == "ring":
+        seq = min(seq, s // cp)
+        share /= cp
+    return AttentionShape((d + dv) / 2, seq, share)

@@ -1,0 +1,205 @@
+"""Published kernel benchmarks by shape (``data/kernels.yaml``): what an attention kernel reaches at a
+sequence length, head dim and mask, read off the kernels' own papers (FlashAttention-2 / -3, cuDNN).
+
+Every figure is cited in the YAML. A query between the measured points interpolates: linear in
+log2(sequence length) (the figures are taken at powers of two, and a kernel's fixed per-tile costs
+amortise over the key loop, whose length doubles from point to point), linear in head dim; outside the
+measured range the nearest point's value (the curves are flat by 8k-16k; below 512 the model is not
+asked for training shapes). A pass without a causal row takes the non-causal row times the forward's
+causal / non-causal ratio at the same point (the YAML's header says why).
+
+>>> round(attention_fraction("cudnn", "hopper", "fwd", 128, 2048, causal=True), 4)
+0.4892
+>>> round(attention_fraction("cudnn", "hopper", "fwd", 128, 2896, causal=True), 4)   # between 2k and 4k
+0.5064
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Mapping
+
+from strategies.errors import ConfigError
+from topologies.gpus import DATA_DIR, check_keys
+
+KERNELS_PATH = os.path.join(DATA_DIR, "kernels.yaml")
+ATTENTION_PASSES = ("fwd", "bwd", "fwd_bwd")
+
+
+@dataclass(frozen=True)
+class AttentionTable:
+    """Attention curves: ``curves[(kernel, gpu, pass, head_dim, causal)]`` = fraction of the measuring
+    GPU's dense peak at each of ``seq_len``; ``arch_gpus``: architecture -> measuring GPU;
+    ``fallback``: architecture -> the architecture whose fractions it takes."""
+
+    seq_len: tuple
+    curves: Mapping
+    arch_gpus: Mapping
+    fallback: Mapping
+
+    def kernels(self) -> tuple[str, ...]:
+        return tuple(sorted({k[0] for k in self.curves}))
+
+
+def _where(path: str) -> str:
+    return f"kernel table {os.path.basename(path)!r}"
+
+
+@lru_cache(maxsize=None)
+def attention_table(path: str = KERNELS_PATH) -> AttentionTable:
+    """The attention curves of ``path``, checked (one error line naming the row and field)."""
+    from strategies.documents import check_finite, load_document
+    where = _where(path)
+    doc = load_document(path, "kernel table")
+    check_finite(doc, where)
+    if not isinstance(doc, Mapping) or not isinstance(doc.get("attention"), Mapping):
+        raise ConfigError(f"{where}: expected a top-level `attention:` mapping")
+    check_keys(doc, ("attention", "gemm"), where)
+    att = doc["attention"]
+    check_keys(att, ("seq_len", "gpus", "arch_gpus", "fallback", "curves"), where + " attention")
+    seq = att.get("seq_len")
+    if not isinstance(seq, list) or len(seq) < 2 or any(not isinstance(s, int) or s < 1 for s in seq) \
+            or sorted(set(seq)) != seq:
+        raise ConfigError(f"{where}: attention.seq_len = {seq!r} must be increasing positive integers")
+    gpus = att.get("gpus") or {}
+    peaks = {}
+    for g, d in gpus.items():
+        p = (d or {}).get("peak_tflops")
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or p <= 0:
+            raise ConfigError(f"{where}: attention.gpus.{g}.peak_tflops = {p!r} must be a positive number")
+        peaks[str(g)] = float(p)
+    curves = {}
+    for i, row in enumerate(att.get("curves") or []):
+        w = f"{where}: attention.curves[{i}]"
+        if not isinstance(row, Mapping):
+            raise ConfigError(f"{w} must be a mapping")
+        check_keys(row, ("kernel", "gpu", "pass", "head_dim", "causal", "tflops", "source"), w)
+        if str(row.get("gpu")) not in peaks:
+            raise ConfigError(f"{w}: gpu = {row.get('gpu')!r} is not in attention.gpus ({', '.join(peaks)})")
+        if row.get("pass") not in ATTENTION_PASSES:
+            raise ConfigError(f"{w}: pass = {row.get('pass')!r} must be one of {', '.join(ATTENTION_PASSES)}")
+        hd, causal, tf = row.get("head_dim"), row.get("causal"), row.get("tflops")
+        if isinstance(hd, bool) or not isinstance(hd, int) or hd < 1:
+            raise ConfigError(f"{w}: head_dim = {hd!r} must be a positive integer")
+        if not isinstance(causal, bool):
+            raise ConfigError(f"{w}: causal = {causal!r} must be true or false")
+        if not isinstance(tf, list) or len(tf) != len(seq) or \
+                any(isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0 for v in tf):
+            raise ConfigError(f"{w}: tflops must list {len(seq)} positive numbers, one per attention.seq_len")
+        if not row.get("source"):
+            raise ConfigError(f"{w}: source is empty; every figure names where it comes from")
+        key = (str(row["kernel"]), str(row["gpu"]), row["pass"], hd, causal)
+        if key in curves:
+            raise ConfigError(f"{w} repeats kernel {key[0]}, gpu {key[1]}, pass {key[2]}, head_dim {hd}, "
+                              f"causal {causal}; keep one")
+        peak = peaks[key[1]]
+        curves[key] = tuple(float(v) * 1e12 / (peak * 1e12) for v in tf)
+    arch_gpus = {str(a): str(g) for a, g in (att.get("arch_gpus") or {}).items()}
+    for a, g in arch_gpus.items():
+        if g not in peaks:
+            raise ConfigError(f"{where}: attention.arch_gpus.{a} = {g!r} is not in attention.gpus")
+    fallback = {str(a): str(b) for a, b in (att.get("fallback") or {}).items()}
+    for a, b in fallback.items():
+        if b not in arch_gpus:
+            raise ConfigError(f"{where}: attention.fallback.{a} = {b!r} is not in attention.arch_gpus")
+    return AttentionTable(tuple(seq), curves, arch_gpus, fallback)
+
+
+def _interp(xs, ys, x: float) -> float:
+    """Piecewise-linear ys(x) over increasing xs, the end values outside."""
+    if x <= xs[0]:
+        return ys[0]
+    if x >= xs[-1]:
+        return ys[-1]
+    for i in range(1, len(xs)):
+        if x <= xs[i]:
+            t = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
+            return ys[i - 1] + t * (ys[i] - ys[i - 1])
+    return ys[-1]   # pragma: no cover  (x < xs[-1] ends the loop above)
+
+
+def _curve_at(table: AttentionTable, kernel: str, gpu: str, pass_: str, causal: bool, head_dim: float,
+              seq: float) -> float | None:
+    """Fraction of peak of one (kernel, gpu, pass, causal) family at (head_dim, seq), or None."""
+    dims = sorted(k[3] for k in table.curves if k[:3] == (kernel, gpu, pass_) and k[4] == causal)
+    if not dims:
+        return None
+    logs = [math.log2(s) for s in table.seq_len]
+    x = math.log2(max(seq, 1.0))
+    per_dim = [_interp(logs, table.curves[(kernel, gpu, pass_, d, causal)], x) for d in dims]
+    return _interp(dims, per_dim, head_dim)
+
+
+def _pass_at(table: AttentionTable, kernel: str, gpu: str, pass_: str, causal: bool, head_dim: float,
+             seq: float) -> float | None:
+    """``pass_``'s own rows, else the combined fwd_bwd ones; a missing causal row from the non-causal
+    one times the forward's causal / non-causal ratio (module docstring)."""
+    for p in (pass_, "fwd_bwd"):
+        v = _curve_at(table, kernel, gpu, p, causal, head_dim, seq)
+        if v is not None:
+            return v
+        if causal:
+            nc = _curve_at(table, kernel, gpu, p, False, head_dim, seq)
+            if nc is not None:
+                fc = _pass_at(table, kernel, gpu, "fwd", True, head_dim, seq)
+                fn = _pass_at(table, kernel, gpu, "fwd", False, head_dim, seq)
+                if fc is not None and fn:
+                    return nc * fc / fn
+                return nc
+    return None
+
+
+def attention_fraction(kernel: str, architecture: str, pass_: str, head_dim: float, seq: float, *,
+                       causal: bool, path: str = KERNELS_PATH) -> float | None:
+    """Fraction of the dense bf16 peak ``kernel`` reaches on an ``architecture`` GPU in ``pass_`` ('fwd'
+    or 'bwd') at ``head_dim`` and sequence length ``seq`` (its key-loop length), with or without a causal
+    mask; None when the table has nothing for the kernel on that architecture (or its fallback)."""
+    table = attention_table(path)
+    arch = architecture if architecture in table.arch_gpus else table.fallback.get(architecture)
+    gpu = table.arch_gpus.get(arch) if arch else None
+    if gpu is None:
+        return None
+    return _pass_at(table, kernel, gpu, "fwd" if pass_ == "fwd" else "bwd", causal, float(head_dim), float(seq))
+
+
+@dataclass(frozen=True)
+class GemmFigure:
+    """One published GEMM figure: ``groups`` GEMMs of (m, n, k) in ``dtype`` at ``flops`` FLOP/s."""
+
+    gpu: str
+    dtype: str
+    m: int
+    n: int
+    k: int
+    groups: int
+    flops: float
+    source: str
+
+
+@lru_cache(maxsize=None)
+def gemm_figures(path: str = KERNELS_PATH) -> tuple[GemmFigure, ...]:
+    """The ``gemm.rows`` of ``path`` (published GEMM throughput by shape), checked."""
+    from strategies.documents import check_finite, load_document
+    where = _where(path)
+    doc = load_document(path, "kernel table")
+    check_finite(doc, where)
+    gemm = doc.get("gemm") if isinstance(doc, Mapping) else None
+    if not isinstance(gemm, Mapping):
+        return ()
+    check_keys(gemm, ("rows", "max_achievable"), where + " gemm")
+    out = []
+    for i, row in enumerate(gemm.get("rows") or []):
+        w = f"{where}: gemm.rows[{i}]"
+        check_keys(row, ("gpu", "dtype", "m", "n", "k", "groups", "tflops", "source"), w)
+        for key in ("m", "n", "k", "groups"):
+            v = row.get(key)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"{w}: {key} = {v!r} must be a positive integer")
+        tf = row.get("tflops")
+        if isinstance(tf, bool) or not isinstance(tf, (int, float)) or tf <= 0 or not row.get("source"):
+            raise ConfigError(f"{w}: tflops = {tf!r} must be a positive number and source must name where it comes from")
+        out.append(GemmFigure(str(row["gpu"]), str(row["dtype"]), row["m"], row["n"], row["k"], row["groups"],
+                              float(tf) * 1e12, str(row["source"])))
+    return tuple(out)
