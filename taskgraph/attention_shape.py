@@ -16,7 +16,7 @@ class AttentionShape:
     head_dim: float
     """FLOP-weighted head dim, (d_qk + d_v) / 2 (QK^T runs at d_qk, PV at d_v)."""
     seq: int
-    """Key-loop length of one kernel launch: the sequence, a sliding window, or a ring-CP chunk."""
+    """Key-loop length of one kernel launch: the sequence, a sliding window or attention chunk, or a ring-CP chunk."""
     causal_share: float
     """Share of the FLOPs computed under a causal mask (the rest on unmasked blocks)."""
 
@@ -27,7 +27,8 @@ def kernel_attention_shape(s: int, cp: int, cp_comm: str, causal_halved: bool, d
 
     Without CP (and with Ulysses all-to-all, which hands each rank the whole sequence for heads / cp:
     Jacobs 2023, DeepSpeed-Ulysses Section 3) the kernel loops over the full sequence, or over the
-    window of a sliding-window layer. All-gather CP (Dubey 2024, Llama 3 Section 3.3.2) gathers the
+    window of a sliding-window layer, or over the block of a chunked-attention layer (``window`` = the
+    window or the chunk: a query block's key loop stops at its chunk's start, FlexAttention's block mask). All-gather CP (Dubey 2024, Llama 3 Section 3.3.2) gathers the
     full K and V and runs the local queries against them under the causal mask: the same key loop.
     Ring CP (Liu 2023, Ring Attention Section 3; Transformer Engine's AttnFuncWithCPAndKVP2P) launches
     one kernel per step on the local query chunk against one K/V chunk of s / cp: only the step on the

@@ -444,7 +444,7 @@ def _attention_ops(c: _Ctx, layer: int) -> list:
         # keeps only its softmax statistics and selective recomputation leaves it alone
         saved_activation_bytes=(0 if mla else qkv_bytes) + internals,
         selective_recompute_bytes=0 if (mla and c.flash) else internals,
-        comms=cp_comms, attn_shape=kernel_attention_shape(c.s, c.cp, c.cp_comm, c.causal_halved, d, dv, window))
+        comms=cp_comms, attn_shape=kernel_attention_shape(c.s, c.cp, c.cp_comm, c.causal_halved, d, dv, window or chunk))
     out = _gemm("attn_out", layer, c.T, h, at * dv, dt,
                 params=at * dv * h + (h if m.bias else 0),
                 saved=o_bytes,                            # its input, 2sbh/t (Korthikanti 4.1)

@@ -140,3 +140,15 @@ def test_gemm_tile_model_against_published_figures():
     # tile and wave quantization alone: n = 2112 leaves the last of 3 waves partly idle in both
     narrow = next(f for f in figs if f.n == 2112)
     assert gemm_efficiency(narrow.m, narrow.n, narrow.k, 1, gpu, "fp8") < base
+
+
+def test_chunked_layer_presents_its_block_to_the_kernel():
+    """A chunked-attention layer (Llama 4 iRoPE) runs its kernel over key loops of one block: at
+    seq 32768 in 8192-token blocks the local layer's attention shape is 8192 long, the global one's 32768."""
+    from taskgraph.model import ModelSpec
+    from taskgraph.operators import layer_operators
+    m = ModelSpec(name="c", layers=4, hidden=1024, heads=8, vocab=1000, attention_chunk=8192,
+                  global_attention_every=4)
+    shapes = [next(o for o in layer_operators(m, micro_batch=1, seq_len=32768, layer_index=i)
+                   if o.name == "attn_core").attn_shape.seq for i in (0, 3)]
+    assert shapes == [8192, 32768]
