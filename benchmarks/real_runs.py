@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -38,6 +39,8 @@ MODEL = {"name": "tiny-gpt", "layers": 4, "hidden": 256, "heads": 4, "kv_heads":
          "vocab": 4096, "mlp": "gelu", "norm": "layernorm", "position": "learned", "max_seq": 256, "bias": True,
          "tied_embeddings": False, "dropout": False}
 MICRO_BATCH, SEQ = 2, 256
+#: the runs and their process counts
+RUNS = {"single": 1, "dp2": 2, "pp2-1f1b": 2, "pp2-gpipe": 2}
 
 
 def build_model(torch, layers=None):
@@ -194,6 +197,9 @@ def strategy(mode, m, profile=None, link=None) -> dict:
             "p2p_host_gap_us": 0, "flash_attention": True}
     if profile:
         opts.update(profile=str(profile), profile_gpu="cpu")
+        coll = Path(profile).with_name("collectives.csv")
+        if coll.exists():
+            opts.update(collective_profile=str(coll), collective_profile_gpu="cpu")
     return {"model": dict(MODEL), "cluster": cluster,
             "parallel": {"tp": 1, "pp": pp, "dp": dp, "zero": 0},
             "schedule": "gpipe" if mode == "pp2-gpipe" else "1f1b",
@@ -214,12 +220,72 @@ def measured_busy(trace_dir) -> dict:
     return out
 
 
+#: the step's work by class: trace operator name (regular expression) -> class; first match wins;
+#: operators inside ``Optimizer.step`` are the optimizer, inside ``AccumulateGrad`` gradient accumulation
+TRACE_CLASSES = (("gemm", r"^aten::(mm|addmm|bmm)$"), ("attention", r"scaled_dot_product"),
+                 ("loss", r"log_softmax|nll_loss"), ("norm", r"layer_norm|rms_norm"), ("activation", r"gelu|silu"),
+                 ("embedding", r"embedding|index_select"), ("communication", r"^(c10d::|gloo:)"))
+#: profile operator -> class (the same classes)
+PROFILE_CLASSES = {"embedding": "embedding", "attn_core": "attention", "loss": "loss", "mlp_act": "activation"}
+
+
+def _profile_class(op: str) -> str:
+    if op in PROFILE_CLASSES:
+        return PROFILE_CLASSES[op]
+    return "norm" if op.endswith("norm") else "residual" if op.endswith("residual") else "gemm"
+
+
+def trace_account(trace_file) -> dict:
+    """Self milliseconds per step of each class of the step's work (``TRACE_CLASSES``; the rest:
+    ``copy/fill`` for dtype casts and fills, ``other`` for the framework's own operators), over the
+    kept steps of one rank's Kineto trace. Logit-sized casts and fills belong to the loss."""
+    import re
+
+    from simulator.profiling.kineto import _leaf_ops
+    from strategies.documents import load_trace_json
+    doc = load_trace_json(Path(trace_file), "trace")
+    host = [(e, e.get("args") or {}, float(e["ts"]), float(e.get("dur", 0.0))) for e in doc["traceEvents"]
+            if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e]
+    steps = sorted((ts, ts + dur) for e, _, ts, dur in host if str(e.get("name", "")).startswith("ProfilerStep#"))
+    steps = steps[:-1] if len(steps) > 1 else steps        # the last step is cut short (HTA's rule)
+    within = lambda spans, t: any(a <= t < b for a, b in spans)  # noqa: E731
+    span = lambda pred: [(ts, ts + dur) for e, _, ts, dur in host if pred(str(e.get("name", "")))]  # noqa: E731
+    optim, accum = span(lambda n: n.startswith("Optimizer.step")), span(lambda n: "AccumulateGrad" in n)
+    logits = MICRO_BATCH * SEQ * MODEL["vocab"]
+    out: dict = {}
+    for k in _leaf_ops(host, None, False):
+        if not within(steps, k.ts):
+            continue
+        n = k.name
+        cls = ("optimizer" if within(optim, k.ts) else "grad accumulation" if within(accum, k.ts) else
+               next((c for c, rx in TRACE_CLASSES if re.search(rx, n)), None))
+        if cls is None:
+            size = math.prod(k.dims[0]) if k.dims and k.dims[0] else 0
+            cls = ("loss" if size == logits and n in ("aten::copy_", "aten::fill_") else
+                   "copy/fill" if n in ("aten::copy_", "aten::fill_", "aten::zero_") else
+                   "residual" if n in ("aten::add", "aten::add_") else "other")
+        out[cls] = out.get(cls, 0.0) + k.dur / 1e3 / len(steps)
+    return out
+
+
+def profile_account(profile_rows, plan) -> dict:
+    """Milliseconds per step of each class from the profile: each operator pass x its count x micro-batches."""
+    from simulator.profiling.inventory import profile_items
+    count = {(it.name, it.shape): it.count for it in profile_items(plan)}
+    out: dict = {}
+    for r in profile_rows:
+        c = _profile_class(r["op"])
+        out[c] = out.get(c, 0.0) + float(r["time_us"]) / 1e3 * count[(r["op"], r["shape"])] * plan.microbatches
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="/tmp/execsim-real-runs", help="folder for traces, profile and files")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--microbatches", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=10, help="execsim profile --repeats")
+    ap.add_argument("--runs", default=",".join(RUNS), help=f"which runs, comma-separated (default all: {','.join(RUNS)})")
     a = ap.parse_args(argv)
     import yaml
     out = Path(a.out)
@@ -232,17 +298,20 @@ def main(argv=None) -> int:
     subprocess.run([sys.executable, "-m", "simulator.cli.main", "profile", str(base), "--device", "cpu",
                     "--threads", "1", "--repeats", str(a.repeats), "-o", str(out / "profile.csv")],
                    check=True, cwd=ROOT, stdout=open(out / "profile.txt", "w"))
-    from simulator.profiling.collectives import fit_alpha_beta, sweep
+    from simulator.profiling.collectives import CollectiveRow, collective_text, fit_alpha_beta, sweep
     sizes = [2 ** k for k in range(12, 25, 2)]
-    rows = sweep([("all-reduce", 2, s) for s in sizes], "gloo", 2, a.repeats, 3)
-    link = fit_alpha_beta(rows)
+    rows = sweep([(kind, 2, s) for kind in ("all-reduce", "send-recv") for s in sizes], "gloo", 2, a.repeats, 3)
+    link = fit_alpha_beta([r for r in rows if r[0] == "all-reduce"])
+    # the sweep as a collective profile: the simulation takes gloo's measured times at these sizes
+    (out / "collectives.csv").write_text(collective_text([CollectiveRow(*r) for r in rows], "cpu"))
     print(f"profile + gloo sweep: {time.perf_counter() - t0:.0f} s; gloo all-reduce alpha {link[0] * 1e6:.0f} us, "
           f"bus bandwidth {link[1] / 1e9:.2f} GB/s")
     # 2. the real runs
     from simulator.simulation.strategy import simulate_strategy
     from strategies.strategy_file import parse_strategy
     table = []
-    for mode, world in (("single", 1), ("dp2", 2), ("pp2-1f1b", 2), ("pp2-gpipe", 2)):
+    for mode in a.runs.split(","):
+        world = RUNS[mode]
         real = run_real(mode, world, m, a.steps, out)
         doc = strategy(mode, m, out / "profile.csv", link)
         (out / f"{mode}.yaml").write_text(yaml.safe_dump(doc))
