@@ -197,7 +197,7 @@ def strategy(mode, m, profile=None, link=None) -> dict:
             "p2p_host_gap_us": 0, "flash_attention": True}
     if profile:
         opts.update(profile=str(profile), profile_gpu="cpu")
-        coll = Path(profile).with_name("collectives.csv")
+        coll = Path(profile).parent / "collectives.csv"
         if coll.exists():
             opts.update(collective_profile=str(coll), collective_profile_gpu="cpu")
     return {"model": dict(MODEL), "cluster": cluster,
@@ -220,12 +220,13 @@ def measured_busy(trace_dir) -> dict:
     return out
 
 
-#: the step's work by class: trace operator name (regular expression) -> class; first match wins;
-#: operators inside ``Optimizer.step`` are the optimizer, inside ``AccumulateGrad`` gradient accumulation
+#: the step's work by class: trace operator name (regular expression) -> class, first match wins
+#: (``trace_account`` adds the classes that need more than a name)
 TRACE_CLASSES = (("gemm", r"^aten::(mm|addmm|bmm)$"), ("attention", r"scaled_dot_product"),
                  ("loss", r"log_softmax|nll_loss"), ("norm", r"layer_norm|rms_norm"), ("activation", r"gelu|silu"),
-                 ("embedding", r"embedding|index_select"), ("communication", r"^(c10d::|gloo:)"))
-#: profile operator -> class (the same classes)
+                 ("embedding", r"embedding|index_select"), ("communication", r"^(c10d::|gloo:|nccl:)"),
+                 ("bias gradient", r"^aten::sum$"))
+#: profile operator -> class (the same classes); GEMM weight gradients carry their accumulation
 PROFILE_CLASSES = {"embedding": "embedding", "attn_core": "attention", "loss": "loss", "mlp_act": "activation"}
 
 
@@ -235,10 +236,20 @@ def _profile_class(op: str) -> str:
     return "norm" if op.endswith("norm") else "residual" if op.endswith("residual") else "gemm"
 
 
+def _param_shapes() -> set:
+    """Shapes of the tiny GPT's parameters (``build_model``): gradient accumulations have them."""
+    m = MODEL
+    h, f, v = m["hidden"], m["ffn"], m["vocab"]
+    return {(v, h), (m["max_seq"], h), (3 * h, h), (3 * h,), (h, h), (h,), (f, h), (f,), (h, f)}
+
+
 def trace_account(trace_file) -> dict:
-    """Self milliseconds per step of each class of the step's work (``TRACE_CLASSES``; the rest:
-    ``copy/fill`` for dtype casts and fills, ``other`` for the framework's own operators), over the
-    kept steps of one rank's Kineto trace. Logit-sized casts and fills belong to the loss."""
+    """Self milliseconds per step of each class of the step's work over the kept steps of one rank's
+    Kineto trace: ``TRACE_CLASSES`` by name; operators inside ``Optimizer.step`` are ``optimizer``;
+    ``add_`` into a parameter-shaped gradient (``AccumulateGrad``) goes with ``gemm`` (a CPU profile's
+    weight gradient includes it); logit-sized casts and fills with ``loss``; other adds are
+    ``residual`` (residual adds and autograd's sums of gradients); other casts, copies and fills
+    ``copy/fill``; the rest (views, autograd nodes, allocation) ``framework``."""
     import re
 
     from simulator.profiling.kineto import _leaf_ops
@@ -248,35 +259,55 @@ def trace_account(trace_file) -> dict:
             if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e]
     steps = sorted((ts, ts + dur) for e, _, ts, dur in host if str(e.get("name", "")).startswith("ProfilerStep#"))
     steps = steps[:-1] if len(steps) > 1 else steps        # the last step is cut short (HTA's rule)
+    optim = [(ts, ts + dur) for e, _, ts, dur in host if str(e.get("name", "")).startswith("Optimizer.step")]
     within = lambda spans, t: any(a <= t < b for a, b in spans)  # noqa: E731
-    span = lambda pred: [(ts, ts + dur) for e, _, ts, dur in host if pred(str(e.get("name", "")))]  # noqa: E731
-    optim, accum = span(lambda n: n.startswith("Optimizer.step")), span(lambda n: "AccumulateGrad" in n)
-    logits = MICRO_BATCH * SEQ * MODEL["vocab"]
+    logits, params = MICRO_BATCH * SEQ * MODEL["vocab"], _param_shapes()
     out: dict = {}
     for k in _leaf_ops(host, None, False):
         if not within(steps, k.ts):
             continue
-        n = k.name
-        cls = ("optimizer" if within(optim, k.ts) else "grad accumulation" if within(accum, k.ts) else
-               next((c for c, rx in TRACE_CLASSES if re.search(rx, n)), None))
+        n, first = k.name, (k.dims[0] if k.dims else ())
+        cls = "optimizer" if within(optim, k.ts) else next((c for c, rx in TRACE_CLASSES if re.search(rx, n)), None)
         if cls is None:
-            size = math.prod(k.dims[0]) if k.dims and k.dims[0] else 0
-            cls = ("loss" if size == logits and n in ("aten::copy_", "aten::fill_") else
-                   "copy/fill" if n in ("aten::copy_", "aten::fill_", "aten::zero_") else
-                   "residual" if n in ("aten::add", "aten::add_") else "other")
+            cls = ("gemm" if n == "aten::add_" and first in params else
+                   "loss" if n in ("aten::copy_", "aten::fill_") and math.prod(first or (0,)) == logits else
+                   "residual" if n in ("aten::add", "aten::add_") else
+                   "copy/fill" if n in ("aten::copy_", "aten::fill_", "aten::zero_", "aten::clone") else "framework")
         out[cls] = out.get(cls, 0.0) + k.dur / 1e3 / len(steps)
     return out
 
 
-def profile_account(profile_rows, plan) -> dict:
-    """Milliseconds per step of each class from the profile: each operator pass x its count x micro-batches."""
+def profile_account(profile_csv, plan) -> dict:
+    """Milliseconds per step of each class from the profile (each operator pass x its count x
+    micro-batches), and ``optimizer``: the simulator's optimizer step of the first stage."""
+    import csv
+
     from simulator.profiling.inventory import profile_items
+    from taskgraph.costing import build_work
     count = {(it.name, it.shape): it.count for it in profile_items(plan)}
     out: dict = {}
-    for r in profile_rows:
-        c = _profile_class(r["op"])
-        out[c] = out.get(c, 0.0) + float(r["time_us"]) / 1e3 * count[(r["op"], r["shape"])] * plan.microbatches
+    with open(profile_csv, newline="") as f:
+        for r in csv.DictReader(f):
+            if (r["op"], r["shape"]) not in count:
+                continue   # the optimizer rows: the simulated optimizer step comes from build_work below
+            c = _profile_class(r["op"])
+            out[c] = out.get(c, 0.0) + float(r["time_us"]) / 1e3 * count[(r["op"], r["shape"])] * plan.microbatches
+    out["optimizer"] = build_work(plan).stages[0].optimizer_s * 1e3
     return out
+
+
+def account_lines(measured: dict, simulated: dict) -> list[str]:
+    """The per-class table: in the step (trace) vs profiled / simulated, largest first, and totals."""
+    lines = [f"    {'class':<16} {'in the step ms':>14} {'profile/sim ms':>14}"]
+    for c in sorted(set(measured) | set(simulated), key=lambda c: -measured.get(c, 0.0)):
+        lines.append(f"    {c:<16} {measured.get(c, 0.0):14.1f} {simulated.get(c, 0.0):14.1f}")
+    lines.append(f"    {'total':<16} {sum(measured.values()):14.1f} {sum(simulated.values()):14.1f}")
+    return lines
+
+
+def _profile_csv(out: Path, mode: str) -> Path:
+    """The profile of ``mode``'s layout: one process and DP 2 share one, the two PP runs the other."""
+    return out / ("profile-pp2.csv" if mode.startswith("pp") else "profile-single.csv")
 
 
 def main(argv=None) -> int:
@@ -292,12 +323,13 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     m = a.microbatches
     # 1. fixed before any step is measured: the profile (compute) and the gloo sweep (link)
-    base = out / "single.yaml"
-    base.write_text(yaml.safe_dump(strategy("single", m)))
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "simulator.cli.main", "profile", str(base), "--device", "cpu",
-                    "--threads", "1", "--repeats", str(a.repeats), "-o", str(out / "profile.csv")],
-                   check=True, cwd=ROOT, stdout=open(out / "profile.txt", "w"))
+    for layout in ("single", "pp2-1f1b"):   # the operators are the same; each layout's optimizer steps differ
+        base = out / f"profile-{layout}.yaml"
+        base.write_text(yaml.safe_dump(strategy(layout, m)))
+        subprocess.run([sys.executable, "-m", "simulator.cli.main", "profile", str(base), "--device", "cpu",
+                        "--threads", "1", "--repeats", str(a.repeats), "-o", str(_profile_csv(out, layout))],
+                       check=True, cwd=ROOT, stdout=open(out / f"profile-{layout}.txt", "w"))
     from simulator.profiling.collectives import CollectiveRow, collective_text, fit_alpha_beta, sweep
     sizes = [2 ** k for k in range(12, 25, 2)]
     rows = sweep([(kind, 2, s) for kind in ("all-reduce", "send-recv") for s in sizes], "gloo", 2, a.repeats, 3)
@@ -313,7 +345,7 @@ def main(argv=None) -> int:
     for mode in a.runs.split(","):
         world = RUNS[mode]
         real = run_real(mode, world, m, a.steps, out)
-        doc = strategy(mode, m, out / "profile.csv", link)
+        doc = strategy(mode, m, _profile_csv(out, mode), link)
         (out / f"{mode}.yaml").write_text(yaml.safe_dump(doc))
         sim = simulate_strategy(parse_strategy(doc, out))
         busy = measured_busy(real["trace_dir"])
@@ -322,6 +354,9 @@ def main(argv=None) -> int:
         table.append((mode, real["median_s"], sim.training.iteration_time_s, err, busy, sim_busy))
         print(f"{mode:<10} measured {real['median_s'] * 1e3:8.1f} ms (steps {', '.join(f'{t * 1e3:.0f}' for t in real['steps'])})"
               f"  simulated {sim.training.iteration_time_s * 1e3:8.1f} ms  ({err:+.1%})")
+        if mode == "single":
+            acct = trace_account(Path(real["trace_dir"]) / "rank0.json")
+            print("\n".join(account_lines(acct, profile_account(_profile_csv(out, mode), sim.plan))))
         for r, (step, b) in sorted(busy.items()):
             sb = sim_busy.get(r if mode.startswith("pp") else 0, (float("nan"), float("nan")))
             print(f"    rank {r}: measured busy {b:7.1f} idle {step - b:7.1f} ms | simulated busy {sb[0]:7.1f} "

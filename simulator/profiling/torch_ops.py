@@ -260,3 +260,17 @@ def _accumulating(torch, fn):
         return res
     return run
 
+
+
+def time_optimizer(sizes, plan, device: str, repeats: int, warmup: int) -> float:
+    """Median seconds of one optimizer step over a stage's parameters: ``torch.optim.Adam`` (the
+    multi-tensor ``foreach`` implementation) on one tensor per operator with parameters
+    (``sizes``), parameters, gradients and moments in the training dtype, as PyTorch steps a model
+    cast to that dtype. The simulator takes it for the stage's Adam step (``taskgraph/costing.py``)."""
+    import torch
+    dtype = getattr(torch, TORCH_DTYPES[plan.strategy.training.precision])
+    params = [torch.zeros(n, dtype=dtype, device=device, requires_grad=True) for n in sizes]
+    for p in params:
+        p.grad = torch.randn(p.shape, dtype=dtype, device=device) * 1e-3
+    opt = torch.optim.Adam(params, lr=1e-4, foreach=True)
+    return median_seconds(opt.step, device, repeats, warmup)
