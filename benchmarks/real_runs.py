@@ -11,9 +11,11 @@ GELU, no dropout) trains in PyTorch on CPU, in bf16, one thread per process
 
 Each run: warm-up steps, then timed steps (median), and a Kineto trace of two steps per rank.
 Then, before the simulator sees any step time: ``execsim profile --device cpu --threads 1`` on the
-same model (compute times come from that profile only), and a gloo all-reduce sweep on this machine
-(``simulator/profiling/collectives.py``) gives the link rate of the ``cpu`` cluster (alpha-beta:
-per-call latency and bus bandwidth). The ``cpu`` device preset (``topologies/data/gpus.yaml``) is
+same model (compute times come from that profile only; the PP layout's profile adds its stages'
+optimizer steps), and a gloo sweep on this machine (``simulator/profiling/collectives.py``,
+all-reduce and send/recv at 4 KiB..16 MiB) written as the runs' collective profile
+(``options.collective_profile``); its all-reduce fit (alpha-beta: per-call latency and bus
+bandwidth) prices the link for what the sweep did not measure. The ``cpu`` device preset (``topologies/data/gpus.yaml``) is
 fixed in the repository. Each run is simulated and printed beside its measurement.
 
     python benchmarks/real_runs.py [--out DIR] [--steps 5] [--microbatches 4]
@@ -324,12 +326,17 @@ def main(argv=None) -> int:
     m = a.microbatches
     # 1. fixed before any step is measured: the profile (compute) and the gloo sweep (link)
     t0 = time.perf_counter()
-    for layout in ("single", "pp2-1f1b"):   # the operators are the same; each layout's optimizer steps differ
+    for layout in ("single", "pp2-1f1b"):
         base = out / f"profile-{layout}.yaml"
         base.write_text(yaml.safe_dump(strategy(layout, m)))
         subprocess.run([sys.executable, "-m", "simulator.cli.main", "profile", str(base), "--device", "cpu",
                         "--threads", "1", "--repeats", str(a.repeats), "-o", str(_profile_csv(out, layout))],
                        check=True, cwd=ROOT, stdout=open(out / f"profile-{layout}.txt", "w"))
+    # every run takes the same operator times (the single layout's); the PP layout adds its stages'
+    # optimizer steps (other parameter counts)
+    one, pp = (_profile_csv(out, x).read_text().splitlines() for x in ("single", "pp2"))
+    _profile_csv(out, "pp2").write_text("\n".join([r for r in one if ",optimizer," not in r]
+                                                  + [r for r in pp if ",optimizer," in r]) + "\n")
     from simulator.profiling.collectives import CollectiveRow, collective_text, fit_alpha_beta, sweep
     sizes = [2 ** k for k in range(12, 25, 2)]
     rows = sweep([(kind, 2, s) for kind in ("all-reduce", "send-recv") for s in sizes], "gloo", 2, a.repeats, 3)
