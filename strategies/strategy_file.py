@@ -233,7 +233,7 @@ def _csv_path(o: dict, key: str, base_dir) -> str | None:
     if v is None:
         return None
     if not isinstance(v, str) or not v:
-        raise ConfigError(f"options.{key} = {brief(v)} must be the path of a CSV file")
+        raise ConfigError(f"options.{key} = {brief(v)} must be the path of a {key.replace('_', ' ')} CSV")
     return str(Path(base_dir) / v) if not Path(v).is_absolute() else v
 
 

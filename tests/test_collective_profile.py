@@ -138,4 +138,4 @@ def test_bad_rows_name_line_field_and_value(tmp_path, text, words):
 def test_the_path_must_be_a_string(tmp_path, capsys):
     s = _write(tmp_path, TINY + "options: {collective_profile: 3}\n")
     assert main(["simulate", str(s)]) == 2
-    assert "options.collective_profile = 3 must be the path of a CSV file" in capsys.readouterr().err
+    assert "options.collective_profile = 3 must be the path of a collective profile CSV" in capsys.readouterr().err
