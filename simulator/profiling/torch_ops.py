@@ -265,10 +265,12 @@ def _accumulating(torch, fn):
 def time_optimizer(sizes, plan, device: str, repeats: int, warmup: int) -> float:
     """Median seconds of one optimizer step over a stage's parameters: ``torch.optim.Adam`` (the
     multi-tensor ``foreach`` implementation) on one tensor per operator with parameters
-    (``sizes``), parameters, gradients and moments in the training dtype, as PyTorch steps a model
-    cast to that dtype. The simulator takes it for the stage's Adam step (``taskgraph/costing.py``)."""
+    (``sizes``). On the CPU parameters, gradients and moments are in the training dtype, as PyTorch
+    steps a model cast to that dtype (the real runs); on CUDA in fp32, the master weights and moments
+    of mixed-precision training (Micikevicius et al. 2018, Section 3.1; Megatron-LM's optimizer keeps
+    fp32 main params). The simulator takes it for the stage's Adam step (``taskgraph/costing.py``)."""
     import torch
-    dtype = getattr(torch, TORCH_DTYPES[plan.strategy.training.precision])
+    dtype = getattr(torch, TORCH_DTYPES[plan.strategy.training.precision]) if device == "cpu" else torch.float32
     params = [torch.zeros(n, dtype=dtype, device=device, requires_grad=True) for n in sizes]
     for p in params:
         p.grad = torch.randn(p.shape, dtype=dtype, device=device) * 1e-3
