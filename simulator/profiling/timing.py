@@ -44,14 +44,16 @@ def check_counts(repeats: int, warmup: int) -> None:
         raise ProfilingError(f"--warmup = {warmup!r} must be an integer in [0, {MAX_WARMUP}]")
 
 
-def median_seconds(fn: Callable[[], object], device: str, repeats: int, warmup: int, fresh: bool = False) -> float:
+def median_seconds(fn: Callable[[], object], device: str, repeats: int, warmup: int, fresh: bool = False,
+                   hot=()) -> float:
     """Median seconds of ``fn()`` over ``repeats`` calls after ``warmup`` untimed ones.
 
     On the CPU each call starts with cold caches, as inside a training step, where the layers'
     weights and activations stream through the caches between one use of an operand and the next:
     before every call (untimed) a buffer of ``FLUSH_BYTES`` is written, evicting what the previous
     call left (Triton's ``do_bench`` clears the GPU's L2 the same way, writing a 256 MB buffer before
-    each timed call). ``fresh``: every call's outputs stay alive until the end, so each call writes
+    each timed call); then the tensors in ``hot`` are read (untimed), as the operator that produced
+    them in the step has just written them. ``fresh``: every call's outputs stay alive until the end, so each call writes
     memory the process has not touched yet and pays its first-touch page faults (``torch_ops``
     says which operators a step runs that way).
     """
@@ -73,6 +75,8 @@ def median_seconds(fn: Callable[[], object], device: str, repeats: int, warmup: 
     times = []
     for i in range(warmup + repeats):
         flush.fill_(i & 0xFF)
+        for t in hot:
+            t.detach().sum()
         t0 = time.perf_counter()
         out = fn()
         times.append(time.perf_counter() - t0)

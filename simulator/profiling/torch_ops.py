@@ -23,7 +23,8 @@ A pass the operator does not have (no weight gradient of an activation, say) is 
 
 On the CPU each pass is timed in the state a training step runs it in, not the state a loop of
 isolated calls leaves behind (the gap measured in docs/validation.md, CPU real runs): caches cold
-before each call (``timing.median_seconds``); a weight gradient followed by its accumulation into the
+before each call except for the operand the previous operator of the step has just written (the
+activation going forward, the output gradient going backward: ``HOT``; ``timing.median_seconds``); a weight gradient followed by its accumulation into the
 parameter's gradient (``_accumulating``); and the loss writing memory never touched before: its fp32
 tensors (tokens x vocabulary x 4 bytes: the cast logits, the log-softmax, the gradient's zeros and
 the log-softmax gradient) are the largest a step allocates, and glibc's malloc hands such blocks out
@@ -40,6 +41,8 @@ from simulator.profiling.inventory import ProfileItem
 from simulator.profiling.timing import ProfilingError, median_seconds
 from taskgraph.cost import PASSES, pass_shape
 
+#: key of a builder's passes dict: pass -> the tensors a step has in cache when the pass starts
+HOT = "hot"
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp8": "bfloat16"}
 #: _EW_FLOPS forward FLOPs per element (taskgraph/operators.py) to recover element counts
 _ACT_FLOPS = {"gelu": 8, "swiglu": 5, "geglu": 10}
@@ -53,21 +56,27 @@ def _rand(torch, shape, dtype, device, grad=False):
 def _gemm_passes(torch, item: ProfileItem, dtype, device, fp8: bool) -> dict:
     """Closures for the three passes of a GEMM operator (module docstring)."""
     calls = {p: [] for p in PASSES}
+    hot = {p: [] for p in PASSES}
     for g in item.op.gemms:
         for p in PASSES:
             m, n, k, b = pass_shape(g, p)
-            calls[p].append(_one_gemm(torch, m, n, k, b, dtype, device, fp8))
-    return {p: (lambda fs=fs: [f() for f in fs]) for p, fs in calls.items()}
+            fn, operands = _one_gemm(torch, m, n, k, b, dtype, device, fp8)
+            calls[p].append(fn)
+            # the operand the previous operator of the step has just written: the activation X in
+            # forward, the output gradient dY in both backward passes (second operand of dW = dY^T X)
+            hot[p] += operands[1:] if p == "bwd_weight" else operands[:1]
+    return {**{p: (lambda fs=fs: [f() for f in fs]) for p, fs in calls.items()}, HOT: hot}
 
 
 def _one_gemm(torch, m, n, k, b, dtype, device, fp8: bool):
+    """(the call, its operands (x, w)) of ``x @ w^T`` with x [b, m, k] and w [b, n, k]."""
     if fp8:
-        return _fp8_gemm(torch, m, n, k, b, device)
+        return _fp8_gemm(torch, m, n, k, b, device), ()
     if b == 1:
         x, w = _rand(torch, (m, k), dtype, device), _rand(torch, (n, k), dtype, device)
-        return lambda: torch.mm(x, w.t())
+        return (lambda: torch.mm(x, w.t())), (x, w)
     x, w = _rand(torch, (b, m, k), dtype, device), _rand(torch, (b, n, k), dtype, device)
-    return lambda: torch.bmm(x, w.transpose(1, 2))
+    return (lambda: torch.bmm(x, w.transpose(1, 2))), (x, w)
 
 
 def _fp8_gemm(torch, m, n, k, b, device):
@@ -100,6 +109,9 @@ def _autograd_passes(torch, fwd, inputs, weights) -> dict:
     passes = {"fwd": fwd}
     passes["bwd_input"] = (lambda: torch.autograd.grad(out, inputs, dy, retain_graph=True)) if inputs else None
     passes["bwd_weight"] = (lambda: torch.autograd.grad(out, weights, dy, retain_graph=True)) if weights else None
+    # what the previous operator of the step has just written: the input going forward, the
+    # output gradient going backward
+    passes[HOT] = {"fwd": list(inputs), "bwd_input": [dy], "bwd_weight": [dy]}
     return passes
 
 
@@ -185,7 +197,7 @@ def _embedding(torch, item, plan, dtype, device) -> dict:
 def _proxy(torch, item, plan, dtype, device) -> dict:
     n = max(1, int(item.op.fwd_bytes // (3 * _dtype_bytes(plan))))
     a, b = _rand(torch, (n,), dtype, device), _rand(torch, (n,), dtype, device)
-    return {"fwd": lambda: a + b, "bwd_input": None, "bwd_weight": None}
+    return {"fwd": lambda: a + b, "bwd_input": None, "bwd_weight": None, HOT: {"fwd": [a, b]}}
 
 
 def _dtype_bytes(plan) -> int:
@@ -232,13 +244,15 @@ def time_item(item: ProfileItem, plan, device: str, repeats: int, warmup: int) -
     op = item.op
     work = {"fwd": op.fwd_flops + op.fwd_bytes, "bwd_input": op.bwd_input_flops + op.bwd_input_bytes,
             "bwd_weight": op.bwd_weight_flops + op.bwd_weight_bytes}
+    hot = passes.get(HOT, {})
     out = []
     for p in PASSES:
         fn = passes.get(p)
         if fn is not None and p == "bwd_weight" and device == "cpu":
             fn = _accumulating(torch, fn)
         out.append(0.0 if fn is None or work[p] <= 0 else
-                   median_seconds(fn, device, repeats, warmup, fresh=device == "cpu" and how == "loss"))
+                   median_seconds(fn, device, repeats, warmup, fresh=device == "cpu" and how == "loss",
+                                  hot=hot.get(p, ())))
     return tuple(out)
 
 
