@@ -11,9 +11,11 @@ GELU, no dropout) trains in PyTorch on CPU, in bf16, one thread per process
 
 Each run: warm-up steps, then timed steps (median), and a Kineto trace of two steps per rank.
 Then, before the simulator sees any step time: ``execsim profile --device cpu --threads 1`` on the
-same model (compute times come from that profile only), and a gloo all-reduce sweep on this machine
-(``simulator/profiling/collectives.py``) gives the link rate of the ``cpu`` cluster (alpha-beta:
-per-call latency and bus bandwidth). The ``cpu`` device preset (``topologies/data/gpus.yaml``) is
+same model (compute times come from that profile only; the PP layout's profile adds its stages'
+optimizer steps), and a gloo sweep on this machine (``simulator/profiling/collectives.py``,
+all-reduce and send/recv at 4 KiB..16 MiB) written as the runs' collective profile
+(``options.collective_profile``); its all-reduce fit (alpha-beta: per-call latency and bus
+bandwidth) prices the link for what the sweep did not measure. The ``cpu`` device preset (``topologies/data/gpus.yaml``) is
 fixed in the repository. Each run is simulated and printed beside its measurement.
 
     python benchmarks/real_runs.py [--out DIR] [--steps 5] [--microbatches 4]
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -38,6 +41,8 @@ MODEL = {"name": "tiny-gpt", "layers": 4, "hidden": 256, "heads": 4, "kv_heads":
          "vocab": 4096, "mlp": "gelu", "norm": "layernorm", "position": "learned", "max_seq": 256, "bias": True,
          "tied_embeddings": False, "dropout": False}
 MICRO_BATCH, SEQ = 2, 256
+#: the runs and their process counts
+RUNS = {"single": 1, "dp2": 2, "pp2-1f1b": 2, "pp2-gpipe": 2}
 
 
 def build_model(torch, layers=None):
@@ -194,6 +199,9 @@ def strategy(mode, m, profile=None, link=None) -> dict:
             "p2p_host_gap_us": 0, "flash_attention": True}
     if profile:
         opts.update(profile=str(profile), profile_gpu="cpu")
+        coll = Path(profile).parent / "collectives.csv"
+        if coll.exists():
+            opts.update(collective_profile=str(coll), collective_profile_gpu="cpu")
     return {"model": dict(MODEL), "cluster": cluster,
             "parallel": {"tp": 1, "pp": pp, "dp": dp, "zero": 0},
             "schedule": "gpipe" if mode == "pp2-gpipe" else "1f1b",
@@ -214,37 +222,137 @@ def measured_busy(trace_dir) -> dict:
     return out
 
 
+#: the step's work by class: trace operator name (regular expression) -> class, first match wins
+#: (``trace_account`` adds the classes that need more than a name)
+TRACE_CLASSES = (("gemm", r"^aten::(mm|addmm|bmm)$"), ("attention", r"scaled_dot_product"),
+                 ("loss", r"log_softmax|nll_loss"), ("norm", r"layer_norm|rms_norm"), ("activation", r"gelu|silu"),
+                 ("embedding", r"embedding|index_select"), ("communication", r"^(c10d::|gloo:|nccl:)"),
+                 ("bias gradient", r"^aten::sum$"))
+#: profile operator -> class (the same classes); GEMM weight gradients carry their accumulation
+PROFILE_CLASSES = {"embedding": "embedding", "attn_core": "attention", "loss": "loss", "mlp_act": "activation"}
+
+
+def _profile_class(op: str) -> str:
+    if op in PROFILE_CLASSES:
+        return PROFILE_CLASSES[op]
+    return "norm" if op.endswith("norm") else "residual" if op.endswith("residual") else "gemm"
+
+
+def _param_shapes() -> set:
+    """Shapes of the tiny GPT's parameters (``build_model``): gradient accumulations have them."""
+    m = MODEL
+    h, f, v = m["hidden"], m["ffn"], m["vocab"]
+    return {(v, h), (m["max_seq"], h), (3 * h, h), (3 * h,), (h, h), (h,), (f, h), (f,), (h, f)}
+
+
+def trace_account(trace_file) -> dict:
+    """Self milliseconds per step of each class of the step's work over the kept steps of one rank's
+    Kineto trace: ``TRACE_CLASSES`` by name; operators inside ``Optimizer.step`` are ``optimizer``;
+    ``add_`` into a parameter-shaped gradient (``AccumulateGrad``) goes with ``gemm`` (a CPU profile's
+    weight gradient includes it); logit-sized casts and fills with ``loss``; other adds are
+    ``residual`` (residual adds and autograd's sums of gradients); other casts, copies and fills
+    ``copy/fill``; the rest (views, autograd nodes, allocation) ``framework``."""
+    import re
+
+    from simulator.profiling.kineto import _leaf_ops
+    from strategies.documents import load_trace_json
+    doc = load_trace_json(Path(trace_file), "trace")
+    host = [(e, e.get("args") or {}, float(e["ts"]), float(e.get("dur", 0.0))) for e in doc["traceEvents"]
+            if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e]
+    steps = sorted((ts, ts + dur) for e, _, ts, dur in host if str(e.get("name", "")).startswith("ProfilerStep#"))
+    steps = steps[:-1] if len(steps) > 1 else steps        # the last step is cut short (HTA's rule)
+    optim = [(ts, ts + dur) for e, _, ts, dur in host if str(e.get("name", "")).startswith("Optimizer.step")]
+    within = lambda spans, t: any(a <= t < b for a, b in spans)  # noqa: E731
+    logits, params = MICRO_BATCH * SEQ * MODEL["vocab"], _param_shapes()
+    out: dict = {}
+    for k in _leaf_ops(host, None, False):
+        if not within(steps, k.ts):
+            continue
+        n, first = k.name, (k.dims[0] if k.dims else ())
+        cls = "optimizer" if within(optim, k.ts) else next((c for c, rx in TRACE_CLASSES if re.search(rx, n)), None)
+        if cls is None:
+            cls = ("gemm" if n == "aten::add_" and first in params else
+                   "loss" if n in ("aten::copy_", "aten::fill_") and math.prod(first or (0,)) == logits else
+                   "residual" if n in ("aten::add", "aten::add_") else
+                   "copy/fill" if n in ("aten::copy_", "aten::fill_", "aten::zero_", "aten::clone") else "framework")
+        out[cls] = out.get(cls, 0.0) + k.dur / 1e3 / len(steps)
+    return out
+
+
+def profile_account(profile_csv, plan) -> dict:
+    """Milliseconds per step of each class from the profile (each operator pass x its count x
+    micro-batches), and ``optimizer``: the simulator's optimizer step of the first stage."""
+    import csv
+
+    from simulator.profiling.inventory import profile_items
+    from taskgraph.costing import build_work
+    count = {(it.name, it.shape): it.count for it in profile_items(plan)}
+    out: dict = {}
+    with open(profile_csv, newline="") as f:
+        for r in csv.DictReader(f):
+            if (r["op"], r["shape"]) not in count:
+                continue   # the optimizer rows: the simulated optimizer step comes from build_work below
+            c = _profile_class(r["op"])
+            out[c] = out.get(c, 0.0) + float(r["time_us"]) / 1e3 * count[(r["op"], r["shape"])] * plan.microbatches
+    out["optimizer"] = build_work(plan).stages[0].optimizer_s * 1e3
+    return out
+
+
+def account_lines(measured: dict, simulated: dict) -> list[str]:
+    """The per-class table: in the step (trace) vs profiled / simulated, largest first, and totals."""
+    lines = [f"    {'class':<16} {'in the step ms':>14} {'profile/sim ms':>14}"]
+    for c in sorted(set(measured) | set(simulated), key=lambda c: -measured.get(c, 0.0)):
+        lines.append(f"    {c:<16} {measured.get(c, 0.0):14.1f} {simulated.get(c, 0.0):14.1f}")
+    lines.append(f"    {'total':<16} {sum(measured.values()):14.1f} {sum(simulated.values()):14.1f}")
+    return lines
+
+
+def _profile_csv(out: Path, mode: str) -> Path:
+    """The profile of ``mode``'s layout: one process and DP 2 share one, the two PP runs the other."""
+    return out / ("profile-pp2.csv" if mode.startswith("pp") else "profile-single.csv")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="/tmp/execsim-real-runs", help="folder for traces, profile and files")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--microbatches", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=10, help="execsim profile --repeats")
+    ap.add_argument("--runs", default=",".join(RUNS), help=f"which runs, comma-separated (default all: {','.join(RUNS)})")
     a = ap.parse_args(argv)
     import yaml
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     m = a.microbatches
     # 1. fixed before any step is measured: the profile (compute) and the gloo sweep (link)
-    base = out / "single.yaml"
-    base.write_text(yaml.safe_dump(strategy("single", m)))
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "simulator.cli.main", "profile", str(base), "--device", "cpu",
-                    "--threads", "1", "--repeats", str(a.repeats), "-o", str(out / "profile.csv")],
-                   check=True, cwd=ROOT, stdout=open(out / "profile.txt", "w"))
-    from simulator.profiling.collectives import fit_alpha_beta, sweep
+    for layout in ("single", "pp2-1f1b"):
+        base = out / f"profile-{layout}.yaml"
+        base.write_text(yaml.safe_dump(strategy(layout, m)))
+        subprocess.run([sys.executable, "-m", "simulator.cli.main", "profile", str(base), "--device", "cpu",
+                        "--threads", "1", "--repeats", str(a.repeats), "-o", str(_profile_csv(out, layout))],
+                       check=True, cwd=ROOT, stdout=open(out / f"profile-{layout}.txt", "w"))
+    # every run takes the same operator times (the single layout's); the PP layout adds its stages'
+    # optimizer steps (other parameter counts)
+    one, pp = (_profile_csv(out, x).read_text().splitlines() for x in ("single", "pp2"))
+    _profile_csv(out, "pp2").write_text("\n".join([r for r in one if ",optimizer," not in r]
+                                                  + [r for r in pp if ",optimizer," in r]) + "\n")
+    from simulator.profiling.collectives import CollectiveRow, collective_text, fit_alpha_beta, sweep
     sizes = [2 ** k for k in range(12, 25, 2)]
-    rows = sweep([("all-reduce", 2, s) for s in sizes], "gloo", 2, a.repeats, 3)
-    link = fit_alpha_beta(rows)
+    rows = sweep([(kind, 2, s) for kind in ("all-reduce", "send-recv") for s in sizes], "gloo", 2, a.repeats, 3)
+    link = fit_alpha_beta([r for r in rows if r[0] == "all-reduce"])
+    # the sweep as a collective profile: the simulation takes gloo's measured times at these sizes
+    (out / "collectives.csv").write_text(collective_text([CollectiveRow(*r) for r in rows], "cpu"))
     print(f"profile + gloo sweep: {time.perf_counter() - t0:.0f} s; gloo all-reduce alpha {link[0] * 1e6:.0f} us, "
           f"bus bandwidth {link[1] / 1e9:.2f} GB/s")
     # 2. the real runs
     from simulator.simulation.strategy import simulate_strategy
     from strategies.strategy_file import parse_strategy
     table = []
-    for mode, world in (("single", 1), ("dp2", 2), ("pp2-1f1b", 2), ("pp2-gpipe", 2)):
+    for mode in a.runs.split(","):
+        world = RUNS[mode]
         real = run_real(mode, world, m, a.steps, out)
-        doc = strategy(mode, m, out / "profile.csv", link)
+        doc = strategy(mode, m, _profile_csv(out, mode), link)
         (out / f"{mode}.yaml").write_text(yaml.safe_dump(doc))
         sim = simulate_strategy(parse_strategy(doc, out))
         busy = measured_busy(real["trace_dir"])
@@ -253,6 +361,9 @@ def main(argv=None) -> int:
         table.append((mode, real["median_s"], sim.training.iteration_time_s, err, busy, sim_busy))
         print(f"{mode:<10} measured {real['median_s'] * 1e3:8.1f} ms (steps {', '.join(f'{t * 1e3:.0f}' for t in real['steps'])})"
               f"  simulated {sim.training.iteration_time_s * 1e3:8.1f} ms  ({err:+.1%})")
+        if mode == "single":
+            acct = trace_account(Path(real["trace_dir"]) / "rank0.json")
+            print("\n".join(account_lines(acct, profile_account(_profile_csv(out, mode), sim.plan))))
         for r, (step, b) in sorted(busy.items()):
             sb = sim_busy.get(r if mode.startswith("pp") else 0, (float("nan"), float("nan")))
             print(f"    rank {r}: measured busy {b:7.1f} idle {step - b:7.1f} ms | simulated busy {sb[0]:7.1f} "

@@ -29,7 +29,7 @@ PARALLEL_KEYS = ("tp", "pp", "dp", "vpp", "sp", "cp", "ep", "zero", "layers_per_
 TRAINING_KEYS = ("micro_batch", "global_batch", "seq_len", "precision", "recompute", "train_tokens",
                  "recompute_layers")
 OPTION_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_bucket_mb", "flash_attention",
-               "overlap_handoff", "memory_reserve_gb", "fidelity", "profile", "profile_gpu", "fp32_grad_accum",
+               "overlap_handoff", "memory_reserve_gb", "fidelity", "profile", "profile_gpu", "collective_profile", "collective_profile_gpu", "fp32_grad_accum",
                "tp_comm_overlap", "p2p_overlap", "tp_async_backward", "p2p_host_gap_us", "moe_imbalance", "moe_capacity_factor",
                "moe_max_nodes", "pair_overlap", "pair_comm_sms", "overlap_moe_expert_parallel_comm",
                "delay_wgrad_compute", "moe_flex_dispatcher_num_sms", "optimizer_cpu_offload",
@@ -117,6 +117,10 @@ class OptionsSpec:
     profile_gpu: apply the profile's rows measured on this GPU (its ``gpu`` column, e.g. ``cpu``) to
         the cluster's GPU, times unchanged; None = only rows of the cluster's own GPU (a profile of
         another GPU is then an error naming both).
+    collective_profile: path of a measured collective CSV (``execsim profile --collectives``) whose
+        times override the collective model for groups inside one node, or None
+        (``topologies/collective_profile.py``).
+    collective_profile_gpu: the same rule as ``profile_gpu`` for ``collective_profile``.
     fp32_grad_accum: keep an fp32 gradient accumulation buffer (Megatron default with bf16).
     tp_comm_overlap: sequence-parallel TP all-gathers and reduce-scatters run chunk by chunk with
         their GEMM (Megatron --tp-comm-overlap: Transformer Engine userbuffers; taskgraph/overlap.py),
@@ -202,6 +206,8 @@ class OptionsSpec:
     fidelity: str = "operator"
     profile: str | None = None
     profile_gpu: str | None = None
+    collective_profile: str | None = None
+    collective_profile_gpu: str | None = None
     fp32_grad_accum: bool = True
     tp_comm_overlap: bool = False
     p2p_overlap: bool = False
@@ -249,6 +255,16 @@ class Strategy:
     options: OptionsSpec
     base_dir: str = "."
     raw: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+
+def _csv_path(o: dict, key: str, base_dir) -> str | None:
+    """``options.<key>``: the path of a CSV, relative to the strategy file's folder, or None."""
+    v = o.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, str) or not v:
+        raise ConfigError(f"options.{key} = {brief(v)} must be the path of a {key.replace('_', ' ')} CSV")
+    return str(Path(base_dir) / v) if not Path(v).is_absolute() else v
 
 
 def _section(data: dict, key: str, keys: tuple[str, ...]) -> dict:
@@ -350,11 +366,7 @@ def parse_strategy(data: dict, base_dir: str | Path = ".", *, written: bool = Tr
     )
 
     o = _section(data, "options", OPTION_KEYS)
-    prof = o.get("profile")
-    if prof is not None:
-        if not isinstance(prof, str):
-            raise ConfigError(f"options.profile = {brief(prof)} must be the path of a profile CSV")
-        prof = str(Path(base_dir) / prof) if not Path(prof).is_absolute() else prof
+    prof, cprof = (_csv_path(o, key, base_dir) for key in ("profile", "collective_profile"))
     opt = OptionsSpec(
         overlap_grad_reduce=get_bool(o, "overlap_grad_reduce", "options", default=True),
         overlap_param_gather=get_bool(o, "overlap_param_gather", "options", default=True),
@@ -365,6 +377,9 @@ def parse_strategy(data: dict, base_dir: str | Path = ".", *, written: bool = Tr
         fidelity=get_str(o, "fidelity", "options", default="operator", choices=FIDELITIES),
         profile=prof,
         profile_gpu=None if o.get("profile_gpu") is None else get_str(o, "profile_gpu", "options"),
+        collective_profile=cprof,
+        collective_profile_gpu=(None if o.get("collective_profile_gpu") is None
+                                else get_str(o, "collective_profile_gpu", "options")),
         fp32_grad_accum=get_bool(o, "fp32_grad_accum", "options", default=True),
         tp_comm_overlap=get_bool(o, "tp_comm_overlap", "options", default=False),
         overlap_interference=get_bool(o, "overlap_interference", "options", default=True),

@@ -178,7 +178,12 @@ class ProfileTable:
         return self
 
     def lookup(self, gpu, dtype: str, op, pass_: str) -> float | None:
-        key = (self.measured_on or gpu.name.lower(), dtype.lower(), op.name, pass_, op_shape_key(op))
+        return self.lookup_named(gpu, dtype, op.name, pass_, op_shape_key(op))
+
+    def lookup_named(self, gpu, dtype: str, name: str, pass_: str, shape: str) -> float | None:
+        """The measured seconds of row (``name``, ``pass_``, ``shape``), or None; for work that is not
+        an operator of the graph (the optimizer step: :data:`OPTIMIZER_OP`)."""
+        key = (self.measured_on or gpu.name.lower(), dtype.lower(), name, pass_, shape)
         t = self.entries.get(key)
         if t is not None:
             self.used.add(key)
@@ -198,6 +203,15 @@ class ProfileTable:
         raise ConfigError(f"profile {brief(self.path, 120)} line {self.lines[k]} (gpu {k[0]}, dtype {k[1]}, op "
                           f"{brief(k[2])}, pass {k[3]}, shape {brief(k[4])}) matches no operator of this run "
                           f"({len(unused)} of {len(self.entries)} rows unused){hint}; fix the row or remove it")
+
+
+#: the profile row of a stage's optimizer step: op ``optimizer``, pass ``fwd``, shape ``params=N``
+#: (N = the parameters the rank updates, ``optimizer_shape``); written by ``execsim profile``
+OPTIMIZER_OP = "optimizer"
+
+
+def optimizer_shape(params: float) -> str:
+    return f"params={int(round(params))}"
 
 
 def op_shape_key(op) -> str:

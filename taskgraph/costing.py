@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from strategies.schedules import has_split_backward
-from taskgraph.cost import ProfileTable, op_time
+from taskgraph.cost import OPTIMIZER_OP, ProfileTable, op_time, optimizer_shape
 from taskgraph.lower_model import Bucket, Comm, IterationWork, LayerWork, OpCost, StageWork
 from taskgraph.operators import embedding_operators, head_operators, layer_operators
 from taskgraph.plan import DTYPE_BYTES, Plan
@@ -537,7 +537,7 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
         layers.append(LayerWork("head", host_bound(ops, [_op_cost(ctx, o, "none", groups, False) for o in ops],
                                                    host_s, flash, host_c, ctx.stack)))
     pace = stage_pace(plan.cluster, plan.sizes, plan.schedule.stage_to_rank[stage])
-    return _paced(_stage_work(plan, tuple(layers), groups["dp"], groups, pace), pace)
+    return _paced(_stage_work(plan, tuple(layers), groups["dp"], groups, pace, ctx.profile), pace)
 
 
 def _offloaded(plan: Plan, costs: list) -> list:
@@ -612,9 +612,10 @@ def _with(c: OpCost, **kw) -> OpCost:
 
 
 def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, ...],
-                groups: dict | None = None, pace: float = 1.0) -> StageWork:
+                groups: dict | None = None, pace: float = 1.0, profile: ProfileTable | None = None) -> StageWork:
     """Gradient buckets in backward order (Megatron DDP) and the optimizer step of one stage; the
-    step's GPU work runs at the stage's straggler ``pace`` (topologies/stragglers.py)."""
+    step's GPU work runs at the stage's straggler ``pace`` (topologies/stragglers.py), and a profile
+    row ``optimizer`` for the stage's parameter count replaces the streamed Adam bytes."""
     s = plan.sizes
     gbp = grad_bytes_per_param(plan)
     pbytes = param_bytes(plan)
@@ -622,7 +623,7 @@ def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, 
     limit_params = (opt.grad_bucket_mb * 1e6 / gbp) if opt.grad_bucket_mb else max(
         BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_DP * s.dp)
     buckets: list[Bucket] = []
-    total_params = expert_params = 0.0
+    total_params = 0.0
     share = ("dp-cp", s, _pp_background(plan, layers) + _axis_background(plan, layers, groups or {}))
     edp_group = (groups or {}).get("edp", dp_group[:1])
     times: dict = {}  # (expert?, bucket size) -> (reduce, gather) seconds: equal layers repeat bucket sizes
@@ -649,7 +650,6 @@ def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, 
                 ex = op.name.endswith("moe_experts")
                 acc[ex] += gb / gbp
                 total_params += gb / gbp
-                expert_params += gb / gbp if ex else 0.0
                 if acc[ex] >= limit_params:
                     buckets.append(bucket(li, oi, acc[ex], ex))
                     acc[ex] = 0.0
@@ -659,15 +659,12 @@ def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, 
                 buckets.append(bucket(li, oi, acc[ex], ex))
     else:
         total_params = sum(op.grad_bytes for l in layers for op in l.ops) / gbp
-    # Optimizer: each GPU updates its 1/dp shard with the distributed optimizer (ZeRO >= 1; HSDP:
-    # 1/dp_shard), the routed experts' 1/edp shard
-    if plan.zero >= 1:
-        shard = (total_params - expert_params) / plan.shard_size + expert_params / plan.expert_shard_size
-    else:
-        shard = total_params
+    shard = optimizer_params(plan, layers)
     gpu = plan.cluster.gpu
     bw = gpu.hbm_bandwidth * gpu.efficiency.hbm_efficiency
-    adam = shard * ADAM_BYTES_PER_PARAM / bw * pace
+    measured = None if profile is None else profile.lookup_named(
+        gpu, plan.strategy.training.precision, OPTIMIZER_OP, "fwd", optimizer_shape(shard))
+    adam = (shard * ADAM_BYTES_PER_PARAM / bw if measured is None else measured) * pace
     opt_s = step_overhead_s(plan, shard)  # gradient norm (+ fp16 found-inf), taskgraph/overheads.py
     if plan.zero < 3:
         # Megatron-LM zeroes the contiguous gradient buffer once per iteration (megatron/core/distributed/
@@ -679,6 +676,19 @@ def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, 
         tensors = max(1, sum(1 for l in layers for op in l.ops if op.grad_bytes > 0))
         adam = cpu_offload_step_time(plan, shard, adam, tensors, gbp, pbytes)
     return StageWork(layers, tuple(buckets), adam + opt_s)
+
+
+def optimizer_params(plan: Plan, layers) -> float:
+    """Parameters one rank of a stage (its cost records ``layers``) updates: each GPU its 1/dp shard
+    with the distributed optimizer (ZeRO >= 1; HSDP: 1/dp_shard), the routed experts' 1/edp shard
+    (except under FSDP's per-layer reduction, which shards them with the rest); all without ZeRO."""
+    gbp = grad_bytes_per_param(plan)
+    total = sum(op.grad_bytes for l in layers for op in l.ops) / gbp
+    if plan.zero < 1:
+        return total
+    expert = sum(op.grad_bytes for l in layers for op in l.ops if op.name.endswith("moe_experts")) / gbp \
+        if not fsdp_layer_comms(plan)[2] else 0.0
+    return (total - expert) / plan.shard_size + expert / plan.expert_shard_size
 
 
 def _first_param_op(layers) -> tuple[int, int]:

@@ -8,7 +8,7 @@ the field, the value and a fix.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -154,6 +154,10 @@ def resolve(strategy: Strategy) -> Plan:
     unused: list = []
     model = resolve_model(strategy.model, strategy.base_dir, unused)
     cluster = resolve_cluster(strategy.cluster, strategy.base_dir)
+    if strategy.options.collective_profile:
+        from topologies.collective_profile import load_collective_profile
+        cluster = replace(cluster, collective_profile=load_collective_profile(
+            strategy.options.collective_profile, cluster.gpu.name, strategy.options.collective_profile_gpu))
     par, tr = strategy.parallel, strategy.training
     tp, pp, cp, ep, vpp = par.tp, par.pp, par.cp, par.ep, par.vpp
     if strategy.options.stack is not None:

@@ -22,7 +22,10 @@ TOLERANCE = 0.02
 DRAWS = 500
 MIN_ON = 20
 NOT_DRAWN = {"profile": "needs a measured CSV (tests/test_profiling*.py)",
-             "profile_gpu": "needs a measured CSV (tests/test_profiling*.py)"}
+             "profile_gpu": "needs a measured CSV (tests/test_profiling*.py)",
+             "collective_profile": "needs a measured CSV; applied in collective_time, below both fidelities "
+                                   "(tests/test_collective_profile.py)",
+             "collective_profile_gpu": "needs a measured CSV (tests/test_collective_profile.py)"}
 
 #: option -> values other than the default to draw from
 OPTION_VALUES = {

@@ -236,8 +236,10 @@ def test_cpu_profile_end_to_end(tmp_path, capsys):
                  "-o", str(out)]) == 0
     assert "profile written to" in capsys.readouterr().out
     lines = out.read_text().splitlines()
-    assert lines[0] == "gpu,dtype,op,pass,shape,time_us" and len(lines) == 1 + 14 * 3
+    # a row per operator pass, and one for the optimizer step of the stage's parameters
+    assert lines[0] == "gpu,dtype,op,pass,shape,time_us" and len(lines) == 1 + 14 * 3 + 1
     assert all(line.startswith("cpu,bf16,") for line in lines[1:])
+    assert lines[-1].startswith("cpu,bf16,optimizer,fwd,params=")
     s2 = _tiny(tmp_path, "options: {profile: cpu.csv}\n")
     assert main(["simulate", str(s2)]) == 0   # every row matches an operator (check_all_used)
     with pytest.raises(ExecsimError, match="fp8|FP8"):
@@ -260,3 +262,22 @@ def test_report_says_which_operators_were_measured(tmp_path):
     passes_of_first = {f"{items[0].name} {p}" for p in PASSES}
     assert cov["measured"] == len(passes_of_first)
     assert cov["modelled"] > 0 and not passes_of_first & set(cov["modelled_examples"])
+
+
+def test_an_optimizer_row_replaces_the_streamed_adam_step(tmp_path):
+    from simulator.profiling.measure import optimizer_items
+    from taskgraph.costing import build_work
+    plan = resolve(load_strategy(_tiny(tmp_path)))
+    ((n, sizes, modelled),) = optimizer_items(plan)
+    assert sum(sizes) == n and n == sum(op.grad_bytes for l in build_work(plan).stages[0].layers
+                                        for op in l.ops) / 4   # fp32 gradients: 4 bytes per parameter
+    rows = [ProfileRow("optimizer", f"params={int(n)}", "fwd", 0.0123, modelled, 0, "adam")]
+    (tmp_path / "prof.csv").write_text(profile_text(rows, "cpu", "bf16"))
+    with_row = build_work(resolve(load_strategy(_tiny(tmp_path, "options: {profile: prof.csv}\n"))),
+                          check_profile=True).stages[0].optimizer_s
+    assert with_row == pytest.approx(build_work(plan).stages[0].optimizer_s - modelled + 0.0123, rel=1e-12)
+    # a row for another parameter count matches nothing: the usual error, naming this run's count
+    (tmp_path / "prof.csv").write_text(profile_text([ProfileRow("optimizer", "params=7", "fwd", 0.01, 0.0)], "cpu",
+                                                    "bf16"))
+    with pytest.raises(ExecsimError, match="params=7.*matches no operator"):
+        build_work(resolve(load_strategy(_tiny(tmp_path, "options: {profile: prof.csv}\n"))), check_profile=True)

@@ -154,6 +154,9 @@ class ClusterSpec:
     gpus: int | None = None
     host_link_bandwidth: float = 64e9
     host_memory_bandwidth: float = 614.4e9
+    #: measured collective times inside a node (``topologies/collective_profile.py``), set from
+    #: ``options.collective_profile`` by ``taskgraph.plan.resolve``; None = the model alone
+    collective_profile: object = None
 
     def __post_init__(self):
         where = f"cluster {brief(self.name)}"

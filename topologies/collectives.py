@@ -409,7 +409,21 @@ def collective_time(kind: str, nbytes: float, ranks: Iterable[int], cluster: Any
     if unknown:
         raise ConfigError(f"{name} option {unknown[0]!r} is not known{did_you_mean(unknown[0], known)}; "
                           f"options: {', '.join(known)} (algorithm={'|'.join(ALL_REDUCE_ALGORITHMS)})")
+    prof = getattr(cluster, "collective_profile", None)
+    if prof is not None:
+        t = _measured(prof, name, nbytes, ranks, cluster)
+        if t is not None:
+            return t
     return COLLECTIVES[name](nbytes, ranks, cluster, **options)
+
+
+def _measured(prof, name: str, nbytes, ranks, cluster) -> float | None:
+    """The collective profile's time for this call: a kind and group size it measured, on a group
+    inside one node (``topologies/collective_profile.py``); None = the model prices it."""
+    ranks = _as_ranks(ranks)
+    if len(ranks) < 2 or prof.curve(name, len(ranks)) is None or group_layout(ranks, cluster).nodes != 1:
+        return None
+    return prof.time(name, _check_nbytes(nbytes), len(ranks))
 
 
 __all__ = [

@@ -43,7 +43,7 @@ def _input_files(path: str, kind: str, spec) -> list[str]:
         for ref in (spec.model, spec.cluster):
             if isinstance(ref, str):
                 files += [ref, str(base / ref), str(base / ref / "config.json")]
-        files += [spec.schedule_csv, spec.options.profile]
+        files += [spec.schedule_csv, spec.options.profile, spec.options.collective_profile]
     return [f for f in files if f]
 
 

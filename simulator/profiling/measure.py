@@ -11,7 +11,7 @@ from __future__ import annotations
 from simulator.profiling.inventory import profile_items
 from simulator.profiling.profile_csv import ProfileRow
 from simulator.profiling.timing import ProfilingError, check_counts, need_torch
-from taskgraph.cost import PASSES
+from taskgraph.cost import OPTIMIZER_OP, PASSES, optimizer_shape
 
 DEVICES = ("cpu", "cuda")
 #: the most one ``execsim profile`` may ask of a device, counted before any work: FLOPs of all passes
@@ -88,4 +88,24 @@ def profile_plan(plan, device: str = "cpu", repeats: int = 10, warmup: int = 3, 
             torch.cuda.empty_cache()
         if progress is not None:
             progress(i + 1, len(items))
+    from simulator.profiling.torch_ops import time_optimizer
+    rows += [ProfileRow(OPTIMIZER_OP, optimizer_shape(n), "fwd", time_optimizer(sizes, plan, device, repeats, warmup),
+                        modelled, 0, "adam") for n, sizes, modelled in optimizer_items(plan)]
     return device_name(torch, device), rows
+
+
+def optimizer_items(plan) -> list[tuple]:
+    """(parameters, parameters per operator, modelled seconds) of each distinct optimizer step of
+    ``plan``'s stages (``taskgraph.costing.optimizer_params``; the model streams ADAM_BYTES_PER_PARAM)."""
+    from taskgraph.costing import ADAM_BYTES_PER_PARAM, build_work, grad_bytes_per_param, optimizer_params
+    gbp, gpu = grad_bytes_per_param(plan), plan.cluster.gpu
+    out = {}
+    for st in build_work(plan, fidelity="operator").stages:
+        n = optimizer_params(plan, st.layers)
+        total = sum(op.grad_bytes for l in st.layers for op in l.ops) / gbp
+        sizes = tuple(max(1, round(op.grad_bytes / gbp * n / total)) for l in st.layers for op in l.ops
+                      if op.grad_bytes > 0)
+        key = optimizer_shape(n)
+        if key not in out:
+            out[key] = (n, sizes, n * ADAM_BYTES_PER_PARAM / (gpu.hbm_bandwidth * gpu.efficiency.hbm_efficiency))
+    return list(out.values())

@@ -17,6 +17,9 @@ from strategies.errors import ExecsimError
 #: limits on the repeats a user asks for (each one runs every pass of every operator once)
 MAX_REPEATS = 1000
 MAX_WARMUP = 100
+#: bytes written between two timed CPU calls to evict the caches: 32 x a server core's 2 MB L2,
+#: and more than the operands of any one operator of the real runs (docs/validation.md)
+FLUSH_BYTES = 64 * 2**20
 
 
 class ProfilingError(ExecsimError):
@@ -41,8 +44,19 @@ def check_counts(repeats: int, warmup: int) -> None:
         raise ProfilingError(f"--warmup = {warmup!r} must be an integer in [0, {MAX_WARMUP}]")
 
 
-def median_seconds(fn: Callable[[], object], device: str, repeats: int, warmup: int) -> float:
-    """Median seconds of ``fn()`` over ``repeats`` calls after ``warmup`` untimed ones."""
+def median_seconds(fn: Callable[[], object], device: str, repeats: int, warmup: int, fresh: bool = False,
+                   hot=()) -> float:
+    """Median seconds of ``fn()`` over ``repeats`` calls after ``warmup`` untimed ones.
+
+    On the CPU each call starts with cold caches, as inside a training step, where the layers'
+    weights and activations stream through the caches between one use of an operand and the next:
+    before every call (untimed) a buffer of ``FLUSH_BYTES`` is written, evicting what the previous
+    call left (Triton's ``do_bench`` clears the GPU's L2 the same way, writing a 256 MB buffer before
+    each timed call); then the tensors in ``hot`` are read (untimed), as the operator that produced
+    them in the step has just written them. ``fresh``: every call's outputs stay alive until the end, so each call writes
+    memory the process has not touched yet and pays its first-touch page faults (``torch_ops``
+    says which operators a step runs that way).
+    """
     if device == "cuda":
         import torch
         for _ in range(warmup):
@@ -55,11 +69,17 @@ def median_seconds(fn: Callable[[], object], device: str, repeats: int, warmup: 
             end.record()
         torch.cuda.synchronize()
         return statistics.median(s.elapsed_time(e) for s, e in pairs) * 1e-3
-    for _ in range(warmup):
-        fn()
+    import torch
+    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8)
+    keep = []
     times = []
-    for _ in range(repeats):
+    for i in range(warmup + repeats):
+        flush.fill_(i & 0xFF)
+        for t in hot:
+            t.detach().sum()
         t0 = time.perf_counter()
-        fn()
+        out = fn()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        if fresh:
+            keep.append(out)
+    return statistics.median(times[warmup:])

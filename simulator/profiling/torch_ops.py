@@ -20,6 +20,18 @@ What each pass runs (the kernels a PyTorch / Megatron-LM training step launches 
   bytes (reported as ``proxy``).
 
 A pass the operator does not have (no weight gradient of an activation, say) is 0 by definition.
+
+On the CPU each pass is timed in the state a training step runs it in, not the state a loop of
+isolated calls leaves behind (the gap measured in docs/validation.md, CPU real runs): caches cold
+before each call except for the operand the previous operator of the step has just written (the
+activation going forward, the output gradient going backward: ``HOT``; ``timing.median_seconds``); a weight gradient followed by its accumulation into the
+parameter's gradient (``_accumulating``); and the loss writing memory never touched before: its fp32
+tensors (tokens x vocabulary x 4 bytes: the cast logits, the log-softmax, the gradient's zeros and
+the log-softmax gradient) are the largest a step allocates, and glibc's malloc hands such blocks out
+as new mappings (mallopt(3), M_MMAP_THRESHOLD: the threshold rises to the largest freed mapping, and
+the heap above M_TRIM_THRESHOLD is returned to the kernel), so every call takes one page fault per
+4 KiB written. Counted in the real single-process run: 16-34 k minor faults per step, against
+4 tensors x 2048 pages x 4 micro-batches = 32 k for those tensors alone.
 """
 from __future__ import annotations
 
@@ -29,6 +41,8 @@ from simulator.profiling.inventory import ProfileItem
 from simulator.profiling.timing import ProfilingError, median_seconds
 from taskgraph.cost import PASSES, pass_shape
 
+#: key of a builder's passes dict: pass -> the tensors a step has in cache when the pass starts
+HOT = "hot"
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp8": "bfloat16"}
 #: _EW_FLOPS forward FLOPs per element (taskgraph/operators.py) to recover element counts
 _ACT_FLOPS = {"gelu": 8, "swiglu": 5, "geglu": 10}
@@ -42,21 +56,27 @@ def _rand(torch, shape, dtype, device, grad=False):
 def _gemm_passes(torch, item: ProfileItem, dtype, device, fp8: bool) -> dict:
     """Closures for the three passes of a GEMM operator (module docstring)."""
     calls = {p: [] for p in PASSES}
+    hot = {p: [] for p in PASSES}
     for g in item.op.gemms:
         for p in PASSES:
             m, n, k, b = pass_shape(g, p)
-            calls[p].append(_one_gemm(torch, m, n, k, b, dtype, device, fp8))
-    return {p: (lambda fs=fs: [f() for f in fs]) for p, fs in calls.items()}
+            fn, operands = _one_gemm(torch, m, n, k, b, dtype, device, fp8)
+            calls[p].append(fn)
+            # the operand the previous operator of the step has just written: the activation X in
+            # forward, the output gradient dY in both backward passes (second operand of dW = dY^T X)
+            hot[p] += operands[1:] if p == "bwd_weight" else operands[:1]
+    return {**{p: (lambda fs=fs: [f() for f in fs]) for p, fs in calls.items()}, HOT: hot}
 
 
 def _one_gemm(torch, m, n, k, b, dtype, device, fp8: bool):
+    """(the call, its operands (x, w)) of ``x @ w^T`` with x [b, m, k] and w [b, n, k]."""
     if fp8:
-        return _fp8_gemm(torch, m, n, k, b, device)
+        return _fp8_gemm(torch, m, n, k, b, device), ()
     if b == 1:
         x, w = _rand(torch, (m, k), dtype, device), _rand(torch, (n, k), dtype, device)
-        return lambda: torch.mm(x, w.t())
+        return (lambda: torch.mm(x, w.t())), (x, w)
     x, w = _rand(torch, (b, m, k), dtype, device), _rand(torch, (b, n, k), dtype, device)
-    return lambda: torch.bmm(x, w.transpose(1, 2))
+    return (lambda: torch.bmm(x, w.transpose(1, 2))), (x, w)
 
 
 def _fp8_gemm(torch, m, n, k, b, device):
@@ -89,6 +109,9 @@ def _autograd_passes(torch, fwd, inputs, weights) -> dict:
     passes = {"fwd": fwd}
     passes["bwd_input"] = (lambda: torch.autograd.grad(out, inputs, dy, retain_graph=True)) if inputs else None
     passes["bwd_weight"] = (lambda: torch.autograd.grad(out, weights, dy, retain_graph=True)) if weights else None
+    # what the previous operator of the step has just written: the input going forward, the
+    # output gradient going backward
+    passes[HOT] = {"fwd": list(inputs), "bwd_input": [dy], "bwd_weight": [dy]}
     return passes
 
 
@@ -174,7 +197,7 @@ def _embedding(torch, item, plan, dtype, device) -> dict:
 def _proxy(torch, item, plan, dtype, device) -> dict:
     n = max(1, int(item.op.fwd_bytes // (3 * _dtype_bytes(plan))))
     a, b = _rand(torch, (n,), dtype, device), _rand(torch, (n,), dtype, device)
-    return {"fwd": lambda: a + b, "bwd_input": None, "bwd_weight": None}
+    return {"fwd": lambda: a + b, "bwd_input": None, "bwd_weight": None, HOT: {"fwd": [a, b]}}
 
 
 def _dtype_bytes(plan) -> int:
@@ -221,9 +244,49 @@ def time_item(item: ProfileItem, plan, device: str, repeats: int, warmup: int) -
     op = item.op
     work = {"fwd": op.fwd_flops + op.fwd_bytes, "bwd_input": op.bwd_input_flops + op.bwd_input_bytes,
             "bwd_weight": op.bwd_weight_flops + op.bwd_weight_bytes}
+    hot = passes.get(HOT, {})
     out = []
     for p in PASSES:
         fn = passes.get(p)
-        out.append(0.0 if fn is None or work[p] <= 0 else median_seconds(fn, device, repeats, warmup))
+        if fn is not None and p == "bwd_weight" and device == "cpu":
+            fn = _accumulating(torch, fn)
+        out.append(0.0 if fn is None or work[p] <= 0 else
+                   median_seconds(fn, device, repeats, warmup, fresh=device == "cpu" and how == "loss",
+                                  hot=hot.get(p, ())))
     return tuple(out)
 
+
+def _accumulating(torch, fn):
+    """``fn`` (a weight-gradient pass) followed by what autograd does with its result in every
+    micro-batch but the first: ``param.grad += new_grad`` (AccumulateGrad,
+    torch/csrc/autograd/functions/accumulate_grad.h), one ``add_`` per weight into a persistent
+    gradient. On the CPU nothing fuses it into the GEMM (Megatron-LM's gradient_accumulation_fusion
+    needs its CUDA extension), so a CPU profile's weight gradient carries it."""
+    acc = []
+
+    def run():
+        res = fn()
+        res = [res] if torch.is_tensor(res) else [r for r in res if r is not None]
+        if not acc:
+            acc.extend(torch.zeros_like(r) for r in res)
+        for a, r in zip(acc, res):
+            a.add_(r)
+        return res
+    return run
+
+
+
+def time_optimizer(sizes, plan, device: str, repeats: int, warmup: int) -> float:
+    """Median seconds of one optimizer step over a stage's parameters: ``torch.optim.Adam`` (the
+    multi-tensor ``foreach`` implementation) on one tensor per operator with parameters
+    (``sizes``). On the CPU parameters, gradients and moments are in the training dtype, as PyTorch
+    steps a model cast to that dtype (the real runs); on CUDA in fp32, the master weights and moments
+    of mixed-precision training (Micikevicius et al. 2018, Section 3.1; Megatron-LM's optimizer keeps
+    fp32 main params). The simulator takes it for the stage's Adam step (``taskgraph/costing.py``)."""
+    import torch
+    dtype = getattr(torch, TORCH_DTYPES[plan.strategy.training.precision]) if device == "cpu" else torch.float32
+    params = [torch.zeros(n, dtype=dtype, device=device, requires_grad=True) for n in sizes]
+    for p in params:
+        p.grad = torch.randn(p.shape, dtype=dtype, device=device) * 1e-3
+    opt = torch.optim.Adam(params, lr=1e-4, foreach=True)
+    return median_seconds(opt.step, device, repeats, warmup)
