@@ -20,6 +20,10 @@ def did_you_mean(word: str, candidates: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+#: a section with more keys than this names only the nearest half of them in an unknown-key error
+MAX_LISTED_KEYS = 30
+
+
 def check_keys(d: dict, allowed: Iterable[str], where: str) -> None:
     """Raise on the first key of ``d`` not in ``allowed``."""
     allowed = list(allowed)
@@ -27,9 +31,13 @@ def check_keys(d: dict, allowed: Iterable[str], where: str) -> None:
         raise ConfigError(f"{where or 'file'} must be a mapping of keys to values, got {type(d).__name__} {brief(d)}")
     for key in d:
         if key not in allowed:
+            listed = ', '.join(allowed)
+            if len(allowed) > MAX_LISTED_KEYS:   # one line stays readable: the nearest names, and where the rest are
+                near = difflib.get_close_matches(str(key)[:100], allowed, n=MAX_LISTED_KEYS // 2, cutoff=0.0)
+                listed = f"{', '.join(near)} (the nearest of {len(allowed)}; docs/strategy-file.md lists all)"
             raise ConfigError(
                 f"unknown key {brief(_join(where, key))}{did_you_mean(key, allowed)}; "
-                f"valid keys{' in ' + where if where else ''}: {', '.join(allowed)}"
+                f"valid keys{' in ' + where if where else ''}: {listed}"
             )
 
 

@@ -99,3 +99,94 @@ def test_no_all_to_all_no_pair():
     assert shared_pair(layer, True) is None
     assert shared_pair(_work(1.0, True).stages[0].layers[0], True) == (1, 2)
     assert shared_pair(_work(1.0, True).stages[0].layers[0], False) is None
+
+
+def test_delta_equals_a_full_run():
+    # a what-if (every all-to-all twice as long) re-timed by delta mode is the full run of the changed graph
+    import numpy as np
+    from simulator.engine.delta.simulator import DeltaSimulator
+    g = lower_model(get_schedule("1f1b", 2, 6), _work(1.5, True, stages=2))
+    ds = DeltaSimulator(g, budget=None)
+    a2a = [i for i in range(g.num_tasks) if g.devices[g.device[i]].stream == "ep"]
+    assert len(a2a) == 2 * 2 * 6 * 2          # 2 per pass, F and B, 6 micro-batches, 2 stages
+    ds.set_durations(a2a, [3.0] * len(a2a))
+    g.duration[a2a] = 3.0
+    full = simulate(g)
+    assert np.array_equal(ds.start, full.start) and ds.makespan == full.makespan
+
+
+# --- the option end to end ------------------------------------------------------------------------
+def _strategy(ep: int = 2, **options):
+    from strategies.strategy_file import parse_strategy
+    return parse_strategy({"model": {"preset": "mixtral-8x7b", "layers": 2, "hidden": 1024, "heads": 8, "kv_heads": 4,
+                                     "ffn": 2048, "vocab": 8192, "experts": 4, "top_k": 2, "expert_ffn": 1024,
+                                     "shared_experts": 1},
+                           "cluster": {"preset": "dgx-h100", "nodes": 1},
+                           "parallel": {"tp": 2, "pp": 2, "ep": ep, "sp": True}, "schedule": "1f1b",
+                           "training": {"micro_batch": 1, "global_batch": 16, "seq_len": 1024}, "options": options}, ".")
+
+
+@pytest.mark.parametrize("fidelity", ["operator", "coarse"])
+def test_option_shortens_the_iteration_in_both_fidelities(fidelity):
+    from simulator.simulation.strategy import simulate_strategy
+    off = simulate_strategy(_strategy(), fidelity=fidelity).training.iteration_time_s
+    on = simulate_strategy(_strategy(moe_shared_expert_overlap=True), fidelity=fidelity).training.iteration_time_s
+    assert on < off
+    op = simulate_strategy(_strategy(moe_shared_expert_overlap=True), fidelity="operator").training.iteration_time_s
+    assert on == pytest.approx(op, rel=0.02)
+
+
+def test_without_expert_parallelism_nothing_moves():
+    # ep = 1: no all-to-all for the shared experts to hide under, the layer's chain is unchanged
+    from simulator.simulation.strategy import simulate_strategy
+    a = simulate_strategy(_strategy(ep=1)).training.iteration_time_s
+    assert simulate_strategy(_strategy(ep=1, moe_shared_expert_overlap=True)).training.iteration_time_s == a
+
+
+# --- importers: Megatron-LM flag names (megatron/training/arguments.py, transformer_config.py
+# moe_shared_expert_overlap, moe_shared_expert_intermediate_size, moe_token_dispatcher_type) -----------
+MEGATRON = ("--num-layers 8 --hidden-size 1024 --num-attention-heads 8 --seq-length 4096 --global-batch-size 64 "
+            "--vocab-size 32000 --bf16 --num-experts 64 --moe-router-topk 8 --moe-ffn-hidden-size 512 "
+            "--moe-shared-expert-intermediate-size 1024 --expert-model-parallel-size 8 "
+            "--moe-token-dispatcher-type alltoall --moe-shared-expert-overlap")
+
+
+def test_megatron_flag_imports():
+    from strategies.importers import import_config
+    imp = import_config("megatron", MEGATRON, cluster="dgx-h100", nodes=2)
+    assert imp.strategy["options"]["moe_shared_expert_overlap"] is True
+    assert imp.strategy["model"]["shared_experts"] == 2
+    assert not [u for u in imp.unmodeled if "shared" in u], imp.unmodeled
+    # no shared experts: Megatron never takes the overlapped path; a note, not an option
+    imp = import_config("megatron", MEGATRON.replace("--moe-shared-expert-intermediate-size 1024 ", ""),
+                        cluster="dgx-h100", nodes=2)
+    assert "moe_shared_expert_overlap" not in imp.strategy["options"]
+    assert "moe-shared-expert-overlap (no effect without shared experts)" in imp.unmodeled
+
+
+@pytest.mark.parametrize("edit,match", [
+    (("--moe-token-dispatcher-type alltoall ", ""), r"--moe-shared-expert-overlap needs moe-token-dispatcher-type "
+                                                    r"alltoall or flex"),
+    (("--moe-shared-expert-overlap", "--moe-shared-expert-overlap --overlap-moe-expert-parallel-comm"),
+     r"--moe-shared-expert-overlap with overlap-moe-expert-parallel-comm: Megatron refuses the pair"),
+])
+def test_megatron_refusals(edit, match):
+    from strategies.errors import ConfigError
+    from strategies.importers import import_config
+    with pytest.raises(ConfigError, match=match):
+        import_config("megatron", MEGATRON.replace(*edit), cluster="dgx-h100", nodes=2)
+
+
+def test_nemo_keys_import():
+    # NeMo 1 hands model.* TransformerConfig fields to Megatron-core unchanged
+    from strategies.importers import import_config
+    d = {"trainer": {"num_nodes": 2, "devices": 8, "precision": "bf16-mixed"},
+         "model": {"num_layers": 8, "hidden_size": 1024, "ffn_hidden_size": 512, "num_attention_heads": 8,
+                   "global_batch_size": 64, "encoder_seq_length": 4096, "tokenizer": {"type": "meta-llama/Llama-2-7b"},
+                   "num_moe_experts": 64, "moe_router_topk": 8, "expert_model_parallel_size": 8,
+                   "moe_token_dispatcher_type": "alltoall", "moe_shared_expert_intermediate_size": 1024,
+                   "moe_shared_expert_overlap": True}}
+    imp = import_config("nemo", d, cluster="dgx-h100")
+    assert imp.strategy["options"]["moe_shared_expert_overlap"] is True
+    assert imp.strategy["model"]["shared_experts"] == 2
+    assert not [u for u in imp.unmodeled if "shared" in u], imp.unmodeled
