@@ -157,8 +157,8 @@ def shared_pair(layer: LayerWork, on: bool):
         return None
     ie, is_ = names.index("moe_experts"), names.index("moe_shared_experts")
     e = layer.ops[ie]
-    if not (e.fwd_pre and e.fwd_post and e.bwd_pre and e.bwd_post) or \
-            e.fwd_pre[0].category != "ep-comm" or e.fwd_post[-1].category != "ep-comm":
+    ends = (e.fwd_pre[:1], e.fwd_post[-1:], e.bwd_pre[:1], e.bwd_post[-1:])
+    if not all(len(c) == 1 and c[0].category == "ep-comm" for c in ends):
         return None
     return ie, is_
 
