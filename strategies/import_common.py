@@ -107,7 +107,8 @@ def _int_value(v: Any, name: str) -> int:
     return int(str(v).strip())
 
 
-def moe_dispatch_options(get, spell, options: dict, notes: list, expert_parallel: bool, where: str) -> None:
+def moe_dispatch_options(get, spell, options: dict, notes: list, expert_parallel: bool, where: str,
+                         shared: bool = False) -> None:
     """The MoE token dispatcher and its overlap, as Megatron-LM's TransformerConfig fields name them
     (``get(field)``: the source's value or None; ``spell(field)``: how the source spells it in a
     note; ``where + spell(field)`` in an error):
@@ -118,7 +119,9 @@ def moe_dispatch_options(get, spell, options: dict, notes: list, expert_parallel
       ``options.moe_max_nodes`` = the nodes a token reaches: ``moe_router_group_topk`` (group-limited
       routing) or else its top-k;
     * ``overlap_moe_expert_parallel_comm``, ``delay_wgrad_compute`` and the dispatcher's SMs
-      (``moe_flex_dispatcher_num_sms``, formerly ``moe_deepep_num_sms``) map one to one.
+      (``moe_flex_dispatcher_num_sms``, formerly ``moe_deepep_num_sms``) map one to one;
+    * ``moe_shared_expert_overlap`` maps one to one when the model has shared experts (``shared``);
+      without them Megatron never calls the overlapped path (moe_layer.py), so it is a note.
 
     Megatron's own refusals (transformer_config.py __post_init__) are one error here."""
     flex = get("moe_token_dispatcher_type") == "flex"
@@ -137,6 +140,19 @@ def moe_dispatch_options(get, spell, options: dict, notes: list, expert_parallel
         if group_topk is not None:   # the plain all-to-all sends every routed copy to its expert's GPU
             notes.append(f"{spell('moe_router_group_topk')} {group_topk} (no effect without DeepEP's node-deduplicated "
                          f"dispatch, {spell('moe_token_dispatcher_type')} flex)")
+    if get("moe_shared_expert_overlap") is True:
+        if get("overlap_moe_expert_parallel_comm") is True:   # transformer_config.py __post_init__
+            raise ConfigError(f"{where}{spell('moe_shared_expert_overlap')} with {spell('overlap_moe_expert_parallel_comm')}: "
+                              f"Megatron refuses the pair (\"disable moe_shared_expert_overlap when enabling "
+                              f"overlap_moe_expert_parallel_comm\"); drop one of them")
+        if not shared:
+            notes.append(f"{spell('moe_shared_expert_overlap')} (no effect without shared experts)")
+        elif str(get("moe_token_dispatcher_type") or "allgather") not in ("alltoall", "flex"):
+            raise ConfigError(f"{where}{spell('moe_shared_expert_overlap')} needs {spell('moe_token_dispatcher_type')} "
+                              f"alltoall or flex (Megatron: \"moe_shared_expert_overlap only works with alltoall or "
+                              f"flex token dispatcher\"; its default is allgather); set it")
+        else:
+            options["moe_shared_expert_overlap"] = True
     sms = get("moe_flex_dispatcher_num_sms")
     sms_key = "moe_flex_dispatcher_num_sms" if sms is not None else "moe_deepep_num_sms"
     sms = sms if sms is not None else get("moe_deepep_num_sms")

@@ -124,7 +124,7 @@ _MEGATRON_READ = {
     "moe-pad-expert-input-to-capacity", "overlap-moe-expert-parallel-comm", "delay-wgrad-compute",
     "moe-enable-deepep", "moe-flex-dispatcher-backend", "moe-flex-dispatcher-num-sms", "moe-deepep-num-sms",
     "moe-router-group-topk", "optimizer-cpu-offload", "optimizer-offload-fraction", "overlap-cpu-optimizer-d2h-h2d",
-    "use-precision-aware-optimizer",
+    "use-precision-aware-optimizer", "moe-shared-expert-overlap",
 }
 
 
@@ -328,7 +328,7 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
             if f in flags:
                 order.append(f"{f} (no effect without optimizer-cpu-offload)")
     moe_dispatch_options(lambda k: flags.get(k.replace("_", "-")), lambda k: k.replace("_", "-"), options, order,
-                         bool(experts) and ep > 1, "megatron arguments: --")
+                         bool(experts) and ep > 1, "megatron arguments: --", shared=bool(model.get("shared_experts")))
     offload = _int(flags, "cpu-offloading-num-layers", 0)
     if offload:   # activations of that many layers to host memory (transformer_config.cpu_offloading_num_layers)
         options["activation_offload_layers"] = offload

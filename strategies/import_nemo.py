@@ -107,6 +107,7 @@ _NEMO_READ = {
     "model.moe_token_dispatcher_type", "model.optim.grad_sync_dtype", "model.overlap_moe_expert_parallel_comm",
     "model.delay_wgrad_compute", "model.moe_enable_deepep", "model.moe_flex_dispatcher_backend",
     "model.moe_flex_dispatcher_num_sms", "model.moe_deepep_num_sms", "model.moe_router_group_topk",
+    "model.moe_shared_expert_intermediate_size", "model.moe_shared_expert_overlap",
 }
 
 
@@ -159,6 +160,14 @@ def import_nemo(data: dict, *, cluster: str | None = None, nodes: int | None = N
         model["head_dim"] = g("kv_channels")
     if g("num_moe_experts", 0):
         model.update(experts=g("num_moe_experts"), top_k=g("moe_router_topk", 2))
+        # TransformerConfig.moe_shared_expert_intermediate_size: num_shared_experts x each one's size
+        # (the experts' size here: model.ffn_hidden_size, moe_ffn_hidden_size not being read)
+        shared = g("moe_shared_expert_intermediate_size", 0) or 0
+        if shared:
+            if shared % model["ffn"]:
+                raise ConfigError(f"nemo recipe: model.moe_shared_expert_intermediate_size = {shared} is not a multiple "
+                                  f"of the expert size {model['ffn']}")
+            model["shared_experts"] = shared // model["ffn"]
     optim = m.get("optim") or {}
     # the distributed optimizer: Apex distributed_fused_adam, or Megatron-core's
     # (mcore_distributed_optim, NeMo nlp/parts/megatron_trainer_builder / MegatronGPTModel.setup_optimization)
@@ -201,7 +210,8 @@ def import_nemo(data: dict, *, cluster: str | None = None, nodes: int | None = N
     # NeMo 1 hands model.* keys that name TransformerConfig fields to Megatron-core unchanged
     # (MegatronBaseModel.build_transformer_config), so Megatron's MoE overlap fields read the same
     moe_dispatch_options(m.get, lambda k: f"model.{k}", options, extra,
-                         bool(g("num_moe_experts", 0)) and g("expert_model_parallel_size", 1) > 1, "nemo recipe: ")
+                         bool(g("num_moe_experts", 0)) and g("expert_model_parallel_size", 1) > 1, "nemo recipe: ",
+                         shared=bool(model.get("shared_experts")))
     # NeMo mcore optimizer: grad_reduce_in_fp32 = (optim.grad_sync_dtype == fp32), fp32 by default
     gsd = str(optim.get("grad_sync_dtype", "fp32"))
     if gsd in ("bf16", "fp16"):

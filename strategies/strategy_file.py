@@ -32,7 +32,7 @@ OPTION_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_bucket_mb", 
                "overlap_handoff", "memory_reserve_gb", "fidelity", "profile", "profile_gpu", "collective_profile", "collective_profile_gpu", "fp32_grad_accum",
                "tp_comm_overlap", "p2p_overlap", "tp_async_backward", "p2p_host_gap_us", "moe_imbalance", "moe_capacity_factor",
                "moe_max_nodes", "pair_overlap", "pair_comm_sms", "overlap_moe_expert_parallel_comm",
-               "delay_wgrad_compute", "moe_flex_dispatcher_num_sms", "optimizer_cpu_offload",
+               "delay_wgrad_compute", "moe_flex_dispatcher_num_sms", "moe_shared_expert_overlap", "optimizer_cpu_offload",
                "optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d", "fp8_recipe", "fp8_param_gather",
                "activation_offload_layers", "overlap_interference", "stack",
                "cp_comm", "cp_load_balance", "reshard_after_forward",
@@ -168,6 +168,11 @@ class OptionsSpec:
     moe_flex_dispatcher_num_sms: SMs the expert dispatch / combine kernels hold while they run beside
         compute with the overlap above (Megatron --moe-flex-dispatcher-num-sms, formerly
         --moe-deepep-num-sms); None = DeepEP's setting in topologies/data/comm_kernels.yaml (24).
+    moe_shared_expert_overlap: Megatron-LM --moe-shared-expert-overlap: an MoE layer's shared experts
+        run on their own stream beside the token dispatcher's all-to-alls, fc1 + activation beside the
+        dispatch and fc2 beside the combine, the backward mirrored (shared_experts.py SharedExpertMLP,
+        token_dispatcher.py MoEAlltoAllTokenDispatcher; taskgraph/lower_model.py shared_pair). Needs
+        shared experts; Megatron refuses it with overlap_moe_expert_parallel_comm.
     optimizer_cpu_offload: Megatron-LM --optimizer-cpu-offload (HybridDeviceOptimizer,
         megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py): the optimizer states (fp32 master
         weights, Adam moments) of optimizer_offload_fraction of the parameters live in host memory and
@@ -221,6 +226,7 @@ class OptionsSpec:
     overlap_moe_expert_parallel_comm: bool = False
     delay_wgrad_compute: bool = False
     moe_flex_dispatcher_num_sms: int | None = None
+    moe_shared_expert_overlap: bool = False
     optimizer_cpu_offload: bool = False
     optimizer_offload_fraction: float = 1.0
     overlap_cpu_optimizer_d2h_h2d: bool = False
@@ -399,6 +405,7 @@ def parse_strategy(data: dict, base_dir: str | Path = ".", *, written: bool = Tr
         delay_wgrad_compute=get_bool(o, "delay_wgrad_compute", "options", default=False),
         moe_flex_dispatcher_num_sms=None if o.get("moe_flex_dispatcher_num_sms") is None else get_int(
             o, "moe_flex_dispatcher_num_sms", "options", minimum=0, maximum=1024),
+        moe_shared_expert_overlap=get_bool(o, "moe_shared_expert_overlap", "options", default=False),
         optimizer_cpu_offload=get_bool(o, "optimizer_cpu_offload", "options", default=False),
         optimizer_offload_fraction=get_float(o, "optimizer_offload_fraction", "options", default=1.0, minimum=0.0),
         overlap_cpu_optimizer_d2h_h2d=get_bool(o, "overlap_cpu_optimizer_d2h_h2d", "options", default=False),
@@ -439,6 +446,12 @@ def _check_applies(t: dict, o: dict, par: ParallelSpec, tr: TrainingSpec, opt: O
         if o.get(key) not in (None, False) and not opt.overlap_moe_expert_parallel_comm:
             raise ConfigError(f"options.{key} = {str(v).lower() if isinstance(v, bool) else v} applies with options.overlap_moe_expert_parallel_comm: "
                               f"true (Megatron-LM requires it); set overlap_moe_expert_parallel_comm: true or drop {key}")
+    # Megatron-LM transformer_config.py __post_init__ (overlap_moe_expert_parallel_comm): "disable
+    # moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm"
+    if opt.moe_shared_expert_overlap and opt.overlap_moe_expert_parallel_comm:
+        raise ConfigError("options.moe_shared_expert_overlap = true with options.overlap_moe_expert_parallel_comm: "
+                          "Megatron-LM refuses the pair (\"disable moe_shared_expert_overlap when enabling "
+                          "overlap_moe_expert_parallel_comm\"); drop one of them")
     if opt.optimizer_offload_fraction > 1.0:
         raise ConfigError(f"options.optimizer_offload_fraction = {opt.optimizer_offload_fraction} must be in [0, 1] "
                           f"(the share of the parameters whose optimizer runs on the CPU)")

@@ -19,20 +19,37 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from taskgraph.lower_model import Bucket, IterationWork, LayerWork, OpCost, StageWork
+from taskgraph.lower_model import Bucket, IterationWork, LayerWork, OpCost, StageWork, shared_pair
 from taskgraph.overlap import bulk
 
 
+def _shared_beside(e: OpCost, sh: OpCost, r: float, f_ep: float, split_backward: bool) -> tuple:
+    """(forward, input-gradient, wgrad_overlap) seconds the shared experts ``sh`` add to their layer
+    when they run beside the experts' all-to-alls (lower_model.shared_pair; the all-to-alls themselves
+    are counted with the experts ``e``): each half of the shared experts and its all-to-all start
+    together and take bulk(half, all-to-all, f_ep) (taskgraph/overlap.py), the TP collectives blocking."""
+    a1, a2 = e.fwd_pre[0].seconds, e.fwd_post[-1].seconds       # dispatch, combine
+    b1, b2 = e.bwd_pre[0].seconds, e.bwd_post[-1].seconds       # combine's backward, dispatch's
+    fwd = sum(c.seconds for c in sh.fwd_pre + sh.fwd_post) + bulk(r * sh.fwd, a1, f_ep) \
+        + bulk((1.0 - r) * sh.fwd, a2, f_ep) - a1 - a2
+    comm_b = sum(c.seconds for c in sh.bwd_pre + sh.bwd_post)
+    if split_backward:   # I beside the all-to-alls, W later on its own
+        return fwd, comm_b + bulk((1.0 - r) * sh.bwd_input, b1, f_ep) + bulk(r * sh.bwd_input, b2, f_ep) - b1 - b2, 0.0
+    both = sh.bwd_input + sh.bwd_weight
+    ov = both + b1 + b2 - bulk((1.0 - r) * both, b1, f_ep) - bulk(r * both, b2, f_ep)
+    return fwd, comm_b + sh.bwd_input, ov
+
+
 def _stage(st: StageWork, f_tp: float = 0.0, f_dp: float = 0.0, overlap_grad_reduce: bool = False,
-           split_backward: bool = False) -> StageWork:
+           split_backward: bool = False, shared: tuple = (False, 0.5, 0.0)) -> StageWork:
     fwd = bi = bw = wov = saved = grad = 0.0
     steps = []  # the backward in execution order: (layer, op, seconds), recomputation as op -1
     for li, layer in enumerate(st.layers):
         rec = 0.0
         per_op = []
+        pair = shared_pair(layer, shared[0])
         for oi, op in enumerate(layer.ops):
             f = op.fwd + sum(c.seconds for c in op.fwd_pre + op.fwd_post)
-            fwd += f
             has_w = op.bwd_weight > 0
             early = sum(c.seconds for c in op.bwd_pre if has_w and c.overlaps == "dgrad")
             late = sum(c.seconds for c in op.bwd_post if has_w and c.overlaps == "wgrad")
@@ -41,6 +58,9 @@ def _stage(st: StageWork, f_tp: float = 0.0, f_dp: float = 0.0, overlap_grad_red
             # the pair takes bulk(gemm, comm, f_tp), the operator lowering's fixed point for it
             b_in = bulk(op.bwd_input, early, f_tp) + blocking + late
             ov = op.bwd_weight + late - bulk(op.bwd_weight, late, f_tp) if late > 0 else 0.0
+            if pair and oi == pair[1]:
+                f, b_in, ov = _shared_beside(layer.ops[pair[0]], op, shared[1], shared[2], split_backward)
+            fwd += f
             bi += b_in
             bw += op.bwd_weight
             wov += ov
@@ -89,5 +109,7 @@ def coarsen(work: IterationWork) -> IterationWork:
     share = work.meta.get("sm_share", {})
     f_tp, f_dp = share.get("tp", 0.0), share.get("dp", 0.0)
     split = bool(work.meta.get("split_backward", False))
-    return replace(work, stages=tuple(_stage(s, f_tp, f_dp, work.overlap_grad_reduce, split) for s in work.stages),
+    shared = (work.shared_expert_overlap, work.shared_fc1_share, share.get("ep", 0.0))
+    return replace(work, stages=tuple(_stage(s, f_tp, f_dp, work.overlap_grad_reduce, split, shared)
+                                      for s in work.stages),
                    meta={**work.meta, "fidelity": "coarse"})

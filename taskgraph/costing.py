@@ -102,8 +102,19 @@ def _comm_stream(plan: Plan, group: str) -> str:
     communication stream with ``options.overlap_moe_expert_parallel_comm`` (Megatron-LM
     pipeline_parallel/utils.py set_streams / get_comm_stream: the combined 1F1B step puts moe_dispatch
     and moe_combine on that stream, model_chunk_schedule_plan.py _build_callable_nodes), so one
-    micro-batch's all-to-all runs beside the other's compute; every other collective on ``tp``."""
-    return "ep" if group == "ep" and plan.strategy.options.overlap_moe_expert_parallel_comm else "tp"
+    micro-batch's all-to-all runs beside the other's compute; likewise with
+    ``options.moe_shared_expert_overlap`` (the all-to-all beside the shared experts' stream,
+    taskgraph/lower_model.py shared_pair); every other collective on ``tp``."""
+    opt = plan.strategy.options
+    return "ep" if group == "ep" and (opt.overlap_moe_expert_parallel_comm or opt.moe_shared_expert_overlap) else "tp"
+
+
+def shared_fc1_share(model) -> float:
+    """Share of a shared expert's time in fc1 + activation, by its GEMM FLOPs: fc1 is
+    [h, (mats - 1) f], fc2 [f, h] (taskgraph/operators.py _moe_ops, the shared experts' GemmShapes),
+    so (mats - 1) / mats: 2/3 gated (SwiGLU), 1/2 otherwise."""
+    mats = 3 if model.gated_mlp else 2
+    return (mats - 1) / mats
 
 
 def grad_bytes_per_param(plan: Plan) -> int:
@@ -334,7 +345,7 @@ def _context_id(plan: Plan) -> int | None:
            opt.moe_max_nodes, opt.pair_overlap, opt.pair_comm_sms, opt.fp8_recipe, opt.fp8_param_gather, opt.activation_offload_layers, opt.cp_comm, opt.cp_load_balance, plan.shard_size, plan.reshard_after_forward, opt.overlap_grad_reduce,
            opt.tp_comm_overlap, opt.overlap_interference, opt.stack, opt.overlap_moe_expert_parallel_comm,
            opt.moe_flex_dispatcher_num_sms, opt.optimizer_cpu_offload, opt.optimizer_offload_fraction,
-           opt.overlap_cpu_optimizer_d2h_h2d)
+           opt.overlap_cpu_optimizer_d2h_h2d, opt.moe_shared_expert_overlap)
     try:
         cid = _CONTEXTS.get(key)
     except TypeError:  # an unhashable field (a custom model spec holding a list, say)
@@ -413,6 +424,7 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
     # SM fractions of the side streams (taskgraph/overlap.py); coarse records fold the TP one in
     shares = stream_shares(plan, dict(_rep_groups(s, 0)))
     f_tp, f_dp = shares.get("tp", 0.0), shares.get("dp", 0.0)
+    shared = (opt.moe_shared_expert_overlap, shared_fc1_share(plan.model), shares.get("ep", 0.0))
     # schedules with W actions reduce gradients during the W pass (taskgraph/coarse.py _bucket_tail)
     split = has_split_backward(plan.schedule)
     layer_cache: dict = {} if cid is None else _memo(("layers",) + _layer_context(plan), dict)
@@ -434,7 +446,7 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
         if coarse:
             stages.append(_memo(("coarse", split) + sig, lambda: _coarse_stage(
                 _build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw), f_tp, f_dp,
-                opt.overlap_grad_reduce, split)))
+                opt.overlap_grad_reduce, split, shared)))
             continue
         parts = _memo(("stage",) + sig, lambda: _stage_parts(
             _build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw)))
@@ -472,6 +484,7 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
         tp_comm_overlap=opt.tp_comm_overlap, p2p_overlap=opt.p2p_overlap, p2p_pairs=pairs,
         represents=s.tp * s.cp * s.dp,
         concurrent_pairs=concurrent, delay_wgrad=opt.delay_wgrad_compute,
+        shared_expert_overlap=opt.moe_shared_expert_overlap, shared_fc1_share=shared_fc1_share(plan.model),
         pair_compute_scale=pair_compute_scale(plan),
         meta={"model": plan.model.name, "cluster": plan.cluster.name, "num_gpus": plan.num_gpus,
               "tp": s.tp, "pp": s.pp, "dp": s.dp, "cp": s.cp, "ep": s.ep, "vpp": plan.vpp,
@@ -583,9 +596,9 @@ def _scaled(o: OpCost, f: float) -> OpCost:
 
 
 def _coarse_stage(st: StageWork, f_tp: float = 0.0, f_dp: float = 0.0, overlap_grad_reduce: bool = False,
-                  split: bool = False) -> StageWork:
+                  split: bool = False, shared: tuple = (False, 0.5, 0.0)) -> StageWork:
     from taskgraph.coarse import _stage
-    return _stage(st, f_tp, f_dp, overlap_grad_reduce, split)
+    return _stage(st, f_tp, f_dp, overlap_grad_reduce, split, shared)
 
 
 def _stage_parts(st: StageWork) -> tuple:

@@ -26,7 +26,7 @@ Narayanan 2021 Section 4):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from strategies.actions import Action, Schedule
 from taskgraph.graph import Device, TaskGraph, TaskGraphBuilder
@@ -133,6 +133,34 @@ class IterationWork:
     concurrent_pairs: bool = False  # overlapped F&B pairs run their halves together (DeepSeek-V3 3.2.1)
     pair_compute_scale: float = 1.0  # compute of a concurrent pair's halves: SMs / (SMs - comm SMs)
     delay_wgrad: bool = False     # a B's weight-gradient GEMMs leave the chain (Megatron --delay-wgrad-compute)
+    shared_expert_overlap: bool = False  # shared experts beside the expert all-to-alls (shared_pair below)
+    shared_fc1_share: float = 0.5  # share of a shared expert's time in fc1 + activation (the rest: fc2)
+
+
+def shared_pair(layer: LayerWork, on: bool):
+    """(experts index, shared-experts index) of an MoE layer whose shared experts run beside the
+    expert all-to-alls (Megatron-LM --moe-shared-expert-overlap), or None.
+
+    Megatron-LM token_dispatcher.py MoEAlltoAllTokenDispatcher: dispatch_preprocess calls
+    SharedExpertMLP.pre_forward_comm (the SP all-gather), token_dispatch launches the dispatch
+    all-to-all and then linear_fc1_forward_and_act on the shared experts' own stream
+    (shared_experts.py), token_combine launches the combine all-to-all and then linear_fc2_forward and
+    post_forward_comm (the SP reduce-scatter), combine_postprocess joins them (get_output). Autograd
+    runs each backward kernel on its forward's stream, so the backward mirrors it: fc2 beside the
+    combine's backward all-to-all, fc1 beside the dispatch's. Needs the all-to-alls (ep > 1): the
+    first forward-pre and last forward-post collectives of the experts are then the expert-parallel
+    all-to-alls (taskgraph/operators.py _moe_ops)."""
+    if not on:
+        return None
+    names = [op.name for op in layer.ops]
+    if "moe_experts" not in names or "moe_shared_experts" not in names:
+        return None
+    ie, is_ = names.index("moe_experts"), names.index("moe_shared_experts")
+    e = layer.ops[ie]
+    ends = (e.fwd_pre[:1], e.fwd_post[-1:], e.bwd_pre[:1], e.bwd_post[-1:])
+    if not all(len(c) == 1 and c[0].category == "ep-comm" for c in ends):
+        return None
+    return ie, is_
 
 
 def _layer_ops_backward(layer: LayerWork):
@@ -247,12 +275,111 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
                     bld.add_edge(t, x)
                     dp_tasks[rank].append(x)
 
+        def forward_beside(e: OpCost, sh: OpCost, cat: str, lname: str, rec: bool):
+            """The experts' forward with the shared experts beside its all-to-alls (shared_pair):
+            fc1 + activation beside the dispatch, fc2 beside the combine; the SP all-gather before
+            and the reduce-scatter after run on the shared experts' stream in order (blocking here)."""
+            r = work.shared_fc1_share
+            keep = (lambda o: o.recompute_bytes) if rec else (lambda o: o.saved_bytes)
+            comms(sh.fwd_pre)
+            xs = comms(e.fwd_pre[:1], side=True)
+            comp(sh.fwd * r, cat, f"{lname}.{sh.name}.fc1")
+            waits.extend(xs)
+            comms(e.fwd_pre[1:])
+            comp(e.fwd, cat, f"{lname}.{e.name}", mem_end=keep(e))
+            comms(e.fwd_post[:-1])
+            ys = comms(e.fwd_post[-1:], side=True)
+            comp(sh.fwd * (1.0 - r), cat, f"{lname}.{sh.name}.fc2", mem_end=keep(sh))
+            waits.extend(ys)
+            comms(sh.fwd_post)
+
+        def forward_ops(layer: LayerWork, ops, cat: str, rec: bool):
+            pair = shared_pair(layer, work.shared_expert_overlap)
+            for oi, op in enumerate(ops):
+                if pair and oi == pair[1]:
+                    continue
+                if pair and oi == pair[0]:
+                    forward_beside(op, ops[pair[1]], cat, layer.name, rec)
+                    continue
+                comms(op.fwd_pre)
+                comp(op.fwd, cat, f"{layer.name}.{op.name}", mem_end=op.recompute_bytes if rec else op.saved_bytes)
+                comms(op.fwd_post)
+
+        def backward_op(li: int, oi: int, op: OpCost, lname: str):
+            """One operator's backward pass (B: dgrad then wgrad; I: dgrad; W: wgrad)."""
+            with_w = a.kind == "B"
+            name = f"{lname}.{op.name}"
+            held = (op.saved_bytes, op.recompute_bytes)
+            has_w = op.bwd_weight > 0
+            if a.kind == "W":
+                if has_w:
+                    t = comp(op.bwd_weight, "backward-weight", name + ".wgrad", free=held)
+                    bucket_after(t, li, oi)
+                return
+            # B: dgrad then wgrad, both "backward"; I: dgrad only, W comes later.
+            cat, dname = ("backward" if with_w else "backward-input"), name + (".dgrad" if has_w else "")
+            if has_w and any(c.overlaps for c in op.bwd_pre + op.bwd_post):
+                # asynchronous column-parallel collectives (module docstring): the all-gather
+                # of the saved input beside dgrad; dX's reduction beside wgrad (B only)
+                pre = [c for c in op.bwd_pre if c.overlaps != "dgrad"]
+                early = [c for c in op.bwd_pre if c.overlaps == "dgrad"]
+                post = [c for c in op.bwd_post if not (with_w and c.overlaps == "wgrad")]
+                late = [c for c in op.bwd_post if with_w and c.overlaps == "wgrad"]
+            else:
+                pre, early, post, late = op.bwd_pre, (), op.bwd_post, ()
+            comms(pre)
+            xs = comms(early, side=True)
+            t = dgrad = comp(op.bwd_input, cat, dname, free=(0.0, 0.0) if has_w else held)
+            waits.extend(xs)
+            comms(post)
+            ys = comms(late, side=True)
+            if with_w and has_w and work.delay_wgrad:
+                # Megatron-LM --delay-wgrad-compute (model_chunk_schedule_plan.py
+                # TransformerLayerSchedulePlan.run: mlp.backward, then the dispatch backward on
+                # the communication stream beside mlp.backward_dw): the weight gradient waits for
+                # its input gradient only, so the collectives after the dgrad start at once, and
+                # what follows in the chain does not wait for it (the action's exit does: a join)
+                t = bld.add_task((op.bwd_weight - op.wgrad_overlap) * scale, cdev, "backward",
+                                 op=name + ".wgrad", stage=a.stage, chunk=chunk, mb=a.mb, rank=rank)
+                bld.add_edge(dgrad, t)
+                for m, kind in zip(held, ("activation", "temporary")):
+                    if m:
+                        bld.add_memory(t, -m, at_end=True, kind=kind)
+                comm_tails.append(t)
+            elif with_w and has_w:
+                t = comp(op.bwd_weight - op.wgrad_overlap, "backward", name + ".wgrad", free=held)
+            waits.extend(ys)
+            if with_w or not has_w:
+                bucket_after(t, li, oi)
+
+        def backward_beside(li: int, pair: tuple, layer: LayerWork):
+            """The experts' backward with the shared experts beside its all-to-alls, mirroring
+            forward_beside: fc2's backward beside the combine's backward all-to-all, fc1's beside the
+            dispatch's; the shared experts' TP collectives blocking on their stream (with the overlap
+            Megatron-LM turns the linears' own TP communication off, shared_experts.py __init__)."""
+            e, sh = layer.ops[pair[0]], layer.ops[pair[1]]
+            r, with_w = work.shared_fc1_share, a.kind == "B"
+            cat, name = ("backward" if with_w else "backward-input"), f"{layer.name}.{sh.name}"
+            held = (sh.saved_bytes, sh.recompute_bytes)
+            comms(sh.bwd_pre)
+            xs = comms(e.bwd_pre[:1], side=True)
+            comp(sh.bwd_input * (1.0 - r), cat, name + ".fc2.dgrad")
+            if with_w:
+                comp(sh.bwd_weight * (1.0 - r), "backward", name + ".fc2.wgrad")
+            waits.extend(xs)
+            backward_op(li, pair[0], replace(e, bwd_pre=e.bwd_pre[1:], bwd_post=e.bwd_post[:-1]), layer.name)
+            ys = comms(e.bwd_post[-1:], side=True)
+            t = comp(sh.bwd_input * r, cat, name + ".fc1.dgrad")
+            if with_w:
+                t = comp(sh.bwd_weight * r, "backward", name + ".fc1.wgrad", free=held)
+            waits.extend(ys)
+            comms(sh.bwd_post)
+            if with_w:
+                bucket_after(t, li, pair[1])
+
         if a.kind == "F":
             for li, layer in enumerate(st.layers):
-                for op in layer.ops:
-                    comms(op.fwd_pre)
-                    comp(op.fwd, "forward", f"{layer.name}.{op.name}", mem_end=op.saved_bytes)
-                    comms(op.fwd_post)
+                forward_ops(layer, layer.ops, "forward", False)
                 end_layer()
         else:
             with_w = a.kind == "B"
@@ -262,57 +389,19 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
                     ops = [op for op in layer.ops if layer.recompute == "full" or op.selective]
                     if ops:
                         if layer.recompute == "full":
-                            for op in ops:  # full recompute re-runs the layer forward, collectives included
-                                comms(op.fwd_pre)
-                                comp(op.fwd, "recompute", f"{layer.name}.{op.name}", mem_end=op.recompute_bytes)
-                                comms(op.fwd_post)
+                            # full recompute re-runs the layer forward, collectives (and overlap) included
+                            forward_ops(layer, ops, "recompute", True)
                         else:
                             comp(sum(op.fwd for op in ops), "recompute", f"{layer.name}.selective",
                                  mem_end=sum(op.recompute_bytes for op in ops))
+                pair = shared_pair(layer, work.shared_expert_overlap and a.kind != "W")
                 for oi, op in _layer_ops_backward(layer):
-                    name = f"{layer.name}.{op.name}"
-                    held = (op.saved_bytes, op.recompute_bytes)
-                    has_w = op.bwd_weight > 0
-                    if a.kind == "W":
-                        if has_w:
-                            t = comp(op.bwd_weight, "backward-weight", name + ".wgrad", free=held)
-                            bucket_after(t, li, oi)
+                    if pair and oi == pair[1]:
                         continue
-                    # B: dgrad then wgrad, both "backward"; I: dgrad only, W comes later.
-                    cat, dname = ("backward" if with_w else "backward-input"), name + (".dgrad" if has_w else "")
-                    if has_w and any(c.overlaps for c in op.bwd_pre + op.bwd_post):
-                        # asynchronous column-parallel collectives (module docstring): the all-gather
-                        # of the saved input beside dgrad; dX's reduction beside wgrad (B only)
-                        pre = [c for c in op.bwd_pre if c.overlaps != "dgrad"]
-                        early = [c for c in op.bwd_pre if c.overlaps == "dgrad"]
-                        post = [c for c in op.bwd_post if not (with_w and c.overlaps == "wgrad")]
-                        late = [c for c in op.bwd_post if with_w and c.overlaps == "wgrad"]
-                    else:
-                        pre, early, post, late = op.bwd_pre, (), op.bwd_post, ()
-                    comms(pre)
-                    xs = comms(early, side=True)
-                    t = dgrad = comp(op.bwd_input, cat, dname, free=(0.0, 0.0) if has_w else held)
-                    waits.extend(xs)
-                    comms(post)
-                    ys = comms(late, side=True)
-                    if with_w and has_w and work.delay_wgrad:
-                        # Megatron-LM --delay-wgrad-compute (model_chunk_schedule_plan.py
-                        # TransformerLayerSchedulePlan.run: mlp.backward, then the dispatch backward on
-                        # the communication stream beside mlp.backward_dw): the weight gradient waits for
-                        # its input gradient only, so the collectives after the dgrad start at once, and
-                        # what follows in the chain does not wait for it (the action's exit does: a join)
-                        t = bld.add_task((op.bwd_weight - op.wgrad_overlap) * scale, cdev, "backward",
-                                         op=name + ".wgrad", stage=a.stage, chunk=chunk, mb=a.mb, rank=rank)
-                        bld.add_edge(dgrad, t)
-                        for m, kind in zip(held, ("activation", "temporary")):
-                            if m:
-                                bld.add_memory(t, -m, at_end=True, kind=kind)
-                        comm_tails.append(t)
-                    elif with_w and has_w:
-                        t = comp(op.bwd_weight - op.wgrad_overlap, "backward", name + ".wgrad", free=held)
-                    waits.extend(ys)
-                    if with_w or not has_w:
-                        bucket_after(t, li, oi)
+                    if pair and oi == pair[0]:
+                        backward_beside(li, pair, layer)
+                        continue
+                    backward_op(li, oi, op, layer.name)
                 end_layer()
         if not chain:  # an empty stage still needs a task to hang edges on
             comp(0.0, "forward" if a.kind == "F" else "backward", "empty")

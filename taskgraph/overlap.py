@@ -110,7 +110,14 @@ def stream_shares(plan, groups: dict) -> dict:
         sms = comm_kernels().ub_bulk_sms if opt.tp_comm_overlap else \
             nccl_channels(gpu.architecture, spans_nodes=spans_nodes(tp, g), nics_per_node=g)
         out["tp"] = sm_fraction(sms, S)
-    if opt.overlap_moe_expert_parallel_comm and len(groups.get("ep", ())) > 1:
+    ep = groups.get("ep", ())
+    if opt.moe_shared_expert_overlap and not opt.overlap_moe_expert_parallel_comm and len(ep) > 1 \
+            and opt.pair_overlap != "concurrent":
+        # the dispatcher's all-to-all (NCCL all_to_all_single, MoEAlltoAllTokenDispatcher) beside the
+        # shared experts holds NCCL's channels for the EP group, one SM each, as the DP stream's do
+        # (concurrent DualPipe pairs price their communication SMs already: pair_comm_sms)
+        out["ep"] = sm_fraction(nccl_channels(gpu.architecture, spans_nodes=spans_nodes(ep, g), nics_per_node=g), S)
+    if opt.overlap_moe_expert_parallel_comm and len(ep) > 1:
         # the expert dispatch / combine kernels beside the other micro-batch's compute in a combined
         # 1F1B step hold moe_flex_dispatcher_num_sms SMs (Megatron-LM transformer_config.py
         # moe_flex_dispatcher_num_sms; unset: DeepEP's own setting, data/comm_kernels.yaml [DEEPEP])

@@ -272,6 +272,10 @@ def resolve(strategy: Strategy) -> Plan:
             opt.pair_comm_sms >= cluster.gpu.sm_count:
         raise ConfigError(f"options.pair_comm_sms = {opt.pair_comm_sms} leaves no SMs for compute on "
                           f"{cluster.gpu.name} ({cluster.gpu.sm_count} SMs); use fewer (DeepSeek-V3: 20 of 132)")
+    if opt.moe_shared_expert_overlap and not model.shared_experts:
+        raise ConfigError(f"options.moe_shared_expert_overlap = true overlaps the shared experts with the expert "
+                          f"all-to-alls, but model {brief(model.name)} has no shared experts (model.shared_experts = 0); "
+                          f"drop it or use a model with shared experts")
     schedule = _schedule(strategy, pp, microbatches, vpp)
     if opt.overlap_moe_expert_parallel_comm:
         _check_a2a_overlap(strategy, model, cluster, ep)

@@ -929,6 +929,22 @@ add(
     Case("a2a-ok", SIM, {"s.yaml": strat(model=MOE, parallel="{tp: 2, pp: 2, ep: 2, sp: true}") +
                          "options: {overlap_moe_expert_parallel_comm: true, delay_wgrad_compute: true, "
                          "moe_flex_dispatcher_num_sms: 24}\n"}, code=0, bound=5000),
+    # Megatron's shared-expert overlap (options.moe_shared_expert_overlap)
+    Case("shared-overlap-not-bool", SIM, {"s.yaml": strat() + "options: {moe_shared_expert_overlap: sometimes}\n"},
+         r"options\.moe_shared_expert_overlap", "moe_shared_expert_overlap"),
+    Case("shared-overlap-no-shared-experts", SIM, {"s.yaml": strat(model=MOE, parallel="{tp: 2, pp: 2, ep: 2, sp: true}") +
+                                                   "options: {moe_shared_expert_overlap: true}\n"},
+         r"options\.moe_shared_expert_overlap = true .* has no shared experts", "moe_shared_expert_overlap"),
+    Case("shared-overlap-dense", SIM, {"s.yaml": strat() + "options: {moe_shared_expert_overlap: true}\n"},
+         r"options\.moe_shared_expert_overlap = true .* has no shared experts", "moe_shared_expert_overlap"),
+    Case("shared-overlap-with-combined", SIM, {"s.yaml": strat(model=MOE, parallel="{tp: 2, pp: 2, ep: 2, sp: true}") +
+                                               "options: {moe_shared_expert_overlap: true, "
+                                               "overlap_moe_expert_parallel_comm: true}\n"},
+         r"options\.moe_shared_expert_overlap = true with options\.overlap_moe_expert_parallel_comm: Megatron-LM "
+         r"refuses the pair", "moe_shared_expert_overlap"),
+    Case("shared-overlap-ok", SIM, {"s.yaml": strat(model=MOE[:-1] + ", shared_experts: 1}",
+                                             parallel="{tp: 2, pp: 2, ep: 2, sp: true}") +
+                                    "options: {moe_shared_expert_overlap: true}\n"}, code=0, bound=5000),
     # Megatron's CPU optimizer offload (options.optimizer_cpu_offload) and its companions
     Case("cpu-opt-fraction-alone", SIM, {"s.yaml": strat() + "options: {optimizer_offload_fraction: 0.5}\n"},
          r"options\.optimizer_offload_fraction = 0\.5 applies with options\.optimizer_cpu_offload: true",

@@ -61,6 +61,7 @@ OPTION_VALUES = {
     "optimizer_cpu_offload": [True],
     "optimizer_offload_fraction": [0.0, 0.5],
     "overlap_cpu_optimizer_d2h_h2d": [True],
+    "moe_shared_expert_overlap": [True],
 }
 #: Megatron's CPU optimizer offload, drawn by _draw_cpu_offload from its own generator (same reason)
 OFFLOAD_KEYS = ("optimizer_cpu_offload", "optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d")
@@ -71,7 +72,20 @@ A2A_KEYS = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute", "moe_flex
 NEEDS = {"moe_imbalance": "moe", "moe_capacity_factor": "moe", "moe_max_nodes": "moe",
          "fp8_recipe": "fp8", "cp_comm": "cp", "cp_load_balance": "cp", "reshard_after_forward": "zero3",
          "pair_overlap": "dualpipe", "pair_comm_sms": "dualpipe", "overlap_handoff": "dualpipe",
-         "fp8_param_gather": "fp8", **{k: "a2a-overlap" for k in A2A_KEYS}, **{k: "cpu-offload" for k in OFFLOAD_KEYS}}
+         "fp8_param_gather": "fp8", **{k: "a2a-overlap" for k in A2A_KEYS}, **{k: "cpu-offload" for k in OFFLOAD_KEYS},
+         "moe_shared_expert_overlap": "shared-overlap"}
+
+
+def _draw_shared_overlap(data: dict, on: set, i: int) -> None:
+    """Give a MoE draw without the combined 1F1B (Megatron refuses the pair) a shared expert and, in
+    most of them, the shared-expert overlap; its own generator keeps the other draws as they were."""
+    rng = np.random.default_rng((20261127, i))
+    if "experts" not in data["model"] or data["options"].get("overlap_moe_expert_parallel_comm") or rng.random() < 0.2:
+        return
+    data["model"]["shared_experts"] = 1
+    if rng.random() < 0.8:
+        data["options"]["moe_shared_expert_overlap"] = True
+        on.add("moe_shared_expert_overlap")
 
 
 def _draw_cpu_offload(data: dict, on: set, i: int) -> None:
@@ -172,6 +186,7 @@ def _draw(rng: np.random.Generator, i: int) -> tuple[dict, set]:
             "options": options}
     _draw_a2a_overlap(data, on, i)
     _draw_cpu_offload(data, on, i)
+    _draw_shared_overlap(data, on, i)
     return data, on
 
 

@@ -172,3 +172,20 @@ def test_cli_missing_file():
 
 def test_cli_model_directory_no_traceback():
     _check_cli(_cli("simulate", str((DATA / "model_is_directory.yaml").relative_to(REPO))))
+
+
+def test_unknown_key_in_a_long_section_names_the_nearest_keys():
+    # a section of more than MAX_LISTED_KEYS keys (options) lists the nearest half of that many, so the
+    # one error line stays short; a short section lists all its keys
+    from strategies.config import MAX_LISTED_KEYS, check_keys
+    from strategies.errors import ConfigError
+    keys = [f"key_{i:02d}" for i in range(MAX_LISTED_KEYS + 5)] + ["moe_shared_expert_overlap"]
+    with pytest.raises(ConfigError) as e:
+        check_keys({"moe_shared_expert_overlp": 1}, keys, "options")
+    msg = str(e.value)
+    assert "did you mean 'moe_shared_expert_overlap'?" in msg
+    assert msg.endswith(f"(the nearest of {len(keys)}; docs/strategy-file.md lists all)")
+    assert msg.split("valid keys in options: ")[1].startswith("moe_shared_expert_overlap, ")
+    assert msg.count("key_") == MAX_LISTED_KEYS // 2 - 1
+    with pytest.raises(ConfigError, match=r"valid keys in s: a, b, c$"):
+        check_keys({"d": 1}, ["a", "b", "c"], "s")
