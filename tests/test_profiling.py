@@ -176,7 +176,7 @@ def test_calibrate_maps_cpu_gemms_to_operators(tmp_path):
     assert cal.mapped_s == pytest.approx(60e-6) and cal.unmapped == []
 
 
-def test_class_totals_equal_hta_kernel_breakdown():
+def test_class_totals_equal_hta_kernel_breakdown(hta_in_process):
     hta = pytest.importorskip("hta.trace_analysis", reason="HolisticTraceAnalysis not installed (extra 'hta')")
     traces = read_trace_dir(DATA)
     assert [t.rank for t in traces] == [0, 1] and all(t.device == "gpu" for t in traces)

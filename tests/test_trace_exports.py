@@ -89,7 +89,7 @@ def _idle_any_stream_s(graph, result, rank):
 
 @pytest.mark.filterwarnings("ignore::Warning:hta.*")  # HTA 0.5.0's own pandas deprecations
 @pytest.mark.parametrize("name", ["pipeline-1f1b.yaml", "pipeline-interleaved.yaml"])
-def test_hta_idle_time_matches_simulator(tmp_path, name):
+def test_hta_idle_time_matches_simulator(tmp_path, name, hta_in_process):
     """HTA (optional test extra: pip install 'execsim[hta]') loads the per-rank export and finds the
     simulator's idle time on every rank's compute stream (idle-time breakdown) and with no stream
     busy (temporal breakdown, all streams incl. the p2p links) within 1 %."""
@@ -119,7 +119,7 @@ def _union_us(s_us: np.ndarray, e_us: np.ndarray) -> int:
 
 
 @pytest.mark.filterwarnings("ignore::Warning:hta.*")
-def test_hta_overlap_and_breakdowns_match_simulator(tmp_path):
+def test_hta_overlap_and_breakdowns_match_simulator(tmp_path, hta_in_process):
     """On a strategy with TP, DP and pipeline communication, HTA's communication/computation overlap,
     its temporal breakdown (compute, non-compute, idle) and its kernel-type breakdown equal ours on
     every rank (to the export's integer microseconds): the kernels are named as NCCL names them, so HTA
