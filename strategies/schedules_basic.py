@@ -19,7 +19,7 @@ rank 1: 1F0 1B0 1F1 1B1 1F2 1B2
 """
 from __future__ import annotations
 
-from strategies.actions import Action, Schedule, loop_placement
+from strategies.actions import Action, Schedule, action, loop_placement
 from strategies.errors import ScheduleError
 from strategies.schedules import register
 
@@ -72,7 +72,7 @@ def gpipe(pp: int, microbatches: int, vpp: int = 1) -> Schedule:
     """
     _require_single_stage("gpipe", vpp)
     orders = tuple(
-        tuple(Action(r, "F", i) for i in range(microbatches)) + tuple(Action(r, "B", i) for i in range(microbatches))
+        tuple(action(r, "F", i) for i in range(microbatches)) + tuple(action(r, "B", i) for i in range(microbatches))
         for r in range(pp)
     )
     return Schedule("gpipe", pp, microbatches, 1, loop_placement(pp, 1), orders)
@@ -88,11 +88,11 @@ def _one_f_one_b_order(pp: int, microbatches: int, rank: int) -> tuple[Action, .
     """
     warmup = min(pp - rank - 1, microbatches)
     remaining = microbatches - warmup
-    order = [Action(rank, "F", i) for i in range(warmup)]
+    order = [action(rank, "F", i) for i in range(warmup)]
     for i in range(remaining):
-        order.append(Action(rank, "F", warmup + i))
-        order.append(Action(rank, "B", i))
-    order.extend(Action(rank, "B", i) for i in range(remaining, microbatches))
+        order.append(action(rank, "F", warmup + i))
+        order.append(action(rank, "B", i))
+    order.extend(action(rank, "B", i) for i in range(remaining, microbatches))
     return tuple(order)
 
 
@@ -214,11 +214,11 @@ def interleaved_1f1b(pp: int, microbatches: int, vpp: int = 1) -> Schedule:
 
     def forward(rank: int, k: int) -> Action:
         chunk, mb = table(k)
-        return Action(chunk * pp + rank, "F", mb)
+        return action(chunk * pp + rank, "F", mb)
 
     def backward(rank: int, k: int) -> Action:
         chunk, mb = table(k)  # Megatron get_model_chunk_id(forward=False): vpp - 1 - chunk
-        return Action((vpp - 1 - chunk) * pp + rank, "B", mb)
+        return action((vpp - 1 - chunk) * pp + rank, "B", mb)
 
     orders = []
     for r in range(pp):
