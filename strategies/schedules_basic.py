@@ -208,27 +208,18 @@ def interleaved_1f1b(pp: int, microbatches: int, vpp: int = 1) -> Schedule:
     group = interleaved_group_size(pp, microbatches)
     total = microbatches * vpp
 
-    def table(k: int) -> tuple[int, int]:
-        # Megatron-LM get_schedule_table: (chunk, microbatch) of the k-th step of a rank.
-        return (k % (group * vpp)) // group, (k // (group * vpp)) * group + k % group
-
-    def forward(rank: int, k: int) -> Action:
-        chunk, mb = table(k)
-        return action(chunk * pp + rank, "F", mb)
-
-    def backward(rank: int, k: int) -> Action:
-        chunk, mb = table(k)  # Megatron get_model_chunk_id(forward=False): vpp - 1 - chunk
-        return action((vpp - 1 - chunk) * pp + rank, "B", mb)
-
+    # Megatron-LM get_schedule_table: (chunk, microbatch) of the k-th step of a rank (the same on
+    # every rank; the k-th backward reverses the chunk, get_model_chunk_id(forward=False))
+    table = [((k % (group * vpp)) // group, (k // (group * vpp)) * group + k % group) for k in range(total)]
     orders = []
     for r in range(pp):
+        fwd = [action(chunk * pp + r, "F", mb) for chunk, mb in table]
+        bwd = [action((vpp - 1 - chunk) * pp + r, "B", mb) for chunk, mb in table]
         warmup = interleaved_warmup(pp, microbatches, vpp, r)
-        order = [forward(r, k) for k in range(warmup)]
-        for i in range(total - warmup):
-            order.append(forward(r, warmup + i))
-            order.append(backward(r, i))
-        order.extend(backward(r, k) for k in range(total - warmup, total))
-        orders.append(tuple(order))
+        steady = total - warmup
+        pairs: list = [None] * (2 * steady)  # forward warmup + i, then backward i
+        pairs[0::2], pairs[1::2] = fwd[warmup:], bwd[:steady]
+        orders.append(tuple(fwd[:warmup] + pairs + bwd[steady:]))
     return Schedule(
         "interleaved-1f1b", pp, microbatches, vpp, loop_placement(pp, vpp), tuple(orders),
         meta={"microbatch_group_size": group},
