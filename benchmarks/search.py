@@ -160,9 +160,11 @@ COLD_RUNS = [
 ]
 
 
-def cold_command(path, extra, env_extra=None) -> tuple[float, float, dict]:
+def cold_command(path, extra, env_extra=None, tree=None) -> tuple[float, float, dict]:
     """(wall s, CPU s, JSON) of ``execsim search PATH EXTRA --json`` in a fresh process with an empty
-    numba cache, timed from outside (CPU: user + system of the child, ``resource.getrusage``)."""
+    numba cache, timed from outside (CPU: user + system of the child, ``resource.getrusage``).
+    ``tree``: run that checkout's code instead of this one (``python -m`` puts its directory first
+    on the path), e.g. ``git archive BASE | tar -x -C DIR`` for a baseline in the same run."""
     import json
     import os
     import resource
@@ -174,7 +176,7 @@ def cold_command(path, extra, env_extra=None) -> tuple[float, float, dict]:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t = time.perf_counter()
         out = subprocess.run([sys.executable, "-m", "simulator.cli.main", "search", str(path), *extra, "--json"],
-                             capture_output=True, text=True, cwd=ROOT, env=env, check=False)
+                             capture_output=True, text=True, cwd=tree or ROOT, env=env, check=False)
         wall = time.perf_counter() - t
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -190,8 +192,14 @@ def cold_section(args) -> None:
           f"{len(os.sched_getaffinity(0))} CPUs, load {os.getloadavg()[0]:.1f}")
     calc = CALCULON_PER_CPU_S
     print("  Calculon per CPU-second: " + ", ".join(f"{v:.0f} ({k})" for k, v in calc.items()))
+    if args.baseline:
+        print(f"  baseline: {args.baseline}, run alternately with this tree")
     for label, path, extra in COLD_RUNS:
-        runs = [cold_command(path, extra) for _ in range(args.repeat)]
+        runs, base = [], []
+        for _ in range(args.repeat):
+            runs.append(cold_command(path, extra))
+            if args.baseline:
+                base.append(cold_command(Path(path).resolve(), extra, tree=args.baseline))
         wall = min(r[0] for r in runs)
         cpu = min(r[1] for r in runs)
         js = runs[-1][2]
@@ -203,6 +211,10 @@ def cold_section(args) -> None:
                 f"CPU {cpu:.2f} s; decided per CPU-second {valid / cpu:.0f} ({decided / cpu:.0f} counting only "
                 f"those past the memory bound) = {valid / cpu / calc['issue 30 (low load)']:.1f}x / "
                 f"{decided / cpu / calc['issue 30 (low load)']:.1f}x Calculon (issue's figure)")
+        if base:
+            bw, bc = min(r[0] for r in base), min(r[1] for r in base)
+            line += (f"; baseline wall {bw:.2f} s, CPU {bc:.2f} s: {bw / wall:.2f}x wall, {bc / cpu:.2f}x CPU; "
+                     f"same rows as the baseline: {base[-1][2]['rows'] == js['rows']}")
         if args.check_exhaustive and (label.startswith("GPT-3") or args.check_exhaustive == "all"):
             _, cpu_x, full = cold_command(path, extra + ["--no-prune"])
             same = [r for r in full["rows"]] == [r for r in js["rows"]]
@@ -216,6 +228,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cold", action="store_true", help="only the cold command section (beside Calculon's rate)")
     ap.add_argument("--check-exhaustive", nargs="?", const="gpt3", default="",
                     help="cold section: also run --no-prune and compare the top rows (gpt3, or all)")
+    ap.add_argument("--baseline", default="", help="cold section: also time this checkout (a directory holding "
+                    "another commit's tree) alternately with this one, and compare rows")
     ap.add_argument("--quick", action="store_true", help="fewer runs, no operator-fidelity gaps")
     ap.add_argument("--repeat", type=int, default=3, help="search timings: best of this many runs")
     ap.add_argument("--no-ray", action="store_true", help="skip the Ray comparison")

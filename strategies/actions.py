@@ -60,6 +60,28 @@ class Action:
         return cls(int(m.group(1)), m.group(2), int(m.group(3)))
 
 
+#: Actions shared by the schedule generators (frozen, so one object can stand for every equal one):
+#: a search generates hundreds of schedules over the same few (stage, kind, mb) triples, and a
+#: dictionary look-up costs a fraction of building and checking a new dataclass. Cleared when full.
+_INTERNED: dict[tuple[int, str, int], Action] = {}
+_INTERNED_MAX = 1 << 20
+
+
+def action(stage: int, kind: str, mb: int) -> Action:
+    """``Action(stage, kind, mb)``, the same object for equal arguments (schedule generators).
+
+    >>> action(2, "F", 0) is action(2, "F", 0)
+    True
+    """
+    key = (stage, kind, mb)
+    a = _INTERNED.get(key)
+    if a is None:
+        if len(_INTERNED) >= _INTERNED_MAX:
+            _INTERNED.clear()
+        a = _INTERNED[key] = Action(stage, kind, mb)
+    return a
+
+
 @dataclass(frozen=True)
 class Schedule:
     """Per-rank ordered action lists plus the placement of virtual stages on ranks.

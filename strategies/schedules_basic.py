@@ -19,7 +19,7 @@ rank 1: 1F0 1B0 1F1 1B1 1F2 1B2
 """
 from __future__ import annotations
 
-from strategies.actions import Action, Schedule, loop_placement
+from strategies.actions import Action, Schedule, action, loop_placement
 from strategies.errors import ScheduleError
 from strategies.schedules import register
 
@@ -72,7 +72,7 @@ def gpipe(pp: int, microbatches: int, vpp: int = 1) -> Schedule:
     """
     _require_single_stage("gpipe", vpp)
     orders = tuple(
-        tuple(Action(r, "F", i) for i in range(microbatches)) + tuple(Action(r, "B", i) for i in range(microbatches))
+        tuple(action(r, "F", i) for i in range(microbatches)) + tuple(action(r, "B", i) for i in range(microbatches))
         for r in range(pp)
     )
     return Schedule("gpipe", pp, microbatches, 1, loop_placement(pp, 1), orders)
@@ -88,11 +88,11 @@ def _one_f_one_b_order(pp: int, microbatches: int, rank: int) -> tuple[Action, .
     """
     warmup = min(pp - rank - 1, microbatches)
     remaining = microbatches - warmup
-    order = [Action(rank, "F", i) for i in range(warmup)]
+    order = [action(rank, "F", i) for i in range(warmup)]
     for i in range(remaining):
-        order.append(Action(rank, "F", warmup + i))
-        order.append(Action(rank, "B", i))
-    order.extend(Action(rank, "B", i) for i in range(remaining, microbatches))
+        order.append(action(rank, "F", warmup + i))
+        order.append(action(rank, "B", i))
+    order.extend(action(rank, "B", i) for i in range(remaining, microbatches))
     return tuple(order)
 
 
@@ -208,27 +208,18 @@ def interleaved_1f1b(pp: int, microbatches: int, vpp: int = 1) -> Schedule:
     group = interleaved_group_size(pp, microbatches)
     total = microbatches * vpp
 
-    def table(k: int) -> tuple[int, int]:
-        # Megatron-LM get_schedule_table: (chunk, microbatch) of the k-th step of a rank.
-        return (k % (group * vpp)) // group, (k // (group * vpp)) * group + k % group
-
-    def forward(rank: int, k: int) -> Action:
-        chunk, mb = table(k)
-        return Action(chunk * pp + rank, "F", mb)
-
-    def backward(rank: int, k: int) -> Action:
-        chunk, mb = table(k)  # Megatron get_model_chunk_id(forward=False): vpp - 1 - chunk
-        return Action((vpp - 1 - chunk) * pp + rank, "B", mb)
-
+    # Megatron-LM get_schedule_table: (chunk, microbatch) of the k-th step of a rank (the same on
+    # every rank; the k-th backward reverses the chunk, get_model_chunk_id(forward=False))
+    table = [((k % (group * vpp)) // group, (k // (group * vpp)) * group + k % group) for k in range(total)]
     orders = []
     for r in range(pp):
+        fwd = [action(chunk * pp + r, "F", mb) for chunk, mb in table]
+        bwd = [action((vpp - 1 - chunk) * pp + r, "B", mb) for chunk, mb in table]
         warmup = interleaved_warmup(pp, microbatches, vpp, r)
-        order = [forward(r, k) for k in range(warmup)]
-        for i in range(total - warmup):
-            order.append(forward(r, warmup + i))
-            order.append(backward(r, i))
-        order.extend(backward(r, k) for k in range(total - warmup, total))
-        orders.append(tuple(order))
+        steady = total - warmup
+        pairs: list = [None] * (2 * steady)  # forward warmup + i, then backward i
+        pairs[0::2], pairs[1::2] = fwd[warmup:], bwd[:steady]
+        orders.append(tuple(fwd[:warmup] + pairs + bwd[steady:]))
     return Schedule(
         "interleaved-1f1b", pp, microbatches, vpp, loop_placement(pp, vpp), tuple(orders),
         meta={"microbatch_group_size": group},

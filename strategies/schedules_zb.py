@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Callable
 
-from strategies.actions import Action, Overlap, Schedule, loop_placement, v_placement
+from strategies.actions import Action, Overlap, Schedule, action, loop_placement, v_placement
 from strategies.errors import ScheduleError
 from strategies.schedules import register
 
@@ -73,7 +73,7 @@ class _Counter:
     def take(self, stage: int, kind: str) -> Action:
         mb = self._next[(stage, kind)]
         self._next[(stage, kind)] = mb + 1
-        return Action(stage, kind, mb)
+        return action(stage, kind, mb)
 
 
 # --- zb-h1 (ZB-1P) ----------------------------------------------------------------------------
@@ -206,7 +206,7 @@ def _zbv_rank(rank: int, pp: int, microbatches: int) -> list[Action]:
     f0 = f1 = b0 = b1 = 0
 
     def add(stage: int, kind: str, mb: int) -> None:
-        ops.append(Action(stage, kind, mb))
+        ops.append(action(stage, kind, mb))
 
     for _ in range(2 * (pp - rank) - 1):                      # warm-up 1: chunk-0 forwards
         add(s0, "F", f0); f0 += 1
@@ -413,8 +413,8 @@ def looped_bfs(pp: int, microbatches: int, vpp: int = 1) -> Schedule:
     orders = []
     for rank in range(pp):
         stages = range(rank, pp * vpp, pp)
-        ops = [Action(s, "F", mb) for s in stages for mb in range(microbatches)]
-        ops += [Action(s, "B", mb) for s in reversed(stages) for mb in reversed(range(microbatches))]
+        ops = [action(s, "F", mb) for s in stages for mb in range(microbatches)]
+        ops += [action(s, "B", mb) for s in reversed(stages) for mb in reversed(range(microbatches))]
         orders.append(ops)
     return _schedule("looped-bfs", pp, microbatches, vpp, loop_placement(pp, vpp), orders,
                      {"placement": "loop", "source": "torch ScheduleLoopedBFS"})

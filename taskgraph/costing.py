@@ -581,8 +581,14 @@ def _paced(st: StageWork, f: float) -> StageWork:
     by ``_stage_work``, whose CPU-offloaded part is not GPU work)."""
     if f == 1.0:
         return st
-    layers = tuple(replace(l, ops=tuple(_scaled(o, f) for o in l.ops)) for l in st.layers)
-    return StageWork(layers, st.buckets, st.optimizer_s)
+    scaled: dict = {}  # a stage's layers mostly share one ops tuple (the layer cache): scale each once
+    layers = []
+    for l in st.layers:
+        ops = scaled.get(id(l.ops))
+        if ops is None:
+            ops = scaled[id(l.ops)] = tuple(_scaled(o, f) for o in l.ops)
+        layers.append(replace(l, ops=ops))
+    return StageWork(tuple(layers), st.buckets, st.optimizer_s)
 
 
 def _scaled(o: OpCost, f: float) -> OpCost:

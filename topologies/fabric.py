@@ -47,7 +47,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from topologies.placement import all_groups, as_sizes, rank_of
+from topologies.placement import all_groups, as_sizes
 
 
 @dataclass(frozen=True)
@@ -399,16 +399,22 @@ def _pp_flows(sizes, gpus_per_node: int) -> tuple[np.ndarray, np.ndarray]:
     s = as_sizes(sizes)
     if s.pp < 2:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    src, dst = [], []
-    for p in range(s.pp - 1):
-        for t in range(s.tp):
-            for c in range(s.cp):
-                for d in range(s.dp):
-                    a, b = rank_of(t, c, d, p, s), rank_of(t, c, d, p + 1, s)
-                    if a // gpus_per_node != b // gpus_per_node:
-                        src += [a, b]
-                        dst += [b, a]
-    return np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+    # ranks of pipeline rank p in (p, t, c, d) loop order, as rank_of computes them; inter-node pairs
+    # kept in that order, each as (a -> b, b -> a)
+    a = np.concatenate([_stage_replicas(s, p) for p in range(s.pp - 1)])
+    b = a + s.tp * s.cp * s.dp
+    keep = a // gpus_per_node != b // gpus_per_node
+    a, b = a[keep], b[keep]
+    return np.stack([a, b], axis=1).ravel(), np.stack([b, a], axis=1).ravel()
+
+
+def _stage_replicas(s, pp_rank: int) -> np.ndarray:
+    """Global ranks of every (tp, cp, dp) replica of pipeline rank ``pp_rank``, in nested loop order
+    (tp outermost, dp innermost): ``rank_of(t, c, d, pp_rank, s)`` (placement.py) on a grid."""
+    t = np.arange(s.tp, dtype=np.int64)[:, None, None]
+    c = np.arange(s.cp, dtype=np.int64)[None, :, None]
+    d = np.arange(s.dp, dtype=np.int64)[None, None, :]
+    return (t + s.tp * (c + s.cp * (d + s.dp * pp_rank))).ravel()
 
 
 def _axis_flows(axis: str, sizes, gpus_per_node: int):
@@ -536,16 +542,10 @@ def p2p_slowdown(cluster: Any, src: int, dst: int, sizes: Any) -> float:
     from topologies.placement import coords_of
     s = as_sizes(sizes)
     a, b = coords_of(src, s), coords_of(dst, s)
-    fs, fd = [], []
-    for t in range(s.tp):
-        for c in range(s.cp):
-            for d in range(s.dp):
-                x, y = rank_of(t, c, d, a["pp"], s), rank_of(t, c, d, b["pp"], s)
-                if x // g != y // g:
-                    fs.append(x)
-                    fd.append(y)
+    x, y = _stage_replicas(s, a["pp"]), _stage_replicas(s, b["pp"])
+    keep = x // g != y // g
     fab = fabric_of(cluster)
-    routes = fab.routes(np.asarray(fs), np.asarray(fd))
+    routes = fab.routes(x[keep], y[keep])
     rates = max_min_rates(routes, fab.capacity)
     alone = float(cluster.nic_bandwidth)
     slow = max(1.0, alone / float(rates.min()))

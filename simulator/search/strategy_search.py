@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from simulator.search.backends import ROW_FIELDS, Job, evaluate_row, evaluate_rows
@@ -36,14 +36,16 @@ DEFAULT_TRAIN_TOKENS = 1e9
 class SearchResult:
     """The outcome of :func:`search`.
 
-    table: pandas DataFrame of every simulated candidate (``simulator.search.backends.ROW_FIELDS`` plus
-    ``meets`` and ``rank``), best first: candidates that fit and meet the deadline ranked by the
-    objective, then out-of-memory and deadline misses, then invalid ones. best: the winning
+    ranked: every simulated candidate's row (``simulator.search.backends.ROW_FIELDS`` plus ``meets``
+    and ``rank``), best first: candidates that fit and meet the deadline ranked by the objective,
+    then out-of-memory and deadline misses, then invalid ones; ``table`` is the same rows as a pandas
+    DataFrame, built on first use (the command prints from ``ranked`` and does not import pandas,
+    ~0.3 CPU-s of a cold start, unless it writes a CSV or a plot). best: the winning
     :class:`Candidate` or None; best_strategy: its strategy (for ``--write-best``). message: the
     "no strategy meets ..." answer when there is no winner; closest: the nearest misses then.
     """
 
-    table: object
+    ranked: list
     best: Candidate | None
     best_strategy: object
     objective: str
@@ -59,6 +61,14 @@ class SearchResult:
     closest: object = None
     skipped: int = 0
     gap: float | None = None
+    _table: object = field(default=None, repr=False, compare=False)
+
+    @property
+    def table(self):
+        """``ranked`` as a pandas DataFrame (built once)."""
+        if self._table is None:
+            self._table = ranked_table(self.ranked)
+        return self._table
 
 
 def objective_value(row: dict, objective: str, deadline_days: float | None = None) -> float:
@@ -196,16 +206,16 @@ def search(base, *, gpus: int | None = None, gpus_range: tuple[int, int] | None 
                                    beta=beta, nonuniform=nonuniform, start=first, progress=progress, bound=bound)
         if bound is not None:
             gap = _gap(rows, cands, bound, cost)
-    table = rank_rows(rows, objective, deadline_days)
+    ranked = ranked_rows(rows, objective, deadline_days)
     best = best_strategy = None
     message, closest = "", None
-    if len(table) and bool(table.iloc[0]["meets"]):
-        best = row_candidate(table.iloc[0])
+    if ranked and bool(ranked[0]["meets"]):
+        best = row_candidate(ranked[0])
         from simulator.search.backends import candidate_strategy
         best_strategy = candidate_strategy(ctx, best)
     else:
-        message, closest = _no_answer(table, objective, deadline_days, tokens, gpus_list)
-    return SearchResult(table, best, best_strategy, objective, method, tokens, price, deadline_days, gpus_list, stats,
+        message, closest = _no_answer(ranked_table(ranked), objective, deadline_days, tokens, gpus_list)
+    return SearchResult(ranked, best, best_strategy, objective, method, tokens, price, deadline_days, gpus_list, stats,
                         evaluations if evaluations is not None else len(rows),
                         time.perf_counter() - t0, message, closest, skipped, gap)
 
@@ -240,10 +250,24 @@ def _file_candidate(ctx, base, cands) -> Candidate | None:
 def rank_rows(rows: list[dict], objective: str, deadline_days: float | None = None):
     """The rows as a DataFrame in ranking order (see :class:`SearchResult`), with ``meets`` (fits
     and meets the deadline) and ``rank`` (1 = best) columns."""
+    return ranked_table(ranked_rows(rows, objective, deadline_days))
+
+
+def ranked_table(ranked: list[dict]):
+    """Rows from :func:`ranked_rows` as a DataFrame: ``ROW_FIELDS`` then ``meets`` and ``rank``."""
     import pandas as pd
-    from simulator.search.space import CANDIDATE_FIELDS
-    if not rows:
+    if not ranked:
         return pd.DataFrame(columns=list(ROW_FIELDS) + ["meets", "rank"])
+    df = pd.DataFrame(ranked, columns=list(ROW_FIELDS))
+    df["meets"] = [r["meets"] for r in ranked]
+    df["rank"] = [r["rank"] for r in ranked]
+    return df
+
+
+def ranked_rows(rows: list[dict], objective: str, deadline_days: float | None = None) -> list[dict]:
+    """The rows in ranking order (see :class:`SearchResult`), each a new dict with ``meets`` (fits
+    and meets the deadline) and ``rank`` (1 = best) added."""
+    from simulator.search.space import CANDIDATE_FIELDS
     group = {"ok": 0, "oom": 1, "invalid": 3}
 
     def key(r):
@@ -253,10 +277,8 @@ def rank_rows(rows: list[dict], objective: str, deadline_days: float | None = No
         return (g, v if math.isfinite(v) else secondary, tuple(r[k] for k in CANDIDATE_FIELDS))
 
     ordered = sorted(rows, key=key)
-    df = pd.DataFrame(ordered, columns=list(ROW_FIELDS))
-    df["meets"] = [math.isfinite(objective_value(r, objective, deadline_days)) for r in ordered]
-    df["rank"] = range(1, len(df) + 1)
-    return df
+    return [{**{k: r[k] for k in ROW_FIELDS}, "meets": math.isfinite(objective_value(r, objective, deadline_days)),
+             "rank": i} for i, r in enumerate(ordered, 1)]
 
 
 def row_candidate(row) -> Candidate:
@@ -295,11 +317,10 @@ def _gpus_text(gpus_list) -> str:
 
 def format_table(result: SearchResult, top: int = 10) -> str:
     """The ranked rows as text (the CLI's table)."""
-    df = result.table
     lines = [f"{'#':>3} {'GPUs':>5} {'tp':>3} {'pp':>3} {'dp':>4} {'cp':>2} {'ep':>2} {'vpp':>3} {'schedule':<16} "
              f"{'mb':>2} {'recompute':<9} {'z':>1} {'iter s':>8} {'tok/s':>10} {'MFU':>6} {'mem GiB':>7} "
              f"{'days':>7} {'GPU-h':>10} {'cost $':>12}"]
-    for _, r in df.head(top).iterrows():
+    for r in result.ranked[:top]:
         rec = "per-layer" if r["recompute_layers"] else r["recompute"]
         sched = r["schedule"] + ("*" if r["layers_per_stage"] else "")
         if r["status"] == "invalid":
@@ -317,5 +338,5 @@ def format_table(result: SearchResult, top: int = 10) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["search", "SearchResult", "objective_value", "rank_rows", "row_candidate", "format_table", "OBJECTIVES",
+__all__ = ["search", "SearchResult", "objective_value", "rank_rows", "ranked_rows", "ranked_table", "row_candidate", "format_table", "OBJECTIVES",
            "METHODS"]
