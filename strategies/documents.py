@@ -14,6 +14,8 @@ strategies.errors.ConfigError: x.yaml: key 'parallel.tp' is given twice (line 1 
 """
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 import os
@@ -66,6 +68,24 @@ def read_text(path, what: str = "file", *, limit: int = MAX_DOCUMENT_BYTES) -> s
         raise ConfigError(f"{what} {name} contains a NUL byte at offset {text.index(chr(0))}: it is not a text "
                           f"file")
     return text
+
+
+def csv_rows(text: str, columns: tuple, what: str):
+    """``(line number, row)`` for each data row of CSV ``text`` whose header must hold ``columns``:
+    one error naming ``what`` for a missing column, a row with fewer cells than the header, or text
+    that is not CSV."""
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    try:
+        missing = [c for c in columns if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ConfigError(f"{what} lacks column(s) {', '.join(missing)}; the header must hold {','.join(columns)}")
+        for row in reader:
+            if any(row.get(c) is None for c in columns):
+                raise ConfigError(f"{what} line {reader.line_num} has fewer cells than the header "
+                                  f"({','.join(columns)}); fill every column")
+            yield reader.line_num, row
+    except csv.Error as exc:
+        raise ConfigError(f"{what} is not valid CSV (line {reader.line_num}: {cut(str(exc), 80)})") from None
 
 
 def read_csv_text(path, what: str) -> str:

@@ -423,6 +423,16 @@ def parse_strategy(data: dict, base_dir: str | Path = ".", *, written: bool = Tr
     return Strategy(data["model"], data["cluster"], par, sched, csv, tr, opt, str(base_dir), data)
 
 
+def _needs_switch(o: dict, opt, keys: tuple, switch: str, why: str = "") -> None:
+    """One error when an option of ``keys`` is given (not False) while the boolean option ``switch``
+    it refines is off."""
+    for key in keys:
+        v = getattr(opt, key)
+        if o.get(key) not in (None, False) and not getattr(opt, switch):
+            raise ConfigError(f"options.{key} = {str(v).lower() if isinstance(v, bool) else v} applies with "
+                              f"options.{switch}: true{why}; set {switch}: true or drop {key}")
+
+
 def _check_applies(t: dict, o: dict, par: ParallelSpec, tr: TrainingSpec, opt: OptionsSpec) -> None:
     """Settings the user wrote that the rest of the file makes meaningless are refused, not ignored
     (``parallel.ep`` on a dense model is the model; the checks that need the model or the GPU are in
@@ -441,11 +451,8 @@ def _check_applies(t: dict, o: dict, par: ParallelSpec, tr: TrainingSpec, opt: O
                           f"(it is {opt.pair_overlap!r}); set pair_overlap: concurrent or drop pair_comm_sms")
     # Megatron-LM transformer_config.py __post_init__: "overlap_moe_expert_parallel_comm must be enabled
     # when enabling delay_wgrad_compute"; the dispatcher SMs matter only beside overlapped compute
-    for key in ("delay_wgrad_compute", "moe_flex_dispatcher_num_sms"):
-        v = getattr(opt, key)
-        if o.get(key) not in (None, False) and not opt.overlap_moe_expert_parallel_comm:
-            raise ConfigError(f"options.{key} = {str(v).lower() if isinstance(v, bool) else v} applies with options.overlap_moe_expert_parallel_comm: "
-                              f"true (Megatron-LM requires it); set overlap_moe_expert_parallel_comm: true or drop {key}")
+    _needs_switch(o, opt, ("delay_wgrad_compute", "moe_flex_dispatcher_num_sms"), "overlap_moe_expert_parallel_comm",
+                  " (Megatron-LM requires it)")
     # Megatron-LM transformer_config.py __post_init__ (overlap_moe_expert_parallel_comm): "disable
     # moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm"
     if opt.moe_shared_expert_overlap and opt.overlap_moe_expert_parallel_comm:
@@ -455,11 +462,7 @@ def _check_applies(t: dict, o: dict, par: ParallelSpec, tr: TrainingSpec, opt: O
     if opt.optimizer_offload_fraction > 1.0:
         raise ConfigError(f"options.optimizer_offload_fraction = {opt.optimizer_offload_fraction} must be in [0, 1] "
                           f"(the share of the parameters whose optimizer runs on the CPU)")
-    for key in ("optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d"):
-        v = getattr(opt, key)
-        if o.get(key) not in (None, False) and not opt.optimizer_cpu_offload:
-            raise ConfigError(f"options.{key} = {str(v).lower() if isinstance(v, bool) else v} applies with "
-                              f"options.optimizer_cpu_offload: true; set optimizer_cpu_offload: true or drop {key}")
+    _needs_switch(o, opt, ("optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d"), "optimizer_cpu_offload")
 
 
 def check_strategy(strategy: Strategy) -> None:

@@ -30,13 +30,11 @@ For the backward passes of ``C[m,n] = A[m,k] B[k,n]``: input gradient dA[m,k] = 
 """
 from __future__ import annotations
 
-import csv
-import io
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from strategies.errors import ConfigError, brief, cut
+from strategies.errors import ConfigError, brief
 from taskgraph.stacks import attention_efficiency, get_stack
 
 PASSES = ("fwd", "bwd_input", "bwd_weight")
@@ -119,41 +117,29 @@ class ProfileTable:
 
     @classmethod
     def load(cls, path) -> "ProfileTable":
-        from strategies.documents import read_csv_text
+        from strategies.documents import csv_rows, read_csv_text
         p = Path(path)
         name = brief(str(p), 120)
         need = ("gpu", "dtype", "op", "pass", "shape", "time_us")
         entries, lines = {}, {}
         text = read_csv_text(p, "options.profile")
-        reader = csv.DictReader(io.StringIO(text, newline=""))
-        try:
-            missing = [c for c in need if c not in (reader.fieldnames or [])]
-            if missing:
-                raise ConfigError(f"profile {name} lacks column(s) {', '.join(missing)}; "
-                                  f"the header must be {','.join(need)}")
-            for row in reader:
-                i = reader.line_num
-                if any(row.get(c) is None for c in need):
-                    raise ConfigError(f"profile {name} line {i} has fewer cells than the header "
-                                      f"({','.join(need)}); fill every column")
-                if row["pass"] not in PASSES:
-                    raise ConfigError(f"profile {name} line {i}: pass = {brief(row['pass'])} must be one of "
-                                      f"{', '.join(PASSES)}")
-                try:
-                    t = float(row["time_us"]) * 1e-6
-                except ValueError:
-                    raise ConfigError(f"profile {name} line {i}: time_us = {brief(row['time_us'])} is not a "
-                                      f"number") from None
-                if not math.isfinite(t) or t < 0 or t > 1e6:
-                    raise ConfigError(f"profile {name} line {i}: time_us = {brief(row['time_us'])} must be a finite "
-                                      f"number of microseconds in [0, 1e12]")
-                key = (row["gpu"].lower(), row["dtype"].lower(), row["op"], row["pass"], row["shape"])
-                if key in entries:
-                    raise ConfigError(f"profile {name} line {i} repeats line {lines[key]} (same gpu, dtype, op, pass "
-                                      f"and shape); keep one")
-                entries[key], lines[key] = t, i
-        except csv.Error as exc:
-            raise ConfigError(f"profile {name} is not valid CSV (line {reader.line_num}: {cut(str(exc), 80)})") from None
+        for i, row in csv_rows(text, need, f"profile {name}"):
+            if row["pass"] not in PASSES:
+                raise ConfigError(f"profile {name} line {i}: pass = {brief(row['pass'])} must be one of "
+                                  f"{', '.join(PASSES)}")
+            try:
+                t = float(row["time_us"]) * 1e-6
+            except ValueError:
+                raise ConfigError(f"profile {name} line {i}: time_us = {brief(row['time_us'])} is not a "
+                                  f"number") from None
+            if not math.isfinite(t) or t < 0 or t > 1e6:
+                raise ConfigError(f"profile {name} line {i}: time_us = {brief(row['time_us'])} must be a finite "
+                                  f"number of microseconds in [0, 1e12]")
+            key = (row["gpu"].lower(), row["dtype"].lower(), row["op"], row["pass"], row["shape"])
+            if key in entries:
+                raise ConfigError(f"profile {name} line {i} repeats line {lines[key]} (same gpu, dtype, op, pass "
+                                  f"and shape); keep one")
+            entries[key], lines[key] = t, i
         return cls(entries, lines, set(), str(p))
 
     def gpus(self) -> list[str]:

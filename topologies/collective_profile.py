@@ -23,13 +23,11 @@ operator profile); otherwise one error names both.
 """
 from __future__ import annotations
 
-import csv
-import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from strategies.errors import ConfigError, brief, cut
+from strategies.errors import ConfigError, brief
 
 COLUMNS = ("gpu", "collective", "ranks", "bytes", "time_us")
 
@@ -74,42 +72,29 @@ def interpolate(pts, s: float) -> float:
 
 def load_collective_profile(path, cluster_gpu: str, measured_on: str | None = None) -> CollectiveProfile:
     """Read and check the CSV at ``path`` for a cluster of ``cluster_gpu`` (module docstring)."""
-    from strategies.documents import read_csv_text
+    from strategies.documents import csv_rows, read_csv_text
     from topologies.collectives import normalize_kind
     name = brief(str(path), 120)
     text = read_csv_text(Path(path), "options.collective_profile")
-    reader = csv.DictReader(io.StringIO(text, newline=""))
     curves: dict = {}
     gpus: set = set()
-    try:
-        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise ConfigError(f"collective profile {name} lacks column(s) {', '.join(missing)}; the header must "
-                              f"hold {','.join(COLUMNS)}")
-        for row in reader:
-            i = reader.line_num
-            if any(row.get(c) is None for c in COLUMNS):
-                raise ConfigError(f"collective profile {name} line {i} has fewer cells than the header; fill every "
-                                  f"column")
-            gpus.add(row["gpu"].strip().lower())
-            try:
-                kind = normalize_kind(row["collective"])
-            except ConfigError as exc:
-                raise ConfigError(f"collective profile {name} line {i}: {exc}") from None
-            ranks = _number(row["ranks"], "ranks", name, i, integer=True, low=2)
-            nbytes = _number(row["bytes"], "bytes", name, i, integer=True, low=1)
-            if row["time_us"].strip() == "":
-                continue   # a case the sweep could not run: the model keeps it (module docstring)
-            t = _number(row["time_us"], "time_us", name, i, low=0) * 1e-6
-            key = (row["gpu"].strip().lower(), kind, ranks)
-            pts = curves.setdefault(key, {})
-            if nbytes in pts:
-                raise ConfigError(f"collective profile {name} line {i} repeats {kind} on {ranks} ranks at {nbytes} "
-                                  f"bytes (line {pts[nbytes][1]}); keep one")
-            pts[nbytes] = (t, i)
-    except csv.Error as exc:
-        raise ConfigError(f"collective profile {name} is not valid CSV (line {reader.line_num}: "
-                          f"{cut(str(exc), 80)})") from None
+    for i, row in csv_rows(text, COLUMNS, f"collective profile {name}"):
+        gpus.add(row["gpu"].strip().lower())
+        try:
+            kind = normalize_kind(row["collective"])
+        except ConfigError as exc:
+            raise ConfigError(f"collective profile {name} line {i}: {exc}") from None
+        ranks = _number(row["ranks"], "ranks", name, i, integer=True, low=2)
+        nbytes = _number(row["bytes"], "bytes", name, i, integer=True, low=1)
+        if row["time_us"].strip() == "":
+            continue   # a case the sweep could not run: the model keeps it (module docstring)
+        t = _number(row["time_us"], "time_us", name, i, low=0) * 1e-6
+        key = (row["gpu"].strip().lower(), kind, ranks)
+        pts = curves.setdefault(key, {})
+        if nbytes in pts:
+            raise ConfigError(f"collective profile {name} line {i} repeats {kind} on {ranks} ranks at {nbytes} "
+                              f"bytes (line {pts[nbytes][1]}); keep one")
+        pts[nbytes] = (t, i)
     have = sorted(gpus)
     if measured_on:
         use = measured_on.lower()
