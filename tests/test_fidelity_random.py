@@ -124,6 +124,24 @@ def _draw_a2a_overlap(data: dict, on: set, i: int) -> None:
         on.add("moe_flex_dispatcher_num_sms")
 
 
+#: model fields drawn like the options (each on in at least MIN_ON draws), by _draw_model_fields
+MODEL_KEYS = ("attention_chunk", "global_attention_start")
+
+
+def _draw_model_fields(data: dict, on: set, i: int) -> None:
+    """Chunked local attention (Llama 4 iRoPE) in a tenth of the draws: blocks of 256 of the 1,024
+    tokens, every 2nd layer global, from layer 0 (torchtitan's phase) in half of them; its own
+    generator keeps the other draws as they were."""
+    rng = np.random.default_rng((20261128, i))
+    if rng.random() >= 0.1:
+        return
+    data["model"].update(attention_chunk=256, global_attention_every=2)
+    on.add("attention_chunk")
+    if rng.random() < 0.5:
+        data["model"]["global_attention_start"] = 0
+        on.add("global_attention_start")
+
+
 def _draw(rng: np.random.Generator, i: int) -> tuple[dict, set]:
     moe = rng.random() < 0.3
     model = {"preset": "mixtral-8x7b" if moe else "llama3-8b", "layers": int(rng.choice([2, 4])),
@@ -187,6 +205,7 @@ def _draw(rng: np.random.Generator, i: int) -> tuple[dict, set]:
     _draw_a2a_overlap(data, on, i)
     _draw_cpu_offload(data, on, i)
     _draw_shared_overlap(data, on, i)
+    _draw_model_fields(data, on, i)
     return data, on
 
 
@@ -221,7 +240,7 @@ def test_every_option_is_drawn_or_named():
 
 def test_each_option_is_on_in_enough_draws(draws):
     assert len(draws) == DRAWS
-    counts = {k: sum(k in on for _, on in draws) for k in OPTION_VALUES}
+    counts = {k: sum(k in on for _, on in draws) for k in (*OPTION_VALUES, *MODEL_KEYS)}
     low = {k: n for k, n in counts.items() if n < MIN_ON}
     assert not low, f"options switched on in fewer than {MIN_ON} of {DRAWS} draws: {low}"
 
