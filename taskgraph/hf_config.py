@@ -98,18 +98,9 @@ def _hf_window(c: _HF, kw: dict, *, every: int = 0) -> None:
     """Sliding-window attention on all layers (Mistral 7B v0.1, Phi-3) or on all but every
     ``every``-th layer (Gemma 2/3); ``layer_types`` (newer configs) is read when present."""
     w = c.int("sliding_window", 0, minimum=0)
-    types = c.d.get("layer_types")
-    c.used.add("layer_types")
-    if types is not None:  # HF: one of "full_attention" / "sliding_attention" per layer
-        kinds = ("full_attention", "sliding_attention")
-        if not isinstance(types, list) or not all(isinstance(t, str) and t in kinds for t in types):
-            bad = next((t for t in types if not (isinstance(t, str) and t in kinds)), None) \
-                if isinstance(types, list) else types
-            raise ConfigError(f"{c.where} layer_types = {brief(types)} must be a list with one of {', '.join(kinds)} "
-                              f"per layer ({brief(bad)} is not){did_you_mean(str(bad), kinds)}")
-        if len(types) != kw["layers"]:
-            raise ConfigError(f"{c.where} layer_types has {len(types)} entries but num_hidden_layers = "
-                              f"{kw['layers']}; give one per layer")
+    # HF: one of "full_attention" / "sliding_attention" per layer
+    types = _layer_list(c, "layer_types", kw["layers"], ("full_attention", "sliding_attention"), empty_is_unset=False)
+    if types is not None:
         if "sliding_attention" in types and not w:
             raise ConfigError(f"{c.where} layer_types has sliding_attention layers but sliding_window is "
                               f"{c.d.get('sliding_window')!r}; set the window size or make every layer full_attention")
@@ -256,16 +247,18 @@ LLAMA4_TEXT_DEFAULTS = {"vocab_size": 202_048, "hidden_size": 5120, "intermediat
                         "use_qk_norm": True, "no_rope_layer_interval": 4, "attention_chunk_size": 8192}
 
 
-def _layer_list(c: _HF, key: str, layers: int, kinds: tuple) -> list | None:
-    """A per-layer list of ``kinds`` values (None when absent or empty), checked for its length."""
+def _layer_list(c: _HF, key: str, layers: int, kinds: tuple, empty_is_unset: bool = True) -> list | None:
+    """A per-layer list of ``kinds`` values (None when absent, or empty with ``empty_is_unset``, as
+    transformers reads Llama 4's ``no_rope_layers``), checked for its values and its length."""
     v = c.d.get(key)
     c.used.add(key)
-    if v is None or v == []:
+    if v is None or (empty_is_unset and v == []):
         return None
     if not isinstance(v, list) or not all(not isinstance(x, bool) and x in kinds for x in v):
         bad = next((x for x in v if isinstance(x, bool) or x not in kinds), None) if isinstance(v, list) else v
+        hint = did_you_mean(bad, [k for k in kinds if isinstance(k, str)]) if isinstance(bad, str) else ""
         raise ConfigError(f"{c.where} {key} = {brief(v)} must be a list with one of {', '.join(map(str, kinds))} "
-                          f"per layer ({brief(bad)} is not)")
+                          f"per layer ({brief(bad)} is not){hint}")
     if len(v) != layers:
         raise ConfigError(f"{c.where} {key} has {len(v)} entries but num_hidden_layers = {layers}; give one per layer")
     return v

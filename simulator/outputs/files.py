@@ -58,19 +58,26 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
+def _path_text(path, flag: str, what: str, when_empty: str, when_nul: str) -> tuple[str, str]:
+    """``(text, shown name)`` of an output path given to ``flag``; one error for none, an empty one or
+    a NUL byte (``what``: path / folder; the hints say what to give instead)."""
+    if path is None:
+        raise OutputError(f"{flag}: no {what} given")
+    text = os.fspath(path)
+    name = brief(text, 120)
+    if not text.strip():
+        raise OutputError(f"{flag} {name} is empty: give {when_empty}")
+    if "\x00" in text:
+        raise OutputError(f"{flag} {name} contains a NUL byte: give {when_nul}")
+    return text, name
+
+
 def check_output(path, flag: str, *, inputs: Iterable = (), mkdir: bool = False, default_name: str = "trace.json") -> str:
     """Check that ``path`` can be written by ``flag`` before any work is done; return it as a str.
 
     ``inputs``: paths the run reads (never overwritten). ``mkdir``: create a missing parent folder.
     """
-    if path is None:
-        raise OutputError(f"{flag}: no path given")
-    text = os.fspath(path)
-    name = brief(text, 120)
-    if not text.strip():
-        raise OutputError(f"{flag} {name} is empty: give a file name, e.g. {flag} {default_name}")
-    if "\x00" in text:
-        raise OutputError(f"{flag} {name} contains a NUL byte: give a file name")
+    text, name = _path_text(path, flag, "path", f"a file name, e.g. {flag} {default_name}", "a file name")
     p = Path(text)
     try:
         if p.is_dir():
@@ -118,14 +125,7 @@ def check_output_dir(path, flag: str, *, inputs: Iterable = (), mkdir: bool = Fa
     ``pattern`` that :func:`check_output` refuses (an input of the run, also through a symbolic or hard
     link, a folder, a read-only file). The folder itself is created when the files are written."""
     import re
-    if path is None:
-        raise OutputError(f"{flag}: no folder given")
-    text = os.fspath(path)
-    name = brief(text, 120)
-    if not text.strip():
-        raise OutputError(f"{flag} {name} is empty: give a folder for the files, e.g. {flag} out/")
-    if "\x00" in text:
-        raise OutputError(f"{flag} {name} contains a NUL byte: give a folder name")
+    text, name = _path_text(path, flag, "folder", f"a folder for the files, e.g. {flag} out/", "a folder name")
     d = Path(text)
     try:
         if d.exists() and not d.is_dir():

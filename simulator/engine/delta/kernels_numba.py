@@ -544,6 +544,18 @@ def key_sorted(order, ready):
     return True
 
 
+@numba.njit(cache=True, inline="always")
+def _append_tail(qh, qt, qn, qp, d, x):
+    """Append task ``x`` at the tail of device ``d``'s linked-list queue (``qn`` already -1 at x)."""
+    p = qt[d]
+    if p == -1:
+        qh[d] = x
+    else:
+        qn[p] = x
+    qp[x] = p
+    qt[d] = x
+
+
 @numba.njit(cache=True)
 def links_from_order(order, dev, n, nd):
     """The linked-list device queues of a canonical full run: its pop ``order`` is key order, so each
@@ -555,14 +567,7 @@ def links_from_order(order, dev, n, nd):
     qt = np.full(nd, -1, dtype=np.int64)
     for k in range(order.shape[0]):
         x = order[k]
-        d = dev[x]
-        p = qt[d]
-        if p == -1:
-            qh[d] = x
-        else:
-            qn[p] = x
-        qp[x] = p
-        qt[d] = x
+        _append_tail(qh, qt, qn, qp, dev[x], x)
     return qh, qt, qn, qp
 
 
@@ -614,14 +619,7 @@ def adopt(order, ready, start, dur, dev, alive, R, S, E, lk, where, qh, qt, qn, 
         if prev != -1 and not _before(ready[prev], prev, ready[x], x):
             canonical = False
         prev = x
-        d = dev[x]
-        p = qt[d]
-        if p == -1:
-            qh[d] = x
-        else:
-            qn[p] = x
-        qp[x] = p
-        qt[d] = x
+        _append_tail(qh, qt, qn, qp, dev[x], x)
     return changed, lossy, canonical, mk
 
 
