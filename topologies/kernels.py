@@ -188,7 +188,7 @@ def gemm_figures(path: str = KERNELS_PATH) -> tuple[GemmFigure, ...]:
     gemm = doc.get("gemm") if isinstance(doc, Mapping) else None
     if not isinstance(gemm, Mapping):
         return ()
-    check_keys(gemm, ("rows", "max_achievable"), where + " gemm")
+    check_keys(gemm, ("kernels", "rows", "max_achievable"), where + " gemm")
     out = []
     for i, row in enumerate(gemm.get("rows") or []):
         w = f"{where}: gemm.rows[{i}]"
@@ -203,3 +203,84 @@ def gemm_figures(path: str = KERNELS_PATH) -> tuple[GemmFigure, ...]:
         out.append(GemmFigure(str(row["gpu"]), str(row["dtype"]), row["m"], row["n"], row["k"], row["groups"],
                               float(tf) * 1e12, str(row["source"])))
     return tuple(out)
+
+
+GEMM_EPILOGUES = ("overlapped", "serial")
+
+
+@dataclass(frozen=True)
+class GemmKernel:
+    """A GEMM kernel family (``gemm.kernels`` of kernels.yaml): ``epilogue`` 'overlapped' (the output
+    write only enters the roofline's memory term; tiles: the GPU's catalog ones) or 'serial' (each wave
+    of tiles writes its outputs after its main loop); ``block_m`` / ``block_n``: the kernel's own tile
+    candidates (empty for 'overlapped')."""
+
+    name: str
+    epilogue: str
+    block_m: tuple = ()
+    block_n: tuple = ()
+    source: str = ""
+
+
+def _int_list(v, w: str, key: str) -> tuple:
+    if not isinstance(v, list) or not v or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in v):
+        raise ConfigError(f"{w}: {key} = {v!r} must be a list of positive integers")
+    return tuple(v)
+
+
+@lru_cache(maxsize=None)
+def gemm_kernels(path: str = KERNELS_PATH) -> Mapping:
+    """The ``gemm.kernels`` of ``path``: name -> :class:`GemmKernel`, checked. ``block_n`` is written
+    ``[low, high, step]`` (every multiple of step from low to high)."""
+    from strategies.documents import check_finite, load_document
+    where = _where(path)
+    doc = load_document(path, "kernel table")
+    check_finite(doc, where)
+    gemm = doc.get("gemm") if isinstance(doc, Mapping) else None
+    out = {}
+    for name, row in ((gemm or {}).get("kernels") or {}).items():
+        w = f"{where}: gemm.kernels.{name}"
+        if not isinstance(row, Mapping):
+            raise ConfigError(f"{w} must be a mapping")
+        check_keys(row, ("epilogue", "block_m", "block_n", "source"), w)
+        if row.get("epilogue") not in GEMM_EPILOGUES:
+            raise ConfigError(f"{w}: epilogue = {row.get('epilogue')!r} must be one of {', '.join(GEMM_EPILOGUES)}")
+        if not row.get("source"):
+            raise ConfigError(f"{w}: source is empty; every figure names where it comes from")
+        bm = bn = ()
+        if row["epilogue"] == "serial":
+            bm = tuple(sorted(_int_list(row.get("block_m"), w, "block_m")))
+            lo_hi_step = _int_list(row.get("block_n"), w, "block_n")
+            if len(lo_hi_step) != 3 or lo_hi_step[0] > lo_hi_step[1]:
+                raise ConfigError(f"{w}: block_n = {row.get('block_n')!r} must be [low, high, step] with low <= high")
+            bn = tuple(range(lo_hi_step[0], lo_hi_step[1] + 1, lo_hi_step[2]))
+        out[str(name)] = GemmKernel(str(name), row["epilogue"], bm, bn, str(row["source"]))
+    return out
+
+
+def gemm_kernel(name: str, path: str = KERNELS_PATH) -> GemmKernel:
+    """The kernel family ``name`` of ``gemm.kernels`` (one error line listing the known ones)."""
+    kernels = gemm_kernels(path)
+    if name not in kernels:
+        raise ConfigError(f"GEMM kernel {name!r} is not in {_where(path)} gemm.kernels; known: "
+                          f"{', '.join(sorted(kernels))}")
+    return kernels[name]
+
+
+@lru_cache(maxsize=None)
+def gemm_ceilings(path: str = KERNELS_PATH) -> Mapping:
+    """``gemm.max_achievable`` of ``path``: (gpu, dtype) -> FLOP/s of the best shape of a search."""
+    from strategies.documents import check_finite, load_document
+    where = _where(path)
+    doc = load_document(path, "kernel table")
+    check_finite(doc, where)
+    gemm = doc.get("gemm") if isinstance(doc, Mapping) else None
+    out = {}
+    for i, row in enumerate((gemm or {}).get("max_achievable") or []):
+        w = f"{where}: gemm.max_achievable[{i}]"
+        check_keys(row, ("gpu", "dtype", "tflops", "source"), w)
+        tf = row.get("tflops")
+        if isinstance(tf, bool) or not isinstance(tf, (int, float)) or tf <= 0 or not row.get("source"):
+            raise ConfigError(f"{w}: tflops = {tf!r} must be a positive number and source must name where it comes from")
+        out[(str(row["gpu"]), str(row["dtype"]))] = float(tf) * 1e12
+    return out
