@@ -89,7 +89,7 @@ def serial_epilogue_efficiency(m: int, n: int, k: int, batch: int, gpu, dtype: s
     b_out-byte outputs at the SM's share of the HBM bandwidth (every SM's epilogue runs at once). So a
     reduction of k elements keeps k / (k + k_epi) of the main-loop rate, with
         k_epi = b_out x peak x eff / (2 x B_hbm x hbm_eff)
-    (H800 FP8 at eff 0.70: 2 x 1979 x 0.70 / (2 x 3350 x 0.85) = 487 elements): the short-K loss of
+    (H800 FP8 at eff 0.70: 2 x 1979 x 0.70 / (2 x 3350 x 0.85) = 486 elements): the short-K loss of
     DeepGEMM's k = 512 / 1536 / 2048 rows (tests/test_kernel_tables.py). Tiles of a grouped launch
     (``batch`` groups of m rows, the contiguous layout aligning each group to BLOCK_M) are counted per
     group and share the waves."""
