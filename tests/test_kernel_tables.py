@@ -225,7 +225,7 @@ def test_moe_operator_presents_per_expert_gemms():
     assert (down.m, down.n, down.k, down.batch) == (2048, 2048, 768, 16)
 
 
-def test_gemm_kernel_table_and_ceilings():
+def test_gemm_kernel_table_and_ceilings(tmp_path):
     """kernels.yaml's GEMM kernels and the MAMF ceilings: the catalog's Blackwell placeholders stay
     below the published max-achievable matmul ([MAMF] B200 bf16 1745.0 / fp8 3432.5 TFLOP/s, GB200
     1822.0 / 3615.6)."""
@@ -235,6 +235,15 @@ def test_gemm_kernel_table_and_ceilings():
     assert gemm_kernel("cublas").epilogue == "overlapped"
     with pytest.raises(ConfigError, match="GEMM kernel 'cutlass' is not in .* known: cublas, deepgemm"):
         gemm_kernel("cutlass")
+    text = open(KERNELS_PATH, encoding="utf-8").read()
+    bad = tmp_path / "k.yaml"
+    bad.write_text(text.replace("deepgemm: {epilogue: serial,", "deepgemm: {epilogue: async,"), encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"gemm.kernels.deepgemm: epilogue = 'async' must be one of overlapped, serial"):
+        gemm_kernel("deepgemm", str(bad))
+    bad2 = tmp_path / "k2.yaml"   # another path: the reader caches each path's document
+    bad2.write_text(text.replace("block_n: [16, 128, 8]", "block_n: [128, 16, 8]"), encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"block_n = \[128, 16, 8\] must be \[low, high, step\] with low <= high"):
+        gemm_kernel("deepgemm", str(bad2))
     ceil = gemm_ceilings()
     assert ceil[("B200-SXM-180GB", "bf16")] == 1745.0e12 and ceil[("GB200-186GB", "fp8")] == 3615.6e12
     for (name, dtype), flops in ceil.items():

@@ -164,6 +164,20 @@ def attention_fraction(kernel: str, architecture: str, pass_: str, head_dim: flo
     return _pass_at(table, kernel, gpu, "fwd" if pass_ == "fwd" else "bwd", causal, float(head_dim), float(seq))
 
 
+@lru_cache(maxsize=None)
+def _gemm_section(path: str) -> Mapping | None:
+    """The checked document's ``gemm`` mapping (None when absent), read once per path."""
+    from strategies.documents import check_finite, load_document
+    doc = load_document(path, "kernel table")
+    check_finite(doc, _where(path))
+    gemm = doc.get("gemm") if isinstance(doc, Mapping) else None
+    if gemm is not None and not isinstance(gemm, Mapping):
+        raise ConfigError(f"{_where(path)}: gemm must be a mapping of kernels, rows and max_achievable")
+    if gemm is not None:
+        check_keys(gemm, ("kernels", "rows", "max_achievable"), _where(path) + " gemm")
+    return gemm
+
+
 @dataclass(frozen=True)
 class GemmFigure:
     """One published GEMM figure: ``groups`` GEMMs of (m, n, k) in ``dtype`` at ``flops`` FLOP/s."""
@@ -181,14 +195,10 @@ class GemmFigure:
 @lru_cache(maxsize=None)
 def gemm_figures(path: str = KERNELS_PATH) -> tuple[GemmFigure, ...]:
     """The ``gemm.rows`` of ``path`` (published GEMM throughput by shape), checked."""
-    from strategies.documents import check_finite, load_document
     where = _where(path)
-    doc = load_document(path, "kernel table")
-    check_finite(doc, where)
-    gemm = doc.get("gemm") if isinstance(doc, Mapping) else None
-    if not isinstance(gemm, Mapping):
+    gemm = _gemm_section(path)
+    if gemm is None:
         return ()
-    check_keys(gemm, ("kernels", "rows", "max_achievable"), where + " gemm")
     out = []
     for i, row in enumerate(gemm.get("rows") or []):
         w = f"{where}: gemm.rows[{i}]"
@@ -232,11 +242,8 @@ def _int_list(v, w: str, key: str) -> tuple:
 def gemm_kernels(path: str = KERNELS_PATH) -> Mapping:
     """The ``gemm.kernels`` of ``path``: name -> :class:`GemmKernel`, checked. ``block_n`` is written
     ``[low, high, step]`` (every multiple of step from low to high)."""
-    from strategies.documents import check_finite, load_document
     where = _where(path)
-    doc = load_document(path, "kernel table")
-    check_finite(doc, where)
-    gemm = doc.get("gemm") if isinstance(doc, Mapping) else None
+    gemm = _gemm_section(path)
     out = {}
     for name, row in ((gemm or {}).get("kernels") or {}).items():
         w = f"{where}: gemm.kernels.{name}"
@@ -270,11 +277,8 @@ def gemm_kernel(name: str, path: str = KERNELS_PATH) -> GemmKernel:
 @lru_cache(maxsize=None)
 def gemm_ceilings(path: str = KERNELS_PATH) -> Mapping:
     """``gemm.max_achievable`` of ``path``: (gpu, dtype) -> FLOP/s of the best shape of a search."""
-    from strategies.documents import check_finite, load_document
     where = _where(path)
-    doc = load_document(path, "kernel table")
-    check_finite(doc, where)
-    gemm = doc.get("gemm") if isinstance(doc, Mapping) else None
+    gemm = _gemm_section(path)
     out = {}
     for i, row in enumerate((gemm or {}).get("max_achievable") or []):
         w = f"{where}: gemm.max_achievable[{i}]"
