@@ -36,6 +36,7 @@ from pathlib import Path
 
 from strategies.errors import ConfigError, brief
 from taskgraph.stacks import attention_efficiency, get_stack
+from topologies.kernels import gemm_kernel as get_gemm_kernel
 
 PASSES = ("fwd", "bwd_input", "bwd_weight")
 
@@ -76,10 +77,47 @@ def tile_utilization(m: int, n: int, batch: int, tm: int, tn: int, sms: int) -> 
     return tile_util * tiles / (waves * sms)
 
 
-def gemm_efficiency(m: int, n: int, k: int, batch: int, gpu, dtype: str = "bf16") -> float:
+def serial_epilogue_efficiency(m: int, n: int, k: int, batch: int, gpu, dtype: str, kernel) -> float:
+    """Fraction of dense peak of a persistent kernel whose tile epilogue is serial with its main loop
+    (``kernel.epilogue == 'serial'``: DeepGEMM, kernels.yaml [DGEMM-K]).
+
+    The kernel picks its tile as DeepGEMM's ``get_best_configs`` does: BLOCK_M the smallest candidate
+    >= m (else the largest), BLOCK_N the candidate with the fewest waves, then the fullest last wave,
+    then the larger. Each of the ``waves`` waves puts one tile on every SM and takes
+        t_tile = 2 Tm Tn k / (peak x eff / SMs)  +  Tm Tn b_out / (B_hbm x hbm_eff / SMs)
+    -- the main loop at the GPU's calibrated large-GEMM rate, then the epilogue writing the tile's
+    b_out-byte outputs at the SM's share of the HBM bandwidth (every SM's epilogue runs at once). So a
+    reduction of k elements keeps k / (k + k_epi) of the main-loop rate, with
+        k_epi = b_out x peak x eff / (2 x B_hbm x hbm_eff)
+    (H800 FP8 at eff 0.70: 2 x 1979 x 0.70 / (2 x 3350 x 0.85) = 486 elements): the short-K loss of
+    DeepGEMM's k = 512 / 1536 / 2048 rows (tests/test_kernel_tables.py). Tiles of a grouped launch
+    (``batch`` groups of m rows, the contiguous layout aligning each group to BLOCK_M) are counted per
+    group and share the waves."""
+    sms = gpu.sm_count
+    bm = next((b for b in kernel.block_m if b >= m), kernel.block_m[-1])
+    best = None
+    for bn in kernel.block_n:
+        tiles = math.ceil(m / bm) * math.ceil(n / bn) * batch
+        waves = math.ceil(tiles / sms)
+        last = tiles - (waves - 1) * sms
+        key = (waves, -last, -bn)
+        if best is None or key < best[0]:
+            best = (key, bn, waves)
+    _, bn, waves = best
+    eff = gpu.efficiency
+    per_sm_flops = gpu.peak_flops(dtype) * gpu.gemm_efficiency(dtype) / sms
+    per_sm_bw = gpu.hbm_bandwidth * eff.hbm_efficiency / sms
+    t = waves * (2.0 * bm * bn * k / per_sm_flops + bm * bn * DTYPE_BYTES[dtype] / per_sm_bw)
+    return 2.0 * m * n * k * batch / (t * gpu.peak_flops(dtype))
+
+
+def gemm_efficiency(m: int, n: int, k: int, batch: int, gpu, dtype: str = "bf16", kernel=None) -> float:
     """Achieved fraction of dense peak for one (batched) GEMM (see module docstring): the GPU's
     representative tile, or a smaller one from :data:`SMALLER_TILES` (at its lower operand reuse)
-    where it wastes less."""
+    where it wastes less. ``kernel`` (a ``topologies.kernels.GemmKernel``; None: the catalog's
+    overlapped-epilogue kernels) with a serial epilogue: :func:`serial_epilogue_efficiency`."""
+    if kernel is not None and kernel.epilogue == "serial":
+        return serial_epilogue_efficiency(m, n, k, batch, gpu, dtype, kernel)
     eff = gpu.efficiency
     tm, tn = eff.gemm_tile_m, eff.gemm_tile_n
     best = tile_utilization(m, n, batch, tm, tn, gpu.sm_count)
@@ -91,10 +129,10 @@ def gemm_efficiency(m: int, n: int, k: int, batch: int, gpu, dtype: str = "bf16"
     return gpu.gemm_efficiency(dtype) * best * k_util
 
 
-def _gemm_time(shape, gpu, dtype, peak) -> float:
+def _gemm_time(shape, gpu, dtype, peak, kernel=None) -> float:
     m, n, k, batch = shape
     flops = 2.0 * m * n * k * batch
-    return flops / (peak * gemm_efficiency(m, n, k, batch, gpu, dtype))
+    return flops / (peak * gemm_efficiency(m, n, k, batch, gpu, dtype, kernel))
 
 
 @dataclass(frozen=True)
@@ -235,6 +273,11 @@ MX_BLOCK = 32
 #: nothing; weights once per step.
 FP8_RECIPE_COSTS = {"tensorwise": (0.0, ""), "delayed": (0.0, ""), "rowwise": (5.0, "both"),
                     "blockwise": (FP8_QUANT_BYTES, "act"), "mxfp8": (2 + 2 + 2 / MX_BLOCK, "act-once")}
+#: The GEMM kernel family (kernels.yaml ``gemm.kernels``) a recipe's GEMMs run; not listed: the catalog's
+#: cuBLAS / CUTLASS kernels (overlapped epilogue). blockwise = DeepSeek-V3 Section 3.3's recipe, whose
+#: published kernel is DeepGEMM ("FP8 GEMMs with fine-grained scaling, as proposed in DeepSeek-V3",
+#: deepseek-ai/DeepGEMM README): a serial tile epilogue ([DGEMM-K]).
+RECIPE_GEMM_KERNELS = {"blockwise": "deepgemm"}
 
 
 def fp8_quantize_elements(op, pass_: str, recipe: str = "blockwise") -> float:
@@ -256,7 +299,7 @@ def fp8_quantize_elements(op, pass_: str, recipe: str = "blockwise") -> float:
 
 def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True,
             profile: ProfileTable | None = None, grad_accum_bytes: int = 0,
-            fp8_recipe: str = "tensorwise", stack=None) -> float:
+            fp8_recipe: str = "tensorwise", stack=None, gemm_kernel: str | None = None) -> float:
     """Seconds for one pass of one operator on one GPU.
 
     ``grad_accum_bytes``: element size of the main-gradient buffer weight-gradient GEMMs accumulate
@@ -266,13 +309,15 @@ def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True,
     precision); every other GEMM runs at the FP8 rate after memory-bound quantization kernels over
     its online-quantized operands (:func:`fp8_quantize_elements`, FP8_QUANT_BYTES per element). The
     accumulation promoted to FP32 CUDA cores every N_C = 128 elements (Section 3.3.2) overlaps the
-    other warpgroup's MMA there, so it adds no term: the GEMM efficiency is the GPU's fp8 one."""
+    other warpgroup's MMA there, so it adds no term: the GEMM efficiency is the GPU's fp8 one.
+    ``gemm_kernel``: the GEMM kernel family of kernels.yaml (None: the catalog's); a recipe of
+    :data:`RECIPE_GEMM_KERNELS` sets it."""
     if dtype == "fp8" and FP8_RECIPE_COSTS.get(fp8_recipe, (0.0,))[0] and op.kind == "gemm" and op.gemms:
         if op.name.endswith("lm_head"):   # the output head stays BF16 (DeepSeek-V3 3.3.1; torchtitan filter_fqns)
             return op_time(op, pass_, gpu, "bf16", flash=flash, profile=profile, grad_accum_bytes=grad_accum_bytes,
                            stack=stack)
         base = op_time(op, pass_, gpu, dtype, flash=flash, profile=profile, grad_accum_bytes=grad_accum_bytes,
-                       stack=stack)
+                       stack=stack, gemm_kernel=RECIPE_GEMM_KERNELS.get(fp8_recipe, gemm_kernel))
         if profile is not None and profile.lookup(gpu, dtype, op, pass_) is not None:
             return base   # a measured time includes whatever the kernels did
         q = fp8_quantize_elements(op, pass_, fp8_recipe)
@@ -295,7 +340,8 @@ def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True,
     mem_t = nbytes / (gpu.hbm_bandwidth * eff.hbm_efficiency)
     if op.kind == "gemm" and op.gemms:
         peak = gpu.peak_flops(dtype)
-        comp = sum(_gemm_time(pass_shape(g, pass_), gpu, dtype, peak) for g in op.gemms)
+        kernel = get_gemm_kernel(gemm_kernel) if gemm_kernel else None
+        comp = sum(_gemm_time(pass_shape(g, pass_), gpu, dtype, peak, kernel) for g in op.gemms)
         # gemm FLOPs may exceed the listed shapes' (e.g. fused bias); scale to the op's count
         listed = sum(2.0 * g.m * g.n * g.k * g.batch for g in op.gemms)
         if listed > 0:

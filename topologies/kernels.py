@@ -164,6 +164,20 @@ def attention_fraction(kernel: str, architecture: str, pass_: str, head_dim: flo
     return _pass_at(table, kernel, gpu, "fwd" if pass_ == "fwd" else "bwd", causal, float(head_dim), float(seq))
 
 
+@lru_cache(maxsize=None)
+def _gemm_section(path: str) -> Mapping | None:
+    """The checked document's ``gemm`` mapping (None when absent), read once per path."""
+    from strategies.documents import check_finite, load_document
+    doc = load_document(path, "kernel table")
+    check_finite(doc, _where(path))
+    gemm = doc.get("gemm") if isinstance(doc, Mapping) else None
+    if gemm is not None and not isinstance(gemm, Mapping):
+        raise ConfigError(f"{_where(path)}: gemm must be a mapping of kernels, rows and max_achievable")
+    if gemm is not None:
+        check_keys(gemm, ("kernels", "rows", "max_achievable"), _where(path) + " gemm")
+    return gemm
+
+
 @dataclass(frozen=True)
 class GemmFigure:
     """One published GEMM figure: ``groups`` GEMMs of (m, n, k) in ``dtype`` at ``flops`` FLOP/s."""
@@ -181,14 +195,10 @@ class GemmFigure:
 @lru_cache(maxsize=None)
 def gemm_figures(path: str = KERNELS_PATH) -> tuple[GemmFigure, ...]:
     """The ``gemm.rows`` of ``path`` (published GEMM throughput by shape), checked."""
-    from strategies.documents import check_finite, load_document
     where = _where(path)
-    doc = load_document(path, "kernel table")
-    check_finite(doc, where)
-    gemm = doc.get("gemm") if isinstance(doc, Mapping) else None
-    if not isinstance(gemm, Mapping):
+    gemm = _gemm_section(path)
+    if gemm is None:
         return ()
-    check_keys(gemm, ("rows", "max_achievable"), where + " gemm")
     out = []
     for i, row in enumerate(gemm.get("rows") or []):
         w = f"{where}: gemm.rows[{i}]"
@@ -203,3 +213,78 @@ def gemm_figures(path: str = KERNELS_PATH) -> tuple[GemmFigure, ...]:
         out.append(GemmFigure(str(row["gpu"]), str(row["dtype"]), row["m"], row["n"], row["k"], row["groups"],
                               float(tf) * 1e12, str(row["source"])))
     return tuple(out)
+
+
+GEMM_EPILOGUES = ("overlapped", "serial")
+
+
+@dataclass(frozen=True)
+class GemmKernel:
+    """A GEMM kernel family (``gemm.kernels`` of kernels.yaml): ``epilogue`` 'overlapped' (the output
+    write only enters the roofline's memory term; tiles: the GPU's catalog ones) or 'serial' (each wave
+    of tiles writes its outputs after its main loop); ``block_m`` / ``block_n``: the kernel's own tile
+    candidates (empty for 'overlapped')."""
+
+    name: str
+    epilogue: str
+    block_m: tuple = ()
+    block_n: tuple = ()
+    source: str = ""
+
+
+def _int_list(v, w: str, key: str) -> tuple:
+    if not isinstance(v, list) or not v or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in v):
+        raise ConfigError(f"{w}: {key} = {v!r} must be a list of positive integers")
+    return tuple(v)
+
+
+@lru_cache(maxsize=None)
+def gemm_kernels(path: str = KERNELS_PATH) -> Mapping:
+    """The ``gemm.kernels`` of ``path``: name -> :class:`GemmKernel`, checked. ``block_n`` is written
+    ``[low, high, step]`` (every multiple of step from low to high)."""
+    where = _where(path)
+    gemm = _gemm_section(path)
+    out = {}
+    for name, row in ((gemm or {}).get("kernels") or {}).items():
+        w = f"{where}: gemm.kernels.{name}"
+        if not isinstance(row, Mapping):
+            raise ConfigError(f"{w} must be a mapping")
+        check_keys(row, ("epilogue", "block_m", "block_n", "source"), w)
+        if row.get("epilogue") not in GEMM_EPILOGUES:
+            raise ConfigError(f"{w}: epilogue = {row.get('epilogue')!r} must be one of {', '.join(GEMM_EPILOGUES)}")
+        if not row.get("source"):
+            raise ConfigError(f"{w}: source is empty; every figure names where it comes from")
+        bm = bn = ()
+        if row["epilogue"] == "serial":
+            bm = tuple(sorted(_int_list(row.get("block_m"), w, "block_m")))
+            lo_hi_step = _int_list(row.get("block_n"), w, "block_n")
+            if len(lo_hi_step) != 3 or lo_hi_step[0] > lo_hi_step[1]:
+                raise ConfigError(f"{w}: block_n = {row.get('block_n')!r} must be [low, high, step] with low <= high")
+            bn = tuple(range(lo_hi_step[0], lo_hi_step[1] + 1, lo_hi_step[2]))
+        out[str(name)] = GemmKernel(str(name), row["epilogue"], bm, bn, str(row["source"]))
+    return out
+
+
+def gemm_kernel(name: str, path: str = KERNELS_PATH) -> GemmKernel:
+    """The kernel family ``name`` of ``gemm.kernels`` (one error line listing the known ones)."""
+    kernels = gemm_kernels(path)
+    if name not in kernels:
+        raise ConfigError(f"GEMM kernel {name!r} is not in {_where(path)} gemm.kernels; known: "
+                          f"{', '.join(sorted(kernels))}")
+    return kernels[name]
+
+
+@lru_cache(maxsize=None)
+def gemm_ceilings(path: str = KERNELS_PATH) -> Mapping:
+    """``gemm.max_achievable`` of ``path``: (gpu, dtype) -> FLOP/s of the best shape of a search."""
+    where = _where(path)
+    gemm = _gemm_section(path)
+    out = {}
+    for i, row in enumerate((gemm or {}).get("max_achievable") or []):
+        w = f"{where}: gemm.max_achievable[{i}]"
+        check_keys(row, ("gpu", "dtype", "tflops", "source"), w)
+        tf = row.get("tflops")
+        if isinstance(tf, bool) or not isinstance(tf, (int, float)) or tf <= 0 or not row.get("source"):
+            raise ConfigError(f"{w}: tflops = {tf!r} must be a positive number and source must name where it comes from")
+        out[(str(row["gpu"]), str(row["dtype"]))] = float(tf) * 1e12
+    return out
