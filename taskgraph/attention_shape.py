@@ -1,5 +1,6 @@
 """The shape a fused attention kernel sees on one GPU (priced by the kernel tables,
-``topologies/kernels.py``, through ``taskgraph/stacks.py``).
+``topologies/kernels.py``, through ``taskgraph/stacks.py``), and the HBM traffic of the unfused
+attention core's kernels (:func:`unfused_score_bytes`).
 
 >>> kernel_attention_shape(32768, 4, "ring", True, 128, 128)
 AttentionShape(head_dim=128.0, seq=8192, causal_share=0.25)
