@@ -1,5 +1,6 @@
 """The shape a fused attention kernel sees on one GPU (priced by the kernel tables,
-``topologies/kernels.py``, through ``taskgraph/stacks.py``).
+``topologies/kernels.py``, through ``taskgraph/stacks.py``), and the HBM traffic of the unfused
+attention core's kernels (:func:`unfused_score_bytes`).
 
 >>> kernel_attention_shape(32768, 4, "ring", True, 128, 128)
 AttentionShape(head_dim=128.0, seq=8192, causal_share=0.25)
@@ -41,3 +42,28 @@ def kernel_attention_shape(s: int, cp: int, cp_comm: str, causal_halved: bool, d
         seq = min(seq, s // cp)
         share /= cp
     return AttentionShape((d + dv) / 2, seq, share)
+
+
+def unfused_score_bytes(dt: int, dropout: bool, mask_bytes: int = 1) -> tuple[float, float]:
+    """HBM bytes per attention-score element (one (query, key) pair of one head) that the unfused
+    causal attention core moves, forward and backward, counted kernel by kernel from Megatron-LM
+    (``megatron/model/transformer.py`` CoreAttention: ``torch.baddbmm`` QK^T, ``FusedScaleMaskSoftmax``
+    with the causal kernel ``megatron/fused_kernels/scaled_upper_triang_masked_softmax.h``, the
+    attention ``torch.nn.Dropout``, ``torch.bmm`` PV; their autograd backwards). The causal softmax
+    kernels read only the first i + 1 entries of row i (half a row on average: ``local_seq =
+    blockIdx.x + 1``) and write the whole row (zeros above the diagonal). ``dt`` bytes per
+    activation element, ``mask_bytes`` per dropout-mask element (Korthikanti 2022 Section 4.1).
+
+    forward: QK^T writes the scores (dt); softmax reads half, writes all (1.5 dt); dropout reads,
+    writes and writes its mask (2 dt + mask); PV reads the probabilities (dt).
+    backward: PV's backward writes dP and reads P for dV (2 dt); dropout's reads dP and the mask and
+    writes (2 dt + mask); softmax's reads half of dP and of its output and writes all (2 dt);
+    QK^T's reads dS for dQ and again for dK (2 dt).
+
+    >>> unfused_score_bytes(2, True)
+    (12.0, 17.0)
+    >>> unfused_score_bytes(2, False)
+    (7.0, 12.0)
+    """
+    drop = 2.0 * dt + mask_bytes if dropout else 0.0
+    return 3.5 * dt + drop, 6.0 * dt + drop

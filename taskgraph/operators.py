@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from strategies.config import did_you_mean
 from strategies.errors import ConfigError
-from taskgraph.attention_shape import AttentionShape, kernel_attention_shape
+from taskgraph.attention_shape import AttentionShape, kernel_attention_shape, unfused_score_bytes
 from taskgraph.model import ModelSpec
 
 KINDS = ("gemm", "attention", "elementwise", "norm", "embedding", "loss", "router",
@@ -413,9 +413,9 @@ def _attention_ops(c: _Ctx, layer: int) -> list:
         A = c.b * at * c.sq * c.s                         # attention scores on this GPU
         # softmax output 2as^2b + dropout mask as^2b + dropout output 2as^2b (Korthikanti 4.1)
         internals = (dt + (dt + MASK_BYTES) if m.dropout else dt) * A
-        # scores written, softmax r/w, dropout r/w + mask, PV read; backward ~2x (approximate)
-        score_io_f = A * (4 * dt + ((2 * dt + MASK_BYTES) if m.dropout else 0))
-        score_io_b = 2 * score_io_f
+        # kernel by kernel (Megatron-LM's causal fused softmax, dropout, QK^T / PV GEMMs)
+        per_f, per_b = unfused_score_bytes(dt, m.dropout, MASK_BYTES)
+        score_io_f, score_io_b = A * per_f, A * per_b
     if c.cp == 1:
         cp_comms = ()
     elif c.cp_comm == "a2a":

@@ -1,4 +1,6 @@
 """Operator graph: FLOPs vs 6N + attention, sharding, Korthikanti 2022 Table 2, MoE, comms."""
+import dataclasses
+
 import networkx as nx
 import pytest
 
@@ -56,6 +58,21 @@ def test_flash_causal_executed_flops():
     assert flash.fwd_flops == pytest.approx(full.fwd_flops * (s + 1) / (2 * s))
     assert full.bwd_input_flops == 2 * full.fwd_flops and full.bwd_weight_flops == 0
     assert flash.bwd_input_flops == 2.5 * flash.fwd_flops  # Dao 2022: backward recomputes QK^T
+
+
+def test_unfused_attention_moves_megatron_kernel_bytes():
+    # Megatron-LM's unfused causal core (QK^T, causal fused softmax, dropout, PV), one layer of
+    # Korthikanti's 22B at tp 8, b 4, s 2048: per score element 12 B forward, 17 B backward
+    # (taskgraph/attention_shape.unfused_score_bytes); Q, K, V and the output read/written besides.
+    h, a, t, b, s = 6144, 64, 8, 4, 2048
+    m = ModelSpec("k22", layers=1, hidden=h, heads=a, kv_heads=a, ffn=4 * h, vocab=51200, dropout=True)
+    core = by_name(layer_operators(m, micro_batch=b, seq_len=s, tp=t, flash_attention=False))["attn_core"]
+    scores, qkvo = b * (a // t) * s * s, 2 * b * s * h // t   # elements; bytes of one of Q, K, V, O
+    assert core.fwd_bytes == 12 * scores + 4 * qkvo
+    assert core.bwd_input_bytes == 17 * scores + 2 * 4 * qkvo
+    nodrop = by_name(layer_operators(dataclasses.replace(m, dropout=False), micro_batch=b, seq_len=s, tp=t,
+                                     flash_attention=False))["attn_core"]
+    assert (nodrop.fwd_bytes, nodrop.bwd_input_bytes) == (7 * scores + 4 * qkvo, 12 * scores + 2 * 4 * qkvo)
 
 
 def test_gemm_backward_split():
