@@ -40,14 +40,17 @@ def resweep(graph, prev: SimResult) -> SimResult | None:
     n = dur.shape[0]
     if n == 0 or prev.order.shape[0] != n or not bool(np.all(dur >= 0.0)):  # NaN fails too
         return None
-    dev = np.asarray(graph.device, dtype=np.int64)
+    dev = np.asarray(graph.device)
     src = np.repeat(np.arange(n, dtype=np.int64), np.diff(graph.succ_ptr))
     dst = np.asarray(graph.succ_idx, dtype=np.int64)
     pi = prev.order.astype(np.int64)
     # the previous task on each device in pi (-1 for the first): a stable sort of pi by device
+    dpi = dev[pi]
     small = graph.num_devices < 65536  # 16-bit keys sort by radix
-    by_dev = pi[np.argsort(dev[pi].astype(np.uint16) if small else dev[pi], kind="stable")]
-    same = dev[by_dev[1:]] == dev[by_dev[:-1]]
+    by_dev = pi[np.argsort(dpi.astype(np.uint16) if small else dpi, kind="stable")]
+    bounds = np.cumsum(np.bincount(dpi, minlength=graph.num_devices))
+    same = np.ones(n - 1, dtype=bool)  # by_dev[i + 1] follows by_dev[i] on the same device
+    same[bounds[(bounds > 0) & (bounds < n)] - 1] = False
     px, py = by_dev[:-1][same], by_dev[1:][same]
     prevdev = np.full(n, -1, dtype=np.int64)
     prevdev[py] = px
@@ -62,9 +65,8 @@ def resweep(graph, prev: SimResult) -> SimResult | None:
     o = np.argsort(cv[~one], kind="stable")
     hv, hu = cv[~one][o], cu[~one][o]  # tasks with several, grouped, and those predecessors
     nh = np.bincount(hv, minlength=n) if hv.size else np.zeros(n, dtype=np.int64)
-    before = np.cumsum(nh[pi]) - nh[pi]  # helpers placed before each task of pi
-    slot = np.empty(n, dtype=np.int64)
-    slot[pi] = 1 + np.arange(n) + before + nh[pi]
+    slot = np.empty(n, dtype=np.int64)  # after its own helpers and those of every task before it
+    slot[pi] = 1 + np.arange(n) + np.cumsum(nh[pi])
     m = 1 + n + hv.size
     a_in = np.zeros(m, dtype=np.int64)    # slot read as the cross-device predecessor
     b_in = np.zeros(m, dtype=np.int64)    # slot read as the previous entry on the device
