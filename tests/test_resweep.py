@@ -110,7 +110,10 @@ def test_long_chains_across_devices_match():
 
 
 @pytest.mark.parametrize("example", ["mixtral-8x7b-64-h100", "custom-model-cluster"])
-def test_interference_fixed_point_same_with_and_without_resweep(example):
+def test_interference_fixed_point_same_with_and_without_resweep(example, monkeypatch):
+    # the Python engine, as in a fresh process (with numba already loaded the compiled engine runs
+    # every round: it is faster than the sweep)
+    monkeypatch.setenv("EXECSIM_KERNEL", "python")
     from pathlib import Path
 
     from strategies.strategy_file import load_strategy
