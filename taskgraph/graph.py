@@ -259,45 +259,59 @@ class TaskGraphBuilder:
         dst = np.asarray(self.dst, dtype=np.int64)
         mem = {name: np.asarray(getattr(self, name), dtype=dt) for name, dt in _MEM_COLUMNS}
         if self._pieces:  # interleave the scalar runs with the block copies, in the order added
-            parts = {name: [] for name in [c for c, _ in _COLUMNS] + [c for c, _ in _MEM_COLUMNS] + ["src", "dst"]}
-            mbs, moff, eoff = [], [], []
-            i = e = m = 0
-            for blk, i1, e1, m1, t0, mb in self._pieces:
-                for name, _ in _COLUMNS:
-                    parts[name] += (cols[name][i:i1], getattr(blk, name))
-                for name, _ in _MEM_COLUMNS:
-                    parts[name] += (mem[name][m:m1], getattr(blk, name))
-                parts["src"] += (src[e:e1], blk.src)
-                parts["dst"] += (dst[e:e1], blk.dst)
-                mbs += (-2, mb)
-                eoff += (0, t0)
-                moff += (0, t0)
-                i, e, m = i1, e1, m1
-            for name, _ in _COLUMNS:
-                parts[name].append(cols[name][i:])
-            for name, _ in _MEM_COLUMNS:
-                parts[name].append(mem[name][m:])
-            parts["src"].append(src[e:])
-            parts["dst"].append(dst[e:])
-            mbs.append(-2)
-            eoff.append(0)
-            moff.append(0)
-            cat = {k: np.concatenate(v) for k, v in parts.items()}
-            tlen = [len(x) for x in parts["mb"]]
-            rep_mb = np.repeat(np.asarray(mbs, dtype=np.int32), tlen)
-            cat["mb"] = np.where((rep_mb != -2) & (cat["mb"] >= 0), rep_mb, cat["mb"]).astype(np.int32)
-            off_e = np.repeat(np.asarray(eoff, dtype=np.int64), [len(x) for x in parts["src"]])
-            src, dst = cat["src"] + off_e, cat["dst"] + off_e
-            off_m = np.repeat(np.asarray(moff, dtype=np.int64), [len(x) for x in parts["mem_task"]])
-            cat["mem_task"] = cat["mem_task"] + off_m
-            cols = {name: cat[name].astype(dt, copy=False) for name, dt in _COLUMNS}
-            mem = {name: cat[name].astype(dt, copy=False) for name, dt in _MEM_COLUMNS}
+            cols, mem, src, dst = self._join_pieces(cols, mem, src, dst)
         succ_ptr, succ_idx = csr_from_edges(n, src, dst)
         return TaskGraph(
             **cols, succ_ptr=succ_ptr, succ_idx=succ_idx,
             devices=tuple(self.devices), op_names=tuple(self.op_names), **mem,
             meta=dict(self.meta),
         )
+
+    def _join_pieces(self, cols: dict, mem: dict, src: np.ndarray, dst: np.ndarray):
+        """The columns of the scalar runs (``cols``, ``mem``, ``src``, ``dst``: what ``add_task`` /
+        ``add_edge`` / ``add_memory`` appended) interleaved with the block copies in the order added:
+        each column is one gather from a pool (the scalar column, then each distinct block's once),
+        the same values :func:`numpy.concatenate` of the pieces would give."""
+        n_task, n_edge, n_mem = len(self.duration), len(self.src), len(self.mem_task)
+        # each distinct block once in the pools, after the scalar columns: its (start, length) there
+        # for tasks, edges and memory events
+        distinct: dict[int, tuple] = {}
+        at = [n_task, n_edge, n_mem]
+        for blk, *_ in self._pieces:
+            if id(blk) not in distinct:
+                lens = (blk.num_tasks, len(blk.src), len(blk.mem_task))
+                distinct[id(blk)] = (blk, (at[0], lens[0], at[1], lens[1], at[2], lens[2]))
+                at = [a + x for a, x in zip(at, lens)]
+        # segments: (pool start, length) for tasks, edges and memory events, with each segment's
+        # microbatch (-2: keep the column's) and id offset (0 for the scalar runs)
+        seg = []
+        i = e = m = 0
+        for blk, i1, e1, m1, t0, mb in self._pieces:
+            seg.append((i, i1 - i, e, e1 - e, m, m1 - m, -2, 0))
+            seg.append((*distinct[id(blk)][1], mb, t0))
+            i, e, m = i1, e1, m1
+        seg.append((i, n_task - i, e, n_edge - e, m, n_mem - m, -2, 0))
+        sg = np.array(seg, dtype=np.int64)
+
+        def take(at, length):
+            """Pool positions of the segments ``(at, length)`` laid end to end."""
+            total = int(length.sum())
+            return np.repeat(at - (np.cumsum(length) - length), length) + np.arange(total, dtype=np.int64)
+
+        ti, ei, mi = take(sg[:, 0], sg[:, 1]), take(sg[:, 2], sg[:, 3]), take(sg[:, 4], sg[:, 5])
+
+        def pool(first, name):
+            return np.concatenate([first] + [getattr(b, name) for b, _ in distinct.values()])
+
+        out = {name: pool(cols[name], name)[ti].astype(dt, copy=False) for name, dt in _COLUMNS}
+        rep_mb = np.repeat(sg[:, 6].astype(np.int32), sg[:, 1])
+        out["mb"] = np.where((rep_mb != -2) & (out["mb"] >= 0), rep_mb, out["mb"]).astype(np.int32)
+        off_e = np.repeat(sg[:, 7], sg[:, 3])
+        src = pool(src, "src")[ei] + off_e
+        dst = pool(dst, "dst")[ei] + off_e
+        mems = {name: pool(mem[name], name)[mi] for name, _ in _MEM_COLUMNS}
+        mems["mem_task"] = mems["mem_task"].astype(np.int64) + np.repeat(sg[:, 7], sg[:, 5])
+        return out, {name: mems[name].astype(dt, copy=False) for name, dt in _MEM_COLUMNS}, src, dst
 
 
 #: per-task and per-memory-event builder columns and their dtypes in the built graph

@@ -84,10 +84,10 @@ def _pipeline_flags(args, kind: str, file=None) -> None:
 
 
 def _simulate_one(kind, spec, schedule=None, fidelity=None, vpp=None):
-    from simulator.simulation.pipeline import simulate_pipeline
-    from simulator.simulation.strategy import simulate_strategy
     if kind == "pipeline":
+        from simulator.simulation.pipeline import simulate_pipeline
         return simulate_pipeline(spec, schedule=schedule, vpp=vpp)
+    from simulator.simulation.strategy import simulate_strategy
     return simulate_strategy(spec, schedule=schedule, fidelity=fidelity, vpp=vpp)
 
 

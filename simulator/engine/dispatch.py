@@ -35,9 +35,10 @@ def lower_and_simulate(schedule, work, overlap_handoff: str = "pair-end", fideli
     else:
         from simulator.engine.core import simulate as run
     # compute beside communication that holds SMs is slowed (taskgraph/overlap.py): the durations
-    # that satisfy it, found by re-running the engine (simulator/engine/interference.py)
+    # that satisfy it, found by re-running the engine (simulator/engine/interference.py; operator
+    # graphs re-timed in the previous run's device order when that is provably the engine's result)
     from simulator.engine.interference import with_interference
-    return graph, with_interference(graph, run)[0]
+    return graph, with_interference(graph, run, resweep=layout is None)[0]
 
 
 def _lower(schedule, work, overlap_handoff, fidelity):

@@ -11,7 +11,9 @@ The engine's FIFO semantics stay as they are. :func:`with_interference` finds th
 every compute task satisfies that equation: run the engine, integrate ``F`` over each compute task's
 interval, set ``T = d + integral``, run again, until no duration moves by more than
 :data:`TOLERANCE` x the makespan (at most :data:`MAX_ROUNDS` runs; the report keeps how many). Each run
-is the ordinary engine (or the verified static-order sweep), so the result is deterministic and every
+is the ordinary engine (or the verified static-order sweep; on operator graphs every run after the
+first is the re-sweep in the previous run's device order, ``simulator/engine/resweep.py``, which returns
+the engine's arrays or is refused), so the result is deterministic and every
 equality the engine's tests prove still holds for the final durations; the graph's ``duration`` array
 holds them, so reports, traces and delta what-ifs see the slowed compute. Each round is a Newton step
 per task (the integral grows by ``F(end)`` per second of the task's own length), damped by
@@ -114,19 +116,36 @@ def fixed_point(base: np.ndarray, run, task_device: np.ndarray, devices, shares:
     return dur, res, rounds
 
 
-def with_interference(graph, run, shares: dict | None = None):
+def with_interference(graph, run, shares: dict | None = None, *, resweep: bool = False):
     """``run(graph) -> SimResult`` repeated until the compute durations satisfy the slowed-compute
     equation (module doc). ``graph.duration`` ends as the slowed durations (in place); returns
-    ``(result, rounds)``; ``rounds`` = 1 when nothing runs beside compute."""
+    ``(result, rounds)``; ``rounds`` = 1 when nothing runs beside compute.
+
+    ``resweep`` (``run`` is the engine): each run after the first re-times the graph in the previous
+    run's device order (:func:`simulator.engine.resweep.resweep`, proven equal to the engine's result
+    or refused) and runs the engine only when that is refused, or when the engine's compiled kernel
+    is loaded (faster than the sweep)."""
     shares = graph.meta.get("sm_share", {}) if shares is None else shares
     base = graph.duration.copy()
+    last = []
 
     def once(dur):
         graph.duration[:] = dur
-        return run(graph)
+        res = _resweep(graph, last[-1]) if resweep and last else None
+        res = run(graph) if res is None else res
+        last.append(res)
+        return res
 
     dur, res, rounds = fixed_point(base, once, graph.device, graph.devices, shares)
     if rounds > 1:
         graph.meta["interference_rounds"] = rounds
         graph.meta["interference_s"] = float(np.sum(dur - base))
     return res, rounds
+
+
+def _resweep(graph, prev):
+    from simulator.engine.core import compiled_kernel
+    if compiled_kernel("run_numba", 0.0) is not None:  # the compiled engine beats the Python sweep
+        return None
+    from simulator.engine.resweep import resweep
+    return resweep(graph, prev)

@@ -104,15 +104,9 @@ class _Binding:
     time; -1 for none. Built lazily: the edge scan once, the per-device order only if a queued task
     is asked about."""
 
-    def __init__(self, graph, start, end, ready):
-        n = graph.num_tasks
+    def __init__(self, graph, start, end, ready, pred=None):
         self.graph, self.start, self.ready = graph, start, ready
-        src = np.repeat(np.arange(n, dtype=np.int64), np.diff(graph.succ_ptr))
-        dst = np.asarray(graph.succ_idx, dtype=np.int64)
-        hit = (end[src] == ready[dst]) & (ready[dst] > 0.0)
-        self.pred = np.full(n, n, dtype=np.int64)
-        np.minimum.at(self.pred, dst[hit], src[hit])
-        self.pred[self.pred == n] = -1
+        self.pred = ready_binding(graph, end, ready) if pred is None else pred
         self.prev = None
 
     def of(self, ts: np.ndarray) -> np.ndarray:
@@ -130,6 +124,19 @@ class _Binding:
         return out
 
 
+def ready_binding(graph, end: np.ndarray, ready: np.ndarray) -> np.ndarray:
+    """``p[t]``: the lowest-id predecessor of ``t`` whose end equals its ready time (> 0), else -1
+    -- what set ``t``'s ready time (the critical path and the bubble's binding chain both use it)."""
+    n = graph.num_tasks
+    src = np.repeat(np.arange(n, dtype=np.int64), np.diff(graph.succ_ptr))
+    dst = np.asarray(graph.succ_idx, dtype=np.int64)
+    hit = (end[src] == ready[dst]) & (ready[dst] > 0.0)
+    pred = np.full(n, n, dtype=np.int64)
+    np.minimum.at(pred, dst[hit], src[hit])
+    pred[pred == n] = -1
+    return pred
+
+
 def binding_predecessor(graph: TaskGraph, start: np.ndarray, end: np.ndarray, ready: np.ndarray) -> np.ndarray:
     """``b[t]``: the task that made ``t`` start when it did -- its device's previous task when it queued
     (start > ready), else the lowest-id predecessor whose end equals its ready time; -1 for none."""
@@ -137,19 +144,20 @@ def binding_predecessor(graph: TaskGraph, start: np.ndarray, end: np.ndarray, re
 
 
 def time_breakdown(graph: TaskGraph, start: np.ndarray, end: np.ndarray, ready: np.ndarray | None = None,
-                   makespan: float | None = None) -> tuple[RankBreakdown, ...]:
+                   makespan: float | None = None, *, binding: np.ndarray | None = None) -> tuple[RankBreakdown, ...]:
     """Split every rank's iteration into compute, exposed communication, pipeline bubble and other
     idle (module docstring). One entry per rank that has a compute device, in rank order.
 
     graph: a :class:`TaskGraph` (only ``num_tasks``, ``device``, ``devices``, ``category`` and the
     successor CSR are read); start, end: task times; ready: ready times (recomputed from the
-    predecessors when ``None``); makespan: iteration end (default: the latest end).
+    predecessors when ``None``); makespan: iteration end (default: the latest end); binding:
+    :func:`ready_binding` of these times when the caller has it already.
 
     All ranks are processed together (this runs inside every ``search.evaluate``): interval lists
     are sorted by (rank, start) and the per-rank running maxima and prefix sums are segmented by
     rank, so the cost is a few numpy passes over the tasks whatever the rank count.
     """
-    return _split(graph, start, end, ready, makespan, True)
+    return _split(graph, start, end, ready, makespan, True, binding)
 
 
 def pipeline_bubble_total(graph: TaskGraph, start: np.ndarray, end: np.ndarray, ready: np.ndarray | None = None,
@@ -160,7 +168,7 @@ def pipeline_bubble_total(graph: TaskGraph, start: np.ndarray, end: np.ndarray, 
     return sum(b.pipeline_bubble_s for b in _split(graph, start, end, ready, makespan, False))
 
 
-def _split(graph, start, end, ready, makespan, with_exposed: bool) -> tuple[RankBreakdown, ...]:
+def _split(graph, start, end, ready, makespan, with_exposed: bool, binding=None) -> tuple[RankBreakdown, ...]:
     n = graph.num_tasks
     start = np.asarray(start, dtype=np.float64)
     end = np.asarray(end, dtype=np.float64)
@@ -220,7 +228,7 @@ def _split(graph, start, end, ready, makespan, with_exposed: bool) -> tuple[Rank
         cause[tail] = _PIPE  # the drain: waiting for the other stages to finish
     inner = np.flatnonzero(~tail & (idle > 0))
     if inner.size:
-        cause[inner] = _walk(_Binding(graph, start, end, ready), ends_task[inner], g_rank[inner], t_rank, t_compute,
+        cause[inner] = _walk(_Binding(graph, start, end, ready, binding), ends_task[inner], g_rank[inner], t_rank, t_compute,
                              np.asarray(graph.category) == CAT["pp-send"])
     bubble = np.bincount(g_rank, weights=np.where(cause == _PIPE, idle, 0.0), minlength=nr)
     other = np.bincount(g_rank, weights=np.where(cause == _OTHER, idle, 0.0), minlength=nr)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simulator.reports.breakdown import ideal_bubble_fraction, time_breakdown
+from simulator.reports.breakdown import ideal_bubble_fraction, ready_binding, time_breakdown
 from simulator.engine.core import SimResult
 from taskgraph.graph import CATEGORIES, TaskGraph
 
@@ -92,7 +92,8 @@ def prev_on_device(graph: TaskGraph, result: SimResult) -> np.ndarray:
     """``prev[t]`` = task that ran just before ``t`` on its device (-1 for the first)."""
     order = result.order.astype(np.int64)
     devs = graph.device[order]
-    by_dev = np.argsort(devs, kind="stable")
+    # a stable sort by device; 16-bit keys sort by radix (the same permutation, faster)
+    by_dev = np.argsort(devs.astype(np.uint16) if graph.num_devices < 65536 else devs, kind="stable")
     seq = order[by_dev]
     prev = np.full(graph.num_tasks, -1, dtype=np.int64)
     same = devs[by_dev][1:] == devs[by_dev][:-1]
@@ -100,9 +101,10 @@ def prev_on_device(graph: TaskGraph, result: SimResult) -> np.ndarray:
     return prev
 
 
-def critical_path(graph: TaskGraph, result: SimResult) -> CriticalPath:
+def critical_path(graph: TaskGraph, result: SimResult, binding: np.ndarray | None = None) -> CriticalPath:
     """Walk back from the last task to finish: a task that waited for its device is bound by the
-    device's previous task; otherwise by the predecessor whose end set its ready time."""
+    device's previous task; otherwise by the predecessor whose end set its ready time
+    (``binding``: :func:`simulator.reports.breakdown.ready_binding` of ``result``, when known)."""
     n = graph.num_tasks
     if n == 0:
         return CriticalPath((), {})
@@ -110,12 +112,7 @@ def critical_path(graph: TaskGraph, result: SimResult) -> CriticalPath:
     prev = prev_on_device(graph, result)
     # each task's step back, for all tasks at once: the device's previous task if it waited for its
     # device, else its lowest-id predecessor whose end equals its ready time; -1 ends the walk
-    src = np.repeat(np.arange(n, dtype=np.int64), np.diff(graph.succ_ptr))
-    dst = graph.succ_idx.astype(np.int64)
-    hit = (end[src] == ready[dst]) & (ready[dst] > 0.0)
-    bind = np.full(n, n, dtype=np.int64)
-    np.minimum.at(bind, dst[hit], src[hit])
-    bind[bind == n] = -1
+    bind = ready_binding(graph, end, ready) if binding is None else binding
     step = np.where((start > ready) & (prev >= 0), prev, bind).tolist()
     t = int(np.flatnonzero(end == end.max())[0])
     path = [t]
@@ -135,7 +132,8 @@ def report(graph: TaskGraph, result: SimResult, schedule=None) -> Report:
     makespan = float(result.makespan)
     per_rank = []
     busy = compute_busy(graph)  # sum of durations (the split's compute is the same up to rounding)
-    for b in time_breakdown(graph, result.start, result.end, result.ready, makespan):
+    binding = ready_binding(graph, result.end, result.ready) if graph.num_tasks else None
+    for b in time_breakdown(graph, result.start, result.end, result.ready, makespan, binding=binding):
         c = busy.get(b.rank, b.compute_s)
         idle = max(makespan - c, 0.0)
         per_rank.append(RankReport(b.rank, c, idle, b.pipeline_bubble_s / c if c > 0 else 0.0,
@@ -155,7 +153,7 @@ def report(graph: TaskGraph, result: SimResult, schedule=None) -> Report:
         idle_fraction=float(np.mean([x.idle_fraction for x in per_rank])) if per_rank else 0.0,
         imbalance=(max(x.busy_s for x in per_rank) / mean_busy) if mean_busy > 0 else 1.0,
         per_rank=tuple(per_rank),
-        critical_path=critical_path(graph, result),
+        critical_path=critical_path(graph, result, binding),
         num_tasks=graph.num_tasks,
         num_devices=graph.num_devices,
         ideal_bubble_fraction=ideal,

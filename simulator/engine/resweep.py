@@ -1,0 +1,110 @@
+"""Re-time a task graph after its durations changed, in the device order of a previous engine run,
+and prove the result is the engine's.
+
+The interference fixed point (``simulator/engine/interference.py``) runs the engine on one graph
+with durations that moved by a few percent; tasks keep their device order (on the GPT-3 175B example
+every device's order is unchanged, and all but the DP stream's tasks start the moment they are
+ready). A sweep over the previous run's pop order ``pi`` computes, for each task,
+
+    S(x) = max(E of x's predecessors on other devices, E(prev(x))),   E(x) = S(x) + dur(x)
+
+with ``prev(x)`` the task before ``x`` on its device in ``pi`` -- the same IEEE operations as the
+engine's ``s = max(ready, free[dev]); e = s + dur`` (predecessors on the device itself end no later
+than ``prev(x)``: ends never decrease along a device). Then, with numpy, the ready times ``R`` (the
+latest predecessor end, 0 without one) and three checks:
+
+* ``E(x) == max(R(x), E(prev(x))) + dur(x)`` for every task (the model equations);
+* along each device, keys ``(R, id)`` increase (``prev`` is the task before ``x`` in key order);
+* every edge ``u -> v`` has ``key(u) < key(v)`` (canonical).
+
+When all hold, Lemma 1 of ``simulator/engine/delta/__init__.py`` says the engine pops exactly the
+key-sorted order and produces exactly these times, so the result is returned with that order
+(bit-identical to :func:`simulator.engine.core.simulate`; tests/test_resweep.py). When one fails (a
+device's order changed, zero-duration ties the old order breaks the other way, a negative or NaN
+duration) it returns None and the caller runs the engine.
+
+Measured on the GPT-3 175B / 1,024 GPU example (346,312 tasks, docs/performance.md): ~0.12-0.15
+CPU-s against ~0.19 for the Python engine (the loop itself ~0.03: no heap, no per-task tuple; the
+rest is turning arrays into lists and back and the numpy checks). With the engine's compiled kernel
+loaded the caller runs the engine instead (``interference.with_interference``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.engine.core import SimResult
+
+
+def resweep(graph, prev: SimResult) -> SimResult | None:
+    """The engine's result for ``graph`` (its current ``duration``) when each device keeps the task
+    order of ``prev`` (an engine result on the same graph structure), else None (module doc)."""
+    dur = np.asarray(graph.duration, dtype=np.float64)
+    n = dur.shape[0]
+    if n == 0 or prev.order.shape[0] != n or not bool(np.all(dur >= 0.0)):  # NaN fails too
+        return None
+    dev = np.asarray(graph.device)
+    src = np.repeat(np.arange(n, dtype=np.int64), np.diff(graph.succ_ptr))
+    dst = np.asarray(graph.succ_idx, dtype=np.int64)
+    pi = prev.order.astype(np.int64)
+    # the previous task on each device in pi (-1 for the first): a stable sort of pi by device
+    dpi = dev[pi]
+    small = graph.num_devices < 65536  # 16-bit keys sort by radix
+    by_dev = pi[np.argsort(dpi.astype(np.uint16) if small else dpi, kind="stable")]
+    bounds = np.cumsum(np.bincount(dpi, minlength=graph.num_devices))
+    same = np.ones(n - 1, dtype=bool)  # by_dev[i + 1] follows by_dev[i] on the same device
+    same[bounds[(bounds > 0) & (bounds < n)] - 1] = False
+    px, py = by_dev[:-1][same], by_dev[1:][same]
+    prevdev = np.full(n, -1, dtype=np.int64)
+    prevdev[py] = px
+    # predecessors on other devices: one is read in the loop; a task with several gets helper
+    # entries just before it that fold them into a running max (on a private slot, zero duration)
+    cross = dev[src] != dev[dst]
+    cu, cv = src[cross], dst[cross]
+    cnt = np.bincount(cv, minlength=n)
+    one = cnt[cv] == 1
+    # sequence slots: 0 is "nothing" (E = 0.0); task pi[i] and its helpers follow in pi order
+    many = cnt > 1
+    o = np.argsort(cv[~one], kind="stable")
+    hv, hu = cv[~one][o], cu[~one][o]  # tasks with several, grouped, and those predecessors
+    nh = np.bincount(hv, minlength=n) if hv.size else np.zeros(n, dtype=np.int64)
+    slot = np.empty(n, dtype=np.int64)  # after its own helpers and those of every task before it
+    slot[pi] = 1 + np.arange(n) + np.cumsum(nh[pi])
+    m = 1 + n + hv.size
+    a_in = np.zeros(m, dtype=np.int64)    # slot read as the cross-device predecessor
+    b_in = np.zeros(m, dtype=np.int64)    # slot read as the previous entry on the device
+    d_in = np.zeros(m, dtype=np.float64)
+    ts = slot[pi]
+    a_in[slot[cv[one]]] = slot[cu[one]]
+    b_in[ts] = np.where(prevdev[pi] >= 0, slot[np.maximum(prevdev[pi], 0)], 0)
+    d_in[ts] = dur[pi]
+    if hv.size:
+        # helper k of task t sits at slot[t] - nh[t] + k: it reads pred k and the helper before it
+        first = np.cumsum(nh) - nh
+        k = np.arange(hv.size) - first[hv]
+        hs = slot[hv] - nh[hv] + k
+        a_in[hs] = slot[hu]
+        b_in[hs] = np.where(k > 0, hs - 1, 0)
+        a_in[slot[many]] = slot[many] - 1  # the task reads its last helper
+    E = [0.0]
+    put = E.append
+    for a, b, d in zip(a_in[1:].tolist(), b_in[1:].tolist(), d_in[1:].tolist()):
+        r = E[a]
+        s = E[b]
+        if r > s:
+            s = r
+        put(s + d)
+    end = np.array(E, dtype=np.float64)[slot]
+    ready = np.zeros(n, dtype=np.float64)
+    np.maximum.at(ready, dst, end[src])
+    start = np.maximum(ready, np.where(prevdev >= 0, end[np.maximum(prevdev, 0)], 0.0))
+    if not np.array_equal(end, start + dur):
+        return None
+    rx, ry = ready[px], ready[py]
+    if not bool(np.all((rx < ry) | ((rx == ry) & (px < py)))):
+        return None
+    ru, rv = ready[src], ready[dst]
+    if not bool(np.all((ru < rv) | ((ru == rv) & (src < dst)))):
+        return None
+    order = np.argsort(ready, kind="stable")  # the key-sorted order: ties in id order
+    return SimResult(ready=ready, start=start, end=end, order=order.astype(np.int32),
+                     makespan=float(end.max()))
