@@ -124,9 +124,10 @@ the ski-rental rule: at most ``budget`` of a full run is wasted. Whatever the bu
 gives up once what it has cost plus the expected cost of the alternative (the resumed engine or a full
 run, whichever the cost model expects to be cheaper) reaches ``1 + params.FALLBACK_WASTE`` full runs.
 Full runs and resumes run the engine of the sweep's kind: the compiled engine with the compiled sweep
-(``_full`` calls its loop directly, and one compiled pass, ``kernels_numba.adopt``, copies the times
-into the state in place, checks canonicity and lossy durations, counts the changed tasks and builds
-the linked-list queues), the Python engine with the Python sweep. When the budget runs out, when the
+(``kernels_numba.full_run``: the engine loop records each device's pop order and checks canonicity as
+tasks pop, then one sequential pass copies the times into the state in place, checks lossy durations,
+counts the changed tasks and completes the linked-list queues; the ``_Queue`` objects are rebuilt
+from those lists only when a Python path needs them), the Python engine with the Python sweep. When the budget runs out, when the
 timeline is not canonical, or when a guard fires, :func:`simulator.engine.core.simulate_arrays` runs on
 the current graph (tombstones enter it as isolated
 zero-duration tasks: such a task pops at (0, id), starts and ends at its device's current free time

@@ -63,7 +63,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
         # compiled sweep, the Python loop with the Python sweep (never slower than a full run of it)
         self._engine = "python" if self._nb is None else "numba"
         self._ll = None  # the compiled sweep's device queues (qh, qt, qn, qp), see _links
-        self._ll_spare = None  # their arrays, kept for the next full run to fill (_adopt)
+        self._ll_spare = None  # their arrays, kept for the next full run to fill (_full_nb)
         self._q_stale = False  # True while _ll is newer than _Q
         self._t_full = math.inf
         # the resumed engine's cost model (seconds): fixed part + per task after the sweep point;
