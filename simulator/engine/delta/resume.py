@@ -119,13 +119,6 @@ class ResumeMixin:
         if share < 1.0 and self._resume_costs_more(int(np.count_nonzero(lk > kr))):
             # (at least that many tasks after the sweep point: decided before building any mask)
             return self._fallback(t0, reason, dirtied, new_ids, removed)
-        final = (where != -1) & (lk <= kr)
-        tie = np.flatnonzero((lk == kr) & (where != -1))  # entries at the sweep point's ready time:
-        final[tie[tie > kx]] = False                       # final up to the sweep point's id
-        rest = alive & ~final
-        sub = np.flatnonzero(rest)
-        if share < 1.0 and self._resume_costs_more(int(sub.size)):
-            return self._fallback(t0, reason, dirtied, new_ids, removed)
         st, oS, oE = self._st, self._oS, self._oE
         R = np.frombuffer(self._R, dtype=np.float64)
         S = np.frombuffer(self._S, dtype=np.float64)
@@ -135,9 +128,22 @@ class ResumeMixin:
         # tasks whose times may change: the ones the sweep processed, and the resumed ones
         dirtied = np.asarray(dirtied, dtype=np.int64).reshape(-1)
         sw = dirtied[np.frombuffer(st, dtype=np.int64)[dirtied] == 2]
-        if guard and not self._guarded_prefix_ok(final, dirtied, sw, R, ptr, idx, pptr, pidx):
+
+        def final_of(ids):  # a queue entry up to the sweep point (ready, id) <= (kr, kx)
+            k = lk[ids]
+            return (where[ids] != -1) & ((k < kr) | ((k == kr) & (ids <= kx)))
+
+        # (checked on the few tasks it concerns, before any pass over the id space)
+        if guard and not self._guarded_prefix_ok(final_of, dirtied, sw, R, ptr, idx, pptr, pidx):
             return self._fallback(t0, f"{reason}; a zero-duration tie at or before the sweep point",
                                   dirtied, new_ids, removed)
+        final = (where != -1) & (lk <= kr)
+        tie = np.flatnonzero((lk == kr) & (where != -1))  # entries at the sweep point's ready time:
+        final[tie[tie > kx]] = False                       # final up to the sweep point's id
+        rest = alive & ~final
+        sub = np.flatnonzero(rest)
+        if share < 1.0 and self._resume_costs_more(int(sub.size)):
+            return self._fallback(t0, reason, dirtied, new_ids, removed)
         old_sw = (np.frombuffer(oS, dtype=np.float64)[sw], np.frombuffer(oE, dtype=np.float64)[sw])
         self._clear_scratch(dirtied, undo=False)
         old_S, old_E = S[sub].copy(), E[sub].copy()
@@ -235,19 +241,20 @@ class ResumeMixin:
                                  f"{self._n_live} tasks)", wall_s=time.perf_counter() - t0,
                           new_ids=new_ids, removed=removed, changed=changed, resumed=int(sub.size))
 
-    def _guarded_prefix_ok(self, final, dirtied, sw, R, ptr, idx, pptr, pidx) -> bool:
+    def _guarded_prefix_ok(self, final_of, dirtied, sw, R, ptr, idx, pptr, pidx) -> bool:
         """With zero durations, the checks that make the guarded sweep's tasks up to the sweep point
         what the engine pops first (package doc, "Zero durations and the resume"): no dirty task is
         left with a queue entry at or before the sweep point (its event would have fallen behind the
-        sweep), and no edge between a processed task and a final task goes backwards in key order."""
+        sweep), and no edge between a processed task and a final task goes backwards in key order.
+        ``final_of(ids)``: which of ``ids`` are final (a queue entry up to the sweep point)."""
         if dirtied.size:
             stv = np.frombuffer(self._st, dtype=np.int64)[dirtied]
-            if bool(np.any(final[dirtied[(stv & 1) == 1]])):
+            if bool(np.any(final_of(dirtied[(stv & 1) == 1]))):
                 return False
         if not sw.size:
             return True
         for rows, other, out in ((_gather(ptr, idx, sw)) + (True,), (_gather(pptr, pidx, sw)) + (False,)):
-            keep = final[other]
+            keep = final_of(other)
             x, y = sw[rows[keep]], other[keep]
             u, v = (x, y) if out else (y, x)
             if bool(np.any((R[v] < R[u]) | ((R[v] == R[u]) & (v < u)))):
