@@ -27,11 +27,18 @@ FALLBACK_WASTE = 0.15
 #: The compiled sweep's pace rule (DeltaSimulator._delta, package doc "Fallback"): once its sweep point
 #: has passed at least this many tasks in key order, the time it took, scaled to the tasks after the
 #: point, predicts the rest of the sweep (a change that re-times every task it passes is as slow per
-#: passed task as per re-timed one; one that re-times a few of them is fast). A prediction above the
-#: alternative's cost (resumed engine or full run) gives up at once: on the real GPT-3 graph a change
-#: that re-times everything was recognized after ~400 tasks (0.2 ms) instead of after FALLBACK_WASTE of
-#: a full run (python -m benchmarks.delta). 256: the first check (after 256 units of work) decides.
+#: passed task as per re-timed one; one that re-times a few of them is fast). A prediction above
+#: PACE_ABORT x the alternative's cost (resumed engine or full run) gives up at once: on the real GPT-3
+#: graph a change that re-times everything was recognized after ~400 tasks (0.2 ms) instead of after
+#: FALLBACK_WASTE of a full run (python -m benchmarks.delta). 256: the first check (after 256 units of
+#: work) decides.
 PACE_MIN_SWEPT = 256
+#: The margin of the pace rule: the pace of the first tasks is a crude prediction (a change that
+#: re-times 5 % of the GPT-3 graph was predicted at 1.7x a full run after its first 900 tasks, then its
+#: density rose from 6 % to 58 %), so the sweep goes on only when it predicts at most half the
+#: alternative (measured in the benchmark: 0.26 for a change that re-times 0.44 % of the tasks, 8-40
+#: for one that re-times all).
+PACE_ABORT = 0.5
 #: ... and only when the alternative costs at least this share of a full run: against a cheap resume
 #: the RESUME_RACE rule bounds the waste already, and the pace of a change's first tasks overstates
 #: what one that stays small costs (a change re-timing 0.09 % looked 4x slower than a resume of 6 %

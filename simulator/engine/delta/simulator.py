@@ -562,10 +562,11 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
                 # ``pace``. Slower than the alternative: a change that re-times densely, give up now
                 # rather than after a fixed share of a full run; faster: go on, within a bound
                 pace = (now - since) * rest / swept
-                if pace > est:
+                if pace > params.PACE_ABORT * est:
                     raise _Abort(f"the sweep had passed {swept} tasks in {1e3 * (now - since):.2f} ms: at that "
                                  f"pace the {rest} tasks after its point would take {1e3 * pace:.2f} ms, more than "
-                                 f"the {1e3 * est:.2f} ms the engine is expected to take on them", (r, x), processed)
+                                 f"{params.PACE_ABORT:g} x the {1e3 * est:.2f} ms the engine is expected to take on "
+                                 f"them", (r, x), processed)
                 if now < cap and now - t0 + est <= (1.0 + params.PACE_WASTE) * t_full:
                     return now + 0.1 * est
             if now >= cap:
