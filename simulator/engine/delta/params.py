@@ -33,12 +33,13 @@ FALLBACK_WASTE = 0.15
 #: FALLBACK_WASTE of a full run (python -m benchmarks.delta). 256: the first check (after 256 units of
 #: work) decides.
 PACE_MIN_SWEPT = 256
-#: The margin of the pace rule: the pace of the first tasks is a crude prediction (a change that
-#: re-times 5 % of the GPT-3 graph was predicted at 1.7x a full run after its first 900 tasks, then its
-#: density rose from 6 % to 58 %), so the sweep goes on only when it predicts at most half the
-#: alternative (measured in the benchmark: 0.26 for a change that re-times 0.44 % of the tasks, 8-40
-#: for one that re-times all).
-PACE_ABORT = 0.5
+#: The threshold of the pace rule, as a multiple of the alternative's expected cost: 1, give up when
+#: the prediction says the alternative is cheaper. Measured on the GPT-3 graph (benchmarks/delta.py;
+#: prediction / alternative at the first check): 0.26-0.63 for a change that re-times 0.44 % of the
+#: tasks over half the timeline, 0.87 for one that re-times 0.09 %, 1.7-2 for one that re-times 5 %
+#: (its density rises from 6 % to 58 % of the tasks passed), 2-7 for 15 %, 8-40 for all. 0.5 sent the
+#: first two to the alternative (12-20x became 1.05x and 1.3x of a compiled full run).
+PACE_ABORT = 1.0
 #: ... and only when the alternative costs at least this share of a full run: against a cheap resume
 #: the RESUME_RACE rule bounds the waste already, and the pace of a change's first tasks overstates
 #: what one that stays small costs (a change re-timing 0.09 % looked 4x slower than a resume of 6 %
