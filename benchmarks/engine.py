@@ -8,7 +8,8 @@ kernel="python")`` time (the pure-Python engine, whatever is installed; median o
 the call includes every conversion from and to numpy), tasks/s, the
 ratio of a minimal reference heap loop's time to the engine's (``>1``: the engine is faster; the
 reference is written below, same semantics, simplest code, timed the same way and interleaved with
-the engine runs), whether both give identical timelines, and the peak memory per task of one
+the engine runs; "cpu x": the same ratio with the process's CPU time, steadier when other jobs
+share the machine), whether both give identical timelines, and the peak memory per task of one
 engine call and of one reference-loop call, measured with ``tracemalloc`` (Python and numpy
 allocations made during the call, its result included, graph arrays excluded; separate, slower
 runs). Prints the machine description first.
@@ -91,6 +92,16 @@ def _timed(fn):
     return time.perf_counter() - t0, out
 
 
+def _timed_both(fn):
+    """(wall seconds, CPU seconds of this process, result): on a shared machine the CPU time of
+    the call is less disturbed by other jobs than its wall time (it still includes their cache
+    effects)."""
+    gc.collect()
+    c0, t0 = time.process_time(), time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, time.process_time() - c0, out
+
+
 def _peak(fn) -> int:
     """tracemalloc peak of one call (Python and numpy allocations made during it, the result included)."""
     gc.collect()
@@ -105,14 +116,16 @@ def _peak(fn) -> int:
 def bench_one(kind: str, build, n_target: int, repeat: int, seed: int = 0) -> dict:
     t_build, graph = _timed(lambda: build(n_target, seed))
     n = graph.num_tasks
-    eng_times, ref_times = [], []
+    eng_times, ref_times, eng_cpu, ref_cpu = [], [], [], []
     res = ref = None
     for _ in range(repeat):  # interleaved, so drifting machine load hits both alike
         res = ref = None  # free the previous run's results before timing
-        dt, res = _timed(lambda: simulate(graph, kernel="python"))
+        dt, dc, res = _timed_both(lambda: simulate(graph, kernel="python"))
         eng_times.append(dt)
-        dt, ref = _timed(lambda: reference_loop(graph))
+        eng_cpu.append(dc)
+        dt, dc, ref = _timed_both(lambda: reference_loop(graph))
         ref_times.append(dt)
+        ref_cpu.append(dc)
     same = (res.order.tolist() == ref[3] and res.start.tolist() == ref[1]
             and res.end.tolist() == ref[2] and res.ready.tolist() == ref[0])
     numba_times, numba_same = [], None
@@ -133,6 +146,8 @@ def bench_one(kind: str, build, n_target: int, repeat: int, seed: int = 0) -> di
         "build_s": t_build, "simulate_s": t_eng, "simulate_runs_s": eng_times,
         "tasks_per_s": n / t_eng, "reference_s": t_ref, "reference_runs_s": ref_times,
         "reference_tasks_per_s": n / t_ref, "ratio_vs_reference": t_ref / t_eng,
+        "simulate_cpu_runs_s": eng_cpu, "reference_cpu_runs_s": ref_cpu,
+        "ratio_vs_reference_cpu": statistics.median(ref_cpu) / statistics.median(eng_cpu),
         "identical_to_reference": same and numba_same is not False, "peak_bytes_per_task": peak / n,
         "reference_peak_bytes_per_task": ref_peak / n,
         "numba_s": statistics.median(numba_times) if numba_times else None,
@@ -143,13 +158,14 @@ def bench_one(kind: str, build, n_target: int, repeat: int, seed: int = 0) -> di
 
 def format_table(rows: list[dict]) -> str:
     head = (f"{'graph':<10} {'tasks':>9} {'edges':>9} {'build s':>8} {'sim s':>7} {'tasks/s':>10} "
-            f"{'ref s':>7} {'ref tasks/s':>11} {'x ref':>6} {'same':>5} {'B/task':>7} {'ref B':>6} {'numba/s':>10} "
+            f"{'ref s':>7} {'ref tasks/s':>11} {'x ref':>6} {'cpu x':>6} {'same':>5} {'B/task':>7} {'ref B':>6} {'numba/s':>10} "
             f"{'py/numba':>8}")
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(f"{r['kind']:<10} {r['tasks']:>9,} {r['edges']:>9,} {r['build_s']:>8.3f} "
                      f"{r['simulate_s']:>7.3f} {r['tasks_per_s'] / 1e6:>8.3f} M {r['reference_s']:>7.3f} "
                      f"{r['reference_tasks_per_s'] / 1e6:>9.3f} M {r['ratio_vs_reference']:>6.2f} "
+                     f"{r['ratio_vs_reference_cpu']:>6.2f} "
                      f"{'yes' if r['identical_to_reference'] else 'NO':>5} {r['peak_bytes_per_task']:>7.0f} "
                      f"{r['reference_peak_bytes_per_task']:>6.0f}"
                      + (f" {r['tasks'] / r['numba_s'] / 1e6:>8.2f} M {r['numba_s'] / r['simulate_s']:>8.3f}"
@@ -189,7 +205,7 @@ def main(argv=None) -> int:
     info = machine()
     print("machine: " + ", ".join(f"{k}={v}" for k, v in info.items()))
     print(f"simulate = median of {args.repeat} runs of simulate(graph, kernel='python'); x ref = reference "
-          f"loop time / engine time; B/task, ref B = tracemalloc peak of one engine / reference-loop call "
+          f"loop time / engine time (wall; cpu x: the same with the process's CPU time); B/task, ref B = tracemalloc peak of one engine / reference-loop call "
           f"/ tasks; numba/s = the compiled "
           f"kernel (optional extra 'fast'); py/numba = pure-Python engine speed / compiled-loop limit")
     rows = []

@@ -118,6 +118,28 @@ def test_compiled_sweep_with_the_default_budget_is_exact():
             assert_matches_full(ds)
 
 
+def test_pace_rule_gives_up_early_and_stays_exact(monkeypatch):
+    """The compiled sweep's pace rule (params.PACE_MIN_SWEPT, PACE_MIN_ALT): with the alternative's
+    cost model set near zero, the first deadline check finds the sweep's pace slower than it and gives
+    up there; the engine then resumes or runs in full, and the result is the full run's."""
+    monkeypatch.setattr(delta_mod, "PACE_MIN_SWEPT", 1)
+    monkeypatch.setattr(delta_mod, "PACE_MIN_ALT", 0.0)
+    monkeypatch.setattr(delta_mod, "RESUME_MAX_SHARE", 1.0)  # resume whatever the share
+    g = pipeline_1f1b(8, 40, 8, 1)
+    ds = DeltaSimulator(g, kernel="numba")
+    order = ds.pop_order
+    gave_up = 0
+    for t in (int(order[0]), int(order[len(order) // 3]), int(order[len(order) // 2])):
+        ds._t_full, ds._res_fix, ds._res_per = 1e-9, 1e-12, 1e-15  # every alternative "free"
+        stats = ds.set_durations([t], [float(g.duration[t]) * 3.0])
+        gave_up += "at that pace" in stats.reason
+        assert stats.fallback
+        assert_matches_full(ds)
+        ds.set_durations([t], [float(g.duration[t])])
+        assert_matches_full(ds)
+    assert gave_up == 3
+
+
 def test_a_full_event_heap_falls_back(monkeypatch):
     """heap_capacity bounds the events of a sweep; were it wrong, the kernel stops (OVERFLOW) and
     the change falls back to a full run instead of writing past the arrays."""

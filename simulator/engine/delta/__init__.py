@@ -123,10 +123,17 @@ that stays small can win). The sweep cannot know in advance how far a change wil
 the ski-rental rule: at most ``budget`` of a full run is wasted. Whatever the budget, the sweep also
 gives up once what it has cost plus the expected cost of the alternative (the resumed engine or a full
 run, whichever the cost model expects to be cheaper) reaches ``1 + params.FALLBACK_WASTE`` full runs.
+The compiled sweep also watches its *pace* when the alternative is costly (at least
+``params.PACE_MIN_ALT`` of a full run): once its sweep point has passed ``params.PACE_MIN_SWEPT`` tasks
+in key order, the time so far scaled to the tasks after the point predicts the rest; above
+``params.PACE_ABORT`` x the alternative it gives up at once (a change that re-times everything is
+recognized after a few hundred tasks instead of after ``FALLBACK_WASTE`` of a full run), below it goes
+on, within ``1 + params.PACE_WASTE`` full runs in all. The rule only chooses between exact paths.
 Full runs and resumes run the engine of the sweep's kind: the compiled engine with the compiled sweep
-(``_full`` calls its loop directly, and one compiled pass, ``kernels_numba.adopt``, copies the times
-into the state in place, checks canonicity and lossy durations, counts the changed tasks and builds
-the linked-list queues), the Python engine with the Python sweep. When the budget runs out, when the
+(``kernels_numba.full_run``: the engine loop records each device's pop order and checks canonicity as
+tasks pop, then one sequential pass copies the times into the state in place, checks lossy durations,
+counts the changed tasks and completes the linked-list queues; the ``_Queue`` objects are rebuilt
+from those lists only when a Python path needs them), the Python engine with the Python sweep. When the budget runs out, when the
 timeline is not canonical, or when a guard fires, :func:`simulator.engine.core.simulate_arrays` runs on
 the current graph (tombstones enter it as isolated
 zero-duration tasks: such a task pops at (0, id), starts and ends at its device's current free time

@@ -24,6 +24,31 @@ RESUME_RACE = 0.3
 #: cannot tell it early from a change that re-times everything); 0.3 let the worst changes cost 0.64x;
 #: 0.15 keeps every change up to ~1 % in the sweep.
 FALLBACK_WASTE = 0.15
+#: The compiled sweep's pace rule (DeltaSimulator._delta, package doc "Fallback"): once its sweep point
+#: has passed at least this many tasks in key order, the time it took, scaled to the tasks after the
+#: point, predicts the rest of the sweep (a change that re-times every task it passes is as slow per
+#: passed task as per re-timed one; one that re-times a few of them is fast). A prediction above
+#: PACE_ABORT x the alternative's cost (resumed engine or full run) gives up at once: on the real GPT-3
+#: graph a change that re-times everything was recognized after ~400 tasks (0.2 ms) instead of after
+#: FALLBACK_WASTE of a full run (python -m benchmarks.delta). 256: the first check (after 256 units of
+#: work) decides.
+PACE_MIN_SWEPT = 256
+#: The threshold of the pace rule, as a multiple of the alternative's expected cost: 1, give up when
+#: the prediction says the alternative is cheaper. Measured on the GPT-3 graph (benchmarks/delta.py;
+#: prediction / alternative at the first check): 0.26-0.63 for a change that re-times 0.44 % of the
+#: tasks over half the timeline, 0.87 for one that re-times 0.09 %, 1.7-2 for one that re-times 5 %
+#: (its density rises from 6 % to 58 % of the tasks passed), 2-7 for 15 %, 8-40 for all. 0.5 sent the
+#: first two to the alternative (12-20x became 1.05x and 1.3x of a compiled full run).
+PACE_ABORT = 1.0
+#: ... and only when the alternative costs at least this share of a full run: against a cheap resume
+#: the RESUME_RACE rule bounds the waste already, and the pace of a change's first tasks overstates
+#: what one that stays small costs (a change re-timing 0.09 % looked 4x slower than a resume of 6 %
+#: of the graph after its first 1,000 tasks).
+PACE_MIN_ALT = 0.2
+#: While its pace predicts less than the alternative, the compiled sweep goes on past FALLBACK_WASTE,
+#: as long as what it has cost plus the alternative stays within (1 + PACE_WASTE) full runs: the bound
+#: on what a change whose pace slows down late (it re-times densely only after a while) can waste.
+PACE_WASTE = 0.5
 #: The sweep a DeltaSimulator uses when its ``kernel`` argument is None (see DeltaSimulator).
 DEFAULT_KERNEL = "auto"
 #: ``budget="auto"`` (the default): the Python sweep costs ~10x the engine per re-timed task, so it gets

@@ -119,13 +119,6 @@ class ResumeMixin:
         if share < 1.0 and self._resume_costs_more(int(np.count_nonzero(lk > kr))):
             # (at least that many tasks after the sweep point: decided before building any mask)
             return self._fallback(t0, reason, dirtied, new_ids, removed)
-        final = (where != -1) & (lk <= kr)
-        tie = np.flatnonzero((lk == kr) & (where != -1))  # entries at the sweep point's ready time:
-        final[tie[tie > kx]] = False                       # final up to the sweep point's id
-        rest = alive & ~final
-        sub = np.flatnonzero(rest)
-        if share < 1.0 and self._resume_costs_more(int(sub.size)):
-            return self._fallback(t0, reason, dirtied, new_ids, removed)
         st, oS, oE = self._st, self._oS, self._oE
         R = np.frombuffer(self._R, dtype=np.float64)
         S = np.frombuffer(self._S, dtype=np.float64)
@@ -135,9 +128,22 @@ class ResumeMixin:
         # tasks whose times may change: the ones the sweep processed, and the resumed ones
         dirtied = np.asarray(dirtied, dtype=np.int64).reshape(-1)
         sw = dirtied[np.frombuffer(st, dtype=np.int64)[dirtied] == 2]
-        if guard and not self._guarded_prefix_ok(final, dirtied, sw, R, ptr, idx, pptr, pidx):
+
+        def final_of(ids):  # a queue entry up to the sweep point (ready, id) <= (kr, kx)
+            k = lk[ids]
+            return (where[ids] != -1) & ((k < kr) | ((k == kr) & (ids <= kx)))
+
+        # (checked on the few tasks it concerns, before any pass over the id space)
+        if guard and not self._guarded_prefix_ok(final_of, dirtied, sw, R, ptr, idx, pptr, pidx):
             return self._fallback(t0, f"{reason}; a zero-duration tie at or before the sweep point",
                                   dirtied, new_ids, removed)
+        final = (where != -1) & (lk <= kr)
+        tie = np.flatnonzero((lk == kr) & (where != -1))  # entries at the sweep point's ready time:
+        final[tie[tie > kx]] = False                       # final up to the sweep point's id
+        rest = alive & ~final
+        sub = np.flatnonzero(rest)
+        if share < 1.0 and self._resume_costs_more(int(sub.size)):
+            return self._fallback(t0, reason, dirtied, new_ids, removed)
         old_sw = (np.frombuffer(oS, dtype=np.float64)[sw], np.frombuffer(oE, dtype=np.float64)[sw])
         self._clear_scratch(dirtied, undo=False)
         old_S, old_E = S[sub].copy(), E[sub].copy()
@@ -235,19 +241,20 @@ class ResumeMixin:
                                  f"{self._n_live} tasks)", wall_s=time.perf_counter() - t0,
                           new_ids=new_ids, removed=removed, changed=changed, resumed=int(sub.size))
 
-    def _guarded_prefix_ok(self, final, dirtied, sw, R, ptr, idx, pptr, pidx) -> bool:
+    def _guarded_prefix_ok(self, final_of, dirtied, sw, R, ptr, idx, pptr, pidx) -> bool:
         """With zero durations, the checks that make the guarded sweep's tasks up to the sweep point
         what the engine pops first (package doc, "Zero durations and the resume"): no dirty task is
         left with a queue entry at or before the sweep point (its event would have fallen behind the
-        sweep), and no edge between a processed task and a final task goes backwards in key order."""
+        sweep), and no edge between a processed task and a final task goes backwards in key order.
+        ``final_of(ids)``: which of ``ids`` are final (a queue entry up to the sweep point)."""
         if dirtied.size:
             stv = np.frombuffer(self._st, dtype=np.int64)[dirtied]
-            if bool(np.any(final[dirtied[(stv & 1) == 1]])):
+            if bool(np.any(final_of(dirtied[(stv & 1) == 1]))):
                 return False
         if not sw.size:
             return True
         for rows, other, out in ((_gather(ptr, idx, sw)) + (True,), (_gather(pptr, pidx, sw)) + (False,)):
-            keep = final[other]
+            keep = final_of(other)
             x, y = sw[rows[keep]], other[keep]
             u, v = (x, y) if out else (y, x)
             if bool(np.any((R[v] < R[u]) | ((R[v] == R[u]) & (v < u)))):
@@ -271,35 +278,26 @@ class ResumeMixin:
             self._res_fix = 0.5 * self._res_fix + 0.5 * max(seconds - tasks * per, 0.0)
 
     def _warm(self) -> None:
-        """Load (or compile) the compiled engine and :func:`~simulator.engine.delta.kernels_numba.adopt`
-        on a one-task graph, with the argument types of :meth:`_full`, so that the first timed full
-        run measures the run and not the loading."""
-        from simulator.engine.kernels_numba import run_numba
+        """Load (or compile) :func:`~simulator.engine.delta.kernels_numba.full_run` on a one-task graph,
+        with the argument types of :meth:`_full`, so that the first timed full run measures the run
+        and not the loading."""
         one, i64 = np.zeros(1), np.zeros(1, dtype=np.int64)
-        order, ready, start, _ = run_numba(one, np.zeros(1, dtype=np.int32), np.zeros(2, dtype=np.int64),
-                                           np.zeros(0, dtype=np.int64), 1)
-        self._nb.adopt(order, ready, start, one, np.zeros(1, dtype=np.int32), np.ones(1, dtype=bool),
-                       one.copy(), one.copy(), one.copy(), one.copy(), i64.copy(), i64.copy(), i64.copy(),
-                       i64.copy(), i64.copy(), False)
+        self._nb.full_run(one, np.zeros(1, dtype=np.int32), np.zeros(2, dtype=np.int64),
+                          np.zeros(0, dtype=np.int64), 1, np.ones(1, dtype=bool), one.copy(), one.copy(),
+                          one.copy(), one.copy(), i64.copy(), i64.copy(), i64.copy(), i64.copy(), i64.copy(),
+                          False)
 
     def _full(self, count_changed: bool = False) -> int:
-        """Full run with :func:`simulator.engine.core.simulate_arrays` (the engine of the same kind as
-        the sweep; the compiled loop is called directly, the inputs being valid); rebuilds the delta
-        state from it. With ``count_changed``, returns the live tasks whose start or end differ from
-        the state before (new tasks count)."""
+        """Full run of the engine of the same kind as the sweep; rebuilds the delta state from it. The
+        compiled engine runs in place (:func:`~simulator.engine.delta.kernels_numba.full_run`: the
+        state is its output); the Python engine is :func:`simulator.engine.core.simulate_arrays`,
+        whose result is copied in (:meth:`_adopt`). With ``count_changed``, returns the live tasks
+        whose start or end differ from the state before (new tasks count)."""
         t0 = time.perf_counter()
         n = len(self._dur)
         ptr, idx = self._csr_arrays()
-        res = None
-        if self._engine == "numba" and n:
-            from simulator.engine.kernels_numba import run_numba
-            order, ready, start, _ = run_numba(self._dur_np, self._dev_np, ptr, idx, self._nd)
-            end = makespan = None  # computed by the compiled _adopt
-            if order.shape[0] != n:
-                res = order = None  # a cycle: the engine below raises its error, by task name
-        else:
-            order = None
-        if order is None:
+        changed = self._full_nb(ptr, idx, count_changed) if self._engine == "numba" else None
+        if changed is None:  # the Python engine, or a cycle (reported by task name)
             g = self._describe_graph
             describe = g.describe if (g is not None and n == g.num_tasks and self._n_live == n) else None
             try:
@@ -308,9 +306,8 @@ class ResumeMixin:
             except SimulationError as exc:
                 self._broken = str(exc)
                 raise
-            order, ready, start, end = res.order.astype(np.int64), res.ready, res.start, res.end
-            makespan = float(res.makespan)
-        changed = self._adopt(order, ready, start, end, makespan, count_changed)
+            changed = self._adopt(res.order.astype(np.int64), res.ready, res.start, res.end,
+                                  float(res.makespan), count_changed)
         t = time.perf_counter() - t0
         if abs(n - self._t_full_n) * 10 > n:  # the graph changed size: forget older timings
             self._t_full = t
@@ -321,56 +318,93 @@ class ResumeMixin:
             self._res_per = 1.5 * self._t_full / self._n_live
         return changed
 
-    def _adopt(self, order, ready, start, end, makespan, count_changed: bool = False) -> int:
-        """Rebuild the delta state from a full run of the current graph (engine pop ``order`` of all
-        ids, tombstones included: isolated zero-duration tasks that changed nothing). The per-task
-        arrays are overwritten in place when the id space kept its size (one copy each; one compiled
-        pass with the compiled sweep, which also builds its linked-list queues). With
-        ``count_changed``, returns the live tasks whose start or end differ from the state before.
-        ``end``, ``makespan``: None with the compiled sweep (computed in its pass)."""
-        n = len(self._dur)
-        alive = self._alive_np
-        nb = self._nb
+    def _state_arrays(self, n: int, count_changed: bool) -> None:
+        """The per-task state arrays for an id space of ``n`` (kept when it kept its size)."""
         if self._R is None or len(self._R) != n:
             for name in ("_R", "_S", "_E", "_lk"):
                 setattr(self, name, array("d", bytes(8 * n)))
                 if count_changed and name != "_lk":  # old values unknown here: all count as changed
                     np.frombuffer(getattr(self, name), dtype=np.float64)[:] = _NAN
             self._where = _zeros("q", n)
+        if self._st is None or len(self._st) != n:
+            self._st = _zeros("q", n)  # sweep scratch (see _sweep), all zero between changes
+            self._pend = _zeros("q", n)
+            self._nr = _zeros("d", n)
+            self._oS = _zeros("d", n)
+            self._oE = _zeros("d", n)
+
+    def _full_nb(self, ptr, idx, count_changed: bool):
+        """The compiled full run in place (:func:`~simulator.engine.delta.kernels_numba.full_run`):
+        times, queue devices and linked-list queues written into the state by the engine loop itself;
+        the ``_Queue`` objects are rebuilt from the lists when a Python path needs them. Returns the
+        changed count, or None on a cycle."""
+        n = len(self._dur)
+        self._state_arrays(n, count_changed)
+        links = self._ll or self._ll_spare
+        if links is None or links[0].shape[0] != self._nd or links[2].shape[0] != n:
+            links = tuple(np.empty(k, dtype=np.int64) for k in (self._nd, self._nd, n, n))
+        R, S, E, lk = (np.frombuffer(a, dtype=np.float64) for a in (self._R, self._S, self._E, self._lk))
+        where = np.frombuffer(self._where, dtype=np.int64)
+        alive = self._alive_np
+        order, changed, lossy, canonical, makespan = self._nb.full_run(
+            self._dur_np, self._dev_np, ptr, idx, self._nd, alive, R, S, E, lk, where, *links, count_changed)
+        del R, S, E, lk, where
+        self._ll = self._ll_spare = links
+        self._cur = np.full(self._nd, -1, dtype=np.int64)
+        if order.shape[0] != n:
+            return None
+        if self._n_live < n:
+            order = order[alive[order]]
+        self._lossy = bool(lossy)
+        # the linked lists are the queues now (_queues rebuilds the _Queue objects from them); the
+        # groups keep the run's order and devices for _links
+        self._groups = _Groups(order, self._dev_np, None, self._nd)
+        self._Q = None
+        self._q_fresh = True
+        self._q_stale = True
+        self._ran(order, makespan, canonical)
+        return int(changed)
+
+    def _ran(self, order, makespan, canonical) -> None:
+        """Bookkeeping after a full run: makespan, canonicity, the key order for result()."""
+        self._mk = float(makespan) if self._n_live else 0.0
+        self._canonical = bool(canonical)
+        self._order_cache = order
+        self._order_moved = []
+
+    def _adopt(self, order, ready, start, end, makespan, count_changed: bool = False) -> int:
+        """Rebuild the delta state from a full run of the Python engine (pop ``order`` of all ids,
+        tombstones included: isolated zero-duration tasks that changed nothing): the per-task arrays
+        are overwritten in place when the id space kept its size (one copy each). With
+        ``count_changed``, returns the live tasks whose start or end differ from the state before."""
+        n = len(self._dur)
+        alive = self._alive_np
+        self._state_arrays(n, count_changed)
         if self._n_live < n:
             order = order[alive[order]]
         R, S, E, lk = (np.frombuffer(a, dtype=np.float64) for a in (self._R, self._S, self._E, self._lk))
         where = np.frombuffer(self._where, dtype=np.int64)
-        if nb is not None:
-            links = self._ll or self._ll_spare
-            if links is None or links[0].shape[0] != self._nd or links[2].shape[0] != n:
-                links = tuple(np.empty(k, dtype=np.int64) for k in (self._nd, self._nd, n, n))
-            changed, lossy, canonical, makespan = nb.adopt(order, ready, start, self._dur_np, self._dev_np,
-                                                           alive, R, S, E, lk, where, *links, count_changed)
-            self._ll = self._ll_spare = links
-            self._cur = np.full(self._nd, -1, dtype=np.int64)
-        else:
-            if self._n_live < n:
-                dead = ~alive
-                ready, start, end = ready.copy(), start.copy(), end.copy()
-                ready[dead] = start[dead] = end[dead] = _NAN
-            changed = 0
-            if count_changed:  # NaN before (new, reused ids) != anything
-                changed = int(np.count_nonzero(alive & ((start != S) | (end != E))))
-            # start + dur == start with dur > 0: a duration lost to rounding, a zero duration in effect
-            lossy = bool(np.any((end == start) & (self._dur_np > 0.0)))
-            canonical = True
-            if (self._n_zero or lossy) and order.size > 1:
-                r = ready[order]
-                canonical = bool(np.all((r[1:] > r[:-1]) | ((r[1:] == r[:-1]) & (order[1:] > order[:-1]))))
-            R[:] = ready
-            lk[:] = ready
-            S[:] = start
-            E[:] = end
-            where[:] = self._dev_np
-            if self._n_live < n:
-                where[~alive] = -1
-            self._ll = None
+        if self._n_live < n:
+            dead = ~alive
+            ready, start, end = ready.copy(), start.copy(), end.copy()
+            ready[dead] = start[dead] = end[dead] = _NAN
+        changed = 0
+        if count_changed:  # NaN before (new, reused ids) != anything
+            changed = int(np.count_nonzero(alive & ((start != S) | (end != E))))
+        # start + dur == start with dur > 0: a duration lost to rounding, a zero duration in effect
+        lossy = bool(np.any((end == start) & (self._dur_np > 0.0)))
+        canonical = True
+        if (self._n_zero or lossy) and order.size > 1:
+            r = ready[order]
+            canonical = bool(np.all((r[1:] > r[:-1]) | ((r[1:] == r[:-1]) & (order[1:] > order[:-1]))))
+        R[:] = ready
+        lk[:] = ready
+        S[:] = start
+        E[:] = end
+        where[:] = self._dev_np
+        if self._n_live < n:
+            where[~alive] = -1
+        self._ll = None
         del R, S, E, lk, where
         self._lossy = bool(lossy)
         groups = _Groups(order, self._dev_np, ready, self._nd)  # (set_devices, replace_tasks: freeze)
@@ -378,14 +412,5 @@ class ResumeMixin:
         self._groups = groups
         self._q_fresh = True  # no queue changed since this run
         self._q_stale = False
-        self._mk = float(makespan) if self._n_live else 0.0
-        self._canonical = bool(canonical)
-        self._order_cache = order
-        self._order_moved = []
-        if self._st is None or len(self._st) != n:
-            self._st = _zeros("q", n)  # sweep scratch (see _sweep), all zero between changes
-            self._pend = _zeros("q", n)
-            self._nr = _zeros("d", n)
-            self._oS = _zeros("d", n)
-            self._oE = _zeros("d", n)
+        self._ran(order, makespan, canonical)
         return int(changed)

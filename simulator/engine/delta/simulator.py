@@ -63,7 +63,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
         # compiled sweep, the Python loop with the Python sweep (never slower than a full run of it)
         self._engine = "python" if self._nb is None else "numba"
         self._ll = None  # the compiled sweep's device queues (qh, qt, qn, qp), see _links
-        self._ll_spare = None  # their arrays, kept for the next full run to fill (_adopt)
+        self._ll_spare = None  # their arrays, kept for the next full run to fill (_full_nb)
         self._q_stale = False  # True while _ll is newer than _Q
         self._t_full = math.inf
         # the resumed engine's cost model (seconds): fixed part + per task after the sweep point;
@@ -516,6 +516,8 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
             stats.changed = 0
             return stats
         heapq.heapify(heap)
+        r0 = heap[0][0] if heap else 0.0  # the sweep's first key
+        ahead: list[int] = []
         # a positive duration lost to rounding (start + dur == start) acts as a zero duration
         guard = self._n_zero > 0 or self._lossy
         # the compiled sweep (simulator/engine/delta/kernels_numba.py) takes duration and device changes,
@@ -540,7 +542,10 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
             now = time.perf_counter()
             lkv = np.frombuffer(self._lk, dtype=np.float64)
             rest = int(np.count_nonzero(lkv > r))
+            if not ahead:  # the tasks after the sweep's first key (counted once)
+                ahead.append(int(np.count_nonzero(lkv > r0)))
             del lkv
+            swept = max(ahead[0] - rest, 1)  # tasks the sweep point has passed
             # the alternative if the sweep gives up now: the engine resumed on the tasks after the
             # sweep point, or a full run, whichever is expected to be cheaper
             t_full = self._t_full
@@ -551,6 +556,19 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
                 # the compiled sweep: even if every task after its point moves, at the rate measured
                 # so far it finishes before the alternative would, so it goes on (checked again later)
                 return now + 0.1 * est
+            if project and swept >= params.PACE_MIN_SWEPT and est >= params.PACE_MIN_ALT * t_full:
+                # the compiled sweep's pace through the timeline: it has passed ``swept`` tasks in key
+                # order (re-timing some of them) in ``now - since``; at that pace the rest costs
+                # ``pace``. Slower than the alternative: a change that re-times densely, give up now
+                # rather than after a fixed share of a full run; faster: go on, within a bound
+                pace = (now - since) * rest / swept
+                if pace > params.PACE_ABORT * est:
+                    raise _Abort(f"the sweep had passed {swept} tasks in {1e3 * (now - since):.2f} ms: at that "
+                                 f"pace the {rest} tasks after its point would take {1e3 * pace:.2f} ms, more than "
+                                 f"{params.PACE_ABORT:g} x the {1e3 * est:.2f} ms the engine is expected to take on "
+                                 f"them", (r, x), processed)
+                if now < cap and now - t0 + est <= (1.0 + params.PACE_WASTE) * t_full:
+                    return now + 0.1 * est
             if now >= cap:
                 raise _Abort(f"time budget spent after {work} tasks", (r, x), processed)
             if now - since >= params.RESUME_RACE * est:
@@ -563,7 +581,10 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
                 raise _Abort(f"the sweep had cost {1e3 * (now - t0):.2f} ms after {work} tasks: with the "
                              f"{1e3 * est:.2f} ms the engine is expected to take on the {rest} tasks after its "
                              f"point, more than {1 + params.FALLBACK_WASTE:g} full runs", (r, x), processed)
-            return min(cap, since + params.RESUME_RACE * est, t0 + limit)
+            nxt = min(cap, since + params.RESUME_RACE * est, t0 + limit)
+            if project and swept < params.PACE_MIN_SWEPT:  # too few tasks passed to judge the pace yet:
+                nxt = min(nxt, now + (now - since))        # look again once it has run as long again
+            return nxt
 
         if not compiled:
             self._queues()
