@@ -5,8 +5,9 @@ Land & Doig 1960 / Lawler & Wood 1966 ("Branch-and-bound methods: a survey", Ope
 with lazily computed bounds: every candidate gets the closed-form compute bound
 (:func:`simulator.search.bound.compute_bound`, microseconds); candidates are visited in increasing
 order of it; a visited candidate is resolved and costed and gets the tighter records bound
-(:func:`simulator.search.bound.records_bound`); candidates are simulated in increasing order of
-their best bound, as long as that bound is not worse than the ``top``-th best objective simulated so
+(:func:`simulator.search.bound.records_bound`); when it comes up for simulation it gets the path
+bound (:func:`simulator.search.bound.path_bound`, tighter still) and goes back into the queue when
+that is larger; candidates are simulated in increasing order of their best bound, as long as that bound is not worse than the ``top``-th best objective simulated so
 far. A candidate whose bound is worse than the ``top``-th best cannot be among the ``top`` best (its
 simulated objective is at least its bound), so it is skipped; once the smallest remaining bound is
 worse, the search is done and its ``top`` rows are those of an exhaustive search
@@ -34,12 +35,13 @@ from strategies.errors import ExecsimError
 @dataclass
 class BoundStats:
     """What the branch and bound did: ``simulated`` candidates, ``costed`` (records bound computed),
-    ``skipped`` (ruled out by a bound, never simulated), ``invalid`` (rejected when resolved), and the
+    ``pathed`` (path bound computed), ``skipped`` (ruled out by a bound, never simulated), ``invalid`` (rejected when resolved), and the
     optimality ``gap`` (best found / smallest bound not simulated - 1; 0.0 = proven optimal, None
     = nothing qualifies)."""
 
     simulated: int = 0
     costed: int = 0
+    pathed: int = 0
     skipped: int = 0
     invalid: int = 0
     gap: float | None = 0.0
@@ -86,7 +88,7 @@ def branch_and_bound(job, cands: Sequence[Candidate], *, top: int, cost: Callabl
     objective, lower is better, ``inf`` = does not qualify
     (``simulator.search.strategy_search.objective_value``)."""
     from simulator.search.backends import candidate_strategy, evaluate_row, invalid_row
-    from simulator.search.bound import records_bound
+    from simulator.search.bound import path_bound, records_bound
     from simulator.search.evaluate import prepare
     top = max(int(top), 1)
     stats = BoundStats()
@@ -117,9 +119,19 @@ def branch_and_bound(job, cands: Sequence[Candidate], *, top: int, cost: Callabl
         return budget is not None and stats.simulated >= budget
 
     def run_ready(limit: float) -> None:
-        """Simulate costed candidates whose bound is <= limit and not worse than the k-th best."""
+        """Simulate costed candidates whose bound is <= limit and not worse than the k-th best; a
+        candidate's path bound is computed when it first comes up, and it goes back into the queue
+        when that bound is larger (best-first over the tightest bound known)."""
         while ready and ready[0][0] <= limit and ready[0][0] <= kth() and not out_of_budget():
-            _, _, i, prep = heapq.heappop(ready)
+            b, key, i, prep, pathed = heapq.heappop(ready)
+            if not pathed:
+                plan, work, _ = prep
+                stats.pathed += 1
+                lb_c = objective_bound(job, cands[i], path_bound(plan.schedule, work,
+                                                                 plan.strategy.options.overlap_handoff), cost)
+                if lb_c > b:
+                    heapq.heappush(ready, (lb_c, key, i, prep, True))
+                    continue
             done.add(i)
             simulate(i, prep)
 
@@ -139,10 +151,10 @@ def branch_and_bound(job, cands: Sequence[Candidate], *, top: int, cost: Callabl
         plan, work, _ = prep
         lb_b = objective_bound(job, c, records_bound(plan.schedule, work), cost) \
             if job.fidelity == "coarse" else -math.inf
-        heapq.heappush(ready, (max(lb_a[i], lb_b), c.sort_key(), i, prep))
+        heapq.heappush(ready, (max(lb_a[i], lb_b), c.sort_key(), i, prep, job.fidelity != "coarse"))
     run_ready(math.inf)
     # what was not simulated: the costed ones left in ``ready`` and every candidate never visited
-    costed = {i: b for b, _, i, _ in ready}
+    costed = {i: b for b, _, i, _, _ in ready}
     stats.best_bound = min((costed.get(i, lb_a[i]) for i in order if i not in done), default=math.inf)
     stats.skipped = len(cands) - len(done)
     found = min((cost(r) for r in rows), default=math.inf)
