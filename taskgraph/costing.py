@@ -393,11 +393,13 @@ def _rep_groups(sizes, prank: int) -> tuple:
     return tuple(groups.items())
 
 
-def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool = False) -> IterationWork:
+def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool = False, compute_only: bool = False) -> IterationWork:
     """Cost records for every virtual stage of ``plan``.
 
     ``check_profile``: raise when a row of ``options.profile`` matched no operator of this plan
     (``ProfileTable.check_all_used``; off in sweeps, where one profile serves many plans).
+    ``compute_only``: the same operators and transfers without gradient buckets and optimizer steps, for a
+    lower bound (``simulator/search/bound.py``) without the DP network model, shared across dp and ZeRO 0-2.
 
     Stage records are memoized across calls by everything they depend on (the plan's model, cluster,
     sizes, training and cost options, the stage's pipeline rank, whether it holds the embedding or
@@ -443,6 +445,10 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
         sig = (cid, first, last, _groups_sig(plan.cluster, s, prank),
                stage_pace(plan.cluster, s, prank),
                tuple((plan.model.layer_kind(li), p) for li, p in zip(lis, pols)))
+        if coarse and compute_only:   # the chunk operator depends on the layer context, not dp / ZeRO 0-2
+            stages.append(_memo(("coarse-compute", split, f_tp, shared, _layer_context(plan)) + sig[1:], lambda: _coarse_stage(
+                _build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw, False), f_tp, 0.0, False, split, shared)))
+            continue
         if coarse:
             stages.append(_memo(("coarse", split) + sig, lambda: _coarse_stage(
                 _build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw), f_tp, f_dp,
@@ -511,8 +517,8 @@ def profile_coverage(profile: ProfileTable) -> dict:
 
 
 def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: dict, layer_cache: dict, dt: int,
-                 kw: dict) -> StageWork:
-    """Operator-level cost records of one stage."""
+                 kw: dict, buckets: bool = True) -> StageWork:
+    """Operator-level cost records of one stage (``buckets=False``: no buckets, no optimizer step)."""
     opt, s = plan.strategy.options, plan.sizes
     layers: list[LayerWork] = []
     host_s = getattr(plan.cluster, "host_us_per_kernel", 0.0) * 1e-6
@@ -550,6 +556,8 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
         layers.append(LayerWork("head", host_bound(ops, [_op_cost(ctx, o, "none", groups, False) for o in ops],
                                                    host_s, flash, host_c, ctx.stack)))
     pace = stage_pace(plan.cluster, plan.sizes, plan.schedule.stage_to_rank[stage])
+    if not buckets:
+        return _paced(StageWork(tuple(layers), (), 0.0), pace)
     return _paced(_stage_work(plan, tuple(layers), groups["dp"], groups, pace, ctx.profile), pace)
 
 

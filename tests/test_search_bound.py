@@ -20,6 +20,7 @@ from simulator.search.strategy_search import objective_value, search
 from strategies.errors import ScheduleError
 from strategies.schedules import get_schedule
 from strategies.strategy_file import load_strategy
+from taskgraph.costing import build_work
 from taskgraph.lower_coarse import lower_coarse
 from taskgraph.lower_model import IterationWork, LayerWork, OpCost, StageWork
 
@@ -144,6 +145,13 @@ def _bounds_hold(strategy, space, gpus, every=1):
         plan, work, _ = prepare(candidate_strategy(ctx, c), "coarse")
         b = records_bound(plan.schedule, work)
         p = path_bound(plan.schedule, work, plan.strategy.options.overlap_handoff)
+        # the operators-only records (branch and bound's first costing): the same operators and
+        # transfers, no buckets or optimizer steps, so bounds on them hold too
+        ops = build_work(plan, fidelity="coarse", compute_only=True)
+        assert [st.layers for st in ops.stages] == [st.layers for st in work.stages]
+        assert ops.p2p_pairs == work.p2p_pairs and all(st.optimizer_s == 0 and not st.buckets for st in ops.stages)
+        assert path_bound(plan.schedule, ops, plan.strategy.options.overlap_handoff) <= p
+        assert records_bound(plan.schedule, ops) <= b
         assert 0 < lb <= row["iteration_time_s"], c.label()
         assert lb <= b or b == 0.0  # not needed for validity, but the records bound is the tighter one
         assert b <= row["iteration_time_s"], c.label()
