@@ -430,6 +430,8 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
     # schedules with W actions reduce gradients during the W pass (taskgraph/coarse.py _bucket_tail)
     split = has_split_backward(plan.schedule)
     layer_cache: dict = {} if cid is None else _memo(("layers",) + _layer_context(plan), dict)
+    # a small id for the layer context (cleared with the memo, as context ids are); pace per pipeline rank
+    lcid, paces = None if cid is None else _CONTEXTS.setdefault(("layers",) + _layer_context(plan), len(_CONTEXTS)), {}
     S = plan.schedule.num_stages
     for stage in range(S):
         prank = plan.schedule.stage_to_rank[stage]
@@ -442,17 +444,12 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
         # a named slow node paces only the pipeline rank holding it (topologies/stragglers.py), so the
         # stage's pace is part of the key along with its groups' placement
         first, last = plan.schedule.is_first_stage(stage), plan.schedule.is_last_stage(stage)
-        sig = (cid, first, last, _groups_sig(plan.cluster, s, prank),
-               stage_pace(plan.cluster, s, prank),
+        pace = paces[prank] if prank in paces else paces.setdefault(prank, stage_pace(plan.cluster, s, prank))
+        sig = (cid, first, last, _groups_sig(plan.cluster, s, prank), pace,
                tuple((plan.model.layer_kind(li), p) for li, p in zip(lis, pols)))
-        if coarse and compute_only:   # the chunk operator depends on the layer context, not dp / ZeRO 0-2
-            stages.append(_memo(("coarse-compute", split, f_tp, shared, _layer_context(plan)) + sig[1:], lambda: _coarse_stage(
-                _build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw, False), f_tp, 0.0, False, split, shared)))
-            continue
-        if coarse:
-            stages.append(_memo(("coarse", split) + sig, lambda: _coarse_stage(
-                _build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw), f_tp, f_dp,
-                opt.overlap_grad_reduce, split, shared)))
+        if coarse:   # compute_only: the chunk operator depends on the layer context, not dp / ZeRO 0-2
+            key = ("coarse-compute", split, f_tp, shared, lcid) + sig[1:] if compute_only else ("coarse", split) + sig
+            stages.append(_memo(key, lambda: _coarse_stage(_build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw, not compute_only), f_tp, f_dp, opt.overlap_grad_reduce, split, shared)))
             continue
         parts = _memo(("stage",) + sig, lambda: _stage_parts(
             _build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw)))
