@@ -393,11 +393,13 @@ def _rep_groups(sizes, prank: int) -> tuple:
     return tuple(groups.items())
 
 
-def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool = False) -> IterationWork:
+def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool = False, compute_only: bool = False) -> IterationWork:
     """Cost records for every virtual stage of ``plan``.
 
     ``check_profile``: raise when a row of ``options.profile`` matched no operator of this plan
     (``ProfileTable.check_all_used``; off in sweeps, where one profile serves many plans).
+    ``compute_only``: the same operators and transfers without gradient buckets and optimizer steps, for a
+    lower bound (``simulator/search/bound.py``) without the DP network model, shared across dp and ZeRO 0-2.
 
     Stage records are memoized across calls by everything they depend on (the plan's model, cluster,
     sizes, training and cost options, the stage's pipeline rank, whether it holds the embedding or
@@ -428,6 +430,8 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
     # schedules with W actions reduce gradients during the W pass (taskgraph/coarse.py _bucket_tail)
     split = has_split_backward(plan.schedule)
     layer_cache: dict = {} if cid is None else _memo(("layers",) + _layer_context(plan), dict)
+    # a small id for the layer context (cleared with the memo, as context ids are); pace per pipeline rank
+    lcid, paces = None if cid is None else _CONTEXTS.setdefault(("layers",) + _layer_context(plan), len(_CONTEXTS)), {}
     S = plan.schedule.num_stages
     for stage in range(S):
         prank = plan.schedule.stage_to_rank[stage]
@@ -440,13 +444,12 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
         # a named slow node paces only the pipeline rank holding it (topologies/stragglers.py), so the
         # stage's pace is part of the key along with its groups' placement
         first, last = plan.schedule.is_first_stage(stage), plan.schedule.is_last_stage(stage)
-        sig = (cid, first, last, _groups_sig(plan.cluster, s, prank),
-               stage_pace(plan.cluster, s, prank),
+        pace = paces[prank] if prank in paces else paces.setdefault(prank, stage_pace(plan.cluster, s, prank))
+        sig = (cid, first, last, _groups_sig(plan.cluster, s, prank), pace,
                tuple((plan.model.layer_kind(li), p) for li, p in zip(lis, pols)))
-        if coarse:
-            stages.append(_memo(("coarse", split) + sig, lambda: _coarse_stage(
-                _build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw), f_tp, f_dp,
-                opt.overlap_grad_reduce, split, shared)))
+        if coarse:   # compute_only: the chunk operator depends on the layer context, not dp / ZeRO 0-2
+            key = ("coarse-compute", split, f_tp, shared, lcid) + sig[1:] if compute_only else ("coarse", split) + sig
+            stages.append(_memo(key, lambda: _coarse_stage(_build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw, not compute_only), f_tp, f_dp, opt.overlap_grad_reduce, split, shared)))
             continue
         parts = _memo(("stage",) + sig, lambda: _stage_parts(
             _build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw)))
@@ -511,8 +514,8 @@ def profile_coverage(profile: ProfileTable) -> dict:
 
 
 def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: dict, layer_cache: dict, dt: int,
-                 kw: dict) -> StageWork:
-    """Operator-level cost records of one stage."""
+                 kw: dict, buckets: bool = True) -> StageWork:
+    """Operator-level cost records of one stage (``buckets=False``: no buckets, no optimizer step)."""
     opt, s = plan.strategy.options, plan.sizes
     layers: list[LayerWork] = []
     host_s = getattr(plan.cluster, "host_us_per_kernel", 0.0) * 1e-6
@@ -550,6 +553,8 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
         layers.append(LayerWork("head", host_bound(ops, [_op_cost(ctx, o, "none", groups, False) for o in ops],
                                                    host_s, flash, host_c, ctx.stack)))
     pace = stage_pace(plan.cluster, plan.sizes, plan.schedule.stage_to_rank[stage])
+    if not buckets:
+        return _paced(StageWork(tuple(layers), (), 0.0), pace)
     return _paced(_stage_work(plan, tuple(layers), groups["dp"], groups, pace, ctx.profile), pace)
 
 

@@ -13,13 +13,14 @@ from hypothesis import given, settings, strategies as st
 from simulator.engine.core import simulate
 from simulator.search.backends import Job, candidate_strategy, evaluate_row
 from simulator.search.bnb import branch_and_bound, compute_bounds
-from simulator.search.bound import FUSED_BACKWARD, SLACK, chain_bound, compute_bound, records_bound
+from simulator.search.bound import FUSED_BACKWARD, SLACK, chain_bound, compute_bound, path_bound, records_bound
 from simulator.search.evaluate import prepare
 from simulator.search.space import SearchSpace, context, enumerate_space
 from simulator.search.strategy_search import objective_value, search
 from strategies.errors import ScheduleError
 from strategies.schedules import get_schedule
 from strategies.strategy_file import load_strategy
+from taskgraph.costing import build_work
 from taskgraph.lower_coarse import lower_coarse
 from taskgraph.lower_model import IterationWork, LayerWork, OpCost, StageWork
 
@@ -80,7 +81,49 @@ def test_records_bound_never_exceeds_the_engine(shape, seed, zero_frac):
     work = IterationWork(tuple(stages), p2p_fwd_s=t(), p2p_bwd_s=t(), p2p_pairs=pairs,
                          p2p_overlap=bool(rng.random() < 0.5))
     graph = lower_coarse(sched, work)
-    assert records_bound(sched, work) <= simulate(graph).makespan
+    span = simulate(graph).makespan
+    assert records_bound(sched, work) <= span
+    for handoff in ("pair-end", "each"):
+        assert path_bound(sched, work, handoff) <= simulate(lower_coarse(sched, work, overlap_handoff=handoff)).makespan
+
+
+@settings(max_examples=60, deadline=None)
+@given(shape=st.sampled_from(SHAPES), seed=st.integers(0, 2**31 - 1), grow=st.floats(1.0, 3.0))
+def test_path_bound_holds_when_durations_grow(shape, seed, grow):
+    """The path bound of the records holds for the engine run with any longer durations (what the
+    interference fixed point does to compute), though a FIFO timeline may shrink when one grows."""
+    name, pp, vpp, m = shape
+    try:
+        sched = get_schedule(name, pp, m, vpp)
+    except ScheduleError:
+        return
+    rng = np.random.default_rng(seed)
+    stages = []
+    for _ in range(sched.num_stages):
+        bw = float(rng.uniform(0, 2))
+        op = OpCost("chunk", float(rng.uniform(0, 2)), float(rng.uniform(0, 2)), bw, saved_bytes=1.0,
+                    wgrad_overlap=float(rng.uniform(0, bw)))
+        stages.append(StageWork((LayerWork("chunk", (op,)),), (), float(rng.uniform(0, 1))))
+    work = IterationWork(tuple(stages), p2p_fwd_s=float(rng.uniform(0, 1)), p2p_bwd_s=float(rng.uniform(0, 1)),
+                         p2p_overlap=bool(rng.random() < 0.5))
+    graph = lower_coarse(sched, work)
+    graph.duration[:] = graph.duration * rng.uniform(1.0, grow, graph.num_tasks)
+    assert path_bound(sched, work) <= simulate(graph).makespan
+
+
+def test_path_bound_is_the_longest_path_of_a_tiny_pipeline():
+    """1F1B on 2 ranks, 2 micro-batches, f = 1, b = 2 (fused B, no weight gradient), transfers 0.5,
+    optimizer 0.25. Overlapped p2p: rank 0 runs F(0,0) 0-1, F(0,1) 1-2; rank 1 F(1,0) 1.5-2.5,
+    B(1,0) -4.5, F(1,1) -5.5, B(1,1) -7.5; rank 0 B(0,0) 5-7, B(0,1) 8-10; + 0.25 = 10.25, the
+    engine's makespan too (nothing contends). Blocking p2p: each sender's next action waits for its
+    transfer: F(0,1) 1.5-2.5, F(1,1) 5-6, B(1,1) -8, B(0,1) 8.5-10.5; + 0.25 = 10.75."""
+    sched = get_schedule("1f1b", 2, 2, 1)
+    op = OpCost("chunk", 1.0, 2.0, 0.0, saved_bytes=1.0)
+    for overlap, want in ((True, 10.25), (False, 10.75)):
+        work = IterationWork(tuple(StageWork((LayerWork("chunk", (op,)),), (), 0.25) for _ in range(2)),
+                             p2p_fwd_s=0.5, p2p_bwd_s=0.5, p2p_overlap=overlap)
+        assert path_bound(sched, work) == SLACK * want
+        assert simulate(lower_coarse(sched, work)).makespan == want
 
 
 @pytest.fixture(scope="module")
@@ -101,9 +144,18 @@ def _bounds_hold(strategy, space, gpus, every=1):
             continue
         plan, work, _ = prepare(candidate_strategy(ctx, c), "coarse")
         b = records_bound(plan.schedule, work)
+        p = path_bound(plan.schedule, work, plan.strategy.options.overlap_handoff)
+        # the operators-only records (branch and bound's first costing): the same operators and
+        # transfers, no buckets or optimizer steps, so bounds on them hold too
+        ops = build_work(plan, fidelity="coarse", compute_only=True)
+        assert [st.layers for st in ops.stages] == [st.layers for st in work.stages]
+        assert ops.p2p_pairs == work.p2p_pairs and all(st.optimizer_s == 0 and not st.buckets for st in ops.stages)
+        assert path_bound(plan.schedule, ops, plan.strategy.options.overlap_handoff) <= p
+        assert records_bound(plan.schedule, ops) <= b
         assert 0 < lb <= row["iteration_time_s"], c.label()
         assert lb <= b or b == 0.0  # not needed for validity, but the records bound is the tighter one
         assert b <= row["iteration_time_s"], c.label()
+        assert p <= row["iteration_time_s"], c.label()
         n += 1
     return n
 

@@ -91,5 +91,17 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERNAL
 
 
+def run() -> int:
+    """The ``execsim`` console command: :func:`main`, then ``gc.freeze()`` before the process exits,
+    so the interpreter's final collection does not walk every object the run left in its caches
+    (schedules, cost records, lowering structures: 0.15-0.3 s after a search on the project machine;
+    Python docs, ``gc.freeze``: frozen objects are ignored by all future collections). Tests and the
+    API call :func:`main`, which keeps the collector as it was."""
+    code = main()
+    import gc
+    gc.freeze()
+    return code
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

@@ -2,11 +2,21 @@
 while simulating few candidates (docs/search.md, "Branch and bound").
 
 Land & Doig 1960 / Lawler & Wood 1966 ("Branch-and-bound methods: a survey", Operations Research 14)
-with lazily computed bounds: every candidate gets the closed-form compute bound
-(:func:`simulator.search.bound.compute_bound`, microseconds); candidates are visited in increasing
-order of it; a visited candidate is resolved and costed and gets the tighter records bound
-(:func:`simulator.search.bound.records_bound`); candidates are simulated in increasing order of
-their best bound, as long as that bound is not worse than the ``top``-th best objective simulated so
+with lazily computed bounds, each tighter and dearer than the one before:
+
+1. every candidate gets the closed-form compute bound (:func:`simulator.search.bound.compute_bound`,
+   microseconds) and is visited in increasing order of it;
+2. a visited candidate is resolved and its operators costed (``taskgraph.costing.build_work`` with
+   ``compute_only``: transfers too, but no DP gradient buckets or optimizer steps, whose network
+   model is most of a costing) and gets the records bound on them
+   (:func:`simulator.search.bound.records_bound`);
+3. when it comes up it gets the path bound on the same records
+   (:func:`simulator.search.bound.path_bound`, ~0.98 of the simulated time) and goes back into the
+   queue when that is larger;
+4. when it comes up again it is fully costed and simulated.
+
+Candidates come up in increasing order of their tightest bound known, as long as that bound is not
+worse than the ``top``-th best objective simulated so
 far. A candidate whose bound is worse than the ``top``-th best cannot be among the ``top`` best (its
 simulated objective is at least its bound), so it is skipped; once the smallest remaining bound is
 worse, the search is done and its ``top`` rows are those of an exhaustive search
@@ -33,13 +43,15 @@ from strategies.errors import ExecsimError
 
 @dataclass
 class BoundStats:
-    """What the branch and bound did: ``simulated`` candidates, ``costed`` (records bound computed),
-    ``skipped`` (ruled out by a bound, never simulated), ``invalid`` (rejected when resolved), and the
+    """What the branch and bound did: ``simulated`` candidates, ``costed`` (fully costed: = simulated
+    at coarse fidelity), ``pathed`` (path bound computed), ``skipped`` (ruled out by a bound, never
+    simulated), ``invalid`` (rejected when resolved or costed), and the
     optimality ``gap`` (best found / smallest bound not simulated - 1; 0.0 = proven optimal, None
     = nothing qualifies)."""
 
     simulated: int = 0
     costed: int = 0
+    pathed: int = 0
     skipped: int = 0
     invalid: int = 0
     gap: float | None = 0.0
@@ -86,15 +98,20 @@ def branch_and_bound(job, cands: Sequence[Candidate], *, top: int, cost: Callabl
     objective, lower is better, ``inf`` = does not qualify
     (``simulator.search.strategy_search.objective_value``)."""
     from simulator.search.backends import candidate_strategy, evaluate_row, invalid_row
-    from simulator.search.bound import records_bound
-    from simulator.search.evaluate import prepare
+    from simulator.search.bound import path_bound, records_bound
+    from taskgraph.costing import build_work
+    from taskgraph.plan import resolve
     top = max(int(top), 1)
+    coarse = job.fidelity == "coarse"
     stats = BoundStats()
     lb_a = [objective_bound(job, c, t, cost) for c, t in zip(cands, compute_bounds(job, cands))]
     order = sorted(range(len(cands)), key=lambda i: (lb_a[i], cands[i].sort_key()))
     best: list[float] = []  # max-heap (negated) of the ``top`` best qualifying objectives
     rows: list[dict] = []
-    ready: list = []  # (records bound, sort key, index, prepared)
+    # (bound, sort key, index, level, data): level 1 = resolved, bounded by its operators' records
+    # (data: plan, those records); 2 = path-bounded on them; 3 = fully costed, or any level off coarse
+    # fidelity (data: plan, work, fidelity; simulated when it comes up)
+    ready: list = []
     done = set()
 
     def kth() -> float:
@@ -116,33 +133,59 @@ def branch_and_bound(job, cands: Sequence[Candidate], *, top: int, cost: Callabl
     def out_of_budget() -> bool:
         return budget is not None and stats.simulated >= budget
 
-    def run_ready(limit: float) -> None:
-        """Simulate costed candidates whose bound is <= limit and not worse than the k-th best."""
-        while ready and ready[0][0] <= limit and ready[0][0] <= kth() and not out_of_budget():
-            _, _, i, prep = heapq.heappop(ready)
-            done.add(i)
-            simulate(i, prep)
+    def invalid(i: int, exc: ExecsimError) -> None:
+        rows.append(invalid_row(cands[i], str(exc)))
+        stats.invalid += 1
+        done.add(i)
 
-    for pos, i in enumerate(order):
+    def bound(i: int, t: float) -> float:
+        return objective_bound(job, cands[i], t, cost)
+
+    def run_ready(limit: float) -> None:
+        """Take the candidate with the smallest bound while it is <= limit and not worse than the
+        k-th best: tighten its bound one level (costing, then the path bound) and put it back when
+        that is larger, or simulate it (best-first over the tightest bound known)."""
+        while ready and ready[0][0] <= limit and ready[0][0] <= kth() and not out_of_budget():
+            b, key, i, level, data = heapq.heappop(ready)
+            if level == 1:
+                plan, ops = data
+                stats.pathed += 1
+                b2 = bound(i, path_bound(plan.schedule, ops, plan.strategy.options.overlap_handoff))
+                if b2 > b:
+                    heapq.heappush(ready, (b2, key, i, 2, data))
+                    continue
+                level = 2
+            if level == 2:
+                plan = data[0]
+                try:
+                    data = (plan, build_work(plan, fidelity=job.fidelity), job.fidelity)
+                except ExecsimError as exc:
+                    invalid(i, exc)
+                    continue
+                stats.costed += 1
+            done.add(i)
+            simulate(i, data)
+
+    for i in order:
         run_ready(lb_a[i])
         if lb_a[i] > kth() or out_of_budget():
             break
         c = cands[i]
         try:
-            prep = prepare(candidate_strategy(job.ctx, c), job.fidelity)
+            plan = resolve(candidate_strategy(job.ctx, c))
+            if not coarse:
+                entry = (lb_a[i], c.sort_key(), i, 3, (plan, build_work(plan, fidelity=job.fidelity), job.fidelity))
+                stats.costed += 1
+            else:
+                ops = build_work(plan, fidelity=job.fidelity, compute_only=True)
+                entry = (max(lb_a[i], bound(i, records_bound(plan.schedule, ops))), c.sort_key(), i, 1, (plan, ops))
         except ExecsimError as exc:
-            rows.append(invalid_row(c, str(exc)))
-            stats.invalid += 1
-            done.add(i)
+            invalid(i, exc)
             continue
-        stats.costed += 1
-        plan, work, _ = prep
-        lb_b = objective_bound(job, c, records_bound(plan.schedule, work), cost) \
-            if job.fidelity == "coarse" else -math.inf
-        heapq.heappush(ready, (max(lb_a[i], lb_b), c.sort_key(), i, prep))
+        heapq.heappush(ready, entry)
     run_ready(math.inf)
     # what was not simulated: the costed ones left in ``ready`` and every candidate never visited
-    costed = {i: b for b, _, i, _ in ready}
+    costed = {i: b for b, _, i, _, _ in ready}
     stats.best_bound = min((costed.get(i, lb_a[i]) for i in order if i not in done), default=math.inf)
     stats.skipped = len(cands) - len(done)
     found = min((cost(r) for r in rows), default=math.inf)

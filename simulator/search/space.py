@@ -500,6 +500,10 @@ def _inflight_interleaved(pp: int, m: int, vpp: int) -> int | None:
 INFLIGHT_CLOSED_FORM = {
     "1f1b": lambda pp, m, vpp: min(pp, m) if vpp == 1 else None,   # Narayanan 2021 Section 2.2: pp warm-up
     "gpipe": lambda pp, m, vpp: m if vpp == 1 else None,           # Huang 2019: every forward, then backwards
+    # Qi et al. 2024 (Zero Bubble Pipeline Parallelism, ICLR) Section 3.1: ZB-H1 keeps 1F1B's warm-up
+    # and in-flight micro-batches ("the same peak memory"), moving only the W passes; where its rounds
+    # of pp micro-batches are full (else the generator refuses the sizes: generate and count 1)
+    "zb-h1": lambda pp, m, vpp: min(pp, m) if vpp == 1 and m % max(1, m // pp) == 0 else None,
     "looped-bfs": lambda pp, m, vpp: m * vpp,   # PyTorch ScheduleLoopedBFS (Lamy-Poirier 2023): every forward first
     "interleaved-1f1b": _inflight_interleaved,
 }
