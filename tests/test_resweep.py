@@ -140,3 +140,22 @@ def test_interference_fixed_point_same_with_and_without_resweep(example, monkeyp
     assert k0 == k1 > 1 and np.array_equal(d0, d1) and _same(r0, r1)
     assert (e0, e1) == (k0, 1)  # with the re-sweep the engine ran once: every later round was swept
     assert m0.get("interference_s") == m1.get("interference_s")
+
+
+def test_search_evaluation_at_operator_fidelity_matches_simulate(monkeypatch):
+    """The search's operator-fidelity evaluation (simulator/search/evaluate.py) re-sweeps the fixed
+    point's later rounds like ``simulate_strategy``: the same iteration time, bit for
+    bit, on an example whose overlapped collectives slow the compute beside them."""
+    monkeypatch.setenv("EXECSIM_KERNEL", "python")
+    from pathlib import Path
+
+    from simulator.search.evaluate import evaluate
+    from simulator.simulation.strategy import simulate_strategy
+    from strategies.strategy_file import load_strategy
+
+    root = Path(__file__).resolve().parent.parent
+    st_ = load_strategy(root / "strategies" / "examples" / "mixtral-8x7b-64-h100.yaml")
+    ev = evaluate(st_, "operator")
+    res = simulate_strategy(st_, fidelity="operator")
+    assert res.graph.meta.get("interference_rounds", 1) > 1, "no interference on this example"
+    assert ev.iteration_time_s == res.training.iteration_time_s

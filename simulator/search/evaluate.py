@@ -272,7 +272,8 @@ def evaluate_prepared(plan, work, fid: str, t0: float | None = None) -> Evaluati
     from taskgraph.lower_model import lower_model
     graph = lower_model(plan.schedule, work, overlap_handoff=handoff)
     from simulator.engine.interference import with_interference
-    r = with_interference(graph, simulate)[0]
+    # rounds after the first re-sweep the previous device order when provably the engine's result
+    r = with_interference(graph, simulate, resweep=True)[0]
     busy, peaks = _graph_numbers(graph, r.start, r.end)
     return _metrics(plan, float(r.makespan), busy, peaks, graph.num_tasks, fid, "engine", t0,
                     _bubble(graph, r.start, r.end, float(r.makespan), busy))
