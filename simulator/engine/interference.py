@@ -131,7 +131,7 @@ def with_interference(graph, run, shares: dict | None = None, *, resweep: bool =
 
     def once(dur):
         graph.duration[:] = dur
-        res = _resweep(graph, last[-1]) if resweep and last else None
+        res = _resweep(graph, last[-1] if last else None) if resweep else None
         res = run(graph) if res is None else res
         last.append(res)
         return res
@@ -144,8 +144,13 @@ def with_interference(graph, run, shares: dict | None = None, *, resweep: bool =
 
 
 def _resweep(graph, prev):
+    """The previous run's order re-swept, or before any run the lowering's guess (``order_hint``)
+    swept; None when refused (then the engine runs)."""
+    hint = getattr(graph, "order_hint", None)
+    if prev is None and hint is None:
+        return None
     from simulator.engine.core import compiled_kernel
     if compiled_kernel("run_numba", 0.0) is not None:  # the compiled engine beats the Python sweep
         return None
-    from simulator.engine.resweep import resweep
-    return resweep(graph, prev)
+    from simulator.engine.resweep import resweep, sweep_in_order
+    return resweep(graph, prev) if prev is not None else sweep_in_order(graph, hint)

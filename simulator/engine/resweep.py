@@ -42,10 +42,37 @@ def resweep(graph, prev: SimResult) -> SimResult | None:
     n = dur.shape[0]
     if n == 0 or prev.order.shape[0] != n or not bool(np.all(dur >= 0.0)):  # NaN fails too
         return None
-    dev = np.asarray(graph.device)
     src = np.repeat(np.arange(n, dtype=np.int64), np.diff(graph.succ_ptr))
+    return _sweep(graph, dur, src, prev.order.astype(np.int64))
+
+
+def sweep_in_order(graph, pi) -> SimResult | None:
+    """The engine's result for ``graph`` when the engine's FIFO order on each device is the
+    restriction of ``pi`` to it, else None; ``pi`` is a guess (the lowering's ``order_hint``): it is
+    checked to be a permutation of the task ids in which every edge goes forward (a topological
+    order) before the sweep reads it, and the result is then checked as in :func:`resweep`."""
+    dur = np.asarray(graph.duration, dtype=np.float64)
+    n = dur.shape[0]
+    pi = np.asarray(pi, dtype=np.int64)
+    if n == 0 or pi.shape != (n,) or not bool(np.all(dur >= 0.0)):  # NaN fails too
+        return None
+    if int(pi.min()) < 0 or int(pi.max()) >= n:
+        return None
+    pos = np.full(n, -1, dtype=np.int64)
+    pos[pi] = np.arange(n)
+    if not bool(np.all(pos >= 0)):  # a repeated id leaves another one out
+        return None
+    src = np.repeat(np.arange(n, dtype=np.int64), np.diff(graph.succ_ptr))
+    if not bool(np.all(pos[src] < pos[graph.succ_idx])):
+        return None
+    return _sweep(graph, dur, src, pi)
+
+
+def _sweep(graph, dur, src, pi) -> SimResult | None:
+    """The sweep in the topological order ``pi`` and the checks (module doc)."""
+    n = dur.shape[0]
+    dev = np.asarray(graph.device)
     dst = np.asarray(graph.succ_idx, dtype=np.int64)
-    pi = prev.order.astype(np.int64)
     # the previous task on each device in pi (-1 for the first): a stable sort of pi by device
     dpi = dev[pi]
     small = graph.num_devices < 65536  # 16-bit keys sort by radix
