@@ -221,3 +221,21 @@ def test_lowering_order_hint_is_the_engines_order(example):
     assert g.order_hint is not None and sorted(g.order_hint.tolist()) == list(range(g.num_tasks))
     res = sweep_in_order(g, g.order_hint)
     assert res is not None and _same(res, _python(g))
+
+
+def test_fixed_point_plan_kept_while_accepted_and_dropped_when_refused(monkeypatch):
+    monkeypatch.setenv("EXECSIM_KERNEL", "python")  # with numba loaded the compiled engine runs instead
+    # the interference loop keeps the accepted sweep's plan and re-runs it with the new durations;
+    # when the new durations reorder a device the plan is refused, dropped, and the engine runs
+    from simulator.engine.interference import _resweep
+
+    g = _graph(4, [0, 1, 1, 2], [3, 0], [1, 2], [1.0, 1.0, 1.0, 0.5], 3)
+    g.order_hint = np.array([0, 3, 1, 2])  # d1 runs b (released by x at 0.5) before c (at 1.0)
+    plans = []
+    res = _resweep(g, None, plans)
+    assert res is not None and _same(res, _python(g)) and len(plans) == 1
+    g.duration[:] = [1.0, 1.0, 1.0, 0.25]  # same device orders: the kept plan answers
+    res = _resweep(g, res, plans)
+    assert res is not None and _same(res, _python(g)) and len(plans) == 1
+    g.duration[:] = [1.0, 1.0, 1.0, 2.0]  # c is ready first now: refused, the plan dropped
+    assert _resweep(g, res, plans) is None and plans == []
