@@ -23,6 +23,13 @@ key-sorted order and produces exactly these times, so the result is returned wit
 device's order changed, zero-duration ties the old order breaks the other way, a negative or NaN
 duration) it returns None and the caller runs the engine.
 
+The same sweep runs the *first* run too (:func:`sweep_in_order`): in the order the lowering guesses
+before any run (``graph.order_hint``, ``taskgraph/order_hint.py``: actions in a topological order, each
+action's tasks in id order), after checking that the guess is a permutation in which every edge goes
+forward (the loop reads only entries already computed). Everything that depends on the order and
+not on the durations is a :class:`SweepPlan`; the interference fixed point keeps the accepted plan
+and re-runs only its loop and checks in later rounds (a refused plan is dropped: the engine runs).
+
 Measured on the GPT-3 175B / 1,024 GPU example (346,312 tasks, docs/performance.md): ~0.12-0.15
 CPU-s against ~0.19 for the Python engine (the loop itself ~0.03: no heap, no per-task tuple; the
 rest is turning arrays into lists and back and the numpy checks). With the engine's compiled kernel
