@@ -491,7 +491,10 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
     b.meta.update(work.meta)
     b.meta["represents"] = work.represents
     g = b.build()
-    g.order_hint = action_order(g, np.array([e for e, _ in tasks.values()], dtype=np.int64), n_sched)
+    # no guess for concurrent pairs: their halves' tasks interleave on the rank's devices, so an
+    # action's id order is not its devices' order (the check would refuse it after a wasted sweep)
+    if not work.concurrent_pairs:
+        g.order_hint = action_order(g, np.array([e for e, _ in tasks.values()], dtype=np.int64), n_sched)
     return g
 
 

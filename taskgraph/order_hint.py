@@ -10,8 +10,9 @@ every action and the tasks with no predecessor (overlapped parameter gathers, re
 a topological order of the task graph; restricted to a device it is the guess of that device's FIFO
 order. :func:`simulator.engine.resweep.sweep_in_order` times the graph in it and checks the result
 against the engine's semantics (Lemma 1 of ``simulator/engine/delta/__init__.py``); a wrong guess
-(e.g. two transfers on one link that become ready in the other order, or the interleaved halves of
-a concurrent pair) is refused there and the engine runs.
+(e.g. two transfers on one link that become ready in the other order) is refused there and the
+engine runs. ``lower_model`` makes no guess for concurrent pairs (DualPipe on the DeepSeek-V3
+example): their halves interleave on the rank's devices, so the guess would always be refused.
 """
 from __future__ import annotations
 

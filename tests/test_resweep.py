@@ -223,6 +223,18 @@ def test_lowering_order_hint_is_the_engines_order(example):
     assert res is not None and _same(res, _python(g))
 
 
+def test_no_guess_for_concurrent_pairs():
+    # DualPipe's concurrent halves interleave on a rank's devices: no id-order guess is made
+    from strategies.actions import Action, Schedule
+    from taskgraph.lower_model import IterationWork, LayerWork, OpCost, StageWork, lower_model
+
+    rows = ["0F0 0F1 0B0 0B1", "1F0 1B0 1F1 1B1"]
+    s = Schedule("1f1b", 2, 2, 1, (0, 1), tuple(tuple(map(Action.parse, r.split())) for r in rows))
+    st_ = StageWork((LayerWork("L", (OpCost("a", 1.0, 2.0, 0.0),)),))
+    assert lower_model(s, IterationWork((st_, st_), concurrent_pairs=True)).order_hint is None
+    assert lower_model(s, IterationWork((st_, st_))).order_hint is not None
+
+
 def test_fixed_point_plan_kept_while_accepted_and_dropped_when_refused(monkeypatch):
     monkeypatch.setenv("EXECSIM_KERNEL", "python")  # with numba loaded the compiled engine runs instead
     # the interference loop keeps the accepted sweep's plan and re-runs it with the new durations;
