@@ -70,6 +70,9 @@ class TaskGraph:
         memory by ``mem_bytes[k]`` at its start (``mem_at_end[k] == 0``) or end (``== 1``); the kind
         indexes ``MEM_KINDS`` (activation, temporary, parameter, buffer).
     meta: free-form facts about how the graph was built (shown in reports).
+    order_hint: a guess of the engine's order, known from the lowering (``taskgraph/order_hint.py``):
+        a permutation of the task ids whose restriction to each device is the guessed FIFO order;
+        None = no guess. Only a hint: the sweep that reads it checks it and falls back to the engine.
     """
 
     duration: np.ndarray
@@ -89,6 +92,7 @@ class TaskGraph:
     mem_at_end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
     mem_kind: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
     meta: dict = field(default_factory=dict)
+    order_hint: np.ndarray | None = None
 
     @property
     def num_tasks(self) -> int:

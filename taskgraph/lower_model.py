@@ -28,9 +28,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from strategies.actions import Action, Schedule
 from taskgraph.graph import Device, TaskGraph, TaskGraphBuilder
 from taskgraph.lower_pipeline import lower_schedule
+from taskgraph.order_hint import action_order
 
 
 @dataclass(frozen=True)
@@ -445,6 +448,7 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
                               link_represents=work.represents, p2p_overlap=work.p2p_overlap,
                               concurrent_pairs=work.concurrent_pairs)
 
+    n_sched = b.num_tasks  # the actions' tasks, then the transfers (taskgraph/order_hint.py)
     # Epilogue per rank: (non-overlapped) gradient reduction, optimizer step, parameter gather.
     for r in range(schedule.pp):
         stages = schedule.rank_stages[r]
@@ -486,7 +490,12 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
                         b.add_edge(x, tasks[(fa.stage, fa.mb, "F")][0])
     b.meta.update(work.meta)
     b.meta["represents"] = work.represents
-    return b.build()
+    g = b.build()
+    # no guess for concurrent pairs: their halves' tasks interleave on the rank's devices, so an
+    # action's id order is not its devices' order (the check would refuse it after a wasted sweep)
+    if not work.concurrent_pairs:
+        g.order_hint = action_order(g, np.array([e for e, _ in tasks.values()], dtype=np.int64), n_sched)
+    return g
 
 
 def _last_task_of_rank(schedule: Schedule, tasks: dict, rank: int) -> int:

@@ -24,6 +24,8 @@ def assert_same_graph(a, b):
     assert a.__dict__.keys() == b.__dict__.keys()
     for k, v in a.__dict__.items():
         w = b.__dict__[k]
+        if k == "order_hint" and (v is None or w is None):
+            continue  # a guess, not part of the graph: the coarse layout makes none
         if isinstance(v, np.ndarray):
             assert v.dtype == w.dtype, k
             assert np.array_equal(v, w), k

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from simulator.engine.core import simulate
 from simulator.engine.interference import with_interference
-from simulator.engine.resweep import resweep
+from simulator.engine.resweep import resweep, sweep_in_order
 from taskgraph.graph import Device, TaskGraph, TaskGraphBuilder
 
 FIELDS = ("ready", "start", "end", "order")
@@ -138,13 +138,15 @@ def test_interference_fixed_point_same_with_and_without_resweep(example, monkeyp
         out.append((g.duration.copy(), res, rounds, dict(g.meta), len(calls)))
     (d0, r0, k0, m0, e0), (d1, r1, k1, m1, e1) = out
     assert k0 == k1 > 1 and np.array_equal(d0, d1) and _same(r0, r1)
-    assert (e0, e1) == (k0, 1)  # with the re-sweep the engine ran once: every later round was swept
+    # with the sweeps the engine never ran: the first round swept the lowering's order_hint, every
+    # later round the previous round's order
+    assert (e0, e1) == (k0, 0)
     assert m0.get("interference_s") == m1.get("interference_s")
 
 
 def test_search_evaluation_at_operator_fidelity_matches_simulate(monkeypatch):
-    """The search's operator-fidelity evaluation (simulator/search/evaluate.py) re-sweeps the fixed
-    point's later rounds like ``simulate_strategy``: the same iteration time, bit for
+    """The search's operator-fidelity evaluation (simulator/search/evaluate.py) sweeps the fixed
+    point's rounds like ``simulate_strategy``: the same iteration time, bit for
     bit, on an example whose overlapped collectives slow the compute beside them."""
     monkeypatch.setenv("EXECSIM_KERNEL", "python")
     from pathlib import Path
@@ -159,3 +161,112 @@ def test_search_evaluation_at_operator_fidelity_matches_simulate(monkeypatch):
     res = simulate_strategy(st_, fidelity="operator")
     assert res.graph.meta.get("interference_rounds", 1) > 1, "no interference on this example"
     assert ev.iteration_time_s == res.training.iteration_time_s
+
+
+# --- the first run: a guessed order (sweep_in_order, the lowering's order_hint) ---------------------
+
+
+def test_guessed_order_by_hand():
+    # d0: a (2 s) then c (1 s); d1: b (3 s) after a; c waits for b: a 0-2, b 2-5, c 5-6
+    g = _graph(3, [0, 1, 0], [0, 1], [1, 2], [2.0, 3.0, 1.0], 2)
+    res = sweep_in_order(g, [0, 1, 2])
+    assert res is not None
+    assert res.start.tolist() == [0.0, 2.0, 5.0] and res.end.tolist() == [2.0, 5.0, 6.0]
+    assert res.ready.tolist() == [0.0, 2.0, 5.0] and res.order.tolist() == [0, 1, 2]
+    assert _same(res, _python(g))
+
+
+def test_wrong_guess_is_refused_and_the_engine_runs():
+    # b (d1, 0.5 s) releases y (d0, ready at 0.5); x (d0) is ready at 0: the engine runs x then y on
+    # d0. The guess "y before x" is topological but not the engine's order: refused
+    g = _graph(3, [0, 0, 1], [2], [1], [1.0, 1.0, 0.5], 2)
+    assert sweep_in_order(g, [2, 1, 0]) is None
+    assert sweep_in_order(g, [2, 0, 1]) is not None  # the right guess is accepted
+    assert _python(g).order.tolist() == [0, 2, 1]
+    # with_interference falls back to the engine: same arrays, the engine called once
+    calls = []
+
+    def engine(x):
+        calls.append(1)
+        return _python(x)
+
+    g.order_hint = np.array([2, 1, 0])
+    res, _ = with_interference(g, engine, resweep=True)
+    assert calls == [1] and _same(res, _python(g))
+
+
+@pytest.mark.parametrize("pi", [[0, 1], [0, 1, 1], [2, 1, 0], [0, 0, 2], [-1, 0, 1], [0, 1, 3]])
+def test_guess_not_a_topological_permutation_is_refused(pi):
+    # a -> b -> c on one device: the only topological order is 0, 1, 2
+    g = _graph(3, [0, 0, 0], [0, 1], [1, 2], [1.0, 1.0, 1.0], 1)
+    assert sweep_in_order(g, pi) is None
+    assert _same(sweep_in_order(g, [0, 1, 2]), _python(g))
+
+
+@settings(max_examples=120, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 120), nd=st.integers(1, 5),
+       avg=st.sampled_from([0.5, 1.0, 2.5]), zeros=st.booleans())
+def test_whenever_a_guess_is_accepted_it_is_the_engine(seed, n, nd, avg, zeros):
+    rng = np.random.default_rng(seed)
+    m = rng.poisson(avg * n)
+    a, b = rng.integers(0, n, m), rng.integers(0, n, m)
+    perm = rng.permutation(n)
+    keep = a < b
+    dur = rng.integers(0, 3, n).astype(float) if zeros else rng.uniform(0.1, 2.0, n)
+    g = _graph(n, rng.integers(0, nd, n), perm[a[keep]], perm[b[keep]], dur, nd)
+    ref = _python(g)
+    guess = np.argsort(perm)  # a topological order (edges go up in perm rank), rarely the engine's
+    res = sweep_in_order(g, guess)
+    if res is not None:
+        assert _same(res, ref)
+    res = sweep_in_order(g, ref.order)  # the engine's own pop order: always accepted, same arrays
+    assert (res is not None and _same(res, ref)) or zeros  # ties of zero durations may refuse
+
+
+@pytest.mark.parametrize("example", ["gpt3-175b-1024-a100", "mixtral-8x7b-64-h100", "custom-model-cluster"])
+def test_lowering_order_hint_is_the_engines_order(example):
+    from pathlib import Path
+
+    from strategies.strategy_file import load_strategy
+    from taskgraph.costing import build_work
+    from taskgraph.lower_model import lower_model
+    from taskgraph.plan import resolve
+
+    root = Path(__file__).resolve().parent.parent
+    st_ = load_strategy(root / "strategies" / "examples" / f"{example}.yaml")
+    plan = resolve(st_)
+    g = lower_model(plan.schedule, build_work(plan, fidelity="operator"),
+                    overlap_handoff=st_.options.overlap_handoff)
+    assert g.order_hint is not None and sorted(g.order_hint.tolist()) == list(range(g.num_tasks))
+    res = sweep_in_order(g, g.order_hint)
+    assert res is not None and _same(res, _python(g))
+
+
+def test_no_guess_for_concurrent_pairs():
+    # DualPipe's concurrent halves interleave on a rank's devices: no id-order guess is made
+    from strategies.actions import Action, Schedule
+    from taskgraph.lower_model import IterationWork, LayerWork, OpCost, StageWork, lower_model
+
+    rows = ["0F0 0F1 0B0 0B1", "1F0 1B0 1F1 1B1"]
+    s = Schedule("1f1b", 2, 2, 1, (0, 1), tuple(tuple(map(Action.parse, r.split())) for r in rows))
+    st_ = StageWork((LayerWork("L", (OpCost("a", 1.0, 2.0, 0.0),)),))
+    assert lower_model(s, IterationWork((st_, st_), concurrent_pairs=True)).order_hint is None
+    assert lower_model(s, IterationWork((st_, st_))).order_hint is not None
+
+
+def test_fixed_point_plan_kept_while_accepted_and_dropped_when_refused(monkeypatch):
+    monkeypatch.setenv("EXECSIM_KERNEL", "python")  # with numba loaded the compiled engine runs instead
+    # the interference loop keeps the accepted sweep's plan and re-runs it with the new durations;
+    # when the new durations reorder a device the plan is refused, dropped, and the engine runs
+    from simulator.engine.interference import _resweep
+
+    g = _graph(4, [0, 1, 1, 2], [3, 0], [1, 2], [1.0, 1.0, 1.0, 0.5], 3)
+    g.order_hint = np.array([0, 3, 1, 2])  # d1 runs b (released by x at 0.5) before c (at 1.0)
+    plans = []
+    res = _resweep(g, None, plans)
+    assert res is not None and _same(res, _python(g)) and len(plans) == 1
+    g.duration[:] = [1.0, 1.0, 1.0, 0.25]  # same device orders: the kept plan answers
+    res = _resweep(g, res, plans)
+    assert res is not None and _same(res, _python(g)) and len(plans) == 1
+    g.duration[:] = [1.0, 1.0, 1.0, 2.0]  # c is ready first now: refused, the plan dropped
+    assert _resweep(g, res, plans) is None and plans == []

@@ -127,11 +127,11 @@ def with_interference(graph, run, shares: dict | None = None, *, resweep: bool =
     is loaded (faster than the sweep)."""
     shares = graph.meta.get("sm_share", {}) if shares is None else shares
     base = graph.duration.copy()
-    last = []
+    last, plans = [], []
 
     def once(dur):
         graph.duration[:] = dur
-        res = _resweep(graph, last[-1]) if resweep and last else None
+        res = _resweep(graph, last[-1] if last else None, plans) if resweep else None
         res = run(graph) if res is None else res
         last.append(res)
         return res
@@ -143,9 +143,30 @@ def with_interference(graph, run, shares: dict | None = None, *, resweep: bool =
     return res, rounds
 
 
-def _resweep(graph, prev):
+def _resweep(graph, prev, plans: list):
+    """The graph swept in the order of the last accepted sweep (``plans[-1]``, a
+    :class:`~simulator.engine.resweep.SweepPlan`: only the durations changed), else in the previous
+    run's order, or before any run in the lowering's guess (``order_hint``); None when refused
+    (then the engine runs). A refused plan is dropped: the previous run's order has the same
+    per-device orders (the accepted result is key-sorted, and the check keeps each device's order),
+    so the engine runs at once."""
+    hint = getattr(graph, "order_hint", None)
+    if prev is None and hint is None:
+        return None
     from simulator.engine.core import compiled_kernel
     if compiled_kernel("run_numba", 0.0) is not None:  # the compiled engine beats the Python sweep
         return None
-    from simulator.engine.resweep import resweep
-    return resweep(graph, prev)
+    from simulator.engine.resweep import SweepPlan, plan_for_guess
+    if plans:
+        res = plans[-1].run(graph.duration)
+        if res is None:
+            plans.clear()
+        return res
+    if prev is None:
+        plan = plan_for_guess(graph, hint)
+    else:
+        plan = SweepPlan(graph, prev.order.astype(np.int64)) if prev.order.shape[0] == graph.num_tasks else None
+    res = plan.run(graph.duration) if plan is not None else None
+    if res is not None:
+        plans.append(plan)
+    return res

@@ -23,6 +23,13 @@ key-sorted order and produces exactly these times, so the result is returned wit
 device's order changed, zero-duration ties the old order breaks the other way, a negative or NaN
 duration) it returns None and the caller runs the engine.
 
+The same sweep runs the *first* run too (:func:`sweep_in_order`): in the order the lowering guesses
+before any run (``graph.order_hint``, ``taskgraph/order_hint.py``: actions in a topological order, each
+action's tasks in id order), after checking that the guess is a permutation in which every edge goes
+forward (the loop reads only entries already computed). Everything that depends on the order and
+not on the durations is a :class:`SweepPlan`; the interference fixed point keeps the accepted plan
+and re-runs only its loop and checks in later rounds (a refused plan is dropped: the engine runs).
+
 Measured on the GPT-3 175B / 1,024 GPU example (346,312 tasks, docs/performance.md): ~0.12-0.15
 CPU-s against ~0.19 for the Python engine (the loop itself ~0.03: no heap, no per-task tuple; the
 rest is turning arrays into lists and back and the numpy checks). With the engine's compiled kernel
@@ -38,73 +45,129 @@ from simulator.engine.core import SimResult
 def resweep(graph, prev: SimResult) -> SimResult | None:
     """The engine's result for ``graph`` (its current ``duration``) when each device keeps the task
     order of ``prev`` (an engine result on the same graph structure), else None (module doc)."""
-    dur = np.asarray(graph.duration, dtype=np.float64)
-    n = dur.shape[0]
-    if n == 0 or prev.order.shape[0] != n or not bool(np.all(dur >= 0.0)):  # NaN fails too
+    n = graph.num_tasks
+    if n == 0 or prev.order.shape[0] != n:
         return None
-    dev = np.asarray(graph.device)
+    return SweepPlan(graph, prev.order.astype(np.int64)).run(graph.duration)
+
+
+def sweep_in_order(graph, pi) -> SimResult | None:
+    """The engine's result for ``graph`` when the engine's FIFO order on each device is the
+    restriction of ``pi`` to it, else None; ``pi`` is a guess (the lowering's ``order_hint``): it is
+    checked to be a permutation of the task ids in which every edge goes forward (a topological
+    order) before the sweep reads it, and the result is then checked as in :func:`resweep`."""
+    plan = plan_for_guess(graph, pi)
+    return plan.run(graph.duration) if plan is not None else None
+
+
+def plan_for_guess(graph, pi) -> "SweepPlan | None":
+    """:class:`SweepPlan` of ``graph`` in the guessed order ``pi``, or None when ``pi`` is not a
+    topological order of the task ids."""
+    n = graph.num_tasks
+    pi = np.asarray(pi, dtype=np.int64)
+    if n == 0 or pi.shape != (n,) or int(pi.min()) < 0 or int(pi.max()) >= n:
+        return None
+    pos = np.full(n, -1, dtype=np.int64)
+    pos[pi] = np.arange(n)
+    if not bool(np.all(pos >= 0)):  # a repeated id leaves another one out
+        return None
     src = np.repeat(np.arange(n, dtype=np.int64), np.diff(graph.succ_ptr))
-    dst = np.asarray(graph.succ_idx, dtype=np.int64)
-    pi = prev.order.astype(np.int64)
-    # the previous task on each device in pi (-1 for the first): a stable sort of pi by device
-    dpi = dev[pi]
-    small = graph.num_devices < 65536  # 16-bit keys sort by radix
-    by_dev = pi[np.argsort(dpi.astype(np.uint16) if small else dpi, kind="stable")]
-    bounds = np.cumsum(np.bincount(dpi, minlength=graph.num_devices))
-    same = np.ones(n - 1, dtype=bool)  # by_dev[i + 1] follows by_dev[i] on the same device
-    same[bounds[(bounds > 0) & (bounds < n)] - 1] = False
-    px, py = by_dev[:-1][same], by_dev[1:][same]
-    prevdev = np.full(n, -1, dtype=np.int64)
-    prevdev[py] = px
-    # predecessors on other devices: one is read in the loop; a task with several gets helper
-    # entries just before it that fold them into a running max (on a private slot, zero duration)
-    cross = dev[src] != dev[dst]
-    cu, cv = src[cross], dst[cross]
-    cnt = np.bincount(cv, minlength=n)
-    one = cnt[cv] == 1
-    # sequence slots: 0 is "nothing" (E = 0.0); task pi[i] and its helpers follow in pi order
-    many = cnt > 1
-    o = np.argsort(cv[~one], kind="stable")
-    hv, hu = cv[~one][o], cu[~one][o]  # tasks with several, grouped, and those predecessors
-    nh = np.bincount(hv, minlength=n) if hv.size else np.zeros(n, dtype=np.int64)
-    slot = np.empty(n, dtype=np.int64)  # after its own helpers and those of every task before it
-    slot[pi] = 1 + np.arange(n) + np.cumsum(nh[pi])
-    m = 1 + n + hv.size
-    a_in = np.zeros(m, dtype=np.int64)    # slot read as the cross-device predecessor
-    b_in = np.zeros(m, dtype=np.int64)    # slot read as the previous entry on the device
-    d_in = np.zeros(m, dtype=np.float64)
-    ts = slot[pi]
-    a_in[slot[cv[one]]] = slot[cu[one]]
-    b_in[ts] = np.where(prevdev[pi] >= 0, slot[np.maximum(prevdev[pi], 0)], 0)
-    d_in[ts] = dur[pi]
-    if hv.size:
-        # helper k of task t sits at slot[t] - nh[t] + k: it reads pred k and the helper before it
-        first = np.cumsum(nh) - nh
-        k = np.arange(hv.size) - first[hv]
-        hs = slot[hv] - nh[hv] + k
-        a_in[hs] = slot[hu]
-        b_in[hs] = np.where(k > 0, hs - 1, 0)
-        a_in[slot[many]] = slot[many] - 1  # the task reads its last helper
-    E = [0.0]
-    put = E.append
-    for a, b, d in zip(a_in[1:].tolist(), b_in[1:].tolist(), d_in[1:].tolist()):
-        r = E[a]
-        s = E[b]
-        if r > s:
-            s = r
-        put(s + d)
-    end = np.array(E, dtype=np.float64)[slot]
-    ready = np.zeros(n, dtype=np.float64)
-    np.maximum.at(ready, dst, end[src])
-    start = np.maximum(ready, np.where(prevdev >= 0, end[np.maximum(prevdev, 0)], 0.0))
-    if not np.array_equal(end, start + dur):
+    if not bool(np.all(pos[src] < pos[graph.succ_idx])):
         return None
-    rx, ry = ready[px], ready[py]
-    if not bool(np.all((rx < ry) | ((rx == ry) & (px < py)))):
-        return None
-    ru, rv = ready[src], ready[dst]
-    if not bool(np.all((ru < rv) | ((ru == rv) & (src < dst)))):
-        return None
-    order = np.argsort(ready, kind="stable")  # the key-sorted order: ties in id order
-    return SimResult(ready=ready, start=start, end=end, order=order.astype(np.int32),
-                     makespan=float(end.max()))
+    return SweepPlan(graph, pi, src)
+
+
+class SweepPlan:
+    """The sweep of one graph structure in one topological order ``pi`` (module doc): everything
+    that does not depend on the durations, so the interference fixed point re-times its rounds
+    with :meth:`run` alone (the checks run every time: a plan is never trusted)."""
+
+    __slots__ = ("n", "pi", "ts", "a_l", "b_l", "m", "src", "dst", "px", "py", "prevdev", "psrc",
+                 "pstarts", "phas", "pair_lt", "edge_lt", "slot")
+
+    def __init__(self, graph, pi: np.ndarray, src: np.ndarray | None = None):
+        n = graph.num_tasks
+        dev = np.asarray(graph.device)
+        if src is None:
+            src = np.repeat(np.arange(n, dtype=np.int64), np.diff(graph.succ_ptr))
+        dst = np.asarray(graph.succ_idx, dtype=np.int64)
+        # the previous task on each device in pi (-1 for the first): a stable sort of pi by device
+        dpi = dev[pi]
+        small = graph.num_devices < 65536  # 16-bit keys sort by radix
+        by_dev = pi[np.argsort(dpi.astype(np.uint16) if small else dpi, kind="stable")]
+        bounds = np.cumsum(np.bincount(dpi, minlength=graph.num_devices))
+        same = np.ones(n - 1, dtype=bool)  # by_dev[i + 1] follows by_dev[i] on the same device
+        same[bounds[(bounds > 0) & (bounds < n)] - 1] = False
+        px, py = by_dev[:-1][same], by_dev[1:][same]
+        prevdev = np.full(n, -1, dtype=np.int64)
+        prevdev[py] = px
+        # predecessors on other devices: one is read in the loop; a task with several gets helper
+        # entries just before it that fold them into a running max (on a private slot, zero duration)
+        cross = dev[src] != dev[dst]
+        cu, cv = src[cross], dst[cross]
+        cnt = np.bincount(cv, minlength=n)
+        one = cnt[cv] == 1
+        # sequence slots: 0 is "nothing" (E = 0.0); task pi[i] and its helpers follow in pi order
+        many = cnt > 1
+        o = np.argsort(cv[~one], kind="stable")
+        hv, hu = cv[~one][o], cu[~one][o]  # tasks with several, grouped, and those predecessors
+        nh = np.bincount(hv, minlength=n) if hv.size else np.zeros(n, dtype=np.int64)
+        slot = np.empty(n, dtype=np.int64)  # after its own helpers and those of every task before it
+        slot[pi] = 1 + np.arange(n) + np.cumsum(nh[pi])
+        m = 1 + n + hv.size
+        a_in = np.zeros(m, dtype=np.int64)    # slot read as the cross-device predecessor
+        b_in = np.zeros(m, dtype=np.int64)    # slot read as the previous entry on the device
+        ts = slot[pi]
+        a_in[slot[cv[one]]] = slot[cu[one]]
+        b_in[ts] = np.where(prevdev[pi] >= 0, slot[np.maximum(prevdev[pi], 0)], 0)
+        if hv.size:
+            # helper k of task t sits at slot[t] - nh[t] + k: it reads pred k and the helper before it
+            first = np.cumsum(nh) - nh
+            k = np.arange(hv.size) - first[hv]
+            hs = slot[hv] - nh[hv] + k
+            a_in[hs] = slot[hu]
+            b_in[hs] = np.where(k > 0, hs - 1, 0)
+            a_in[slot[many]] = slot[many] - 1  # the task reads its last helper
+        # predecessors grouped by task, for the ready times (a max per group)
+        og = np.argsort(dst, kind="stable")
+        counts = np.bincount(dst, minlength=n)
+        self.phas = counts > 0
+        self.pstarts = (np.cumsum(counts) - counts)[self.phas]
+        self.psrc = src[og]
+        self.n, self.pi, self.ts, self.m, self.slot = n, pi, ts, m, slot
+        self.a_l, self.b_l = a_in[1:].tolist(), b_in[1:].tolist()
+        self.src, self.dst, self.px, self.py, self.prevdev = src, dst, px, py, prevdev
+        self.pair_lt, self.edge_lt = px < py, src < dst  # the id tie-breaks of the checks
+
+    def run(self, duration) -> SimResult | None:
+        """The engine's result for these durations, or None when a check fails (module doc)."""
+        dur = np.asarray(duration, dtype=np.float64)
+        if dur.shape != (self.n,) or not bool(np.all(dur >= 0.0)):  # NaN fails too
+            return None
+        d_in = np.zeros(self.m, dtype=np.float64)
+        d_in[self.ts] = dur[self.pi]
+        E = [0.0]
+        put = E.append
+        for a, b, d in zip(self.a_l, self.b_l, d_in[1:].tolist()):
+            r = E[a]
+            s = E[b]
+            if r > s:
+                s = r
+            put(s + d)
+        end = np.array(E, dtype=np.float64)[self.slot]
+        ready = np.zeros(self.n, dtype=np.float64)
+        if self.psrc.size:
+            ready[self.phas] = np.maximum.reduceat(end[self.psrc], self.pstarts)
+        prevdev = self.prevdev
+        start = np.maximum(ready, np.where(prevdev >= 0, end[np.maximum(prevdev, 0)], 0.0))
+        if not np.array_equal(end, start + dur):
+            return None
+        rx, ry = ready[self.px], ready[self.py]
+        if not bool(np.all((rx < ry) | ((rx == ry) & self.pair_lt))):
+            return None
+        ru, rv = ready[self.src], ready[self.dst]
+        if not bool(np.all((ru < rv) | ((ru == rv) & self.edge_lt))):
+            return None
+        order = np.argsort(ready, kind="stable")  # the key-sorted order: ties in id order
+        return SimResult(ready=ready, start=start, end=end, order=order.astype(np.int32),
+                         makespan=float(end.max()))

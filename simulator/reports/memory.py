@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from simulator.engine.core import SimResult
-from simulator.reports.memory_timeline import memory_curves
-from taskgraph.graph import MEM_KINDS, TaskGraph
+from simulator.reports.memory_timeline import curves_and_split
+from taskgraph.graph import TaskGraph
 
 #: Memory is reported in GiB (2**30 bytes), the unit nvidia-smi and datasheet "80 GB" capacities use.
 GB = float(2**30)
@@ -68,39 +66,11 @@ class MemoryReport:
         }
 
 
-def _split_at_peak(graph: TaskGraph, result: SimResult) -> dict:
-    """Activation and temporary bytes alive at each rank's peak (same event order as memory_curves):
-    ``{rank: (activation bytes, temporary bytes)}``, for every rank in one sort of the memory events
-    (not one pass over all events per rank)."""
-    if graph.mem_task.size == 0:
-        return {}
-    task = graph.mem_task.astype(np.int64)
-    t = np.where(graph.mem_at_end == 1, result.end[task], result.start[task])
-    ranks = np.array([d.rank for d in graph.devices], dtype=np.int64)[graph.device[task]]
-    delta = graph.mem_bytes
-    order = np.lexsort((task, delta > 0, t, ranks))  # by rank, then the curve's event order
-    kinds = graph.mem_kind if graph.mem_kind.size else np.zeros(task.size, dtype=np.int8)
-    r_sorted = ranks[order]
-    starts = np.flatnonzero(np.r_[True, r_sorted[1:] != r_sorted[:-1]])
-    ends = np.r_[starts[1:], r_sorted.size]
-    act_kind, tmp_kind = MEM_KINDS.index("activation"), MEM_KINDS.index("temporary")
-    out = {}
-    for a, b in zip(starts.tolist(), ends.tolist()):
-        sel = order[a:b]
-        cum = np.cumsum(delta[sel])
-        k = int(np.argmax(cum))
-        upto = sel[: k + 1]
-        kd, dl = kinds[upto], delta[upto]
-        out[int(r_sorted[a])] = (float(dl[kd == act_kind].sum()), float(dl[kd == tmp_kind].sum()))
-    return out
-
-
 def memory_report(plan, graph: TaskGraph, result: SimResult) -> MemoryReport:
     from simulator.reports.training import _stages_by_rank
     from taskgraph.memory import static_memory
     static = static_memory(plan)
-    curves = memory_curves(graph, result)
-    split = _split_at_peak(graph, result)
+    curves, split = curves_and_split(graph, result)  # one sort of the events for both
     rank_stages = _stages_by_rank(plan.schedule)
     reserve = plan.strategy.options.memory_reserve_gb * GB
     capacity = plan.cluster.gpu.hbm_capacity - reserve
