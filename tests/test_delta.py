@@ -683,3 +683,42 @@ def test_full_runs_use_the_engine_of_the_sweep(sweep_kernel):
     assert ds._engine == ("python" if ds._nb is None else "numba")
     if sweep_kernel == "python":
         assert ds._engine == "python"
+
+
+def _chain_sim(n=400):
+    b = _builder(2)
+    chain = [b.add_task(1.0, i % 2, "forward") for i in range(n)]
+    for u, v in zip(chain, chain[1:]):
+        b.add_edge(u, v)
+    return chain, DeltaSimulator(b.build())
+
+
+def test_pace_rule_of_either_sweep_gives_up_and_stays_exact(monkeypatch):
+    """The pace rule applies to the Python sweep too (its threshold params.PACE_ABORT_PYTHON): with the
+    alternatives' cost model set near zero, the first deadline check finds the pace slower and gives
+    up there; the engine resumes from the sweep point and the result is the full run's."""
+    monkeypatch.setattr(delta_mod, "PACE_MIN_SWEPT", 1)
+    monkeypatch.setattr(delta_mod, "PACE_MIN_ALT", 0.0)
+    monkeypatch.setattr(delta_mod, "RESUME_MAX_SHARE", 1.0)
+    chain, ds = _chain_sim()
+    ds._t_full, ds._res_fix, ds._res_per = 1e-9, 1e-12, 1e-15  # every alternative "free"
+    stats = ds.set_durations([chain[0]], [2.0])
+    assert stats.fallback and "at that pace" in stats.reason and stats.resumed > 0
+    assert_matches_full(ds)
+    assert ds.end[chain[-1]] == 401.0  # hand-computed: the chain ends 1 s later
+
+
+def test_pace_rule_below_its_threshold_lets_the_sweep_finish(monkeypatch):
+    """The pace rule refuses to give up while the pace is below the threshold (here: any pace), even
+    though the alternative's model says it is cheaper: the sweep re-times the whole chain itself,
+    checking again every 32 events, and equals the full run."""
+    monkeypatch.setattr(delta_mod, "PACE_MIN_SWEPT", 1)
+    monkeypatch.setattr(delta_mod, "PACE_MIN_ALT", 0.0)
+    monkeypatch.setattr(delta_mod, "PACE_ABORT", 1e300)
+    monkeypatch.setattr(delta_mod, "PACE_ABORT_PYTHON", 1e300)
+    chain, ds = _chain_sim()
+    ds._t_full, ds._res_fix, ds._res_per = 1e3, 1e-12, 1e-15  # the resume "free", a full run dear
+    stats = ds.set_durations([chain[0]], [2.0])
+    assert not stats.fallback and stats.retimed == 400 and stats.changed == 400
+    assert_matches_full(ds)
+    assert ds.end[chain[-1]] == 401.0

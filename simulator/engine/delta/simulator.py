@@ -34,8 +34,8 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
         a full run's time (the fastest full run so far: engine + state rebuild), so a
         change that moves most of the timeline costs about ``1 + budget`` full runs
         (``python -m benchmarks.delta``). ``None``: no time budget. ``"auto"`` (default):
-        :data:`params.AUTO_BUDGET_PYTHON` for the Python sweep; for the compiled sweep
-        :data:`params.AUTO_BUDGET_COMPILED` with the projection described there.
+        :data:`params.AUTO_BUDGET_PYTHON` for the Python sweep, :data:`params.AUTO_BUDGET_COMPILED`
+        for the compiled one, each with the pace rule described there.
     max_work: also give up after this many processed + vacated tasks (deterministic; None = no limit).
     kernel: None means :data:`params.DEFAULT_KERNEL`, ``"auto"``. ``"auto"`` runs the sweep of duration
         and device changes compiled when numba is installed (optional extra ``fast``,
@@ -526,7 +526,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
         budget, project = self.budget, False
         if budget == "auto":
             budget = params.AUTO_BUDGET_COMPILED if compiled else params.AUTO_BUDGET_PYTHON
-            project = compiled
+            project = True  # the pace rule (package doc, "Fallback"), with each sweep's threshold
         if budget is None:
             deadline = math.inf
         else:
@@ -562,10 +562,11 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
                 # ``pace``. Slower than the alternative: a change that re-times densely, give up now
                 # rather than after a fixed share of a full run; faster: go on, within a bound
                 pace = (now - since) * rest / swept
-                if pace > params.PACE_ABORT * est:
+                k = params.PACE_ABORT if compiled else params.PACE_ABORT_PYTHON
+                if pace > k * est:
                     raise _Abort(f"the sweep had passed {swept} tasks in {1e3 * (now - since):.2f} ms: at that "
                                  f"pace the {rest} tasks after its point would take {1e3 * pace:.2f} ms, more than "
-                                 f"{params.PACE_ABORT:g} x the {1e3 * est:.2f} ms the engine is expected to take on "
+                                 f"{k:g} x the {1e3 * est:.2f} ms the engine is expected to take on "
                                  f"them", (r, x), processed)
                 if now < cap and now - t0 + est <= (1.0 + params.PACE_WASTE) * t_full:
                     return now + 0.1 * est
