@@ -45,12 +45,12 @@ PACE_ABORT = 1.0
 #: that re-times every task it passes predicts ~8x its alternative or more, and the pace of the first
 #: tasks overstates a change whose density falls later. Measured on the GPT-3 graph (benchmarks/delta.py,
 #: --kernels python; prediction / alternative at the first check): ~3 for the ~5 % drawn change (its
-#: sweep alone is 2-2.5x faster than the resume it was handed to), ~3 for the 0.44 % tail change, 25-27
+#: sweep alone is 2-2.5x faster than the resume it was handed to), ~3 for the 0.44 % tail change, 25-29
 #: for the first-task changes. At 1 both small ones went to the resume (1.5-1.7x a full run instead of
 #: 2.1x and 27x).
 PACE_ABORT_PYTHON = 6.0
-#: ... and only when the alternative costs at least this share of a full run: against a cheap resume
-#: the RESUME_RACE rule bounds the waste already, and the pace of a change's first tasks overstates
+#: The pace rule (either threshold) applies only when the alternative costs at least this share of a
+#: full run: against a cheap resume the RESUME_RACE rule bounds the waste already, and the pace of a change's first tasks overstates
 #: what one that stays small costs (a change re-timing 0.09 % looked 4x slower than a resume of 6 %
 #: of the graph after its first 1,000 tasks).
 PACE_MIN_ALT = 0.2
