@@ -606,6 +606,9 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
         if compiled:
             dirtied = self._nb_marked
             left = 0 if clean else int(np.count_nonzero(np.frombuffer(st, dtype=np.int64)[dirtied] != 2))
+        elif len(dirtied) >= params.VECTOR_MIN:
+            dirtied = np.array(dirtied, dtype=np.int64)  # one numpy pass here and for the clearing below
+            left = int(np.count_nonzero(np.frombuffer(st, dtype=np.int64)[dirtied] != 2))
         else:
             left = sum(1 for x in dirtied if st[x] != 2)
         if left:
@@ -619,7 +622,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
                     t0, f"zero-duration tie: edge {bad[0]} -> {bad[1]} goes backwards in (ready, id) "
                         f"order, the engine's pop order is not key-sorted", dirtied, new_ids, removed)
         if not clean:
-            if compiled:
+            if compiled or isinstance(dirtied, np.ndarray):
                 np.frombuffer(st, dtype=np.int64)[dirtied] = 0
             else:
                 for x in dirtied:
