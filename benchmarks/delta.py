@@ -35,8 +35,9 @@ Each row times the delta, a full run of the pure-Python engine and (numba instal
 one on the changed graph, and ``result()``; speedups are medians of the paired per-rep ratios.
 
 For changes that fell back, the last column shows what the sweep alone (``budget=None``) would have
-re-timed and cost: the fallback rule gives up after ``budget`` (5 %) of a full run, so a change is
-never much slower than a full run, at the price of not using the sweep where it would win by < ~20x.
+re-timed and cost: the fallback rules (the ski rental, the race with the resume, the pace rule:
+``simulator.engine.delta.params``) give up early on a change that re-times much of the graph, so a
+change is never much slower than a full run, at the price of not always using the sweep where it wins.
 """
 from __future__ import annotations
 

@@ -683,3 +683,122 @@ def test_full_runs_use_the_engine_of_the_sweep(sweep_kernel):
     assert ds._engine == ("python" if ds._nb is None else "numba")
     if sweep_kernel == "python":
         assert ds._engine == "python"
+
+
+def _chain_sim(n=400):
+    b = _builder(2)
+    chain = [b.add_task(1.0, i % 2, "forward") for i in range(n)]
+    for u, v in zip(chain, chain[1:]):
+        b.add_edge(u, v)
+    return chain, DeltaSimulator(b.build())
+
+
+def test_pace_rule_of_either_sweep_gives_up_and_stays_exact(monkeypatch):
+    """The pace rule applies to the Python sweep too (its threshold params.PACE_ABORT_PYTHON): with the
+    alternatives' cost model set near zero, the first deadline check finds the pace slower and gives
+    up there; the engine resumes from the sweep point and the result is the full run's."""
+    monkeypatch.setattr(delta_mod, "PACE_MIN_SWEPT", 1)
+    monkeypatch.setattr(delta_mod, "PACE_MIN_ALT", 0.0)
+    monkeypatch.setattr(delta_mod, "RESUME_MAX_SHARE", 1.0)
+    chain, ds = _chain_sim()
+    ds._t_full, ds._res_fix, ds._res_per = 1e-9, 1e-12, 1e-15  # every alternative "free"
+    stats = ds.set_durations([chain[0]], [2.0])
+    assert stats.fallback and "at that pace" in stats.reason and stats.resumed > 0
+    assert_matches_full(ds)
+    assert ds.end[chain[-1]] == 401.0  # hand-computed: the chain ends 1 s later
+
+
+def test_pace_rule_below_its_threshold_lets_the_sweep_finish(monkeypatch):
+    """The pace rule refuses to give up while the pace is below the threshold (here: any pace), even
+    though the alternative's model says it is cheaper: the sweep re-times the whole chain itself,
+    checking again every 32 events, and equals the full run."""
+    monkeypatch.setattr(delta_mod, "PACE_MIN_SWEPT", 1)
+    monkeypatch.setattr(delta_mod, "PACE_MIN_ALT", 0.0)
+    monkeypatch.setattr(delta_mod, "PACE_ABORT", 1e300)
+    monkeypatch.setattr(delta_mod, "PACE_ABORT_PYTHON", 1e300)
+    chain, ds = _chain_sim()
+    ds._t_full, ds._res_fix, ds._res_per = 1e3, 1e-12, 1e-15  # the resume "free", a full run dear
+    stats = ds.set_durations([chain[0]], [2.0])
+    assert not stats.fallback and stats.retimed == 400 and stats.changed == 400
+    assert_matches_full(ds)
+    assert ds.end[chain[-1]] == 401.0
+
+
+# ------------------------------------- the Python path's numpy bookkeeping (params.VECTOR_MIN, issue 30)
+@settings(max_examples=200, deadline=None)
+@given(arrays=zero_graphs(), data=st.data())
+def test_first_backward_edge_equals_the_loop(arrays, data):
+    """sweep._first_backward_edge (numpy) finds the edge the loop over the CSR rows finds first: a
+    task's successors, then its predecessors, tasks in the given order; ready times with many ties."""
+    from simulator.engine.delta.queues import _gather
+    from simulator.engine.delta.sweep import _first_backward_edge
+
+    dur, dev, ptr, idx, nd = arrays
+    n = len(dur)
+    R = np.array(data.draw(st.lists(st.sampled_from([0.0, 1.0, 2.0]), min_size=n, max_size=n)))
+    tasks = np.array(data.draw(st.lists(st.integers(0, n - 1), max_size=2 * n)), dtype=np.int64)
+    rows, src = _gather(ptr, idx, np.arange(n, dtype=np.int64))
+    order = np.argsort(src, kind="stable")
+    pptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=n), out=pptr[1:])
+    pidx = rows[order]
+    want = None
+    for x in tasks.tolist():
+        for v in idx[ptr[x]:ptr[x + 1]].tolist():
+            if R[v] < R[x] or (R[v] == R[x] and v < x):
+                want = (x, v)
+                break
+        if want is None:
+            for u in pidx[pptr[x]:pptr[x + 1]].tolist():
+                if R[x] < R[u] or (R[x] == R[u] and x < u):
+                    want = (u, x)
+                    break
+        if want is not None:
+            break
+    assert _first_backward_edge(tasks, R, ptr, idx, pptr, pidx) == want
+
+
+def test_vectorized_bookkeeping_refuses_a_backward_tie_and_falls_back(monkeypatch, sweep_kernel):
+    """With params.VECTOR_MIN = 0 the Python path checks the re-timed tasks' edges with numpy. Hand
+    case (found by a search over small graphs): dev 0 runs 1 (2 s) then 3 (1 s), dev 1 runs 2 (0 s);
+    edges 1 -> 2, 1 -> 0, 2 -> 0, 3 -> 0; 0 (2 s) waits for 3 and starts at 3. Making 3 last 0 s makes 0
+    ready at 2 like 2, its predecessor: key (2, 0) before (2, 2), so edge 2 -> 0 goes backwards. The
+    sweep passes, the edge check refuses, and the change falls back to a full run."""
+    import simulator.engine.delta.sweep as sweep_mod
+
+    monkeypatch.setattr(delta_mod, "VECTOR_MIN", 0)
+    calls = []
+    check = sweep_mod._first_backward_edge
+    monkeypatch.setattr(sweep_mod, "_first_backward_edge", lambda *a: calls.append(1) or check(*a))
+    arrays = graph_arrays_from(4, 2, [(1, 2), (1, 0), (2, 0), (3, 0)], [2.0, 2.0, 0.0, 1.0], [0, 0, 1, 0])
+    ds = DeltaSimulator.from_arrays(*arrays, budget=None)
+    assert ds.canonical and ds.start.tolist() == [3.0, 0.0, 2.0, 2.0]
+    stats = ds.set_durations([3], [0.0])
+    assert stats.fallback and "zero-duration" in stats.reason
+    if sweep_kernel == "python":
+        assert "edge 2 -> 0 goes backwards" in stats.reason and calls  # found by the numpy check
+    assert_matches_full(ds)
+    ds.set_durations([3], [1.0])
+    assert_matches_full(ds)
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.function_scoped_fixture])  # the monkeypatch is a constant
+@given(arrays=zero_graphs(), data=st.data())
+def test_vectorized_bookkeeping_equals_full_runs(arrays, data, monkeypatch):
+    """params.VECTOR_MIN = 0 (the numpy edge check and scratch clearing on every change) on graphs with
+    many zero durations: every result equals a full run, bit for bit."""
+    monkeypatch.setattr(delta_mod, "VECTOR_MIN", 0)
+    monkeypatch.setattr(delta_mod, "RESUME_MAX_SHARE", 1.0)
+    max_work = data.draw(st.one_of(st.none(), st.integers(1, 6)))
+    ds = DeltaSimulator.from_arrays(*arrays, budget=None, max_work=max_work)
+    n, nd = len(arrays[0]), arrays[4]
+    for _ in range(data.draw(st.integers(1, 5))):
+        t = data.draw(st.integers(0, n - 1))
+        if data.draw(st.integers(0, 3)):
+            stats = ds.set_durations([t], [float(data.draw(st.sampled_from([0, 0, 1, 2, 3, 4])))])
+        else:
+            stats = ds.set_devices([t], [data.draw(st.integers(0, nd - 1))])
+        assert_matches_full(ds)
+        event("fallback" if stats.fallback else "delta")

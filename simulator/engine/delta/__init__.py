@@ -123,12 +123,14 @@ that stays small can win). The sweep cannot know in advance how far a change wil
 the ski-rental rule: at most ``budget`` of a full run is wasted. Whatever the budget, the sweep also
 gives up once what it has cost plus the expected cost of the alternative (the resumed engine or a full
 run, whichever the cost model expects to be cheaper) reaches ``1 + params.FALLBACK_WASTE`` full runs.
-The compiled sweep also watches its *pace* when the alternative is costly (at least
-``params.PACE_MIN_ALT`` of a full run): once its sweep point has passed ``params.PACE_MIN_SWEPT`` tasks
-in key order, the time so far scaled to the tasks after the point predicts the rest; above
-``params.PACE_ABORT`` x the alternative it gives up at once (a change that re-times everything is
-recognized after a few hundred tasks instead of after ``FALLBACK_WASTE`` of a full run), below it goes
-on, within ``1 + params.PACE_WASTE`` full runs in all. The rule only chooses between exact paths.
+With the default budget (``"auto"``) either sweep also watches its *pace* when the alternative is
+costly (at least ``params.PACE_MIN_ALT`` of a full run): once its sweep point has passed
+``params.PACE_MIN_SWEPT`` tasks in key order, the time so far scaled to the tasks after the point
+predicts the rest; above ``params.PACE_ABORT`` (compiled sweep) or ``params.PACE_ABORT_PYTHON`` (Python
+sweep, ~8x slower per re-timed task than its engine) x the alternative it gives up at once (a change
+that re-times everything is recognized after a few hundred tasks instead of after ``FALLBACK_WASTE``
+of a full run), below it goes on, within ``1 + params.PACE_WASTE`` full runs in all. The rule only
+chooses between exact paths.
 Full runs and resumes run the engine of the sweep's kind: the compiled engine with the compiled sweep
 (``kernels_numba.full_run``: the engine loop records each device's pop order and checks canonicity as
 tasks pop, then one sequential pass copies the times into the state in place, checks lossy durations,
@@ -174,7 +176,9 @@ returns arrays (reference counting on every push had cost 60 % of its time). The
 a task in about the engine's time per task, so the ski rental above is relaxed for it
 (``budget="auto"``, :data:`~simulator.engine.delta.params.AUTO_BUDGET_COMPILED`): at each check it goes
 on while, at the rate measured so far, re-timing every task after its point would cost no more than the
-alternative, up to one full run's time in all.
+alternative, up to one full run's time in all. The Python sweep has the same rule with its own pace
+threshold (:data:`~simulator.engine.delta.params.AUTO_BUDGET_PYTHON`, ``PACE_ABORT_PYTHON``); until
+issue 30's round 4 it had a fixed 5 % of a full run.
 
 Results
 -------
@@ -207,8 +211,8 @@ modules, they import ``queues``, ``stats`` and ``params``, never ``simulator``):
   (construction, accessors, ``set_durations`` / ``set_devices`` / ``add_devices`` /
   ``replace_tasks``), their argument checks, and ``_delta``: marks the dirty tasks, sets the budget and
   the race with the resume (``replan``), picks a sweep and routes its outcome.
-* ``params``: the tunable constants (``RESUME_MAX_SHARE``, ``RESUME_RACE``, ``FALLBACK_WASTE``, ``DEFAULT_KERNEL``,
-  ``AUTO_BUDGET_PYTHON`` / ``AUTO_BUDGET_COMPILED``, ``_LOAD``), read at call time as ``params.NAME``.
+* ``params``: the tunable constants (``RESUME_MAX_SHARE``, ``RESUME_RACE``, ``FALLBACK_WASTE``, the pace
+  rule's ``PACE_*``, ``DEFAULT_KERNEL``, ``AUTO_BUDGET_PYTHON`` / ``AUTO_BUDGET_COMPILED``, ``_LOAD``), read at call time as ``params.NAME``.
 * ``stats``: :class:`~simulator.engine.delta.stats.DeltaStats` (what a change cost), ``_Abort`` (a
   sweep gives up) and small shared helpers.
 * ``queues``: the Python sweep's device queues (``_Queue``), their lazy sources (``_Groups``, a full

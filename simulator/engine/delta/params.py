@@ -40,8 +40,17 @@ PACE_MIN_SWEPT = 256
 #: (its density rises from 6 % to 58 % of the tasks passed), 2-7 for 15 %, 8-40 for all. 0.5 sent the
 #: first two to the alternative (12-20x became 1.05x and 1.3x of a compiled full run).
 PACE_ABORT = 1.0
-#: ... and only when the alternative costs at least this share of a full run: against a cheap resume
-#: the RESUME_RACE rule bounds the waste already, and the pace of a change's first tasks overstates
+#: The same threshold for the Python sweep (pace against the Python engine's resume or full run). The
+#: Python sweep costs ~8x the Python engine per re-timed task (4-5 us against ~0.55 us), so a change
+#: that re-times every task it passes predicts ~8x its alternative or more, and the pace of the first
+#: tasks overstates a change whose density falls later. Measured on the GPT-3 graph (benchmarks/delta.py,
+#: --kernels python; prediction / alternative at the first check): ~3 for the ~5 % drawn change (its
+#: sweep alone is 2-2.5x faster than the resume it was handed to), ~3 for the 0.44 % tail change, 25-29
+#: for the first-task changes. At 1 both small ones went to the resume (1.5-1.7x a full run instead of
+#: 2.1x and 27x).
+PACE_ABORT_PYTHON = 6.0
+#: The pace rule (either threshold) applies only when the alternative costs at least this share of a
+#: full run: against a cheap resume the RESUME_RACE rule bounds the waste already, and the pace of a change's first tasks overstates
 #: what one that stays small costs (a change re-timing 0.09 % looked 4x slower than a resume of 6 %
 #: of the graph after its first 1,000 tasks).
 PACE_MIN_ALT = 0.2
@@ -51,13 +60,20 @@ PACE_MIN_ALT = 0.2
 PACE_WASTE = 0.5
 #: The sweep a DeltaSimulator uses when its ``kernel`` argument is None (see DeltaSimulator).
 DEFAULT_KERNEL = "auto"
-#: ``budget="auto"`` (the default): the Python sweep costs ~10x the engine per re-timed task, so it gets
-#: 5 % of a full run (ski rental: a change that falls back costs ~1.05-1.1 full runs); the compiled
-#: sweep re-times a task in about the engine's time per task (0.12-0.6 us against 0.3 us, measured by
-#: benchmarks/delta.py), so it may take up to one full run's time, and at each check it goes on only
-#: while, at the rate measured so far, re-timing every task after its point would still cost no more
-#: than the alternative (the resumed engine, or a full run).
-AUTO_BUDGET_PYTHON = 0.05
+#: From this many tasks on, the Python sweep's bookkeeping after the loop runs as numpy passes instead
+#: of Python loops: the guarded check of the re-timed tasks' edges (``sweep._first_backward_edge``, one
+#: pass per edge direction over the CSR arrays) and the count and clearing of the dirtied tasks' scratch
+#: (on the ~5 % drawn GPT-3 change: ~6 ms of Python loops over 18-36 k tasks; 0 in tests: always).
+VECTOR_MIN = 1024
+#: ``budget="auto"`` (the default): either sweep may take up to one full run's time, and at each check it
+#: goes on only while, at the rate measured so far, re-timing every task after its point would still
+#: cost no more than the alternative (the resumed engine, or a full run), or while its pace (above)
+#: predicts less than PACE_ABORT(_PYTHON) x the alternative, within PACE_WASTE. The compiled sweep
+#: re-times a task in about the engine's time per task (0.12-0.6 us against 0.3 us, measured by
+#: benchmarks/delta.py); the Python sweep costs ~8x the Python engine per re-timed task, and until this
+#: round got a fixed 5 % of a full run (ski rental), which handed a change re-timing 5 % of the GPT-3
+#: graph over half its timeline to a resume of 46 % of the tasks (1.5x a full run; its sweep alone 2.1x).
+AUTO_BUDGET_PYTHON = 1.0
 AUTO_BUDGET_COMPILED = 1.0
 
 _LOAD = 256  # entries per chunk of a device queue (split at 2x): bounded memmoves on insert/delete

@@ -34,8 +34,8 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
         a full run's time (the fastest full run so far: engine + state rebuild), so a
         change that moves most of the timeline costs about ``1 + budget`` full runs
         (``python -m benchmarks.delta``). ``None``: no time budget. ``"auto"`` (default):
-        :data:`params.AUTO_BUDGET_PYTHON` for the Python sweep; for the compiled sweep
-        :data:`params.AUTO_BUDGET_COMPILED` with the projection described there.
+        :data:`params.AUTO_BUDGET_PYTHON` for the Python sweep, :data:`params.AUTO_BUDGET_COMPILED`
+        for the compiled one, each with the pace rule described there.
     max_work: also give up after this many processed + vacated tasks (deterministic; None = no limit).
     kernel: None means :data:`params.DEFAULT_KERNEL`, ``"auto"``. ``"auto"`` runs the sweep of duration
         and device changes compiled when numba is installed (optional extra ``fast``,
@@ -526,7 +526,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
         budget, project = self.budget, False
         if budget == "auto":
             budget = params.AUTO_BUDGET_COMPILED if compiled else params.AUTO_BUDGET_PYTHON
-            project = compiled
+            project = True  # the pace rule (package doc, "Fallback"), with each sweep's threshold
         if budget is None:
             deadline = math.inf
         else:
@@ -562,10 +562,11 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
                 # ``pace``. Slower than the alternative: a change that re-times densely, give up now
                 # rather than after a fixed share of a full run; faster: go on, within a bound
                 pace = (now - since) * rest / swept
-                if pace > params.PACE_ABORT * est:
+                k = params.PACE_ABORT if compiled else params.PACE_ABORT_PYTHON
+                if pace > k * est:
                     raise _Abort(f"the sweep had passed {swept} tasks in {1e3 * (now - since):.2f} ms: at that "
                                  f"pace the {rest} tasks after its point would take {1e3 * pace:.2f} ms, more than "
-                                 f"{params.PACE_ABORT:g} x the {1e3 * est:.2f} ms the engine is expected to take on "
+                                 f"{k:g} x the {1e3 * est:.2f} ms the engine is expected to take on "
                                  f"them", (r, x), processed)
                 if now < cap and now - t0 + est <= (1.0 + params.PACE_WASTE) * t_full:
                     return now + 0.1 * est
@@ -605,6 +606,9 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
         if compiled:
             dirtied = self._nb_marked
             left = 0 if clean else int(np.count_nonzero(np.frombuffer(st, dtype=np.int64)[dirtied] != 2))
+        elif len(dirtied) >= params.VECTOR_MIN:
+            dirtied = np.array(dirtied, dtype=np.int64)  # one numpy pass here and for the clearing below
+            left = int(np.count_nonzero(np.frombuffer(st, dtype=np.int64)[dirtied] != 2))
         else:
             left = sum(1 for x in dirtied if st[x] != 2)
         if left:
@@ -618,7 +622,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
                     t0, f"zero-duration tie: edge {bad[0]} -> {bad[1]} goes backwards in (ready, id) "
                         f"order, the engine's pop order is not key-sorted", dirtied, new_ids, removed)
         if not clean:
-            if compiled:
+            if compiled or isinstance(dirtied, np.ndarray):
                 np.frombuffer(st, dtype=np.int64)[dirtied] = 0
             else:
                 for x in dirtied:

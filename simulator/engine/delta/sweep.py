@@ -9,7 +9,29 @@ import time
 
 import numpy as np
 
+from simulator.engine.delta import params
+from simulator.engine.delta.queues import _gather
 from simulator.engine.delta.stats import _Abort
+
+
+def _first_backward_edge(tasks, R, ptr, idx, pptr, pidx):
+    """The first edge at one of ``tasks`` (in their order; a task's successors before its
+    predecessors, each in CSR order) that goes backwards in (ready, id) order, as (u, v), or None."""
+    row_s, v = _gather(ptr, idx, tasks)
+    xs = tasks[row_s]
+    bad_s = (R[v] < R[xs]) | ((R[v] == R[xs]) & (v < xs))
+    row_p, u = _gather(pptr, pidx, tasks)
+    xp = tasks[row_p]
+    bad_p = (R[xp] < R[u]) | ((R[xp] == R[u]) & (xp < u))
+    ks = int(row_s[bad_s].min()) if bad_s.any() else tasks.shape[0]
+    kp = int(row_p[bad_p].min()) if bad_p.any() else tasks.shape[0]
+    if ks == kp == tasks.shape[0]:
+        return None
+    if ks <= kp:
+        j = int(np.argmax(bad_s & (row_s == ks)))
+        return int(xs[j]), int(v[j])
+    j = int(np.argmax(bad_p & (row_p == kp)))
+    return int(u[j]), int(xp[j])
 
 
 class SweepMixin:
@@ -33,6 +55,13 @@ class SweepMixin:
                 u, v = self._nb.backward_edge(tasks, np.frombuffer(R, dtype=np.float64), ptr, idx, pptr, pidx)
                 if u != -1:
                     return int(u), int(v)
+            tasks = ()
+        elif (len(tasks) >= params.VECTOR_MIN and not self._csr_dirty and self._pcsr is not None
+              and self._pcsr[0] is self._csr[0]):  # the CSRs are current: check all edges at once
+            found = _first_backward_edge(np.array(tasks, dtype=np.int64), np.frombuffer(R, dtype=np.float64),
+                                         *self._csr, self._pcsr[1], self._pcsr[2])
+            if found is not None:
+                return found
             tasks = ()
         for x in tasks:
             rx = R[x]
