@@ -104,6 +104,19 @@ def test_bulk_is_the_fixed_point_of_an_isolated_pair():
         assert res.makespan == pytest.approx(bulk(compute, comm, f), rel=1e-5)
 
 
+@pytest.mark.parametrize("compute,comm,f,loss,want", [
+    (10.0, 4.0, 0.25, 0.2, 11.25),   # the collective (4 / 0.8 = 5) under the compute: 10 + 0.25 x 5
+    (2.0, 10.0, 0.0, 0.5, 11.0),     # the compute (2) under the collective: 10 + 0.5 x 2
+    (2.0, 10.0, 0.5, 0.5, 12.0),     # ... slowed to 4 by the collective: 10 + 0.5 x 4
+])
+def test_bulk_with_hbm_loss_closed_form_and_fixed_point(compute, comm, f, loss, want):
+    assert bulk(compute, comm, f, loss) == pytest.approx(want)
+    g = _graph([compute * 1e-3], [(-1, comm * 1e-3)], f)
+    g.meta["hbm_loss"] = {"dp": loss}
+    res, _ = with_interference(g, simulate)
+    assert res.makespan == pytest.approx(want * 1e-3, rel=1e-3)
+
+
 def test_ring_exchange_and_pipeline_closed_forms():
     # 4 chunks of 1 ms GEMM, 0.5 ms transfers, f = 0.01: 1 + 3 x (1 + 0.005) ms
     assert ring_exchange(1.0, 0.5, 4, 0.01) == pytest.approx(1 + 3 * 1.005)
