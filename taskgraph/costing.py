@@ -22,7 +22,7 @@ from topologies.placement import group_ranks, rank_of
 from topologies.stragglers import stage_pace
 from taskgraph.overheads import host_bound, step_overhead_s
 from taskgraph.cpu_optimizer import cpu_offload_step_time
-from taskgraph.overlap import bulk, chunk_op, hbm_loss, pipelined, ring_exchange, sm_fraction, stream_shares
+from taskgraph.overlap import bulk, chunk_op, pipelined, ring_exchange, ring_hbm_loss, sm_fraction, stream_shares
 from topologies.comm_kernels import comm_kernels
 
 #: Adam step bytes per parameter on the GPU that owns it: read fp32 grad (4), read+write fp32 master
@@ -296,36 +296,16 @@ def _zero3_comms(ctx: CostContext, ops, dp_group, fwd_hide: float, bwd_hide: flo
     shard, _ = shard_groups(plan, dp_group)
     g_fwd, g_bwd, rs_each = fsdp_layer_comms(plan)
     ag = _comm_time(plan.cluster, "all-gather", wbytes, shard, _shard_share(plan, dp_group)) if len(shard) > 1 else 0.0
-    # the prefetched gather holds its NCCL channels' SMs while the previous layer computes
-    # (taskgraph/overlap.py): the pair takes bulk(hide, gather, f); what exceeds the compute is charged here
-    # and shares HBM with it (taskgraph/overlap.py hbm_loss: the gather runs at 1 - g meanwhile)
+    # the prefetched gather holds its NCCL channels' SMs while the previous layer computes and shares
+    # HBM with it (taskgraph/overlap.py): the pair takes bulk(hide, gather, f, g); the excess is charged here
     f = stream_shares(plan, {"dp": shard}).get("dp", 0.0)
-    g = _ring_hbm_loss(plan, shard) if f > 0 else 0.0
+    g = ring_hbm_loss(plan.cluster, shard) if f > 0 else 0.0
     fpre = (Comm("dp-comm", "zero3-param-gather", bulk(fwd_hide, ag, f, g) - fwd_hide, "dp", mem_bytes=wbytes),) if g_fwd else ()
     bpre = (Comm("dp-comm", "zero3-param-gather", bulk(bwd_hide, ag, f, g) - bwd_hide, "dp", mem_bytes=wbytes),) if g_bwd else ()
     bpost = (Comm("dp-comm", "zero3-grad-reduce-scatter", _grad_reduce_time(plan, gbytes, dp_group,
                                                                             _shard_share(plan, dp_group)), "dp"),) \
         if rs_each else ()
     return fpre, bpre, bpost
-
-
-def _hbm_losses(plan, s, shares: dict) -> dict:
-    """``{"hbm_loss": {"dp": g}}``: the rate the DP stream's collectives lose to the compute beside
-    them through shared HBM (:func:`taskgraph.overlap.hbm_loss`), their bus bandwidth that of a
-    1 GiB reduce-scatter on the representative's DP group (nccl-tests busBw = (n - 1) / n x size /
-    time); empty when the DP stream holds no SMs (no overlap interference, or no DP group)."""
-    if "dp" not in shares:
-        return {}
-    g = _ring_hbm_loss(plan, tuple(dict(_rep_groups(s, 0)).get("dp", ())))
-    return {"hbm_loss": {"dp": g}} if g > 0 else {}
-
-
-def _ring_hbm_loss(plan, ranks: tuple) -> float:
-    """:func:`taskgraph.overlap.hbm_loss` of a collective on ``ranks``: its bus bandwidth that of a
-    1 GiB reduce-scatter there (nccl-tests busBw = (n - 1) / n x size / time)."""
-    n, size = len(ranks), float(1 << 30)
-    t = _comm_time(plan.cluster, "reduce-scatter", size, tuple(ranks)) if n > 1 else 0.0
-    return hbm_loss((n - 1) / n * size / t, plan.cluster.gpu.hbm_bandwidth) if t > 0 else 0.0
 
 
 #: Memo of cost records shared by every build_work call (a strategy sweep re-costs the same layers
@@ -447,8 +427,8 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
     # SM fractions of the side streams (taskgraph/overlap.py); coarse records fold the TP one in
     shares = stream_shares(plan, dict(_rep_groups(s, 0)))
     f_tp, f_dp = shares.get("tp", 0.0), shares.get("dp", 0.0)
-    losses = _hbm_losses(plan, s, shares)   # the DP stream slowed by the compute beside it
-    g_dp = losses.get("hbm_loss", {}).get("dp", 0.0)
+    # the DP stream slowed by the compute beside it (HBM shared; taskgraph/overlap.py hbm_loss)
+    g_dp = ring_hbm_loss(plan.cluster, tuple(dict(_rep_groups(s, 0)).get("dp", ()))) if "dp" in shares else 0.0
     shared = (opt.moe_shared_expert_overlap, shared_fc1_share(plan.model), shares.get("ep", 0.0))
     # schedules with W actions reduce gradients during the W pass (taskgraph/coarse.py _bucket_tail)
     split = has_split_backward(plan.schedule)
@@ -514,7 +494,7 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
         pair_compute_scale=pair_compute_scale(plan),
         meta={"model": plan.model.name, "cluster": plan.cluster.name, "num_gpus": plan.num_gpus,
               "tp": s.tp, "pp": s.pp, "dp": s.dp, "cp": s.cp, "ep": s.ep, "vpp": plan.vpp,
-              **({"sm_share": shares} if shares else {}), **losses,
+              **({"sm_share": shares} if shares else {}), **({"hbm_loss": {"dp": g_dp}} if g_dp > 0 else {}),
               **({"split_backward": True} if split else {})},
     )
     if profile is not None:  # which operator passes the measured profile priced, which the cost model did

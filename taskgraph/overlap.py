@@ -30,7 +30,9 @@ fraction ``g = u / (1 + u)`` of their rate while their rank computes, ``u`` thei
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 
+from topologies.collectives import collective_time
 from topologies.comm_kernels import comm_kernels, nccl_channels
 
 #: at most this fraction of a GPU's SMs is ever taken from compute (a safeguard for tiny GPUs)
@@ -118,6 +120,16 @@ def hbm_loss(bus_bandwidth: float, hbm_bandwidth: float, compute_demand: float =
     u = RING_HBM_PER_WIRE_BYTE * bus_bandwidth / hbm_bandwidth
     total = u + compute_demand
     return 0.0 if total <= 1.0 else 1.0 - 1.0 / total
+
+
+@lru_cache(maxsize=1024)
+def ring_hbm_loss(cluster, ranks: tuple) -> float:
+    """:func:`hbm_loss` of a collective on ``ranks``: its bus bandwidth that of a 1 GiB
+    reduce-scatter there as the collective model times it (nccl-tests busBw = (n - 1) / n x size /
+    time); 0 for a single rank."""
+    n, size = len(ranks), float(1 << 30)
+    t = collective_time("reduce-scatter", size, tuple(ranks), cluster) if n > 1 else 0.0
+    return hbm_loss((n - 1) / n * size / t, cluster.gpu.hbm_bandwidth) if t > 0 else 0.0
 
 
 def spans_nodes(ranks, gpus_per_node: int) -> bool:
