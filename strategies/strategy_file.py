@@ -127,7 +127,8 @@ class OptionsSpec:
         else they block.
     overlap_interference: communication that runs beside compute holds its kernels' SMs (NCCL one per
         channel, userbuffers / DeepEP their configured SMs), so the compute beside it is slower
-        (taskgraph/overlap.py); False = overlap is free (the pre-2025 model, for comparison).
+        (taskgraph/overlap.py), and the DP collectives share HBM with that compute, so they are
+        slower too; False = overlap is free (the pre-2025 model, for comparison).
     stack: the software stack that runs the graph (taskgraph/data/stacks.yaml): 'megatron-te'
         (Megatron-LM + Transformer Engine, what the GPU catalog describes), 'torchtitan' (PyTorch
         eager: SDPA FlashAttention-2, unfused norms and activations), 'torchtitan-compile'

@@ -41,7 +41,7 @@ def _shared_beside(e: OpCost, sh: OpCost, r: float, f_ep: float, split_backward:
 
 
 def _stage(st: StageWork, f_tp: float = 0.0, f_dp: float = 0.0, overlap_grad_reduce: bool = False,
-           split_backward: bool = False, shared: tuple = (False, 0.5, 0.0)) -> StageWork:
+           split_backward: bool = False, shared: tuple = (False, 0.5, 0.0), g_dp: float = 0.0) -> StageWork:
     fwd = bi = bw = wov = saved = grad = 0.0
     steps = []  # the backward in execution order: (layer, op, seconds), recomputation as op -1
     for li, layer in enumerate(st.layers):
@@ -75,41 +75,46 @@ def _stage(st: StageWork, f_tp: float = 0.0, f_dp: float = 0.0, overlap_grad_red
     op = OpCost("chunk", fwd, bi, bw, saved_bytes=saved, grad_bytes=grad, wgrad_overlap=wov)
     reduce = [b.reduce_s for b in st.buckets]
     if overlap_grad_reduce and st.buckets:
-        tail = _bucket_tail([x for layer in steps[::-1] for x in layer], st.buckets, f_dp)
+        tail = _bucket_tail([x for layer in steps[::-1] for x in layer], st.buckets, f_dp, g_dp)
         total = sum(reduce)
         reduce = [r * tail / total for r in reduce] if total > 0 else reduce
     buckets = tuple(Bucket(0, 0, b.nbytes, r, b.gather_s) for b, r in zip(st.buckets, reduce))
     return StageWork((LayerWork("chunk", (op,)),), buckets, st.optimizer_s)
 
 
-def _bucket_tail(steps, buckets, f_dp: float) -> float:
+def _bucket_tail(steps, buckets, f_dp: float, g_dp: float = 0.0) -> float:
     """Seconds by which the gradient buckets of a stage's last backward outlast it, as the operator
     lowering runs them: each bucket released when the backward passes its closing operator, the DP
-    stream taking them in order, the compute slowed to ``1 - f_dp`` while it is busy (taskgraph/overlap.py).
+    stream taking them in order, the compute slowed to ``1 - f_dp`` while the stream is busy and the
+    stream to ``1 - g_dp`` while the compute is (taskgraph/overlap.py ``hbm_loss``).
     A coarse chunk releases its buckets at its end; their durations are scaled so that they end where
     these would (the part hidden under the backward, and the SMs it took, are already in the tail)."""
     closing = {}
     for j, b in enumerate(buckets):
         closing.setdefault((b.layer, b.op), []).append(b.reduce_s)
-    t = q = plain = 0.0   # compute clock, DP stream free time, the backward without interference
+    t = r = plain = 0.0   # compute clock, the DP stream's work left at t (seconds alone), the plain backward
     for li, oi, w in steps:
         plain += w
-        if q > t and f_dp > 0.0:   # the DP stream is busy until q: compute runs at 1 - f_dp there
-            under = (q - t) * (1.0 - f_dp)
-            t = t + w / (1.0 - f_dp) if w <= under else q + (w - under)
+        if r > 0.0:   # both busy: compute at 1 - f_dp, the DP stream at 1 - g_dp, until one is done
+            c_end, d_end = w / (1.0 - f_dp), r / (1.0 - g_dp)
+            if c_end <= d_end:
+                t, r = t + c_end, r - c_end * (1.0 - g_dp)
+            else:
+                t, r = t + d_end + (w - d_end * (1.0 - f_dp)), 0.0
         else:
             t += w
         for d in closing.get((li, oi), ()):
-            q = max(q, t) + d
-    return max(q, t) - plain
+            r += d
+    return t + r - plain
 
 
 def coarsen(work: IterationWork) -> IterationWork:
     """The coarse version of ``work`` (same transfers, DP and optimizer work)."""
     share = work.meta.get("sm_share", {})
     f_tp, f_dp = share.get("tp", 0.0), share.get("dp", 0.0)
+    g_dp = work.meta.get("hbm_loss", {}).get("dp", 0.0)
     split = bool(work.meta.get("split_backward", False))
     shared = (work.shared_expert_overlap, work.shared_fc1_share, share.get("ep", 0.0))
-    return replace(work, stages=tuple(_stage(s, f_tp, f_dp, work.overlap_grad_reduce, split, shared)
+    return replace(work, stages=tuple(_stage(s, f_tp, f_dp, work.overlap_grad_reduce, split, shared, g_dp)
                                       for s in work.stages),
                    meta={**work.meta, "fidelity": "coarse"})

@@ -22,7 +22,7 @@ from topologies.placement import group_ranks, rank_of
 from topologies.stragglers import stage_pace
 from taskgraph.overheads import host_bound, step_overhead_s
 from taskgraph.cpu_optimizer import cpu_offload_step_time
-from taskgraph.overlap import bulk, chunk_op, pipelined, ring_exchange, sm_fraction, stream_shares
+from taskgraph.overlap import bulk, chunk_op, pipelined, ring_exchange, ring_hbm_loss, sm_fraction, stream_shares
 from topologies.comm_kernels import comm_kernels
 
 #: Adam step bytes per parameter on the GPU that owns it: read fp32 grad (4), read+write fp32 master
@@ -296,11 +296,12 @@ def _zero3_comms(ctx: CostContext, ops, dp_group, fwd_hide: float, bwd_hide: flo
     shard, _ = shard_groups(plan, dp_group)
     g_fwd, g_bwd, rs_each = fsdp_layer_comms(plan)
     ag = _comm_time(plan.cluster, "all-gather", wbytes, shard, _shard_share(plan, dp_group)) if len(shard) > 1 else 0.0
-    # the prefetched gather holds its NCCL channels' SMs while the previous layer computes
-    # (taskgraph/overlap.py): the pair takes bulk(hide, gather, f); what exceeds the compute is charged here
+    # the prefetched gather holds its NCCL channels' SMs while the previous layer computes and shares
+    # HBM with it (taskgraph/overlap.py): the pair takes bulk(hide, gather, f, g); the excess is charged here
     f = stream_shares(plan, {"dp": shard}).get("dp", 0.0)
-    fpre = (Comm("dp-comm", "zero3-param-gather", bulk(fwd_hide, ag, f) - fwd_hide, "dp", mem_bytes=wbytes),) if g_fwd else ()
-    bpre = (Comm("dp-comm", "zero3-param-gather", bulk(bwd_hide, ag, f) - bwd_hide, "dp", mem_bytes=wbytes),) if g_bwd else ()
+    g = ring_hbm_loss(plan.cluster, shard) if f > 0 else 0.0
+    fpre = (Comm("dp-comm", "zero3-param-gather", bulk(fwd_hide, ag, f, g) - fwd_hide, "dp", mem_bytes=wbytes),) if g_fwd else ()
+    bpre = (Comm("dp-comm", "zero3-param-gather", bulk(bwd_hide, ag, f, g) - bwd_hide, "dp", mem_bytes=wbytes),) if g_bwd else ()
     bpost = (Comm("dp-comm", "zero3-grad-reduce-scatter", _grad_reduce_time(plan, gbytes, dp_group,
                                                                             _shard_share(plan, dp_group)), "dp"),) \
         if rs_each else ()
@@ -426,6 +427,8 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
     # SM fractions of the side streams (taskgraph/overlap.py); coarse records fold the TP one in
     shares = stream_shares(plan, dict(_rep_groups(s, 0)))
     f_tp, f_dp = shares.get("tp", 0.0), shares.get("dp", 0.0)
+    # the DP stream slowed by the compute beside it (HBM shared; taskgraph/overlap.py hbm_loss)
+    g_dp = ring_hbm_loss(plan.cluster, tuple(dict(_rep_groups(s, 0)).get("dp", ()))) if "dp" in shares else 0.0
     shared = (opt.moe_shared_expert_overlap, shared_fc1_share(plan.model), shares.get("ep", 0.0))
     # schedules with W actions reduce gradients during the W pass (taskgraph/coarse.py _bucket_tail)
     split = has_split_backward(plan.schedule)
@@ -449,7 +452,7 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
                tuple((plan.model.layer_kind(li), p) for li, p in zip(lis, pols)))
         if coarse:   # compute_only: the chunk operator depends on the layer context, not dp / ZeRO 0-2
             key = ("coarse-compute", split, f_tp, shared, lcid) + sig[1:] if compute_only else ("coarse", split) + sig
-            stages.append(_memo(key, lambda: _coarse_stage(_build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw, not compute_only), f_tp, f_dp, opt.overlap_grad_reduce, split, shared)))
+            stages.append(_memo(key, lambda: _coarse_stage(_build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw, not compute_only), f_tp, f_dp, opt.overlap_grad_reduce, split, shared, g_dp)))
             continue
         parts = _memo(("stage",) + sig, lambda: _stage_parts(
             _build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw)))
@@ -491,7 +494,8 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
         pair_compute_scale=pair_compute_scale(plan),
         meta={"model": plan.model.name, "cluster": plan.cluster.name, "num_gpus": plan.num_gpus,
               "tp": s.tp, "pp": s.pp, "dp": s.dp, "cp": s.cp, "ep": s.ep, "vpp": plan.vpp,
-              **({"sm_share": shares} if shares else {}), **({"split_backward": True} if split else {})},
+              **({"sm_share": shares} if shares else {}), **({"hbm_loss": {"dp": g_dp}} if g_dp > 0 else {}),
+              **({"split_backward": True} if split else {})},
     )
     if profile is not None:  # which operator passes the measured profile priced, which the cost model did
         work = replace(work, meta={**work.meta, "profile": profile_coverage(profile)})
@@ -607,9 +611,9 @@ def _scaled(o: OpCost, f: float) -> OpCost:
 
 
 def _coarse_stage(st: StageWork, f_tp: float = 0.0, f_dp: float = 0.0, overlap_grad_reduce: bool = False,
-                  split: bool = False, shared: tuple = (False, 0.5, 0.0)) -> StageWork:
+                  split: bool = False, shared: tuple = (False, 0.5, 0.0), g_dp: float = 0.0) -> StageWork:
     from taskgraph.coarse import _stage
-    return _stage(st, f_tp, f_dp, overlap_grad_reduce, split, shared)
+    return _stage(st, f_tp, f_dp, overlap_grad_reduce, split, shared, g_dp)
 
 
 def _stage_parts(st: StageWork) -> tuple:

@@ -23,13 +23,16 @@ Where it applies:
   :func:`pipelined`. A chunk is a smaller GEMM, priced by the cost model at its own shape (its tile
   and wave quantization), so the chunking is paid where the shapes say it is.
 
-The communication kernel itself is not slowed by the compute beside it (its link, not its SMs, is
-its bottleneck when it has its channels); HBM contention between the two is not modelled.
+The communication kernel is not slowed by the SMs the compute holds (its CTAs stay resident on its
+channels' SMs), but it shares HBM with it (:func:`hbm_loss`): the DP stream's collectives lose the
+fraction ``g = u / (1 + u)`` of their rate while their rank computes, ``u`` their own HBM demand.
 """
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 
+from topologies.collectives import collective_time
 from topologies.comm_kernels import comm_kernels, nccl_channels
 
 #: at most this fraction of a GPU's SMs is ever taken from compute (a safeguard for tiny GPUs)
@@ -43,15 +46,18 @@ def sm_fraction(sms: float, sm_count: int) -> float:
     return min(float(sms) / float(sm_count), MAX_FRACTION)
 
 
-def bulk(compute: float, comm: float, f: float) -> float:
+def bulk(compute: float, comm: float, f: float, g: float = 0.0) -> float:
     """Seconds for a compute block and a collective started together, the compute running at
-    ``1 - f`` of its rate while the collective runs (module doc): the collective alone when the
-    compute finishes under it (``comm >= compute / (1 - f)``), else ``compute + f comm``."""
+    ``1 - f`` of its rate while the collective runs and the collective at ``1 - g`` of its rate while
+    the compute runs (module doc, :func:`hbm_loss`): the collective plus ``g`` x the compute's
+    slowed length when the compute finishes first (``comm / (1 - g) >= compute / (1 - f)``), else
+    ``compute + f comm / (1 - g)``. With ``g = 0``: ``comm``, else ``compute + f comm``."""
     if comm <= 0.0:
         return compute
-    if f <= 0.0:
+    if f <= 0.0 and g <= 0.0:
         return max(compute, comm)
-    return comm if comm * (1.0 - f) >= compute else compute + f * comm
+    t_comp, t_comm = compute / (1.0 - f), comm / (1.0 - g)
+    return comm + g * t_comp if t_comm >= t_comp else compute + f * t_comm
 
 
 def ring_exchange(chunk_compute: float, chunk_comm: float, chunks: int, f: float) -> float:
@@ -81,6 +87,49 @@ def chunk_op(op, chunks: int):
                    fwd_flops=op.fwd_flops / n, bwd_input_flops=op.bwd_input_flops / n,
                    bwd_weight_flops=op.bwd_weight_flops / n, fwd_bytes=op.fwd_bytes // n,
                    bwd_input_bytes=op.bwd_input_bytes // n, bwd_weight_bytes=op.bwd_weight_bytes // n)
+
+
+#: HBM bytes a ring collective step moves on one GPU per byte it receives: the peer's write into the
+#: receive FIFO, the kernel's read of it, and one more local access -- the read of the local input
+#: chunk it reduces with (reduce-scatter, ``recvReduceSend``) or the write of the output buffer
+#: (all-gather, ``recvCopySend``); the send to the next peer writes the peer's memory, not this one's
+#: (NCCL ``src/device/all_reduce.h`` / ``reduce_scatter.h`` / ``all_gather.h`` ring loops on
+#: ``prims_simple.h``; Pati et al. ASPLOS'24 "T3", Section 3.2: a ring reduce-scatter step reads two
+#: buffers and writes one)
+RING_HBM_PER_WIRE_BYTE = 3.0
+
+
+def hbm_loss(bus_bandwidth: float, hbm_bandwidth: float, compute_demand: float = 1.0) -> float:
+    """Fraction of its rate a ring collective loses while compute runs beside it on the same GPU,
+    HBM shared in proportion to demand (Pati et al. ASPLOS'24 "T3", Section 3.2: concurrent GEMMs and
+    collectives contend for memory bandwidth; Agrawal et al. 2024, arXiv:2412.14335, Section III:
+    concurrent compute and communication interfere through HBM as well as compute units).
+
+    The collective demands ``u = RING_HBM_PER_WIRE_BYTE x bus_bandwidth / hbm_bandwidth`` of the
+    HBM (``bus_bandwidth``: bytes per second each rank receives, nccl-tests' busBw), the compute
+    ``c = compute_demand``; when ``u + c > 1`` each gets ``1 / (u + c)`` of its demand, so the
+    collective runs at ``1 / (u + c)`` of its rate and loses ``g = 1 - 1 / (u + c)``. The compute
+    beside it is taken as memory-bound (``c = 1``: an upper bound for the collective, since only the
+    memory-bound kernels saturate HBM; the compute's own loss is not charged, its SM share is).
+
+    >>> round(hbm_loss(50e9, 3.35e12), 4)   # an H100's 400 Gb/s NIC ring: u = 0.0448
+    0.0429
+    """
+    if bus_bandwidth <= 0 or hbm_bandwidth <= 0:
+        return 0.0
+    u = RING_HBM_PER_WIRE_BYTE * bus_bandwidth / hbm_bandwidth
+    total = u + compute_demand
+    return 0.0 if total <= 1.0 else 1.0 - 1.0 / total
+
+
+@lru_cache(maxsize=1024)
+def ring_hbm_loss(cluster, ranks: tuple) -> float:
+    """:func:`hbm_loss` of a collective on ``ranks``: its bus bandwidth that of a 1 GiB
+    reduce-scatter there as the collective model times it (nccl-tests busBw = (n - 1) / n x size /
+    time); 0 for a single rank."""
+    n, size = len(ranks), float(1 << 30)
+    t = collective_time("reduce-scatter", size, tuple(ranks), cluster) if n > 1 else 0.0
+    return hbm_loss((n - 1) / n * size / t, cluster.gpu.hbm_bandwidth) if t > 0 else 0.0
 
 
 def spans_nodes(ranks, gpus_per_node: int) -> bool:

@@ -105,3 +105,31 @@ def test_optimizer_step_streams_adam_and_zeroes_the_gradient_buffer(tmp_path):
         shard = params / plan.shard_size
         want = shard * ADAM_BYTES_PER_PARAM / bw + step_overhead_s(plan, shard) + (params * gbp / bw if zero < 3 else 0.0)
         assert st.optimizer_s == pytest.approx(want, rel=1e-12), zero
+
+
+def test_dp_stream_hbm_loss_is_the_ring_traffic_over_hbm(tmp_path):
+    from taskgraph.costing import _comm_time
+    from taskgraph.overlap import RING_HBM_PER_WIRE_BYTE
+    plan = resolve(strategy(tmp_path, nodes=2))
+    meta = build_work(plan).meta
+    # DP over 2 nodes (ranks 0 and 8 of the tp 4 layout): busBw = (n - 1)/n x size / time of a
+    # 1 GiB reduce-scatter; u = 3 busBw / HBM; g = 1 - 1/(1 + u)
+    dp = dict(_rep_groups(plan.sizes, 0))["dp"]
+    bus = (len(dp) - 1) / len(dp) * 2.0 ** 30 / _comm_time(plan.cluster, "reduce-scatter", 2.0 ** 30, tuple(dp))
+    u = RING_HBM_PER_WIRE_BYTE * bus / plan.cluster.gpu.hbm_bandwidth
+    assert meta["hbm_loss"] == {"dp": pytest.approx(1 - 1 / (1 + u), rel=1e-12)}
+    assert 0.0 < meta["hbm_loss"]["dp"] < 0.1   # a NIC ring's traffic is a few % of an H100's HBM
+    assert "hbm_loss" not in build_work(resolve(strategy(tmp_path, nodes=2, overlap_interference=False))).meta
+
+
+def test_coarse_bucket_tail_with_hbm_loss_closed_form():
+    from taskgraph.coarse import _bucket_tail
+    from taskgraph.lower_model import Bucket
+    # backward: 4 s closing a 4 s bucket, then 10 s; f = 0.25, g = 0.2: the bucket runs at 0.8 for
+    # 5 s beside the compute, which takes 10 + 0.25 x 5 = 11.25 s; the tail past the 14 s backward 1.25 s
+    steps = [(0, 1, 4.0), (0, 0, 10.0)]
+    assert _bucket_tail(steps, [Bucket(0, 1, 1.0, 4.0)], 0.25, 0.2) == pytest.approx(1.25)
+    # without the loss the old closed form: 10 + 0.25 x 4 -> tail 1 s
+    assert _bucket_tail(steps, [Bucket(0, 1, 1.0, 4.0)], 0.25) == pytest.approx(1.0)
+    # a bucket released at the end runs alone: its full length
+    assert _bucket_tail(steps, [Bucket(0, 0, 1.0, 4.0)], 0.25, 0.2) == pytest.approx(4.0)

@@ -21,8 +21,15 @@ per task (the integral grows by ``F(end)`` per second of the task's own length),
 iteration oscillate); the loop stops when the durations move by less than :data:`TOLERANCE` of the
 total work in a round, or after :data:`MAX_ROUNDS` runs.
 
-Closed-form check (tests/test_interference.py): one 10 ms compute task beside a 4 ms DP bucket with
-``f = 0.25`` takes 11 ms.
+The side streams are slowed by the compute beside them in the same fixed point: a stream with an HBM
+loss ``g`` (``graph.meta["hbm_loss"]``: stream -> g, ``taskgraph/overlap.py`` ``hbm_loss``) runs at
+``1 - g`` while its rank's compute stream is busy, so each of its tasks satisfies ``T = d + g x
+busy``, ``busy`` the compute time inside the task's interval (:func:`comm_slowdown`); the Newton step
+is the same (``busy`` grows by 1 per second of the task's length while the compute runs at its end).
+
+Closed-form checks (tests/test_interference.py): one 10 ms compute task beside a 4 ms DP bucket with
+``f = 0.25`` takes 11 ms; with ``g = 0.2`` as well the bucket takes 4 / 0.8 = 5 ms and the compute
+10 + 0.25 x 5 = 11.25 ms.
 """
 from __future__ import annotations
 
@@ -83,23 +90,94 @@ def slowdown(base: np.ndarray, task_device: np.ndarray, start: np.ndarray, end: 
     return out
 
 
-def fixed_point(base: np.ndarray, run, task_device: np.ndarray, devices, shares: dict):
+def comm_slowdown(base: np.ndarray, task_device: np.ndarray, start: np.ndarray, end: np.ndarray,
+                  dev_rank: np.ndarray, dev_loss: np.ndarray, dev_compute: np.ndarray, order=None):
+    """Per task on a side stream with a loss ``g > 0`` (:func:`device_losses`): ``g x`` the time its
+    rank's compute stream is busy during the task's interval ``[start, end)``, and ``g`` if it is busy
+    just before the task's end (the derivative); 0 elsewhere. The side task's own rate is ``1 - g``
+    while compute runs beside it (HBM shared, taskgraph/overlap.py ``hbm_loss``), so it satisfies
+    ``T = d + g x busy``. ``order``: the engine's pop order (a device's tasks in start order), which
+    saves sorting the compute tasks; None sorts them."""
+    n = base.size
+    extra = np.zeros(n, dtype=np.float64)
+    at_end = np.zeros(n, dtype=np.float64)
+    loss = dev_loss[task_device]
+    side = np.flatnonzero((loss > 0.0) & (base > 0.0))
+    if side.size == 0:
+        return extra, at_end
+    if order is not None and len(order) == n:
+        comp = np.asarray(order)
+        comp = comp[dev_compute[task_device[comp]]]
+    else:
+        comp = np.flatnonzero(dev_compute[task_device])
+        comp = comp[np.argsort(start[comp], kind="stable")]
+    # the compute tasks grouped by device, each device's in start order (a stable radix sort)
+    cdev = task_device[comp]
+    small = dev_rank.size < 65536
+    comp = comp[np.argsort(cdev.astype(np.uint16) if small else cdev, kind="stable")]
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(cdev, minlength=dev_rank.size))])
+    side_rank = dev_rank[task_device[side]]
+    for r in np.flatnonzero(np.bincount(side_rank)):
+        ss = side[side_rank == r]
+        sel = np.concatenate([comp[bounds[d]:bounds[d + 1]] for d in np.flatnonzero(dev_compute & (dev_rank == r))]
+                             or [np.zeros(0, dtype=np.int64)])
+        sel = sel[end[sel] > start[sel]]
+        if sel.size == 0:
+            continue
+        s0, e0 = start[sel], end[sel]
+        a, b = start[ss], end[ss]
+        if sel.size > 1 and not (np.all(s0[1:] >= s0[:-1]) and np.all(s0[1:] >= e0[:-1])):
+            # not one stream running one task at a time in this order: sort, and merge overlaps
+            o = np.argsort(s0, kind="stable")
+            s0, e0 = s0[o], np.maximum.accumulate(e0[o])
+            keep = np.flatnonzero(np.concatenate([[True], s0[1:] > e0[:-1]]))   # starts of merged runs
+            s0, e0 = s0[keep], np.maximum.reduceat(e0, keep)
+        # busy(t) is 1 on the disjoint [s_k, e_k): its integral from 0 is the busy time of the tasks
+        # before k plus the part of task k before t
+        before = np.concatenate([[0.0], np.cumsum(e0 - s0)])
+
+        def busy_to(x):
+            k = np.searchsorted(s0, x, side="right") - 1
+            kk = np.maximum(k, 0)
+            return np.where(k >= 0, before[kk] + np.clip(x - s0[kk], 0.0, e0[kk] - s0[kk]), 0.0)
+
+        extra[ss] = loss[ss] * (busy_to(b) - busy_to(a))
+        k = np.searchsorted(s0, b, side="left") - 1   # the task running just before the end
+        kk = np.maximum(k, 0)
+        at_end[ss] = loss[ss] * ((k >= 0) & (e0[kk] >= b))
+    return extra, at_end
+
+
+def device_losses(devices, losses: dict) -> np.ndarray:
+    """Per device: the fraction ``g`` of its rate a side stream loses while its rank computes
+    (``graph.meta["hbm_loss"]``: stream -> g; 0 for compute and links)."""
+    return np.array([float(losses.get(d.stream, 0.0)) if d.stream not in ("link", "compute") else 0.0
+                     for d in devices])
+
+
+def fixed_point(base: np.ndarray, run, task_device: np.ndarray, devices, shares: dict,
+                losses: dict | None = None):
     """The durations that satisfy the slowed-compute equation (module doc) and the last run's
     result: ``run(durations)`` returns an object with ``start``, ``end`` and ``makespan`` (an engine
     result), or None when it cannot (then the durations so far are returned with None).
     Returns ``(durations, result, rounds)``."""
     dur = np.array(base, dtype=np.float64)
     res = run(dur)
-    if res is None or not shares:
+    if res is None or not (shares or losses):
         return dur, res, 1
-    dev_rank, dev_share, dev_compute = device_shares(devices, shares)
-    if not bool(np.any(dev_share > 0)):
+    dev_rank, dev_share, dev_compute = device_shares(devices, shares or {})
+    dev_loss = device_losses(devices, losses or {})
+    if not bool(np.any(dev_share > 0) or np.any(dev_loss > 0)):
         return dur, res, 1
     total = max(float(np.sum(base)), 1e-30)
     rounds = 1
     while rounds < MAX_ROUNDS:
         extra, level = slowdown(base, task_device, res.start, res.end, dev_rank, dev_share, dev_compute,
                                 with_level=True)
+        if dev_loss.any():  # the side streams slowed by the compute beside them (HBM shared)
+            more, more_level = comm_slowdown(base, task_device, res.start, res.end, dev_rank, dev_loss,
+                                             dev_compute, getattr(res, "order", None))
+            extra, level = extra + more, level + more_level
         # Newton on T = d + integral(T) with the start held: the integral grows by F(end) per second
         # of T, so T += (d + integral - T) / (1 - F(end))
         new = dur + (base + extra - dur) / (1.0 - level)
@@ -126,6 +204,7 @@ def with_interference(graph, run, shares: dict | None = None, *, resweep: bool =
     or refused) and runs the engine only when that is refused, or when the engine's compiled kernel
     is loaded (faster than the sweep)."""
     shares = graph.meta.get("sm_share", {}) if shares is None else shares
+    losses = graph.meta.get("hbm_loss", {})
     base = graph.duration.copy()
     last, plans = [], []
 
@@ -136,7 +215,7 @@ def with_interference(graph, run, shares: dict | None = None, *, resweep: bool =
         last.append(res)
         return res
 
-    dur, res, rounds = fixed_point(base, once, graph.device, graph.devices, shares)
+    dur, res, rounds = fixed_point(base, once, graph.device, graph.devices, shares, losses)
     if rounds > 1:
         graph.meta["interference_rounds"] = rounds
         graph.meta["interference_s"] = float(np.sum(dur - base))

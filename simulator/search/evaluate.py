@@ -259,7 +259,8 @@ def evaluate_prepared(plan, work, fid: str, t0: float | None = None) -> Evaluati
             return SimpleNamespace(ready=None, start=r.start, end=r.end, timeline="engine", makespan=r.makespan)
 
         # compute slowed beside SM-holding communication, as simulate_strategy does (dispatch.py)
-        dur, res, _rounds = fixed_point(lay.durations(work), run, lay.device, lay.devices(1), shares)
+        dur, res, _rounds = fixed_point(lay.durations(work), run, lay.device, lay.devices(1), shares,
+                                        work.meta.get("hbm_loss", {}))
         ready, start, end, timeline = res.ready, res.start, res.end, res.timeline
         makespan = float(end.max()) if end.size else 0.0
         busy = _layout_busy(lay, dur)
