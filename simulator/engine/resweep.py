@@ -82,8 +82,8 @@ class SweepPlan:
     that does not depend on the durations, so the interference fixed point re-times its rounds
     with :meth:`run` alone (the checks run every time: a plan is never trusted)."""
 
-    __slots__ = ("n", "pi", "ts", "a_l", "b_l", "m", "src", "dst", "px", "py", "prevdev", "psrc",
-                 "pstarts", "phas", "pair_lt", "edge_lt", "slot")
+    __slots__ = ("n", "pi", "ts", "a_l", "b_l", "m", "src", "dst", "px", "py", "prevdev", "pair_lt",
+                 "edge_lt", "slot")
 
     def __init__(self, graph, pi: np.ndarray, src: np.ndarray | None = None):
         n = graph.num_tasks
@@ -119,7 +119,7 @@ class SweepPlan:
         b_in = np.zeros(m, dtype=np.int64)    # slot read as the previous entry on the device
         ts = slot[pi]
         a_in[slot[cv[one]]] = slot[cu[one]]
-        b_in[ts] = np.where(prevdev[pi] >= 0, slot[np.maximum(prevdev[pi], 0)], 0)
+        b_in[slot[py]] = slot[px]  # the previous task on the device (0 for a device's first: b_in is 0)
         if hv.size:
             # helper k of task t sits at slot[t] - nh[t] + k: it reads pred k and the helper before it
             first = np.cumsum(nh) - nh
@@ -128,12 +128,6 @@ class SweepPlan:
             a_in[hs] = slot[hu]
             b_in[hs] = np.where(k > 0, hs - 1, 0)
             a_in[slot[many]] = slot[many] - 1  # the task reads its last helper
-        # predecessors grouped by task, for the ready times (a max per group)
-        og = np.argsort(dst, kind="stable")
-        counts = np.bincount(dst, minlength=n)
-        self.phas = counts > 0
-        self.pstarts = (np.cumsum(counts) - counts)[self.phas]
-        self.psrc = src[og]
         self.n, self.pi, self.ts, self.m, self.slot = n, pi, ts, m, slot
         self.a_l, self.b_l = a_in[1:].tolist(), b_in[1:].tolist()
         self.src, self.dst, self.px, self.py, self.prevdev = src, dst, px, py, prevdev
@@ -155,9 +149,11 @@ class SweepPlan:
                 s = r
             put(s + d)
         end = np.array(E, dtype=np.float64)[self.slot]
+        # the latest predecessor end per task, 0.0 without one: the ends are >= +0.0 (sums of
+        # durations checked >= 0 onto E = 0.0), so the maximum with the initial 0.0 changes none, and a
+        # maximum is exact in any order (unbuffered ``maximum.at``: no sort of the edges by target)
         ready = np.zeros(self.n, dtype=np.float64)
-        if self.psrc.size:
-            ready[self.phas] = np.maximum.reduceat(end[self.psrc], self.pstarts)
+        np.maximum.at(ready, self.dst, end[self.src])
         prevdev = self.prevdev
         start = np.maximum(ready, np.where(prevdev >= 0, end[np.maximum(prevdev, 0)], 0.0))
         if not np.array_equal(end, start + dur):
