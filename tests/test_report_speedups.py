@@ -74,7 +74,8 @@ def test_critical_path_equals_step_by_step_walk(data, n, ndev):
     devs = [b.add_device(Device(f"d{i}", i, "compute")) for i in range(ndev)]
     for t in range(n):
         dur = data.draw(hs.sampled_from([0.0, 1.0, 2.0, 0.5, 0.1, 0.3]))
-        b.add_task(dur, devs[data.draw(hs.integers(0, ndev - 1))], CATEGORIES[data.draw(hs.integers(0, len(CATEGORIES) - 1))])
+        cat = CATEGORIES[data.draw(hs.integers(0, len(CATEGORIES) - 1))]
+        b.add_task(dur, devs[data.draw(hs.integers(0, ndev - 1))], cat)
         for p in data.draw(hs.sets(hs.integers(0, t - 1), max_size=3)) if t else ():
             b.add_edge(p, t)
     g = b.build()
