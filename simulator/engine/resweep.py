@@ -25,8 +25,9 @@ duration) it returns None and the caller runs the engine.
 
 The same sweep runs the *first* run too (:func:`sweep_in_order`): in the order the lowering guesses
 before any run (``graph.order_hint``, ``taskgraph/order_hint.py``: actions in a topological order, each
-action's tasks in id order), after checking that the guess is a permutation in which every edge goes
-forward (the loop reads only entries already computed). Everything that depends on the order and
+action's tasks in id order), after checking that the guess is a permutation; a guess that is not a
+topological order is refused by the sweep itself (a read ahead of the loop, or the device and edge
+checks contradict: :func:`plan_for_guess`). Everything that depends on the order and
 not on the durations is a :class:`SweepPlan`; the interference fixed point keeps the accepted plan
 and re-runs only its loop and checks in later rounds (a refused plan is dropped: the engine runs).
 
@@ -54,15 +55,26 @@ def resweep(graph, prev: SimResult) -> SimResult | None:
 def sweep_in_order(graph, pi) -> SimResult | None:
     """The engine's result for ``graph`` when the engine's FIFO order on each device is the
     restriction of ``pi`` to it, else None; ``pi`` is a guess (the lowering's ``order_hint``): it is
-    checked to be a permutation of the task ids in which every edge goes forward (a topological
-    order) before the sweep reads it, and the result is then checked as in :func:`resweep`."""
+    checked to be a permutation of the task ids, and the result is then checked as in
+    :func:`resweep`, which also refuses every ``pi`` that is not a topological order
+    (:func:`plan_for_guess`)."""
     plan = plan_for_guess(graph, pi)
     return plan.run(graph.duration) if plan is not None else None
 
 
 def plan_for_guess(graph, pi) -> "SweepPlan | None":
     """:class:`SweepPlan` of ``graph`` in the guessed order ``pi``, or None when ``pi`` is not a
-    topological order of the task ids."""
+    permutation of the task ids.
+
+    That ``pi`` is a topological order is not checked here (it was, one gather per edge): a
+    permutation with an edge ``u -> v`` and ``u`` after ``v`` in ``pi`` is refused by
+    :meth:`SweepPlan.run` for any durations. If ``u`` and ``v`` are on different devices, the loop
+    reads ``E`` at ``u``'s slot (``v``'s cross-device predecessor, or one of ``v``'s helpers reads
+    it), which lies after the slot being computed: ``E`` is not that long yet and the read raises
+    IndexError, which ``run`` answers with None. If they are on the same device, ``v`` comes
+    before ``u`` on it, so the device check needs ``key(v) < key(u)`` (keys increase along each
+    device, and the consecutive pairs chain) while the edge check needs ``key(u) < key(v)``: one
+    fails. Tests: tests/test_resweep.py (by hand on both cases; any permutation of random DAGs)."""
     n = graph.num_tasks
     pi = np.asarray(pi, dtype=np.int64)
     if n == 0 or pi.shape != (n,) or int(pi.min()) < 0 or int(pi.max()) >= n:
@@ -71,10 +83,7 @@ def plan_for_guess(graph, pi) -> "SweepPlan | None":
     pos[pi] = np.arange(n)
     if not bool(np.all(pos >= 0)):  # a repeated id leaves another one out
         return None
-    src = np.repeat(np.arange(n, dtype=np.int64), np.diff(graph.succ_ptr))
-    if not bool(np.all(pos[src] < pos[graph.succ_idx])):
-        return None
-    return SweepPlan(graph, pi, src)
+    return SweepPlan(graph, pi)
 
 
 class SweepPlan:
@@ -142,12 +151,15 @@ class SweepPlan:
         d_in[self.ts] = dur[self.pi]
         E = [0.0]
         put = E.append
-        for a, b, d in zip(self.a_l, self.b_l, d_in[1:].tolist()):
-            r = E[a]
-            s = E[b]
-            if r > s:
-                s = r
-            put(s + d)
+        try:
+            for a, b, d in zip(self.a_l, self.b_l, d_in[1:].tolist()):
+                r = E[a]
+                s = E[b]
+                if r > s:
+                    s = r
+                put(s + d)
+        except IndexError:  # a read ahead of the sweep: pi is not a topological order (plan_for_guess)
+            return None
         end = np.array(E, dtype=np.float64)[self.slot]
         # the latest predecessor end per task, 0.0 without one: the ends are >= +0.0 (sums of
         # durations checked >= 0 onto E = 0.0), so the maximum with the initial 0.0 changes none, and a
