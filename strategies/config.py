@@ -5,7 +5,6 @@ did-you-mean. Used by the pipeline file, the strategy file, model and topology l
 """
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -15,6 +14,7 @@ from strategies.limits import MAX_INT
 
 def did_you_mean(word: str, candidates: Iterable[str]) -> str:
     """``" (did you mean 'pp'?)"`` or ``""``."""
+    import difflib  # only an error needs it: not loaded on the simulate path
     word = str(word)[:100] if isinstance(word, str) else brief(word, 100)
     close = difflib.get_close_matches(word, [str(c) for c in candidates], n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
@@ -33,6 +33,7 @@ def check_keys(d: dict, allowed: Iterable[str], where: str) -> None:
         if key not in allowed:
             listed = ', '.join(allowed)
             if len(allowed) > MAX_LISTED_KEYS:   # one line stays readable: the nearest names, and where the rest are
+                import difflib
                 near = difflib.get_close_matches(str(key)[:100], allowed, n=MAX_LISTED_KEYS // 2, cutoff=0.0)
                 listed = f"{', '.join(near)} (the nearest of {len(allowed)}; docs/strategy-file.md lists all)"
             raise ConfigError(

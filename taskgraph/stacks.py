@@ -18,8 +18,7 @@ import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-import yaml
-
+from strategies.documents import load_document
 from strategies.errors import ConfigError
 from topologies.kernels import attention_fraction, attention_table
 
@@ -43,8 +42,7 @@ class Stack:
 
 @lru_cache(maxsize=None)
 def _table(path: str = STACKS_PATH) -> tuple[dict, dict, dict]:
-    with open(path, encoding="utf-8") as f:
-        data = yaml.safe_load(f) or {}
+    data = load_document(path, "stack file") or {}
     known = attention_table().kernels()
     kernels = {}
     for k, d in (data.get("attention_kernels") or {}).items():

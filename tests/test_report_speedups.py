@@ -1,6 +1,6 @@
 """The vectorized report helpers equal the loops they replaced (kept here as oracles), bit for bit:
 ``training_report._measure_minus`` (two-pointer interval merge) and ``reports.critical_path``
-(step-by-step walk back)."""
+(step-by-step walk back, a running total per category)."""
 import numpy as np
 from hypothesis import given, settings, strategies as hs
 
@@ -73,10 +73,17 @@ def test_critical_path_equals_step_by_step_walk(data, n, ndev):
     b = TaskGraphBuilder()
     devs = [b.add_device(Device(f"d{i}", i, "compute")) for i in range(ndev)]
     for t in range(n):
-        b.add_task(data.draw(hs.sampled_from([0.0, 1.0, 2.0, 0.5])), devs[data.draw(hs.integers(0, ndev - 1))],
-                   CATEGORIES[data.draw(hs.integers(0, 3))])
+        dur = data.draw(hs.sampled_from([0.0, 1.0, 2.0, 0.5, 0.1, 0.3]))
+        cat = CATEGORIES[data.draw(hs.integers(0, len(CATEGORIES) - 1))]
+        b.add_task(dur, devs[data.draw(hs.integers(0, ndev - 1))], cat)
         for p in data.draw(hs.sets(hs.integers(0, t - 1), max_size=3)) if t else ():
             b.add_edge(p, t)
     g = b.build()
     r = simulate(g)
-    assert list(critical_path(g, r).tasks) == walk_loop(g, r)
+    cp = critical_path(g, r)
+    assert list(cp.tasks) == walk_loop(g, r)
+    # seconds per category: a running total per category in path order, sorted by time (stable)
+    by_cat = {}
+    for t in cp.tasks:
+        by_cat[CATEGORIES[g.category[t]]] = by_cat.get(CATEGORIES[g.category[t]], 0.0) + float(g.duration[t])
+    assert list(cp.by_category.items()) == sorted(by_cat.items(), key=lambda kv: -kv[1])

@@ -270,3 +270,43 @@ def test_fixed_point_plan_kept_while_accepted_and_dropped_when_refused(monkeypat
     assert res is not None and _same(res, _python(g)) and len(plans) == 1
     g.duration[:] = [1.0, 1.0, 1.0, 2.0]  # c is ready first now: refused, the plan dropped
     assert _resweep(g, res, plans) is None and plans == []
+
+
+def test_guess_not_topological_refused_by_the_sweep_on_both_cases():
+    # plan_for_guess checks only that the guess is a permutation (its docstring: the sweep refuses
+    # the rest). Cross-device edge a (d0) -> b (d1), b guessed first: the loop reads a's slot ahead
+    g = _graph(2, [0, 1], [0], [1], [1.0, 1.0], 2)
+    assert sweep_in_order(g, [1, 0]) is None
+    # several cross-device predecessors (b's helpers read ahead): a (d0), c (d2) -> b (d1)
+    g = _graph(3, [0, 1, 2], [0, 2], [1, 1], [1.0, 2.0, 0.0], 3)
+    assert sweep_in_order(g, [1, 0, 2]) is None and sweep_in_order(g, [0, 1, 2]) is None
+    assert _same(sweep_in_order(g, [0, 2, 1]), _python(g))
+    # same device, zero durations (every ready time 0): the device and edge checks contradict
+    g = _graph(2, [0, 0], [0], [1], [0.0, 0.0], 1)
+    assert sweep_in_order(g, [1, 0]) is None
+    assert _same(sweep_in_order(g, [0, 1]), _python(g))
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 60), nd=st.integers(1, 4), zeros=st.booleans())
+def test_any_permutation_guess_is_refused_or_the_engine(seed, n, nd, zeros):
+    # guesses that need not be topological (plan_for_guess does not check): refused, or the engine's
+    rng = np.random.default_rng(seed)
+    m = rng.poisson(1.5 * n)
+    a, b = rng.integers(0, n, m), rng.integers(0, n, m)
+    keep = a < b
+    dur = rng.integers(0, 3, n).astype(float) if zeros else rng.uniform(0.1, 2.0, n)
+    g = _graph(n, rng.integers(0, nd, n), a[keep], b[keep], dur, nd)
+    ref = _python(g)
+    guess = rng.permutation(n)
+    if rng.random() < 0.5:  # half: the engine's order with one adjacent swap (often an edge reversed)
+        guess = ref.order.astype(np.int64).copy()
+        if n > 1:
+            i = int(rng.integers(0, n - 1))
+            guess[i], guess[i + 1] = guess[i + 1], guess[i]
+    res = sweep_in_order(g, guess)
+    assert res is None or _same(res, ref)
+    pos = np.empty(n, dtype=np.int64)
+    pos[guess] = np.arange(n)
+    if bool(np.any(pos[a[keep]] > pos[b[keep]])):  # not a topological order: always refused
+        assert res is None

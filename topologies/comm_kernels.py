@@ -15,8 +15,7 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 
-import yaml
-
+from strategies.documents import load_document
 from strategies.errors import ConfigError
 from topologies.gpus import DATA_DIR, check_keys
 
@@ -45,8 +44,7 @@ def _positive_int(d: dict, key: str, where: str) -> int:
 
 @lru_cache(maxsize=None)
 def comm_kernels(path: str = COMM_KERNELS_PATH) -> CommKernels:
-    with open(path, encoding="utf-8") as f:
-        data = yaml.safe_load(f) or {}
+    data = load_document(path, "communication-kernel file") or {}
     where = f"communication-kernel file {path!r}"
     check_keys(data, ("nccl", "te_userbuffers", "deepep"), where)
     nccl, ub, ep = data.get("nccl") or {}, data.get("te_userbuffers") or {}, data.get("deepep") or {}

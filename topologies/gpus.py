@@ -11,7 +11,6 @@ objects. Every figure in the YAML cites its NVIDIA datasheet/whitepaper source.
 """
 from __future__ import annotations
 
-import difflib
 import math
 import os
 from dataclasses import dataclass, fields
@@ -46,6 +45,7 @@ _DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float3
 
 def did_you_mean(word: str, choices) -> str:
     """A ``" (did you mean 'x'?)"`` suffix for error messages, or ``""`` when nothing is close."""
+    import difflib  # only an error needs it: not loaded on the simulate path
     word, choices = str(word), [str(c) for c in choices]
     close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
     if not close and len(word) >= 2:  # an abbreviation such as 'rail' for 'rail-optimized'

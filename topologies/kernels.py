@@ -47,9 +47,15 @@ def _where(path: str) -> str:
     return f"kernel table {os.path.basename(path)!r}"
 
 
-@lru_cache(maxsize=None)
 def attention_table(path: str = KERNELS_PATH) -> AttentionTable:
     """The attention curves of ``path``, checked (one error line naming the row and field)."""
+    # one cache entry per file: ``attention_table()`` and ``attention_table(KERNELS_PATH)`` were two
+    # (lru_cache keys on the arguments as given), so the table was read twice per process
+    return _attention_table(str(path))
+
+
+@lru_cache(maxsize=None)
+def _attention_table(path: str) -> AttentionTable:
     from strategies.documents import check_finite, load_document
     where = _where(path)
     doc = load_document(path, "kernel table")

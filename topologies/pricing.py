@@ -21,8 +21,7 @@ import math
 import os
 from functools import lru_cache
 
-import yaml
-
+from strategies.documents import load_document
 from strategies.errors import ConfigError
 from topologies.gpus import DATA_DIR, check_keys
 
@@ -38,8 +37,7 @@ def price_table(path: str = PRICES_PATH) -> dict[str, float]:
 @lru_cache(maxsize=None)
 def _price_entries(path: str = PRICES_PATH) -> dict[str, tuple[float, str]]:
     """GPU name -> (US dollars per GPU-hour, the entry's source citation)."""
-    with open(path, encoding="utf-8") as f:
-        data = yaml.safe_load(f) or {}
+    data = load_document(path, "price file") or {}
     check_keys(data, ("prices",), f"price file {path!r}")
     out = {}
     for name, entry in (data.get("prices") or {}).items():

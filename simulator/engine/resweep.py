@@ -25,8 +25,9 @@ duration) it returns None and the caller runs the engine.
 
 The same sweep runs the *first* run too (:func:`sweep_in_order`): in the order the lowering guesses
 before any run (``graph.order_hint``, ``taskgraph/order_hint.py``: actions in a topological order, each
-action's tasks in id order), after checking that the guess is a permutation in which every edge goes
-forward (the loop reads only entries already computed). Everything that depends on the order and
+action's tasks in id order), after checking that the guess is a permutation; a guess that is not a
+topological order is refused by the sweep itself (a read ahead of the loop, or the device and edge
+checks contradict: :func:`plan_for_guess`). Everything that depends on the order and
 not on the durations is a :class:`SweepPlan`; the interference fixed point keeps the accepted plan
 and re-runs only its loop and checks in later rounds (a refused plan is dropped: the engine runs).
 
@@ -54,15 +55,26 @@ def resweep(graph, prev: SimResult) -> SimResult | None:
 def sweep_in_order(graph, pi) -> SimResult | None:
     """The engine's result for ``graph`` when the engine's FIFO order on each device is the
     restriction of ``pi`` to it, else None; ``pi`` is a guess (the lowering's ``order_hint``): it is
-    checked to be a permutation of the task ids in which every edge goes forward (a topological
-    order) before the sweep reads it, and the result is then checked as in :func:`resweep`."""
+    checked to be a permutation of the task ids, and the result is then checked as in
+    :func:`resweep`, which also refuses every ``pi`` that is not a topological order
+    (:func:`plan_for_guess`)."""
     plan = plan_for_guess(graph, pi)
     return plan.run(graph.duration) if plan is not None else None
 
 
 def plan_for_guess(graph, pi) -> "SweepPlan | None":
     """:class:`SweepPlan` of ``graph`` in the guessed order ``pi``, or None when ``pi`` is not a
-    topological order of the task ids."""
+    permutation of the task ids.
+
+    That ``pi`` is a topological order is not checked here (it was, one gather per edge): a
+    permutation with an edge ``u -> v`` and ``u`` after ``v`` in ``pi`` is refused by
+    :meth:`SweepPlan.run` for any durations. If ``u`` and ``v`` are on different devices, the loop
+    reads ``E`` at ``u``'s slot (``v``'s cross-device predecessor, or one of ``v``'s helpers reads
+    it), which lies after the slot being computed: ``E`` is not that long yet and the read raises
+    IndexError, which ``run`` answers with None. If they are on the same device, ``v`` comes
+    before ``u`` on it, so the device check needs ``key(v) < key(u)`` (keys increase along each
+    device, and the consecutive pairs chain) while the edge check needs ``key(u) < key(v)``: one
+    fails. Tests: tests/test_resweep.py (by hand on both cases; any permutation of random DAGs)."""
     n = graph.num_tasks
     pi = np.asarray(pi, dtype=np.int64)
     if n == 0 or pi.shape != (n,) or int(pi.min()) < 0 or int(pi.max()) >= n:
@@ -71,10 +83,7 @@ def plan_for_guess(graph, pi) -> "SweepPlan | None":
     pos[pi] = np.arange(n)
     if not bool(np.all(pos >= 0)):  # a repeated id leaves another one out
         return None
-    src = np.repeat(np.arange(n, dtype=np.int64), np.diff(graph.succ_ptr))
-    if not bool(np.all(pos[src] < pos[graph.succ_idx])):
-        return None
-    return SweepPlan(graph, pi, src)
+    return SweepPlan(graph, pi)
 
 
 class SweepPlan:
@@ -82,8 +91,8 @@ class SweepPlan:
     that does not depend on the durations, so the interference fixed point re-times its rounds
     with :meth:`run` alone (the checks run every time: a plan is never trusted)."""
 
-    __slots__ = ("n", "pi", "ts", "a_l", "b_l", "m", "src", "dst", "px", "py", "prevdev", "psrc",
-                 "pstarts", "phas", "pair_lt", "edge_lt", "slot")
+    __slots__ = ("n", "pi", "ts", "a_l", "b_l", "m", "src", "dst", "px", "py", "prevdev", "pair_lt",
+                 "edge_lt", "slot")
 
     def __init__(self, graph, pi: np.ndarray, src: np.ndarray | None = None):
         n = graph.num_tasks
@@ -119,7 +128,7 @@ class SweepPlan:
         b_in = np.zeros(m, dtype=np.int64)    # slot read as the previous entry on the device
         ts = slot[pi]
         a_in[slot[cv[one]]] = slot[cu[one]]
-        b_in[ts] = np.where(prevdev[pi] >= 0, slot[np.maximum(prevdev[pi], 0)], 0)
+        b_in[slot[py]] = slot[px]  # the previous task on the device (0 for a device's first: b_in is 0)
         if hv.size:
             # helper k of task t sits at slot[t] - nh[t] + k: it reads pred k and the helper before it
             first = np.cumsum(nh) - nh
@@ -128,12 +137,6 @@ class SweepPlan:
             a_in[hs] = slot[hu]
             b_in[hs] = np.where(k > 0, hs - 1, 0)
             a_in[slot[many]] = slot[many] - 1  # the task reads its last helper
-        # predecessors grouped by task, for the ready times (a max per group)
-        og = np.argsort(dst, kind="stable")
-        counts = np.bincount(dst, minlength=n)
-        self.phas = counts > 0
-        self.pstarts = (np.cumsum(counts) - counts)[self.phas]
-        self.psrc = src[og]
         self.n, self.pi, self.ts, self.m, self.slot = n, pi, ts, m, slot
         self.a_l, self.b_l = a_in[1:].tolist(), b_in[1:].tolist()
         self.src, self.dst, self.px, self.py, self.prevdev = src, dst, px, py, prevdev
@@ -148,16 +151,21 @@ class SweepPlan:
         d_in[self.ts] = dur[self.pi]
         E = [0.0]
         put = E.append
-        for a, b, d in zip(self.a_l, self.b_l, d_in[1:].tolist()):
-            r = E[a]
-            s = E[b]
-            if r > s:
-                s = r
-            put(s + d)
+        try:
+            for a, b, d in zip(self.a_l, self.b_l, d_in[1:].tolist()):
+                r = E[a]
+                s = E[b]
+                if r > s:
+                    s = r
+                put(s + d)
+        except IndexError:  # a read ahead of the sweep: pi is not a topological order (plan_for_guess)
+            return None
         end = np.array(E, dtype=np.float64)[self.slot]
+        # the latest predecessor end per task, 0.0 without one: the ends are >= +0.0 (sums of
+        # durations checked >= 0 onto E = 0.0), so the maximum with the initial 0.0 changes none, and a
+        # maximum is exact in any order (unbuffered ``maximum.at``: no sort of the edges by target)
         ready = np.zeros(self.n, dtype=np.float64)
-        if self.psrc.size:
-            ready[self.phas] = np.maximum.reduceat(end[self.psrc], self.pstarts)
+        np.maximum.at(ready, self.dst, end[self.src])
         prevdev = self.prevdev
         start = np.maximum(ready, np.where(prevdev >= 0, end[np.maximum(prevdev, 0)], 0.0))
         if not np.array_equal(end, start + dur):

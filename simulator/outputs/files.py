@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import os
 import stat
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterable, Union
@@ -215,6 +214,7 @@ def _temporary_file(p: Path):
     while the file is created and its name kept, so no signal falls between the two; handlers can
     only be set in the main thread, elsewhere the default applies."""
     import signal
+    import tempfile  # only a write needs it: not loaded on the simulate path without outputs
     import threading
     main = threading.current_thread() is threading.main_thread()
     old = signal.signal(signal.SIGTERM, _terminate) if main else None

@@ -120,9 +120,15 @@ def critical_path(graph: TaskGraph, result: SimResult, binding: np.ndarray | Non
         t = step[t]
         path.append(t)
     path.reverse()
-    by_cat: dict[str, float] = {}
-    for c, d in zip(graph.category[path].tolist(), graph.duration[path].tolist()):
-        by_cat[CATEGORIES[c]] = by_cat.get(CATEGORIES[c], 0.0) + d
+    # seconds per category along the path: bincount adds the weights one by one in path order (the
+    # same float sums as a running total per category); categories listed in order of first
+    # appearance, then sorted by time (a stable sort: ties keep that order)
+    cats = graph.category[path].astype(np.int64)
+    sums = np.bincount(cats, weights=graph.duration[path], minlength=len(CATEGORIES))
+    first = np.full(len(CATEGORIES), len(path), dtype=np.int64)
+    np.minimum.at(first, cats, np.arange(len(path), dtype=np.int64))
+    seen = sorted(np.flatnonzero(first < len(path)).tolist(), key=lambda c: int(first[c]))
+    by_cat = {CATEGORIES[c]: float(sums[c]) for c in seen}
     return CriticalPath(tuple(path), dict(sorted(by_cat.items(), key=lambda kv: -kv[1])))
 
 
