@@ -192,3 +192,59 @@ def test_compiled_sweep_runs_with_zero_durations():
     assert ds._ll is not None and not stats.fallback and stats.moved == 2
     assert ds.end.tolist() == [2.0, 2.0, 3.0]
     assert_matches_full(ds)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.floats(-4, 4), st.just(float("nan"))), max_size=40),
+       st.floats(-5, 5), st.floats(-5, 5))
+def test_count_after_equals_the_numpy_counts(vals, r0, r):
+    """kernels_numba.count_after (the pace rule's two counts in one pass): the same counts as
+    ``np.count_nonzero(lk > r)``, NaN (no queue entry) counted in neither."""
+    from simulator.engine.delta import kernels_numba as nb
+    lk = np.array(vals, dtype=np.float64)
+    assert nb.count_after(lk, r0, r) == (int(np.count_nonzero(lk > r0)), int(np.count_nonzero(lk > r)))
+
+
+def test_count_after_hand_case():
+    from simulator.engine.delta import kernels_numba as nb
+    lk = np.array([0.0, 1.0, float("nan"), 2.0, 2.0, 3.0])
+    assert nb.count_after(lk, 1.0, 2.0) == (3, 1)
+
+
+def test_resume_takes_the_pace_rules_count(monkeypatch):
+    """When the pace rule gives up at a point, the resume reuses its count of the tasks after that
+    point instead of counting again: the count it is given is the one a fresh count gives."""
+    monkeypatch.setattr(delta_mod, "PACE_MIN_SWEPT", 1)
+    monkeypatch.setattr(delta_mod, "PACE_MIN_ALT", 0.0)
+    monkeypatch.setattr(delta_mod, "RESUME_MAX_SHARE", 0.99)  # the resume's share check runs
+    g = pipeline_1f1b(8, 40, 8, 1)
+    ds = DeltaSimulator(g, kernel="numba")
+    seen = []
+    costs_more = DeltaSimulator._resume_costs_more
+
+    def spy(self, tasks):
+        if seen_at and seen_at[-1] is not None:  # the resume's first check: the tasks after the point
+            kr = seen_at[-1]
+            seen_at[-1] = None
+            seen.append((tasks, int(np.count_nonzero(np.frombuffer(self._lk, dtype=np.float64) > kr))))
+        return costs_more(self, tasks)
+
+    seen_at = []
+    resume = DeltaSimulator._resume
+
+    def resume_spy(self, t0, reason, at, *a, **k):
+        seen_at.append(at[0])
+        assert self._rest_seen is not None and self._rest_seen[:2] == at  # the pace rule's count, kept
+        return resume(self, t0, reason, at, *a, **k)
+
+    monkeypatch.setattr(DeltaSimulator, "_resume_costs_more", spy)
+    monkeypatch.setattr(DeltaSimulator, "_resume", resume_spy)
+    order = ds.pop_order
+    for t in (int(order[0]), int(order[len(order) // 2])):
+        ds._t_full, ds._res_fix, ds._res_per = 1e-9, 1e-12, 1e-15  # every alternative "free"
+        stats = ds.set_durations([t], [float(g.duration[t]) * 3.0])
+        assert "at that pace" in stats.reason
+        assert_matches_full(ds)
+        ds.set_durations([t], [float(g.duration[t])])
+        assert_matches_full(ds)
+    assert len(seen) >= 2 and all(tasks == fresh for tasks, fresh in seen)

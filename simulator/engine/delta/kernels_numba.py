@@ -536,6 +536,22 @@ def any_lossy(start, end, dur):
 
 
 @numba.njit(cache=True)
+def count_after(lk, r0, r):
+    """The entries of ``lk`` above ``r0`` and above ``r``, in one pass without a temporary (the
+    pace rule's counts, :meth:`~simulator.engine.delta.simulator.DeltaSimulator._delta`; NaN, an
+    id that is no queue entry, counts in neither, as with ``np.count_nonzero(lk > r)``)."""
+    a = 0
+    b = 0
+    for k in range(lk.shape[0]):
+        v = lk[k]
+        if v > r0:
+            a += 1
+        if v > r:
+            b += 1
+    return a, b
+
+
+@numba.njit(cache=True)
 def key_sorted(order, ready):
     """Is the pop ``order`` sorted by key (ready, id)? (The timeline is then canonical.)"""
     for k in range(1, order.shape[0]):

@@ -116,7 +116,10 @@ class ResumeMixin:
         lk = np.frombuffer(self._lk, dtype=np.float64)
         kr, kx = at
         share = params.RESUME_MAX_SHARE
-        if share < 1.0 and self._resume_costs_more(int(np.count_nonzero(lk > kr))):
+        seen = self._rest_seen  # the pace rule's count when it gave up at this point (_delta)
+        rest = seen[2] if seen is not None and seen[:2] == (kr, kx) else None
+        self._rest_seen = None
+        if share < 1.0 and self._resume_costs_more(int(np.count_nonzero(lk > kr)) if rest is None else rest):
             # (at least that many tasks after the sweep point: decided before building any mask)
             return self._fallback(t0, reason, dirtied, new_ids, removed)
         st, oS, oE = self._st, self._oS, self._oE

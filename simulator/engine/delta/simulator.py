@@ -69,6 +69,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
         # the resumed engine's cost model (seconds): fixed part + per task after the sweep point;
         # seeded from the full run (per task x 1.5) and refined from every resume (_resume)
         self._res_fix = 3e-4
+        self._rest_seen = None  # (r, x, tasks after (r, x)) at the sweep's last deadline check (_delta)
         self._res_per: float | None = None
         self._t_full_n = 0
         self._nd = max(int(num_devices), 1)
@@ -535,16 +536,32 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
             deadline = min(cap, t0 + params.RESUME_RACE * self._res_fix)
 
         def replan(r, x, processed, work, since=t0):
+            """:func:`plan`; its count of the tasks after (r, x) is kept for the resume only when it
+            gives up there (the sweep going on changes the state)."""
+            nxt = plan(r, x, processed, work, since)
+            self._rest_seen = None
+            return nxt
+
+        def plan(r, x, processed, work, since=t0):
             """The sweep passed its deadline at (r, x): give up (the engine resumes from here, or runs
             in full) or set the next deadline, from the measured cost model (package doc, "Fallback").
             ``since``: when the sweep itself started (the compiled sweep's set-up is not part of the
             race)."""
             now = time.perf_counter()
             lkv = np.frombuffer(self._lk, dtype=np.float64)
-            rest = int(np.count_nonzero(lkv > r))
-            if not ahead:  # the tasks after the sweep's first key (counted once)
-                ahead.append(int(np.count_nonzero(lkv > r0)))
+            if self._nb is not None:  # both counts in one pass, no temporary (the first check needs both)
+                first, rest = self._nb.count_after(lkv, r0, r)
+                if not ahead:  # the tasks after the sweep's first key (counted once)
+                    ahead.append(int(first))
+                rest = int(rest)
+            else:
+                rest = int(np.count_nonzero(lkv > r))
+                if not ahead:
+                    ahead.append(int(np.count_nonzero(lkv > r0)))
             del lkv
+            # an abort from here leaves the sweep at (r, x) with the state as counted: the resume
+            # takes this count instead of counting again (_resume)
+            self._rest_seen = (r, x, rest)
             swept = max(ahead[0] - rest, 1)  # tasks the sweep point has passed
             # the alternative if the sweep gives up now: the engine resumed on the tasks after the
             # sweep point, or a full run, whichever is expected to be cheaper
@@ -589,6 +606,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
 
         if not compiled:
             self._queues()
+        self._rest_seen = None
         try:
             if compiled:
                 processed, changed, moved, vacated, retimed_r, emax, lost = self._sweep_nb(
