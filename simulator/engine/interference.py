@@ -60,34 +60,53 @@ def slowdown(base: np.ndarray, task_device: np.ndarray, start: np.ndarray, end: 
     n = base.size
     extra = np.zeros(n, dtype=np.float64)
     at_end = np.zeros(n, dtype=np.float64)
-    out = (extra, at_end) if with_level else extra
-    share = dev_share[task_device]
-    side = np.flatnonzero((share > 0.0) & (end > start))
-    if side.size == 0:
-        return out
     comp = np.flatnonzero(dev_compute[task_device] & (base > 0.0))
-    if comp.size == 0:
-        return out
-    side_rank = dev_rank[task_device[side]]
     comp_rank = dev_rank[task_device[comp]]
-    for r in np.flatnonzero(np.bincount(side_rank)):  # the ranks in order (np.unique would import numpy.ma)
-        sel = side[side_rank == r]
-        cs = comp[comp_rank == r]
-        if cs.size == 0:
+    side = _by_rank(np.flatnonzero(dev_share[task_device] > 0.0), task_device, dev_rank, dev_share)
+    _slowdown(start, end, side, {r: comp[comp_rank == r] for r in side}, extra, at_end)
+    return (extra, at_end) if with_level else extra
+
+
+def _by_rank(tasks: np.ndarray, task_device: np.ndarray, dev_rank: np.ndarray, dev_value: np.ndarray) -> dict:
+    """rank -> (its tasks among ``tasks`` in index order, their devices' values), for the ranks that
+    have any (ascending)."""
+    if tasks.size == 0:
+        return {}
+    rank = dev_rank[task_device[tasks]]
+    value = dev_value[task_device[tasks]]
+    o = np.argsort(rank, kind="stable")  # index order kept inside a rank
+    cut = np.concatenate([[0], np.cumsum(np.bincount(rank))])
+    return {int(r): (tasks[o[cut[r]:cut[r + 1]]], value[o[cut[r]:cut[r + 1]]])
+            for r in np.flatnonzero(cut[1:] > cut[:-1])}
+
+
+def _slowdown(start, end, side: dict, comp: dict, extra: np.ndarray, at_end: np.ndarray) -> None:
+    """:func:`slowdown` on rank groups: ``side`` rank -> (side tasks, their SM fractions), ``comp``
+    rank -> its compute tasks with ``base > 0`` (any order: each value is computed on its own; in
+    start order the searches below read the breakpoints forward)."""
+    for r, (tasks, fraction) in side.items():
+        keep = end[tasks] > start[tasks]
+        sel, f = (tasks, fraction) if keep.all() else (tasks[keep], fraction[keep])
+        cs = comp.get(r)
+        if sel.size == 0 or cs is None or cs.size == 0:
             continue
         # piecewise-constant F(t): +share at each start, -share at each end, summed in time order
         t = np.concatenate([start[sel], end[sel]])
-        w = np.concatenate([share[sel], -share[sel]])
+        w = np.concatenate([f, -f])
         order = np.lexsort((w, t))  # at equal times the ends (negative) first
         t, w = t[order], w[order]
-        level = np.minimum(np.maximum(np.cumsum(w), 0.0), MAX_FRACTION)
-        # G(t_i) = integral of F up to breakpoint i; F holds level[i] on [t_i, t_{i+1})
-        G = np.concatenate([[0.0], np.cumsum(level[:-1] * np.diff(t))])
-        extra[cs] = np.interp(end[cs], t, G) - np.interp(start[cs], t, G)
-        if with_level:  # F on the breakpoint interval that contains end - 0
-            i = np.searchsorted(t, end[cs], side="left") - 1
-            at_end[cs] = np.where(i >= 0, level[np.clip(i, 0, level.size - 1)], 0.0)
-    return out
+        # level[i + 1]: F on [t_i, t_{i+1}) (level[0] = 0 before the first breakpoint)
+        level = np.empty(t.size + 1, dtype=np.float64)
+        level[0] = 0.0
+        np.minimum(np.maximum(np.cumsum(w), 0.0, out=level[1:]), MAX_FRACTION, out=level[1:])
+        # G(t_i) = integral of F up to breakpoint i
+        G = np.empty(t.size, dtype=np.float64)
+        G[0] = 0.0
+        np.cumsum(level[1:-1] * np.diff(t), out=G[1:])
+        ce = end[cs]
+        extra[cs] = np.interp(ce, t, G) - np.interp(start[cs], t, G)
+        # F on the breakpoint interval that contains end - 0
+        at_end[cs] = level[np.searchsorted(t, ce, side="left")]
 
 
 def comm_slowdown(base: np.ndarray, task_device: np.ndarray, start: np.ndarray, end: np.ndarray,
@@ -101,26 +120,41 @@ def comm_slowdown(base: np.ndarray, task_device: np.ndarray, start: np.ndarray, 
     n = base.size
     extra = np.zeros(n, dtype=np.float64)
     at_end = np.zeros(n, dtype=np.float64)
-    loss = dev_loss[task_device]
-    side = np.flatnonzero((loss > 0.0) & (base > 0.0))
-    if side.size == 0:
-        return extra, at_end
-    if order is not None and len(order) == n:
+    side = _by_rank(np.flatnonzero((dev_loss[task_device] > 0.0) & (base > 0.0)), task_device, dev_rank, dev_loss)
+    if side:
+        comp = compute_by_rank(task_device, start, dev_rank, dev_compute, dev_compute[task_device], order)
+        _comm_slowdown(start, end, side, comp, extra, at_end)
+    return extra, at_end
+
+
+def compute_by_rank(task_device, start, dev_rank, dev_compute, is_compute, order=None) -> dict:
+    """rank -> its compute-stream tasks, grouped by device, each device's in start order
+    (``is_compute``: per task, on a compute stream). ``order``: the engine's pop order (a device's
+    tasks in start order), which saves sorting them; None sorts them."""
+    if order is not None and len(order) == start.size:
         comp = np.asarray(order)
-        comp = comp[dev_compute[task_device[comp]]]
+        comp = comp[is_compute[comp]]
     else:
-        comp = np.flatnonzero(dev_compute[task_device])
+        comp = np.flatnonzero(is_compute)
         comp = comp[np.argsort(start[comp], kind="stable")]
     # the compute tasks grouped by device, each device's in start order (a stable radix sort)
     cdev = task_device[comp]
     small = dev_rank.size < 65536
     comp = comp[np.argsort(cdev.astype(np.uint16) if small else cdev, kind="stable")]
     bounds = np.concatenate([[0], np.cumsum(np.bincount(cdev, minlength=dev_rank.size))])
-    side_rank = dev_rank[task_device[side]]
-    for r in np.flatnonzero(np.bincount(side_rank)):
-        ss = side[side_rank == r]
-        sel = np.concatenate([comp[bounds[d]:bounds[d + 1]] for d in np.flatnonzero(dev_compute & (dev_rank == r))]
-                             or [np.zeros(0, dtype=np.int64)])
+    out = {}
+    for d in np.flatnonzero(dev_compute):
+        out.setdefault(int(dev_rank[d]), []).append(comp[bounds[d]:bounds[d + 1]])
+    return {r: parts[0] if len(parts) == 1 else np.concatenate(parts) for r, parts in out.items()}
+
+
+def _comm_slowdown(start, end, side: dict, comp: dict, extra: np.ndarray, at_end: np.ndarray) -> None:
+    """:func:`comm_slowdown` on rank groups: ``side`` rank -> (lossy side tasks, their losses),
+    ``comp`` the :func:`compute_by_rank` groups."""
+    for r, (ss, loss) in side.items():
+        sel = comp.get(r)
+        if sel is None:
+            continue
         sel = sel[end[sel] > start[sel]]
         if sel.size == 0:
             continue
@@ -141,11 +175,10 @@ def comm_slowdown(base: np.ndarray, task_device: np.ndarray, start: np.ndarray, 
             kk = np.maximum(k, 0)
             return np.where(k >= 0, before[kk] + np.clip(x - s0[kk], 0.0, e0[kk] - s0[kk]), 0.0)
 
-        extra[ss] = loss[ss] * (busy_to(b) - busy_to(a))
+        extra[ss] = loss * (busy_to(b) - busy_to(a))
         k = np.searchsorted(s0, b, side="left") - 1   # the task running just before the end
         kk = np.maximum(k, 0)
-        at_end[ss] = loss[ss] * ((k >= 0) & (e0[kk] >= b))
-    return extra, at_end
+        at_end[ss] = loss * ((k >= 0) & (e0[kk] >= b))
 
 
 def device_losses(devices, losses: dict) -> np.ndarray:
@@ -170,14 +203,21 @@ def fixed_point(base: np.ndarray, run, task_device: np.ndarray, devices, shares:
     if not bool(np.any(dev_share > 0) or np.any(dev_loss > 0)):
         return dur, res, 1
     total = max(float(np.sum(base)), 1e-30)
+    # the rank groups the two integrals need, once: they depend on the graph, not on the timeline
+    is_compute = dev_compute[task_device]
+    side = _by_rank(np.flatnonzero(dev_share[task_device] > 0.0), task_device, dev_rank, dev_share)
+    lossy = _by_rank(np.flatnonzero((dev_loss[task_device] > 0.0) & (base > 0.0)), task_device, dev_rank, dev_loss)
+    positive = base > 0.0
     rounds = 1
     while rounds < MAX_ROUNDS:
-        extra, level = slowdown(base, task_device, res.start, res.end, dev_rank, dev_share, dev_compute,
-                                with_level=True)
-        if dev_loss.any():  # the side streams slowed by the compute beside them (HBM shared)
-            more, more_level = comm_slowdown(base, task_device, res.start, res.end, dev_rank, dev_loss,
-                                             dev_compute, getattr(res, "order", None))
-            extra, level = extra + more, level + more_level
+        # each rank's compute tasks in start order, once per round for both integrals
+        comp = compute_by_rank(task_device, res.start, dev_rank, dev_compute, is_compute, getattr(res, "order", None))
+        extra = np.zeros(base.size, dtype=np.float64)
+        level = np.zeros(base.size, dtype=np.float64)
+        _slowdown(res.start, res.end, side, {r: c[positive[c]] for r, c in comp.items() if r in side}, extra, level)
+        # the side streams slowed by the compute beside them (HBM shared): written into the same
+        # arrays, on other tasks (a lossy stream is never a compute stream, device_losses)
+        _comm_slowdown(res.start, res.end, lossy, comp, extra, level)
         # Newton on T = d + integral(T) with the start held: the integral grows by F(end) per second
         # of T, so T += (d + integral - T) / (1 - F(end))
         new = dur + (base + extra - dur) / (1.0 - level)
