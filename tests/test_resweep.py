@@ -35,6 +35,17 @@ def _graph(n, device, src, dst, duration, num_devices) -> TaskGraph:
     return b.build()
 
 
+def _random_dag(seed, n, nd, avg, zeros):
+    """(rng, graph, durations, perm): a random DAG whose edges go up in ``perm`` rank."""
+    rng = np.random.default_rng(seed)
+    m = rng.poisson(avg * n)
+    a, b = rng.integers(0, n, m), rng.integers(0, n, m)
+    perm = rng.permutation(n)
+    keep = a < b
+    dur = rng.integers(0, 3, n).astype(float) if zeros else rng.uniform(0.1, 2.0, n)
+    return rng, _graph(n, rng.integers(0, nd, n), perm[a[keep]], perm[b[keep]], dur, nd), dur, perm
+
+
 def test_two_devices_by_hand():
     # d0: a (2 s) then c (1 s); d1: b (3 s) after a; c waits for b: a 0-2, b 2-5, c 5-6.
     # Durations 1, 1, 1 keep every order: a 0-1, b 1-2, c 2-3 (c is ready when b ends)
@@ -81,13 +92,7 @@ def test_several_cross_device_predecessors_fold_exactly():
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 120), nd=st.integers(1, 5),
        avg=st.sampled_from([0.5, 1.0, 2.5]), zeros=st.booleans(), scale=st.floats(0.5, 1.5))
 def test_whenever_it_answers_it_is_the_engine(seed, n, nd, avg, zeros, scale):
-    rng = np.random.default_rng(seed)
-    m = rng.poisson(avg * n)
-    a, b = rng.integers(0, n, m), rng.integers(0, n, m)
-    perm = rng.permutation(n)
-    keep = a < b
-    dur = rng.integers(0, 3, n).astype(float) if zeros else rng.uniform(0.1, 2.0, n)
-    g = _graph(n, rng.integers(0, nd, n), perm[a[keep]], perm[b[keep]], dur, nd)
+    rng, g, dur, perm = _random_dag(seed, n, nd, avg, zeros)
     prev = _python(g)
     g.duration[:] = dur * np.where(rng.random(n) < 0.3, scale, 1.0)
     res = resweep(g, prev)
@@ -207,13 +212,7 @@ def test_guess_not_a_topological_permutation_is_refused(pi):
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 120), nd=st.integers(1, 5),
        avg=st.sampled_from([0.5, 1.0, 2.5]), zeros=st.booleans())
 def test_whenever_a_guess_is_accepted_it_is_the_engine(seed, n, nd, avg, zeros):
-    rng = np.random.default_rng(seed)
-    m = rng.poisson(avg * n)
-    a, b = rng.integers(0, n, m), rng.integers(0, n, m)
-    perm = rng.permutation(n)
-    keep = a < b
-    dur = rng.integers(0, 3, n).astype(float) if zeros else rng.uniform(0.1, 2.0, n)
-    g = _graph(n, rng.integers(0, nd, n), perm[a[keep]], perm[b[keep]], dur, nd)
+    rng, g, dur, perm = _random_dag(seed, n, nd, avg, zeros)
     ref = _python(g)
     guess = np.argsort(perm)  # a topological order (edges go up in perm rank), rarely the engine's
     res = sweep_in_order(g, guess)
