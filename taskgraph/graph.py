@@ -363,3 +363,22 @@ def csr_from_edges(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray
     succ_ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=succ_ptr[1:])
     return succ_ptr, succ_idx.astype(np.int32)
+
+
+def kahn_order(n: int, succ_ptr: np.ndarray, succ_idx: np.ndarray) -> list[int]:
+    """Kahn's algorithm over a successor CSR of ``n`` nodes: sources in index order, then FIFO,
+    each node's successors in CSR order. Shorter than ``n`` when the graph has a cycle (the nodes
+    on or behind it are missing); callers check the length."""
+    indeg = np.bincount(succ_idx, minlength=n).tolist()
+    ptr, succ = succ_ptr.tolist(), succ_idx.tolist()
+    out = [a for a in range(n) if indeg[a] == 0]
+    i = 0
+    while i < len(out):
+        a = out[i]
+        for v in succ[ptr[a]:ptr[a + 1]]:
+            c = indeg[v] - 1
+            indeg[v] = c
+            if c == 0:
+                out.append(v)
+        i += 1
+    return out

@@ -1,6 +1,6 @@
 """Compiled helpers that lowering needs (optional extra ``fast``: numba), below the engine.
 
-:func:`kahn_order` is :func:`taskgraph.lower_coarse._topo_order`'s Python loop compiled; the lowering
+:func:`kahn_order` is :func:`taskgraph.graph.kahn_order` compiled; the lowering
 uses it through :func:`taskgraph.compiled.compiled_kernel` when numba is installed and gets the same
 order (tests/test_engine_numba.py).
 """
@@ -39,7 +39,7 @@ def _kahn(ptr, succ, indeg):
 
 def kahn_order(ptr, succ, indeg) -> np.ndarray:
     """Kahn's algorithm with a FIFO queue seeded in id order -- the order of
-    :func:`taskgraph.lower_coarse._topo_order`'s Python loop, element for element (tests/test_engine_numba.py);
+    :func:`taskgraph.graph.kahn_order`, element for element (tests/test_engine_numba.py);
     shorter than the task count when the graph has a cycle."""
     return _kahn(np.asarray(ptr, dtype=np.int64), np.asarray(succ, dtype=np.int64),
                  np.array(indeg, dtype=np.int64))

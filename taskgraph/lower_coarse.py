@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from strategies.actions import Schedule
-from taskgraph.graph import CAT, Device, TaskGraph, csr_from_edges
+from taskgraph.graph import CAT, Device, TaskGraph, csr_from_edges, kahn_order
 from taskgraph.lower_model import IterationWork
 
 #: action kind codes
@@ -223,26 +223,12 @@ def _topo_order(A: int, *preds: np.ndarray) -> np.ndarray:
     from taskgraph.compiled import compiled_kernel
     kahn = compiled_kernel("kahn_order", work=A * 0.5e-6)  # ~0.5 us per action in the Python loop
     if kahn is not None:  # the same loop compiled (optional extra ``fast``): the same order
-        order_a = kahn(ptr, succ, np.bincount(dst, minlength=A))
-        if order_a.size != A:
-            raise NotCoarse("the schedule deadlocks")
-        return order_a
-    indeg = np.bincount(dst, minlength=A).tolist()
-    ptr_l, succ_l = ptr.tolist(), succ.tolist()
-    queue = deque(np.flatnonzero(np.asarray(indeg) == 0).tolist())
-    order = []
-    pop, push, emit = queue.popleft, queue.append, order.append
-    while queue:
-        a = pop()
-        emit(a)
-        for v in succ_l[ptr_l[a]:ptr_l[a + 1]]:
-            c = indeg[v] - 1
-            indeg[v] = c
-            if c == 0:
-                push(v)
-    if len(order) != A:
+        order = kahn(ptr, succ, np.bincount(dst, minlength=A))
+    else:
+        order = np.asarray(kahn_order(A, ptr, succ), dtype=np.int64)
+    if order.size != A:
         raise NotCoarse("the schedule deadlocks")
-    return np.asarray(order, dtype=np.int64)
+    return order
 
 
 def _cache(schedule: Schedule) -> dict:

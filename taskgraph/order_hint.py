@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from taskgraph.graph import csr_from_edges, kahn_order
+
 
 def action_order(graph, entries: np.ndarray, n_sched: int) -> np.ndarray | None:
     """The guessed order (module doc) of ``graph``, whose tasks ``[0, n_sched)`` are the schedule's
@@ -48,8 +50,8 @@ def action_order(graph, entries: np.ndarray, n_sched: int) -> np.ndarray | None:
     cross = nu != nv
     key = np.sort(nu[cross] * A + nv[cross])
     key = key[np.append(True, key[1:] != key[:-1])] if key.size else key
-    topo = _topological(A, (key // A).tolist(), (key % A).tolist())
-    if topo is None:
+    topo = kahn_order(A, *csr_from_edges(A, key // A, key % A))
+    if len(topo) != A:
         return None
     # segments: each action's id range, each transfer, each epilogue task; sorted by (position of
     # their node, transfers after their action, id), then expanded to task ids
@@ -69,20 +71,3 @@ def action_order(graph, entries: np.ndarray, n_sched: int) -> np.ndarray | None:
     at = np.cumsum(length) - length  # where each segment starts in the order
     return np.repeat(first - at, length) + np.arange(n, dtype=np.int64)
 
-
-def _topological(A: int, us: list, vs: list) -> list | None:
-    """Kahn's algorithm over ``A`` nodes (edges ``us[i] -> vs[i]``), sources in index order."""
-    succ = [[] for _ in range(A)]
-    indeg = [0] * A
-    for u, v in zip(us, vs):
-        succ[u].append(v)
-        indeg[v] += 1
-    out = [a for a in range(A) if indeg[a] == 0]
-    i = 0
-    while i < len(out):
-        for v in succ[out[i]]:
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                out.append(v)
-        i += 1
-    return out if len(out) == A else None

@@ -309,3 +309,17 @@ def test_any_permutation_guess_is_refused_or_the_engine(seed, n, nd, zeros):
     pos[guess] = np.arange(n)
     if bool(np.any(pos[a[keep]] > pos[b[keep]])):  # not a topological order: always refused
         assert res is None
+
+
+def test_kahn_order_sources_by_index_then_fifo_and_cycles_come_out_short():
+    # the one Kahn's algorithm of the lowering (taskgraph/graph.py; order_hint and lower_coarse use
+    # it): 3 -> 1, 0 -> 2, 2 -> 1; sources 0 and 3 in index order, then 2 (released by 0), then 1
+    from taskgraph.graph import csr_from_edges, kahn_order
+    ptr, succ = csr_from_edges(4, np.array([3, 0, 2]), np.array([1, 2, 1]))
+    assert kahn_order(4, ptr, succ) == [0, 3, 2, 1]
+    # successors in edge order: 0 -> 2 before 0 -> 1
+    ptr, succ = csr_from_edges(3, np.array([0, 0]), np.array([2, 1]))
+    assert kahn_order(3, ptr, succ) == [0, 2, 1]
+    # a cycle 1 -> 2 -> 1 behind source 0: only 0 comes out
+    ptr, succ = csr_from_edges(3, np.array([0, 1, 2]), np.array([1, 2, 1]))
+    assert kahn_order(3, ptr, succ) == [0]
