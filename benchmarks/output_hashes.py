@@ -40,6 +40,9 @@ _WALL_TEXT = [
     (re.compile(r"[0-9.,]+ ?(candidates|simulations|evaluations|runs)/s\b"), r"<rate> \1/s"),
     (re.compile(r"\b[0-9.]+ s wall\b"), "<wall> s wall"),
     (re.compile(r"\([0-9.,]+/s\)"), "(<rate>/s)"),
+    # delta's pace rule gives up on a time budget, so where it gave up depends on the machine's load
+    # (the result does not: a fallback runs the full simulation)
+    (re.compile(r"time budget spent after [0-9,]+ tasks"), "time budget spent after <n> tasks"),
 ]
 
 
