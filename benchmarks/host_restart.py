@@ -25,7 +25,8 @@ takes every stage's first-micro-batch forward and backward compute tasks in star
 per compute task: a lower bound on launches, so an upper bound on each kernel's device time) and
 prints the largest lag at 10 and 25 us per kernel, beside the row's signed error with the fitted gap
 at 0, 500 (declared) and 1000 us, and the gap that would zero the row's error (linear between 0 and
-1000 us). docs/validation.md ("The zero-bubble group and p2p_host_gap_us") reports the result.
+1000 us); then, for each interleaved row with a 1F1B row of the same model and batch, the gap that
+zeroes the difference of their errors (the pair shares its compute, so only the exchanges remain). docs/validation.md ("The zero-bubble group and p2p_host_gap_us") reports the result.
 """
 from __future__ import annotations
 
@@ -101,6 +102,21 @@ def format_table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def pair_gaps(results: list[dict], a: str = "-int-", b: str = "-1f1b-") -> dict[str, float]:
+    """The gap (us) that zeroes err(a row) - err(its b partner), linear between the end gaps: the
+    per-exchange cost with what the pair shares (the compute rate) cancelled (fitted.yaml
+    ``paired_signed_difference``)."""
+    by_id = {r["id"]: r["errors"] for r in results}
+    lo, hi = GAPS_US[0], GAPS_US[-1]
+    out = {}
+    for rid, e in by_id.items():
+        p = by_id.get(rid.replace(a, b)) if a in rid else None
+        if p is not None:
+            d0, d1 = e[lo] - p[lo], e[hi] - p[hi]
+            out[rid] = lo - d0 * (hi - lo) / (d1 - d0) if d1 != d0 else float("nan")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.validate import load_rows, select
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -111,6 +127,11 @@ def main(argv: list[str] | None = None) -> int:
             if r["metric"] != "layer_fwd_bwd_time"]
     results = [measure(r) for r in rows]
     table = format_table(results)
+    pairs = pair_gaps(results)
+    if pairs:
+        table += ("\n\n| interleaved row - its 1F1B row | gap that zeroes the difference |\n|---|---:|\n"
+                  + "\n".join(f"| {k} | {v:.0f} us |" for k, v in pairs.items())
+                  + f"\n| mean of {len(pairs)} | {sum(pairs.values()) / len(pairs):.0f} us |")
     print(table)
     if args.markdown:
         Path(args.markdown).write_text(table + "\n")

@@ -45,3 +45,11 @@ def test_restart_lag_is_the_replayed_idle_time_and_bounded(pairs):
     assert lag == pytest.approx(_replayed(host, dev), rel=1e-9, abs=1e-15)
     assert host[0] - 1e-15 <= lag <= sum(host) + 1e-15          # at least one launch, at most all of them
     assert restart_lag_s(host[:-1], dev[:-1]) <= lag + 1e-15      # more kernels never shorten it
+
+
+def test_pair_gap_is_where_the_pair_difference_crosses_zero():
+    from benchmarks.host_restart import pair_gaps
+    res = [{"id": "m-int-1", "errors": {0.0: -4.0, 500.0: 0.0, 1000.0: 4.0}},
+           {"id": "m-1f1b-1", "errors": {0.0: -2.0, 500.0: -1.0, 1000.0: 0.0}},
+           {"id": "k-int-1", "errors": {0.0: 1.0, 500.0: 2.0, 1000.0: 3.0}}]   # no partner: left out
+    assert pair_gaps(res) == {"m-int-1": pytest.approx(1000 / 3)}   # -4 - -2 = -2 at 0, 4 - 0 = 4 at 1000
