@@ -60,6 +60,22 @@ def objective(kind: str, errors: list[float]) -> float:
     raise ValueError(f"objective {kind!r} cannot be refitted")
 
 
+def paired_objective(pairs: tuple[str, str], errors: dict[str, float]) -> float:
+    """paired_signed_difference: |mean over pairs (e_a - e_b)|, each row whose id contains ``a``
+    paired with the row that has ``b`` in its place; rows without a partner are not used. Two runs of
+    one model that differ in one setting share whatever the model gets wrong elsewhere (e.g. a
+    per-micro-batch compute rate), which cancels in the difference.
+
+    >>> paired_objective(("-i-", "-p-"), {"m-i-1": 3.0, "m-p-1": 1.0, "m-i-2": -1.0, "m-p-2": 0.0})
+    0.5
+    """
+    a, b = pairs
+    diffs = [e - errors[r.replace(a, b)] for r, e in errors.items() if a in r and r.replace(a, b) in errors]
+    if not diffs:
+        raise ValueError(f"objective paired_signed_difference: no row pairs {a!r} / {b!r} among {sorted(errors)}")
+    return abs(sum(diffs) / len(diffs))
+
+
 def argmin_unimodal(f: Callable[[int], float], n: int) -> int:
     """Index in ``range(n)`` minimising ``f`` (assumed unimodal), by discrete golden-section
     search; ``f`` should be memoised by the caller. Ties go to the lower index.
@@ -96,9 +112,10 @@ def _with_tied(fit: Fit, values: dict) -> dict:
     return values
 
 
-def search_fit(fit: Fit, rows: list[str], values: dict, error: ErrorFn) -> dict:
-    """The values of ``fit``'s constants that minimise its objective over ``rows`` (the other
-    constants held at ``values``); returns a new ``values``."""
+def search_fit(fit: Fit, rows: list[str], values: dict, error: ErrorFn, kind: str | None = None) -> dict:
+    """The values of ``fit``'s constants that minimise its objective (or ``kind``) over ``rows``
+    (the other constants held at ``values``); returns a new ``values``."""
+    kind = kind or fit.objective
     free = [c for c in fit.constants if c.search is not None and c.tied_to is None]
     cur = dict(values)
     if len(free) > 1:  # coordinate descent from the middle of each grid
@@ -107,7 +124,9 @@ def search_fit(fit: Fit, rows: list[str], values: dict, error: ErrorFn) -> dict:
     _with_tied(fit, cur)
 
     def score(vals: dict) -> float:
-        return objective(fit.objective, [error(r, vals) for r in rows])
+        if kind == "paired_signed_difference":
+            return paired_objective(fit.pairs, {r: error(r, vals) for r in rows})
+        return objective(kind, [error(r, vals) for r in rows])
 
     for _ in range(MAX_ROUNDS):
         moved = False
@@ -152,17 +171,17 @@ def refit(fits: tuple[Fit, ...], groups: dict[str, str], declared: dict, error: 
             out.how[fit.name] = f"not refitted (fitted on {fit.data})"
             continue
         rows = match(fit.rows, ids)
-        how = f"its rows ({len(rows)})"
+        how, kind = f"its rows ({len(rows)})", fit.objective
         if not rows and fit.fallback_rows:
             rows = match(fit.fallback_rows, ids)
-            how = f"fallback rows ({len(rows)})"
+            how, kind = f"fallback rows ({len(rows)})", fit.fallback_objective or fit.objective
         if not rows:
             if fit.transfer_from is not None:
                 deferred.append(fit)
                 continue
             out.how[fit.name] = "no rows left: kept"
             continue
-        out.values = search_fit(fit, rows, out.values, error)
+        out.values = search_fit(fit, rows, out.values, error, kind)
         out.how[fit.name] = how
     for fit in deferred:  # transfers take the refitted value of the constant they scale
         for c in fit.constants:

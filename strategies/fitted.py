@@ -26,8 +26,8 @@ from strategies.errors import ConfigError, brief
 FITTED_PATH = Path(__file__).resolve().parent.parent / "topologies" / "data" / "fitted.yaml"
 #: Kinds of target a constant sets (``sets: kind:...``).
 TARGETS = ("gpu", "option", "cluster", "preset")
-OBJECTIVES = ("mean_abs_error", "mean_signed_error", "plateau")
-FIT_KEYS = ("name", "rows", "data", "objective", "fallback", "how", "constants")
+OBJECTIVES = ("mean_abs_error", "mean_signed_error", "paired_signed_difference", "plateau")
+FIT_KEYS = ("name", "rows", "data", "objective", "pairs", "fallback", "how", "constants")
 CONSTANT_KEYS = ("value", "meaning", "sets", "search", "bounds", "tied")
 
 
@@ -72,8 +72,11 @@ class Fit:
 
     rows: row-id globs of ``benchmarks/validation/published_runs.csv`` (or of ``data``).
     data: the measured table when it is not published_runs.csv (``--cv`` does not refit those).
+    pairs: ``(a, b)`` for ``paired_signed_difference``: each fitted row whose id contains ``a`` is
+        paired with the row whose id has ``b`` in its place (two runs that differ in one setting).
     fallback_rows / transfer_from / transfer_scale: what ``--cv`` does when the left-out group holds
         every row: fit on other rows, or take another constant times a sourced ratio.
+    fallback_objective: the objective on the fallback rows (default: ``objective``).
     """
 
     name: str
@@ -86,6 +89,8 @@ class Fit:
     transfer_from: str | None = None
     transfer_scale: float = 1.0
     transfer_source: str = ""
+    pairs: tuple[str, str] | None = None
+    fallback_objective: str | None = None
 
 
 def _check_keys(d: Mapping, allowed, where: str) -> None:
@@ -158,9 +163,19 @@ def _fit(d: Any, where: str) -> Fit:
     consts = d.get("constants")
     if not isinstance(consts, Mapping) or not consts:
         raise ConfigError(f"{where}.constants must be a non-empty mapping of name -> constant")
+    pairs = d.get("pairs")
+    if (d["objective"] == "paired_signed_difference") != (pairs is not None) or pairs is not None and (
+            not isinstance(pairs, Mapping) or set(pairs) != {"a", "b"}
+            or not all(isinstance(v, str) and v for v in pairs.values())):
+        raise ConfigError(f"{where}.pairs = {brief(pairs)}: objective paired_signed_difference needs "
+                          f"pairs: {{a: <id part>, b: <id part>}}, and only it")
     fb = d.get("fallback") or {}
-    if not isinstance(fb, Mapping) or not set(fb) <= {"rows", "transfer"} or len(fb) > 1:
-        raise ConfigError(f"{where}.fallback = {brief(fb)} must be {{rows: [...]}} or {{transfer: {{from, scale, source}}}}")
+    if (not isinstance(fb, Mapping) or not set(fb) <= {"rows", "transfer", "objective"}
+            or len(set(fb) - {"objective"}) > 1 or ("objective" in fb and "rows" not in fb)):
+        raise ConfigError(f"{where}.fallback = {brief(fb)} must be {{rows: [...]}} (optionally with objective) "
+                          f"or {{transfer: {{from, scale, source}}}}")
+    if "objective" in fb and fb["objective"] not in ("mean_abs_error", "mean_signed_error"):
+        raise ConfigError(f"{where}.fallback.objective = {brief(fb['objective'])} must be mean_abs_error or mean_signed_error")
     tr = fb.get("transfer") or {}
     if tr:
         _check_keys(tr, ("from", "scale", "source"), f"{where}.fallback.transfer")
@@ -170,7 +185,9 @@ def _fit(d: Any, where: str) -> Fit:
                fallback_rows=tuple(fb.get("rows") or ()),
                transfer_from=None if not tr else str(tr["from"]),
                transfer_scale=1.0 if not tr else float(_number(tr.get("scale"), f"{where}.fallback.transfer.scale")),
-               transfer_source=str(tr.get("source", "")))
+               transfer_source=str(tr.get("source", "")),
+               pairs=None if pairs is None else (pairs["a"], pairs["b"]),
+               fallback_objective=fb.get("objective"))
 
 
 def load_fits(path: str | Path | None = None) -> tuple[Fit, ...]:

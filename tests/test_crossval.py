@@ -110,3 +110,41 @@ def test_golden_section_finds_the_minimum_of_a_v(n, data):
     k = data.draw(st.integers(0, n - 1))
     a, b = data.draw(st.floats(0.1, 10)), data.draw(st.floats(0.1, 10))
     assert argmin_unimodal(lambda i: a * (k - i) if i < k else b * (i - k), n) == k
+
+
+PAIRED = """
+fits:
+  - name: gap
+    rows: [m*-i-*, m*-p-*]
+    objective: paired_signed_difference
+    pairs: {a: "-i-", b: "-p-"}
+    fallback: {rows: [k1], objective: mean_signed_error}
+    constants:
+      g: {value: 500, sets: "option:p2p_host_gap_us", search: {low: 0, high: 1000, step: 100}}
+"""
+PAIRED_GROUPS = {"m1-i-1": "Z", "m1-p-1": "Z", "m2-i-1": "Z", "m2-p-1": "Z", "k1": "K"}
+
+
+def _paired_error(rid: str, v: dict) -> float:
+    """Each model m has a compute miss c_m shared by its two rows; the interleaved row (-i-) has 4x
+    the exchanges of its partner (-p-); the true gap is 400. k1 alone wants 0."""
+    c = {"m1": -1.0, "m2": -6.0}[rid[:2]] if rid != "k1" else 0.0
+    n = {"i": 0.04, "p": 0.01}.get(rid.split("-")[1] if "-" in rid else "", 0.0)
+    return c + n * (v["g"] - 400) if rid != "k1" else 0.01 * v["g"]
+
+
+def test_paired_objective_cancels_what_the_pair_shares(tmp_path):
+    from benchmarks.crossval import paired_objective
+    p = tmp_path / "fitted.yaml"
+    p.write_text(PAIRED)
+    fits = load_fits(p)
+    declared = {"g": 500}
+    r = refit(fits, PAIRED_GROUPS, declared, _paired_error)
+    # the -p- rows alone (mean signed error) would want g = 400 + 350 = 750 (m1: 500, m2: 1000): the
+    # difference sees only the exchanges
+    assert r.values["g"] == 400 and r.how["gap"] == "its rows (4)"
+    r = refit(fits, PAIRED_GROUPS, declared, _paired_error, left_out="Z")
+    assert r.values["g"] == 0 and r.how["gap"] == "fallback rows (1)"   # mean signed error on k1
+    assert paired_objective(("-i-", "-p-"), {"m1-i-1": 1.0, "m1-p-1": 3.0}) == 2.0
+    with pytest.raises(ValueError, match=r"no row pairs '-i-' / '-p-'"):
+        paired_objective(("-i-", "-p-"), {"k1": 1.0})

@@ -87,3 +87,18 @@ def test_bad_fitted_file_errors(tmp_path):
     with pytest.raises(ConfigError, match=r"sets = 'gpu:x' must be gpu:<names>:<field>"):
         load_fits(p)
     assert str(FITTED_PATH).endswith("topologies/data/fitted.yaml")
+
+
+@pytest.mark.parametrize("body, msg", [
+    ("    objective: paired_signed_difference\n", r"objective paired_signed_difference needs pairs"),
+    ("    objective: mean_abs_error\n    pairs: {a: x, b: y}\n", r"pairs = .*and only it"),
+    ("    objective: paired_signed_difference\n    pairs: {a: x}\n", r"pairs = \{'a': 'x'\}"),
+    ("    objective: mean_abs_error\n    fallback: {objective: mean_abs_error}\n", r"fallback = .*optionally with objective"),
+    ("    objective: mean_abs_error\n    fallback: {rows: [B], objective: plateau}\n",
+     r"fallback.objective = 'plateau' must be mean_abs_error or mean_signed_error"),
+])
+def test_paired_objective_and_fallback_objective_are_checked(tmp_path, body, msg):
+    p = tmp_path / "fitted.yaml"
+    p.write_text("fits:\n  - name: x\n    rows: [A]\n" + body + "    constants: {c: {value: 1, sets: option:x}}\n")
+    with pytest.raises(ConfigError, match=msg):
+        load_fits(p)
