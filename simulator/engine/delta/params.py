@@ -58,6 +58,23 @@ PACE_MIN_ALT = 0.2
 #: as long as what it has cost plus the alternative stays within (1 + PACE_WASTE) full runs: the bound
 #: on what a change whose pace slows down late (it re-times densely only after a while) can waste.
 PACE_WASTE = 0.5
+#: Duration changes first try the static re-sweep (``static.StaticResweepMixin``, package doc "Static
+#: re-sweep"): re-time the changed tasks in the old key order with every device's old order, checked
+#: against Lemma 1 as it goes; on the real GPT-3 graph no drawn change reordered a device (80 of 80,
+#: benchmarks/delta.py), on graphs whose device orders do change the try stops at the first pair out
+#: of order and backs off. False: never (tests of the ordinary sweep's paths).
+STATIC_RESWEEP = True
+#: The static re-sweep gives up (state put back, the ordinary sweep and its fallbacks follow) once it
+#: has cost this share of a full run of the same engine: it re-times a task for about one engine pop,
+#: so a try that has not finished by then cannot beat the full run.
+STATIC_BUDGET = 1.0
+#: The static re-sweep first takes the changed tasks from a heap (a push and a pop each); after this
+#: many (then at every doubling) it compares them with the tasks its point has passed in key order.
+STATIC_DENSE_CHECK = 2048
+#: ... and when they are at least this share, it re-times every task after its point in the old key
+#: order instead, without heap or marks (the change re-times densely: skipping the few clean tasks
+#: costs more than re-timing them).
+STATIC_DENSE = 0.5
 #: The sweep a DeltaSimulator uses when its ``kernel`` argument is None (see DeltaSimulator).
 DEFAULT_KERNEL = "auto"
 #: From this many tasks on, the Python sweep's bookkeeping after the loop runs as numpy passes instead

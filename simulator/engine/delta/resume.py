@@ -374,6 +374,7 @@ class ResumeMixin:
         self._canonical = bool(canonical)
         self._order_cache = order
         self._order_moved = []
+        self._walk = None  # (the dense walk's order: taken again from this one when needed)
 
     def _adopt(self, order, ready, start, end, makespan, count_changed: bool = False) -> int:
         """Rebuild the delta state from a full run of the Python engine (pop ``order`` of all ids,

@@ -19,12 +19,13 @@ from simulator.engine.delta import params
 from simulator.engine.delta.compiled import CompiledSweepMixin, _delta_kernel
 from simulator.engine.delta.queues import _Queue
 from simulator.engine.delta.resume import ResumeMixin
+from simulator.engine.delta.static import StaticResweepMixin
 from simulator.engine.delta.stats import _NAN, DeltaStats, _Abort, _zeros
 from simulator.engine.delta.sweep import SweepMixin
 from strategies.errors import SimulationError
 
 
-class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
+class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepMixin):
     """Incremental FIFO-engine simulation of a task graph under local changes (see package doc).
 
     Build from a :class:`taskgraph.graph.TaskGraph` (``DeltaSimulator(graph)``) or from the engine's raw
@@ -204,6 +205,15 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
         if order is None:
             live = self.live_ids()
             order = live[np.lexsort((live, R[live]))]
+        elif sum(len(m) for m in self._order_moved) * 8 > order.size:
+            # many keys changed (a static re-sweep of most of the graph): the old order is nearly
+            # sorted, which numpy's stable sort exploits; then equal ready times by id
+            order = order[np.argsort(R[order], kind="stable")]
+            if self._nb is not None:
+                from simulator.engine.delta.static import _static_kernels
+                _static_kernels().fix_ties(order, R)
+            else:
+                order = order[np.lexsort((order, R[order]))]
         elif self._order_moved:
             moved = np.unique(np.concatenate([np.asarray(m, dtype=np.int64) for m in self._order_moved]))
             moved = moved[np.lexsort((moved, R[moved]))]
@@ -604,6 +614,11 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
                 nxt = min(nxt, now + (now - since))        # look again once it has run as long again
             return nxt
 
+        if compiled and not n_dev_moves and self._static_wanted():
+            done = self._resweep_nb(t0, heap, dirtied, guard, stats, mk_lost)
+            if done is not None:
+                return done
+        self._walk = None  # the ordinary sweep may reorder device queues (static.StaticResweepMixin)
         if not compiled:
             self._queues()
         self._rest_seen = None
