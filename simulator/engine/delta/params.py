@@ -75,6 +75,18 @@ STATIC_DENSE_CHECK = 2048
 #: order instead, without heap or marks (the change re-times densely: skipping the few clean tasks
 #: costs more than re-timing them).
 STATIC_DENSE = 0.5
+#: The Python static re-sweep (heap only) costs several Python engine pops per re-timed task (~1.5 us
+#: against ~0.55 us), so it gives up, like the Python sweep's pace rule, when its pace (time per task
+#: its point has passed, times the tasks after it) predicts more than a multiple of the cheaper
+#: alternative (resumed engine or full run): STATIC_PACE_PYTHON_LATE at every check (256, 512, ...
+#: tasks), STATIC_PACE_PYTHON at the check after STATIC_JUDGE_PYTHON tasks. Measured on the GPT-3
+#: graph (benchmarks/delta.py, prediction / alternative at the checks after 256, 512, 1,024, 2,048,
+#: 4,096 tasks): 0.37, 0.58, 0.78, 0.95, 1.07 for the ~5 % drawn change (static re-sweep 27 ms, its
+#: alternative 145 ms), 0.64, 1.04, 1.17, 1.3, 1.46 for the ~20 % one (80 ms; a resume of 55 k tasks
+#: 48 ms), 4.3-5.2 for the first-task change.
+STATIC_PACE_PYTHON = 1.1
+STATIC_PACE_PYTHON_LATE = 3.0
+STATIC_JUDGE_PYTHON = 1024
 #: The sweep a DeltaSimulator uses when its ``kernel`` argument is None (see DeltaSimulator).
 DEFAULT_KERNEL = "auto"
 #: From this many tasks on, the Python sweep's bookkeeping after the loop runs as numpy passes instead

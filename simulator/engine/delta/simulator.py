@@ -313,6 +313,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
     def add_devices(self, k: int = 1) -> int:
         """Append ``k`` empty devices; returns the index of the first."""
         queues = self._queues()  # before the count changes (the linked lists have one head per device)
+        self._static_orders_stale()
         first = self._nd
         self._nd += int(k)
         queues.extend(_Queue() for _ in range(k))
@@ -614,11 +615,12 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
                 nxt = min(nxt, now + (now - since))        # look again once it has run as long again
             return nxt
 
-        if compiled and not n_dev_moves and self._static_wanted():
-            done = self._resweep_nb(t0, heap, dirtied, guard, stats, mk_lost)
+        if self._canonical and not (n_dev_moves or dev_marks or new_tasks or touched or removed) \
+                and self._static_wanted():  # duration changes: the static re-sweep first
+            done = (self._resweep_nb if compiled else self._resweep_py)(t0, heap, dirtied, guard, stats, mk_lost)
             if done is not None:
                 return done
-        self._walk = None  # the ordinary sweep may reorder device queues (static.StaticResweepMixin)
+        self._static_orders_stale()  # the ordinary sweep may reorder device queues
         if not compiled:
             self._queues()
         self._rest_seen = None

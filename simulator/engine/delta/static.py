@@ -4,12 +4,15 @@ Lemma 1, else handed untouched to the ordinary sweep. A mixin of
 :class:`simulator.engine.delta.simulator.DeltaSimulator`."""
 from __future__ import annotations
 
+import heapq
 import math
 import time
+from array import array
 
 import numpy as np
 
 from simulator.engine.delta import params
+from simulator.engine.delta.queues import _Dump, _Queue
 from simulator.engine.delta.stats import DeltaStats
 
 
@@ -29,12 +32,14 @@ class StaticResweepMixin:
     _static_fails = 0
     _rs_scratch = None
     _walk = None  # (order, inverse) for the dense walk, see _walk_order; None: taken when needed
+    _pl = None  # the Python re-sweep's device lists, see _py_links; None: taken when needed
+    _q_rekey = False  # True while the _Queue objects hold keys older than a Python re-sweep's
 
     def _static_wanted(self) -> bool:
         """Try the static re-sweep on this change? Not with a work limit or a budget other than
         "auto" (tests and benchmarks that force the ordinary sweep's paths), nor while backing off
-        after failures (a graph whose device orders change often: each try costs until its first
-        pair out of order)."""
+        after refusals by its checks (a graph whose device orders change often: each try costs
+        until its first pair out of order; a try stopped by the clock or the pace does not count)."""
         if not params.STATIC_RESWEEP or self.max_work is not None or self.budget != "auto":
             return False
         if self._static_skip:
@@ -133,7 +138,8 @@ class StaticResweepMixin:
         if status != ks.DONE:
             ks.undo(R, S, E, lk, st, marks, int(cnt[ks.S_MARK]), done, oR, oS, oE, int(cnt[ks.S_PROC]), n0)
             del R, S, E, lk, st
-            self._static_failed()
+            if status != ks.PAUSED:  # refused by a check (not stopped by the clock): back off
+                self._static_failed()
             return None
         ks.clear(st, marks, int(cnt[ks.S_MARK]))
         del R, S, E, lk, st
@@ -154,3 +160,195 @@ class StaticResweepMixin:
         stats.static = True
         stats.wall_s = time.perf_counter() - t0
         return stats
+
+    def _static_orders_stale(self) -> None:
+        """Something other than a static re-sweep changes the timeline (device queues may move):
+        drop the orders the re-sweeps keep (after bringing the ``_Queue`` keys up to date)."""
+        if self._q_rekey:
+            self._requeue()
+        self._walk = self._pl = None
+
+    # ------------------------------------------------------------------ Python
+    def _py_links(self):
+        """The Python re-sweep's device queues as lists: ids grouped by device in key order, the
+        bounds of each device's group, and per task the one before and after it on its device (-1:
+        none). Valid while only static re-sweeps change the timeline (no queue entry moves); dropped
+        with the dense walk's order (``_walk``)."""
+        if self._pl is None:
+            n, nd = len(self._dur), self._nd
+            if self._q_fresh and not self._q_rekey and nd:  # a full run's groups: one gather
+                groups = self._groups
+                groups.device(0)  # (groups them)
+                ids = groups.order[groups.perm].astype(np.int64)
+                bounds = groups.bounds.copy()
+            else:
+                parts = [np.asarray(q.ids(), dtype=np.int64) for q in self._queues()]
+                ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+                bounds = np.zeros(nd + 1, dtype=np.int64)
+                np.cumsum([p.size for p in parts], out=bounds[1:])
+            qp = np.full(n, -1, dtype=np.int64)
+            qn = np.full(n, -1, dtype=np.int64)
+            if ids.size > 1:
+                same = np.ones(ids.size - 1, dtype=bool)  # neighbours in ids on the same device
+                inner = bounds[1:-1]
+                same[inner[(inner > 0) & (inner < ids.size)] - 1] = False
+                qp[ids[1:][same]] = ids[:-1][same]
+                qn[ids[:-1][same]] = ids[1:][same]
+            self._pl = (ids, bounds, array("q", qp.tobytes()), array("q", qn.tobytes()))  # (fast scalar reads)
+        return self._pl
+
+    def _requeue(self) -> None:
+        """The ``_Queue`` objects from the Python re-sweep's lists with the current keys (the device
+        orders did not change; only keys did)."""
+        ids, bounds = self._pl[0], self._pl[1]
+        dump = _Dump(ids, np.frombuffer(self._lk, dtype=np.float64)[ids], bounds)
+        self._Q = [_Queue((dump, d)) for d in range(self._nd)]
+        self._q_rekey = False
+
+    def _resweep_py(self, t0, heap, dirtied, guard, stats, mk_lost):
+        """:meth:`_resweep_nb` in Python, the heap only (the dense walk, one Python step per task,
+        is no cheaper than the Python engine). Gives up, as the Python sweep's pace rule does, once
+        its pace predicts too much (:meth:`_py_pace_ok`), and is not tried when more than
+        ``params.RESUME_MAX_SHARE`` of the tasks come after the change while its device lists are
+        still to be built (after a full run). Returns the change's :class:`DeltaStats`, or None
+        (state as it was, for the ordinary sweep)."""
+        if self._pl is None and heap and int(np.count_nonzero(
+                np.frombuffer(self._lk, dtype=np.float64) > heap[0][0])) > params.RESUME_MAX_SHARE * self._n_live:
+            # most of the graph after the change, whose alternative is a full run, and the lists to build
+            # first (~6 ms on 346 k tasks): the static re-sweep would have to re-time sparsely there
+            return None
+        _, _, qp, qn = self._py_links()
+        since = time.perf_counter()  # the pace counts from here (the lists are built once per full run)
+        R, S, E, lk, dur, st = self._R, self._S, self._E, self._lk, self._dur, self._st
+        pred, succ = self._pred, self._succ
+        heap = list(heap)
+        marks = list(dirtied)
+        n0 = len(marks)
+        log = []
+        rr = []
+        push, pop = heapq.heappush, heapq.heappop
+        mk0 = self._mk
+        emax = -math.inf
+        changed = 0
+        lost = lossy = False
+        ok = True
+        paced = False  # stopped by the pace rule, not refused by a check
+        r0 = heap[0][0] if heap else 0.0
+        stop = 256
+        while heap:
+            r, x = pop(heap)
+            m = 0.0
+            for u in pred[x]:
+                eu = E[u]
+                if eu > m:
+                    m = eu
+            if guard:  # an edge into x tied by a zero or lost duration must go forward in key order
+                for u in pred[x]:
+                    if E[u] == m and (R[u] > m or (R[u] == m and u > x)):
+                        ok = False
+                if not ok:
+                    break
+            pv = qp[x]
+            pe = 0.0
+            if pv != -1:
+                lp = lk[pv]
+                if lp > m or (lp == m and pv > x):  # the device's order would change
+                    ok = False
+                    break
+                pe = E[pv]
+            s = m if m > pe else pe
+            e = s + dur[x]
+            if e == s and dur[x] > 0.0:
+                if not guard:
+                    ok = False
+                    break
+                lossy = True
+            s0 = S[x]
+            e0 = E[x]
+            log.append((x, r, s0, e0))
+            st[x] = 2
+            R[x] = m
+            lk[x] = m
+            S[x] = s
+            E[x] = e
+            if m != r:
+                rr.append(x)
+            if s != s0 or e != e0:
+                changed += 1
+            if e > emax:
+                emax = e
+            if e0 == mk0 and e < e0:
+                lost = True
+            z = qn[x]
+            if e != e0:
+                for v in succ[x]:
+                    if not st[v]:
+                        st[v] = 1
+                        marks.append(v)
+                        push(heap, (R[v], v))
+                if z != -1 and not st[z]:
+                    st[z] = 1
+                    marks.append(z)
+                    push(heap, (R[z], z))
+            else:
+                if z != -1 and not st[z] and (m > lk[z] or (m == lk[z] and x > z)):
+                    ok = False
+                    break
+                if guard:
+                    for v in succ[x]:
+                        if not st[v] and (m > R[v] or (m == R[v] and x > v)):
+                            ok = False
+                    if not ok:
+                        break
+            if len(log) >= stop and heap:
+                stop *= 2
+                if not self._py_pace_ok(t0, since, len(log), r0, heap[0][0]):
+                    ok = False
+                    paced = True
+                    break
+        if not ok:
+            for x, r, s0, e0 in reversed(log):
+                R[x] = lk[x] = r
+                S[x] = s0
+                E[x] = e0
+            for i, x in enumerate(marks):
+                st[x] = 1 if i < n0 else 0
+            if not paced:
+                self._static_failed()
+            return None
+        for x in marks:
+            st[x] = 0
+        self._static_fails = 0
+        self._q_rekey = True  # the _Queue objects hold the old keys (_queues rebuilds them)
+        if lossy:
+            self._lossy = True
+        if self._order_cache is not None and rr:
+            self._order_moved.append(np.array(rr, dtype=np.int64))
+        self._mk = self._recompute_makespan() if (lost or mk_lost) else max(emax, mk0)
+        stats.retimed = len(log)
+        stats.changed = changed
+        stats.moved = len(rr)
+        stats.static = True
+        stats.wall_s = time.perf_counter() - t0
+        return stats
+
+    def _py_pace_ok(self, t0, since, k, r0, r) -> bool:
+        """Go on after ``k`` tasks? Within ``params.STATIC_BUDGET`` full runs, and while the pace since
+        ``since`` (time per task the sweep point has passed since the first key ``r0``, times the tasks
+        after ``r``) predicts at most ``params.STATIC_PACE_PYTHON_LATE`` x the cheaper of the resumed
+        engine and a full run (plus the time spent: the ordinary sweep that follows a give-up passes
+        the same tasks again), and at most ``params.STATIC_PACE_PYTHON`` x it at the check after
+        ``params.STATIC_JUDGE_PYTHON`` tasks (the first whose sample judges a change that re-times
+        every task it passes, and the last before a change whose pace slows down later has cost much)."""
+        now = time.perf_counter()
+        if now - t0 > params.STATIC_BUDGET * self._t_full:
+            return False
+        lkv = np.frombuffer(self._lk, dtype=np.float64)
+        first, rest = int(np.count_nonzero(lkv > r0)), int(np.count_nonzero(lkv > r))
+        del lkv
+        est = self._t_full
+        if rest <= params.RESUME_MAX_SHARE * self._n_live:
+            est = min(est, self._res_fix + (self._res_per or 0.0) * rest)
+        limit = params.STATIC_PACE_PYTHON if k == params.STATIC_JUDGE_PYTHON else params.STATIC_PACE_PYTHON_LATE
+        # giving up costs the alternative plus about what was spent (the ordinary sweep starts over)
+        return (now - since) * rest / max(first - rest, 1) <= limit * (est + now - since)
