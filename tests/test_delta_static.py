@@ -27,6 +27,7 @@ def always_try(monkeypatch):
     static re-sweep, and only the checks refuse it (not the clock)."""
     monkeypatch.setattr(StaticResweepMixin, "_static_failed", lambda self: None)
     monkeypatch.setattr(delta_mod, "STATIC_BUDGET", 1e9)
+    monkeypatch.setattr(delta_mod, "STATIC_BUDGET_PYTHON", 1e9)
     monkeypatch.setattr(delta_mod, "STATIC_PACE_PYTHON", 1e9)
     monkeypatch.setattr(delta_mod, "STATIC_PACE_PYTHON_LATE", 1e9)
     monkeypatch.setattr(delta_mod, "RESUME_MAX_SHARE", 1.0)  # (also: the Python try after a full run)
@@ -232,4 +233,27 @@ def test_python_resweep_waits_for_its_lists_on_an_early_change():
     late = int(ds.pop_order[-2])
     assert ds.set_durations([late], [float(g.duration[late]) * 1.5]).static and ds._pl is not None
     assert ds.set_durations([t], [float(g.duration[t])]).static
+    assert_matches_full(ds)
+
+
+def test_python_resweep_pace_hands_over(monkeypatch):
+    """The Python re-sweep's pace rule (forced: any pace is too slow): a change early in the graph,
+    whose alternative is a full run, goes straight to it; one in the middle, whose alternative is the
+    resumed engine, goes to the ordinary sweep, which races the resume from its first check. Both
+    results are the full run's; neither counts as a refusal (no back-off)."""
+    monkeypatch.setattr(delta_mod, "STATIC_PACE_PYTHON", 0.0)
+    monkeypatch.setattr(delta_mod, "STATIC_PACE_PYTHON_LATE", 0.0)
+    g = pipeline_1f1b(4, 40, 4, 0)
+    ds = DeltaSimulator(g, kernel="python")
+    ds._py_links()
+    order = ds.pop_order
+    t = int(order[0])
+    stats = ds.set_durations([t], [float(g.duration[t]) * 3.0])
+    assert stats.fallback and stats.reason.startswith("the static re-sweep had passed") and not stats.resumed
+    assert ds._static_skip == 0
+    assert_matches_full(ds)
+    ds._py_links()
+    t = int(order[len(order) // 2])
+    stats = ds.set_durations([t], [float(g.duration[t]) * 3.0])
+    assert not stats.static and not stats.reason.startswith("the static re-sweep") and ds._static_skip == 0
     assert_matches_full(ds)

@@ -21,7 +21,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("the compiled delta sweep needs numba: pip install 'execsim[fast]'") from exc
 
-from simulator.engine.delta.kernels_numba import _before, _pop, _push
+from simulator.engine.delta.kernels_numba import _before, _pop, _push, _ready_of
 
 DONE, PAUSED, FAIL, LOSSY = 0, 1, 2, 3
 # cnt slots (int64): tasks marked (``marks``), processed (``done``), changed, tasks whose key changed
@@ -95,11 +95,7 @@ def resweep(R, S, E, dur, lk, st, sptr, sidx, pptr, pidx, qn, qp, hr, hx, hs, ma
         x = hx[0]
         hs = _pop(hr, hx, hs)
         # the model equations with the old device predecessor (Lemma 1's, if the keys agree)
-        nrx = 0.0
-        for j in range(pptr[x], pptr[x + 1]):
-            eu = E[pidx[j]]
-            if eu > nrx:
-                nrx = eu
+        nrx = _ready_of(x, pptr, pidx, E)
         if guard and _tied(R, E, pptr, pidx, x, nrx):
             status = FAIL
             break
@@ -175,7 +171,9 @@ def resweep_all(R, S, E, dur, dev, lk, pptr, pidx, qp, order, pos, stop, last, d
     heap and no marks: for a change that re-times most of what follows it. Pauses at position
     ``stop``; returns (status, pos); the processed tasks are logged after those of :func:`resweep`.
     Also says whether ``order`` stays sorted under the new keys (``G_PR``/``G_PX``: the key met last,
-    ``G_UNSORTED``)."""
+    ``G_UNSORTED``). The body repeats :func:`resweep`'s on purpose: the model equations and the
+    log as inlined helpers returning tuples made both loops 4-6x slower (numba; measured on the
+    GPT-3 graph of benchmarks/delta.py), as the ordinary sweep found for its own helpers."""
     k = cnt[S_PROC]
     pr = flt[G_PR]
     px = np.int64(flt[G_PX])
@@ -192,11 +190,7 @@ def resweep_all(R, S, E, dur, dev, lk, pptr, pidx, qp, order, pos, stop, last, d
     while pos < end:
         x = order[pos]
         r = R[x]
-        nrx = 0.0
-        for j in range(pptr[x], pptr[x + 1]):
-            eu = E[pidx[j]]
-            if eu > nrx:
-                nrx = eu
+        nrx = _ready_of(x, pptr, pidx, E)
         if guard and _tied(R, E, pptr, pidx, x, nrx):
             status = FAIL
             break

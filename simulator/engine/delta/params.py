@@ -85,8 +85,11 @@ STATIC_DENSE = 0.5
 #: alternative 145 ms), 0.64, 1.04, 1.17, 1.3, 1.46 for the ~20 % one (80 ms; a resume of 55 k tasks
 #: 48 ms), 4.3-5.2 for the first-task change.
 STATIC_PACE_PYTHON = 1.1
-STATIC_PACE_PYTHON_LATE = 3.0
+STATIC_PACE_PYTHON_LATE = 1.5
 STATIC_JUDGE_PYTHON = 1024
+#: ... and gives up once it has cost this share of a (Python) full run: its successes on the GPT-3
+#: graph took 0.15-0.45 of one; a try that goes on longer would waste more than it can gain.
+STATIC_BUDGET_PYTHON = 0.5
 #: The sweep a DeltaSimulator uses when its ``kernel`` argument is None (see DeltaSimulator).
 DEFAULT_KERNEL = "auto"
 #: From this many tasks on, the Python sweep's bookkeeping after the loop runs as numpy passes instead

@@ -34,6 +34,7 @@ class StaticResweepMixin:
     _walk = None  # (order, inverse) for the dense walk, see _walk_order; None: taken when needed
     _pl = None  # the Python re-sweep's device lists, see _py_links; None: taken when needed
     _q_rekey = False  # True while the _Queue objects hold keys older than a Python re-sweep's
+    _static_paced = None  # (reason, full run next?) when the last try gave up on its pace, see _delta
 
     def _static_wanted(self) -> bool:
         """Try the static re-sweep on this change? Not with a work limit or a budget other than
@@ -333,7 +334,7 @@ class StaticResweepMixin:
         return stats
 
     def _py_pace_ok(self, t0, since, k, r0, r) -> bool:
-        """Go on after ``k`` tasks? Within ``params.STATIC_BUDGET`` full runs, and while the pace since
+        """Go on after ``k`` tasks? Within ``params.STATIC_BUDGET_PYTHON`` full runs, and while the pace since
         ``since`` (time per task the sweep point has passed since the first key ``r0``, times the tasks
         after ``r``) predicts at most ``params.STATIC_PACE_PYTHON_LATE`` x the cheaper of the resumed
         engine and a full run (plus the time spent: the ordinary sweep that follows a give-up passes
@@ -341,7 +342,7 @@ class StaticResweepMixin:
         ``params.STATIC_JUDGE_PYTHON`` tasks (the first whose sample judges a change that re-times
         every task it passes, and the last before a change whose pace slows down later has cost much)."""
         now = time.perf_counter()
-        if now - t0 > params.STATIC_BUDGET * self._t_full:
+        if now - t0 > params.STATIC_BUDGET_PYTHON * self._t_full:
             return False
         lkv = np.frombuffer(self._lk, dtype=np.float64)
         first, rest = int(np.count_nonzero(lkv > r0)), int(np.count_nonzero(lkv > r))
@@ -351,4 +352,11 @@ class StaticResweepMixin:
             est = min(est, self._res_fix + (self._res_per or 0.0) * rest)
         limit = params.STATIC_PACE_PYTHON if k == params.STATIC_JUDGE_PYTHON else params.STATIC_PACE_PYTHON_LATE
         # giving up costs the alternative plus about what was spent (the ordinary sweep starts over)
-        return (now - since) * rest / max(first - rest, 1) <= limit * (est + now - since)
+        pace = (now - since) * rest / max(first - rest, 1)
+        if pace <= limit * (est + now - since):
+            return True
+        self._static_paced = (f"the static re-sweep had passed {first - rest} tasks in {1e3 * (now - since):.2f} ms: "
+                              f"at that pace the {rest} tasks after its point would take {1e3 * pace:.2f} ms, more "
+                              f"than {limit:g} x the {1e3 * est:.2f} ms of the "
+                              + ("full run" if est >= self._t_full else "engine resumed on them"), est >= self._t_full)
+        return False
