@@ -617,15 +617,9 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
 
         if self._canonical and not (n_dev_moves or dev_marks or new_tasks or touched or removed) \
                 and self._static_wanted():  # duration changes: the static re-sweep first
-            self._static_paced = None
             done = (self._resweep_nb if compiled else self._resweep_py)(t0, heap, dirtied, guard, stats, mk_lost)
             if done is not None:
                 return done
-            if self._static_paced is not None:  # its pace said the alternative is cheaper (Python):
-                if self._static_paced[1]:  # a full run: no point in the ordinary sweep
-                    self._static_orders_stale()
-                    return self._fallback(t0, self._static_paced[0], dirtied, new_ids, removed)
-                project = False  # the resumed engine: the ordinary sweep races it from its first check
         self._static_orders_stale()  # the ordinary sweep may reorder device queues
         if not compiled:
             self._queues()

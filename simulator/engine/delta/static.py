@@ -34,7 +34,6 @@ class StaticResweepMixin:
     _walk = None  # (order, inverse) for the dense walk, see _walk_order; None: taken when needed
     _pl = None  # the Python re-sweep's device lists, see _py_links; None: taken when needed
     _q_rekey = False  # True while the _Queue objects hold keys older than a Python re-sweep's
-    _static_paced = None  # (reason, full run next?) when the last try gave up on its pace, see _delta
 
     def _static_wanted(self) -> bool:
         """Try the static re-sweep on this change? Not with a work limit or a budget other than
@@ -352,11 +351,4 @@ class StaticResweepMixin:
             est = min(est, self._res_fix + (self._res_per or 0.0) * rest)
         limit = params.STATIC_PACE_PYTHON if k == params.STATIC_JUDGE_PYTHON else params.STATIC_PACE_PYTHON_LATE
         # giving up costs the alternative plus about what was spent (the ordinary sweep starts over)
-        pace = (now - since) * rest / max(first - rest, 1)
-        if pace <= limit * (est + now - since):
-            return True
-        self._static_paced = (f"the static re-sweep had passed {first - rest} tasks in {1e3 * (now - since):.2f} ms: "
-                              f"at that pace the {rest} tasks after its point would take {1e3 * pace:.2f} ms, more "
-                              f"than {limit:g} x the {1e3 * est:.2f} ms of the "
-                              + ("full run" if est >= self._t_full else "engine resumed on them"), est >= self._t_full)
-        return False
+        return (now - since) * rest / max(first - rest, 1) <= limit * (est + now - since)
