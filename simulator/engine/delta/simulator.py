@@ -546,19 +546,23 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             # first look at the resume's cost once the sweep has spent a share of its fixed part
             deadline = min(cap, t0 + params.RESUME_RACE * self._res_fix)
 
-        def replan(r, x, processed, work, since=t0):
+        began = [t0]  # when the ordinary sweep began (after a static re-sweep that gave the change back)
+
+        def replan(r, x, processed, work, since=None):
             """:func:`plan`; its count of the tasks after (r, x) is kept for the resume only when it
             gives up there (the sweep going on changes the state)."""
             nxt = plan(r, x, processed, work, since)
             self._rest_seen = None
             return nxt
 
-        def plan(r, x, processed, work, since=t0):
+        def plan(r, x, processed, work, since=None):
             """The sweep passed its deadline at (r, x): give up (the engine resumes from here, or runs
             in full) or set the next deadline, from the measured cost model (package doc, "Fallback").
             ``since``: when the sweep itself started (the compiled sweep's set-up is not part of the
             race)."""
             now = time.perf_counter()
+            if since is None:  # the Python sweep: its own time, not a static re-sweep's before it
+                since = began[0]
             lkv = np.frombuffer(self._lk, dtype=np.float64)
             if self._nb is not None:  # both counts in one pass, no temporary (the first check needs both)
                 first, rest = self._nb.count_after(lkv, r0, r)
@@ -620,6 +624,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             done = (self._resweep_nb if compiled else self._resweep_py)(t0, heap, dirtied, guard, stats, mk_lost)
             if done is not None:
                 return done
+            began[0] = time.perf_counter()
         self._static_orders_stale()  # the ordinary sweep may reorder device queues
         if not compiled:
             self._queues()
