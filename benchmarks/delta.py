@@ -413,7 +413,8 @@ def run_changes(g: TaskGraph, base, changes, reps: int = 5, check: bool = True, 
         d = np.array(d_times)
         # paired per rep (the two runs of a rep see the same machine load), then the median
         row = dict(change=name, retimed=stats.retimed, changed=stats.changed, moved=stats.moved,
-                   fallback=stats.reason if stats.fallback else "", resumed=stats.resumed,
+                   fallback=stats.reason if stats.fallback else ("(static re-sweep)" if stats.static else ""),
+                   resumed=stats.resumed,
                    delta_s=float(np.median(d)), full_s=float(np.median(f_times)),
                    speedup=float(np.median(np.array(f_times) / d)), pure=None,
                    result_s=float(np.median(r_times)),
@@ -534,7 +535,13 @@ def main(argv=None) -> None:
     ap.add_argument("--kernels", default="python,numba",
                     help="comma-separated sweeps to time: python (the reference), numba (extra 'fast'; "
                          "skipped with a note when numba is absent)")
+    ap.add_argument("--static", choices=("on", "off"), default="on",
+                    help="off: duration changes skip the static re-sweep (params.STATIC_RESWEEP), for a "
+                         "before / after comparison in one session")
     a = ap.parse_args(argv)
+    if a.static == "off":
+        from simulator.engine.delta import params
+        params.STATIC_RESWEEP = False
     kernels = []
     for k in a.kernels.split(","):
         if k == "numba":

@@ -697,6 +697,7 @@ def test_pace_rule_of_either_sweep_gives_up_and_stays_exact(monkeypatch):
     """The pace rule applies to the Python sweep too (its threshold params.PACE_ABORT_PYTHON): with the
     alternatives' cost model set near zero, the first deadline check finds the pace slower and gives
     up there; the engine resumes from the sweep point and the result is the full run's."""
+    monkeypatch.setattr(delta_mod, "STATIC_RESWEEP", False)  # the ordinary sweep's rule, not the static one
     monkeypatch.setattr(delta_mod, "PACE_MIN_SWEPT", 1)
     monkeypatch.setattr(delta_mod, "PACE_MIN_ALT", 0.0)
     monkeypatch.setattr(delta_mod, "RESUME_MAX_SHARE", 1.0)

@@ -122,6 +122,7 @@ def test_pace_rule_gives_up_early_and_stays_exact(monkeypatch):
     """The compiled sweep's pace rule (params.PACE_MIN_SWEPT, PACE_MIN_ALT): with the alternative's
     cost model set near zero, the first deadline check finds the sweep's pace slower than it and gives
     up there; the engine then resumes or runs in full, and the result is the full run's."""
+    monkeypatch.setattr(delta_mod, "STATIC_RESWEEP", False)  # the ordinary sweep's rule, not the static one
     monkeypatch.setattr(delta_mod, "PACE_MIN_SWEPT", 1)
     monkeypatch.setattr(delta_mod, "PACE_MIN_ALT", 0.0)
     monkeypatch.setattr(delta_mod, "RESUME_MAX_SHARE", 1.0)  # resume whatever the share

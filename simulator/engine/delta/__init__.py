@@ -180,6 +180,43 @@ alternative, up to one full run's time in all. The Python sweep has the same rul
 threshold (:data:`~simulator.engine.delta.params.AUTO_BUDGET_PYTHON`, ``PACE_ABORT_PYTHON``); until
 issue 30's round 4 it had a fixed 5 % of a full run.
 
+Static re-sweep
+---------------
+On real lowered graphs a device's order is mostly fixed by the schedule (program-order edges per
+stream): on the GPT-3 175B graph of benchmarks/delta.py no drawn duration change reorders any device
+(80 of 80). Duration changes therefore first try the static re-sweep
+(:mod:`~simulator.engine.delta.static`, compiled: :mod:`~simulator.engine.delta.kernels_static`): the
+model equations evaluated with every device's *old* order, the tasks whose inputs changed taken in
+the *old* key order (a topological order of the edges and of the old device orders, since the old
+timeline was canonical), so each has its final inputs when it is computed, and no queue entry moves.
+The result is the engine's by Lemma 1 when (i) every device's tasks are still in key order under the
+new keys (then the old device predecessor is the model's ``prev``) and (ii) the new timeline is
+canonical. Both are checked as the loop goes: (i) at each re-timed task against its device
+predecessor (final: earlier in the old key order) and, when nothing propagates to its device
+successor, against that one too (a successor re-timed later checks the pair itself); (ii) is free with
+durations > 0 that are not lost to rounding (Lemma 2; a lost one stops the loop without the guard),
+and with zero or lossy durations every edge into a re-timed task is checked (only a predecessor
+ending at the new ready time can tie), and the edges out of one whose end did not change. The first
+pair out of order stops the loop; every value written is put back from a log and the ordinary sweep
+runs on the untouched state (counted by ``DeltaStats.static`` False; after a refusal the next 1, 3,
+7, ... up to 63 changes skip the try). The loop takes the tasks from a heap; once it has re-timed
+``params.STATIC_DENSE_CHECK`` tasks and they are at least ``params.STATIC_DENSE`` of the tasks its
+point has passed, it re-times *every* task from the change's position on, walking a topological order
+of the edges and the device orders (the key order when it was last taken; it stays one while only
+static re-sweeps run, since they move no queue entry): no heap, no marks, the same checks, and when
+that order is the key order before the change the walk also checks whether it stays sorted under the
+new keys (then ``result()`` has nothing to merge). Re-timing a task that did not change gives the
+same bits (same inputs, same operations), so walking clean tasks is harmless. A time limit
+(``params.STATIC_BUDGET`` x a full run) puts the state back too.
+Without numba the same loop runs in Python (``_resweep_py``, the heap only: a Python step per task
+is no cheaper than the Python engine's, so there is no dense walk), on device lists built once per
+full run (``_py_links``; ~6 ms on 346 k tasks, so a change with more than ``RESUME_MAX_SHARE`` of the
+tasks after it does not build them), with a pace rule like the Python sweep's
+(``params.STATIC_PACE_PYTHON``): it costs ~1.5 us per re-timed task where the Python sweep costs
+~4.5 us (one heap event and no queue operation per task, against two of each when every task
+after a lengthened one moves), so a change that re-times a few per cent of the graph over half its
+timeline stays in it instead of being handed to the resumed engine.
+
 Results
 -------
 :meth:`~simulator.engine.delta.simulator.DeltaSimulator.result` costs what changed plus copies: the
@@ -223,6 +260,9 @@ modules, they import ``queues``, ``stats`` and ``params``, never ``simulator``):
   driver (``_sweep_nb``: pauses, deadline checks, outcome) and its linked-list queues (``_links``,
   ``_queues``: to and from ``_Queue``), "Compiled sweep" above.
 * ``kernels_numba``: the compiled loop and its linked-list helpers (numba, extra ``fast``).
+* ``static``: ``StaticResweepMixin`` -- the static re-sweep's driver (when to try, the heap and the
+  dense walk, the log put back on a refusal), "Static re-sweep" above; ``kernels_static``: its
+  compiled loops (numba).
 * ``resume``: ``ResumeMixin`` -- full runs and the state rebuilt from them (``_full``, ``_adopt``),
   the fallback, the engine resumed from the sweep point and its cost model (``_resume``,
   ``_learn_resume``), and the CSR arrays handed to the engine (``_csr_arrays``, ``_pred_csr``),

@@ -41,6 +41,8 @@ class CompiledSweepMixin:
         """The device queues as ``_Queue`` objects, brought up to date from the compiled sweep's
         linked lists when those are newer; unless ``keep_links`` (read only), the caller changes
         them, so the linked lists are dropped (rebuilt by the next compiled sweep)."""
+        if self._q_rekey:  # a Python static re-sweep changed keys, not orders
+            self._requeue()
         if self._q_stale:
             qh, qt, qn, qp = self._ll
             where = np.frombuffer(self._where, dtype=np.int64)

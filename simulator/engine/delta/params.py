@@ -58,6 +58,38 @@ PACE_MIN_ALT = 0.2
 #: as long as what it has cost plus the alternative stays within (1 + PACE_WASTE) full runs: the bound
 #: on what a change whose pace slows down late (it re-times densely only after a while) can waste.
 PACE_WASTE = 0.5
+#: Duration changes first try the static re-sweep (``static.StaticResweepMixin``, package doc "Static
+#: re-sweep"): re-time the changed tasks in the old key order with every device's old order, checked
+#: against Lemma 1 as it goes; on the real GPT-3 graph no drawn change reordered a device (80 of 80,
+#: benchmarks/delta.py), on graphs whose device orders do change the try stops at the first pair out
+#: of order and backs off. False: never (tests of the ordinary sweep's paths).
+STATIC_RESWEEP = True
+#: The static re-sweep gives up (state put back, the ordinary sweep and its fallbacks follow) once it
+#: has cost this share of a full run of the same engine: it re-times a task for about one engine pop,
+#: so a try that has not finished by then cannot beat the full run.
+STATIC_BUDGET = 1.0
+#: The static re-sweep first takes the changed tasks from a heap (a push and a pop each); after this
+#: many (then at every doubling) it compares them with the tasks its point has passed in key order.
+STATIC_DENSE_CHECK = 2048
+#: ... and when they are at least this share, it re-times every task after its point in the old key
+#: order instead, without heap or marks (the change re-times densely: skipping the few clean tasks
+#: costs more than re-timing them).
+STATIC_DENSE = 0.5
+#: The Python static re-sweep (heap only) costs several Python engine pops per re-timed task (~1.5 us
+#: against ~0.55 us), so it gives up, like the Python sweep's pace rule, when its pace (time per task
+#: its point has passed, times the tasks after it) predicts more than a multiple of the cheaper
+#: alternative (resumed engine or full run): STATIC_PACE_PYTHON_LATE at every check (256, 512, ...
+#: tasks), STATIC_PACE_PYTHON at the check after STATIC_JUDGE_PYTHON tasks. Measured on the GPT-3
+#: graph (benchmarks/delta.py, prediction / alternative at the checks after 256, 512, 1,024, 2,048,
+#: 4,096 tasks): 0.37, 0.58, 0.78, 0.95, 1.07 for the ~5 % drawn change (static re-sweep 27 ms, its
+#: alternative 145 ms), 0.64, 1.04, 1.17, 1.3, 1.46 for the ~20 % one (80 ms; a resume of 55 k tasks
+#: 48 ms), 4.3-5.2 for the first-task change.
+STATIC_PACE_PYTHON = 1.1
+STATIC_PACE_PYTHON_LATE = 1.5
+STATIC_JUDGE_PYTHON = 1024
+#: ... and gives up once it has cost this share of a (Python) full run: its successes on the GPT-3
+#: graph took 0.15-0.45 of one; a try that goes on longer would waste more than it can gain.
+STATIC_BUDGET_PYTHON = 0.5
 #: The sweep a DeltaSimulator uses when its ``kernel`` argument is None (see DeltaSimulator).
 DEFAULT_KERNEL = "auto"
 #: From this many tasks on, the Python sweep's bookkeeping after the loop runs as numpy passes instead

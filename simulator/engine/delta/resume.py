@@ -374,6 +374,8 @@ class ResumeMixin:
         self._canonical = bool(canonical)
         self._order_cache = order
         self._order_moved = []
+        self._walk = self._pl = None  # (the static re-sweep's orders: taken again when needed)
+        self._q_rekey = False
 
     def _adopt(self, order, ready, start, end, makespan, count_changed: bool = False) -> int:
         """Rebuild the delta state from a full run of the Python engine (pop ``order`` of all ids,

@@ -19,12 +19,13 @@ from simulator.engine.delta import params
 from simulator.engine.delta.compiled import CompiledSweepMixin, _delta_kernel
 from simulator.engine.delta.queues import _Queue
 from simulator.engine.delta.resume import ResumeMixin
+from simulator.engine.delta.static import StaticResweepMixin
 from simulator.engine.delta.stats import _NAN, DeltaStats, _Abort, _zeros
 from simulator.engine.delta.sweep import SweepMixin
 from strategies.errors import SimulationError
 
 
-class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
+class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepMixin):
     """Incremental FIFO-engine simulation of a task graph under local changes (see package doc).
 
     Build from a :class:`taskgraph.graph.TaskGraph` (``DeltaSimulator(graph)``) or from the engine's raw
@@ -204,6 +205,15 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
         if order is None:
             live = self.live_ids()
             order = live[np.lexsort((live, R[live]))]
+        elif sum(len(m) for m in self._order_moved) * 8 > order.size:
+            # many keys changed (a static re-sweep of most of the graph): the old order is nearly
+            # sorted, which numpy's stable sort exploits; then equal ready times by id
+            order = order[np.argsort(R[order], kind="stable")]
+            if self._nb is not None:
+                from simulator.engine.delta.static import _static_kernels
+                _static_kernels().fix_ties(order, R)
+            else:
+                order = order[np.lexsort((order, R[order]))]
         elif self._order_moved:
             moved = np.unique(np.concatenate([np.asarray(m, dtype=np.int64) for m in self._order_moved]))
             moved = moved[np.lexsort((moved, R[moved]))]
@@ -303,6 +313,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
     def add_devices(self, k: int = 1) -> int:
         """Append ``k`` empty devices; returns the index of the first."""
         queues = self._queues()  # before the count changes (the linked lists have one head per device)
+        self._static_orders_stale()
         first = self._nd
         self._nd += int(k)
         queues.extend(_Queue() for _ in range(k))
@@ -535,19 +546,23 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
             # first look at the resume's cost once the sweep has spent a share of its fixed part
             deadline = min(cap, t0 + params.RESUME_RACE * self._res_fix)
 
-        def replan(r, x, processed, work, since=t0):
+        began = [t0]  # when the ordinary sweep began (after a static re-sweep that gave the change back)
+
+        def replan(r, x, processed, work, since=None):
             """:func:`plan`; its count of the tasks after (r, x) is kept for the resume only when it
             gives up there (the sweep going on changes the state)."""
             nxt = plan(r, x, processed, work, since)
             self._rest_seen = None
             return nxt
 
-        def plan(r, x, processed, work, since=t0):
+        def plan(r, x, processed, work, since=None):
             """The sweep passed its deadline at (r, x): give up (the engine resumes from here, or runs
             in full) or set the next deadline, from the measured cost model (package doc, "Fallback").
             ``since``: when the sweep itself started (the compiled sweep's set-up is not part of the
             race)."""
             now = time.perf_counter()
+            if since is None:  # the Python sweep: its own time, not a static re-sweep's before it
+                since = began[0]
             lkv = np.frombuffer(self._lk, dtype=np.float64)
             if self._nb is not None:  # both counts in one pass, no temporary (the first check needs both)
                 first, rest = self._nb.count_after(lkv, r0, r)
@@ -604,6 +619,13 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin):
                 nxt = min(nxt, now + (now - since))        # look again once it has run as long again
             return nxt
 
+        if self._canonical and not (n_dev_moves or dev_marks or new_tasks or touched or removed) \
+                and self._static_wanted():  # duration changes: the static re-sweep first
+            done = (self._resweep_nb if compiled else self._resweep_py)(t0, heap, dirtied, guard, stats, mk_lost)
+            if done is not None:
+                return done
+            began[0] = time.perf_counter()
+        self._static_orders_stale()  # the ordinary sweep may reorder device queues
         if not compiled:
             self._queues()
         self._rest_seen = None

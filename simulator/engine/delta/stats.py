@@ -35,6 +35,8 @@ class DeltaStats:
     removed: tasks removed.
     resumed: tasks the engine re-ran from the sweep point when the sweep gave up (0: none; see
         ``DeltaSimulator._resume``); the tasks before that point kept the sweep's times.
+    static: True when the change was re-timed by the static re-sweep (every device kept its order;
+        ``simulator.engine.delta.static``).
     """
 
     retimed: int = 0
@@ -47,6 +49,7 @@ class DeltaStats:
     new_ids: tuple = ()
     removed: int = 0
     resumed: int = 0
+    static: bool = False
 
 
 def _zeros(typecode: str, n: int) -> array:

@@ -1,0 +1,354 @@
+"""The static re-sweep (package doc, :mod:`simulator.engine.delta`, "Static re-sweep"): a duration
+change re-timed in the old key order with every device's old order, verified as it goes against
+Lemma 1, else handed untouched to the ordinary sweep. A mixin of
+:class:`simulator.engine.delta.simulator.DeltaSimulator`."""
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from array import array
+
+import numpy as np
+
+from simulator.engine.delta import params
+from simulator.engine.delta.queues import _Dump, _Queue
+from simulator.engine.delta.stats import DeltaStats
+
+
+def _static_kernels():
+    """:mod:`simulator.engine.delta.kernels_static` (numba is installed when this is asked)."""
+    import simulator.engine.delta.kernels_static as ks
+    return ks
+
+
+_NO_ORDER = np.zeros(0, dtype=np.int64)
+
+
+class StaticResweepMixin:
+    """:meth:`_resweep` of :class:`~simulator.engine.delta.simulator.DeltaSimulator`."""
+
+    _static_skip = 0  # changes left before the next try (after failures: 1, 2, 4, ... up to 64)
+    _static_fails = 0
+    _rs_scratch = None
+    _walk = None  # (order, inverse) for the dense walk, see _walk_order; None: taken when needed
+    _pl = None  # the Python re-sweep's device lists, see _py_links; None: taken when needed
+    _q_rekey = False  # True while the _Queue objects hold keys older than a Python re-sweep's
+
+    def _static_wanted(self) -> bool:
+        """Try the static re-sweep on this change? Not with a work limit or a budget other than
+        "auto" (tests and benchmarks that force the ordinary sweep's paths), nor while backing off
+        after refusals by its checks (a graph whose device orders change often: each try costs
+        until its first pair out of order; a try stopped by the clock or the pace does not count)."""
+        if not params.STATIC_RESWEEP or self.max_work is not None or self.budget != "auto":
+            return False
+        if self._static_skip:
+            self._static_skip -= 1
+            return False
+        return True
+
+    def _static_failed(self) -> None:
+        self._static_fails = min(self._static_fails + 1, 6)
+        self._static_skip = (1 << self._static_fails) - 1
+
+    def _scratch(self, n: int):
+        """Per-task scratch of the compiled re-sweep, kept between changes (fresh pages cost ~1 ms
+        on 346 k tasks when a change touches them all)."""
+        sc = self._rs_scratch
+        if sc is None or sc[0].shape[0] != n:
+            # heap, marks, rr: a task at most once; the log (done, old R, S, E) of n more: the dense
+            # walk re-times again (same values) the tasks the heap took before it
+            hx, marks, rr = (np.empty(n, dtype=np.int64) for _ in range(3))
+            hr = np.empty(n, dtype=np.float64)
+            done = np.empty(2 * n, dtype=np.int64)
+            oR, oS, oE = (np.empty(2 * n, dtype=np.float64) for _ in range(3))
+            sc = self._rs_scratch = (hx, hr, marks, done, oR, oS, oE, rr)
+        return sc
+
+    def _walk_order(self, R, done, oR, k):
+        """The order the dense walk follows: a topological order of the edges and of every device's
+        queue (the key order when it was taken; it stays one while only static re-sweeps change the
+        graph's timing, which keep the queues and edges), its inverse, and whether it is the key order
+        before this change (the ``k`` tasks re-timed so far get their old ready times back while the
+        key order is merged, :meth:`_current_order`)."""
+        if self._walk is None:
+            ids = done[:k]
+            new = R[ids]  # (a copy: fancy indexing)
+            R[ids] = oR[:k]
+            order = self._current_order()
+            R[ids] = new
+            rank = np.empty(len(self._dur), dtype=np.int64)
+            rank[order] = np.arange(order.size, dtype=np.int64)
+            self._walk = (order, rank)
+        order, rank = self._walk
+        return order, rank, order is self._order_cache and not self._order_moved
+
+    def _resweep_nb(self, t0, heap, dirtied, guard, stats, mk_lost):
+        """The compiled static re-sweep of a duration change (``heap``: the changed tasks at their
+        keys, marked dirty in ``dirtied``). Returns the change's :class:`DeltaStats`, or None when
+        the check refused it or its time ran out: the state is then as it was (the changed tasks
+        still marked), for the ordinary sweep."""
+        ks = _static_kernels()
+        qh, qt, qn, qp = self._links()
+        n = len(self._dur)
+        hx, hr, marks, done, oR, oS, oE, rr = self._scratch(n)
+        hs = len(heap)
+        if hs:
+            hr[:hs] = [h[0] for h in heap]
+            hx[:hs] = [h[1] for h in heap]
+        n0 = len(dirtied)
+        marks[:n0] = dirtied
+        cnt = np.zeros(4, dtype=np.int64)
+        cnt[ks.S_MARK] = n0
+        flt = np.array([-math.inf, self._mk, 0.0, 0.0, -math.inf, -1.0, 0.0])
+        sorted_ = False  # (only the dense walk checks whether the key order survives)
+        heap_k = 0  # tasks the heap had re-timed when the dense walk took over (it re-times them again)
+        f64 = lambda a: np.frombuffer(a, dtype=np.float64)  # noqa: E731 - views, dropped below
+        R, S, E, lk = (f64(a) for a in (self._R, self._S, self._E, self._lk))
+        st = np.frombuffer(self._st, dtype=np.int64)
+        ptr, idx = self._csr_arrays()
+        pptr, pidx = self._pred_csr()
+        deadline = t0 + params.STATIC_BUDGET * self._t_full
+        r0 = float(hr[0]) if hs else 0.0  # the first key re-timed
+        stop = params.STATIC_DENSE_CHECK  # a pause after this many tasks: is the change dense?
+        clock = time.perf_counter
+        while True:
+            status, hs = ks.resweep(R, S, E, self._dur_np, lk, st, ptr, idx, pptr, pidx, qn, qp, hr, hx, hs,
+                                    marks, done, oR, oS, oE, rr, cnt, flt, stop, guard)
+            if status != ks.PAUSED or clock() > deadline:
+                break
+            k = int(cnt[ks.S_PROC])
+            first, rest = self._nb.count_after(lk, r0, float(hr[0]))
+            if k >= params.STATIC_DENSE * max(int(first) - int(rest), 1):
+                # it re-times most of the tasks it passes: walk all the rest in the old key order
+                order, rank, is_key = self._walk_order(R, done, oR, k)
+                heap_k = k
+                pos = int(rank[marks[:n0]].min())  # nothing before the change's own tasks can change
+                last = np.full(self._nd, -2, dtype=np.int64)
+                sorted_ = is_key  # then: does the key order survive the change? (resweep_all checks)
+                if pos:
+                    flt[ks.G_PR], flt[ks.G_PX] = R[order[pos - 1]], order[pos - 1]
+                while True:
+                    status, pos = ks.resweep_all(R, S, E, self._dur_np, self._dev_np, lk, pptr, pidx, qp, order,
+                                                 pos, pos + 65536, last, done, oR, oS, oE, rr, cnt, flt, guard)
+                    if status != ks.PAUSED or clock() > deadline:
+                        break
+                break
+            stop = 2 * k
+        if status != ks.DONE:
+            ks.undo(R, S, E, lk, st, marks, int(cnt[ks.S_MARK]), done, oR, oS, oE, int(cnt[ks.S_PROC]), n0)
+            del R, S, E, lk, st
+            if status != ks.PAUSED:  # refused by a check (not stopped by the clock): back off
+                self._static_failed()
+            return None
+        ks.clear(st, marks, int(cnt[ks.S_MARK]))
+        del R, S, E, lk, st
+        self._static_fails = 0
+        self._q_stale = True  # the _Queue objects hold the old keys; the linked lists are current
+        if flt[ks.G_LOSSY]:
+            self._lossy = True
+        nrr = int(cnt[ks.S_RR])
+        if sorted_ and not flt[ks.G_UNSORTED]:
+            pass  # the key order before the change is the key order after it
+        elif self._order_cache is not None and nrr:
+            self._order_moved.append(rr[:nrr].copy())  # merged into the key order when asked for
+        emax = max(float(flt[ks.G_EMAX]), self._mk)
+        self._mk = self._recompute_makespan() if (flt[ks.G_LOST] or mk_lost) else emax
+        stats.retimed = int(cnt[ks.S_PROC]) - heap_k
+        stats.changed = int(cnt[ks.S_CHANGED])
+        stats.moved = nrr
+        stats.static = True
+        stats.wall_s = time.perf_counter() - t0
+        return stats
+
+    def _static_orders_stale(self) -> None:
+        """Something other than a static re-sweep changes the timeline (device queues may move):
+        drop the orders the re-sweeps keep (after bringing the ``_Queue`` keys up to date)."""
+        if self._q_rekey:
+            self._requeue()
+        self._walk = self._pl = None
+
+    # ------------------------------------------------------------------ Python
+    def _py_links(self):
+        """The Python re-sweep's device queues as lists: ids grouped by device in key order, the
+        bounds of each device's group, and per task the one before and after it on its device (-1:
+        none). Valid while only static re-sweeps change the timeline (no queue entry moves); dropped
+        with the dense walk's order (``_walk``)."""
+        if self._pl is None:
+            n, nd = len(self._dur), self._nd
+            if self._q_fresh and not self._q_rekey and nd:  # a full run's groups: one gather
+                groups = self._groups
+                groups.device(0)  # (groups them)
+                ids = groups.order[groups.perm].astype(np.int64)
+                bounds = groups.bounds.copy()
+            else:
+                parts = [np.asarray(q.ids(), dtype=np.int64) for q in self._queues()]
+                ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+                bounds = np.zeros(nd + 1, dtype=np.int64)
+                np.cumsum([p.size for p in parts], out=bounds[1:])
+            qp = np.full(n, -1, dtype=np.int64)
+            qn = np.full(n, -1, dtype=np.int64)
+            if ids.size > 1:
+                same = np.ones(ids.size - 1, dtype=bool)  # neighbours in ids on the same device
+                inner = bounds[1:-1]
+                same[inner[(inner > 0) & (inner < ids.size)] - 1] = False
+                qp[ids[1:][same]] = ids[:-1][same]
+                qn[ids[:-1][same]] = ids[1:][same]
+            self._pl = (ids, bounds, array("q", qp.tobytes()), array("q", qn.tobytes()))  # (fast scalar reads)
+        return self._pl
+
+    def _requeue(self) -> None:
+        """The ``_Queue`` objects from the Python re-sweep's lists with the current keys (the device
+        orders did not change; only keys did)."""
+        ids, bounds = self._pl[0], self._pl[1]
+        dump = _Dump(ids, np.frombuffer(self._lk, dtype=np.float64)[ids], bounds)
+        self._Q = [_Queue((dump, d)) for d in range(self._nd)]
+        self._q_rekey = False
+
+    def _resweep_py(self, t0, heap, dirtied, guard, stats, mk_lost):
+        """:meth:`_resweep_nb` in Python, the heap only (the dense walk, one Python step per task,
+        is no cheaper than the Python engine). Gives up, as the Python sweep's pace rule does, once
+        its pace predicts too much (:meth:`_py_pace_ok`), and is not tried when more than
+        ``params.RESUME_MAX_SHARE`` of the tasks come after the change while its device lists are
+        still to be built (after a full run). Returns the change's :class:`DeltaStats`, or None
+        (state as it was, for the ordinary sweep)."""
+        if self._pl is None and heap and int(np.count_nonzero(
+                np.frombuffer(self._lk, dtype=np.float64) > heap[0][0])) > params.RESUME_MAX_SHARE * self._n_live:
+            # most of the graph after the change, whose alternative is a full run, and the lists to build
+            # first (~6 ms on 346 k tasks): the static re-sweep would have to re-time sparsely there
+            return None
+        _, _, qp, qn = self._py_links()
+        since = time.perf_counter()  # the pace counts from here (the lists are built once per full run)
+        R, S, E, lk, dur, st = self._R, self._S, self._E, self._lk, self._dur, self._st
+        pred, succ = self._pred, self._succ
+        heap = list(heap)
+        marks = list(dirtied)
+        n0 = len(marks)
+        log = []
+        rr = []
+        push, pop = heapq.heappush, heapq.heappop
+        mk0 = self._mk
+        emax = -math.inf
+        changed = 0
+        lost = lossy = False
+        ok = True
+        paced = False  # stopped by the pace rule, not refused by a check
+        r0 = heap[0][0] if heap else 0.0
+        stop = 256
+        while heap:
+            r, x = pop(heap)
+            m = 0.0
+            for u in pred[x]:
+                eu = E[u]
+                if eu > m:
+                    m = eu
+            if guard:  # an edge into x tied by a zero or lost duration must go forward in key order
+                for u in pred[x]:
+                    if E[u] == m and (R[u] > m or (R[u] == m and u > x)):
+                        ok = False
+                if not ok:
+                    break
+            pv = qp[x]
+            pe = 0.0
+            if pv != -1:
+                lp = lk[pv]
+                if lp > m or (lp == m and pv > x):  # the device's order would change
+                    ok = False
+                    break
+                pe = E[pv]
+            s = m if m > pe else pe
+            e = s + dur[x]
+            if e == s and dur[x] > 0.0:
+                if not guard:
+                    ok = False
+                    break
+                lossy = True
+            s0 = S[x]
+            e0 = E[x]
+            log.append((x, r, s0, e0))
+            st[x] = 2
+            R[x] = m
+            lk[x] = m
+            S[x] = s
+            E[x] = e
+            if m != r:
+                rr.append(x)
+            if s != s0 or e != e0:
+                changed += 1
+            if e > emax:
+                emax = e
+            if e0 == mk0 and e < e0:
+                lost = True
+            z = qn[x]
+            if e != e0:
+                for v in succ[x]:
+                    if not st[v]:
+                        st[v] = 1
+                        marks.append(v)
+                        push(heap, (R[v], v))
+                if z != -1 and not st[z]:
+                    st[z] = 1
+                    marks.append(z)
+                    push(heap, (R[z], z))
+            else:
+                if z != -1 and not st[z] and (m > lk[z] or (m == lk[z] and x > z)):
+                    ok = False
+                    break
+                if guard:
+                    for v in succ[x]:
+                        if not st[v] and (m > R[v] or (m == R[v] and x > v)):
+                            ok = False
+                    if not ok:
+                        break
+            if len(log) >= stop and heap:
+                stop *= 2
+                if not self._py_pace_ok(t0, since, len(log), r0, heap[0][0]):
+                    ok = False
+                    paced = True
+                    break
+        if not ok:
+            for x, r, s0, e0 in reversed(log):
+                R[x] = lk[x] = r
+                S[x] = s0
+                E[x] = e0
+            for i, x in enumerate(marks):
+                st[x] = 1 if i < n0 else 0
+            if not paced:
+                self._static_failed()
+            return None
+        for x in marks:
+            st[x] = 0
+        self._static_fails = 0
+        self._q_rekey = True  # the _Queue objects hold the old keys (_queues rebuilds them)
+        if lossy:
+            self._lossy = True
+        if self._order_cache is not None and rr:
+            self._order_moved.append(np.array(rr, dtype=np.int64))
+        self._mk = self._recompute_makespan() if (lost or mk_lost) else max(emax, mk0)
+        stats.retimed = len(log)
+        stats.changed = changed
+        stats.moved = len(rr)
+        stats.static = True
+        stats.wall_s = time.perf_counter() - t0
+        return stats
+
+    def _py_pace_ok(self, t0, since, k, r0, r) -> bool:
+        """Go on after ``k`` tasks? Within ``params.STATIC_BUDGET_PYTHON`` full runs, and while the pace since
+        ``since`` (time per task the sweep point has passed since the first key ``r0``, times the tasks
+        after ``r``) predicts at most ``params.STATIC_PACE_PYTHON_LATE`` x the cheaper of the resumed
+        engine and a full run (plus the time spent: the ordinary sweep that follows a give-up passes
+        the same tasks again), and at most ``params.STATIC_PACE_PYTHON`` x it at the check after
+        ``params.STATIC_JUDGE_PYTHON`` tasks (the first whose sample judges a change that re-times
+        every task it passes, and the last before a change whose pace slows down later has cost much)."""
+        now = time.perf_counter()
+        if now - t0 > params.STATIC_BUDGET_PYTHON * self._t_full:
+            return False
+        lkv = np.frombuffer(self._lk, dtype=np.float64)
+        first, rest = int(np.count_nonzero(lkv > r0)), int(np.count_nonzero(lkv > r))
+        del lkv
+        est = self._t_full
+        if rest <= params.RESUME_MAX_SHARE * self._n_live:
+            est = min(est, self._res_fix + (self._res_per or 0.0) * rest)
+        limit = params.STATIC_PACE_PYTHON if k == params.STATIC_JUDGE_PYTHON else params.STATIC_PACE_PYTHON_LATE
+        # giving up costs the alternative plus about what was spent (the ordinary sweep starts over)
+        return (now - since) * rest / max(first - rest, 1) <= limit * (est + now - since)
