@@ -31,10 +31,10 @@ checks contradict: :func:`plan_for_guess`). Everything that depends on the order
 not on the durations is a :class:`SweepPlan`; the interference fixed point keeps the accepted plan
 and re-runs only its loop and checks in later rounds (a refused plan is dropped: the engine runs).
 
-Measured on the GPT-3 175B / 1,024 GPU example (346,312 tasks, docs/performance.md): ~0.12-0.15
-CPU-s against ~0.19 for the Python engine (the loop itself ~0.03: no heap, no per-task tuple; the
-rest is turning arrays into lists and back and the numpy checks). With the engine's compiled kernel
-loaded the caller runs the engine instead (``interference.with_interference``).
+Measured on the GPT-3 175B / 1,024 GPU example (346,312 tasks, docs/performance.md): the plan
+~0.05 CPU-s once, then ~0.05 per run (the loop ~0.025: no heap, no per-task tuple; the rest the
+numpy checks and the key sort) against ~0.19 for the Python engine. With the engine's compiled
+kernel loaded the caller runs the engine instead (``interference.with_interference``).
 """
 from __future__ import annotations
 
