@@ -125,3 +125,16 @@ def test_custom_schedule_csv_round_trip(capsys, tmp_path):
                                      "forward_ms: 1, backward_ms: 2}\n")
     rc, _, err = run(capsys, "simulate", str(tmp_path / "b.yaml"))
     assert rc == 2 and "pipeline.schedule_csv" in err and "rank 1, position 0" in err
+
+
+def test_command_starts_openblas_with_one_thread_unless_set():
+    """The CLI sets OPENBLAS_NUM_THREADS=1 before numpy loads (simulator/cli/__init__.py); a value the
+    user set is kept."""
+    import os
+    code = "import simulator.cli, os, sys; print(os.environ.get('OPENBLAS_NUM_THREADS'), 'numpy' in sys.modules)"
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert p.stdout.split() == ["1", "False"]  # set before anything of the command has loaded numpy
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**env, "OPENBLAS_NUM_THREADS": "3"})
+    assert p.stdout.split() == ["3", "False"]

@@ -213,16 +213,25 @@ def _split(graph, start, end, ready, makespan, with_exposed: bool, binding=None)
     tail = np.r_[np.zeros(k, dtype=bool), np.ones(rank_arr.size, dtype=bool)]
     # comm coverage at every compute start/end and gap end, in one search: exposed = comm - comm
     # inside compute intervals; idle of a gap = its length - comm inside it
-    m = g0.size
     if with_exposed:
-        cov = _covered(comm, comm_rank, np.concatenate([comp[:, 1], comp[:, 0], g1, g0]),
-                       np.concatenate([comp_rank, comp_rank, g_rank, g_rank]))
+        # the gaps' bounds are compute bounds: g1[:k] are the intervals' starts and g0[:k] the end of
+        # the rank's interval before (0.0 at a rank's first), so each point is searched once (the
+        # coverage is computed point by point: the same floats as searching the copies)
+        firsts = np.flatnonzero(first_of_rank)
+        nt = rank_arr.size
+        cov = _covered(comm, comm_rank, np.concatenate([comp[:, 1], comp[:, 0], g1[k:], g0[k:], g0[firsts]]),
+                       np.concatenate([comp_rank, comp_rank, rank_arr, rank_arr, comp_rank[firsts]]))
         exposed = comm_s - np.bincount(comp_rank, weights=cov[:k] - cov[k:2 * k], minlength=nr)
+        at_g0 = np.empty(k)
+        at_g0[1:] = cov[:k][:-1]
+        at_g0[firsts] = cov[2 * k + 2 * nt:]
+        at_g1 = cov[k:2 * k + nt]
+        at_g0 = np.concatenate([at_g0, cov[2 * k + nt:2 * k + 2 * nt]])
     else:  # same lift in _covered: g1 holds the makespan, the largest point either way
-        cov = np.concatenate([np.zeros(2 * k), _covered(comm, comm_rank, np.concatenate([g1, g0]),
-                                                        np.concatenate([g_rank, g_rank]))])
+        cov = _covered(comm, comm_rank, np.concatenate([g1, g0]), np.concatenate([g_rank, g_rank]))
+        at_g1, at_g0 = cov[:g1.size], cov[g1.size:]
         exposed = np.full(nr, np.nan)
-    idle = np.maximum((g1 - g0) - (cov[2 * k:2 * k + m] - cov[2 * k + m:]), 0.0)
+    idle = np.maximum((g1 - g0) - (at_g1 - at_g0), 0.0)
     cause = np.full(g0.size, _OTHER, dtype=np.int64)
     if len(ranks) > 1:
         cause[tail] = _PIPE  # the drain: waiting for the other stages to finish

@@ -113,7 +113,9 @@ def critical_path(graph: TaskGraph, result: SimResult, binding: np.ndarray | Non
     # each task's step back, for all tasks at once: the device's previous task if it waited for its
     # device, else its lowest-id predecessor whose end equals its ready time; -1 ends the walk
     bind = ready_binding(graph, end, ready) if binding is None else binding
-    step = np.where((start > ready) & (prev >= 0), prev, bind).tolist()
+    # read through a memoryview: the walk touches ~10 % of the tasks, ``tolist`` would make an int
+    # object for every one (the same ints either way)
+    step = memoryview(np.ascontiguousarray(np.where((start > ready) & (prev >= 0), prev, bind), dtype=np.int64))
     t = int(np.flatnonzero(end == end.max())[0])
     path = [t]
     while step[t] >= 0:
