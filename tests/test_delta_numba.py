@@ -212,6 +212,31 @@ def test_count_after_hand_case():
     assert nb.count_after(lk, 1.0, 2.0) == (3, 1)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 7), max_size=5), min_size=1, max_size=8))
+def test_transpose_csr_equals_the_stable_argsort(rows):
+    """kernels_numba.transpose_csr (the resume's predecessor CSR): the arrays of the numpy path in
+    ``ResumeMixin._pred_csr`` (a stable argsort of the heads), repeated edges included."""
+    from simulator.engine.delta import kernels_numba as nb
+    n = len(rows)
+    rows = [[v % n for v in r] for r in rows]
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum([len(r) for r in rows], out=ptr[1:])
+    idx = np.array([v for r in rows for v in r], dtype=np.int64)
+    pp, src = nb.transpose_csr(ptr, idx)
+    order = np.argsort(idx, kind="stable")
+    np.testing.assert_array_equal(src, np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr))[order])
+    np.testing.assert_array_equal(pp[1:], np.cumsum(np.bincount(idx, minlength=n)))
+    assert pp[0] == 0
+
+
+def test_transpose_csr_hand_case():
+    from simulator.engine.delta import kernels_numba as nb
+    # 0 -> 2, 0 -> 1, 1 -> 2, 2 -> (none): predecessors 1: [0]; 2: [0, 1]
+    pp, src = nb.transpose_csr(np.array([0, 2, 3, 3]), np.array([2, 1, 2]))
+    assert pp.tolist() == [0, 0, 1, 3] and src.tolist() == [0, 0, 1]
+
+
 def test_resume_takes_the_pace_rules_count(monkeypatch):
     """When the pace rule gives up at a point, the resume reuses its count of the tasks after that
     point instead of counting again: the count it is given is the one a fresh count gives."""
@@ -249,3 +274,4 @@ def test_resume_takes_the_pace_rules_count(monkeypatch):
         ds.set_durations([t], [float(g.duration[t])])
         assert_matches_full(ds)
     assert len(seen) >= 2 and all(tasks == fresh for tasks, fresh in seen)
+

@@ -76,12 +76,15 @@ class ResumeMixin:
         edges changed (numpy; used by the resumed fallback to find the edges into the resumed part)."""
         ptr, idx = self._csr_arrays()
         if self._pcsr is None or self._pcsr[0] is not ptr:
-            n = ptr.shape[0] - 1
-            order = np.argsort(idx, kind="stable")
-            src = np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr))[order]
-            pp = np.zeros(n + 1, dtype=np.int64)
-            np.cumsum(np.bincount(idx, minlength=n), out=pp[1:])
-            self._pcsr = (ptr, pp, src)
+            if self._nb is not None:  # the same arrays in one counting sort (kernels_numba.transpose_csr)
+                self._pcsr = (ptr, *self._nb.transpose_csr(ptr, idx))
+            else:
+                n = ptr.shape[0] - 1
+                order = np.argsort(idx, kind="stable")
+                src = np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr))[order]
+                pp = np.zeros(n + 1, dtype=np.int64)
+                np.cumsum(np.bincount(idx, minlength=n), out=pp[1:])
+                self._pcsr = (ptr, pp, src)
         return self._pcsr[1], self._pcsr[2]
 
     def _resume(self, t0, reason, at, processed, dirtied, new_ids, removed, guard=False) -> DeltaStats:
