@@ -275,3 +275,34 @@ def test_resume_takes_the_pace_rules_count(monkeypatch):
         assert_matches_full(ds)
     assert len(seen) >= 2 and all(tasks == fresh for tasks, fresh in seen)
 
+
+def _split_first(ds: DeltaSimulator):
+    """Replace the first task in key order by two in a chain (half the duration each)."""
+    t = int(ds.pop_order[0])
+    preds, succs, dur, dev = ds.predecessors(t), ds.successors(t), ds.duration[t], ds.device[t]
+    edges = [(u, ~0) for u in preds] + [(~0, ~1)] + [(~1, v) for v in succs]
+    return ds.replace_tasks([t], [0.5 * dur, 0.5 * dur], [dev, dev], edges)
+
+
+def test_early_task_replacement_runs_in_full_at_once():
+    """A task replacement with the compiled engine and the default budget, with more than
+    RESUME_MAX_SHARE of the tasks after it: the compiled full run at once (no Python sweep, no queue
+    rebuilt), the result a full run's; later changes (sweeps, another replacement) stay exact. With
+    an explicit budget, or without the compiled engine, the sweep is tried first as before."""
+    g = pipeline_1f1b(4, 24, 6, 0)
+    ds = DeltaSimulator(g, kernel="numba")
+    st = _split_first(ds)
+    assert st.fallback and st.reason.startswith("task replacement at ready time 0:"), st.reason
+    assert st.retimed == ds.num_tasks and st.removed == 1 and len(st.new_ids) == 2
+    assert_matches_full(ds)
+    t = int(ds.pop_order[len(ds.pop_order) // 2])
+    ds.set_durations([t], [ds.duration[t] * 3.0])
+    assert_matches_full(ds)
+    ds.set_devices([t], [(int(ds.device[t]) + 1) % ds.num_devices])
+    assert_matches_full(ds)
+    assert _split_first(ds).reason.startswith("task replacement at")
+    assert_matches_full(ds)
+    for other in (DeltaSimulator(g, kernel="numba", budget=0.5), DeltaSimulator(g, kernel="python")):
+        st = _split_first(other)
+        assert not st.reason.startswith("task replacement at"), st.reason
+        assert_matches_full(other)
