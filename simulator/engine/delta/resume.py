@@ -113,6 +113,7 @@ class ResumeMixin:
         before the sweep point, no edge from a resumed task into a final one, every resumed task
         after the sweep point in key order, no edge at a processed task backwards in key order, and
         the resumed tasks popped in key order; if one check fails, the plain full run is used."""
+        t_res = time.perf_counter()  # the cost model learns the whole resume: set-up, engine, patching
         n, nd = len(self._dur), self._nd
         alive = self._alive_np
         where = np.frombuffer(self._where, dtype=np.int64)
@@ -191,7 +192,6 @@ class ResumeMixin:
         edst = np.concatenate([k + pready, new_id[s_dst]])
         from taskgraph.graph import csr_from_edges
         sptr, sidx = csr_from_edges(k + sub.size, esrc, edst)
-        t_res = time.perf_counter()
         try:
             res = simulate_arrays(sdur, sdev, sptr, sidx, nd + b, kernel=self._engine)
         except SimulationError:  # a cycle after the sweep point: the full run reports it by task name
