@@ -465,15 +465,16 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
     # ------------------------------------------------------------------ internals
     def _replacement_runs_in_full(self, rem, add, drop, new_ids) -> str:
         """A cheap up-front estimate for a task replacement with the compiled engine (package doc,
-        "Fallback"): replacements take the Python sweep, which costs ~4.5 us per re-timed task against
+        "Compiled sweep"): replacements take the Python sweep, which costs ~4.5 us per re-timed task against
         ~0.05 us per task for a compiled full run, behind a set-up of ~1-1.5 ms (the ``_Queue`` objects
         rebuilt from the linked lists, the dirty marks) that the race with the resume already counts
         against it; when more than ``params.RESUME_MAX_SHARE`` of the live tasks come after the
         earliest key the change touches (or the resume's cost model expects more than a full run on
-        them), the full run is the only alternative and the sweep gives up at its first check (measured on the 1F1B pipeline of benchmarks/delta.py: the early and middle splits
-        after 32 tasks, 9.5-10.5 ms against a 5.2-6 ms compiled full run), so the full run starts at
-        once. Returns the reason, or '' to sweep. Only with the default budget (``"auto"``): an
-        explicit budget or None asks for the sweep."""
+        them), the full run is the only alternative and the sweep gives up at its first check
+        (measured on the 1F1B pipeline of benchmarks/delta.py: the early and middle splits after 32
+        tasks, 9.5-10.5 ms against a 5.2-6 ms compiled full run), so the full run starts at once.
+        Returns the reason, or '' to sweep. Only with the default budget (``"auto"``): an explicit
+        budget or None asks for the sweep."""
         if self._nb is None or self.budget != "auto" or not self._canonical or not self._n_live:
             return ""
         R, E, alive = self._R, self._E, self._alive
