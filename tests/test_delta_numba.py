@@ -212,6 +212,31 @@ def test_count_after_hand_case():
     assert nb.count_after(lk, 1.0, 2.0) == (3, 1)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 7), max_size=5), min_size=1, max_size=8))
+def test_transpose_csr_equals_the_stable_argsort(rows):
+    """kernels_numba.transpose_csr (the resume's predecessor CSR): the arrays of the numpy path in
+    ``ResumeMixin._pred_csr`` (a stable argsort of the heads), repeated edges included."""
+    from simulator.engine.delta import kernels_numba as nb
+    n = len(rows)
+    rows = [[v % n for v in r] for r in rows]
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum([len(r) for r in rows], out=ptr[1:])
+    idx = np.array([v for r in rows for v in r], dtype=np.int64)
+    pp, src = nb.transpose_csr(ptr, idx)
+    order = np.argsort(idx, kind="stable")
+    np.testing.assert_array_equal(src, np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr))[order])
+    np.testing.assert_array_equal(pp[1:], np.cumsum(np.bincount(idx, minlength=n)))
+    assert pp[0] == 0
+
+
+def test_transpose_csr_hand_case():
+    from simulator.engine.delta import kernels_numba as nb
+    # 0 -> 2, 0 -> 1, 1 -> 2, 2 -> (none): predecessors 1: [0]; 2: [0, 1]
+    pp, src = nb.transpose_csr(np.array([0, 2, 3, 3]), np.array([2, 1, 2]))
+    assert pp.tolist() == [0, 0, 1, 3] and src.tolist() == [0, 0, 1]
+
+
 def test_resume_takes_the_pace_rules_count(monkeypatch):
     """When the pace rule gives up at a point, the resume reuses its count of the tasks after that
     point instead of counting again: the count it is given is the one a fresh count gives."""
@@ -249,3 +274,35 @@ def test_resume_takes_the_pace_rules_count(monkeypatch):
         ds.set_durations([t], [float(g.duration[t])])
         assert_matches_full(ds)
     assert len(seen) >= 2 and all(tasks == fresh for tasks, fresh in seen)
+
+
+def _split_first(ds: DeltaSimulator):
+    """Replace the first task in key order by two in a chain (half the duration each)."""
+    t = int(ds.pop_order[0])
+    preds, succs, dur, dev = ds.predecessors(t), ds.successors(t), ds.duration[t], ds.device[t]
+    edges = [(u, ~0) for u in preds] + [(~0, ~1)] + [(~1, v) for v in succs]
+    return ds.replace_tasks([t], [0.5 * dur, 0.5 * dur], [dev, dev], edges)
+
+
+def test_early_task_replacement_runs_in_full_at_once():
+    """A task replacement with the compiled engine and the default budget, with more than
+    RESUME_MAX_SHARE of the tasks after it: the compiled full run at once (no Python sweep, no queue
+    rebuilt), the result a full run's; later changes (sweeps, another replacement) stay exact. With
+    an explicit budget, or without the compiled engine, the sweep is tried first as before."""
+    g = pipeline_1f1b(4, 24, 6, 0)
+    ds = DeltaSimulator(g, kernel="numba")
+    st = _split_first(ds)
+    assert st.fallback and st.reason.startswith("task replacement at ready time 0:"), st.reason
+    assert st.retimed == ds.num_tasks and st.removed == 1 and len(st.new_ids) == 2
+    assert_matches_full(ds)
+    t = int(ds.pop_order[len(ds.pop_order) // 2])
+    ds.set_durations([t], [ds.duration[t] * 3.0])
+    assert_matches_full(ds)
+    ds.set_devices([t], [(int(ds.device[t]) + 1) % ds.num_devices])
+    assert_matches_full(ds)
+    assert _split_first(ds).reason.startswith("task replacement at")
+    assert_matches_full(ds)
+    for other in (DeltaSimulator(g, kernel="numba", budget=0.5), DeltaSimulator(g, kernel="python")):
+        st = _split_first(other)
+        assert not st.reason.startswith("task replacement at"), st.reason
+        assert_matches_full(other)

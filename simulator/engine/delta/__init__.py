@@ -152,7 +152,8 @@ remaining task plus a fixed part (it patches the state in place), against severa
 sweep, so with durations > 0 the sweep also races the resume (ski rental, a measured cost model): at its
 deadline checks it counts the tasks after its point (one vectorized pass), estimates the resumed
 engine's time on them (``_res_fix + _res_per * tasks``, seeded from the full run and refined from every
-resume, :meth:`~simulator.engine.delta.resume.ResumeMixin._learn_resume`), and hands over once it has
+resume, :meth:`~simulator.engine.delta.resume.ResumeMixin._learn_resume`; the compiled resume is
+learned whole, its set-up included, the Python one from its engine call on), and hands over once it has
 itself cost ``params.RESUME_RACE`` of that estimate. A change late in the timeline then costs at most
 about (1 + RESUME_RACE) x the engine on what follows it, while a change that re-times few tasks finishes
 in the sweep. The budget still bounds the sweep when the resume is not an option (zero or lossy
@@ -167,9 +168,15 @@ device queues as doubly linked lists in key order instead of chunked lists, the 
 arrays. It pauses every 256-1,024 units of work so that the deadline checks and the race above run here
 unchanged. Resumes patch the linked lists (:func:`simulator.engine.delta.kernels_numba.last_upto`,
 :func:`~simulator.engine.delta.kernels_numba.cut_and_append`); a change that takes the Python path
-(device moves, task replacements, zero durations) first rebuilds the ``_Queue`` objects from them
+(task replacements) first rebuilds the ``_Queue`` objects from them
 (:meth:`~simulator.engine.delta.compiled.CompiledSweepMixin._queues`), and the next compiled sweep
-rebuilds the lists (:meth:`~simulator.engine.delta.compiled.CompiledSweepMixin._links`). Full runs and
+rebuilds the lists (:meth:`~simulator.engine.delta.compiled.CompiledSweepMixin._links`). With the
+default budget a task replacement skips that path when more than ``params.RESUME_MAX_SHARE`` of the
+tasks come after the earliest key it touches, or the resume's cost model expects more than a full run
+on them (an up-front count, ``DeltaSimulator._replacement_runs_in_full``): the full run is then the
+only alternative, and the Python sweep (~4.5 us per re-timed task against ~0.05 us for the compiled
+engine, behind ~1-1.5 ms of set-up) gave up at its first check anyway; the compiled full run starts at
+once. Full runs and
 resumes run the compiled engine. The event heap is sized once per sweep from a bound on its pushes
 (:func:`simulator.engine.delta.kernels_numba.heap_capacity`), so the loop never reallocates and never
 returns arrays (reference counting on every push had cost 60 % of its time). The compiled sweep re-times

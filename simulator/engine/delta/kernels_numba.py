@@ -552,6 +552,29 @@ def count_after(lk, r0, r):
 
 
 @numba.njit(cache=True)
+def transpose_csr(ptr, idx):
+    """The predecessor CSR ``(pptr, src)`` of the successor CSR ``(ptr, idx)``: a counting sort of the
+    edges by head, stable in (tail, position in the tail's row) -- the arrays
+    ``np.argsort(idx, kind="stable")`` gives (``ResumeMixin._pred_csr``), in two passes over the
+    edges instead of a comparison sort (2.5-3.3 ms on the 103 k-task pipeline's edges after a task
+    replacement, when the resume needs it)."""
+    n = ptr.shape[0] - 1
+    pptr = np.zeros(n + 1, dtype=np.int64)
+    for k in range(idx.shape[0]):
+        pptr[idx[k] + 1] += 1
+    for v in range(n):
+        pptr[v + 1] += pptr[v]
+    fill = pptr[:n].copy()
+    src = np.empty(idx.shape[0], dtype=np.int64)
+    for u in range(n):
+        for k in range(ptr[u], ptr[u + 1]):
+            v = idx[k]
+            src[fill[v]] = u
+            fill[v] += 1
+    return pptr, src
+
+
+@numba.njit(cache=True)
 def key_sorted(order, ready):
     """Is the pop ``order`` sorted by key (ready, id)? (The timeline is then canonical.)"""
     for k in range(1, order.shape[0]):

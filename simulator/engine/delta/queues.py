@@ -96,6 +96,21 @@ class _Queue:
                 out.extend(Ic)
         return out
 
+    def ids_np(self) -> np.ndarray:
+        """:meth:`ids` as one int64 array, the unmaterialized chunks as slices of their source arrays
+        (no Python list of them: the static re-sweep's device lists, ``_py_links``, after an ordinary
+        sweep)."""
+        if self.R is None:
+            return np.asarray(self.src[0].device(self.src[1])[0], dtype=np.int64)
+        parts = []
+        for c, Ic in enumerate(self.I):
+            if Ic is None:
+                a, b, ids, _ = self.R[c]
+                parts.append(np.asarray(ids[a:b], dtype=np.int64))
+            else:
+                parts.append(np.array(Ic, dtype=np.int64))
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
     def _find(self, r, x):
         """(chunk, index) where key (r, x) is, or would be inserted; the chunk is materialized."""
         fr = self.fr

@@ -182,7 +182,7 @@ class StaticResweepMixin:
                 ids = groups.order[groups.perm].astype(np.int64)
                 bounds = groups.bounds.copy()
             else:
-                parts = [np.asarray(q.ids(), dtype=np.int64) for q in self._queues()]
+                parts = [q.ids_np() for q in self._queues()]
                 ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
                 bounds = np.zeros(nd + 1, dtype=np.int64)
                 np.cumsum([p.size for p in parts], out=bounds[1:])
