@@ -251,6 +251,29 @@ def test_replace_tasks_split_hand_checked():
     assert_matches_full(ds)
 
 
+def test_replace_tasks_grows_the_state_past_a_view_left_in_a_reference_cycle():
+    # numba leaves the numpy view of a state array it was called with in a reference cycle when the
+    # kernel compiles on that call (empty numba cache: CI); growing the array then raised BufferError
+    import gc
+    b = _builder(2)
+    a = b.add_task(1.0, 0, "forward")
+    bb = b.add_task(2.0, 0, "forward")
+    c = b.add_task(1.0, 1, "forward")
+    b.add_edge(a, bb)
+    b.add_edge(bb, c)
+    ds = DeltaSimulator(b.build(), budget=None)
+    gc.disable()
+    try:
+        cycle = [np.frombuffer(ds._lk, dtype=np.float64), np.frombuffer(ds._R, dtype=np.float64)]
+        cycle.append(cycle)
+        del cycle  # unreachable, alive until the collector runs
+        stats = ds.replace_tasks([bb], [1.5, 1.5], [0, 0], [(a, ~0), (~0, ~1), (~1, c)])
+    finally:
+        gc.enable()
+    assert stats.new_ids == (bb, 3) and ds.end[c] == 5.0
+    assert_matches_full(ds)
+
+
 def test_replace_tasks_remove_edges_and_add_program_order():
     b = _builder(2)
     t = [b.add_task(1.0, i % 2, "forward") for i in range(4)]

@@ -20,7 +20,7 @@ from simulator.engine.delta.compiled import CompiledSweepMixin, _delta_kernel
 from simulator.engine.delta.queues import _Queue
 from simulator.engine.delta.resume import ResumeMixin
 from simulator.engine.delta.static import StaticResweepMixin
-from simulator.engine.delta.stats import _NAN, DeltaStats, _Abort, _zeros
+from simulator.engine.delta.stats import _NAN, DeltaStats, _Abort, _extend, _zeros
 from simulator.engine.delta.sweep import SweepMixin
 from strategies.errors import SimulationError
 
@@ -419,14 +419,11 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         if grow:
             nan_block = array("d", [_NAN]) * grow
             for arr in (R, S, E, self._lk):
-                arr.extend(nan_block)
-            dur.extend(_zeros("d", grow))
-            where.extend(array("q", [-1]) * grow)
-            self._st.extend(_zeros("q", grow))
-            self._pend.extend(_zeros("q", grow))
-            self._nr.extend(_zeros("d", grow))
-            self._oS.extend(_zeros("d", grow))
-            self._oE.extend(_zeros("d", grow))
+                _extend(arr, nan_block)
+            _extend(dur, _zeros("d", grow))
+            _extend(where, array("q", [-1]) * grow)
+            for arr, code in ((self._st, "q"), (self._pend, "q"), (self._nr, "d"), (self._oS, "d"), (self._oE, "d")):
+                _extend(arr, _zeros(code, grow))
             dev.extend([0] * grow)
             alive.extend([False] * grow)
             succ.extend([] for _ in range(grow))

@@ -54,3 +54,17 @@ class DeltaStats:
 
 def _zeros(typecode: str, n: int) -> array:
     return array(typecode, bytes(8 * n))
+
+
+def _extend(arr: array, block) -> None:
+    """``arr.extend(block)`` for the state's arrays, which numpy views (``np.frombuffer``) pass to the
+    kernels. A view still referenced from a reference cycle blocks the resize (``BufferError``) until
+    the collector frees it: numba leaves one behind when a kernel compiles on its first call with the
+    view as argument (an empty numba cache; tests/test_delta.py's successive-changes test caught it
+    in CI). Then collect once and extend."""
+    try:
+        arr.extend(block)
+    except BufferError:
+        import gc
+        gc.collect()
+        arr.extend(block)
