@@ -226,15 +226,20 @@ def test_device_move_hand_checked():
     assert_matches_full(ds)
 
 
-def test_replace_tasks_split_hand_checked():
-    # chain A (dev 0, 1 s) -> B (dev 0, 2 s) -> C (dev 1, 1 s); split B into B1, B2 (1.5 s each).
+def _chain_abc():
+    """Chain A (dev 0, 1 s) -> B (dev 0, 2 s) -> C (dev 1, 1 s): (simulator, a, b, c)."""
     b = _builder(2)
     a = b.add_task(1.0, 0, "forward")
     bb = b.add_task(2.0, 0, "forward")
     c = b.add_task(1.0, 1, "forward")
     b.add_edge(a, bb)
     b.add_edge(bb, c)
-    ds = DeltaSimulator(b.build(), budget=None)
+    return DeltaSimulator(b.build(), budget=None), a, bb, c
+
+
+def test_replace_tasks_split_hand_checked():
+    # chain A -> B -> C (_chain_abc); split B into B1, B2 (1.5 s each).
+    ds, a, bb, c = _chain_abc()
     assert ds.end[c] == 4.0
     stats = ds.replace_tasks([bb], [1.5, 1.5], [0, 0], [(a, ~0), (~0, ~1), (~1, c)])
     b1, b2 = stats.new_ids
@@ -255,13 +260,7 @@ def test_replace_tasks_grows_the_state_past_a_view_left_in_a_reference_cycle():
     # numba leaves the numpy view of a state array it was called with in a reference cycle when the
     # kernel compiles on that call (empty numba cache: CI); growing the array then raised BufferError
     import gc
-    b = _builder(2)
-    a = b.add_task(1.0, 0, "forward")
-    bb = b.add_task(2.0, 0, "forward")
-    c = b.add_task(1.0, 1, "forward")
-    b.add_edge(a, bb)
-    b.add_edge(bb, c)
-    ds = DeltaSimulator(b.build(), budget=None)
+    ds, a, bb, c = _chain_abc()
     gc.disable()
     try:
         cycle = [np.frombuffer(ds._lk, dtype=np.float64), np.frombuffer(ds._R, dtype=np.float64)]

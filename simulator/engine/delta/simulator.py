@@ -207,10 +207,11 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             order = live[np.lexsort((live, R[live]))]
         elif sum(len(m) for m in self._order_moved) * 8 > order.size:
             # many keys changed (a static re-sweep of most of the graph): the old order is nearly
-            # sorted, which numpy's stable sort exploits; then equal ready times by id
-            order = order[np.argsort(R[order], kind="stable")]
+            # sorted, which numpy's stable sort exploits, then equal ready times by id; without numba
+            # one sort by (ready, id)
             if self._nb is not None:
                 from simulator.engine.delta.static import _static_kernels
+                order = order[np.argsort(R[order], kind="stable")]
                 _static_kernels().fix_ties(order, R)
             else:
                 order = order[np.lexsort((order, R[order]))]

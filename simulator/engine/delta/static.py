@@ -13,7 +13,6 @@ import numpy as np
 
 from simulator.engine.delta import params
 from simulator.engine.delta.queues import _Dump, _Queue
-from simulator.engine.delta.stats import DeltaStats
 
 
 def _static_kernels():
@@ -22,11 +21,8 @@ def _static_kernels():
     return ks
 
 
-_NO_ORDER = np.zeros(0, dtype=np.int64)
-
-
 class StaticResweepMixin:
-    """:meth:`_resweep` of :class:`~simulator.engine.delta.simulator.DeltaSimulator`."""
+    """:meth:`_resweep_nb` and :meth:`_resweep_py` of :class:`~simulator.engine.delta.simulator.DeltaSimulator`."""
 
     _static_skip = 0  # changes left before the next try (after failures: 1, 2, 4, ... up to 64)
     _static_fails = 0
