@@ -36,7 +36,7 @@ import sys
 import time
 from pathlib import Path
 
-PARTS = ("gemm", "fp8", "grouped", "attention", "membound", "host", "grid", "grouped_grid", "fp8_grid", "gqa")
+PARTS = ("gemm", "fp8", "grouped", "attention", "membound", "host", "grid", "grouped_grid", "fp8_grid", "gqa", "host_llama")
 MIN_LOOP_S = 0.02
 TRIALS = 3
 MAX_LOOP = 200
@@ -507,12 +507,107 @@ def run_gqa(torch, dev, timer, quick, deadline) -> list[dict]:
     return rows
 
 
+def _llama_block(torch, h: int, heads: int, kv_heads: int, ffn: int, dev, dtype):
+    """A Llama block as torchtitan writes it in eager PyTorch (torchtitan/models/llama3/model.py:
+    nn.RMSNorm, separate wq/wk/wv/wo, rotary embedding through complex multiplication, repeat_kv by
+    expand, F.scaled_dot_product_attention(is_causal=True), SwiGLU as w2(silu(w1 x) * w3 x))."""
+    nn, F = torch.nn, torch.nn.functional
+    hd = h // heads
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attention_norm, self.ffn_norm = nn.RMSNorm(h), nn.RMSNorm(h)
+            self.wq, self.wk = nn.Linear(h, heads * hd, bias=False), nn.Linear(h, kv_heads * hd, bias=False)
+            self.wv, self.wo = nn.Linear(h, kv_heads * hd, bias=False), nn.Linear(heads * hd, h, bias=False)
+            self.w1, self.w3 = nn.Linear(h, ffn, bias=False), nn.Linear(h, ffn, bias=False)
+            self.w2 = nn.Linear(ffn, h, bias=False)
+
+        def rope(self, x, freqs):
+            xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+            return torch.view_as_real(xc * freqs).flatten(3).type_as(x)
+
+        def forward(self, x, freqs):
+            b, s, _ = x.shape
+            y = self.attention_norm(x)
+            q = self.wq(y).view(b, s, heads, hd)
+            k = self.wk(y).view(b, s, kv_heads, hd)
+            v = self.wv(y).view(b, s, kv_heads, hd)
+            q, k = self.rope(q, freqs), self.rope(k, freqs)
+            r = heads // kv_heads
+            k = k[:, :, :, None, :].expand(b, s, kv_heads, r, hd).reshape(b, s, heads, hd)
+            v = v[:, :, :, None, :].expand(b, s, kv_heads, r, hd).reshape(b, s, heads, hd)
+            o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+            x = x + self.wo(o.transpose(1, 2).reshape(b, s, h))
+            y = self.ffn_norm(x)
+            return x + self.w2(F.silu(self.w1(y)) * self.w3(y))
+
+    return Block().to(device=dev, dtype=dtype)
+
+
+def _kernel_count(torch, fn) -> int:
+    """Device kernels one call of ``fn`` launches (torch.profiler, CUDA activity)."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+
+
+def run_host_llama(torch, dev, timer, quick, deadline) -> list[dict]:
+    """Host issue time and kernel count of a torchtitan-style Llama block, eager and torch.compile'd,
+    forward and backward, beside its device time: where eager small layers are host-bound."""
+    rows = []
+    shapes = ((512, 4, 4, 1536, 256),) if (quick or dev == "cpu") else (
+        (1024, 8, 8, 2816, 2048), (2048, 16, 8, 5632, 2048), (2048, 16, 8, 5632, 8192),
+        (4096, 32, 8, 14336, 2048), (4096, 32, 8, 14336, 8192))
+    modes = ("eager",) if dev == "cpu" else ("eager", "compile")
+    for h, heads, kvh, ffn, s in shapes:
+        for mode in modes:
+            if time.perf_counter() > deadline or (mode == "compile" and s != 2048):
+                continue
+            blk = _llama_block(torch, h, heads, kvh, ffn, dev, torch.bfloat16)
+            fwd_mod = torch.compile(blk) if mode == "compile" else blk
+            x = torch.randn(1, s, h, device=dev, dtype=torch.bfloat16, requires_grad=True)
+            hd = h // heads
+            ang = torch.outer(torch.arange(s, device=dev, dtype=torch.float32),
+                              1.0 / (10000 ** (torch.arange(0, hd, 2, device=dev, dtype=torch.float32) / hd)))
+            freqs = torch.polar(torch.ones_like(ang), ang)[None, :, None, :]
+            fw = lambda: fwd_mod(x, freqs)  # noqa: E731
+            for _ in range(3):
+                fw().sum().backward()
+            timer.sync()
+            host = {"fwd": [], "bwd": []}
+            for _ in range(5):
+                t0 = time.perf_counter()
+                y = fw()
+                host["fwd"].append(time.perf_counter() - t0)
+                loss = y.sum()
+                timer.sync()
+                t0 = time.perf_counter()
+                loss.backward()
+                host["bwd"].append(time.perf_counter() - t0)
+                timer.sync()
+            dev_f = timer(fw, warmup=1)
+            dev_fb = timer(lambda: fw().sum().backward(), warmup=1)
+            kf = _kernel_count(torch, fw) if dev == "cuda" else 0
+            kfb = _kernel_count(torch, lambda: fw().sum().backward()) if dev == "cuda" else 0
+            base = dict(mode=mode, hidden=h, heads=heads, kv_heads=kvh, ffn=ffn, seq=s)
+            rows.append(dict(base, what="forward", kernels=kf, host_us=statistics.median(host["fwd"]) * 1e6,
+                             loop_us=dev_f * 1e6))
+            rows.append(dict(base, what="forward+sum+backward", kernels=kfb,
+                             host_us=(statistics.median(host["fwd"]) + statistics.median(host["bwd"])) * 1e6,
+                             loop_us=dev_fb * 1e6))
+            del blk, fwd_mod, x
+    return rows
+
+
 RUNNERS = {"gemm": run_gemm, "fp8": run_fp8, "grouped": run_grouped, "attention": run_attention,
            "membound": run_membound, "host": run_host, "grid": run_grid, "grouped_grid": run_grouped_grid,
-           "fp8_grid": run_fp8_grid, "gqa": run_gqa}
+           "fp8_grid": run_fp8_grid, "gqa": run_gqa, "host_llama": run_host_llama}
 FILES = {"gemm": "gemm.csv", "fp8": "gemm_fp8.csv", "grouped": "grouped.csv", "attention": "attention.csv",
          "membound": "membound.csv", "host": "host.csv", "grid": "gemm_grid.csv", "grouped_grid": "grouped_grid.csv",
-         "fp8_grid": "gemm_fp8_grid.csv", "gqa": "attention_gqa.csv"}
+         "fp8_grid": "gemm_fp8_grid.csv", "gqa": "attention_gqa.csv", "host_llama": "host_llama.csv"}
 
 
 def meta(torch, dev) -> dict:
