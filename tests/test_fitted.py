@@ -41,8 +41,8 @@ def test_every_fitted_gpu_field_is_written_fitted_in_gpus_yaml_and_back():
 def test_cluster_and_option_defaults_come_from_the_file():
     from strategies.strategy_file import P2P_HOST_GAP_US
     from topologies.cluster import DEFAULT_HOST_US_PER_COLLECTIVE, get_cluster
-    assert (P2P_HOST_GAP_US, DEFAULT_HOST_US_PER_COLLECTIVE) == (500.0, 30.0)
-    assert fitted_value("p2p_host_gap_us") == 500
+    assert (P2P_HOST_GAP_US, DEFAULT_HOST_US_PER_COLLECTIVE) == (600.0, 30.0)
+    assert fitted_value("p2p_host_gap_us") == 600
     assert get_cluster("dgx-a100-80g").host_us_per_collective == 45.0
     assert get_cluster("dgx-a100-40g").host_us_per_collective == 45.0
     assert get_cluster("dgx-h100").host_us_per_collective == 30.0

@@ -56,6 +56,24 @@ def test_eq3_conversion_by_hand(rows):
     assert V.measured_seconds(_row(rows, "N21-1.7B")) == pytest.approx(3.528, abs=1e-3)
 
 
+def test_narayanan_figure_12_pairs_by_hand(rows):
+    # Narayanan 2021 Figure 12: GPT-3 175B on 96 GPUs (tp 8, pp 12, b 1), non-interleaved 82 and
+    # interleaved 119 TFLOP/s at B = 12: F = 96*12*2048*96*12288^2*(1 + 2048/73728 + 51200/18874368)
+    f = 96 * 12 * 2048 * 96 * 12288 ** 2 * (1 + 2048 / 73728 + 51200 / 18874368)
+    assert V.measured_seconds(_row(rows, "N21F12-175B-1f1b-12")) == pytest.approx(f / (96 * 82e12), rel=1e-12)
+    assert V.measured_seconds(_row(rows, "N21F12-175B-1f1b-12")) == pytest.approx(4.477, abs=1e-3)
+    assert V.measured_seconds(_row(rows, "N21F12-175B-int-12")) == pytest.approx(3.085, abs=1e-3)
+    # each interleaved row has its non-interleaved partner of the same batch (the p2p-host-gap pairs),
+    # and the two differ only in the schedule and its chunks (4: two layers per virtual stage)
+    fig = {r["id"]: r for r in rows if r["id"].startswith("N21F12-")}
+    assert len(fig) == 10
+    for rid, r in fig.items():
+        if "-int-" in rid:
+            p = fig[rid.replace("-int-", "-1f1b-")]
+            diff = {k for k in r if r[k] != p[k]}
+            assert diff == {"id", "vpp", "schedule", "value", "notes"}, diff
+            assert (r["vpp"], r["schedule"], p["vpp"], p["schedule"]) == ("4", "interleaved", "1", "1f1b")
+
 def test_throughput_conversions_by_hand(rows):
     # samples/s/GPU: 144 samples / (11.8 samples/s/GPU * 8 GPUs)
     assert V.measured_seconds(_row(rows, "ZB-1.5B-1f1b-24")) == pytest.approx(144 / (11.8 * 8))
