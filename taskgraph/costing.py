@@ -22,6 +22,7 @@ from topologies.placement import group_ranks, rank_of
 from topologies.stragglers import stage_pace
 from taskgraph.overheads import host_bound, step_overhead_s
 from taskgraph.cpu_optimizer import cpu_offload_step_time
+from taskgraph.pipeline_p2p import activation_bytes, boundary_times
 from taskgraph.overlap import bulk, chunk_op, pipelined, ring_exchange, ring_hbm_loss, sm_fraction, stream_shares
 from topologies.comm_kernels import comm_kernels
 
@@ -460,23 +461,10 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
     if check_profile and profile is not None:
         profile.check_all_used()
 
-    # Pipeline transfers: activations [s/cp, b, h] split over tp (Narayanan 2021 Section 4.1
-    # scatter/gather; with sp the tensor is already sequence-sharded), rank r -> r+1 representatives.
-    p2p_bytes = dt * tr.micro_batch * tr.seq_len / s.cp * plan.model.hidden / s.tp
+    # Pipeline transfers, rank r -> r+1 representatives (taskgraph/pipeline_p2p.py)
     sched = plan.schedule
-
-    def boundary_times() -> dict:
-        pairs = {}
-        for st in range(sched.num_stages - 1):  # every boundary, timed on its own placement (NVLink or NIC)
-            ra, rb = sched.stage_to_rank[st], sched.stage_to_rank[st + 1]
-            if ra != rb:
-                for x, y in ((ra, rb), (rb, ra)):
-                    pairs[(x, y)] = _comm_time(plan.cluster, "send-recv", p2p_bytes,
-                                               (rank_of(0, 0, 0, x, s), rank_of(0, 0, 0, y, s)),
-                                               ("pp", s, ()))
-        return pairs
-
-    pairs = boundary_times() if cid is None else dict(_memo(("p2p", cid, sched.stage_to_rank), boundary_times))
+    times = lambda: boundary_times(plan, _comm_time)  # noqa: E731
+    pairs = times() if cid is None else dict(_memo(("p2p", cid, sched.stage_to_rank), times))
     if not opt.p2p_overlap and opt.p2p_host_gap_us:
         # Blocking exchanges synchronize the device (Megatron-LM p2p_communication._communicate:
         # torch.cuda.synchronize() after batch_isend_irecv when batch_p2p_sync, the default), so both
@@ -756,13 +744,13 @@ def _pp_background(plan: Plan, layers) -> tuple:
     rank sends one activation forward and one gradient backward per micro-batch, i.e. an average
     demand of p2p bytes / (the stage's compute time per micro-batch) on each neighbour flow
     (``topologies/fabric.py``, max-min fairness with demands). Empty without pp or overlap."""
-    s, tr, opt = plan.sizes, plan.strategy.training, plan.strategy.options
+    s, opt = plan.sizes, plan.strategy.options
     if s.pp < 2 or not opt.overlap_grad_reduce:
         return ()
     per_mb = sum(op.fwd + op.bwd_input + op.bwd_weight for l in layers for op in l.ops)
     if per_mb <= 0:
         return ()
-    p2p = DTYPE_BYTES[tr.precision] * tr.micro_batch * tr.seq_len / s.cp * plan.model.hidden / s.tp
+    p2p = activation_bytes(plan)
     # rounded so that stages with nearly equal compute share one cache entry
     return (("pp", float(f"{p2p / per_mb:.3g}")),)
 
