@@ -30,7 +30,7 @@ TRAINING_KEYS = ("micro_batch", "global_batch", "seq_len", "precision", "recompu
                  "recompute_layers")
 OPTION_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_bucket_mb", "flash_attention",
                "overlap_handoff", "memory_reserve_gb", "fidelity", "profile", "profile_gpu", "collective_profile", "collective_profile_gpu", "fp32_grad_accum",
-               "tp_comm_overlap", "p2p_overlap", "tp_async_backward", "p2p_host_gap_us", "moe_imbalance", "moe_capacity_factor",
+               "tp_comm_overlap", "p2p_overlap", "tp_async_backward", "p2p_host_gap_us", "pipeline_scatter_gather", "moe_imbalance", "moe_capacity_factor",
                "moe_max_nodes", "pair_overlap", "pair_comm_sms", "overlap_moe_expert_parallel_comm",
                "delay_wgrad_compute", "moe_flex_dispatcher_num_sms", "moe_shared_expert_overlap", "optimizer_cpu_offload",
                "optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d", "fp8_recipe", "fp8_param_gather",
@@ -141,6 +141,11 @@ class OptionsSpec:
     p2p_host_gap_us: with blocking p2p, microseconds both sides' GPUs idle after each exchange:
         Megatron synchronizes the device after every batched send/recv (``batch_p2p_sync``), so the
         next action starts only once the host has launched its first kernel again.
+    pipeline_scatter_gather: without sequence parallelism, each TP rank sends 1/tp of a pipeline
+        activation and the receiving TP group all-gathers it (Megatron-LM 2021-2022's
+        ``--scatter-gather-tensors-in-pipeline``, DeepSpeed's partitioned pipeline activations);
+        False = every TP rank sends the whole activation (Megatron-core). No effect with sp or tp 1
+        (taskgraph/pipeline_p2p.py).
     moe_imbalance: MoE routing skew: tokens routed to the busiest expert-parallel rank over the
         mean (>= 1; 1 = perfectly balanced). The busiest rank sets the pace of the EP group's
         all-to-all and of the layer (GShard, Lepikhin 2020 Section 2.2; measured expert loads in
@@ -219,6 +224,7 @@ class OptionsSpec:
     p2p_overlap: bool = False
     tp_async_backward: bool = True
     p2p_host_gap_us: float = P2P_HOST_GAP_US
+    pipeline_scatter_gather: bool = False
     moe_imbalance: float = 1.0
     moe_capacity_factor: float | None = None
     moe_max_nodes: int | None = None
@@ -394,6 +400,7 @@ def parse_strategy(data: dict, base_dir: str | Path = ".", *, written: bool = Tr
         p2p_overlap=get_bool(o, "p2p_overlap", "options", default=False),
         tp_async_backward=get_bool(o, "tp_async_backward", "options", default=True),
         p2p_host_gap_us=get_float(o, "p2p_host_gap_us", "options", default=P2P_HOST_GAP_US),
+        pipeline_scatter_gather=get_bool(o, "pipeline_scatter_gather", "options", default=False),
         moe_imbalance=get_float(o, "moe_imbalance", "options", default=1.0, minimum=1.0),
         moe_capacity_factor=None if o.get("moe_capacity_factor") is None else get_float(
             o, "moe_capacity_factor", "options", minimum=1.0),

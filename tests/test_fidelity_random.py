@@ -62,6 +62,7 @@ OPTION_VALUES = {
     "optimizer_offload_fraction": [0.0, 0.5],
     "overlap_cpu_optimizer_d2h_h2d": [True],
     "moe_shared_expert_overlap": [True],
+    "pipeline_scatter_gather": [True],
 }
 #: Megatron's CPU optimizer offload, drawn by _draw_cpu_offload from its own generator (same reason)
 OFFLOAD_KEYS = ("optimizer_cpu_offload", "optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d")
@@ -73,7 +74,7 @@ NEEDS = {"moe_imbalance": "moe", "moe_capacity_factor": "moe", "moe_max_nodes": 
          "fp8_recipe": "fp8", "cp_comm": "cp", "cp_load_balance": "cp", "reshard_after_forward": "zero3",
          "pair_overlap": "dualpipe", "pair_comm_sms": "dualpipe", "overlap_handoff": "dualpipe",
          "fp8_param_gather": "fp8", **{k: "a2a-overlap" for k in A2A_KEYS}, **{k: "cpu-offload" for k in OFFLOAD_KEYS},
-         "moe_shared_expert_overlap": "shared-overlap"}
+         "moe_shared_expert_overlap": "shared-overlap", "pipeline_scatter_gather": "tp-pp"}
 
 
 def _draw_shared_overlap(data: dict, on: set, i: int) -> None:
@@ -122,6 +123,17 @@ def _draw_a2a_overlap(data: dict, on: set, i: int) -> None:
     if rng.random() < 0.6:
         data["options"]["moe_flex_dispatcher_num_sms"] = int(rng.choice(OPTION_VALUES["moe_flex_dispatcher_num_sms"]))
         on.add("moe_flex_dispatcher_num_sms")
+
+
+def _draw_scatter_gather(data: dict, on: set, i: int) -> None:
+    """Megatron-LM 2021-22's pipeline scatter/gather in half the draws with tp and pp > 1 (it acts
+    without sequence parallelism: half of those); its own generator keeps the other draws as they were."""
+    rng = np.random.default_rng((20261129, i))
+    par = data["parallel"]
+    if par["tp"] < 2 or par["pp"] < 2 or rng.random() < 0.5:
+        return
+    data["options"]["pipeline_scatter_gather"] = True
+    on.add("pipeline_scatter_gather")
 
 
 #: model fields drawn like the options (each on in at least MIN_ON draws), by _draw_model_fields
@@ -206,6 +218,7 @@ def _draw(rng: np.random.Generator, i: int) -> tuple[dict, set]:
     _draw_cpu_offload(data, on, i)
     _draw_shared_overlap(data, on, i)
     _draw_model_fields(data, on, i)
+    _draw_scatter_gather(data, on, i)
     return data, on
 
 

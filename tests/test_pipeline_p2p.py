@@ -1,0 +1,74 @@
+"""Pipeline transfers (taskgraph/pipeline_p2p.py): what each TP rank sends with and without
+sequence parallelism and Megatron-LM 2021-22's scatter/gather, and the receiving TP group's
+all-gather, checked against the collective model by hand."""
+from __future__ import annotations
+
+import pytest
+
+from strategies.errors import ConfigError
+from strategies.strategy_file import parse_strategy
+from taskgraph.pipeline_p2p import activation_bytes, boundary_times
+from taskgraph.plan import resolve
+from topologies.collectives import collective_time
+from topologies.placement import group_ranks, rank_of
+
+# one activation: 2 bytes x micro-batch 1 x 2048 tokens x hidden 4096 = 16 MiB
+FULL = 2 * 1 * 2048 * 4096
+
+
+def _plan(sp: bool, scatter_gather: bool | None, tp: int = 8):
+    options = {} if scatter_gather is None else {"pipeline_scatter_gather": scatter_gather}
+    return resolve(parse_strategy({
+        "model": {"preset": "llama3-8b", "layers": 4},
+        "cluster": {"preset": "dgx-a100", "nodes": 2},
+        "parallel": {"tp": tp, "pp": 2, "dp": 8 // tp, "sp": sp},
+        "schedule": "1f1b",
+        "training": {"micro_batch": 1, "global_batch": 4 * (8 // tp), "seq_len": 2048, "precision": "bf16"},
+        "options": options}, "."))
+
+
+def _times(plan):
+    return boundary_times(plan, lambda cluster, kind, nbytes, ranks, share: collective_time(kind, nbytes, ranks, cluster))
+
+
+def test_bytes_per_rank():
+    assert activation_bytes(_plan(sp=False, scatter_gather=None)) == FULL          # Megatron-core: whole activation
+    assert activation_bytes(_plan(sp=False, scatter_gather=True)) == FULL / 8      # scatter/gather: 1/tp
+    assert activation_bytes(_plan(sp=True, scatter_gather=None)) == FULL / 8       # sp: already split
+    assert activation_bytes(_plan(sp=True, scatter_gather=True)) == FULL / 8
+    assert activation_bytes(_plan(sp=False, scatter_gather=True, tp=1)) == FULL
+
+
+def test_the_receiving_tp_group_all_gathers_a_scattered_activation():
+    plan = _plan(sp=False, scatter_gather=True)
+    s, c = plan.sizes, plan.cluster
+    times = _times(plan)
+    assert set(times) == {(0, 1), (1, 0)}
+    for x, y in times:
+        rx, ry = rank_of(0, 0, 0, x, s), rank_of(0, 0, 0, y, s)
+        send = collective_time("send-recv", FULL / 8, (rx, ry), c)
+        gather = collective_time("all-gather", FULL, tuple(group_ranks("tp", s, ry)), c)
+        assert gather > 0 and times[(x, y)] == pytest.approx(send + gather, rel=1e-12)
+    # stages on two nodes: the transfer crosses the NIC, the all-gather stays on the node's NVLink
+    assert rank_of(0, 0, 0, 1, s) // 8 != rank_of(0, 0, 0, 0, s) // 8
+
+
+def test_without_the_option_or_with_sp_nothing_is_gathered():
+    for sp, sg, nbytes in ((False, False, FULL), (True, True, FULL / 8), (True, False, FULL / 8)):
+        plan = _plan(sp=sp, scatter_gather=sg)
+        s, c = plan.sizes, plan.cluster
+        for (x, y), t in _times(plan).items():
+            ranks = (rank_of(0, 0, 0, x, s), rank_of(0, 0, 0, y, s))
+            assert t == collective_time("send-recv", nbytes, ranks, c)
+
+
+def test_scatter_gather_is_cheaper_than_whole_activations_across_nodes():
+    # 1/8 on the NIC plus an NVLink all-gather beats the whole activation on the NIC (Narayanan 2021 §4.1)
+    split = max(_times(_plan(sp=False, scatter_gather=True)).values())
+    whole = max(_times(_plan(sp=False, scatter_gather=False)).values())
+    assert split < whole
+
+
+def test_the_option_is_checked():
+    with pytest.raises(ConfigError, match="pipeline_scatter_gather"):
+        _plan(sp=False, scatter_gather="sometimes")
