@@ -110,8 +110,20 @@ def test_fractions_stay_inside_the_measured_range(kernel, pass_, hd, seq, causal
 def test_reader_names_the_bad_field(tmp_path):
     text = open(KERNELS_PATH, encoding="utf-8").read()
     bad = tmp_path / "k.yaml"
-    bad.write_text(text.replace("tflops: [282, 306, 318, 321, 322, 324]", "tflops: [282, 306]"), encoding="utf-8")
-    with pytest.raises(ConfigError, match=r"attention.curves\[0\]: tflops must list 6 positive numbers"):
+    row = "tflops: [282, 306, 318, 321, 322, 324, null, null, null]"
+    bad.write_text(text.replace(row, "tflops: [282, 306]"), encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"attention.curves\[0\]: tflops must list 9 positive numbers"):
+        attention_table(str(bad))
+    bad.write_text(text.replace(row, "tflops: [282, null, 318, 321, 322, 324, null, null, null]"), encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"attention.curves\[0\]: tflops = .* has a number after a null"):
+        attention_table(str(bad))
+    bad.write_text(text.replace("fa2:           {gpu: H200-SXM-141GB, head_dim: 128",
+                                "fa2:           {gpu: H200-SXM-141GB, head_dim: 64"), encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"attention.extend.fa2 = .* measured at every seq_len"):
+        attention_table(str(bad))
+    bad.write_text(text.replace("hopper: [H100-SXM-80GB, H200-SXM-141GB]", "hopper: [H100-SXM-80GB, H300]"),
+                   encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"attention.arch_gpus.hopper = .* must name GPUs of attention.gpus"):
         attention_table(str(bad))
     bad.write_text(text.replace("pass: fwd, head_dim: 64,  causal: false, tflops: [282",
                                 "pass: forward, head_dim: 64,  causal: false, tflops: [282"), encoding="utf-8")

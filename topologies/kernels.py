@@ -1,12 +1,15 @@
-"""Published kernel benchmarks by shape (``data/kernels.yaml``): what an attention kernel reaches at a
-sequence length, head dim and mask, read off the kernels' own papers (FlashAttention-2 / -3, cuDNN).
+"""Kernel benchmarks by shape (``data/kernels.yaml``): what an attention kernel reaches at a sequence
+length, head dim and mask, read off the kernels' own papers (FlashAttention-2 / -3, cuDNN) and measured
+on an H200 (``benchmarks/kernel_data/h200-2026-11-26``).
 
 Every figure is cited in the YAML. A query between the measured points interpolates: linear in
 log2(sequence length) (the figures are taken at powers of two, and a kernel's fixed per-tile costs
 amortise over the key loop, whose length doubles from point to point), linear in head dim; outside the
-measured range the nearest point's value (the curves are flat by 8k-16k; below 512 the model is not
-asked for training shapes). A pass without a causal row takes the non-causal row times the forward's
-causal / non-causal ratio at the same point (the YAML's header says why).
+table's range the nearest point's value (512 below, 128k above: below 512 the model is not asked for
+training shapes). A row not measured past some length (its trailing nulls) continues by its kernel's
+measured long-sequence ratio (``attention.extend``; a kernel without one stays flat). A pass without a
+causal row takes the non-causal row times the forward's causal / non-causal ratio at the same point (the
+YAML's header says why).
 
 >>> round(attention_fraction("cudnn", "hopper", "fwd", 128, 2048, causal=True), 4)
 0.4892
@@ -31,7 +34,8 @@ ATTENTION_PASSES = ("fwd", "bwd", "fwd_bwd")
 @dataclass(frozen=True)
 class AttentionTable:
     """Attention curves: ``curves[(kernel, gpu, pass, head_dim, causal)]`` = fraction of the measuring
-    GPU's dense peak at each of ``seq_len``; ``arch_gpus``: architecture -> measuring GPU;
+    GPU's dense peak at each of ``seq_len`` (trailing nulls already extended); ``arch_gpus``:
+    architecture -> its measuring GPUs, in order of preference;
     ``fallback``: architecture -> the architecture whose fractions it takes."""
 
     seq_len: tuple
@@ -64,7 +68,7 @@ def _attention_table(path: str) -> AttentionTable:
         raise ConfigError(f"{where}: expected a top-level `attention:` mapping")
     check_keys(doc, ("attention", "gemm"), where)
     att = doc["attention"]
-    check_keys(att, ("seq_len", "gpus", "arch_gpus", "fallback", "curves"), where + " attention")
+    check_keys(att, ("seq_len", "gpus", "arch_gpus", "fallback", "extend", "curves"), where + " attention")
     seq = att.get("seq_len")
     if not isinstance(seq, list) or len(seq) < 2 or any(not isinstance(s, int) or s < 1 for s in seq) \
             or sorted(set(seq)) != seq:
@@ -91,9 +95,14 @@ def _attention_table(path: str) -> AttentionTable:
             raise ConfigError(f"{w}: head_dim = {hd!r} must be a positive integer")
         if not isinstance(causal, bool):
             raise ConfigError(f"{w}: causal = {causal!r} must be true or false")
-        if not isinstance(tf, list) or len(tf) != len(seq) or \
-                any(isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0 for v in tf):
-            raise ConfigError(f"{w}: tflops must list {len(seq)} positive numbers, one per attention.seq_len")
+        if not isinstance(tf, list) or len(tf) != len(seq) or tf[0] is None or \
+                any(v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0) for v in tf):
+            raise ConfigError(f"{w}: tflops must list {len(seq)} positive numbers (null past the last measured "
+                              f"length), one per attention.seq_len")
+        n = tf.index(None) if None in tf else len(tf)
+        if any(v is not None for v in tf[n:]):
+            raise ConfigError(f"{w}: tflops = {tf!r} has a number after a null; only trailing nulls (lengths "
+                              f"past the last measured one) are allowed")
         if not row.get("source"):
             raise ConfigError(f"{w}: source is empty; every figure names where it comes from")
         key = (str(row["kernel"]), str(row["gpu"]), row["pass"], hd, causal)
@@ -101,16 +110,54 @@ def _attention_table(path: str) -> AttentionTable:
             raise ConfigError(f"{w} repeats kernel {key[0]}, gpu {key[1]}, pass {key[2]}, head_dim {hd}, "
                               f"causal {causal}; keep one")
         peak = peaks[key[1]]
-        curves[key] = tuple(float(v) * 1e12 / (peak * 1e12) for v in tf)
-    arch_gpus = {str(a): str(g) for a, g in (att.get("arch_gpus") or {}).items()}
-    for a, g in arch_gpus.items():
-        if g not in peaks:
-            raise ConfigError(f"{where}: attention.arch_gpus.{a} = {g!r} is not in attention.gpus")
+        curves[key] = tuple(None if v is None else float(v) * 1e12 / (peak * 1e12) for v in tf)
+    curves = _extended(curves, att.get("extend") or {}, peaks, where)
+    arch_gpus = {}
+    for a, g in (att.get("arch_gpus") or {}).items():
+        gs = tuple(str(x) for x in (g if isinstance(g, list) else [g]))
+        if not gs or any(x not in peaks for x in gs):
+            raise ConfigError(f"{where}: attention.arch_gpus.{a} = {g!r} must name GPUs of attention.gpus "
+                              f"({', '.join(peaks)})")
+        arch_gpus[str(a)] = gs
     fallback = {str(a): str(b) for a, b in (att.get("fallback") or {}).items()}
     for a, b in fallback.items():
         if b not in arch_gpus:
             raise ConfigError(f"{where}: attention.fallback.{a} = {b!r} is not in attention.arch_gpus")
     return AttentionTable(tuple(seq), curves, arch_gpus, fallback)
+
+
+def _combined(f: float, b: float) -> float:
+    """Forward + backward throughput of the benchmark's FLOP weights (1 + 2.5 = 3.5 x forward)."""
+    return 3.5 / (1.0 / f + 2.5 / b)
+
+
+def _extended(curves: dict, extend: Mapping, peaks: Mapping, where: str) -> dict:
+    """``curves`` with each row's trailing nulls filled: value(L) x ref(s) / ref(L), ref the kernel's
+    ``extend`` row at the same pass (fwd_bwd: its fwd and bwd combined); flat without one (the YAML's
+    header)."""
+    refs = {}
+    for kernel, spec in extend.items():
+        w = f"{where}: attention.extend.{kernel}"
+        if not isinstance(spec, Mapping):
+            raise ConfigError(f"{w} must be a mapping of gpu, head_dim and causal")
+        check_keys(spec, ("gpu", "head_dim", "causal"), w)
+        gpu, hd, causal = str(spec.get("gpu")), spec.get("head_dim"), spec.get("causal")
+        rows = {p: curves.get((str(kernel), gpu, p, hd, causal)) for p in ("fwd", "bwd")}
+        if gpu not in peaks or any(r is None or None in r for r in rows.values()):
+            raise ConfigError(f"{w} = {dict(spec)!r} must name a GPU whose fwd and bwd rows of kernel "
+                              f"{kernel} at that head_dim and causal are measured at every seq_len")
+        rows["fwd_bwd"] = tuple(_combined(f, b) for f, b in zip(rows["fwd"], rows["bwd"]))
+        refs[str(kernel)] = rows
+    out = {}
+    for key, vals in curves.items():
+        if None not in vals:
+            out[key] = vals
+            continue
+        last = vals.index(None) - 1
+        ref = refs.get(key[0], {}).get(key[2])
+        out[key] = tuple(v if i <= last else
+                         vals[last] * (ref[i] / ref[last] if ref else 1.0) for i, v in enumerate(vals))
+    return out
 
 
 def _interp(xs, ys, x: float) -> float:
@@ -164,10 +211,11 @@ def attention_fraction(kernel: str, architecture: str, pass_: str, head_dim: flo
     mask; None when the table has nothing for the kernel on that architecture (or its fallback)."""
     table = attention_table(path)
     arch = architecture if architecture in table.arch_gpus else table.fallback.get(architecture)
-    gpu = table.arch_gpus.get(arch) if arch else None
-    if gpu is None:
-        return None
-    return _pass_at(table, kernel, gpu, "fwd" if pass_ == "fwd" else "bwd", causal, float(head_dim), float(seq))
+    for gpu in (table.arch_gpus.get(arch) or ()) if arch else ():
+        v = _pass_at(table, kernel, gpu, "fwd" if pass_ == "fwd" else "bwd", causal, float(head_dim), float(seq))
+        if v is not None:
+            return v
+    return None
 
 
 @lru_cache(maxsize=None)

@@ -8,9 +8,10 @@ What each pass runs (the kernels a PyTorch / Megatron-LM training step launches 
   tools/autograd/derivatives.yaml ``addmm``/``mm``); batched shapes (local experts) with ``bmm``.
   FP8 runs through ``torch._scaled_mm`` (e4m3 operands, per-tensor scales, the Transformer Engine
   tensorwise recipe) where the device has it; elsewhere the command stops with that message.
-* Attention core: ``torch.nn.functional.scaled_dot_product_attention`` (the flash / memory-efficient
-  backend the stack picks), causal when queries and keys are the same length; input gradient = its
-  whole backward (dQ, dK, dV); no weights.
+* Attention core: ``torch.nn.functional.scaled_dot_product_attention`` (the backend PyTorch picks) on
+  the launches one rank runs for the operator's work (:func:`attention_launches`: with context
+  parallelism Transformer Engine's causal load-balanced chunks, not one unmasked queries x keys block);
+  input gradient = their whole backward (dQ, dK, dV); no weights.
 * Norms: ``F.layer_norm`` / ``F.rms_norm`` (model.norm); input and weight gradient taken apart with
   ``torch.autograd.grad`` (the backward kernel then computes only the asked-for outputs).
 * Activations (gelu, swiglu, geglu), residual adds (dropout + add when the model has dropout),
@@ -115,16 +116,102 @@ def _autograd_passes(torch, fwd, inputs, weights) -> dict:
     return passes
 
 
+def attention_launches(sq: int, skv: int, heads: int, *, causal: bool, cp: int = 1, cp_comm: str = "allgather",
+                       balanced: bool = True) -> tuple:
+    """The attention kernel launches one rank runs for an attention core of ``sq`` local queries
+    against ``skv`` keys (``heads`` = batch x heads of the operator): tuples (queries, keys, heads,
+    mask), mask 'causal' (aligned to the bottom right, FlashAttention >= 2.1's and cuDNN's
+    ``causal_bottom_right``: query i of q sees keys up to k - q + i) or 'none'. Their (query, key)
+    pairs are those the cost model prices (taskgraph/operators.py ``_attention_ops``:
+    ``attention_pairs(s) / cp`` with load balancing, the last rank's pairs without), so the profile
+    times the operator's work, not an unmasked ``sq x skv`` block (twice the work with cp = 2).
+
+    Without CP: one launch, causal or not. With CP (c = sq / 2, the two zig-zag chunks a rank holds:
+    chunks r and 2cp-1-r of 2cp; Transformer Engine
+    transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py), rank 0's launches
+    (every rank runs the same pairs):
+
+    * 'allgather' (``AttnFuncWithCPAndKVAllGather``): each local chunk against the gathered keys up
+      to its own end, causal -- (c, c) and (c, skv);
+    * 'ring' (``AttnFuncWithCPAndKVP2P``): step 0 the local queries against the local keys, causal
+      (sq, sq); each of the cp - 1 other steps the second-half queries against the sender's keys,
+      unmasked (c, sq) (a rank below the sender; above it, all queries against the first half: the
+      same pairs);
+    * 'a2a' (Ulysses, ``AttnFuncWithCPAndQKVOA2A``): the whole sequence for heads / cp, causal;
+    * without load balancing the last rank's queries against all keys, causal (sq, skv) -- also with
+      'a2a', where the cost model prices that imbalance too (taskgraph/operators.py).
+
+    A model the cost model prices unmasked (``causal_halved`` off: flash_attention false) runs the
+    full square, unmasked.
+
+    >>> attention_launches(4096, 8192, 32, causal=True, cp=2)
+    ((2048, 2048, 32, 'causal'), (2048, 8192, 32, 'causal'))
+    >>> attention_launches(4096, 8192, 32, causal=True, cp=2, cp_comm="ring")
+    ((4096, 4096, 32, 'causal'), (2048, 4096, 32, 'none'))
+    """
+    mask = "causal" if causal else "none"
+    if cp <= 1:
+        return ((sq, skv, heads, mask),)
+    if causal and not balanced:
+        return ((sq, skv, heads, "causal"),)
+    if cp_comm == "a2a":
+        return ((skv, skv, heads // cp, mask),)
+    if not causal:
+        return ((sq, skv, heads, "none"),)
+    c = sq // 2
+    if cp_comm == "ring":
+        return ((sq, sq, heads, "causal"),) + ((c, sq, heads, "none"),) * (cp - 1)
+    return ((c, c, heads, "causal"), (c, skv, heads, "causal"))
+
+
+def launch_pairs(launches) -> float:
+    """(query, key) pairs x heads the launches score (a causal launch of q queries against k keys
+    skips the q(q-1)/2 pairs above its diagonal: bottom-right aligned, or top-left with q = k)."""
+    return float(sum(h * (q * k - (q * (q - 1) // 2 if m == "causal" else 0)) for q, k, h, m in launches))
+
+
+def sdpa_calls(launches) -> tuple:
+    """The ``scaled_dot_product_attention`` calls that time ``launches``: (queries, keys, heads,
+    is_causal). SDPA's ``is_causal`` aligns the mask to the top left (query i sees keys up to i), so a
+    bottom-right causal launch of q queries against k > q keys runs as the unmasked (q, k - q) block
+    of the keys every query sees and the causal (q, q) square on the diagonal: the same pairs, on the
+    backend PyTorch picks for plain calls (an ``attn_mask`` such as ``causal_lower_right`` would send it
+    to FlashAttention-2 only, half cuDNN's speed on an H200: [EXECSIM-H200] in kernels.yaml).
+
+    >>> sdpa_calls(((2048, 8192, 32, "causal"),))
+    ((2048, 6144, 32, False), (2048, 2048, 32, True))
+    """
+    out = []
+    for q, k, h, mask in launches:
+        if mask == "causal" and k > q:
+            out += [(q, k - q, h, False), (q, q, h, True)]
+        else:
+            out.append((q, k, h, mask == "causal"))
+    return tuple(out)
+
+
 def _attention(torch, item, plan, dtype, device) -> dict:
     F = torch.nn.functional
     g0, g1 = item.op.gemms[0], item.op.gemms[1]
     sq, skv, d, bh, dv = g0.m, g0.n, g0.k, g0.batch, g1.n
-    q = _rand(torch, (1, bh, sq, d), dtype, device, True)
-    k = _rand(torch, (1, bh, skv, d), dtype, device, True)
-    v = _rand(torch, (1, bh, skv, dv), dtype, device, True)
-    causal = sq == skv
-    return _autograd_passes(torch, lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
-                            [q, k, v], [])
+    opt = plan.strategy.options
+    launches = attention_launches(sq, skv, bh, causal=opt.flash_attention, cp=plan.sizes.cp,
+                                  cp_comm=opt.cp_comm, balanced=opt.cp_load_balance)
+    calls, inputs = [], []
+    for nq, nk, h, causal in sdpa_calls(launches):
+        q = _rand(torch, (1, h, nq, d), dtype, device, True)
+        k = _rand(torch, (1, h, nk, d), dtype, device, True)
+        v = _rand(torch, (1, h, nk, dv), dtype, device, True)
+        calls.append(lambda q=q, k=k, v=v, c=causal: F.scaled_dot_product_attention(q, k, v, is_causal=c))
+        inputs += [q, k, v]
+    outs = [f() for f in calls]
+    dys = [torch.randn_like(o) for o in outs]
+    return {"fwd": lambda: [f() for f in calls],
+            "bwd_input": lambda: torch.autograd.grad(outs, inputs, dys, retain_graph=True),
+            "bwd_weight": None,
+            # what the previous operator of the step has just written: the inputs going forward, the
+            # output gradients going backward
+            HOT: {"fwd": list(inputs), "bwd_input": dys, "bwd_weight": dys}}
 
 
 def _norm(torch, item, plan, dtype, device) -> dict:
