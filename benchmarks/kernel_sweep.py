@@ -249,11 +249,29 @@ def run_grouped(torch, dev, timer, quick, deadline) -> list[dict]:
     return rows
 
 
+def _time_sdpa(torch, timer, be, q, k, v, causal: bool, fwd_flop: float, base: dict, **kw) -> list[dict]:
+    """Forward and backward rows of one ``scaled_dot_product_attention`` on backend ``be`` (an error row
+    when the backend refuses the inputs): backward as ``autograd.grad`` of a retained forward."""
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel
+    try:
+        with sdpa_kernel([be]):
+            fw = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, **kw)  # noqa: E731
+            t_f = timer(fw, warmup=1)
+            out = fw()
+            dout = torch.randn_like(out)
+            bw = lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)  # noqa: E731
+            t_b = timer(bw, warmup=1)
+    except RuntimeError as e:
+        return [dict(base, **{"pass": "fwd"}, time_us="", tflops="", error=str(e).splitlines()[0][:80])]
+    return [dict(base, **{"pass": "fwd"}, time_us=t_f * 1e6, tflops=fwd_flop / t_f / 1e12),
+            dict(base, **{"pass": "bwd"}, time_us=t_b * 1e6, tflops=2.5 * fwd_flop / t_b / 1e12)]
+
+
 def run_attention(torch, dev, timer, quick, deadline) -> list[dict]:
     """``scaled_dot_product_attention`` per backend (PyTorch's FlashAttention-2, cuDNN, memory-efficient)."""
-    import torch.nn.functional as F
     try:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
+        from torch.nn.attention import SDPBackend
     except ImportError:
         return []
     backends = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": getattr(SDPBackend, "CUDNN_ATTENTION", None),
@@ -280,20 +298,8 @@ def run_attention(torch, dev, timer, quick, deadline) -> list[dict]:
                        for _ in range(3))
             fwd_flop = 4.0 * b * s * s * h * d / (2 if causal else 1)
             base = dict(setup=setup, backend=bname, batch=b, heads=h, seq=s, head_dim=d, causal=causal)
-            try:
-                with sdpa_kernel([be]):
-                    fw = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
-                    t_f = timer(fw, warmup=1)
-                    out = fw()
-                    dout = torch.randn_like(out)
-                    bw = lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)  # noqa: E731
-                    t_b = timer(bw, warmup=1)
-            except RuntimeError as e:
-                rows.append(dict(base, **{"pass": "fwd"}, time_us="", tflops="", error=str(e).splitlines()[0][:80]))
-                continue
-            rows.append(dict(base, **{"pass": "fwd"}, time_us=t_f * 1e6, tflops=fwd_flop / t_f / 1e12))
-            rows.append(dict(base, **{"pass": "bwd"}, time_us=t_b * 1e6, tflops=2.5 * fwd_flop / t_b / 1e12))
-            del q, k, v, out, dout
+            rows += _time_sdpa(torch, timer, be, q, k, v, causal, fwd_flop, base)
+            del q, k, v
     return rows
 
 
@@ -471,8 +477,7 @@ def run_gqa(torch, dev, timer, quick, deadline) -> list[dict]:
     """Grouped-query attention (32 query heads, 8 KV heads, head dim 128, causal), SDPA with
     ``enable_gqa`` and with the KV heads expanded, per backend; and the context-parallel block shape
     (queries of s/2 against keys of s, no mask) the profile builder times."""
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention import SDPBackend
     backends = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
                 "efficient": SDPBackend.EFFICIENT_ATTENTION}
     rows = []
@@ -490,20 +495,8 @@ def run_gqa(torch, dev, timer, quick, deadline) -> list[dict]:
                 kw = {"enable_gqa": True} if mode == "gqa" else {}
                 flop = 4.0 * sq * s * 32 * 128 / (2 if causal else 1)
                 base = dict(setup=mode, backend=bname, batch=1, heads=32, seq=s, head_dim=128, causal=causal)
-                try:
-                    with sdpa_kernel([be]):
-                        fw = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, **kw)  # noqa: E731
-                        t_f = timer(fw, warmup=1)
-                        out = fw()
-                        dout = torch.randn_like(out)
-                        bw = lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)  # noqa: E731
-                        t_b = timer(bw, warmup=1)
-                except RuntimeError as e:
-                    rows.append(dict(base, **{"pass": "fwd"}, time_us="", tflops="", error=str(e).splitlines()[0][:80]))
-                    continue
-                rows.append(dict(base, **{"pass": "fwd"}, time_us=t_f * 1e6, tflops=flop / t_f / 1e12))
-                rows.append(dict(base, **{"pass": "bwd"}, time_us=t_b * 1e6, tflops=2.5 * flop / t_b / 1e12))
-                del q, k, v, out, dout
+                rows += _time_sdpa(torch, timer, be, q, k, v, causal, flop, base, **kw)
+                del q, k, v
     return rows
 
 
