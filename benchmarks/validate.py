@@ -332,7 +332,11 @@ def strategy_for(row: dict) -> tuple[dict, list[str]]:
         training["global_batch"] = mb
     if row["gpu"] not in GPU_PRESET:
         raise NotExpressible(f"gpu = {row['gpu']!r} has no cluster preset")
-    d = dict(model=model, cluster=dict(preset=GPU_PRESET[row["gpu"]], nodes=nodes), parallel=parallel,
+    cluster = dict(preset=GPU_PRESET[row["gpu"]], nodes=nodes)
+    if "Narayanan" in row["source"]:
+        # 2021: NCCL 2.7-2.11 gave a send/recv pair one channel across nodes (topologies/collectives.py)
+        cluster["p2p_net_channels"] = 1
+    d = dict(model=model, cluster=cluster, parallel=parallel,
              schedule=schedule, training=training, options=options)
     return d, notes
 

@@ -72,3 +72,37 @@ def test_scatter_gather_is_cheaper_than_whole_activations_across_nodes():
 def test_the_option_is_checked():
     with pytest.raises(ConfigError, match="pipeline_scatter_gather"):
         _plan(sp=False, scatter_gather="sometimes")
+
+
+def _cluster(preset: str, channels=None):
+    from topologies.cluster import get_cluster
+    from dataclasses import replace
+    return replace(get_cluster(preset, nodes=2), p2p_net_channels=channels)
+
+
+def test_nccl_channels_cap_a_send_recv_across_nodes():
+    from topologies.collectives import P2P_CHANNEL_NET_BW
+    S, pair = 50e6, (0, 8)            # ranks 0 and 8: two nodes of 8
+    for preset in ("dgx-a100", "dgx-h100"):
+        auto = _cluster(preset)
+        base = auto.collective_base_latency + auto.nic_latency
+        assert collective_time("send-recv", S, pair, auto) == pytest.approx(base + S / auto.nic_bus_bandwidth)
+        # one channel (NCCL 2.7-2.11): 14 GB/s whatever the NIC
+        one = _cluster(preset, 1)
+        assert P2P_CHANNEL_NET_BW == 14e9
+        assert collective_time("send-recv", S, pair, one) == pytest.approx(base + S / 14e9, rel=1e-12)
+    # two channels (NCCL 2.12-2.28): 28 GB/s caps NDR's 0.9 x 50 GB/s but not HDR's 0.9 x 25
+    a2, h2 = _cluster("dgx-a100", 2), _cluster("dgx-h100", 2)
+    assert collective_time("send-recv", S, pair, a2) == collective_time("send-recv", S, pair, _cluster("dgx-a100"))
+    assert h2.nic_bus_bandwidth > 28e9
+    assert collective_time("send-recv", S, pair, h2) == pytest.approx(
+        h2.collective_base_latency + h2.nic_latency + S / 28e9, rel=1e-12)
+    # inside a node the channels do not matter
+    assert collective_time("send-recv", S, (0, 1), one) == collective_time("send-recv", S, (0, 1), _cluster("dgx-h100"))
+
+
+@pytest.mark.parametrize("bad", [0, 1.5, "two", True])
+def test_p2p_net_channels_is_checked(bad):
+    from topologies.cluster import load_cluster_yaml
+    with pytest.raises(ConfigError, match="p2p_net_channels"):
+        load_cluster_yaml({"preset": "dgx-h100", "nodes": 2, "p2p_net_channels": bad})

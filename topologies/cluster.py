@@ -46,7 +46,7 @@ CLUSTER_FIELDS = (
     "collective_base_latency_us", "network_topology", "nodes_per_leaf", "spine_switches",
     "oversubscription", "collective_model", "slow", "gpu_speed_cv", "contention", "host_us_per_kernel",
     "host_us_per_collective", "node_gpus", "routing", "switch_radix", "core_oversubscription",
-    "qps_per_connection", "gpus", "host_link_gbps", "host_memory_gbps",
+    "qps_per_connection", "gpus", "host_link_gbps", "host_memory_gbps", "p2p_net_channels",
 )
 #: How switches spread flows over equal-cost uplinks (``topologies/fabric.py``): ``adaptive`` = every
 #: flow gets its fair share of the pooled uplinks (InfiniBand adaptive routing, per-packet spraying);
@@ -122,6 +122,9 @@ class ClusterSpec:
     core_oversubscription: spine down:up bandwidth ratio towards the core tier (>= 1).
     qps_per_connection: flows (queue pairs) each NCCL connection is split over (NCCL
         ``NCCL_IB_QPS_PER_CONNECTION``, default 1); more flows = more hash entropy under ECMP.
+    p2p_net_channels: NCCL channels one send/recv pair uses across nodes, each driving
+        ``topologies.collectives.P2P_CHANNEL_NET_BW`` at most; None = NCCL 2.29's rule (enough channels
+        for the NIC: no cap). 1 for NCCL 2.7-2.11, 2 for 2.12-2.28 (``NCCL_NCHANNELS_PER_NET_PEER``).
     """
 
     name: str
@@ -151,6 +154,7 @@ class ClusterSpec:
     switch_radix: int | None = None
     core_oversubscription: float = 1.0
     qps_per_connection: int = 1
+    p2p_net_channels: int | None = None
     gpus: int | None = None
     host_link_bandwidth: float = 64e9
     host_memory_bandwidth: float = 614.4e9
@@ -215,6 +219,11 @@ class ClusterSpec:
         if isinstance(q, bool) or not isinstance(q, int) or not 1 <= q <= 64:
             raise ConfigError(f"{where}: qps_per_connection = {brief(q)} must be an integer in 1..64 "
                               f"(NCCL_IB_QPS_PER_CONNECTION; 1 is NCCL's default)")
+        c = self.p2p_net_channels
+        if c is not None and (isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= 64):
+            raise ConfigError(f"{where}: p2p_net_channels = {brief(c)} must be an integer in 1..64 (NCCL channels "
+                              f"per send/recv peer across nodes: 1 for NCCL 2.7-2.11, 2 for 2.12-2.28) or null "
+                              f"for NCCL 2.29's automatic choice")
         if self.collective_model not in COLLECTIVE_MODELS:
             raise ConfigError(
                 f"{where}: collective_model = {self.collective_model!r} is not one of "
@@ -539,6 +548,8 @@ def cluster_from_dict(data: Mapping, *, where: str = "cluster") -> ClusterSpec:
                                if merged.get("core_oversubscription") is not None else 1.0),
         qps_per_connection=(number(merged, "qps_per_connection", where, integer=True, strict=False)
                             if merged.get("qps_per_connection") is not None else 1),
+        p2p_net_channels=(number(merged, "p2p_net_channels", where, integer=True, strict=False)
+                          if merged.get("p2p_net_channels") is not None else None),
         gpus=number(merged, "gpus", where, integer=True) if merged.get("gpus") is not None else None,
         host_link_bandwidth=(float(number(merged, "host_link_gbps", where)) * GB_PER_S
                              if merged.get("host_link_gbps") is not None else DEFAULT_HOST_LINK_GBPS * GB_PER_S),

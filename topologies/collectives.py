@@ -58,7 +58,9 @@ Closed forms (``alpha_ring = (n-k)*a_nv + (k-1)*a_net``):
   ``t0 + max((g_max-1)/n * S/B_nv, (n-g_min)/n * S/B_net) + (g_min-1)*a_nv + (n-g_min)*a_net``
   which is ``t0 + (n-1)/n * S/B_nv + (n-1)*a_nv`` inside one node.
 * send-recv (point to point; NCCL busBw = algBw): ``t0 + S/B_link + a_link`` with the NVLink
-  figures when both ranks share a node, else the network ones.
+  figures when both ranks share a node, else the network ones, B_net capped at
+  ``c * P2P_CHANNEL_NET_BW`` for the c NCCL channels one pair uses across nodes
+  (``cluster.p2p_net_channels``; see :data:`P2P_CHANNEL_NET_BW`).
 
 A group of one rank, or nbytes == 0, costs 0.
 
@@ -343,6 +345,16 @@ def all_to_all(nbytes: float, ranks: Iterable[int], cluster: Any, share: dict | 
     return cluster.collective_base_latency + max(t_nv, t_net) + alpha
 
 
+#: Network bandwidth one NCCL channel of a send/recv pair drives, bytes/s: NCCL 2.29.2's
+#: ``NCCL_P2P_PER_CHANNEL_NET_BW`` default of 14 GB/s, from which it sizes channels per network peer
+#: as max(NICs, ceil(NIC GB/s / 14)) ("Improves the default number of channels per net peer for
+#: all-to-all, send, and recv", release notes; src commit ebd1e929). Before: one channel per remote
+#: peer (NCCL 2.7.8-2.11.4, src/graph/paths.cc ncclTopoGetNchannels: "Remote rank, use network",
+#: nChannels = 1), then NCCL_NCHANNELS_PER_NET_PEER = 2 (2.12-2.28). A single channel reaching ~14 GB/s
+#: agrees with Narayanan 2021 Figure 18 (44 MB per message over HDR: ~15 GB/s, docs/validation.md).
+P2P_CHANNEL_NET_BW = 14e9
+
+
 def send_recv(nbytes: float, ranks: Iterable[int], cluster: Any, share: dict | None = None) -> float:
     """Point-to-point transfer of S bytes between ``ranks = [src, dst]``."""
     ranks = _as_ranks(ranks)
@@ -355,6 +367,9 @@ def send_recv(nbytes: float, ranks: Iterable[int], cluster: Any, share: dict | N
         bw, alpha = cluster.nvlink_bus_bandwidth, cluster.nvlink_latency
     else:
         bw, alpha = cluster.nic_bus_bandwidth, cluster.nic_latency
+        channels = getattr(cluster, "p2p_net_channels", None)
+        if channels is not None:   # None: NCCL 2.29 sizes the channels to the NIC (no cap)
+            bw = min(bw, channels * P2P_CHANNEL_NET_BW)
         if share and share.get("axis") == "pp" and share.get("sizes") is not None and len(ranks) == 2:
             # every replica crosses the same stage boundary at once (topologies/fabric.p2p_slowdown)
             from topologies.fabric import p2p_slowdown
