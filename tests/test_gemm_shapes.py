@@ -207,3 +207,49 @@ def test_bad_table_gives_one_clear_error(tmp_path, old, new, expect):
     assert old in _GOOD
     with pytest.raises(ConfigError, match=expect):
         gemm_shape_table(_write(tmp_path, _GOOD.replace(old, new)))
+
+
+def test_moe_expert_operator_takes_the_grouped_table_in_every_pass():
+    """Qwen3-30B-A3B on ep 8 at 512 tokens per rank on H100: 16 local experts of m_e = 256 rows;
+    up [256, 1536, 2048] and down [256, 2048, 768]. Each pass's compute is the GEMM FLOPs at
+    0.65 x the grouped factor of the FORWARD layout's (16 groups, 256 rows, n, k), scaled to the
+    operator's FLOPs; the roofline then takes the max with its bytes and adds one launch per GEMM."""
+    from taskgraph.cost import op_time
+    from taskgraph.model import get_model
+    from taskgraph.operators import layer_operators
+    h100 = get_gpu("h100")
+    ops = layer_operators(get_model("qwen3-30b-a3b"), ep=8, dtype_bytes=2, flash_attention=True, layer_index=0,
+                          micro_batch=1, seq_len=512, tp=1, sp=False)
+    experts = {o.name: o for o in ops}["moe_experts"]
+    up, down = experts.gemms
+    assert (up.m, up.n, up.k, up.batch, down.n, down.k) == (256, 1536, 2048, 16, 2048, 768)
+    eff = h100.efficiency
+    listed = sum(g.flops for g in experts.gemms)
+    per_flop = sum(g.flops / (h100.peak_flops("bf16") * 0.65 * grouped_shape_factor(16, 256, g.n, g.k))
+                   for g in experts.gemms) / listed
+    for pass_, flops, nbytes in (("fwd", experts.fwd_flops, experts.fwd_bytes),
+                                 ("bwd_input", experts.bwd_input_flops, experts.bwd_input_bytes),
+                                 ("bwd_weight", experts.bwd_weight_flops, experts.bwd_weight_bytes)):
+        expect = max(flops * per_flop, nbytes / (h100.hbm_bandwidth * eff.hbm_efficiency)) + 2 * eff.launch_overhead
+        assert op_time(experts, pass_, h100) == pytest.approx(expect, rel=1e-12), pass_
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(4, 16), st.floats(6, 15), st.floats(5, 15))
+def test_interpolation_stays_between_the_bracketing_grid_points(lm, ln, lk):
+    """Linear interpolation in log2: the factor lies between the smallest and largest of the (up to 8)
+    grid points around (2^lm, 2^ln, 2^lk), clamped ones included."""
+    grid = gemm_shape_table().plain["bf16"]
+
+    def around(axis, lx):
+        xs = [math.log2(v) for v in axis]
+        lo = max([i for i, x in enumerate(xs) if x <= lx], default=0)
+        hi = min([i for i, x in enumerate(xs) if x >= lx], default=len(xs) - 1)
+        return {lo, hi}
+    corners = [grid.fraction[i][j][l] for i in around(grid.m, lm) for j in around(grid.n, ln)
+               for l in around(grid.k, lk)]
+    v = shape_factor(2 ** lm, 2 ** ln, 2 ** lk) * grid.plateau
+    assert min(corners) - 1e-12 <= v <= max(corners) + 1e-12
