@@ -7,9 +7,13 @@ taskgraph/cost.py multiplies a Hopper GPU's calibrated large-GEMM efficiency by.
 ``plateau`` is the median measured fraction of the grid shapes with m, n and k all >= the table's
 ``plateau_min`` (the YAML header gives the values). Between grid points a plain GEMM interpolates
 linearly in log2(m), log2(n), log2(k) (the grid is log-spaced: each step doubles a dimension, and a
-kernel's fixed per-tile and per-launch costs amortise over the doubled work); outside the grid it takes
-the edge value (clamped). A grouped GEMM interpolates each measured expert shape's grid linearly in
-log2(groups) and log2(rows per group), clamped, then weights the expert shapes by inverse squared
+kernel's fixed per-tile and per-launch costs amortise over the doubled work). Outside the grid it is
+clamped: above the largest size the edge's fraction (the plateau holds), below the smallest the edge's
+TIME (the fraction scales by size / smallest size: a GEMM narrower than the smallest measured one still
+fills a whole tile and pays the same per-call floor -- e.g. a router GEMM of n = 8 experts takes the
+time of n = 128). A grouped GEMM interpolates each measured expert shape's grid linearly in
+log2(groups) and log2(rows per group), clamped the same way in rows (fewer than 16 rows per group: the
+time of 16) and by fraction in groups (fewer than 4 groups: the 4-group fraction), then weights the expert shapes by inverse squared
 distance in (log2 n, log2 k) (Shepard 1968, "A two-dimensional interpolation function for irregularly-
 spaced data": exact at a measured shape, between the measured values elsewhere) -- the nine measured
 (n, k) pairs are not a grid.
@@ -174,6 +178,11 @@ def _bracket(xs: tuple, x: float) -> tuple[int, float]:
     return len(xs) - 2, 1.0
 
 
+def _below(xs: tuple, x: float) -> float:
+    """The fraction's scale below the grid's smallest size: the edge's time, so size / smallest size."""
+    return min(1.0, x / xs[0])
+
+
 def _plain_fraction(grid: PlainGrid, m: float, n: float, k: float) -> float:
     (i, a), (j, b), (l, c) = _bracket(grid.m, m), _bracket(grid.n, n), _bracket(grid.k, k)
     f = grid.fraction
@@ -184,14 +193,14 @@ def _plain_fraction(grid: PlainGrid, m: float, n: float, k: float) -> float:
                 w = wa * wb * wc
                 if w:
                     total += w * f[i + di][j + dj][l + dl]
-    return total
+    return total * _below(grid.m, m) * _below(grid.n, n) * _below(grid.k, k)
 
 
 def _grouped_fraction(s: GroupedShape, rows: tuple, groups: float, r: float) -> float:
     (i, a), (j, b) = _bracket(s.groups, groups), _bracket(rows, r)
     f = s.fraction
     return ((1 - a) * ((1 - b) * f[i][j] + b * f[i][j + 1])
-            + a * ((1 - b) * f[i + 1][j] + b * f[i + 1][j + 1]))
+            + a * ((1 - b) * f[i + 1][j] + b * f[i + 1][j + 1])) * _below(rows, r)
 
 
 @lru_cache(maxsize=65536)
