@@ -18,6 +18,10 @@ memory term. ``efficiency.gemm_epilogue_overlap`` selects the case per GPU. Forw
 input-gradient epilogues write activation-sized outputs after a hidden-sized reduction loop; their
 share (~2%) stays folded into the calibrated ``gemm_efficiency_max``.
 
+GEMM efficiency on Hopper GPUs (architecture ``hopper``) = gemm_efficiency_max x S(m, n, k), the
+MEASURED shape factor of ``topologies/data/gemm_shapes.yaml`` ([EXECSIM-H200]: cuBLAS on an H200,
+throughput at the shape / throughput of the grid's large shapes; grouped GEMMs of MoE experts from the
+``torch._grouped_mm`` grid; topologies/gemm_shapes.py). On other GPUs (Ampere, Blackwell: not measured)
 GEMM efficiency = gemm_efficiency_max x tile quantization x wave quantization
 (NVIDIA Deep Learning Performance Guide, "Matrix Multiplication Background": tile quantization =
 useful fraction of the output tiles; wave quantization = useful fraction of the last wave of
@@ -36,6 +40,7 @@ from pathlib import Path
 
 from strategies.errors import ConfigError, brief
 from taskgraph.stacks import attention_efficiency, get_stack
+from topologies.gemm_shapes import MEASURED_ARCHITECTURES, grouped_shape_factor, shape_factor
 from topologies.kernels import gemm_kernel as get_gemm_kernel
 
 PASSES = ("fwd", "bwd_input", "bwd_weight")
@@ -111,13 +116,48 @@ def serial_epilogue_efficiency(m: int, n: int, k: int, batch: int, gpu, dtype: s
     return 2.0 * m * n * k * batch / (t * gpu.peak_flops(dtype))
 
 
-def gemm_efficiency(m: int, n: int, k: int, batch: int, gpu, dtype: str = "bf16", kernel=None) -> float:
-    """Achieved fraction of dense peak for one (batched) GEMM (see module docstring): the GPU's
-    representative tile, or a smaller one from :data:`SMALLER_TILES` (at its lower operand reuse)
-    where it wastes less. ``kernel`` (a ``topologies.kernels.GemmKernel``; None: the catalog's
-    overlapped-epilogue kernels) with a serial epilogue: :func:`serial_epilogue_efficiency`."""
+def gemm_efficiency(m: int, n: int, k: int, batch: int, gpu, dtype: str = "bf16", kernel=None,
+                    grouped: tuple | None = None) -> float:
+    """Achieved fraction of dense peak for one (batched) GEMM (see module docstring). ``kernel`` (a
+    ``topologies.kernels.GemmKernel``; None: the catalog's overlapped-epilogue cuBLAS / CUTLASS kernels)
+    with a serial epilogue: :func:`serial_epilogue_efficiency`. Otherwise, on a Hopper GPU the measured
+    shape factor (:func:`measured_gemm_efficiency`), elsewhere :func:`tile_gemm_efficiency`.
+    ``grouped``: the ``batch`` GEMMs are one grouped launch of MoE experts, each against its own
+    weight (``torch._grouped_mm``, Megatron's grouped GEMM), and this is the forward layout's
+    (rows per group, n, k) of that launch; None: a strided batched GEMM (the QK^T and PV of unfused
+    attention) or a plain one."""
     if kernel is not None and kernel.epilogue == "serial":
         return serial_epilogue_efficiency(m, n, k, batch, gpu, dtype, kernel)
+    if gpu.architecture in MEASURED_ARCHITECTURES:
+        return measured_gemm_efficiency(m, n, k, batch, gpu, dtype, grouped)
+    return tile_gemm_efficiency(m, n, k, batch, gpu, dtype)
+
+
+def measured_gemm_efficiency(m: int, n: int, k: int, batch: int, gpu, dtype: str = "bf16",
+                             grouped: tuple | None = None) -> float:
+    """gemm_efficiency_max(dtype) x the measured shape factor ([EXECSIM-H200], topologies/gemm_shapes.py).
+
+    A grouped launch of ``batch`` > 1 experts takes the grouped table at (batch groups, and the forward
+    layout's ``grouped`` = (rows per group, n, k)) in every pass: only the forward layout was measured,
+    and the weight gradient, whose reduction runs over each expert's few tokens, is assumed to keep the
+    forward's rate (both are held back by the per-expert weight traffic when the groups are small).
+    FP8 expert GEMMs take it too (no FP8 grouped measurement: the bf16 shape factor is assumed).
+    A strided batched GEMM runs ``batch`` independent (m, n, k) problems in one launch whose tiles share
+    the SMs (cuBLAS gemmStridedBatched: the batch is one more grid dimension), priced as the plain
+    (m x batch, n, k) GEMM: the same tiles and the same reduction length, the per-problem tile
+    quantization of m ignored (m is a sequence length there, a multiple of the tile). Every pass uses
+    the forward-layout table: the measured pass layouts differ by a few % (gemm.csv), inside the noise
+    of its use (docs/cost-model.md)."""
+    if grouped is not None and batch > 1:
+        s = grouped_shape_factor(batch, *grouped)
+    else:
+        s = shape_factor(m * batch, n, k, "fp8" if dtype == "fp8" else "bf16")
+    return gpu.gemm_efficiency(dtype) * s
+
+
+def tile_gemm_efficiency(m: int, n: int, k: int, batch: int, gpu, dtype: str = "bf16") -> float:
+    """The tile/wave-quantization model (module docstring): the GPU's representative tile, or a smaller
+    one from :data:`SMALLER_TILES` (at its lower operand reuse) where it wastes less."""
     eff = gpu.efficiency
     tm, tn = eff.gemm_tile_m, eff.gemm_tile_n
     best = tile_utilization(m, n, batch, tm, tn, gpu.sm_count)
@@ -129,10 +169,10 @@ def gemm_efficiency(m: int, n: int, k: int, batch: int, gpu, dtype: str = "bf16"
     return gpu.gemm_efficiency(dtype) * best * k_util
 
 
-def _gemm_time(shape, gpu, dtype, peak, kernel=None) -> float:
+def _gemm_time(shape, gpu, dtype, peak, kernel=None, grouped: tuple | None = None) -> float:
     m, n, k, batch = shape
     flops = 2.0 * m * n * k * batch
-    return flops / (peak * gemm_efficiency(m, n, k, batch, gpu, dtype, kernel))
+    return flops / (peak * gemm_efficiency(m, n, k, batch, gpu, dtype, kernel, grouped))
 
 
 @dataclass(frozen=True)
@@ -341,7 +381,9 @@ def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True,
     if op.kind == "gemm" and op.gemms:
         peak = gpu.peak_flops(dtype)
         kernel = get_gemm_kernel(gemm_kernel) if gemm_kernel else None
-        comp = sum(_gemm_time(pass_shape(g, pass_), gpu, dtype, peak, kernel) for g in op.gemms)
+        # a GEMM operator's batch is its local experts: one grouped launch (taskgraph/operators.py _moe_ops)
+        comp = sum(_gemm_time(pass_shape(g, pass_), gpu, dtype, peak, kernel,
+                              grouped=(g.m, g.n, g.k) if g.batch > 1 else None) for g in op.gemms)
         # gemm FLOPs may exceed the listed shapes' (e.g. fused bias); scale to the op's count
         listed = sum(2.0 * g.m * g.n * g.k * g.batch for g in op.gemms)
         if listed > 0:

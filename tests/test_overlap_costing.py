@@ -68,7 +68,10 @@ def test_userbuffer_overlap_pays_off_on_large_gemms(tmp_path):
     for name in ("qkv", "mlp_gate_up"):
         plain, fused = _layer(base, name), _layer(ub, name)
         ag = plain.fwd_pre[0].seconds
-        assert plain.fwd < fused.fwd < plain.fwd + ag, name
+        # the overlap hides most of the all-gather; it need not cost anything on top of the GEMM here:
+        # Hopper's measured GEMM table (topologies/data/gemm_shapes.yaml) prices the 1,024-row chunks up
+        # to 3.5 % faster than the whole 8,192-row GEMM (the largest shapes hold lower clocks at 700 W)
+        assert 0.95 * plain.fwd < fused.fwd < plain.fwd + ag, name
 
 
 @pytest.mark.parametrize("options", [{}, {"tp_comm_overlap": True}, {"overlap_interference": False},
