@@ -30,10 +30,11 @@ separate pass (distrib_optimizer.py ``_copy_main_params_to_model_params``:
 ``shard_model_param.data.copy_(shard_main_param)``; optimizer.py Float16OptimizerWithFloat16Params: a
 multi_tensor_scale from main to model), read 4 + write 2 bytes, and, when the gradients are not fp32
 (fp16 training), cast them to fp32 first (``_copy_model_grads_to_main_grads``:
-``main_param.grad = model_grad.float()``), read 2 + write 4. FSDP (ZeRO-3: torchtitan's FSDP2,
-Composer's FSDP) keeps the fp32 shard as the parameter and casts to bf16 when it all-gathers, so its
-step is the fused kernel alone (DeepSpeed's ZeRO-3 does copy its fp32 partition back to fp16, not
-modelled). The fused kernel is slower than a copy per byte: on an H200 ``torch.optim.AdamW(fused=True)``
+``main_param.grad = model_grad.float()``), read 2 + write 4. DeepSpeed's ZeRO-3 copies likewise
+(stage3.py ``_reassign_or_swap_out_partitioned_parameters``). PyTorch FSDP under ZeRO-3 (torchtitan's
+FSDP2, Composer's FSDP: the stacks with ``zero3_master_copy: false``, taskgraph/data/stacks.yaml) keeps
+the fp32 shard as the parameter and casts to bf16 when it all-gathers, so its step is the fused kernel
+alone (``master_copy``). The fused kernel is slower than a copy per byte: on an H200 ``torch.optim.AdamW(fused=True)``
 over 134 M fp32 parameters moved its 28 bytes at 3,447 GB/s, 0.72 of the 4.8 TB/s peak, where a bf16
 copy reached 4,189 GB/s (0.87) (benchmarks/kernel_data/h200-2026-11-26/membound.csv; the GPU catalog's
 ``optimizer_efficiency``; GPUs without a measurement use ``hbm_efficiency``). The copies stream at
@@ -111,6 +112,15 @@ MASTER_COPY_BYTES_PER_PARAM = 6
 GRAD_CAST_BYTES_PER_PARAM = 6
 
 
+def master_copy(plan) -> bool:
+    """The Adam step copies fp32 master weights into the model's (module docstring): always below ZeRO-3;
+    under ZeRO-3 unless the stack is PyTorch FSDP (``zero3_master_copy: false``)."""
+    if plan.zero < 3:
+        return True
+    from taskgraph.stacks import get_stack
+    return get_stack(plan.strategy.options.stack).zero3_master_copy
+
+
 def adam_step_s(gpu, params: float, master_copy: bool = True, grad_bytes: int = 4) -> float:
     """Seconds of one Adam step over ``params`` parameters on ``gpu``: the fused kernel's 28 bytes each at
     the GPU's ``optimizer_efficiency`` (``hbm_efficiency`` when it has none), plus, with ``master_copy``
@@ -149,5 +159,5 @@ def _allreduce_latency(cluster, n: int) -> float:
     return collective_time("all-reduce", 4.0, tuple(range(n)), cluster) if n > 1 else 0.0
 
 
-__all__ = ["op_kernels", "host_bound", "step_overhead_s", "adam_step_s", "FUSED_ADAM_BYTES_PER_PARAM",
+__all__ = ["op_kernels", "host_bound", "step_overhead_s", "adam_step_s", "master_copy", "FUSED_ADAM_BYTES_PER_PARAM",
            "MASTER_COPY_BYTES_PER_PARAM", "GRAD_CAST_BYTES_PER_PARAM"]

@@ -32,12 +32,14 @@ DEFAULT_STACK = "megatron-te"
 class Stack:
     """name; attention: 'catalog' or a kernel of the attention table; passes: operator role ->
     HBM passes (and launches) relative to one fused kernel (roles not listed: 1); host_us_per_kernel:
-    measured host microseconds per counted kernel, or None (the cluster's figure)."""
+    measured host microseconds per counted kernel, or None (the cluster's figure); zero3_master_copy:
+    the Adam step copies fp32 master weights into the model's under ZeRO-3 (False: PyTorch FSDP)."""
 
     name: str
     attention: str
     passes: dict = field(default_factory=dict, hash=False, compare=False)
     host_us_per_kernel: float | None = None
+    zero3_master_copy: bool = True
 
     def passes_of(self, op_name: str) -> int:
         """Passes of an operator by its role (the name after a layer prefix, e.g. ``mtp0.final_norm``)."""
@@ -69,7 +71,10 @@ def _table(path: str = STACKS_PATH) -> tuple[dict, dict, dict]:
                                  or not 0 <= host <= 10_000):
             raise ConfigError(f"stack file {path!r}: stack {name!r} host_us_per_kernel = {host!r} must be a number of "
                               f"microseconds in [0, 10000] (or left out: the cluster's figure)")
-        stacks[str(name)] = Stack(str(name), att, passes, None if host is None else float(host))
+        copy = d.get("zero3_master_copy", True)
+        if not isinstance(copy, bool):
+            raise ConfigError(f"stack file {path!r}: stack {name!r} zero3_master_copy = {copy!r} must be true or false")
+        stacks[str(name)] = Stack(str(name), att, passes, None if host is None else float(host), copy)
     cat = data.get("catalog_attention") or {}
     catalog = {"kernel": {str(a): str(k) for a, k in (cat.get("kernel") or {}).items()},
                "reference": {str(a): (float(r["head_dim"]), float(r["seq_len"]))

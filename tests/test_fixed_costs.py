@@ -71,4 +71,32 @@ def test_profile_models_the_optimizer_with_the_step_it_times(tmp_path):
                                        "parallel": {"tp": 1, "pp": 1, "zero": zero}, "schedule": "1f1b",
                                        "training": {"micro_batch": 1, "global_batch": 8, "seq_len": 4096}}, tmp_path))
         [(n, _, modelled)] = optimizer_items(plan)
-        assert modelled == adam_step_s(plan.cluster.gpu, n, zero < 3, 4)
+        assert modelled == adam_step_s(plan.cluster.gpu, n, True, 4)   # the default stack copies (DeepSpeed ZeRO-3)
+
+
+def test_master_copy_by_stack_under_zero3(tmp_path):
+    # below ZeRO-3 every stack copies; under ZeRO-3 DeepSpeed (and the default) copies its fp32 partition
+    # back ([DS-Z3]), PyTorch FSDP (torchtitan, llm-foundry) casts at the gather instead ([FSDP])
+    from strategies.strategy_file import parse_strategy
+    from taskgraph.overheads import master_copy
+    from taskgraph.plan import resolve
+
+    def plan(zero, stack):
+        return resolve(parse_strategy({"model": {"preset": "llama3-8b", "layers": 2},
+                                       "cluster": {"preset": "dgx-h100", "nodes": 1},
+                                       "parallel": {"tp": 1, "pp": 1, "zero": zero}, "schedule": "1f1b",
+                                       "training": {"micro_batch": 1, "global_batch": 8, "seq_len": 4096},
+                                       "options": {} if stack is None else {"stack": stack}}, tmp_path))
+    want = {None: True, "megatron-te": True, "deepspeed": True, "torchtitan": False, "torchtitan-compile": False,
+            "llm-foundry": False}
+    for stack, copy in want.items():
+        assert master_copy(plan(1, stack)) is True, stack
+        assert master_copy(plan(3, stack)) is copy, stack
+
+
+def test_bad_master_copy_flag_is_one_clear_error(tmp_path):
+    from taskgraph.stacks import _table
+    p = tmp_path / "stacks.yaml"
+    p.write_text("stacks:\n  x:\n    attention: catalog\n    zero3_master_copy: sometimes\n")
+    with pytest.raises(ConfigError, match=r"stack 'x' zero3_master_copy = 'sometimes' must be true or false"):
+        _table(str(p))

@@ -369,7 +369,7 @@ def time_optimizer(sizes, plan, device: str, repeats: int, warmup: int) -> float
     adam_step_s). On CUDA: ``torch.optim.Adam(fused=True)`` (one multi-tensor kernel, the design of the
     Transformer Engine / apex ``FusedAdam`` Megatron-LM steps with) over fp32 master weights, moments and
     gradients (Micikevicius et al. 2018, Section 3.1), then, for Megatron's mixed-precision optimizers
-    (ZeRO < 3), the master-to-model copy into the training dtype (distrib_optimizer.py
+    and DeepSpeed (all but PyTorch FSDP: ``overheads.master_copy``), the master-to-model copy into the training dtype (distrib_optimizer.py
     ``_copy_main_params_to_model_params``: ``shard_model_param.data.copy_(shard_main_param)``) and, with
     gradients not kept in fp32, their cast to fp32 first (``main_param.grad = model_grad.float()``).
     The multi-tensor ``foreach`` Adam this timed before makes seven passes (lerp, mul, addcmul, sqrt,
@@ -389,7 +389,8 @@ def time_optimizer(sizes, plan, device: str, repeats: int, warmup: int) -> float
     from taskgraph.costing import grad_bytes_per_param
     low = getattr(torch, TORCH_DTYPES[plan.strategy.training.precision])   # fp8 keeps bf16 weights
     master = [torch.zeros(n, dtype=torch.float32, device=device, requires_grad=True) for n in sizes]
-    copy = plan.zero < 3
+    from taskgraph.overheads import master_copy
+    copy = master_copy(plan)
     fp32_grads = grad_bytes_per_param(plan) >= 4 or not copy
     grads = [torch.randn(n, dtype=torch.float32 if fp32_grads else low, device=device) * 1e-3 for n in sizes]
     model = [torch.zeros(n, dtype=low, device=device) for n in sizes] if copy else []
