@@ -20,16 +20,12 @@ from taskgraph.stacks import DEFAULT_STACK, get_stack
 from topologies.collectives import collective_time
 from topologies.placement import group_ranks, rank_of
 from topologies.stragglers import stage_pace
-from taskgraph.overheads import host_bound, step_overhead_s
+from taskgraph.overheads import adam_step_s, host_bound, master_copy, step_overhead_s
 from taskgraph.cpu_optimizer import cpu_offload_step_time
 from taskgraph.pipeline_p2p import activation_bytes, boundary_times
 from taskgraph.overlap import bulk, chunk_op, pipelined, ring_exchange, ring_hbm_loss, sm_fraction, stream_shares
 from topologies.comm_kernels import comm_kernels
 
-#: Adam step bytes per parameter on the GPU that owns it: read fp32 grad (4), read+write fp32 master
-#: weight (8), first and second moments (8 + 8), write bf16/fp16 weight (2). Rajbhandari et al. 2020
-#: (ZeRO) Section 3.1 for the 16-byte mixed-precision state; the update streams each once.
-ADAM_BYTES_PER_PARAM = 30
 #: Megatron-LM DDP bucket size: max(40M, 1M x dp) parameters (megatron/core/distributed/
 #: distributed_data_parallel.py, bucket_size default).
 BUCKET_MIN_PARAMS = 40_000_000
@@ -680,7 +676,8 @@ def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, 
     bw = gpu.hbm_bandwidth * gpu.efficiency.hbm_efficiency
     measured = None if profile is None else profile.lookup_named(
         gpu, plan.strategy.training.precision, OPTIMIZER_OP, "fwd", optimizer_shape(shard))
-    adam = (shard * ADAM_BYTES_PER_PARAM / bw if measured is None else measured) * pace
+    # the fused Adam kernel, plus the master-weight copy (PyTorch FSDP casts at its gather instead)
+    adam = (adam_step_s(gpu, shard, master_copy(plan), gbp) if measured is None else measured) * pace
     opt_s = step_overhead_s(plan, shard)  # gradient norm (+ fp16 found-inf), taskgraph/overheads.py
     if plan.zero < 3:
         # Megatron-LM zeroes the contiguous gradient buffer once per iteration (megatron/core/distributed/

@@ -19,8 +19,28 @@ issue cost (Azure ND A100 v4, NCCL 2.18: ~45 us for 1-32 KB; ND H200 v5, NCCL 2.
 ``benchmarks/validation/nccl_tests.csv``). This is a calibration on those microbenchmark rows,
 not on training rows.
 
-**Per-step costs** (added to the stage's optimizer step, which already streams Adam's state,
-``taskgraph/costing.py``): Megatron's gradient clipping (``megatron/core/optimizer/clip_grads.py``
+**The Adam step** (``adam_step_s``, the stage's optimizer step in ``taskgraph/costing.py``). Megatron-LM
+steps with Transformer Engine's or apex's ``FusedAdam`` (megatron/core/optimizer/distrib_optimizer.py
+imports ``transformer_engine.pytorch.optimizers.FusedAdam``, else ``apex.optimizers.FusedAdam``): one
+multi-tensor kernel that reads the fp32 gradient, master weight and both moments and writes the weight
+and moments, 28 bytes per parameter (torch's ``_fused_adam_``, ``torch.optim.Adam(fused=True)``, is
+the same multi_tensor_apply design: aten/src/ATen/native/cuda/fused_adam_impl.cu). Megatron's
+mixed-precision optimizers then copy the fp32 master weights into the bf16/fp16 model weights in a
+separate pass (distrib_optimizer.py ``_copy_main_params_to_model_params``:
+``shard_model_param.data.copy_(shard_main_param)``; optimizer.py Float16OptimizerWithFloat16Params: a
+multi_tensor_scale from main to model), read 4 + write 2 bytes, and, when the gradients are not fp32
+(fp16 training), cast them to fp32 first (``_copy_model_grads_to_main_grads``:
+``main_param.grad = model_grad.float()``), read 2 + write 4. DeepSpeed's ZeRO-3 copies likewise
+(stage3.py ``_reassign_or_swap_out_partitioned_parameters``). PyTorch FSDP under ZeRO-3 (torchtitan's
+FSDP2, Composer's FSDP: the stacks with ``zero3_master_copy: false``, taskgraph/data/stacks.yaml) keeps
+the fp32 shard as the parameter and casts to bf16 when it all-gathers, so its step is the fused kernel
+alone (``master_copy``). The fused kernel is slower than a copy per byte: on an H200 ``torch.optim.AdamW(fused=True)``
+over 134 M fp32 parameters moved its 28 bytes at 3,447 GB/s, 0.72 of the 4.8 TB/s peak, where a bf16
+copy reached 4,189 GB/s (0.87) (benchmarks/kernel_data/h200-2026-11-26/membound.csv; the GPU catalog's
+``optimizer_efficiency``; GPUs without a measurement use ``hbm_efficiency``). The copies stream at
+``hbm_efficiency``.
+
+**Per-step costs** (added to the stage's optimizer step, ``taskgraph/costing.py``): Megatron's gradient clipping (``megatron/core/optimizer/clip_grads.py``
 ``get_grad_norm_fp32``: a multi-tensor L2 norm reads every local fp32 gradient once, then an
 all-reduce of one float over the model-parallel and, with the distributed optimizer, data-parallel
 ranks, i.e. all GPUs) and, for fp16, the loss-scaler's found-inf check (``optimizer.py``
@@ -83,6 +103,44 @@ def host_bound(ops, costs, host_s: float, flash: bool = True, host_coll_s: float
                  for c in costs)
 
 
+#: fused Adam (one multi-tensor kernel): read gradient, master weight, two moments (4 x 4), write weight and
+#: moments (3 x 4) in fp32 (module docstring)
+FUSED_ADAM_BYTES_PER_PARAM = 28
+#: Megatron's master-to-model weight copy: read fp32 (4) + write bf16/fp16 (2) (module docstring)
+MASTER_COPY_BYTES_PER_PARAM = 6
+#: fp16/bf16 gradients cast to fp32 main gradients before the step: read 2 + write 4 (module docstring)
+GRAD_CAST_BYTES_PER_PARAM = 6
+
+
+def master_copy(plan) -> bool:
+    """The Adam step copies fp32 master weights into the model's (module docstring): always below ZeRO-3;
+    under ZeRO-3 unless the stack is PyTorch FSDP (``zero3_master_copy: false``)."""
+    if plan.zero < 3:
+        return True
+    from taskgraph.stacks import get_stack
+    return get_stack(plan.strategy.options.stack).zero3_master_copy
+
+
+def adam_step_s(gpu, params: float, master_copy: bool = True, grad_bytes: int = 4) -> float:
+    """Seconds of one Adam step over ``params`` parameters on ``gpu``: the fused kernel's 28 bytes each at
+    the GPU's ``optimizer_efficiency`` (``hbm_efficiency`` when it has none), plus, with ``master_copy``
+    (Megatron's mixed-precision optimizers, not FSDP), the master-to-model weight copy and, for
+    ``grad_bytes`` < 4, the gradient cast, at ``hbm_efficiency`` (module docstring).
+
+    >>> from types import SimpleNamespace as N
+    >>> g = N(hbm_bandwidth=4.8e12, efficiency=N(optimizer_efficiency=0.72, hbm_efficiency=0.87))
+    >>> round(adam_step_s(g, 1e9) * 1e3, 3)   # 28e9 / 3.456e12 + 6e9 / 4.176e12 ms
+    9.539
+    >>> round(adam_step_s(g, 1e9, master_copy=False) * 1e3, 3)
+    8.102
+    """
+    eff = gpu.efficiency
+    opt = getattr(eff, "optimizer_efficiency", None) or eff.hbm_efficiency
+    copies = (MASTER_COPY_BYTES_PER_PARAM + (GRAD_CAST_BYTES_PER_PARAM if grad_bytes < 4 else 0)) if master_copy else 0
+    return (FUSED_ADAM_BYTES_PER_PARAM * params / (gpu.hbm_bandwidth * opt)
+            + copies * params / (gpu.hbm_bandwidth * eff.hbm_efficiency))
+
+
 def step_overhead_s(plan, shard_params: float) -> float:
     """Per-step seconds besides the Adam update on one GPU: gradient-norm read of the local fp32
     gradient shard plus its one-float all-reduce over every GPU, and the fp16 found-inf all-reduce."""
@@ -101,4 +159,5 @@ def _allreduce_latency(cluster, n: int) -> float:
     return collective_time("all-reduce", 4.0, tuple(range(n)), cluster) if n > 1 else 0.0
 
 
-__all__ = ["op_kernels", "host_bound", "step_overhead_s"]
+__all__ = ["op_kernels", "host_bound", "step_overhead_s", "adam_step_s", "master_copy", "FUSED_ADAM_BYTES_PER_PARAM",
+           "MASTER_COPY_BYTES_PER_PARAM", "GRAD_CAST_BYTES_PER_PARAM"]

@@ -162,7 +162,11 @@ def resolve(strategy: Strategy) -> Plan:
     tp, pp, cp, ep, vpp = par.tp, par.pp, par.cp, par.ep, par.vpp
     if strategy.options.stack is not None:
         from taskgraph.stacks import get_stack
-        get_stack(strategy.options.stack)  # one clear error for an unknown stack, listing the known ones
+        stack = get_stack(strategy.options.stack)  # one clear error for an unknown stack, listing the known ones
+        if stack.host_us_per_kernel is not None and not cluster.host_us_per_kernel_given:
+            # the stack's measured host dispatch replaces the cluster default (stacks.yaml [HOST-TT]);
+            # a cluster file's own host_us_per_kernel (measured on its CPU) wins
+            cluster = replace(cluster, host_us_per_kernel=stack.host_us_per_kernel)
 
     if model.heads % tp:
         raise ConfigError(f"parallel.tp = {tp} must divide model.heads = {model.heads} ({model.name}); "

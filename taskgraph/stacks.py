@@ -5,7 +5,9 @@ rows ran). Another stack differs in two sourced ways (``taskgraph/data/stacks.ya
 attention kernel (PyTorch's SDPA runs FlashAttention-2, which reaches 35 % of an H100's peak where
 Transformer Engine's reaches more: Shah et al. 2024) and how many HBM passes and kernel launches a
 memory-bound operator takes when it is not fused (PyTorch's eager RMSNorm is about six elementwise
-kernels; ``torch.compile`` fuses them back into one).
+kernels; ``torch.compile`` fuses them back into one). A stack may also carry its measured host dispatch
+cost per kernel (``host_us_per_kernel``), which replaces the cluster's default
+(``taskgraph/plan.py`` resolve; a cluster file that sets ``host_us_per_kernel`` keeps its own).
 
 >>> get_stack("torchtitan").passes["mlp_act"]
 2
@@ -29,11 +31,15 @@ DEFAULT_STACK = "megatron-te"
 @dataclass(frozen=True)
 class Stack:
     """name; attention: 'catalog' or a kernel of the attention table; passes: operator role ->
-    HBM passes (and launches) relative to one fused kernel (roles not listed: 1)."""
+    HBM passes (and launches) relative to one fused kernel (roles not listed: 1); host_us_per_kernel:
+    measured host microseconds per counted kernel, or None (the cluster's figure); zero3_master_copy:
+    the Adam step copies fp32 master weights into the model's under ZeRO-3 (False: PyTorch FSDP)."""
 
     name: str
     attention: str
     passes: dict = field(default_factory=dict, hash=False, compare=False)
+    host_us_per_kernel: float | None = None
+    zero3_master_copy: bool = True
 
     def passes_of(self, op_name: str) -> int:
         """Passes of an operator by its role (the name after a layer prefix, e.g. ``mtp0.final_norm``)."""
@@ -60,7 +66,15 @@ def _table(path: str = STACKS_PATH) -> tuple[dict, dict, dict]:
         passes = {str(k): int(v) for k, v in (d.get("passes") or {}).items()}
         if any(v < 1 or v > 64 for v in passes.values()):
             raise ConfigError(f"stack file {path!r}: stack {name!r} passes must be integers in [1, 64]")
-        stacks[str(name)] = Stack(str(name), att, passes)
+        host = d.get("host_us_per_kernel")
+        if host is not None and (isinstance(host, bool) or not isinstance(host, (int, float))
+                                 or not 0 <= host <= 10_000):
+            raise ConfigError(f"stack file {path!r}: stack {name!r} host_us_per_kernel = {host!r} must be a number of "
+                              f"microseconds in [0, 10000] (or left out: the cluster's figure)")
+        copy = d.get("zero3_master_copy", True)
+        if not isinstance(copy, bool):
+            raise ConfigError(f"stack file {path!r}: stack {name!r} zero3_master_copy = {copy!r} must be true or false")
+        stacks[str(name)] = Stack(str(name), att, passes, None if host is None else float(host), copy)
     cat = data.get("catalog_attention") or {}
     catalog = {"kernel": {str(a): str(k) for a, k in (cat.get("kernel") or {}).items()},
                "reference": {str(a): (float(r["head_dim"]), float(r["seq_len"]))

@@ -155,8 +155,10 @@ def test_gemm_tile_model_against_published_figures():
     The catalog's overlapped-epilogue tile/wave model (no kernel): within -11.8 .. +5.4 % where the
     reduction is long (k >= 7168), 26-130 % too fast with k <= 2048 (mean |error| 27.8 %). DeepGEMM's
     own model (kernel 'deepgemm': its tile choice and a serial epilogue, [DGEMM-K]) with the main-loop
-    efficiency solved from the reference row (0.730): mean |error| 7.2 %, k = 512 +21.1 % (was
-    +130 %), k = 1536 +8.6 %, k = 2048 +4.9 .. +9.5 %; its worst long-K row is n = 2112 (+16.5 %:
+    efficiency solved from the reference row (0.729): mean |error| 7.6 %, k = 512 +22.5 % (was
+    +130 %), k = 1536 +9.1 %, k = 2048 +5.3 .. +9.9 % (with the GH100's measured hbm_efficiency 0.87,
+    gpus.yaml [HBM-H200]; 7.2 %, +21.1 %, +8.6 %, +4.9 .. +9.5 % at the 0.85 it had before);
+    its worst long-K row is n = 2112 (+16.6 %:
     DeepGEMM's BLOCK_N = 112 does not divide the 128-wide B scale blocks, which costs a second
     promotion pass the model does not price)."""
     from taskgraph.cost import gemm_efficiency, tile_gemm_efficiency
@@ -183,8 +185,8 @@ def test_gemm_tile_model_against_published_figures():
         old = tile_gemm_efficiency(f.m, f.n, f.k, f.groups, gpu, f.dtype) / base * ref.flops / f.flops - 1
         if f.k <= 2048:
             assert abs(errs[f]) < abs(old) / 2, (f, errs[f], old)   # every short-K row: error at least halved
-        assert abs(errs[f]) <= 0.22, (f, errs[f])
-    assert sum(abs(e) for e in errs.values()) / len(errs) == pytest.approx(0.072, abs=0.002)
+        assert abs(errs[f]) <= 0.23, (f, errs[f])
+    assert sum(abs(e) for e in errs.values()) / len(errs) == pytest.approx(0.0755, abs=0.002)
 
 
 def test_serial_epilogue_hand_computed():

@@ -8,7 +8,7 @@ from types import SimpleNamespace as N
 import pytest
 
 from strategies.errors import ConfigError
-from taskgraph.costing import ADAM_BYTES_PER_PARAM
+from taskgraph.overheads import adam_step_s
 from taskgraph.cpu_optimizer import CPU_ADAM_BYTES_PER_PARAM, cpu_offload_step_time
 
 
@@ -63,7 +63,7 @@ def test_iteration_and_memory_change_by_the_hand_computed_amounts(tmp_path):
     P = sum(op.grad_bytes for layer in build_work(plan).stages[0].layers for op in layer.ops) / 4
     shard = P / 8                                         # ZeRO-1 over dp 8
     gpu = plan.cluster.gpu
-    adam = shard * ADAM_BYTES_PER_PARAM / (gpu.hbm_bandwidth * gpu.efficiency.hbm_efficiency)
+    adam = adam_step_s(gpu, shard)                        # fused Adam + master copy (ZeRO-1, fp32 gradients)
     d, h = shard * 4 / 64e9, shard * 2 / 64e9             # fp32 gradients down, bf16 weights up (PCIe Gen5)
     c = shard * CPU_ADAM_BYTES_PER_PARAM / (614.4e9 / 8)  # DGX H100 DRAM over its 8 GPUs
     t0 = simulate_strategy(base).result.makespan

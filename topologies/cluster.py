@@ -149,6 +149,9 @@ class ClusterSpec:
     contention: bool = True
     host_us_per_kernel: float = 0.0
     host_us_per_collective: float = 0.0
+    #: the cluster file (or preset) set host_us_per_kernel itself: it then wins over a software stack's
+    #: measured figure (taskgraph/stacks.py); False = DEFAULT_HOST_US_PER_KERNEL, which a stack replaces
+    host_us_per_kernel_given: bool = field(default=False, compare=False, repr=False)
     node_gpus: tuple = ()
     routing: str = "adaptive"
     switch_radix: int | None = None
@@ -535,6 +538,7 @@ def cluster_from_dict(data: Mapping, *, where: str = "cluster") -> ClusterSpec:
         contention=merged.get("contention", True),
         host_us_per_kernel=(float(number(merged, "host_us_per_kernel", where, strict=False))
                             if merged.get("host_us_per_kernel") is not None else DEFAULT_HOST_US_PER_KERNEL),
+        host_us_per_kernel_given=merged.get("host_us_per_kernel") is not None,
         host_us_per_collective=(float(number(merged, "host_us_per_collective", where, strict=False))
                                 if merged.get("host_us_per_collective") is not None
                                 else DEFAULT_HOST_US_PER_COLLECTIVE),

@@ -98,6 +98,8 @@ class GPUEfficiency:
     hbm_efficiency: fraction of peak HBM bandwidth a streaming copy sustains.
     elementwise_efficiency: fraction of peak HBM bandwidth elementwise/norm/softmax kernels reach.
     launch_overhead: fixed per-kernel cost in seconds (launch latency plus tail).
+    optimizer_efficiency: fraction of peak HBM bandwidth the fused Adam kernel sustains over the
+        bytes it must move (``taskgraph/overheads.py`` adam_step_s); ``None``: hbm_efficiency.
     gemm_epilogue_overlap: GEMM kernels overlap one tile's epilogue (output and accumulation
         traffic) with another tile's math (Hopper warp-specialized kernels); False = the epilogue
         follows the main loop (Ampere), so weight-gradient accumulation adds to the GEMM time.
@@ -114,13 +116,14 @@ class GPUEfficiency:
     elementwise_efficiency: float
     launch_overhead: float
     gemm_epilogue_overlap: bool = True
+    optimizer_efficiency: float | None = None
 
 
 #: YAML field names of the ``efficiency`` block.
 EFFICIENCY_FIELDS = (
     "gemm_efficiency_max", "gemm_efficiency_max_fp8", "gemm_tile_m", "gemm_tile_n", "gemm_tile_k",
     "attention_fwd_efficiency", "attention_bwd_efficiency", "hbm_efficiency",
-    "elementwise_efficiency", "launch_overhead_us", "gemm_epilogue_overlap",
+    "elementwise_efficiency", "launch_overhead_us", "gemm_epilogue_overlap", "optimizer_efficiency",
 )
 
 
@@ -272,6 +275,8 @@ def _efficiency_from_dict(data: Any, where: str) -> GPUEfficiency:
         elementwise_efficiency=float(number(data, "elementwise_efficiency", where, **frac)),
         launch_overhead=float(number(data, "launch_overhead_us", where, strict=False)) * US,
         gemm_epilogue_overlap=_optional_bool(data, "gemm_epilogue_overlap", where, default=True),
+        optimizer_efficiency=(None if data.get("optimizer_efficiency") is None
+                              else float(number(data, "optimizer_efficiency", where, **frac))),
     )
 
 

@@ -364,16 +364,45 @@ def _accumulating(torch, fn):
 
 
 def time_optimizer(sizes, plan, device: str, repeats: int, warmup: int) -> float:
-    """Median seconds of one optimizer step over a stage's parameters: ``torch.optim.Adam`` (the
-    multi-tensor ``foreach`` implementation) on one tensor per operator with parameters
-    (``sizes``). On the CPU parameters, gradients and moments are in the training dtype, as PyTorch
-    steps a model cast to that dtype (the real runs); on CUDA in fp32, the master weights and moments
-    of mixed-precision training (Micikevicius et al. 2018, Section 3.1; Megatron-LM's optimizer keeps
-    fp32 main params). The simulator takes it for the stage's Adam step (``taskgraph/costing.py``)."""
+    """Median seconds of one optimizer step over a stage's parameters (one tensor per operator with
+    parameters, ``sizes``), the kernels the modelled step prices (``taskgraph/overheads.py``
+    adam_step_s). On CUDA: ``torch.optim.Adam(fused=True)`` (one multi-tensor kernel, the design of the
+    Transformer Engine / apex ``FusedAdam`` Megatron-LM steps with) over fp32 master weights, moments and
+    gradients (Micikevicius et al. 2018, Section 3.1), then, for Megatron's mixed-precision optimizers
+    and DeepSpeed (all but PyTorch FSDP: ``overheads.master_copy``), the master-to-model copy into the training dtype (distrib_optimizer.py
+    ``_copy_main_params_to_model_params``: ``shard_model_param.data.copy_(shard_main_param)``) and, with
+    gradients not kept in fp32, their cast to fp32 first (``main_param.grad = model_grad.float()``).
+    The multi-tensor ``foreach`` Adam this timed before makes seven passes (lerp, mul, addcmul, sqrt,
+    div, add, addcdiv: 72 bytes per parameter against the fused kernel's 28; torch/optim/adam.py
+    ``_multi_tensor_adam``), about 2.5 times the fused step: 19.7 ms for 1.0 G parameters on an H200
+    (benchmarks/kernel_data/h200-2026-11-26/prof-llama3-8b-8-h100.csv) against 28 bytes at the measured
+    fused-AdamW rate (membound.csv) of 8.2 ms. On the CPU parameters, gradients and moments are in the
+    training dtype, as PyTorch steps a model cast to that dtype (the real runs), with ``foreach``."""
     import torch
-    dtype = getattr(torch, TORCH_DTYPES[plan.strategy.training.precision]) if device == "cpu" else torch.float32
-    params = [torch.zeros(n, dtype=dtype, device=device, requires_grad=True) for n in sizes]
-    for p in params:
-        p.grad = torch.randn(p.shape, dtype=dtype, device=device) * 1e-3
-    opt = torch.optim.Adam(params, lr=1e-4, foreach=True)
-    return median_seconds(opt.step, device, repeats, warmup)
+    if device == "cpu":
+        dtype = getattr(torch, TORCH_DTYPES[plan.strategy.training.precision])
+        params = [torch.zeros(n, dtype=dtype, device=device, requires_grad=True) for n in sizes]
+        for p in params:
+            p.grad = torch.randn(p.shape, dtype=dtype, device=device) * 1e-3
+        opt = torch.optim.Adam(params, lr=1e-4, foreach=True)
+        return median_seconds(opt.step, device, repeats, warmup)
+    from taskgraph.costing import grad_bytes_per_param
+    low = getattr(torch, TORCH_DTYPES[plan.strategy.training.precision])   # fp8 keeps bf16 weights
+    master = [torch.zeros(n, dtype=torch.float32, device=device, requires_grad=True) for n in sizes]
+    from taskgraph.overheads import master_copy
+    copy = master_copy(plan)
+    fp32_grads = grad_bytes_per_param(plan) >= 4 or not copy
+    grads = [torch.randn(n, dtype=torch.float32 if fp32_grads else low, device=device) * 1e-3 for n in sizes]
+    model = [torch.zeros(n, dtype=low, device=device) for n in sizes] if copy else []
+    for p, g in zip(master, grads):
+        p.grad = g if fp32_grads else g.float()
+    opt = torch.optim.Adam(master, lr=1e-4, fused=True)
+
+    def step():
+        if not fp32_grads:
+            for p, g in zip(master, grads):
+                p.grad = g.float()
+        opt.step()
+        for m, p in zip(model, master):
+            m.copy_(p.detach())
+    return median_seconds(step, device, repeats, warmup)
