@@ -9,7 +9,7 @@ group at a time. The reader sits on the lowest floor (``strategies/``) because t
 ``p2p_host_gap_us`` default is one of them; it imports nothing above it.
 
 >>> fitted_value("p2p_host_gap_us")
-600
+500
 >>> sorted(catalog_values()["A100-SXM-80GB"])
 ['elementwise_efficiency', 'gemm_efficiency_max', 'gemm_tile_n']
 """

@@ -17,7 +17,7 @@ def test_catalog_reads_the_fitted_values():
     assert (a100.efficiency.gemm_efficiency_max, a100.efficiency.gemm_tile_n,
             a100.efficiency.elementwise_efficiency) == (0.80, 128, 0.69)
     assert (h100.efficiency.gemm_efficiency_max, h100.efficiency.gemm_efficiency_max_fp8,
-            h100.efficiency.attention_fwd_efficiency, h100.efficiency.attention_bwd_efficiency) == (0.65, 0.51, 0.45, 0.35)
+            h100.efficiency.attention_fwd_efficiency, h100.efficiency.attention_bwd_efficiency) == (0.65, 0.52, 0.43, 0.33)
     assert h200.efficiency == h100.efficiency
     # sourced values stay in gpus.yaml
     assert (a100.efficiency.attention_fwd_efficiency, a100.efficiency.hbm_efficiency) == (0.55, 0.85)
@@ -41,8 +41,8 @@ def test_every_fitted_gpu_field_is_written_fitted_in_gpus_yaml_and_back():
 def test_cluster_and_option_defaults_come_from_the_file():
     from strategies.strategy_file import P2P_HOST_GAP_US
     from topologies.cluster import DEFAULT_HOST_US_PER_COLLECTIVE, get_cluster
-    assert (P2P_HOST_GAP_US, DEFAULT_HOST_US_PER_COLLECTIVE) == (600.0, 30.0)
-    assert fitted_value("p2p_host_gap_us") == 600
+    assert (P2P_HOST_GAP_US, DEFAULT_HOST_US_PER_COLLECTIVE) == (500.0, 30.0)
+    assert fitted_value("p2p_host_gap_us") == 500
     assert get_cluster("dgx-a100-80g").host_us_per_collective == 45.0
     assert get_cluster("dgx-a100-40g").host_us_per_collective == 45.0
     assert get_cluster("dgx-h100").host_us_per_collective == 30.0
