@@ -13,10 +13,10 @@ from topologies.gemm_shapes import GEMM_SHAPES_PATH, gemm_shape_table, grouped_s
 from topologies.gpus import get_gpu
 
 DATA = Path(__file__).resolve().parent.parent / "benchmarks" / "kernel_data" / "h200-2026-11-26"
-#: the plateaus of the committed table (its header): median of the 27 bf16 shapes of {4096..16384}^3,
-#: of the 8 fp8 shapes of {2048, 8192}^3
+#: the plateaus of the committed table (its header): median of the 27 shapes of {4096..16384}^3,
+#: bf16 and fp8
 BF16_PLATEAU = 0.6772
-FP8_PLATEAU = (0.6218 + 0.6487) / 2
+FP8_PLATEAU = 0.6225
 
 
 def test_table_is_what_the_generator_writes():
@@ -145,11 +145,10 @@ def test_grouped_shapes_reproduce_measured_relative_efficiency():
 
 
 def test_fp8_layer_shapes():
-    """gemm_fp8.csv's 68 FP8 layer shapes against the FP8 grid: mean |error| 11.2 %, every shape of
-    the grid's (coarse, 4x-step) interior priced too fast -- the grid's run measured the mid shapes
-    faster than the layer run did (2048^3: 1043 vs 863 TFLOP/s); the tile/wave model: 10.3 %. Neither
-    is better on these rows; the table is kept for the short-K and small-shape losses it does carry
-    (docs/cost-model.md)."""
+    """gemm_fp8.csv's 68 FP8 layer shapes against the FP8 grid of {128, 256, ..., 16384}^3: mean |error|
+    7.5 % (the tile/wave model: 9.9 %; the coarser {128, 512, 2048, 8192}^3 grid of run 2 gave 11.2 %,
+    its interior priced too fast). Small FP8 GEMMs are host-bound in eager PyTorch (a 2048^3 call is
+    ~17 us of math), so shapes below ~4096 scatter between runs (docs/cost-model.md)."""
     from taskgraph.cost import tile_gemm_efficiency
     h200 = get_gpu("h200")
     plateau = FP8_PLATEAU * 1978.9
@@ -160,9 +159,10 @@ def test_fp8_layer_shapes():
         measured = float(r["tflops"]) / plateau
         errs.append(shape_factor(m, n, k, "fp8") / measured - 1)
         old.append(abs(tile_gemm_efficiency(m, n, k, 1, h200, "fp8") / h200.gemm_efficiency("fp8") / measured - 1))
-    assert sum(abs(e) for e in errs) / len(errs) == pytest.approx(0.1115, abs=0.0005)
-    assert sum(old) / len(old) == pytest.approx(0.1026, abs=0.0005)
-    assert max(abs(e) for e in errs) < 0.40
+    assert sum(abs(e) for e in errs) / len(errs) == pytest.approx(0.0754, abs=0.0005)
+    assert sum(old) / len(old) == pytest.approx(0.0990, abs=0.0005)
+    assert sum(abs(e) for e in errs) / len(errs) < sum(old) / len(old)
+    assert max(abs(e) for e in errs) < 0.35
 
 
 def _write(tmp_path, text: str) -> str:
