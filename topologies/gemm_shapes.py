@@ -97,9 +97,10 @@ def _fractions(v, shape: tuple, w: str):
     return tuple(_fractions(x, shape[1:], f"{w}[{i}]") for i, x in enumerate(v))
 
 
-def _plateau(grid: PlainGrid, lo: int) -> float:
-    vals = [grid.fraction[i][j][l] for i, m in enumerate(grid.m) for j, n in enumerate(grid.n)
-            for l, k in enumerate(grid.k) if min(m, n, k) >= lo]
+def _plateau(m: tuple, n: tuple, k: tuple, frac: tuple, lo: int) -> float:
+    """Median fraction of the grid shapes with m, n and k all >= ``lo`` (0 when there is none)."""
+    vals = [frac[i][j][l] for i, a in enumerate(m) for j, b in enumerate(n) for l, c in enumerate(k)
+            if min(a, b, c) >= lo]
     return statistics.median(vals) if vals else 0.0
 
 
@@ -133,8 +134,7 @@ def _load(path: str) -> GemmShapeTable:
         lo = pmin.get(dtype)
         if isinstance(lo, bool) or not isinstance(lo, int) or lo < 1:
             raise ConfigError(f"{where}: plateau_min.{dtype} = {lo!r} must be a positive integer")
-        grid = PlainGrid(m, n, k, frac, 0.0)
-        plateau = _plateau(grid, lo)
+        plateau = _plateau(m, n, k, frac, lo)
         if plateau <= 0:
             raise ConfigError(f"{where}: plateau_min.{dtype} = {lo} leaves no grid shape with m, n and k all "
                               f">= it; lower it to at most {min(m[-1], n[-1], k[-1])}")
