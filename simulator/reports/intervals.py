@@ -200,6 +200,10 @@ class Calibration:
                            {r.id: self.scores[r.id] for r in self.rows if r.source_group != source})
 
     @lru_cache(maxsize=64)
+    def group_rows(self, group: str) -> int:
+        return sum(1 for r in self.rows if r.envelope_group == group)
+
+    @lru_cache(maxsize=64)
     def sorted_scores(self, group: str | None) -> tuple[float, ...]:
         return tuple(sorted(self.scores[r.id] for r in self.rows if group is None or r.envelope_group == group))
 
@@ -210,18 +214,24 @@ class Calibration:
 
 def interval_for(run: RunFeatures, fidelity: str = "operator", level: float = DEFAULT_LEVEL,
                  calibration: Calibration | None = None) -> Interval:
-    """The interval of a run with features ``run`` simulated at ``fidelity`` (see the module doc)."""
-    cal = bundled() if calibration is None else calibration
+    """The interval of a run with features ``run`` simulated at ``fidelity`` (see the module doc);
+    memoized per calibration (a search asks once per GPU count)."""
+    return _interval(run, fidelity, float(level), bundled() if calibration is None else calibration)
+
+
+@lru_cache(maxsize=4096)
+def _interval(run: RunFeatures, fidelity: str, level: float, cal: Calibration) -> Interval:
     env = assess(run, cal.groups)
     if env.nearest is None or not cal.rows:
         return Interval(level, 0.5, 2.0, "no calibration rows", math.inf, math.inf, 0,
                         "no calibration rows are known (simulator/reports/intervals.yaml is empty): a factor of 2 "
                         "either way")
     g = env.nearest
-    n_group = sum(1 for r in cal.rows if r.envelope_group == g.name)
+    n_group = cal.group_rows(g.name)
     group = g.name if n_group >= MIN_GROUP_ROWS else None
     scores = cal.sorted_scores(group)
-    basis = f"{g.name} ({len(scores)} rows)" if group else f"all {len(scores)} rows (nearest group {g.name} has {n_group})"
+    basis = (f"{g.name} ({len(scores)} rows)" if group
+             else f"all {len(scores)} rows (nearest group {g.name} has {n_group})")
     s_lo, s_hi = conformal_bounds(scores, level)
     widening = 1.0 + SPREAD_PER_DISTANCE * env.distance
     lo, hi = min(s_lo, 0.0) * widening, max(s_hi, 0.0) * widening
@@ -344,6 +354,27 @@ def memory_margin(peak_bytes: float, capacity_bytes: float, level: float = DEFAU
             "summary": s}
 
 
+def report_memory_margin(mem, level: float = DEFAULT_LEVEL, calibration: Calibration | None = None) -> dict:
+    """:func:`memory_margin` of the worst rank of a :class:`simulator.reports.memory.MemoryReport`."""
+    worst = max(mem.per_stage, key=lambda st: st.total)
+    return memory_margin(worst.total, mem.capacity, level, worst.reserve, calibration)
+
+
+NO_MODEL_NOTE = ("a pipeline description's task durations are given, not predicted from a model and cluster: "
+                 "no calibration applies")
+
+
+def simulation_fields(sim, mem=None, cost_usd: float | None = None, level: float = DEFAULT_LEVEL) -> dict:
+    """The interval keys of ``simulate --json`` for a simulation (:func:`interval_fields`) and, with
+    its memory report ``mem``, ``memory_interval`` (:func:`report_memory_margin`). A pipeline
+    description (no plan) gets the keys with null values and the reason in ``interval.note``."""
+    if getattr(sim, "plan", None) is None or mem is None:
+        return interval_fields(None, None, level=level, reason=NO_MODEL_NOTE)
+    out = interval_fields(sim.training, sim_interval(sim, level), cost_usd)
+    out["memory_interval"] = report_memory_margin(mem, level)
+    return out
+
+
 # ----------------------------------------------------------------------------- coverage
 def coverage(level: float = DEFAULT_LEVEL, calibration: Calibration | None = None) -> dict:
     """Per source group and overall: the share of rows whose measured step time falls inside the
@@ -419,6 +450,9 @@ def bundled() -> Calibration:
     return Calibration.build(load_rows(), load_envelope())
 
 
-__all__ = ["ranked_intervals", "OBJECTIVE_COLUMNS", "Interval", "interval_fields", "overlaps", "TRAINING_INTERVALS", "CalibrationRow", "Calibration", "interval_for", "plan_interval", "sim_interval",
-           "conformal_bounds", "check_level", "memory_margin", "memory_errors", "coverage", "coverage_table",
-           "load_rows", "bundled", "INTERVALS_PATH", "DEFAULT_LEVEL", "MIN_GROUP_ROWS", "SPREAD_PER_DISTANCE"]
+__all__ = [
+    "simulation_fields", "report_memory_margin", "ranked_intervals", "OBJECTIVE_COLUMNS", "Interval",
+    "interval_fields", "overlaps", "TRAINING_INTERVALS", "CalibrationRow", "Calibration", "interval_for",
+    "plan_interval", "sim_interval", "conformal_bounds", "check_level", "memory_margin", "memory_errors",
+    "coverage", "coverage_table", "load_rows", "bundled", "INTERVALS_PATH", "DEFAULT_LEVEL",
+    "MIN_GROUP_ROWS", "SPREAD_PER_DISTANCE"]
