@@ -3,7 +3,7 @@
     python -m benchmarks.validate [--rows PATTERN] [--json out.json] [--fidelity operator|coarse|auto]
                                   [--markdown table.md] [--check-fidelity] [--cv]
                                   [--write-envelope [PATH]] [--write-intervals [PATH]]
-                                  [--interval-coverage]
+                                  [--check-intervals] [--interval-coverage [--level L]]
 
 Reads ``benchmarks/validation/published_runs.csv`` (a copy of the shared table of measured runs; the
 ``source`` column says where each figure comes from), builds a strategy mapping per row
@@ -26,7 +26,8 @@ and prints each group's left-out error beside its in-sample error (``benchmarks/
 (``simulator/reports/envelope.yaml``: per source group and stack, its features and measured error).
 ``--write-intervals`` also runs ``--cv`` and writes the prediction intervals' calibration rows
 (``simulator/reports/intervals.yaml``: each row's leave-one-source-out residual) with the envelope
-from the same run; ``--interval-coverage`` (no simulation) prints the coverage and half-width of
+from the same run; ``--check-intervals`` checks the shipped file equals a fresh run (a benchmark:
+minutes); ``--interval-coverage`` (no simulation) prints the coverage and half-width of
 the intervals on those rows, each left out with its source group (``--markdown`` writes it; the
 table in docs/validation.md).
 
@@ -665,6 +666,31 @@ def run_cv(rows: list[dict], fidelity: str, markdown: str | None = None) -> str:
     return text
 
 
+def fresh_interval_rows(rows: list[dict], fidelity: str, results: list[Result] | None = None) -> str:
+    """The text of simulator/reports/intervals.yaml computed now: every row, then ``--cv``."""
+    results = results if results is not None else [run_row(row, fidelity) for row in rows]
+    _, per_group, _ = cv_results(rows, fidelity, results)
+    left_out = {i: e for g in per_group for i, e in g.left_out_errors.items()}
+    return format_interval_rows(interval_rows(rows, results, left_out))
+
+
+def check_intervals(rows: list[dict], fidelity: str) -> int:
+    """Whether the shipped calibration rows equal a fresh computation (the benchmark behind
+    tests/test_intervals.py, which recomputes the quantiles from the shipped rows only)."""
+    from simulator.reports.intervals import INTERVALS_PATH
+    fresh = fresh_interval_rows(rows, fidelity).splitlines()
+    shipped = INTERVALS_PATH.read_text(encoding="utf-8").splitlines()
+    differ = [(a, b) for a, b in zip(shipped, fresh) if a != b]
+    if not differ and len(fresh) == len(shipped):
+        print(f"{INTERVALS_PATH.name}: equal to a fresh run ({len(fresh)} lines)")
+        return 0
+    print(f"{INTERVALS_PATH.name} differs from a fresh run ({len(differ)} lines; {len(shipped)} shipped, {len(fresh)} "
+          f"fresh): regenerate with python -m benchmarks.validate --write-intervals")
+    for a, b in differ[:20]:
+        print(f"  shipped: {a}\n  fresh:   {b}")
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.validate", description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", help="glob or substring of row ids to run")
@@ -684,6 +710,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write-intervals", nargs="?", const="", metavar="PATH",
                     help="also run --cv and write the intervals' calibration rows to PATH (default: "
                          "simulator/reports/intervals.yaml) and the envelope (--write-envelope) from the same run")
+    ap.add_argument("--check-intervals", action="store_true",
+                    help="instead: run every row and --cv, and check that the shipped intervals' calibration rows "
+                         "(simulator/reports/intervals.yaml) equal a fresh computation (exit 1 when they do not)")
     ap.add_argument("--interval-coverage", action="store_true",
                     help="instead: print the coverage of the prediction intervals on the shipped calibration "
                          "rows, each left out with its source group (no simulation); --markdown writes it")
@@ -696,6 +725,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.markdown:
             Path(args.markdown).write_text(coverage_table(args.level, markdown=True) + "\n")
         return 0
+    if args.check_intervals:
+        return check_intervals(load_rows(args.csv), args.fidelity)
     if args.write_intervals is not None and args.write_envelope is None:
         args.write_envelope = ""
     if args.write_envelope is not None and (args.rows or args.cv or args.check_fidelity):
@@ -735,11 +766,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_intervals is not None:
         from simulator.outputs.files import write_output
         from simulator.reports.intervals import INTERVALS_PATH
-        _, per_group, ev = cv_results(rows, args.fidelity, results)
-        left_out = {i: e for g in per_group for i, e in g.left_out_errors.items()}
         path = args.write_intervals or str(INTERVALS_PATH)
-        write_output(path, format_interval_rows(interval_rows(rows, results, left_out)), "--write-intervals")
-        print(f"prediction intervals' calibration rows written to {path} ({ev.simulations} extra simulations)")
+        write_output(path, fresh_interval_rows(rows, args.fidelity, results), "--write-intervals")
+        print(f"prediction intervals' calibration rows written to {path}")
     if args.json:
         payload = {"rows": [r.__dict__ for r in results], "summary": summarize(results)}
         Path(args.json).write_text(json.dumps(payload, indent=1, default=str))
