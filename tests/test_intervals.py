@@ -280,3 +280,21 @@ def test_search_ranks_carry_intervals_and_overlaps(capsys):
     assert out["best"]["iteration_time_interval_s"] == out["rows"][0]["iteration_time_interval_s"]
     text = _cli(capsys, "search", *args)
     assert "80 % intervals (days_to_train" in text and re.search(r"^\s+1 iteration [\d.]+–[\d.]+ s", text, re.M)
+
+
+def test_spread_is_estimated_one_point_per_source():
+    """Sources SA and SA2 measure the same features (distance 0 to each other); SB is 2 away. Per
+    source (mean d, mean |r|): m0 = mean of SA's and SA2's mean |r|; k = (|r|_B - m0) * 2 / (m0 * 2^2)."""
+    a2 = CalibrationGroup("A2", "megatron", ("A100-SXM-80GB",), ("ampere",), ("dense",), ("bf16",), 8, 64, 2, 1.0, 1.0)
+    fb = feat(stack="fsdp", gpu="H100-SXM-80GB", architecture="hopper")
+    rows = [row("a1", "A", "SA", -2.0), row("a2", "A", "SA", 4.0), row("c1", "A2", "SA2", 1.0),
+            row("b1", "B", "SB", -20.0, fb), row("b2", "B", "SB", 10.0, fb)]
+    cal = Calibration.build(rows, (A, a2, B))
+    r = {x.id: abs(x.residual) for x in rows}
+    m0 = ((r["a1"] + r["a2"]) / 2 + r["c1"]) / 2
+    rb = (r["b1"] + r["b2"]) / 2
+    assert cal.spread == pytest.approx((rb - m0) * 2 / (m0 * 4))
+    assert cal.scores["b1"] == pytest.approx(math.log(0.8) / (1 + 2 * cal.spread))
+    assert cal.scores["a1"] == pytest.approx(math.log(0.98))  # distance 0: not normalized
+    iv = interval_for(feat(family="moe"), "operator", 0.8, cal)
+    assert iv.widening == pytest.approx(1 + cal.spread)

@@ -20,11 +20,12 @@ with three standard refinements:
   quantile regression, Romano, Patterson & Candès 2019, NeurIPS, Theorem 2). The simulator's error
   is one-sided (steps too short), so the interval reaches further above the prediction than below.
 * *Normalized* scores (Lei et al. 2018 Section 5.2, locally weighted conformal; Papadopoulos,
-  Gammerman & Vovk 2008, normalized nonconformity): ``s_i = r_i / (1 + d_i)`` where ``d_i`` is the
+  Gammerman & Vovk 2008, normalized nonconformity): ``s_i = r_i / (1 + k d_i)`` where ``d_i`` is the
   calibration-envelope distance (:func:`simulator.reports.envelope.distance`) from row ``i`` to the
-  nearest group of *another* source (the groups its left-out refit saw). A run at distance ``d`` from
-  its nearest group gets ``[s_lo (1 + d), s_hi (1 + d)]``: one unit of distance (another stack,
-  another GPU generation, dense against MoE, or 8x the GPUs) doubles the spread.
+  nearest group of *another* source (the groups its left-out refit saw) and ``k`` the growth of the
+  mean |r| with that distance, estimated from the same rows (:func:`spread_per_distance`). A run at
+  distance ``d`` from its nearest group (another stack, GPU generation, dense against MoE, or 8x
+  the GPUs is one unit) gets ``[s_lo (1 + k d), s_hi (1 + k d)]``.
 * *Group-conditional* (Mondrian) calibration (Vovk 2012, "Conditional validity of inductive conformal
   predictors", ACML): the scores of the rows of the run's nearest envelope group when it has at least
   :data:`MIN_GROUP_ROWS` rows, otherwise the scores of every row. The envelope's features (stack,
@@ -62,10 +63,11 @@ DEFAULT_LEVEL = 0.8
 #: Fewest rows of one envelope group for its own quantiles; smaller groups use every row's. An 80 %
 #: two-sided split-conformal interval needs ceil((n + 1) * 0.9) <= n, i.e. n >= 9, but below ~19 rows
 #: its ends are a group's largest or second-largest errors, which one row moves. On the shipped rows
-#: (docs/validation.md) 9 gave 74 % coverage at a median half-width of 7.8 %, 20 gave 82 % at 5.7 %.
+#: (docs/validation.md) 9 gave 73 % coverage at a median half-width of 7.7 %, 20 gave 82 % at 5.6 %.
 MIN_GROUP_ROWS = 20
-#: Spread added per unit of envelope distance (the normalization 1 + SPREAD_PER_DISTANCE * d).
-SPREAD_PER_DISTANCE = 1.0
+#: Spread added per unit of envelope distance when the rows cannot estimate it (no row at distance 0,
+#: or none beyond): one unit of distance doubles the spread. Otherwise :func:`spread_per_distance`.
+DEFAULT_SPREAD = 1.0
 #: ln(1 + the coarse/operator agreement bound): tests/test_fidelity_agreement.py TOLERANCE (2 %).
 FIDELITY_WIDENING = math.log1p(0.02)
 _ROW_FIELDS = ("id", "source_group", "envelope_group", "stack", "gpu", "architecture", "family", "precision",
@@ -100,7 +102,7 @@ class Interval:
     high_factor: float  # upper end (>= 1)
     basis: str  # whose residuals: "NAME (n rows)" or "all n rows"
     distance: float  # envelope distance to the nearest measured group
-    widening: float  # 1 + SPREAD_PER_DISTANCE * distance
+    widening: float  # 1 + spread * distance (spread: Calibration.spread)
     rows: int  # calibration rows behind the quantiles
     note: str  # why it is wide (outside the envelope), or ""
 
@@ -168,6 +170,29 @@ def conformal_bounds(scores: tuple[float, ...], level: float) -> tuple[float, fl
     return scores[k_lo - 1], scores[k_hi - 1]
 
 
+def spread_per_distance(points: Iterable[tuple[float, float]]) -> float:
+    """``k`` of the spread model |r| = m0 (1 + k d) over ``(d, |r|)`` pairs, one per source group
+    (its rows' mean distance and mean |r|: the source is the unit left out, so each weighs the same
+    and one source's large error -- DeepSpeed ZeRO-3's -- does not set it alone): ``m0`` the mean
+    |r| of the sources at distance 0, ``k`` by least squares through it (a one-parameter model of
+    the mean absolute residual as a function of the distance, the rho(x) of locally weighted
+    conformal prediction, Lei et al. 2018 Section 5.2); :data:`DEFAULT_SPREAD` when no source is at
+    distance 0 or none beyond; never below 0.
+
+    >>> spread_per_distance([(0, 0.1), (0, 0.1), (1, 0.3), (2, 0.5)])
+    2.0
+    >>> spread_per_distance([(1, 0.3), (2, 0.5)])
+    1.0
+    """
+    pts = [(d, a) for d, a in points if math.isfinite(d)]
+    at0 = [a for d, a in pts if d == 0]
+    den = sum(d * d for d, _ in pts)
+    if not at0 or den == 0 or sum(at0) == 0:
+        return DEFAULT_SPREAD
+    m0 = sum(at0) / len(at0)
+    return max(sum((a - m0) * d for d, a in pts) / (m0 * den), 0.0)
+
+
 def _nearest_other(f: RunFeatures, source: str, groups: tuple[CalibrationGroup, ...],
                    source_of: dict[str, str]) -> float:
     """Distance from ``f`` to the nearest group not of source ``source`` (inf: none)."""
@@ -180,17 +205,22 @@ class Calibration:
 
     rows: tuple[CalibrationRow, ...]
     groups: tuple[CalibrationGroup, ...]
-    scores: dict  # row id -> r / (1 + d_i)
+    scores: dict  # row id -> r / (1 + spread d_i)
+    spread: float  # k of the normalization 1 + k d (spread_per_distance of the rows)
 
     @classmethod
     def build(cls, rows: Iterable[CalibrationRow], groups: Iterable[CalibrationGroup]) -> "Calibration":
         rows, groups = tuple(rows), tuple(groups)
         source_of = {r.envelope_group: r.source_group for r in rows}
-        scores = {}
+        dist = {r.id: _nearest_other(r.features, r.source_group, groups, source_of) for r in rows}
+        per_source: dict[str, list] = {}
         for r in rows:
-            d = _nearest_other(r.features, r.source_group, groups, source_of)
-            scores[r.id] = r.residual / (1.0 + SPREAD_PER_DISTANCE * d) if math.isfinite(d) else 0.0
-        return cls(rows, groups, scores)
+            if math.isfinite(dist[r.id]):
+                per_source.setdefault(r.source_group, []).append((dist[r.id], abs(r.residual)))
+        k = spread_per_distance((sum(d for d, _ in v) / len(v), sum(a for _, a in v) / len(v))
+                                for v in per_source.values())
+        scores = {r.id: r.residual / (1.0 + k * dist[r.id]) if math.isfinite(dist[r.id]) else 0.0 for r in rows}
+        return cls(rows, groups, scores, k)
 
     def without_source(self, source: str) -> "Calibration":
         """The calibration rebuilt without every row and group of ``source`` (coverage checks: the
@@ -233,7 +263,7 @@ def _interval(run: RunFeatures, fidelity: str, level: float, cal: Calibration) -
     basis = (f"{g.name} ({len(scores)} rows)" if group
              else f"all {len(scores)} rows (nearest group {g.name} has {n_group})")
     s_lo, s_hi = conformal_bounds(scores, level)
-    widening = 1.0 + SPREAD_PER_DISTANCE * env.distance
+    widening = 1.0 + cal.spread * env.distance
     lo, hi = min(s_lo, 0.0) * widening, max(s_hi, 0.0) * widening
     if fidelity not in cal.fidelities(group):
         lo, hi = lo - FIDELITY_WIDENING, hi + FIDELITY_WIDENING
@@ -455,4 +485,4 @@ __all__ = [
     "interval_fields", "overlaps", "TRAINING_INTERVALS", "CalibrationRow", "Calibration", "interval_for",
     "plan_interval", "sim_interval", "conformal_bounds", "check_level", "memory_margin", "memory_errors",
     "coverage", "coverage_table", "load_rows", "bundled", "INTERVALS_PATH", "DEFAULT_LEVEL",
-    "MIN_GROUP_ROWS", "SPREAD_PER_DISTANCE"]
+    "MIN_GROUP_ROWS", "DEFAULT_SPREAD", "spread_per_distance"]
