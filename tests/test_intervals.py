@@ -163,7 +163,7 @@ def test_ranked_intervals_mark_overlaps():
 
 # ----------------------------------------------------------------------------- the shipped rows
 def test_shipped_rows_match_the_envelope():
-    """intervals.yaml and envelope.yaml come from one run (python -m benchmarks.validate
+    """intervals.json and envelope.yaml come from one run (python -m benchmarks.validate
     --write-intervals): each envelope group's rows and mean |error| are those of the rows."""
     cal = bundled()
     assert len(cal.rows) >= 90 and len({r.id for r in cal.rows}) == len(cal.rows)

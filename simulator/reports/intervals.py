@@ -3,7 +3,7 @@
 Every prediction of a step time comes with an interval at a stated level (default 80 %), built
 from the errors the simulator made on published runs it was *not* calibrated on (issue 39).
 
-**Data** (``intervals.yaml`` beside this module, written by ``python -m benchmarks.validate
+**Data** (``intervals.json`` beside this module, written by ``python -m benchmarks.validate
 --write-intervals``, never by hand): per run row of the validation table, its calibration-envelope
 group and features (:class:`simulator.reports.envelope.RunFeatures`), the fidelity it ran at and its
 signed step-time error with the constants refitted without its source group
@@ -57,7 +57,7 @@ from typing import Iterable
 from simulator.reports.envelope import CalibrationGroup, RunFeatures, assess, distance, load_envelope
 from strategies.errors import ConfigError, brief
 
-INTERVALS_PATH = Path(__file__).resolve().parent / "intervals.yaml"
+INTERVALS_PATH = Path(__file__).resolve().parent / "intervals.json"
 #: The level every report states unless told otherwise (``--interval-level``).
 DEFAULT_LEVEL = 0.8
 #: Fewest rows of one envelope group for its own quantiles; smaller groups use every row's. An 80 %
@@ -254,7 +254,7 @@ def _interval(run: RunFeatures, fidelity: str, level: float, cal: Calibration) -
     env = assess(run, cal.groups)
     if env.nearest is None or not cal.rows:
         return Interval(level, 0.5, 2.0, "no calibration rows", math.inf, math.inf, 0,
-                        "no calibration rows are known (simulator/reports/intervals.yaml is empty): a factor of 2 "
+                        "no calibration rows are known (simulator/reports/intervals.json is empty): a factor of 2 "
                         "either way")
     g = env.nearest
     n_group = cal.group_rows(g.name)
@@ -463,14 +463,14 @@ def row_from_dict(d, where: str) -> CalibrationRow:
 
 
 def load_rows(path: str | Path | None = None) -> tuple[CalibrationRow, ...]:
-    """The calibration rows of ``path`` (default: the bundled ``intervals.yaml``)."""
+    """The calibration rows of ``path`` (default: the bundled ``intervals.json``)."""
     from strategies.documents import check_finite, load_document
     path = Path(path) if path is not None else INTERVALS_PATH
     where = f"interval calibration {brief(str(path), 120)}"
     doc = load_document(path, "interval calibration")
     check_finite(doc, where)
-    if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
-        raise ConfigError(f"{where}: expected a top-level `rows:` list")
+    if not isinstance(doc, dict) or set(doc) != {"about", "rows"} or not isinstance(doc["rows"], list):
+        raise ConfigError(f"{where}: expected an object with the fields about and rows (a list)")
     return tuple(row_from_dict(r, f"{where}: rows[{i}]") for i, r in enumerate(doc["rows"]))
 
 
