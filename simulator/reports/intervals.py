@@ -289,6 +289,7 @@ TRAINING_INTERVALS = {"iteration_time_interval_s": ("iteration_time_s", "time"),
                       "tokens_per_s_interval": ("tokens_per_s", "rate"),
                       "tokens_per_s_per_gpu_interval": ("tokens_per_s_per_gpu", "rate"),
                       "mfu_interval": ("mfu", "rate"), "hfu_interval": ("hfu", "rate"),
+                      "mfu_fp8_peak_interval": ("mfu_fp8_peak", "rate"),
                       "train_days_interval": ("train_days", "time"),
                       "train_gpu_hours_interval": ("train_gpu_hours", "time")}
 
