@@ -267,7 +267,9 @@ def _interval(run: RunFeatures, fidelity: str, level: float, cal: Calibration) -
     lo, hi = min(s_lo, 0.0) * widening, max(s_hi, 0.0) * widening
     if fidelity not in cal.fidelities(group):
         lo, hi = lo - FIDELITY_WIDENING, hi + FIDELITY_WIDENING
-    note = "" if env.inside else env.summary()
+    # why it is wide: what no measured group has (the envelope's summary, less its nearest group,
+    # which the calibration line and JSON key name)
+    note = "" if env.inside else env.summary().split("; nearest: ")[0]
     # r = ln(predicted / measured): measured = predicted * exp(-r)
     return Interval(level, math.exp(-hi), math.exp(-lo), basis, env.distance, widening, len(scores), note)
 
