@@ -56,7 +56,7 @@ _LAZY = {
     "Interval": "simulator.reports.intervals",
     "sim_interval": "simulator.reports.intervals",
     "interval_for": "simulator.reports.intervals",
-    "interval_fields": "simulator.reports.intervals",
+    "interval_fields": "simulator.reports.interval_fields",
     "memory_margin": "simulator.reports.intervals",
 }
 

@@ -177,7 +177,7 @@ def test_component_files_load_and_are_referenced(path: Path):
 def test_example_states_its_interval(path: Path):
     """The interval keys of ``simulate --json`` (built by ``simulation_fields``, issue 39) exist for
     every example; a strategy's hold its point predictions."""
-    from simulator.reports.intervals import TRAINING_INTERVALS, simulation_fields
+    from simulator.reports.interval_fields import TRAINING_INTERVALS, simulation_fields
     from simulator.reports.memory import memory_report
     sim, _ = _simulate(path)
     strategy = _kind(path) == "strategy"

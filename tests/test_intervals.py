@@ -1,4 +1,4 @@
-"""Prediction intervals (simulator/reports/intervals.py, issue 39): the split-conformal quantiles on
+"""Prediction intervals (simulator/reports/intervals.py and interval_fields.py, issue 39): the split-conformal quantiles on
 tiny hand-computed cases, the interval's invariants (it holds the prediction, widens with the
 distance to the nearest measured group and with the level), the shipped calibration rows against
 the envelope and docs/validation.md, and every surface that shows a prediction (simulate text and
@@ -15,9 +15,10 @@ from hypothesis import given, settings, strategies as st
 
 from simulator.cli.main import main
 from simulator.reports.envelope import CalibrationGroup, RunFeatures, load_envelope
+from simulator.reports.interval_fields import overlaps, ranked_intervals
 from simulator.reports.intervals import (FIDELITY_WIDENING, Calibration, CalibrationRow, Interval, bundled,
                                          check_level, conformal_bounds, coverage, coverage_table, interval_for,
-                                         memory_margin, overlaps, ranked_intervals)
+                                         memory_margin)
 from strategies.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent

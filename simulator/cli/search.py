@@ -254,7 +254,7 @@ def _ranked_intervals(base, rows, objective: str, fidelity: str, level: float) -
     if not len(rows):
         return []
     from simulator.reports.envelope import run_features
-    from simulator.reports.intervals import ranked_intervals
+    from simulator.reports.interval_fields import ranked_intervals
     from taskgraph.plan import resolve
     records = rows.to_dict("records") if hasattr(rows, "to_dict") else list(rows)
     return ranked_intervals(records, run_features(resolve(base)), objective, fidelity, level, base.options.stack)
@@ -262,7 +262,7 @@ def _ranked_intervals(base, rows, objective: str, fidelity: str, level: float) -
 
 def _overlap_lines(rows, ivs: list[dict], objective: str, level: float) -> list[str]:
     """Each shown rank's stated interval, and which ranks above it it overlaps."""
-    from simulator.reports.intervals import OBJECTIVE_COLUMNS
+    from simulator.reports.interval_fields import OBJECTIVE_COLUMNS
     col = OBJECTIVE_COLUMNS[objective][0]
     records = rows.to_dict("records") if hasattr(rows, "to_dict") else list(rows)
     out = [f"{100 * level:g} % intervals ({col}; docs/validation.md, \"Prediction intervals\"):"]

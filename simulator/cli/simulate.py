@@ -132,7 +132,7 @@ def _simulate_cmd(args) -> int:
             out.update(m)
             from simulator.reports.envelope import plan_envelope
             out["calibration"] = plan_envelope(sim.plan).to_json()
-        from simulator.reports.intervals import simulation_fields
+        from simulator.reports.interval_fields import simulation_fields
         out.update(simulation_fields(sim, mem, out.get("cost_usd"), level))
         out["oom"] = None if mem is None else not mem.fits
         out.setdefault("fits", None)
@@ -164,7 +164,7 @@ def _simulate_cmd(args) -> int:
                 rest = (f"; {cov['modelled']} from the cost model ({', '.join(cov['modelled_examples'])}"
                         f"{', ...' if cov['modelled'] > len(cov['modelled_examples']) else ''})" if cov["modelled"] else "")
                 print(f"profile: {cov['measured']} operator passes measured ({cov['path']}){rest}")
-            from simulator.reports.intervals import report_memory_margin
+            from simulator.reports.interval_fields import report_memory_margin
             print(report_memory_margin(mem, level)["summary"])
             from simulator.reports.envelope import plan_envelope
             print(plan_envelope(p).summary())

@@ -152,7 +152,8 @@ def report_data(sim, source: str = "", interval_level: float = 0.8) -> dict:
                          "gpus_per_rank": tr.gpus_per_simulated_rank,
                          "stages": {s.rank: {"stages": list(s.stages), "layers": s.layers} for s in tr.per_stage}}
         from simulator.reports.envelope import plan_envelope
-        from simulator.reports.intervals import interval_fields, sim_interval
+        from simulator.reports.interval_fields import interval_fields
+        from simulator.reports.intervals import sim_interval
         d["calibration"] = plan_envelope(p).to_json()
         d["intervals"] = interval_fields(tr, sim_interval(sim, interval_level))
     return d
