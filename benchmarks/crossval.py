@@ -245,6 +245,9 @@ class GroupCV:
     left_out_mae: float  # with the constants refitted without this group
     values: dict  # constant -> value refitted without the group
     how: dict  # fit -> how it was refitted
+    #: row id -> the row's signed % error with the constants refitted without its group (its
+    #: leave-one-source-out residual; simulator/reports/intervals.py builds the intervals from them)
+    left_out_errors: dict = field(default_factory=dict)
 
 
 def cross_validate(fits: tuple[Fit, ...], groups: dict[str, str], error: ErrorFn,
@@ -260,7 +263,7 @@ def cross_validate(fits: tuple[Fit, ...], groups: dict[str, str], error: ErrorFn
         r = refit(fits, groups, declared, error, left_out=g)
         ids = [i for i, gg in groups.items() if gg == g]
         mae = [sum(abs(error(i, v)) for i in ids) / len(ids) for v in (declared, full.values, r.values)]
-        out.append(GroupCV(g, len(ids), *mae, r.values, r.how))
+        out.append(GroupCV(g, len(ids), *mae, r.values, r.how, {i: error(i, r.values) for i in ids}))
     return full, out
 
 

@@ -2,7 +2,8 @@
 
     python -m benchmarks.validate [--rows PATTERN] [--json out.json] [--fidelity operator|coarse|auto]
                                   [--markdown table.md] [--check-fidelity] [--cv]
-                                  [--write-envelope [PATH]]
+                                  [--write-envelope [PATH]] [--write-intervals [PATH]]
+                                  [--check-intervals] [--interval-coverage [--level L]]
 
 Reads ``benchmarks/validation/published_runs.csv`` (a copy of the shared table of measured runs; the
 ``source`` column says where each figure comes from), builds a strategy mapping per row
@@ -23,6 +24,12 @@ of the row id, e.g. ``--rows 'K22-*'``, ``--rows N21`` or ``--rows 'K22-22B*,MPT
 and prints each group's left-out error beside its in-sample error (``benchmarks/crossval.py``).
 ``--write-envelope`` writes the calibration envelope every report quotes
 (``simulator/reports/envelope.yaml``: per source group and stack, its features and measured error).
+``--write-intervals`` also runs ``--cv`` and writes the prediction intervals' calibration rows
+(``simulator/reports/intervals.json``: each row's leave-one-source-out residual) with the envelope
+from the same run; ``--check-intervals`` checks the shipped file equals a fresh run (a benchmark:
+minutes); ``--interval-coverage`` (no simulation) prints the coverage and half-width of
+the intervals on those rows, each left out with its source group (``--markdown`` writes it; the
+table in docs/validation.md).
 
 Assumptions shared by all rows (each one stated where it is applied):
 
@@ -525,34 +532,87 @@ def stack_of(row: dict) -> str:
     return "megatron"
 
 
+def _envelope_keys(rows: list[dict], results: list[Result]) -> tuple[dict, dict]:
+    """The envelope's key (source group, stack, architecture) of each run row, and each key's name.
+    Layer rows (one layer, not a run) and rows not simulated are left out."""
+    from topologies.gpus import get_gpu
+    by_id = {row["id"]: row for row in rows}
+    keys: dict[str, tuple] = {}
+    for r in results:
+        if r.error_pct is None or r.metric == "layer_fwd_bwd_time":
+            continue
+        keys[r.id] = (r.group, stack_of(by_id[r.id]), get_gpu(by_id[r.id]["gpu"]).architecture)
+    kinds: dict[str, set] = {}
+    for g, st, arch in keys.values():
+        kinds.setdefault(g, set()).add((st, arch))
+    names = {}
+    for g, st, arch in dict.fromkeys(keys.values()):
+        split = [x for i, x in enumerate((st, arch)) if len({k[i] for k in kinds[g]}) > 1]
+        names[(g, st, arch)] = f"{g} ({', '.join(split)})" if split else g
+    return keys, names
+
+
 def envelope_groups(rows: list[dict], results: list[Result]) -> list[dict]:
     """The calibration envelope's groups (simulator/reports/envelope.py): one per source group,
     stack and GPU generation, with the features its rows take and its measured iteration-time error.
     Layer rows (one layer, not a run) are left out. The CSV has no expert column: every row is a
     dense model."""
-    from topologies.gpus import get_gpu
     by_id = {row["id"]: row for row in rows}
+    keys, names = _envelope_keys(rows, results)
     keyed: dict[tuple, list] = {}
     for r in results:
-        if r.error_pct is None or r.metric == "layer_fwd_bwd_time":
-            continue
-        row = by_id[r.id]
-        keyed.setdefault((r.group, stack_of(row), get_gpu(row["gpu"]).architecture), []).append((row, r))
-    kinds: dict[str, set] = {}
-    for g, st, arch in keyed:
-        kinds.setdefault(g, set()).add((st, arch))
+        if r.id in keys:
+            keyed.setdefault(keys[r.id], []).append((by_id[r.id], r))
     out = []
-    for (g, st, arch), items in keyed.items():
+    for key, items in keyed.items():
         errs = [abs(r.error_pct) for _, r in items]
         gpus = sorted({row["gpu"] for row, _ in items})
         n = [_int(row, "num_gpus") for row, _ in items]
-        split = [x for i, x in enumerate((st, arch)) if len({k[i] for k in kinds[g]}) > 1]
-        out.append({"name": f"{g} ({', '.join(split)})" if split else g, "stack": st, "gpus": gpus,
-                    "architectures": [arch], "families": ["dense"],
+        out.append({"name": names[key], "stack": key[1], "gpus": gpus,
+                    "architectures": [key[2]], "families": ["dense"],
                     "precisions": sorted({row["precision"] for row, _ in items}), "min_gpus": min(n),
                     "max_gpus": max(n), "rows": len(items),
                     "mean_abs_error_pct": round(sum(errs) / len(errs), 1), "max_abs_error_pct": round(max(errs), 1)})
     return out
+
+
+def interval_rows(rows: list[dict], results: list[Result], left_out: dict[str, float]) -> list[dict]:
+    """The rows of the interval table (simulator/reports/intervals.py): per run row simulated, its
+    envelope group and features, fidelity, in-sample and leave-one-source-out signed % error
+    (``left_out``: row id -> error with the constants refitted without its source group) and, where
+    the row gives one, the peak-memory error."""
+    from topologies.gpus import get_gpu
+    by_id = {row["id"]: row for row in rows}
+    keys, names = _envelope_keys(rows, results)
+    out = []
+    for r in results:
+        if r.id not in keys or r.id not in left_out:
+            continue
+        row = by_id[r.id]
+        out.append({"id": r.id, "source_group": r.group, "envelope_group": names[keys[r.id]],
+                    "stack": keys[r.id][1], "gpu": row["gpu"], "architecture": get_gpu(row["gpu"]).architecture,
+                    "family": "dense", "precision": row["precision"], "gpus": _int(row, "num_gpus"),
+                    "fidelity": r.fidelity, "error_pct": round(r.error_pct, 3),
+                    "left_out_error_pct": round(left_out[r.id], 3),
+                    "memory_error_pct": None if r.memory_error_pct is None else round(r.memory_error_pct, 3)})
+    return out
+
+
+#: The ``about`` field of simulator/reports/intervals.json (JSON has no comments).
+INTERVALS_ABOUT = ("The prediction intervals' calibration rows: per run row of benchmarks/validation/published_runs.csv, "
+                   "its envelope group, features, fidelity, the iteration-time error with the shipped constants "
+                   "(error_pct), with the constants refitted without its source group (left_out_error_pct: the "
+                   "leave-one-source-out residual) and the peak-memory error where the row gives one. Generated by "
+                   "`python -m benchmarks.validate --write-intervals`: do not edit by hand. Read by "
+                   "simulator/reports/intervals.py (docs/validation.md, 'Prediction intervals').")
+
+
+def format_interval_rows(items: list[dict]) -> str:
+    """The interval table's text: JSON (parsed in about a millisecond, where YAML took ~100 ms on
+    every ``simulate``), one row per line, deterministic."""
+    rows = ",\n".join("  " + json.dumps(it) for it in items)
+    return f'{{"about": {json.dumps(INTERVALS_ABOUT)},\n "rows": [\n{rows}\n]}}\n'
+
 
 
 def format_envelope(groups: list[dict]) -> str:
@@ -570,18 +630,16 @@ def format_envelope(groups: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_cv(rows: list[dict], fidelity: str, markdown: str | None = None) -> str:
+def cv_results(rows: list[dict], fidelity: str, base: list[Result] | None = None):
     """Leave-one-group-out cross-validation of topologies/data/fitted.yaml (benchmarks/crossval.py)
-    over ``rows``; returns the report (and writes it as Markdown to ``markdown``)."""
-    from benchmarks.crossval import Evaluator, cross_validate, format_cv, patch_strategy
+    over ``rows`` (``base``: their plain results, simulated here when not given). Returns the
+    all-rows refit, the per-group results and the evaluator."""
+    from benchmarks.crossval import Evaluator, cross_validate, patch_strategy
     from strategies.fitted import constants, load_fits
     fits = load_fits()
     consts = constants(fits)
-    base = {}
-    for row in rows:
-        r = run_row(row, fidelity)
-        if r.error_pct is not None:
-            base[row["id"]] = r
+    base = {r.id: r for r in (base if base is not None else (run_row(row, fidelity) for row in rows))
+            if r.error_pct is not None}
     by_id = {row["id"]: row for row in rows if row["id"] in base}
 
     def simulate(row: dict, values: dict) -> float:
@@ -592,6 +650,16 @@ def run_cv(rows: list[dict], fidelity: str, markdown: str | None = None) -> str:
     groups = {i: r.group for i, r in base.items()}
     full, per_group = cross_validate(fits, groups, ev, progress=lambda g: print(f"  cv: leaving out {g}",
                                                                               file=sys.stderr, flush=True))
+    return full, per_group, ev
+
+
+def run_cv(rows: list[dict], fidelity: str, markdown: str | None = None) -> str:
+    """Leave-one-group-out cross-validation of topologies/data/fitted.yaml (benchmarks/crossval.py)
+    over ``rows``; returns the report (and writes it as Markdown to ``markdown``)."""
+    from benchmarks.crossval import format_cv
+    from strategies.fitted import load_fits
+    fits = load_fits()
+    full, per_group, ev = cv_results(rows, fidelity)
     text = format_cv(full, per_group, fits)
     how = sorted({f"{k}: {v}" for g in per_group for k, v in g.how.items() if not v.startswith("its rows")})
     text += "\nrefits that could not use their own rows: " + ("; ".join(how) or "none")
@@ -599,6 +667,31 @@ def run_cv(rows: list[dict], fidelity: str, markdown: str | None = None) -> str:
     if markdown:
         Path(markdown).write_text(format_cv(full, per_group, fits, markdown=True) + "\n")
     return text
+
+
+def fresh_interval_rows(rows: list[dict], fidelity: str, results: list[Result] | None = None) -> str:
+    """The text of simulator/reports/intervals.json computed now: every row, then ``--cv``."""
+    results = results if results is not None else [run_row(row, fidelity) for row in rows]
+    _, per_group, _ = cv_results(rows, fidelity, results)
+    left_out = {i: e for g in per_group for i, e in g.left_out_errors.items()}
+    return format_interval_rows(interval_rows(rows, results, left_out))
+
+
+def check_intervals(rows: list[dict], fidelity: str) -> int:
+    """Whether the shipped calibration rows equal a fresh computation (the benchmark behind
+    tests/test_intervals.py, which recomputes the quantiles from the shipped rows only)."""
+    from simulator.reports.intervals import INTERVALS_PATH
+    fresh = fresh_interval_rows(rows, fidelity).splitlines()
+    shipped = INTERVALS_PATH.read_text(encoding="utf-8").splitlines()
+    differ = [(a, b) for a, b in zip(shipped, fresh) if a != b]
+    if not differ and len(fresh) == len(shipped):
+        print(f"{INTERVALS_PATH.name}: equal to a fresh run ({len(fresh)} lines)")
+        return 0
+    print(f"{INTERVALS_PATH.name} differs from a fresh run ({len(differ)} lines; {len(shipped)} shipped, {len(fresh)} "
+          f"fresh): regenerate with python -m benchmarks.validate --write-intervals")
+    for a, b in differ[:20]:
+        print(f"  shipped: {a}\n  fresh:   {b}")
+    return 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -617,10 +710,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write-envelope", nargs="?", const="", metavar="PATH",
                     help="also write the calibration envelope (per-group errors and features) to PATH "
                          "(default: simulator/reports/envelope.yaml); run it on all rows")
+    ap.add_argument("--write-intervals", nargs="?", const="", metavar="PATH",
+                    help="also run --cv and write the intervals' calibration rows to PATH (default: "
+                         "simulator/reports/intervals.json) and the envelope (--write-envelope) from the same run")
+    ap.add_argument("--check-intervals", action="store_true",
+                    help="instead: run every row and --cv, and check that the shipped intervals' calibration rows "
+                         "(simulator/reports/intervals.json) equal a fresh computation (exit 1 when they do not)")
+    ap.add_argument("--interval-coverage", action="store_true",
+                    help="instead: print the coverage of the prediction intervals on the shipped calibration "
+                         "rows, each left out with its source group (no simulation); --markdown writes it")
+    ap.add_argument("--level", type=float, default=0.8, help="interval level for --interval-coverage (default 0.8)")
     args = ap.parse_args(argv)
+    if args.interval_coverage:
+        from simulator.reports.intervals import coverage_table
+        text = coverage_table(args.level)
+        print(text)
+        if args.markdown:
+            Path(args.markdown).write_text(coverage_table(args.level, markdown=True) + "\n")
+        return 0
+    if args.check_intervals:
+        return check_intervals(load_rows(args.csv), args.fidelity)
+    if args.write_intervals is not None and args.write_envelope is None:
+        args.write_envelope = ""
     if args.write_envelope is not None and (args.rows or args.cv or args.check_fidelity):
-        print("--write-envelope needs a plain run over every row (its errors are the groups'); drop --rows, "
-              "--cv and --check-fidelity", file=sys.stderr)
+        print("--write-envelope / --write-intervals need a plain run over every row (its errors are the "
+              "groups'); drop --rows, --cv and --check-fidelity", file=sys.stderr)
         return 2
     rows = select(load_rows(args.csv), args.rows)
     if not rows:
@@ -652,6 +766,12 @@ def main(argv: list[str] | None = None) -> int:
         path = args.write_envelope or str(ENVELOPE_PATH)
         write_output(path, format_envelope(envelope_groups(rows, results)), "--write-envelope")
         print(f"calibration envelope written to {path}")
+    if args.write_intervals is not None:
+        from simulator.outputs.files import write_output
+        from simulator.reports.intervals import INTERVALS_PATH
+        path = args.write_intervals or str(INTERVALS_PATH)
+        write_output(path, fresh_interval_rows(rows, args.fidelity, results), "--write-intervals")
+        print(f"prediction intervals' calibration rows written to {path}")
     if args.json:
         payload = {"rows": [r.__dict__ for r in results], "summary": summarize(results)}
         Path(args.json).write_text(json.dumps(payload, indent=1, default=str))

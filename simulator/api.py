@@ -53,6 +53,11 @@ _LAZY = {
     "goodput_report": "simulator.goodput.report",
     "format_goodput": "simulator.goodput.report",
     "import_strategy": "simulator.simulation.importing",
+    "Interval": "simulator.reports.intervals",
+    "sim_interval": "simulator.reports.intervals",
+    "interval_for": "simulator.reports.intervals",
+    "interval_fields": "simulator.reports.interval_fields",
+    "memory_margin": "simulator.reports.intervals",
 }
 
 __all__ = sorted([

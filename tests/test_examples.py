@@ -171,3 +171,27 @@ def test_component_files_load_and_are_referenced(path: Path):
         assert load_model_yaml(path).param_count() > 0
     else:
         assert load_cluster_yaml(path).num_gpus > 0
+
+
+@pytest.mark.parametrize("path", PIPELINES + STRATEGIES, ids=_ids(PIPELINES + STRATEGIES))
+def test_example_states_its_interval(path: Path):
+    """The interval keys of ``simulate --json`` (built by ``simulation_fields``, issue 39) exist for
+    every example; a strategy's hold its point predictions."""
+    from simulator.reports.interval_fields import TRAINING_INTERVALS, simulation_fields
+    from simulator.reports.memory import memory_report
+    sim, _ = _simulate(path)
+    strategy = _kind(path) == "strategy"
+    mem = memory_report(sim.plan, sim.graph, sim.result) if strategy else None
+    d = simulation_fields(sim, mem, 1000.0 if strategy else None, 0.8)
+    assert set(TRAINING_INTERVALS) | {"interval_level", "cost_usd_interval", "interval"} <= set(d)
+    assert d["interval_level"] == 0.8
+    if not strategy:
+        assert d["iteration_time_interval_s"] is None
+        return
+    for key, (name, _kind_) in TRAINING_INTERVALS.items():
+        x = getattr(sim.training, name)
+        assert (d[key] is None) == (x is None), key
+        if x is not None:
+            assert d[key][0] <= x <= d[key][1], key
+    assert d["cost_usd_interval"][0] <= 1000.0 <= d["cost_usd_interval"][1]
+    assert d["memory_interval"]["verdict"] in ("fits", "too close to call", "does not fit")

@@ -20,6 +20,8 @@ def add_parser(sub) -> None:
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.add_argument("--set", action="append", metavar="KEY=VALUE", help=_SET_HELP)
     s.add_argument("--fidelity", choices=("operator", "coarse"), help=_FID_HELP)
+    s.add_argument("--interval-level", default="0.8", metavar="LEVEL",
+                   help="level of the stated iteration-time intervals, in (0, 1) (default 0.8)")
     s.add_argument("--mkdir", action="store_true", help=_MKDIR_HELP)
     s.set_defaults(func=_compare_cmd)
 
@@ -63,6 +65,8 @@ def _check_total_tasks(runs, fidelity) -> None:
 
 
 def _compare_cmd(args) -> int:
+    from simulator.reports.intervals import check_level, sim_interval
+    level = check_level(args.interval_level)
     runs = []
     if args.schedules is not None:
         if len(args.files) != 1:
@@ -109,7 +113,10 @@ def _compare_cmd(args) -> int:
             peaks = []
         mems.append(mem)
         exposed = [rr.exposed_comm_s for rr in r.per_rank]
+        iv = sim_interval(sim, level) if kind == "strategy" else None  # a pipeline's durations are given
         rows.append({"label": label, "schedule": sim.schedule.name, "iteration_time_s": r.makespan_s,
+                     "iteration_time_interval_s": list(iv.time(r.makespan_s)) if iv else None,
+                     "interval_level": level,
                      "speedup": (base / r.makespan_s if r.makespan_s > 0 else float("nan")) if same_work else None,
                      "relative_time": r.makespan_s / base if base > 0 else float("nan"),
                      "gpus_and_batch": _work_label(work[len(rows)]),
@@ -132,13 +139,15 @@ def _compare_cmd(args) -> int:
         unit = "s" if base >= 10 else "ms"
         k = 1.0 if unit == "s" else 1e3
         ratio = "speedup" if same_work else "time x"
-        print(f"{'run':<22} {'iter ' + unit:>10} {ratio:>8} {'bubble':>7} {'exp.comm ' + unit:>12} "
-              f"{'peak GiB/stage (max)':>22}  fits")
+        print(f"{'run':<22} {'iter ' + unit:>10} {f'{100 * level:g} % interval':>17} {ratio:>8} {'bubble':>7} "
+              f"{'exp.comm ' + unit:>12} {'peak GiB/stage (max)':>22}  fits")
         for row in rows:
+            ivs = row["iteration_time_interval_s"]
+            ivs = f"{ivs[0] * k:.3f}–{ivs[1] * k:.3f}" if ivs else "-"
             pk = row["peak_memory_gb"]
             fits = "" if row["fits"] is None else ("yes" if row["fits"] else "NO")
             x = row["speedup"] if same_work else row["relative_time"]
-            print(f"{row['label']:<22} {row['iteration_time_s'] * k:>10.3f} {x:>8.3f} "
+            print(f"{row['label']:<22} {row['iteration_time_s'] * k:>10.3f} {ivs:>17} {x:>8.3f} "
                   f"{row['bubble_fraction']:>7.3f} {row['exposed_comm_s'] * k:>12.3f} "
                   f"{(' '.join(f'{x:.1f}' for x in pk) if len(pk) <= 4 else f'{max(pk):.1f}') if pk else '-':>22}  {fits}")
         if not same_work:

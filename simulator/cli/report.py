@@ -14,15 +14,19 @@ def add_parser(sub) -> None:
     s.add_argument("-o", "--output", metavar="OUT.html", required=True, help="the HTML file to write")
     s.add_argument("--set", action="append", metavar="KEY=VALUE", help=_SET_HELP)
     s.add_argument("--fidelity", choices=("operator", "coarse"), help=_FID_HELP)
+    s.add_argument("--interval-level", default="0.8", metavar="LEVEL",
+                   help="level of the stated prediction intervals, in (0, 1) (default 0.8)")
     s.set_defaults(func=_report_cmd)
 
 
 
 def _report_cmd(args) -> int:
+    from simulator.reports.intervals import check_level
+    level = check_level(args.interval_level)
     kind, spec = _load(args.file, args.set)
     _pipeline_flags(args, kind)
     outs = _check_outputs(args, _input_files(args.file, kind, spec), output=args.output)
     sim = _simulate_one(kind, spec, fidelity=args.fidelity)
-    _write_html(outs["--output"], args.file, kind, sim, args.set)
+    _write_html(outs["--output"], args.file, kind, sim, args.set, level)
     print(f"report written to {args.output}")
     return 0

@@ -57,6 +57,8 @@ def add_parser(sub) -> None:
     s.add_argument("--fidelity", choices=("coarse", "operator"), default="coarse",
                    help="simulation fidelity of each candidate (default coarse: one task per stage pass)")
     s.add_argument("--json", action="store_true", help="print the result as JSON")
+    s.add_argument("--interval-level", default="0.8", metavar="LEVEL",
+                   help="level of the stated intervals of the ranked rows, in (0, 1) (default 0.8)")
     s.add_argument("--csv", metavar="OUT.csv", help="write every simulated candidate as CSV")
     s.add_argument("--plot", metavar="OUT.png", help="write the time-vs-cost Pareto plot")
     s.add_argument("--write-best", metavar="BEST.yaml", help="write the best strategy as a strategy file")
@@ -159,7 +161,9 @@ def run(args) -> int:
     from simulator.search.space import SearchSpace, parse_axis
     from simulator.search.backends import ROW_FIELDS
     from simulator.search.strategy_search import format_table, search
+    from simulator.reports.intervals import check_level
     _check_flags(args)
+    check_level(args.interval_level)
     axes = {}
     for item in args.axis or []:
         name, vals = parse_axis(item)
@@ -195,6 +199,9 @@ def run(args) -> int:
             res.best_strategy, tmp, price=args.price, fidelity=args.fidelity,
             header=f"written by: execsim search {Path(args.file).name} (best by {res.objective}: "
                    f"{res.best.label()} on {res.best.gpus} GPUs)"), "--write-best")
+    level = check_level(args.interval_level)
+    shown = res.ranked[:args.top] if res.best is not None else []
+    ivs = _ranked_intervals(base, shown, res.objective, args.fidelity or "coarse", level)
     if args.json:
         cols = list(ROW_FIELDS) + ["meets", "rank"]
         print(json.dumps({"objective": res.objective, "method": res.method, "gpus": res.gpus,
@@ -203,9 +210,10 @@ def run(args) -> int:
                           "space": {"kept": res.stats.kept, "invalid": res.stats.invalid,
                                     "pruned_memory": res.stats.pruned_memory, "skipped_by_time_bound": res.skipped},
                           "optimality_gap": res.gap,
-                          "best": _json_row(res.ranked[0], cols) if res.best else None,
-                          "message": res.message or None,
-                          "rows": [_json_row(r, cols) for r in res.ranked[:args.top]]},
+                          "best": {**_json_row(res.ranked[0], cols), **ivs[0]} if res.best else None,
+                          "message": res.message or None, "interval_level": level,
+                          "rows": [{**_json_row(r, cols), **(ivs[i] if i < len(ivs) else {})}
+                                   for i, r in enumerate(res.ranked[:args.top])]},
                          sort_keys=True))
     else:
         price = f"${res.price:.2f}/GPU-hour" if res.price is not None else "no price (cost columns empty)"
@@ -228,6 +236,8 @@ def run(args) -> int:
                 print(format_table(sub, top=len(res.closest)))
         else:
             print(format_table(res, args.top))
+            for line in _overlap_lines(shown, ivs, res.objective, level):
+                print(line)
             b = res.ranked[0]
             print(f"best: {res.best.label()} on {res.best.gpus} GPUs: iteration {b['iteration_time_s']:.3f} s, "
                   f"{b['tokens_per_s']:,.0f} tokens/s, MFU {100 * b['mfu']:.1f}%, peak {b['peak_memory_gb']:.1f} GiB, "
@@ -237,6 +247,34 @@ def run(args) -> int:
             if path and not (what == "best strategy" and res.best is None):
                 print(f"{what} written to {path}")
     return 0 if res.best is not None else 1
+
+
+def _ranked_intervals(base, rows, objective: str, fidelity: str, level: float) -> list[dict]:
+    """The stated intervals of the ranked rows (simulator/reports/intervals.py)."""
+    if not len(rows):
+        return []
+    from simulator.reports.envelope import run_features
+    from simulator.reports.interval_fields import ranked_intervals
+    from taskgraph.plan import resolve
+    records = rows.to_dict("records") if hasattr(rows, "to_dict") else list(rows)
+    return ranked_intervals(records, run_features(resolve(base)), objective, fidelity, level, base.options.stack)
+
+
+def _overlap_lines(rows, ivs: list[dict], objective: str, level: float) -> list[str]:
+    """Each shown rank's stated interval, and which ranks above it it overlaps."""
+    from simulator.reports.interval_fields import OBJECTIVE_COLUMNS
+    col = OBJECTIVE_COLUMNS[objective][0]
+    records = rows.to_dict("records") if hasattr(rows, "to_dict") else list(rows)
+    out = [f"{100 * level:g} % intervals ({col}; docs/validation.md, \"Prediction intervals\"):"]
+    for r, iv in zip(records, ivs):
+        if iv["objective_interval"] is None:
+            continue
+        lo, hi = iv["objective_interval"]
+        t0, t1 = iv["iteration_time_interval_s"]
+        over = (f"overlaps rank {', '.join(map(str, iv['overlaps_ranks']))}: the order is within the stated error"
+                if iv["overlaps_ranks"] else "the best" if len(out) == 1 else "clear of the ranks above")
+        out.append(f"{int(r['rank']):>3} iteration {t0:.3f}–{t1:.3f} s, {col} {lo:,.4g}–{hi:,.4g}: {over}")
+    return out if len(out) > 1 else []
 
 
 def _days(d: float) -> str:

@@ -43,13 +43,18 @@ def add_parser(sub) -> None:
                    help="scale matching tasks' durations (operator name or category, shell pattern), e.g. "
                         "'layer3.*=1.5' or 'dp-comm=0'; repeatable, changes accumulate")
     s.add_argument("--price", type=float, metavar="USD", help="price per GPU-hour for the cost line")
+    s.add_argument("--interval-level", default="0.8", metavar="LEVEL",
+                   help="level of the stated prediction intervals, in (0, 1) (default 0.8: 80 %%; "
+                        "docs/validation.md, \"Prediction intervals\")")
     s.add_argument("--mkdir", action="store_true", help=_MKDIR_HELP)
     s.set_defaults(func=_simulate_cmd)
 
 
 
 def _simulate_cmd(args) -> int:
+    from simulator.reports.intervals import check_level
     from simulator.reports.report import format_report
+    level = check_level(args.interval_level)
     if args.what_if and args.mode != "delta":
         raise ExecsimError("--what-if needs --mode delta (re-simulate only what each change affects)")
     if args.what_if:
@@ -107,7 +112,7 @@ def _simulate_cmd(args) -> int:
         full_s = _time.perf_counter() - t0
     written = _write_trace_outputs(args, sim, mem, outs, inputs)
     if outs.get("--html"):
-        _write_html(outs["--html"], args.file, kind, sim, args.set)
+        _write_html(outs["--html"], args.file, kind, sim, args.set, level)
     if args.json:
         out = sim.report.to_json()
         if deltas is not None:
@@ -127,6 +132,8 @@ def _simulate_cmd(args) -> int:
             out.update(m)
             from simulator.reports.envelope import plan_envelope
             out["calibration"] = plan_envelope(sim.plan).to_json()
+        from simulator.reports.interval_fields import simulation_fields
+        out.update(simulation_fields(sim, mem, out.get("cost_usd"), level))
         out["oom"] = None if mem is None else not mem.fits
         out.setdefault("fits", None)
         _print_json(out)
@@ -140,11 +147,13 @@ def _simulate_cmd(args) -> int:
             title += (f"\nmodel {p.model.name} on {p.num_gpus} x {p.cluster.gpu.name} ({p.cluster.name}): "
                       f"tp={p.sizes.tp} pp={p.sizes.pp} dp={p.sizes.dp} cp={p.sizes.cp} ep={p.sizes.ep} "
                       f"sp={p.sp} zero={p.zero} recompute={p.strategy.training.recompute}")
-            print(format_training_report(sim.training, sim.report, title))
+            from simulator.reports.intervals import sim_interval
+            iv = sim_interval(sim, level)
+            print(format_training_report(sim.training, sim.report, title, interval=iv))
             money = _cost_fields(sim, args.price)
             if money["cost_usd"] is not None:
-                print(f"cost: ${money['cost_usd']:,.0f} at ${money['price_per_gpu_hour_usd']:.2f} per GPU-hour "
-                      f"(price from {money['price_source']})")
+                print(f"cost: {iv.text(money['cost_usd'], '', fmt='${:,.0f}')} at "
+                      f"${money['price_per_gpu_hour_usd']:.2f} per GPU-hour (price from {money['price_source']})")
             elif sim.training.train_gpu_hours is not None:
                 print(f"cost: not known ({money['price_source']})")
             worst = max(mem.per_stage, key=lambda x: x.total)
@@ -155,6 +164,8 @@ def _simulate_cmd(args) -> int:
                 rest = (f"; {cov['modelled']} from the cost model ({', '.join(cov['modelled_examples'])}"
                         f"{', ...' if cov['modelled'] > len(cov['modelled_examples']) else ''})" if cov["modelled"] else "")
                 print(f"profile: {cov['measured']} operator passes measured ({cov['path']}){rest}")
+            from simulator.reports.interval_fields import report_memory_margin
+            print(report_memory_margin(mem, level)["summary"])
             from simulator.reports.envelope import plan_envelope
             print(plan_envelope(p).summary())
         else:
@@ -176,13 +187,14 @@ def _simulate_cmd(args) -> int:
     return 0
 
 
-def _write_html(path: str, source: str, kind: str, sim, sets=None) -> None:
+def _write_html(path: str, source: str, kind: str, sim, sets=None, level: float = 0.8) -> None:
     """The HTML report, written atomically (simulator.outputs.files)."""
     from simulator.outputs.html_report import write_html_report
     from simulator.outputs.files import write_output
     label = source + (" with --set " + " ".join(sets) if sets else "")
     text = Path(source).read_text(encoding="utf-8")
-    write_output(path, lambda tmp: write_html_report(tmp, sim, source=label, strategy_text=text), "--html")
+    write_output(path, lambda tmp: write_html_report(tmp, sim, source=label, strategy_text=text,
+                                                     interval_level=level), "--html")
 
 
 def _cost_fields(sim, override) -> dict:

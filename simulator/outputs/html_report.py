@@ -125,8 +125,9 @@ def _memory(sim) -> dict:
             "has_events": bool(graph.mem_task.size)}
 
 
-def report_data(sim, source: str = "") -> dict:
-    """Everything the page shows, as plain JSON-able data (also handy for tests)."""
+def report_data(sim, source: str = "", interval_level: float = 0.8) -> dict:
+    """Everything the page shows, as plain JSON-able data (also handy for tests); the stated
+    intervals at ``interval_level`` (simulator/reports/intervals.py)."""
     rep = sim.report
     sched = sim.schedule
     d = {"source": source, "schedule": sched.name, "pp": sched.pp, "vpp": sched.vpp,
@@ -151,7 +152,10 @@ def report_data(sim, source: str = "") -> dict:
                          "gpus_per_rank": tr.gpus_per_simulated_rank,
                          "stages": {s.rank: {"stages": list(s.stages), "layers": s.layers} for s in tr.per_stage}}
         from simulator.reports.envelope import plan_envelope
+        from simulator.reports.interval_fields import interval_fields
+        from simulator.reports.intervals import sim_interval
         d["calibration"] = plan_envelope(p).to_json()
+        d["intervals"] = interval_fields(tr, sim_interval(sim, interval_level))
     return d
 
 
@@ -164,6 +168,17 @@ def _summary_html(d: dict) -> str:
             ("schedule", f"{d['schedule']}, pp={d['pp']}, vpp={d['vpp']}, microbatches={d['microbatches']}"),
             ("iteration time", _fmt_s(d["makespan_ns"] * 1e-9))]
     t = d.get("training")
+    iv = d.get("intervals")
+    if iv:
+        pct = f"{100 * iv['interval_level']:g} %"
+        lo, hi = iv["iteration_time_interval_s"]
+        rows[-1] = ("iteration time", f"{_fmt_s(d['makespan_ns'] * 1e-9)} ({pct}: {_fmt_s(lo)}–{_fmt_s(hi)})")
+        lo, hi = iv["tokens_per_s_interval"]
+        m_lo, m_hi = iv["mfu_interval"]
+        rows.append(("stated interval", f"{pct}: {lo:,.0f}–{hi:,.0f} tokens/s, "
+                                        f"MFU {100 * m_lo:.1f}–{100 * m_hi:.1f}%"
+                     + (f", {iv['train_days_interval'][0]:.1f}–{iv['train_days_interval'][1]:.1f} days to train"
+                        if iv["train_days_interval"] else "") + f"; {iv['interval']['summary']}"))
     if t:
         rows += [("model / cluster", f"{t['model']} on {t['gpus']} x {t['gpu']} ({t['cluster']})"),
                  ("parallelism", f"tp={t['tp']} pp={t['pp']} dp={t['dp']} cp={t['cp']} ep={t['ep']} sp={t['sp']} "
@@ -262,9 +277,9 @@ def _cp_html(d: dict) -> str:
             f"<th>time on the path</th><th>share</th></tr>{cells}</table>")
 
 
-def html_report(sim, *, source: str = "", strategy_text: str = "") -> str:
+def html_report(sim, *, source: str = "", strategy_text: str = "", interval_level: float = 0.8) -> str:
     """The report page as a string (see the module docstring)."""
-    d = report_data(sim, source)
+    d = report_data(sim, source, interval_level)
     data = json.dumps({"gantt": d["gantt"], "memory": d["memory"], "groups": d["groups"],
                        "makespan_ns": d["makespan_ns"], "vpp": d["vpp"]}, sort_keys=True, separators=(",", ":"))
     data = data.replace("</", "<\\/")
@@ -293,10 +308,12 @@ def html_report(sim, *, source: str = "", strategy_text: str = "") -> str:
             .replace("%DATA%", data).replace("%JS%", _JS))
 
 
-def write_html_report(path: str | PathLike, sim, *, source: str = "", strategy_text: str = "") -> None:
+def write_html_report(path: str | PathLike, sim, *, source: str = "", strategy_text: str = "",
+                      interval_level: float = 0.8) -> None:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(html_report(sim, source=source, strategy_text=strategy_text), encoding="utf-8")
+    p.write_text(html_report(sim, source=source, strategy_text=strategy_text, interval_level=interval_level),
+                 encoding="utf-8")
 
 
 _PAGE = """<!DOCTYPE html>

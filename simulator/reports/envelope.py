@@ -195,11 +195,20 @@ def assess(run: RunFeatures, groups: Iterable[CalibrationGroup] | None = None) -
     return Envelope(run, g, d, terms, d <= NEAR, absent)
 
 
+def stack_name(options_stack: str | None, zero: int) -> str:
+    """The envelope's stack of a run with ``options.stack`` and ZeRO stage ``zero`` (module doc).
+
+    >>> stack_name(None, 3), stack_name("deepspeed", 1), stack_name("torchtitan-compile", 0)
+    ('fsdp', 'megatron-deepspeed', 'torchtitan')
+    """
+    if options_stack == "deepspeed":
+        return "deepspeed-zero3" if zero == 3 else "megatron-deepspeed"
+    return _STACKS.get(options_stack or "", "fsdp" if zero == 3 else "megatron")
+
+
 def run_features(plan) -> RunFeatures:
     """The features of a resolved strategy (:class:`taskgraph.plan.Plan`)."""
-    stack = _STACKS.get(plan.strategy.options.stack or "", "fsdp" if plan.zero == 3 else "megatron")
-    if plan.strategy.options.stack == "deepspeed":
-        stack = "deepspeed-zero3" if plan.zero == 3 else "megatron-deepspeed"
+    stack = stack_name(plan.strategy.options.stack, plan.zero)
     gpu = plan.cluster.gpu
     return RunFeatures(stack=stack, gpu=gpu.name, architecture=gpu.architecture,
                        family="moe" if plan.model.experts else "dense",
@@ -246,5 +255,5 @@ def _bundled() -> tuple[CalibrationGroup, ...]:
     return _load(ENVELOPE_PATH)
 
 
-__all__ = ["RunFeatures", "CalibrationGroup", "Envelope", "distance", "assess", "run_features", "plan_envelope",
+__all__ = ["stack_name", "RunFeatures", "CalibrationGroup", "Envelope", "distance", "assess", "run_features", "plan_envelope",
            "load_envelope", "ENVELOPE_PATH", "WEIGHTS", "NEAR"]

@@ -190,10 +190,21 @@ def format_mfu(mfu: float, hfu: float, mfu_fp8_peak: float | None, sep: str = ",
             f"HFU {100 * hfu:.1f}% of the BF16 peak")
 
 
-def format_training_report(tr: TrainingReport, rep: Report, title: str = "") -> str:
+def format_training_report(tr: TrainingReport, rep: Report, title: str = "", interval=None) -> str:
+    """The text report; ``interval`` (:class:`simulator.reports.intervals.Interval`) adds the stated
+    interval to the iteration time, tokens/s, MFU and time to train."""
     lines = [title] if title else []
-    lines.append(f"iteration time {tr.iteration_time_s:.3f} s   tokens/s {tr.tokens_per_s:,.0f}   "
-                 f"tokens/s/GPU {tr.tokens_per_s_per_gpu:,.1f}   {format_mfu(tr.mfu, tr.hfu, tr.mfu_fp8_peak, '   ')}")
+    if interval is None:
+        mfu = format_mfu(tr.mfu, tr.hfu, tr.mfu_fp8_peak, "   ")
+        lines.append(f"iteration time {tr.iteration_time_s:.3f} s   tokens/s {tr.tokens_per_s:,.0f}   "
+                     f"tokens/s/GPU {tr.tokens_per_s_per_gpu:,.1f}   {mfu}")
+    else:
+        lines.append(f"iteration time {interval.text(tr.iteration_time_s, 's', fmt='{:.3f}')}   tokens/s "
+                     f"{interval.text(tr.tokens_per_s, '', rate=True, fmt='{:,.0f}')}   "
+                     f"tokens/s/GPU {tr.tokens_per_s_per_gpu:,.1f}")
+        lo, hi = interval.rate(100 * tr.mfu)
+        lines.append(f"{format_mfu(tr.mfu, tr.hfu, tr.mfu_fp8_peak, '   ')}   MFU {100 * interval.level:g} % interval "
+                     f"{lo:.1f}–{hi:.1f}%")
     lines.append(f"GPUs {tr.num_gpus} (each simulated rank stands for {tr.gpus_per_simulated_rank} GPUs: its TP, CP "
                  f"and DP peers)   microbatches {tr.microbatches}   imbalance {rep.imbalance:.3f}   "
                  f"tasks {rep.num_tasks}")
@@ -210,6 +221,11 @@ def format_training_report(tr: TrainingReport, rep: Report, title: str = "") -> 
     lines.append(f"critical path: {parts}")
     if tr.pace:
         lines.append(f"pace: {tr.pace}")
-    if tr.train_days is not None:
+    if tr.train_days is not None and interval is None:
         lines.append(f"time to train: {tr.train_days:.1f} days, {tr.train_gpu_hours:,.0f} GPU-hours")
+    elif tr.train_days is not None:
+        lines.append(f"time to train: {interval.text(tr.train_days, 'days')}, "
+                     f"{interval.text(tr.train_gpu_hours, 'GPU-hours', fmt='{:,.0f}')}")
+    if interval is not None:
+        lines.append(interval.summary())
     return "\n".join(lines)
