@@ -108,6 +108,10 @@ def csv_rows(text: str, columns: tuple, what: str):
             if any(row.get(c) is None for c in columns):
                 raise ConfigError(f"{what} line {reader.line_num} has fewer cells than the header "
                                   f"({','.join(columns)}); fill every column")
+            if row.get(None):   # DictReader's cells past the header: a decimal comma splits a number in two
+                raise ConfigError(f"{what} line {reader.line_num} has more cells than the header "
+                                  f"({','.join(columns)}): extra {brief(row[None][0], 40)}; write decimals with a "
+                                  f"point (12.5, not 12,5) and quote a cell holding a comma")
             yield reader.line_num, row
     except csv.Error as exc:
         raise ConfigError(f"{what} is not valid CSV (line {reader.line_num}: {cut(str(exc), 80)})") from None

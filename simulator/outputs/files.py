@@ -124,16 +124,22 @@ def check_output(path, flag: str, *, inputs: Iterable = (), mkdir: bool = False,
 
 
 def check_output_dir(path, flag: str, *, inputs: Iterable = (), mkdir: bool = False,
-                     pattern: str = r"rank_\d+\.json") -> str:
+                     pattern: str = r"rank_\d+\.json", others: dict | None = None) -> str:
     """Check a folder that ``flag`` fills with files named like ``pattern`` (``--trace-dir``), before any
     work; return it as a str. Refused with one :class:`OutputError`: an empty path, a file, a missing
     folder whose parent is missing (unless ``mkdir``), a folder that cannot be written (no write
     permission, or no write bit at all: root ignores permissions), and any existing entry matching
     ``pattern`` that :func:`check_output` refuses (an input of the run, also through a symbolic or hard
-    link, a folder, a read-only file). The folder itself is created when the files are written."""
+    link, a folder, a read-only file), and another output of the run (``others``: ``{flag: path}``)
+    named like ``pattern`` in the folder, which this one would overwrite. The folder itself is created
+    when the files are written."""
     import re
     text, name = _path_text(path, flag, "folder", f"a folder for the files, e.g. {flag} out/", "a folder name")
     d = Path(text)
+    for other, op in (others or {}).items():
+        if op is not None and re.fullmatch(pattern, Path(op).name) and _same_file(Path(op).parent, d):
+            raise OutputError(f"{other} {brief(str(op), 120)} is a file {flag} {name} writes: give them different "
+                              f"files")
     try:
         if d.exists() and not d.is_dir():
             raise OutputError(f"{flag} {name} is a file, not a folder: give a folder (it is created if missing)")
@@ -238,7 +244,10 @@ def _temporary_file(p: Path):
         if main:
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
         try:
-            fd, tmp = tempfile.mkstemp(dir=str(p.parent), prefix=f".{p.name[:80]}.", suffix=f".tmp{p.suffix[:16]}")
+            # the output's suffix, also for a name that is only one ('.csv': Path.suffix is empty), so a
+            # writer that dispatches on it (the timeline: .csv / .parquet) sees the same one
+            suffix = p.suffix or (p.name if p.name.count(".") == 1 and p.name.startswith(".") else "")
+            fd, tmp = tempfile.mkstemp(dir=str(p.parent), prefix=f".{p.name[:80]}.", suffix=f".tmp{suffix[:16]}")
             os.close(fd)
         finally:
             if main:
