@@ -319,9 +319,11 @@ def strategy_for(row: dict) -> tuple[dict, list[str]]:
         options["stack"] = "llm-foundry"
     if _megatron_2021_22(row) and parallel["zero"] < 3:  # (the ZeRO-3 rows are DeepSpeed, not Megatron DDP)
         options["overlap_grad_reduce"] = False
-    if _megatron_2021_22(row) and "no scatter/gather" not in row["notes"]:
+    if _megatron_2021_22(row) and "no scatter/gather" not in row["notes"] and tp > 1 and pp > 1 \
+            and not parallel["sp"] and not layer_row:
         # Megatron-LM 2021-22 (--scatter-gather-tensors-in-pipeline, on by default) and DeepSpeed's
-        # partitioned pipeline activations (BLOOM): 1/tp per rank, all-gathered on arrival
+        # partitioned pipeline activations (BLOOM): 1/tp per rank, all-gathered on arrival (set only
+        # where it acts: a strategy file refuses it with sp, tp 1 or pp 1, where it changes nothing)
         options["pipeline_scatter_gather"] = True
     if "NOT overlapped" in row["notes"]:
         options["overlap_grad_reduce"] = False

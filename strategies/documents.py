@@ -30,7 +30,31 @@ from strategies.errors import ConfigError, brief, cut
 from strategies.limits import MAX_CSV_BYTES, MAX_DOCUMENT_BYTES, MAX_TRACE_BYTES
 
 __all__ = ["read_text", "read_csv_text", "parse_document", "load_document", "parse_scalar", "check_finite",
-           "load_trace_json"]
+           "load_trace_json", "files_read", "forget_files_read"]
+
+#: Every file this process has read through this module (its real path), in reading order: the inputs
+#: no output may replace (``simulator.outputs.files`` checks each output against them, before the work
+#: and again when writing), including files found through folders (``calibrate``'s traces) and through
+#: paths inside other inputs (a model file, a profile, a Hugging Face config). The CLI forgets them at
+#: the start of each command (``forget_files_read``).
+_FILES_READ: dict = {}
+
+
+def files_read() -> tuple:
+    """The real paths of the files read so far (see ``_FILES_READ``)."""
+    return tuple(_FILES_READ)
+
+
+def forget_files_read() -> None:
+    """Start a new command: no file read yet."""
+    _FILES_READ.clear()
+
+
+def _note_read(path) -> None:
+    try:
+        _FILES_READ[os.path.realpath(path)] = None
+    except (OSError, ValueError):
+        pass
 
 
 def read_text(path, what: str = "file", *, limit: int = MAX_DOCUMENT_BYTES) -> str:
@@ -46,6 +70,7 @@ def read_text(path, what: str = "file", *, limit: int = MAX_DOCUMENT_BYTES) -> s
         # regular file is read (a FIFO, device or socket has no end to wait for)
         fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
         with os.fdopen(fd, "rb") as fh:
+            _note_read(p)
             st = os.fstat(fh.fileno())
             if not stat.S_ISREG(st.st_mode):
                 raise ConfigError(f"{what} {name} is not a regular file (a FIFO, device or socket): give the path of "
@@ -83,6 +108,10 @@ def csv_rows(text: str, columns: tuple, what: str):
             if any(row.get(c) is None for c in columns):
                 raise ConfigError(f"{what} line {reader.line_num} has fewer cells than the header "
                                   f"({','.join(columns)}); fill every column")
+            if row.get(None):   # DictReader's cells past the header: a decimal comma splits a number in two
+                raise ConfigError(f"{what} line {reader.line_num} has more cells than the header "
+                                  f"({','.join(columns)}): extra {brief(row[None][0], 40)}; write decimals with a "
+                                  f"point (12.5, not 12,5) and quote a cell holding a comma")
             yield reader.line_num, row
     except csv.Error as exc:
         raise ConfigError(f"{what} is not valid CSV (line {reader.line_num}: {cut(str(exc), 80)})") from None
@@ -247,6 +276,7 @@ def load_trace_json(path, what: str = "trace") -> Any:
         try:
             if not p.is_file():
                 raise ConfigError(f"{what} {name} does not exist or is not a file: check the path")
+            _note_read(p)
             with gzip.open(p, "rb") as fh:
                 raw = fh.read(MAX_TRACE_BYTES + 1)
         except (OSError, EOFError, zlib.error) as exc:

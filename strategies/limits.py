@@ -65,10 +65,15 @@ MAX_TOKENS_PER_MICROBATCH = 2 ** 26
 MAX_INT = 2 ** 53
 MAX_DOCUMENT_BYTES = 8 * 2 ** 20
 MAX_CSV_BYTES = 64 * 2 ** 20
-#: a PyTorch profiler trace of one rank (decompressed): a few steps of a large model are ~100 MB
-MAX_TRACE_BYTES = 512 * 2 ** 20
-#: trace files one ``execsim calibrate`` reads (one per rank)
+#: a PyTorch profiler trace of one rank (decompressed). Parsed whole by ``json``: the densest trace
+#: (40-byte events) needs ~11 bytes of memory per byte of JSON and ~0.18 s per MB (a 50 MB one: 560 MB,
+#: 8.8 s on the project machine), so 128 MiB is ~1.5 GB and ~25 s, inside the 3 GB a command may use
+#: (512 MiB needed > 4 GB); a few steps of a large model are ~100 MB: trace fewer steps if over.
+MAX_TRACE_BYTES = 128 * 2 ** 20
+#: trace files one ``execsim calibrate`` reads (one per rank), and their bytes in all (on disk,
+#: checked before the first is read: the kernels of every rank are kept, and the reading time adds up)
 MAX_TRACE_FILES = 1024
+MAX_TRACE_TOTAL_BYTES = 256 * 2 ** 20
 
 
 def check_actions(pp: int, vpp: int, microbatches: int, where: str = "schedule") -> None:

@@ -144,7 +144,7 @@ class OptionsSpec:
     pipeline_scatter_gather: without sequence parallelism, each TP rank sends 1/tp of a pipeline
         activation and the receiving TP group all-gathers it (Megatron-LM 2021-2022's
         ``--scatter-gather-tensors-in-pipeline``, DeepSpeed's partitioned pipeline activations);
-        False = every TP rank sends the whole activation (Megatron-core). No effect with sp or tp 1
+        False = every TP rank sends the whole activation (Megatron-core). Refused with sp, tp 1 or pp 1
         (taskgraph/pipeline_p2p.py).
     moe_imbalance: MoE routing skew: tokens routed to the busiest expert-parallel rank over the
         mean (>= 1; 1 = perfectly balanced). The busiest rank sets the pace of the EP group's
@@ -471,6 +471,57 @@ def _check_applies(t: dict, o: dict, par: ParallelSpec, tr: TrainingSpec, opt: O
         raise ConfigError(f"options.optimizer_offload_fraction = {opt.optimizer_offload_fraction} must be in [0, 1] "
                           f"(the share of the parameters whose optimizer runs on the CPU)")
     _needs_switch(o, opt, ("optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d"), "optimizer_cpu_offload")
+    _check_option_scope(o, par, tr, opt)
+
+
+def _check_option_scope(o: dict, par: ParallelSpec, tr: TrainingSpec, opt: OptionsSpec) -> None:
+    """Options the user wrote (``o``) that have nothing to act on with these parallel sizes are
+    refused, as Megatron-LM refuses most of them (checks that need the model or the cluster are in
+    ``taskgraph.plan.resolve``)."""
+    def given(key: str) -> bool:   # written and not its "off" value
+        return o.get(key) not in (None, False, 0)
+
+    def refuse(key: str, why: str, fix: str) -> None:
+        v = getattr(opt, key)
+        raise ConfigError(f"options.{key} = {str(v).lower() if isinstance(v, bool) else brief(v)} {why}; {fix}")
+    n = opt.activation_offload_layers
+    if given("activation_offload_layers"):
+        # Megatron-core transformer_config.py __post_init__ (cpu_offloading): "Currently there is no
+        # support for Pipeline parallelism with CPU offloading", "CPU offloading does not work when
+        # activation recomputation is enabled" (the layer bound needs the model: taskgraph/plan.py)
+        if par.pp > 1:
+            refuse("activation_offload_layers", f"offloads activations, which Megatron-core does not support with "
+                   f"pipeline parallelism (parallel.pp = {par.pp})", "set pp: 1 or drop it")
+        pols = set(tr.recompute_layers or (tr.recompute,)) - {"none"}
+        if pols:
+            refuse("activation_offload_layers", f"offloads activations, which Megatron-core refuses with activation "
+                   f"recomputation ({sorted(pols)[0]})", "set training.recompute: none or drop it")
+    if given("pipeline_scatter_gather") and (par.sp or par.tp == 1 or par.pp == 1):
+        why = ("parallel.sp = true already sends 1/tp of each activation" if par.sp else
+               f"parallel.{'tp' if par.tp == 1 else 'pp'} = 1 leaves nothing to scatter")
+        refuse("pipeline_scatter_gather", f"splits pipeline sends over the TP ranks, but {why}",
+               "drop pipeline_scatter_gather")
+    if given("tp_comm_overlap") and (par.tp == 1 or not par.sp):
+        # Megatron-LM arguments.py: "Tensor parallel communication/GEMM overlap can happen only when
+        # sequence parallelism is enabled" (and sequence parallelism is turned off with tp 1)
+        refuse("tp_comm_overlap", "overlaps the sequence-parallel TP collectives with their GEMMs, which needs "
+               f"parallel.tp > 1 and sp: true (tp = {par.tp}, sp = {str(par.sp).lower()})",
+               "set tp > 1 and sp: true, or drop tp_comm_overlap")
+    for key, src in (("profile_gpu", "profile"), ("collective_profile_gpu", "collective_profile")):
+        if o.get(key) is not None and getattr(opt, src) is None:
+            refuse(key, f"says which GPU the rows of options.{src} were measured on, but no {src} is given",
+                   f"give options.{src} or drop {key}")
+    if o.get("cp_comm") is not None and par.cp == 1:
+        refuse("cp_comm", "chooses the context-parallel attention exchange, but parallel.cp = 1",
+               "set cp > 1 or drop cp_comm")
+    if given("p2p_overlap") and par.pp == 1:
+        refuse("p2p_overlap", "overlaps pipeline sends with compute, but parallel.pp = 1 has none",
+               "set pp > 1 or drop p2p_overlap")
+    if o.get("overlap_param_gather") is True and par.zero == 0:
+        # Megatron-LM arguments.py: "--overlap-param-gather only supported with distributed optimizer"
+        refuse("overlap_param_gather", "overlaps the parameter all-gather of a sharded optimizer, but "
+               "parallel.zero = 0 gathers nothing (Megatron-LM needs the distributed optimizer)",
+               "set zero: 1 or more, or drop overlap_param_gather")
 
 
 def check_strategy(strategy: Strategy) -> None:

@@ -208,8 +208,9 @@ class ProfileTable:
             try:
                 t = float(row["time_us"]) * 1e-6
             except ValueError:
+                comma = "; write the decimal point as '.' (12.5, not 12,5)" if "," in row["time_us"] else ""
                 raise ConfigError(f"profile {name} line {i}: time_us = {brief(row['time_us'])} is not a "
-                                  f"number") from None
+                                  f"number{comma}") from None
             if not math.isfinite(t) or t < 0 or t > 1e6:
                 raise ConfigError(f"profile {name} line {i}: time_us = {brief(row['time_us'])} must be a finite "
                                   f"number of microseconds in [0, 1e12]")

@@ -192,6 +192,8 @@ def resolve(strategy: Strategy) -> Plan:
         raise ConfigError(f"options.{moe_opts[0]} = {brief(written[moe_opts[0]])} applies to MoE models, but model "
                           f"{brief(model.name)} has no experts; drop {', '.join('options.' + k for k in moe_opts)}")
 
+    _check_option_targets(strategy, model, cluster, written)
+
     if model.experts and model.experts % ep:
         raise ConfigError(f"parallel.ep = {ep} must divide model.experts = {model.experts}; choose ep in "
                           f"{_divisors(model.experts)}")
@@ -290,6 +292,37 @@ def resolve(strategy: Strategy) -> Plan:
                 f"{' ...' if len(unused) > 20 else ''}",) if unused else ()
     return Plan(strategy, model, cluster, sizes, vpp, par.sp and tp > 1, par.zero, microbatches, tuple(lps), schedule,
                 warnings)
+
+
+#: schedules whose rank orders hold overlapped forward/backward pairs (strategies/schedules_dualpipe.py)
+PAIR_SCHEDULES = ("dualpipe", "dualpipe-v")
+
+
+def _check_option_targets(strategy: Strategy, model, cluster, written: dict) -> None:
+    """Options written in the file that this model, cluster or schedule gives nothing to act on are
+    refused (the checks that need only the strategy file are in strategies/strategy_file.py)."""
+    opt = strategy.options
+    raw = strategy.raw if isinstance(strategy.raw, dict) else {}
+    n = opt.activation_offload_layers
+    if n and n >= model.layers:
+        # Megatron-core transformer_config.py __post_init__: "CPU offloading can be done only for
+        # layers less than {num_layers}" (cpu_offloading_num_layers < num_layers)
+        raise ConfigError(f"options.activation_offload_layers = {n} must be less than the model's {model.layers} "
+                          f"layers (Megatron-core offloads at most num_layers - 1); choose 1-{model.layers - 1}")
+    # (the two checks below only for the cluster and schedule as written: a search varies them, and a
+    # candidate's schedule or size is not the user's setting)
+    if written.get("moe_max_nodes") is not None and model.experts and cluster.nodes == 1 \
+            and raw.get("cluster") == strategy.cluster:
+        raise ConfigError(f"options.moe_max_nodes = {brief(written['moe_max_nodes'])} limits how many nodes a token's "
+                          f"experts span, but the cluster has one node; drop moe_max_nodes")
+    par = raw.get("parallel") if isinstance(raw.get("parallel"), dict) else {}
+    as_written = raw.get("schedule", "1f1b" if par.get("vpp", 1) == 1 else "interleaved-1f1b")  # strategy_file's default
+    for key in ("pair_overlap", "pair_comm_sms"):
+        if written.get(key) is not None and strategy.schedule_csv is None and as_written == strategy.schedule \
+                and strategy.schedule not in PAIR_SCHEDULES and not opt.overlap_moe_expert_parallel_comm:
+            raise ConfigError(f"options.{key} = {brief(written[key])} sets DualPipe's overlapped forward/backward "
+                              f"pairs, but schedule {brief(strategy.schedule)} has none; use schedule "
+                              f"{' or '.join(PAIR_SCHEDULES)}, or drop {key}")
 
 
 def _check_a2a_overlap(strategy: Strategy, model, cluster, ep: int) -> None:

@@ -889,7 +889,9 @@ add(
     Case("r2-pair-sms-serial", SIM, {"s.yaml": strat() + "options: {pair_comm_sms: 20}\n"},
          r"options\.pair_comm_sms = 20 applies to options\.pair_overlap: concurrent", "pair_comm_sms"),
     Case("r2-pair-sms-over-gpu", SIM, {"s.yaml": strat() + "options: {pair_overlap: concurrent, pair_comm_sms: 500}\n"},
-         r"options\.pair_comm_sms = 500 leaves no SMs for compute on H100-SXM-80GB \(132 SMs\)", "pair_comm_sms"),
+         # on 1F1B (no pairs) the options are refused first (issue 42); the SM bound on DualPipe is in
+         # tests/test_deepseek.py test_pair_options_validated
+         r"options\.pair_overlap = 'concurrent' sets DualPipe's .* schedule '1f1b' has none", "pair_overlap"),
     # Megatron's combined 1F1B (options.overlap_moe_expert_parallel_comm) and its companions
     Case("a2a-overlap-dense", SIM, {"s.yaml": strat() + "options: {overlap_moe_expert_parallel_comm: true}\n"},
          r"overlap_moe_expert_parallel_comm = true overlaps the expert all-to-all, but model 'tiny' has no experts",
@@ -1156,4 +1158,67 @@ add(
          r"moe_layers = \[5\] must be a list of layer indices in 0\.\.1", "moe_layers"),
     Case("ok-hf-llama4", SIM, {"s.yaml": strat(model="hf.json", parallel=MOE_PAR), "hf.json": hf(**HF_LLAMA4)},
          code=0, bound=5000),
+)
+
+# Issue 42 (third campaign): settings with nothing to act on are refused, not ignored; calibrate's traces
+# are inputs; goodput and search values at the float range's edges; CSV decimals; timeline names.
+TRACE = json.dumps({"distributedInfo": {"rank": 0}, "traceEvents": [
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 10, "tid": 1}]})
+P1 = "{tp: 2, pp: 1}"
+add(
+    Case("r3-offload-with-pp", SIM, {"s.yaml": strat(options="{activation_offload_layers: 1}")},
+         r"activation_offload_layers = 1 offloads activations, which Megatron-core does not support with pipeline "
+         r"parallelism \(parallel\.pp = 2\)", "activation_offload_layers"),
+    Case("r3-offload-all-layers", SIM, {"s.yaml": strat(parallel=P1, options="{activation_offload_layers: 2}")},
+         r"activation_offload_layers = 2 must be less than the model's 2 layers", "activation_offload_layers"),
+    Case("r3-offload-with-recompute", SIM, {"s.yaml": strat(parallel=P1, options="{activation_offload_layers: 1}",
+                                                            training="{micro_batch: 1, global_batch: 8, seq_len: 128, "
+                                                                     "recompute: selective}")},
+         r"refuses with activation recomputation \(selective\)", "activation_offload_layers"),
+    Case("r3-scatter-gather-sp", SIM, {"s.yaml": strat(parallel="{tp: 2, pp: 2, sp: true}",
+                                                       options="{pipeline_scatter_gather: true}")},
+         r"parallel\.sp = true already sends 1/tp", "pipeline_scatter_gather"),
+    Case("r3-scatter-gather-pp1", SIM, {"s.yaml": strat(parallel=P1, options="{pipeline_scatter_gather: true}")},
+         r"parallel\.pp = 1 leaves nothing to scatter", "pipeline_scatter_gather"),
+    Case("r3-tp-comm-overlap-no-sp", SIM, {"s.yaml": strat(options="{tp_comm_overlap: true}")},
+         r"needs parallel\.tp > 1 and sp: true \(tp = 2, sp = false\)", "tp_comm_overlap"),
+    Case("r3-profile-gpu-no-profile", SIM, {"s.yaml": strat(options="{profile_gpu: cpu}")},
+         r"options\.profile_gpu = 'cpu' .* but no profile is given", "profile_gpu"),
+    Case("r3-cp-comm-cp1", SIM, {"s.yaml": strat(options="{cp_comm: ring}")}, r"but parallel\.cp = 1", "cp_comm"),
+    Case("r3-p2p-overlap-pp1", SIM, {"s.yaml": strat(parallel=P1, options="{p2p_overlap: true}")},
+         r"parallel\.pp = 1 has none", "p2p_overlap"),
+    Case("r3-param-gather-zero0", SIM, {"s.yaml": strat(options="{overlap_param_gather: true}")},
+         r"parallel\.zero = 0 gathers nothing", "overlap_param_gather"),
+    Case("r3-pair-overlap-1f1b", SIM, {"s.yaml": strat(options="{pair_overlap: concurrent}")},
+         r"schedule '1f1b' has none", "pair_overlap"),
+    Case("r3-moe-max-nodes-one-node", SIM, {"s.yaml": strat(model=MOE, parallel=MOE_PAR,
+                                                            options="{moe_max_nodes: 1}")},
+         r"moe_max_nodes = 1 .* the cluster has one node", "moe_max_nodes"),
+    Case("r3-profile-decimal-comma", SIM, {"s.yaml": strat(options="{profile: pc.csv}"),
+                                           "pc.csv": PROFILE_HEADER + "h100-sxm-80gb,bf16,qkv,fwd,64x192x64x1,12,5\n"},
+         r"line 2 has more cells than the header .* \(12\.5, not 12,5\)", "pc.csv"),
+    Case("r3-timeline-txt-before-work", f"{PSIM} --timeline t.txt", {}, r"must end in \.csv or \.parquet",
+         "t.txt", bound=0),
+    Case("ok-r3-timeline-dot-csv", f"{PSIM} --timeline .csv", {}, code=0, creates=(".csv",)),
+    Case("r3-search-price-huge", "search s.yaml --price 1e300", {}, r"--price = 1e\+300 must be .* at most 10,000",
+         "--price", bound=0),
+    Case("r3-search-tokens-huge", "search s.yaml --train-tokens 1e300", {}, r"over the limit of 1e\+18",
+         "--train-tokens", bound=0),
+    Case("r3-calibrate-output-is-trace", "calibrate s.yaml tr -o tr/rank0.json --no-simulate", {"tr/rank0.json": TRACE},
+         r"--output 'tr/rank0\.json' is an input file of this run", "tr/rank0.json", bound=0),
+    Case("r3-calibrate-rank-not-in-strategy", "calibrate s.yaml tr -o o.csv --no-simulate",
+         {"tr/rank0.json": TRACE.replace('"rank": 0', '"rank": 9')}, r"is rank 9 but 's\.yaml' has ranks 0-7",
+         "rank 9"),
+    Case("r3-calibrate-negative-duration", "calibrate s.yaml tr -o o.csv --no-simulate",
+         {"tr/rank0.json": TRACE.replace('"dur": 10', '"dur": -10')}, r"event 0 \('aten::mm'\) dur = -10 must be",
+         "dur"),
+    Case("r3-trace-inside-trace-dir", f"{TD} d --trace d/rank_0.json", {"d/keep.txt": "x\n"},
+         r"--trace 'd/rank_0\.json' is a file --trace-dir 'd' writes: give them different files", "--trace", bound=0),
+    Case("r3-goodput-shape-storm", "goodput s.yaml --days 1 --no-sweep --set goodput.failures.gpu.shape=0.01", {},
+         r"goodput\.failures\.gpu\.shape = 0\.01 is under 0\.1", "shape"),
+    Case("r3-goodput-exponent-overflow", ["goodput", "s.yaml", "--days", "1", "--no-sweep", "--set",
+                                          "goodput.failures.j.per=job", "--set", "goodput.failures.j.rate_per_hour=1",
+                                          "--set", "goodput.failures.j.ref_gpus=1", "--set",
+                                          "goodput.failures.j.size_exponent=1e6"], {},
+         r"goodput\.failures\.j: inf failures per hour", "goodput.failures.j"),
 )

@@ -128,7 +128,12 @@ def test_pair_options_validated(tmp_path):
     with pytest.raises(ConfigError, match="options.pair_overlap"):
         _moe_strategy(tmp_path, pair_overlap="parallel")
     with pytest.raises(ConfigError, match="options.pair_comm_sms"):
-        resolve(_moe_strategy(tmp_path, pair_overlap="concurrent", pair_comm_sms=132))
+        resolve(_moe_strategy(tmp_path, pair_overlap="concurrent", pair_comm_sms=132, schedule="dualpipe-v", vpp=2,
+                              gb=64))
+    # a schedule without pairs: the option has nothing to act on, so it is refused (issue 42)
+    with pytest.raises(ConfigError, match="options.pair_overlap = 'concurrent' sets DualPipe's .* schedule '1f1b' "
+                                          "has none"):
+        resolve(_moe_strategy(tmp_path, pair_overlap="concurrent"))
     with pytest.raises(ConfigError, match="options.pair_comm_sms"):
         _moe_strategy(tmp_path, pair_comm_sms=-1)
 
@@ -140,10 +145,7 @@ def test_concurrent_pairs_on_dualpipe_v(tmp_path):
     free = simulate_strategy(_moe_strategy(tmp_path, pair_overlap="concurrent", pair_comm_sms=0, **kw)).result.makespan
     sm20 = simulate_strategy(_moe_strategy(tmp_path, pair_overlap="concurrent", **kw)).result.makespan
     assert free < serial and free < sm20
-    # a schedule without pairs is unchanged by the option
-    one = dict(kw, schedule="1f1b", vpp=1)
-    assert simulate_strategy(_moe_strategy(tmp_path, pair_overlap="concurrent", **one)).result.makespan == \
-        simulate_strategy(_moe_strategy(tmp_path, **one)).result.makespan
+    # a schedule without pairs: refused, not ignored (test_pair_options_validated)
 
 
 # --- FP8 block-wise scaling (DeepSeek-V3 Section 3.3) ------------------------------------------

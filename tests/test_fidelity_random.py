@@ -69,8 +69,9 @@ OFFLOAD_KEYS = ("optimizer_cpu_offload", "optimizer_offload_fraction", "overlap_
 #: Megatron's combined 1F1B options, drawn by _draw_a2a_overlap from their own generator (so the
 #: draws above stay what they were before these options existed)
 A2A_KEYS = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute", "moe_flex_dispatcher_num_sms")
-#: options that only mean something with a MoE model, fp8, cp > 1, zero 3 or a DualPipe schedule
-NEEDS = {"moe_imbalance": "moe", "moe_capacity_factor": "moe", "moe_max_nodes": "moe",
+#: options that only mean something with a MoE model (on two nodes: moe_max_nodes), fp8, cp > 1, zero 3 or a
+#: DualPipe schedule
+NEEDS = {"moe_imbalance": "moe", "moe_capacity_factor": "moe", "moe_max_nodes": "moe-multinode",
          "fp8_recipe": "fp8", "cp_comm": "cp", "cp_load_balance": "cp", "reshard_after_forward": "zero3",
          "pair_overlap": "dualpipe", "pair_comm_sms": "dualpipe", "overlap_handoff": "dualpipe",
          "fp8_param_gather": "fp8", **{k: "a2a-overlap" for k in A2A_KEYS}, **{k: "cpu-offload" for k in OFFLOAD_KEYS},
@@ -120,17 +121,17 @@ def _draw_a2a_overlap(data: dict, on: set, i: int) -> None:
     if rng.random() < 0.6:
         data["options"]["delay_wgrad_compute"] = True
         on.add("delay_wgrad_compute")
-    if rng.random() < 0.6:
+    if rng.random() < 0.75:
         data["options"]["moe_flex_dispatcher_num_sms"] = int(rng.choice(OPTION_VALUES["moe_flex_dispatcher_num_sms"]))
         on.add("moe_flex_dispatcher_num_sms")
 
 
 def _draw_scatter_gather(data: dict, on: set, i: int) -> None:
-    """Megatron-LM 2021-22's pipeline scatter/gather in half the draws with tp and pp > 1 (it acts
-    without sequence parallelism: half of those); its own generator keeps the other draws as they were."""
+    """Megatron-LM 2021-22's pipeline scatter/gather in most draws with tp and pp > 1 and no sequence
+    parallelism (the only ones where it acts); its own generator keeps the other draws as they were."""
     rng = np.random.default_rng((20261129, i))
     par = data["parallel"]
-    if par["tp"] < 2 or par["pp"] < 2 or rng.random() < 0.5:
+    if par["tp"] < 2 or par["pp"] < 2 or par["sp"] or rng.random() < 0.2:   # refused with sp (issue 42)
         return
     data["options"]["pipeline_scatter_gather"] = True
     on.add("pipeline_scatter_gather")
@@ -184,6 +185,8 @@ def _draw(rng: np.random.Generator, i: int) -> tuple[dict, set]:
     micro = int(rng.choice([1, 2]))
     mbs = int(rng.choice([2, 4, 8])) * (2 if schedule == "dualpipe" else 1)
     tags = {"moe"} if moe else set()
+    if moe and nodes > 1:   # node-limited routing is refused on one node (nothing to limit)
+        tags.add("moe-multinode")
     if precision == "fp8":
         tags.add("fp8")
     if cp > 1:
@@ -198,7 +201,7 @@ def _draw(rng: np.random.Generator, i: int) -> tuple[dict, set]:
         need = NEEDS.get(key)
         if need and need not in tags:
             continue
-        if rng.random() < (0.6 if need == "dualpipe" else 0.3):
+        if rng.random() < (0.6 if need in ("dualpipe", "moe-multinode") else 0.3):
             options[key] = values[int(rng.integers(len(values)))]
             on.add(key)
     if "pair_comm_sms" in options:   # meaningful with concurrent pairs only

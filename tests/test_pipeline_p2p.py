@@ -35,8 +35,15 @@ def test_bytes_per_rank():
     assert activation_bytes(_plan(sp=False, scatter_gather=None)) == FULL          # Megatron-core: whole activation
     assert activation_bytes(_plan(sp=False, scatter_gather=True)) == FULL / 8      # scatter/gather: 1/tp
     assert activation_bytes(_plan(sp=True, scatter_gather=None)) == FULL / 8       # sp: already split
-    assert activation_bytes(_plan(sp=True, scatter_gather=True)) == FULL / 8
-    assert activation_bytes(_plan(sp=False, scatter_gather=True, tp=1)) == FULL
+    assert activation_bytes(_plan(sp=False, scatter_gather=False, tp=1)) == FULL
+
+
+def test_scatter_gather_where_it_does_nothing_is_refused():
+    # sp already splits each send; tp 1 has no TP group to scatter over; pp 1 sends nothing (issue 42)
+    with pytest.raises(ConfigError, match="pipeline_scatter_gather = true .* parallel.sp = true already sends"):
+        _plan(sp=True, scatter_gather=True)
+    with pytest.raises(ConfigError, match="pipeline_scatter_gather = true .* parallel.tp = 1 leaves nothing"):
+        _plan(sp=False, scatter_gather=True, tp=1)
 
 
 def test_the_receiving_tp_group_all_gathers_a_scattered_activation():
@@ -54,7 +61,7 @@ def test_the_receiving_tp_group_all_gathers_a_scattered_activation():
 
 
 def test_without_the_option_or_with_sp_nothing_is_gathered():
-    for sp, sg, nbytes in ((False, False, FULL), (True, True, FULL / 8), (True, False, FULL / 8)):
+    for sp, sg, nbytes in ((False, False, FULL), (True, False, FULL / 8)):
         plan = _plan(sp=sp, scatter_gather=sg)
         s, c = plan.sizes, plan.cluster
         for (x, y), t in _times(plan).items():

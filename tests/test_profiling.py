@@ -221,7 +221,8 @@ def test_profile_refuses_bad_counts_before_work(tmp_path, capsys):
 
 def test_calibrate_cli_on_the_shipped_traces(tmp_path, capsys):
     out = tmp_path / "cal.csv"
-    assert main(["calibrate", str(_tiny(tmp_path)), str(DATA), "-o", str(out), "--no-simulate"]) == 0
+    assert main(["calibrate", str(_tiny(tmp_path)), str(DATA), "-o", str(out), "--no-simulate",   # ranks 0 and 1
+                 "--set", "parallel.dp=2", "--set", "cluster.gpus_per_node=2"]) == 0
     text = capsys.readouterr().out
     assert "195.327" in text and "ncclKernel_SendRecv" in text
     assert out.read_text() == "gpu,dtype,op,pass,shape,time_us\n"   # a recommendation model: nothing maps

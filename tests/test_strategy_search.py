@@ -65,10 +65,14 @@ def test_space_counts_by_hand(l8):
 def test_gpu_counts_and_impossible_counts(l8):
     ctx = context(l8)
     assert gpu_counts(ctx, 4, 100) == [4, 8, 16, 24, 32, 48, 64, 72, 96]
-    with pytest.raises(ConfigError, match="--gpus 12 is impossible on dgx-h100 .*8 or 16"):
-        search(l8, gpus=12, space=SMALL)
-    with pytest.raises(ConfigError, match="--gpus 3 is impossible"):
-        search(l8, gpus=3, space=SMALL)
+    # any count simulate accepts (whole nodes and a partial last one, cluster.gpus) is searched too (issue 42)
+    from simulator.search.space import check_gpus, cluster_for
+    from taskgraph.plan import resolve_cluster
+    for n, nodes in ((12, 2), (3, 1), (64, 8)):
+        check_gpus(ctx, n)
+        assert resolve_cluster(cluster_for(ctx, n), ".").num_gpus == n and cluster_for(ctx, n)["nodes"] == nodes
+    with pytest.raises(ConfigError, match="--gpus 0 must be a positive integer"):
+        search(l8, gpus=0, space=SMALL)
     with pytest.raises(ConfigError, match="--gpus-range 9:15 holds no usable GPU count"):
         search(l8, gpus_range=(9, 15), space=SMALL)
 
@@ -261,8 +265,8 @@ def test_cli_search_no_answer_and_errors(capsys):
     assert main(["search", *args, "--deadline-days", "1"]) == 1
     out = capsys.readouterr().out
     assert "no answer: no strategy meets the deadline of 1 days" in out and "closest candidates:" in out
-    assert main(["search", *args, "--gpus", "12"]) == 2
-    assert "execsim: error: --gpus 12 is impossible" in capsys.readouterr().err
+    assert main(["search", *args, "--gpus", "0"]) == 2
+    assert "execsim: error: --gpus 0 must be in 1..1,048,576" in capsys.readouterr().err
     assert main(["search", *args, "--gpus-range", "8-16"]) == 2
     assert "--gpus-range '8-16' must look like A:B" in capsys.readouterr().err
 

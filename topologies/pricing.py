@@ -52,9 +52,16 @@ def _price_entries(path: str = PRICES_PATH) -> dict[str, tuple[float, str]]:
 
 def check_price(value, where: str) -> float:
     """``value`` as a positive finite float, or ConfigError naming ``where``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{where} = {value!r} must be a positive number of US dollars per GPU-hour, e.g. 2.5")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0 \
+            or value > MAX_PRICE_PER_GPU_HOUR:
+        raise ConfigError(f"{where} = {value!r} must be a positive number of US dollars per GPU-hour, at most "
+                          f"{MAX_PRICE_PER_GPU_HOUR:,} (e.g. 2.5)")
     return float(value)
+
+
+#: the most a GPU-hour may cost: 1,000x the catalog's dearest rental (topologies/data/prices.yaml,
+#: a few dollars), so that costs stay readable figures, not 300-digit numbers
+MAX_PRICE_PER_GPU_HOUR = 10_000
 
 
 def price_per_gpu_hour(gpu_name: str, override: float | None = None) -> float | None:

@@ -28,13 +28,16 @@ def _calibrate_cmd(args) -> int:
     from simulator.outputs.files import check_outputs, write_output
     from simulator.profiling.calibrate import calibrate, simulated_figures
     from simulator.profiling.kernels import CLASSES
-    from simulator.profiling.kineto import read_trace_dir
+    from simulator.profiling.kineto import read_trace_dir, trace_files
     from simulator.profiling.profile_csv import profile_text, report_lines, rows_json
     from taskgraph.plan import resolve
+    from simulator.profiling.trace_checks import check_ranks
     kind, spec = _load_strategy(args, "calibrate")
-    outs = check_outputs({"--output": args.output}, inputs=_input_files(args.file, kind, spec), mkdir=args.mkdir)
+    inputs = _input_files(args.file, kind, spec) + [str(f) for f in trace_files(args.trace_dir)]
+    outs = check_outputs({"--output": args.output}, inputs=inputs, mkdir=args.mkdir)
     plan = resolve(spec)
     traces = read_trace_dir(args.trace_dir, args.include_last_step)
+    check_ranks(traces, plan.num_gpus, args.file)
     cal = calibrate(plan, traces)
     gpu = "cpu" if all(t.device == "cpu" for t in traces) else plan.cluster.gpu.name
     dtype = plan.strategy.training.precision

@@ -28,9 +28,13 @@ def _json_safe(x):
     return x
 
 
-def _print_json(obj) -> None:
-    """Print ``obj`` as strict JSON (``allow_nan=False`` after replacing non-finite numbers by null)."""
+def print_json(obj) -> None:
+    """Print ``obj`` as strict JSON (``allow_nan=False`` after replacing non-finite numbers by null:
+    JSON has no ``Infinity`` or ``NaN``, and strict readers refuse them)."""
     print(json.dumps(_json_safe(obj), sort_keys=True, allow_nan=False))
+
+
+_print_json = print_json
 
 
 def _input_files(path: str, kind: str, spec) -> list[str]:

@@ -11,6 +11,7 @@ Commands, in the order ``--help`` lists them: ``schedule`` (:mod:`simulator.cli.
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 
 from simulator.cli import (calibrate, compare, goodput, import_cmd, memory, plan_recompute, profile, report, schedule,
@@ -67,10 +68,21 @@ def main(argv: list[str] | None = None) -> int:
     unexpected exception prints one ``execsim: internal error`` line and returns 3 (set
     ``EXECSIM_DEBUG=1`` for the traceback)."""
     import os
+
+    from strategies.documents import forget_files_read
+    forget_files_read()   # the inputs no output of this command may replace (simulator.outputs.files)
+    stdout = sys.stdout
+    sys.stdout = _CheckedStdout(stdout)
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()
+        return code
+    except _StdoutError as exc:
+        _silence(stdout)
+        print(f"execsim: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except ExecsimError as exc:
         print(f"execsim: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
@@ -83,12 +95,63 @@ def main(argv: list[str] | None = None) -> int:
         print(f"execsim: error: out of {'memory' if isinstance(exc, MemoryError) else 'stack'}: the input is too "
               f"large for this machine; reduce its sizes (docs/strategy-file.md, Limits)", file=sys.stderr)
         return EXIT_USAGE
-    except Exception as exc:  # a bug: one line, not a traceback, unless asked for
-        if os.environ.get("EXECSIM_DEBUG"):
+    except Exception as exc:
+        return _internal(exc)
+    finally:
+        sys.stdout = stdout
+
+
+def _internal(exc: Exception) -> int:
+    """A bug: one line, not a traceback, unless ``EXECSIM_DEBUG`` asks for it."""
+    import os
+    if os.environ.get("EXECSIM_DEBUG"):
+        raise exc
+    print(f"execsim: internal error: {type(exc).__name__}: {cut(str(exc), 200)} (a bug: please report "
+          f"it with the input; EXECSIM_DEBUG=1 shows the traceback)", file=sys.stderr)
+    return EXIT_INTERNAL
+
+
+class _StdoutError(ExecsimError):
+    """Standard output cannot be written (``> /dev/full``, an I/O error)."""
+
+
+class _CheckedStdout:
+    """Standard output for one command: a write or flush that fails with an OSError (other than a
+    closed pipe, which ends the command quietly) becomes one :class:`_StdoutError` line, not an
+    internal error. Everything else is the wrapped stream's."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def _call(self, name, *a):
+        try:
+            return getattr(self._stream, name)(*a)
+        except BrokenPipeError:
             raise
-        print(f"execsim: internal error: {type(exc).__name__}: {cut(str(exc), 200)} (a bug: please report "
-              f"it with the input; EXECSIM_DEBUG=1 shows the traceback)", file=sys.stderr)
-        return EXIT_INTERNAL
+        except OSError as exc:
+            raise _StdoutError(f"cannot write to standard output ({exc.strerror or type(exc).__name__}): redirect "
+                               f"it to a file on a disk with free space") from None
+
+    def write(self, text):
+        return self._call("write", text)
+
+    def flush(self):
+        return self._call("flush")
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _silence(stream) -> None:
+    """Point ``stream``'s file descriptor at the null device, so that the interpreter's own flush at
+    exit does not report the failed write a second time (Python docs, "Note on SIGPIPE")."""
+    import os
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass
 
 
 def run() -> int:

@@ -3,7 +3,6 @@ bar, ranked table, CSV / JSON / Pareto plot / best-strategy file). Only the cli 
 prints."""
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -107,6 +106,14 @@ def _check_flags(args) -> None:
                         ("--price", args.price)):
         if value is not None and not 0 < value < math.inf:
             raise ConfigError(f"{flag} {value} must be a positive finite number")
+    # bounds that keep days, GPU-hours and costs finite, readable figures
+    for flag, value, most, what in (("--train-tokens", args.train_tokens, 1e18, "64,000x Llama 3's 15.6T"),
+                                    ("--deadline-days", args.deadline_days, 36500, "a century")):
+        if value is not None and value > most:
+            raise ConfigError(f"{flag} {value:g} is over the limit of {most:g} ({what}); give a realistic value")
+    if args.price is not None:
+        from topologies.pricing import check_price
+        check_price(args.price, "--price")
     if args.gpus is not None and not 1 <= args.gpus <= 2 ** 20:
         raise ConfigError(f"--gpus {args.gpus} must be in 1..1,048,576 (docs/strategy-file.md, Limits)")
 
@@ -204,7 +211,8 @@ def run(args) -> int:
     ivs = _ranked_intervals(base, shown, res.objective, args.fidelity or "coarse", level)
     if args.json:
         cols = list(ROW_FIELDS) + ["meets", "rank"]
-        print(json.dumps({"objective": res.objective, "method": res.method, "gpus": res.gpus,
+        from simulator.cli.common import print_json   # strict JSON: an infinite figure prints as null
+        print_json({"objective": res.objective, "method": res.method, "gpus": res.gpus,
                           "train_tokens": res.train_tokens, "price_per_gpu_hour_usd": res.price,
                           "deadline_days": res.deadline_days, "simulated": res.evaluations,
                           "space": {"kept": res.stats.kept, "invalid": res.stats.invalid,
@@ -213,8 +221,7 @@ def run(args) -> int:
                           "best": {**_json_row(res.ranked[0], cols), **ivs[0]} if res.best else None,
                           "message": res.message or None, "interval_level": level,
                           "rows": [{**_json_row(r, cols), **(ivs[i] if i < len(ivs) else {})}
-                                   for i, r in enumerate(res.ranked[:args.top])]},
-                         sort_keys=True))
+                                   for i, r in enumerate(res.ranked[:args.top])]})
     else:
         price = f"${res.price:.2f}/GPU-hour" if res.price is not None else "no price (cost columns empty)"
         print(f"{args.file}: {res.method} search over {'/'.join(map(str, res.gpus))} GPUs, objective {res.objective}"

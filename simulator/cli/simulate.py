@@ -79,12 +79,20 @@ def _simulate_cmd(args) -> int:
         if args.trace_ranks[-1] >= pp:
             raise ExecsimError(f"--trace-ranks names rank {args.trace_ranks[-1]} but this run simulates ranks 0-{pp - 1} "
                                f"(one per pipeline rank); give ranks in 0-{pp - 1}")
+    if getattr(args, "price", None) is not None:   # before the simulation, not at the cost line
+        from topologies.pricing import check_price
+        check_price(args.price, "--price")
     inputs = _input_files(args.file, kind, spec)
     outs = _check_outputs(args, inputs, trace=args.trace, html=args.html, timeline=args.timeline)
+    if args.timeline is not None:   # its format, from the name, before the simulation
+        from simulator.outputs.timeline_export import parquet_available, timeline_format
+        if timeline_format(args.timeline) == "parquet" and not parquet_available():
+            raise ExecsimError(f"--timeline {args.timeline!r} needs pyarrow, which is not installed: pip install "
+                               f"'execsim[parquet]' (or write .csv)")
     if args.trace_dir is not None:
         from simulator.outputs.files import check_output_dir
         outs["--trace-dir"] = check_output_dir(args.trace_dir, "--trace-dir", inputs=inputs,
-                                               mkdir=getattr(args, "mkdir", False))
+                                               mkdir=getattr(args, "mkdir", False), others=dict(outs))
     if outs.get("--trace") and not args.trace_ranks and args.trace_level != "stage":
         from simulator.simulation.estimate import estimate_run_tasks
         from strategies.limits import MAX_TRACE_TASKS

@@ -26,7 +26,19 @@ def daly_interval(c: float, mtbf: float) -> float:
 def daly_goodput(tau: float, c: float, restart: float, mtbf: float) -> float:
     """Daly 2006, Eq. 13 inverted: ``tau / (M e^{R/M} (e^{(tau+C)/M} - 1))`` (exponential failures,
     failures may also strike during saves and restarts)."""
-    return tau / (mtbf * math.exp(restart / mtbf) * math.expm1((tau + c) / mtbf))
+    return _daly_ratio(tau, tau + c, restart, mtbf)
+
+
+def _daly_ratio(tau: float, period: float, restart: float, mtbf: float) -> float:
+    """``tau / (M e^{R/M} (e^{P/M} - 1))`` computed in logs, so that extreme restarts, saves or
+    failure rates (``R/M`` or ``P/M`` past 709, where ``math.exp`` overflows) give a goodput near 0
+    instead of an OverflowError: ``log(e^y - 1) = y + log(1 - e^-y)``."""
+    y = period / mtbf
+    if not (tau > 0 and y > 0):
+        return 0.0
+    log_expm1 = math.log(math.expm1(y)) if y < 30.0 else y + math.log1p(-math.exp(-y))
+    log_g = math.log(tau) - math.log(mtbf) - restart / mtbf - log_expm1
+    return math.exp(min(log_g, 700.0)) if log_g == log_g else 0.0
 
 
 def async_goodput(tau: float, block: float, write: float, restart: float, mtbf: float) -> float:
@@ -44,7 +56,7 @@ def async_goodput(tau: float, block: float, write: float, restart: float, mtbf: 
     """
     lag = min(write, tau)
     c = block + max(0.0, write - tau)
-    return tau / (mtbf * math.exp((restart + lag) / mtbf) * math.expm1((tau + c) / mtbf))
+    return _daly_ratio(tau, tau + c, restart + lag, mtbf)
 
 
 def optimal_interval_closed_form(c: float, restart: float, mtbf: float, write: float = 0.0) -> float:
@@ -97,15 +109,21 @@ def weibull_renewal_count(rate_per_s: float, shape: float, t: float) -> float:
     ``shape`` (started new at 0): ``t / mu + (cv^2 - 1) / 2`` (the second-order renewal theorem, Cox
     1962, "Renewal Theory", Sec. 4.5), ``cv^2 = Gamma(1 + 2/k) / Gamma(1 + 1/k)^2 - 1``; exact for
     ``shape = 1`` (Poisson), asymptotic for ``t >> mu`` otherwise."""
-    cv2 = math.gamma(1.0 + 2.0 / shape) / math.gamma(1.0 + 1.0 / shape) ** 2 - 1.0
-    return rate_per_s * t + (cv2 - 1.0) / 2.0
+    return rate_per_s * t + (weibull_cv2(shape) - 1.0) / 2.0
+
+
+def weibull_cv2(shape: float) -> float:
+    """``Gamma(1 + 2/k) / Gamma(1 + 1/k)^2 - 1``, the squared coefficient of variation of Weibull gaps
+    of shape ``k`` (computed with log-gamma: ``Gamma`` overflows a float past 171, i.e. ``k < 0.012``;
+    infinite when the ratio does, which the event bound then refuses)."""
+    log_ratio = math.lgamma(1.0 + 2.0 / shape) - 2.0 * math.lgamma(1.0 + 1.0 / shape)
+    return math.exp(log_ratio) - 1.0 if log_ratio < 700.0 else math.inf
 
 
 def weibull_renewal_variance(rate_per_s: float, shape: float, t: float) -> float:
     """Variance of that count for ``t >> mu``: ``cv^2 t / mu`` (Cox 1962, Sec. 6.3; Poisson: ``t / mu``):
     a decreasing hazard (``shape < 1``) clusters failures, so runs spread more than with exponential gaps."""
-    cv2 = math.gamma(1.0 + 2.0 / shape) / math.gamma(1.0 + 1.0 / shape) ** 2 - 1.0
-    return cv2 * rate_per_s * t
+    return weibull_cv2(shape) * rate_per_s * t
 
 
 def domain_goodput(tau: float, c: float, domain_rate_per_s: float, repair_s: float, restart: float,

@@ -99,7 +99,11 @@ def component_rate_per_hour(fields: dict, gpus: int, gpus_per_node: int = GPUS_P
     """Failures per hour of one component (fields of the schema) for a job of ``gpus`` GPUs."""
     per = fields["per"]
     if per == "job":
-        return float(fields["rate_per_hour"]) * (gpus / float(fields["ref_gpus"])) ** float(fields["size_exponent"])
+        rate, expo = float(fields["rate_per_hour"]), float(fields["size_exponent"])
+        # in logs: (gpus / ref) ** exponent overflows a float for extreme exponents; a rate over the
+        # float range is infinite, which setup.check_failure_counts refuses naming the component
+        log_r = math.log(rate) + expo * math.log(gpus / float(fields["ref_gpus"])) if rate > 0 else -math.inf
+        return math.exp(log_r) if log_r < 700.0 else math.inf
     count = gpus if per == "gpu" else max(1, math.ceil(gpus / gpus_per_node))
     return float(fields["rate_per_device_hour"]) * count
 

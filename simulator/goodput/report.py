@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from simulator.goodput.closed_forms import async_goodput, daly_goodput
+from simulator.goodput.closed_forms import async_goodput, daly_goodput, weibull_renewal_count
 from simulator.goodput.model import DAY, HOUR, MECHANISMS, RunModel
 from simulator.goodput.seeds import best_interval, default_sweep, sweep_intervals
 from simulator.goodput.setup import GoodputSetup
@@ -42,10 +42,15 @@ def expected_events(m: RunModel, wall_s: float) -> float:
     failure (every source, bad nodes at most ``drain_after`` each), per slow node and per maintenance."""
     fails = 0.0
     for c in m.components:
+        # Weibull gaps of shape < 1 cluster failures: the renewal count's second-order term
+        # (closed_forms.weibull_renewal_count, Cox 1962) adds (cv^2 - 1) / 2 per process
         if c.per == "lemon" and c.drain_after:
             fails += c.count * min(c.drain_after, c.rate_per_device_hour / HOUR * wall_s)
+        elif c.per == "lemon":
+            fails += c.count * max(c.rate_per_device_hour / HOUR * wall_s,
+                                   weibull_renewal_count(c.rate_per_device_hour / HOUR, c.shape, wall_s))
         else:
-            fails += c.rate_per_s * wall_s
+            fails += max(c.rate_per_s * wall_s, weibull_renewal_count(c.rate_per_s, c.shape, wall_s))
     fails += m.slow_rate_per_node_hour * m.num_nodes * wall_s / HOUR
     if m.maintenance_every_s > 0:
         fails += wall_s / m.maintenance_every_s

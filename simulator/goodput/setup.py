@@ -176,6 +176,7 @@ def setup_from_strategy(strategy, spec: GoodputSpec | None = None, *, days: floa
         check_days(spec.train_tokens / (tpi / it) / DAY, f"train_tokens = {spec.train_tokens:.3g} at "
                    f"{tpi / it:.4g} tokens/s: the failure-free run")
     comps = merge_components(spec, n_gpus, n_nodes) + extra_components(spec, n_nodes, it)
+    check_failure_counts(comps, spec.days * DAY if spec.days is not None else spec.train_tokens / (tpi / it))
     ck = spec.checkpoint
     total_b, per_gpu_b = checkpoint_bytes(plan)
     write_s = total_b / (ck.storage_gb_per_s * 1e9)
@@ -185,6 +186,11 @@ def setup_from_strategy(strategy, spec: GoodputSpec | None = None, *, days: floa
         commit = write_s
     else:
         block, commit = write_s, 0.0
+    for flag, secs in (("storage_gb_per_s", write_s), ("load_gb_per_s", load_s), ("snapshot_gb_per_s", block)):
+        if not secs <= MAX_GOODPUT_DAYS * DAY:
+            raise ConfigError(f"goodput.checkpoint.{flag}: a {total_b / 1e9:.4g} GB checkpoint would take {secs:.3g} s, "
+                              f"longer than the longest run ({MAX_GOODPUT_DAYS:,} days); give a throughput in GB/s "
+                              f"(e.g. 100)")
     cache = {plan.sizes.dp: it}
 
     def iteration_time(dp: int) -> float:
@@ -230,6 +236,28 @@ def setup_from_strategy(strategy, spec: GoodputSpec | None = None, *, days: floa
         check_run_model(replace(m, interval_s=float(t)))
     return GoodputSetup(m, spec, tuple(float(t) for t in intervals), policy, it, tpi, n_gpus, total_b,
                         per_gpu_b / 1e9, mtbf, young, daly, opt, down)
+
+
+def check_failure_counts(comps, run_s: float) -> None:
+    """Refuse, before any closed form or replay, a failure source whose rate (after the job-size
+    scaling) is not finite or whose expected failures over the failure-free run length ``run_s``
+    alone exceed ``MAX_GOODPUT_EVENTS`` (each failure is several SimPy events), and a Weibull shape
+    under 0.1: time-between-failure fits of HPC and GPU fleets have shapes of 0.5-0.8 (Schroeder and
+    Gibson, DSN 2006, Sec. 5.3), and 0.1 already makes the gaps' squared coefficient of variation
+    ~1.8e5 (``closed_forms.weibull_cv2``), an event storm."""
+    from strategies.limits import MAX_GOODPUT_EVENTS
+    for c in comps:
+        where = {"domain": f"goodput.domains.{c.name}", "lemon": "goodput.lemons"}.get(
+            c.per, "goodput.rollbacks" if c.name == "loss_spike" else f"goodput.failures.{c.name}")
+        if not c.shape >= 0.1:
+            raise ConfigError(f"{where}.shape = {c.shape!r} is under 0.1: measured failure gaps have Weibull shapes "
+                              f"of 0.5-0.8; give a shape >= 0.1 (1 = exponential)")
+        n = c.rate_per_s * run_s
+        if not n <= MAX_GOODPUT_EVENTS:
+            raise ConfigError(f"{where}: {c.rate_per_s * HOUR:.4g} failures per hour (after scaling to the job) is "
+                              f"{n:.4g} failures in a {run_s / DAY:.3g}-day run, over the limit of "
+                              f"{MAX_GOODPUT_EVENTS:,} events; give a realistic rate (failures per device-hour are "
+                              f"~1e-5 to 1e-3) or a smaller size_exponent")
 
 
 def _elastic_iteration_time(strategy, plan, dp: int) -> float:

@@ -57,6 +57,17 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
+def _refuse_input(p: Path, flag: str, name: str, inputs: Iterable = ()) -> None:
+    """One :class:`OutputError` when ``p`` is one of ``inputs`` or any file this process has read
+    (``strategies.documents.files_read``: files found through folders and through paths inside
+    inputs count too), also through a symbolic or hard link."""
+    from strategies.documents import files_read
+    for src in (*inputs, *files_read()):
+        if src is not None and _same_file(p, Path(os.fspath(src))):
+            raise OutputError(f"{flag} {name} is an input file of this run; writing it would destroy it: "
+                              f"choose another name")
+
+
 def _path_text(path, flag: str, what: str, when_empty: str, when_nul: str) -> tuple[str, str]:
     """``(text, shown name)`` of an output path given to ``flag``; one error for none, an empty one or
     a NUL byte (``what``: path / folder; the hints say what to give instead)."""
@@ -82,10 +93,7 @@ def check_output(path, flag: str, *, inputs: Iterable = (), mkdir: bool = False,
         if p.is_dir():
             raise OutputError(f"{flag} {name} is a directory: give a file name inside it, e.g. "
                               f"{brief(str(p / default_name), 120)}")
-        for src in inputs:
-            if src is not None and _same_file(p, Path(os.fspath(src))):
-                raise OutputError(f"{flag} {name} is an input file of this run; writing it would destroy it: "
-                                  f"choose another name")
+        _refuse_input(p, flag, name, inputs)
         parent = p.parent
         if not parent.exists():
             if parent.is_symlink() or not mkdir:
@@ -116,16 +124,22 @@ def check_output(path, flag: str, *, inputs: Iterable = (), mkdir: bool = False,
 
 
 def check_output_dir(path, flag: str, *, inputs: Iterable = (), mkdir: bool = False,
-                     pattern: str = r"rank_\d+\.json") -> str:
+                     pattern: str = r"rank_\d+\.json", others: dict | None = None) -> str:
     """Check a folder that ``flag`` fills with files named like ``pattern`` (``--trace-dir``), before any
     work; return it as a str. Refused with one :class:`OutputError`: an empty path, a file, a missing
     folder whose parent is missing (unless ``mkdir``), a folder that cannot be written (no write
     permission, or no write bit at all: root ignores permissions), and any existing entry matching
     ``pattern`` that :func:`check_output` refuses (an input of the run, also through a symbolic or hard
-    link, a folder, a read-only file). The folder itself is created when the files are written."""
+    link, a folder, a read-only file), and another output of the run (``others``: ``{flag: path}``)
+    named like ``pattern`` in the folder, which this one would overwrite. The folder itself is created
+    when the files are written."""
     import re
     text, name = _path_text(path, flag, "folder", f"a folder for the files, e.g. {flag} out/", "a folder name")
     d = Path(text)
+    for other, op in (others or {}).items():
+        if op is not None and re.fullmatch(pattern, Path(op).name) and _same_file(Path(op).parent, d):
+            raise OutputError(f"{other} {brief(str(op), 120)} is a file {flag} {name} writes: give them different "
+                              f"files")
     try:
         if d.exists() and not d.is_dir():
             raise OutputError(f"{flag} {name} is a file, not a folder: give a folder (it is created if missing)")
@@ -175,8 +189,11 @@ def write_output(path, write: Writer, flag: str, *, follow_links: bool = True) -
     write fails, on Ctrl-C (SIGINT) and on SIGTERM (the signal is turned into ``SystemExit(143)`` while
     the file exists, then the previous handler is restored); only SIGKILL can leave it behind. The
     rename replaces the directory entry, so an existing symbolic or hard link at ``path`` is replaced,
-    never written through. ``follow_links=False`` also writes a symbolic link to a device or FIFO as a
-    new file (for names execsim makes up itself, e.g. ``--trace-dir``'s ``rank_N.json``)."""
+    never written through. ``follow_links=False`` also replaces a device, a FIFO or a symbolic link to
+    one by a new file (for names execsim makes up itself, e.g. ``--trace-dir``'s ``rank_N.json``: a
+    FIFO left there must not block the run waiting for a reader). ``path`` is checked once more
+    against the files this process has read (``check_output``'s input check), so a file read after
+    ``check_output`` ran is never replaced either."""
     text = os.fspath(path)
     p = Path(text)
     name = brief(text, 120)
@@ -188,9 +205,13 @@ def write_output(path, write: Writer, flag: str, *, follow_links: bool = True) -
         else:
             write(target)
 
+    _refuse_input(p, flag, name)   # read since check_output ran (e.g. calibrate's traces)
     try:
-        st = p.lstat() if p.is_symlink() and not follow_links else (p.stat() if p.exists() else None)
-        if st is not None and (stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
+        if not follow_links:
+            st = p.lstat() if os.path.lexists(p) else None
+        else:
+            st = p.stat() if p.exists() else None
+        if st is not None and follow_links and (stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
             emit(text)  # a device or FIFO (/dev/stdout, /dev/null): written in place, it cannot be renamed over
             return
         mode = st.st_mode & 0o777 if st is not None and stat.S_ISREG(st.st_mode) else 0o666 & ~_umask()
@@ -223,7 +244,10 @@ def _temporary_file(p: Path):
         if main:
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
         try:
-            fd, tmp = tempfile.mkstemp(dir=str(p.parent), prefix=f".{p.name[:80]}.", suffix=f".tmp{p.suffix[:16]}")
+            # the output's suffix, also for a name that is only one ('.csv': Path.suffix is empty), so a
+            # writer that dispatches on it (the timeline: .csv / .parquet) sees the same one
+            suffix = p.suffix or (p.name if p.name.count(".") == 1 and p.name.startswith(".") else "")
+            fd, tmp = tempfile.mkstemp(dir=str(p.parent), prefix=f".{p.name[:80]}.", suffix=f".tmp{suffix[:16]}")
             os.close(fd)
         finally:
             if main:

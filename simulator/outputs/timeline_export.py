@@ -27,7 +27,9 @@ def timeline_table(graph: TaskGraph, result: SimResult) -> pd.DataFrame:
 
 def timeline_format(path) -> str:
     """``csv`` or ``parquet`` from the file name; ConfigError naming the path otherwise."""
-    suffix = Path(str(path)).suffix.lower()
+    name = Path(str(path)).name.lower()
+    # by the name's end, not Path.suffix: a file named '.csv' has no suffix for Python, but is a CSV
+    suffix = next((f for f in FORMATS if name.endswith(f)), Path(name).suffix)
     if suffix not in FORMATS:
         raise ConfigError(f"timeline file {str(path)!r} must end in .csv or .parquet (got {suffix or 'no suffix'!r})")
     return suffix[1:]

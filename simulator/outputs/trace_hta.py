@@ -156,13 +156,48 @@ def write_hta_traces(directory, graph: TaskGraph, result: SimResult, ranks=None,
                           f"; choose another folder") from None
     all_ranks = trace_ranks(graph)
     chosen = all_ranks if ranks is None else [r for r in all_ranks if r in set(ranks)]
+    names = {f"rank_{r}.json" for r in chosen}
+    stale = stale_rank_files(d, names, flag, inputs=inputs)   # checked before anything is written
     paths = []
     for r in chosen:
         p = d / f"rank_{r}.json"
         check_output(p, flag, inputs=inputs)
         write_output(p, hta_rank_text(graph, result, r, len(all_ranks)), flag, follow_links=False)
         paths.append(p)
+    try:
+        for p in stale:
+            p.unlink()
+    except OSError as exc:
+        raise OutputError(f"{flag} {brief(str(d), 120)}: cannot remove {p.name} of an earlier run "
+                          f"({exc.strerror or type(exc).__name__}); empty the folder or choose another") from None
     return paths
+
+
+def stale_rank_files(directory: Path, kept: set, flag: str = "--trace-dir", *, inputs=()) -> list[Path]:
+    """The ``rank_<N>.json`` entries of ``directory`` whose names are not in ``kept``: files an
+    earlier run with more (or other) ranks left, which HTA would read as ranks of this run, so
+    ``write_hta_traces`` removes them once the new files are written. Only names execsim itself
+    gives count (other files stay); each must pass ``check_output`` (never an input of the run,
+    never a folder or a read-only file); a symbolic link is removed, not what it points to."""
+    import os
+    import re
+    from simulator.outputs.files import OutputError, check_output
+    rx = re.compile(r"rank_\d+\.json")
+    try:
+        if not directory.is_dir():
+            return []
+        with os.scandir(directory) as entries:
+            stale = sorted(e.name for e in entries if rx.fullmatch(e.name) and e.name not in kept)
+    except OSError as exc:
+        raise OutputError(f"{flag} {brief(str(directory), 120)} cannot be listed ({exc.strerror or type(exc).__name__})"
+                          f"; choose another folder") from None
+    out = []
+    for name in stale:
+        p = directory / name
+        if not p.is_symlink():
+            check_output(p, flag, inputs=inputs)
+        out.append(p)
+    return out
 
 
 def idle_within_span_s(graph: TaskGraph, result: SimResult, rank_idle_s: float, rank: int) -> float:

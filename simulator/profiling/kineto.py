@@ -21,12 +21,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from simulator.profiling.trace_checks import complete_events, list_trace_files, trace_rank
 from strategies.documents import load_trace_json
-from strategies.errors import ConfigError, brief
-from strategies.limits import MAX_TRACE_FILES
+from strategies.errors import ConfigError
 
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
-_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -55,17 +54,8 @@ class RankTrace:
 
 
 def trace_files(folder) -> list[Path]:
-    p = Path(folder)
-    if not p.is_dir():
-        raise ConfigError(f"TRACE_DIR {brief(str(p), 120)} is not a folder: give the folder holding one profiler "
-                          f"JSON per rank")
-    files = sorted(f for f in p.iterdir() if f.is_file() and (f.name.endswith(".json") or f.name.endswith(".json.gz")))
-    if not files:
-        raise ConfigError(f"TRACE_DIR {brief(str(p), 120)} holds no .json or .json.gz trace")
-    if len(files) > MAX_TRACE_FILES:
-        raise ConfigError(f"TRACE_DIR {brief(str(p), 120)} holds {len(files)} traces, over the limit of "
-                          f"{MAX_TRACE_FILES}; keep a few ranks")
-    return files
+    """The trace files of ``folder`` (``trace_checks.list_trace_files``: bounded, never blocking)."""
+    return list_trace_files(folder)
 
 
 def read_trace_dir(folder, include_last_step: bool = False) -> list[RankTrace]:
@@ -80,30 +70,10 @@ def read_trace_dir(folder, include_last_step: bool = False) -> list[RankTrace]:
     return sorted(out, key=lambda r: r.rank)
 
 
-def _rank(doc: dict, path: Path, index: int) -> int:
-    info = doc.get("distributedInfo")
-    if isinstance(info, dict) and isinstance(info.get("rank"), int):
-        return info["rank"]
-    m = _RANK_IN_NAME.search(path.name)
-    return int(m.group(1)) if m else index
-
-
 def read_trace(path: Path, index: int = 0, include_last_step: bool = False) -> RankTrace:
     """One rank's trace (module docstring)."""
     doc = load_trace_json(path, "trace")
-    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
-    if not isinstance(events, list):
-        raise ConfigError(f"trace {brief(str(path), 120)} has no traceEvents list: is it a PyTorch profiler trace?")
-    host, dev = [], []
-    for e in events:
-        if not isinstance(e, dict) or e.get("ph") != "X":
-            continue
-        args = e.get("args") if isinstance(e.get("args"), dict) else {}
-        try:
-            ts, dur = float(e["ts"]), float(e.get("dur", 0.0))
-        except (KeyError, TypeError, ValueError):
-            continue
-        (dev if "stream" in args else host).append((e, args, ts, dur))
+    host, dev = complete_events(doc, path)   # every field used, of the right type (trace_checks)
     steps = sorted((ts, ts + dur, e.get("name")) for e, _, ts, dur in host if _STEP.match(str(e.get("name", ""))))
     names = {s[2] for s in steps}
     cut = None
@@ -116,7 +86,7 @@ def read_trace(path: Path, index: int = 0, include_last_step: bool = False) -> R
     else:
         kernels = _leaf_ops(host, cut, include_last_step)
         kind = "cpu"
-    return RankTrace(_rank(doc, path, index), str(path), tuple(kernels), kept_steps, kind)
+    return RankTrace(trace_rank(doc, Path(path), index), str(path), tuple(kernels), kept_steps, kind)
 
 
 def _keep(ts: float, cut, include_last: bool) -> bool:

@@ -208,13 +208,9 @@ def check_gpus(ctx: Context, gpus: int) -> None:
     g = ctx.gpus_per_node
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
         raise ConfigError(f"--gpus {gpus!r} must be a positive integer")
-    if gpus > g and gpus % g:
-        lo, hi = gpus // g * g, (gpus // g + 1) * g
-        raise ConfigError(f"--gpus {gpus} is impossible on {ctx.cluster.name} ({g} GPUs per node): use a multiple "
-                          f"of {g}, e.g. {lo} or {hi}, or at most one node ({g})")
-    if gpus < g and g % gpus:
-        raise ConfigError(f"--gpus {gpus} is impossible on {ctx.cluster.name}: a partial node must hold a divisor of "
-                          f"its {g} GPUs ({', '.join(map(str, _divisors(g)))})")
+    if gpus > 2 ** 20:
+        raise ConfigError(f"--gpus {gpus} is over the limit of 1,048,576 GPUs (docs/strategy-file.md, Limits)")
+    # any other count is a cluster simulate accepts: whole nodes and a partial last one (cluster_for)
 
 
 def gpu_counts(ctx: Context, lo: int, hi: int) -> list[int]:
@@ -254,10 +250,13 @@ def cluster_for(ctx: Context, gpus: int):
         d = dict(load_mapping(c if os.path.isabs(c) else os.path.join(ctx.base.base_dir, c), "cluster file"))
     else:
         d = {"preset": c}
-    if gpus >= g:
+    d.pop("gpus", None)
+    if gpus % g == 0:
         d["nodes"] = gpus // g
-    else:
+    elif gpus < g and g % gpus == 0:
         d["nodes"], d["gpus_per_node"] = 1, gpus
+    else:   # a partial last node, as simulate takes it (cluster.gpus: a 100-GPU job on NVL72 racks is 72 + 28)
+        d["nodes"], d["gpus"] = -(-gpus // g), gpus
     return d
 
 
