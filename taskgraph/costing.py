@@ -121,6 +121,19 @@ def grad_bytes_per_param(plan: Plan) -> int:
     return 4 if (tr.precision in ("bf16", "fp8") and opt.fp32_grad_accum) else 2
 
 
+def hp_grad_accum_bytes(plan: Plan, stack) -> int:
+    """Bytes per weight-gradient element of the stack's unfused fp32 accumulation after each micro-batch's
+    backward (0: fused into the GEMM). DeepSpeed's BF16_Optimizer, the optimizer of bf16 runs at ZeRO
+    stage 0 or 1 (deepspeed/runtime/pipe/engine.py _exec_reduce_grads, 56c5223: "only bf16 + z1 are
+    supported"; ZeRO-2/3 partition the gradients themselves), calls update_hp_grads after every backward
+    (engine.py _exec_backward_pass; bf16_optimizer.py backward)."""
+    if stack is None or not stack.hp_grad_accum_bytes:
+        return 0
+    if plan.strategy.training.precision != "bf16" or plan.zero > 1:
+        return 0
+    return stack.hp_grad_accum_bytes
+
+
 def param_bytes(plan: Plan) -> int:
     """Bytes of one model parameter as the GPU holds and gathers it: 2 (bf16/fp16 weights), or 1
     with ``options.fp8_param_gather`` (Megatron --fp8-param-gather: Transformer Engine keeps the
@@ -144,7 +157,7 @@ def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bo
     gacc = grad_bytes_per_param(plan)  # weight gradients accumulate into main_grad per micro-batch
     recipe = plan.strategy.options.fp8_recipe
     t = {p: op_time(op, p, gpu, ctx.dtype, flash=flash, profile=ctx.profile, grad_accum_bytes=gacc, fp8_recipe=recipe,
-                    stack=ctx.stack)
+                    stack=ctx.stack, grad_accum_unfused_bytes=hp_grad_accum_bytes(plan, ctx.stack))
          for p in ("fwd", "bwd_input", "bwd_weight")}
     slots = {("fwd", "before"): [], ("fwd", "after"): [], ("bwd", "before"): [], ("bwd", "after"): []}
     async_bwd = plan.strategy.options.tp_async_backward

@@ -33,13 +33,17 @@ class Stack:
     """name; attention: 'catalog' or a kernel of the attention table; passes: operator role ->
     HBM passes (and launches) relative to one fused kernel (roles not listed: 1); host_us_per_kernel:
     measured host microseconds per counted kernel, or None (the cluster's figure); zero3_master_copy:
-    the Adam step copies fp32 master weights into the model's under ZeRO-3 (False: PyTorch FSDP)."""
+    the Adam step copies fp32 master weights into the model's under ZeRO-3 (False: PyTorch FSDP);
+    hp_grad_accum_bytes: HBM bytes per weight-gradient element of the unfused per-micro-batch fp32
+    accumulation of a bf16 run without ZeRO-3 (DeepSpeed's BF16_Optimizer.update_hp_grads), 0: the
+    catalog's, fused into the weight-gradient GEMM (``taskgraph/cost.py`` op_time)."""
 
     name: str
     attention: str
     passes: dict = field(default_factory=dict, hash=False, compare=False)
     host_us_per_kernel: float | None = None
     zero3_master_copy: bool = True
+    hp_grad_accum_bytes: int = 0
 
     def passes_of(self, op_name: str) -> int:
         """Passes of an operator by its role (the name after a layer prefix, e.g. ``mtp0.final_norm``)."""
@@ -74,7 +78,11 @@ def _table(path: str = STACKS_PATH) -> tuple[dict, dict, dict]:
         copy = d.get("zero3_master_copy", True)
         if not isinstance(copy, bool):
             raise ConfigError(f"stack file {path!r}: stack {name!r} zero3_master_copy = {copy!r} must be true or false")
-        stacks[str(name)] = Stack(str(name), att, passes, None if host is None else float(host), copy)
+        acc = d.get("hp_grad_accum_bytes", 0)
+        if isinstance(acc, bool) or not isinstance(acc, int) or not 0 <= acc <= 64:
+            raise ConfigError(f"stack file {path!r}: stack {name!r} hp_grad_accum_bytes = {acc!r} must be an integer "
+                              f"number of bytes per gradient element in [0, 64] (0: fused accumulation)")
+        stacks[str(name)] = Stack(str(name), att, passes, None if host is None else float(host), copy, acc)
     cat = data.get("catalog_attention") or {}
     catalog = {"kernel": {str(a): str(k) for a, k in (cat.get("kernel") or {}).items()},
                "reference": {str(a): (float(r["head_dim"]), float(r["seq_len"]))

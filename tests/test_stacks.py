@@ -83,3 +83,56 @@ def test_torchtitan_import_names_its_stack():
                          nodes=1).strategy["options"]["stack"] == "torchtitan-compile"
     assert import_config("torchtitan", base + "[compile]\nenable = true\ncomponents = ['model', 'loss']\n",
                          cluster="dgx-h100", nodes=1).strategy["options"]["stack"] == "torchtitan-compile"
+
+
+def test_deepspeed_bf16_accumulates_gradients_in_separate_passes():
+    # DeepSpeed BF16_Optimizer.update_hp_grads ([DS-BF16]): the GEMM writes a fresh bf16 gradient, then a
+    # cast (2 + 4 B) and an add (4 + 4 + 4 B) per element, two more launches per weight; hand-computed
+    # against the same operator priced with no accumulation at all
+    from taskgraph.cost import HP_GRAD_ACCUM_KERNELS
+    a100 = get_gpu("a100")
+    eff = a100.efficiency
+    for name in ("qkv", "attn_out", "mlp_gate_up", "mlp_down"):
+        op = _ops()[name]
+        grads = sum(g.k * g.n * g.batch for g in op.gemms)
+        plain = op_time(op, "bwd_weight", a100)
+        t = op_time(op, "bwd_weight", a100, grad_accum_bytes=4, grad_accum_unfused_bytes=18)
+        assert HP_GRAD_ACCUM_KERNELS == 2
+        assert t - plain == pytest.approx(18 * grads / (a100.hbm_bandwidth * eff.hbm_efficiency)
+                                          + 2 * len(op.gemms) * eff.launch_overhead)
+        # the forward and the input gradient do not change
+        for p in ("fwd", "bwd_input"):
+            assert op_time(op, p, a100, grad_accum_unfused_bytes=18) == op_time(op, p, a100)
+
+
+def test_deepspeed_accumulation_applies_to_bf16_below_zero_2(tmp_path):
+    from taskgraph.costing import hp_grad_accum_bytes
+    base = {"model": {"preset": "llama3-8b", "layers": 2}, "cluster": {"preset": "dgx-a100", "nodes": 1},
+            "parallel": {"tp": 1, "pp": 1, "dp": 8}, "schedule": "1f1b",
+            "training": {"micro_batch": 1, "global_batch": 16, "seq_len": 2048}}
+
+    def plan(stack, precision="bf16", zero=1):
+        d = {**base, "parallel": {**base["parallel"], "zero": zero},
+             "training": {**base["training"], "precision": precision}, "options": {"stack": stack}}
+        return resolve(parse_strategy(d, tmp_path))
+
+    assert get_stack("deepspeed").hp_grad_accum_bytes == 18 and get_stack("megatron-te").hp_grad_accum_bytes == 0
+    ds = get_stack("deepspeed")
+    assert hp_grad_accum_bytes(plan("deepspeed"), ds) == 18
+    assert hp_grad_accum_bytes(plan("deepspeed", zero=0), ds) == 18
+    assert hp_grad_accum_bytes(plan("deepspeed", zero=3), ds) == 0          # ZeRO-3 partitions its gradients
+    assert hp_grad_accum_bytes(plan("deepspeed", precision="fp16"), ds) == 0  # FP16_Optimizer, not BF16
+    assert hp_grad_accum_bytes(plan("megatron-te"), None) == 0
+    # end to end, attention unfused so that the stacks differ only in the accumulation: every backward
+    # of the two micro-batches per rank adds its passes over the layer weights
+    base["options"] = {"flash_attention": False}
+    times = {}
+    for st in ("deepspeed", "megatron-te"):
+        d = {**base, "parallel": {**base["parallel"], "zero": 1}, "options": {"flash_attention": False, "stack": st}}
+        times[st] = simulate_strategy(parse_strategy(d, tmp_path)).training.iteration_time_s
+    assert times["deepspeed"] > times["megatron-te"]
+    with pytest.raises(ConfigError, match="hp_grad_accum_bytes = 2.5 must be an integer"):
+        from taskgraph.stacks import _table
+        p = tmp_path / "stacks.yaml"
+        p.write_text("stacks:\n  x: {attention: catalog, hp_grad_accum_bytes: 2.5}\n")
+        _table(str(p))
