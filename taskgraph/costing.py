@@ -121,6 +121,26 @@ def grad_bytes_per_param(plan: Plan) -> int:
     return 4 if (tr.precision in ("bf16", "fp8") and opt.fp32_grad_accum) else 2
 
 
+def serial_exchanges(pairs: dict) -> dict:
+    """Transfer times of a stack whose pipeline exchanges are two blocking calls in a row: each
+    boundary's transfer takes both directions' times (with their host gaps).
+
+    DeepSpeed's TrainSchedule (deepspeed/runtime/pipe/schedule.py, 2022) gives every step of a stage
+    either [RecvActivation, SendGrad, ForwardPass] or [SendActivation, RecvGrad, BackwardPass], and
+    neighbouring stages run opposite steps, so in the steady state the activation and the gradient
+    crossing a boundary are the two halves of one exchange; p2p.send / p2p.recv are blocking
+    (dist.send / dist.recv, or dist.broadcast on a two-rank group before torch 1.8), so the second
+    transfer starts when the first has ended and both ranks wait for both before computing. Megatron-LM
+    posts the pair at once (send_forward_recv_backward, batch_isend_irecv): each rank waits for the
+    longer transfer only. The warm-up and cool-down steps move one tensor; pricing them as the pair
+    over-counts one transfer per warm-up and cool-down step (2 (pp - 1) of 2 (m + pp - 1) steps).
+
+    >>> serial_exchanges({(0, 1): 2.0, (1, 0): 3.0})
+    {(0, 1): 5.0, (1, 0): 5.0}
+    """
+    return {(a, b): t + pairs.get((b, a), 0.0) for (a, b), t in pairs.items()}
+
+
 def hp_grad_accum_bytes(plan: Plan, stack) -> int:
     """Bytes per weight-gradient element of the stack's unfused fp32 accumulation after each micro-batch's
     backward (0: fused into the GEMM). DeepSpeed's BF16_Optimizer, the optimizer of bf16 runs at ZeRO
@@ -480,6 +500,8 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
         # sides' GPUs idle until the host launches the next action's first kernel.
         gap = opt.p2p_host_gap_us * 1e-6
         pairs = {k: v + gap for k, v in pairs.items()}
+    if ctx.stack is not None and ctx.stack.p2p_serial:
+        pairs = serial_exchanges(pairs)
     p2p = max(pairs.values(), default=0.0)
     work = IterationWork(
         stages=tuple(stages), p2p_fwd_s=p2p, p2p_bwd_s=p2p,

@@ -36,7 +36,10 @@ class Stack:
     the Adam step copies fp32 master weights into the model's under ZeRO-3 (False: PyTorch FSDP);
     hp_grad_accum_bytes: HBM bytes per weight-gradient element of the unfused per-micro-batch fp32
     accumulation of a bf16 run without ZeRO-3 (DeepSpeed's BF16_Optimizer.update_hp_grads), 0: the
-    catalog's, fused into the weight-gradient GEMM (``taskgraph/cost.py`` op_time)."""
+    catalog's, fused into the weight-gradient GEMM (``taskgraph/cost.py`` op_time); p2p_serial: a
+    pipeline boundary's activation and gradient transfers of one step run one after the other, each
+    blocking both ranks (DeepSpeed's PipelineEngine), where Megatron batches the pair
+    (``taskgraph/costing.py`` build_work)."""
 
     name: str
     attention: str
@@ -44,6 +47,7 @@ class Stack:
     host_us_per_kernel: float | None = None
     zero3_master_copy: bool = True
     hp_grad_accum_bytes: int = 0
+    p2p_serial: bool = False
 
     def passes_of(self, op_name: str) -> int:
         """Passes of an operator by its role (the name after a layer prefix, e.g. ``mtp0.final_norm``)."""
@@ -82,7 +86,10 @@ def _table(path: str = STACKS_PATH) -> tuple[dict, dict, dict]:
         if isinstance(acc, bool) or not isinstance(acc, int) or not 0 <= acc <= 64:
             raise ConfigError(f"stack file {path!r}: stack {name!r} hp_grad_accum_bytes = {acc!r} must be an integer "
                               f"number of bytes per gradient element in [0, 64] (0: fused accumulation)")
-        stacks[str(name)] = Stack(str(name), att, passes, None if host is None else float(host), copy, acc)
+        serial = d.get("p2p_serial", False)
+        if not isinstance(serial, bool):
+            raise ConfigError(f"stack file {path!r}: stack {name!r} p2p_serial = {serial!r} must be true or false")
+        stacks[str(name)] = Stack(str(name), att, passes, None if host is None else float(host), copy, acc, serial)
     cat = data.get("catalog_attention") or {}
     catalog = {"kernel": {str(a): str(k) for a, k in (cat.get("kernel") or {}).items()},
                "reference": {str(a): (float(r["head_dim"]), float(r["seq_len"]))

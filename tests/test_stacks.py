@@ -136,3 +136,20 @@ def test_deepspeed_accumulation_applies_to_bf16_below_zero_2(tmp_path):
         p = tmp_path / "stacks.yaml"
         p.write_text("stacks:\n  x: {attention: catalog, hp_grad_accum_bytes: 2.5}\n")
         _table(str(p))
+
+
+def test_deepspeed_pipeline_exchanges_are_serial(tmp_path):
+    # DeepSpeed's TrainSchedule ([DS-PIPE]): a boundary's activation and gradient transfers are two
+    # blocking calls in a row, so each costs both directions' times; Megatron posts them together
+    from taskgraph.costing import build_work, serial_exchanges
+    assert serial_exchanges({(0, 1): 2.0, (1, 0): 3.0, (1, 2): 1.0}) == {(0, 1): 5.0, (1, 0): 5.0, (1, 2): 1.0}
+    assert get_stack("deepspeed").p2p_serial and not get_stack("megatron-te").p2p_serial
+    base = {"model": {"preset": "llama3-8b", "layers": 4}, "cluster": {"preset": "dgx-a100", "nodes": 2},
+            "parallel": {"tp": 8, "pp": 2}, "schedule": "1f1b",
+            "training": {"micro_batch": 1, "global_batch": 8, "seq_len": 2048}}
+    works = {st: build_work(resolve(parse_strategy({**base, "options": {"flash_attention": False, "stack": st}},
+                                                   tmp_path)))
+             for st in ("deepspeed", "megatron-te")}
+    te, ds = works["megatron-te"].p2p_pairs, works["deepspeed"].p2p_pairs
+    assert set(te) == set(ds) == {(0, 1), (1, 0)} and te[(0, 1)] > 0
+    assert ds[(0, 1)] == pytest.approx(te[(0, 1)] + te[(1, 0)]) and ds[(1, 0)] == ds[(0, 1)]
