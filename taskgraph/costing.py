@@ -17,6 +17,8 @@ from taskgraph.lower_model import Bucket, Comm, IterationWork, LayerWork, OpCost
 from taskgraph.operators import embedding_operators, head_operators, layer_operators
 from taskgraph.plan import DTYPE_BYTES, Plan
 from taskgraph.stacks import DEFAULT_STACK, get_stack
+from taskgraph.stack_costs import fsdp2_copy_times, hp_grad_accum_bytes, serial_exchanges
+from taskgraph.torch_cp import torch_ring_attention
 from topologies.collectives import collective_time
 from topologies.placement import group_ranks, rank_of
 from topologies.stragglers import stage_pace
@@ -121,39 +123,6 @@ def grad_bytes_per_param(plan: Plan) -> int:
     return 4 if (tr.precision in ("bf16", "fp8") and opt.fp32_grad_accum) else 2
 
 
-def serial_exchanges(pairs: dict) -> dict:
-    """Transfer times of a stack whose pipeline exchanges are two blocking calls in a row: each
-    boundary's transfer takes both directions' times (with their host gaps).
-
-    DeepSpeed's TrainSchedule (deepspeed/runtime/pipe/schedule.py, 2022) gives every step of a stage
-    either [RecvActivation, SendGrad, ForwardPass] or [SendActivation, RecvGrad, BackwardPass], and
-    neighbouring stages run opposite steps, so in the steady state the activation and the gradient
-    crossing a boundary are the two halves of one exchange; p2p.send / p2p.recv are blocking
-    (dist.send / dist.recv, or dist.broadcast on a two-rank group before torch 1.8), so the second
-    transfer starts when the first has ended and both ranks wait for both before computing. Megatron-LM
-    posts the pair at once (send_forward_recv_backward, batch_isend_irecv): each rank waits for the
-    longer transfer only. The warm-up and cool-down steps move one tensor; pricing them as the pair
-    over-counts one transfer per warm-up and cool-down step (2 (pp - 1) of 2 (m + pp - 1) steps).
-
-    >>> serial_exchanges({(0, 1): 2.0, (1, 0): 3.0})
-    {(0, 1): 5.0, (1, 0): 5.0}
-    """
-    return {(a, b): t + pairs.get((b, a), 0.0) for (a, b), t in pairs.items()}
-
-
-def hp_grad_accum_bytes(plan: Plan, stack) -> int:
-    """Bytes per weight-gradient element of the stack's unfused fp32 accumulation after each micro-batch's
-    backward (0: fused into the GEMM). DeepSpeed's BF16_Optimizer, the optimizer of bf16 runs at ZeRO
-    stage 0 or 1 (deepspeed/runtime/pipe/engine.py _exec_reduce_grads, 56c5223: "only bf16 + z1 are
-    supported"; ZeRO-2/3 partition the gradients themselves), calls update_hp_grads after every backward
-    (engine.py _exec_backward_pass; bf16_optimizer.py backward)."""
-    if stack is None or not stack.hp_grad_accum_bytes:
-        return 0
-    if plan.strategy.training.precision != "bf16" or plan.zero > 1:
-        return 0
-    return stack.hp_grad_accum_bytes
-
-
 def param_bytes(plan: Plan) -> int:
     """Bytes of one model parameter as the GPU holds and gathers it: 2 (bf16/fp16 weights), or 1
     with ``options.fp8_param_gather`` (Megatron --fp8-param-gather: Transformer Engine keeps the
@@ -176,9 +145,12 @@ def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bo
     flash = plan.strategy.options.flash_attention
     gacc = grad_bytes_per_param(plan)  # weight gradients accumulate into main_grad per micro-batch
     recipe = plan.strategy.options.fp8_recipe
+    op, *merge = torch_ring_attention(plan, ctx.stack, op)   # PyTorch's CP (taskgraph/torch_cp.py)
     t = {p: op_time(op, p, gpu, ctx.dtype, flash=flash, profile=ctx.profile, grad_accum_bytes=gacc, fp8_recipe=recipe,
                     stack=ctx.stack, grad_accum_unfused_bytes=hp_grad_accum_bytes(plan, ctx.stack))
          for p in ("fwd", "bwd_input", "bwd_weight")}
+    t["fwd"] += merge[0]
+    t["bwd_input"] += merge[1]
     slots = {("fwd", "before"): [], ("fwd", "after"): [], ("bwd", "before"): [], ("bwd", "after"): []}
     async_bwd = plan.strategy.options.tp_async_backward
     for c in op.comms:
@@ -326,15 +298,23 @@ def _zero3_comms(ctx: CostContext, ops, dp_group, fwd_hide: float, bwd_hide: flo
     shard, _ = shard_groups(plan, dp_group)
     g_fwd, g_bwd, rs_each = fsdp_layer_comms(plan)
     ag = _comm_time(plan.cluster, "all-gather", wbytes, shard, _shard_share(plan, dp_group)) if len(shard) > 1 else 0.0
+    copy_in, copy_out, rs_copy_in = (fsdp2_copy_times(plan.cluster.gpu, params, len(shard), param_bytes(plan),
+                                                      grad_bytes_per_param(plan))
+                                     if ctx.stack is not None and ctx.stack.fsdp2_copies and len(shard) > 1
+                                     else (0.0, 0.0, 0.0))
+    ag += copy_in    # FSDP2's copy-in runs before its all-gather on the copy-in stream: prefetched with it
     # the prefetched gather holds its NCCL channels' SMs while the previous layer computes and shares
     # HBM with it (taskgraph/overlap.py): the pair takes bulk(hide, gather, f, g); the excess is charged here
     f = stream_shares(plan, {"dp": shard}).get("dp", 0.0)
     g = ring_hbm_loss(plan.cluster, shard) if f > 0 else 0.0
-    fpre = (Comm("dp-comm", "zero3-param-gather", bulk(fwd_hide, ag, f, g) - fwd_hide, "dp", mem_bytes=wbytes),) if g_fwd else ()
-    bpre = (Comm("dp-comm", "zero3-param-gather", bulk(bwd_hide, ag, f, g) - bwd_hide, "dp", mem_bytes=wbytes),) if g_bwd else ()
-    bpost = (Comm("dp-comm", "zero3-grad-reduce-scatter", _grad_reduce_time(plan, gbytes, dp_group,
-                                                                            _shard_share(plan, dp_group)), "dp"),) \
-        if rs_each else ()
+    # FSDP2's copy-out (after the gather) and reduce-scatter copy-in (before the reduce-scatter) run on
+    # the compute stream: exposed (fsdp2_copy_times)
+    fpre = (Comm("dp-comm", "zero3-param-gather", bulk(fwd_hide, ag, f, g) - fwd_hide + copy_out, "dp",
+                 mem_bytes=wbytes),) if g_fwd else ()
+    bpre = (Comm("dp-comm", "zero3-param-gather", bulk(bwd_hide, ag, f, g) - bwd_hide + copy_out, "dp",
+                 mem_bytes=wbytes),) if g_bwd else ()
+    bpost = (Comm("dp-comm", "zero3-grad-reduce-scatter", rs_copy_in + _grad_reduce_time(
+        plan, gbytes, dp_group, _shard_share(plan, dp_group)), "dp"),) if rs_each else ()
     return fpre, bpre, bpost
 
 

@@ -39,7 +39,10 @@ class Stack:
     catalog's, fused into the weight-gradient GEMM (``taskgraph/cost.py`` op_time); p2p_serial: a
     pipeline boundary's activation and gradient transfers of one step run one after the other, each
     blocking both ranks (DeepSpeed's PipelineEngine), where Megatron batches the pair
-    (``taskgraph/costing.py`` build_work)."""
+    (``taskgraph/costing.py`` build_work); fsdp2_copies: under ZeRO-3 the stack is PyTorch FSDP2, whose
+    per-parameter all-gathers and reduce-scatters copy into and out of flat buffers
+    (``taskgraph/costing.py`` fsdp2_copy_times); torch_cp: context parallelism is PyTorch's ring attention,
+    one SDPA launch per step with fp32 merges (``taskgraph/torch_cp.py``)."""
 
     name: str
     attention: str
@@ -48,6 +51,8 @@ class Stack:
     zero3_master_copy: bool = True
     hp_grad_accum_bytes: int = 0
     p2p_serial: bool = False
+    fsdp2_copies: bool = False
+    torch_cp: bool = False
 
     def passes_of(self, op_name: str) -> int:
         """Passes of an operator by its role (the name after a layer prefix, e.g. ``mtp0.final_norm``)."""
@@ -89,7 +94,14 @@ def _table(path: str = STACKS_PATH) -> tuple[dict, dict, dict]:
         serial = d.get("p2p_serial", False)
         if not isinstance(serial, bool):
             raise ConfigError(f"stack file {path!r}: stack {name!r} p2p_serial = {serial!r} must be true or false")
-        stacks[str(name)] = Stack(str(name), att, passes, None if host is None else float(host), copy, acc, serial)
+        fsdp2 = d.get("fsdp2_copies", False)
+        if not isinstance(fsdp2, bool):
+            raise ConfigError(f"stack file {path!r}: stack {name!r} fsdp2_copies = {fsdp2!r} must be true or false")
+        tcp = d.get("torch_cp", False)
+        if not isinstance(tcp, bool):
+            raise ConfigError(f"stack file {path!r}: stack {name!r} torch_cp = {tcp!r} must be true or false")
+        stacks[str(name)] = Stack(str(name), att, passes, None if host is None else float(host), copy, acc, serial,
+                                  fsdp2, tcp)
     cat = data.get("catalog_attention") or {}
     catalog = {"kernel": {str(a): str(k) for a, k in (cat.get("kernel") or {}).items()},
                "reference": {str(a): (float(r["head_dim"]), float(r["seq_len"]))
