@@ -399,6 +399,11 @@ def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True,
         if listed > 0:
             comp *= flops / listed
         launches = launch * len(op.gemms)
+        if op.copy_bytes and pass_ != "bwd_weight":
+            # separate copy kernels around the GEMMs (MoE token permutations, operators.py _moe_ops):
+            # streaming copies after the GEMMs, not hidden under them
+            return max(comp, mem_t) + launches + op.copy_bytes / (gpu.hbm_bandwidth * eff.hbm_efficiency) \
+                + launch * op.copy_kernels
         if pass_ == "bwd_weight" and grad_accum_unfused_bytes > 0:
             # the GEMM writes a fresh gradient (the plain write in the operator's bytes); the fp32 copy is
             # updated by separate kernels after the backward (DeepSpeed BF16_Optimizer.update_hp_grads:

@@ -17,8 +17,7 @@ from taskgraph.lower_model import Bucket, Comm, IterationWork, LayerWork, OpCost
 from taskgraph.operators import embedding_operators, head_operators, layer_operators
 from taskgraph.plan import DTYPE_BYTES, Plan
 from taskgraph.stacks import DEFAULT_STACK, get_stack
-from taskgraph.stack_costs import fsdp2_copy_times, hp_grad_accum_bytes, serial_exchanges
-from taskgraph.torch_cp import torch_ring_attention
+from taskgraph.stack_costs import fsdp2_copy_times, hp_grad_accum_bytes, op_as_run, serial_exchanges
 from topologies.collectives import collective_time
 from topologies.placement import group_ranks, rank_of
 from topologies.stragglers import stage_pace
@@ -145,7 +144,7 @@ def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bo
     flash = plan.strategy.options.flash_attention
     gacc = grad_bytes_per_param(plan)  # weight gradients accumulate into main_grad per micro-batch
     recipe = plan.strategy.options.fp8_recipe
-    op, *merge = torch_ring_attention(plan, ctx.stack, op)   # PyTorch's CP (taskgraph/torch_cp.py)
+    op, *merge = op_as_run(plan, ctx.stack, op)   # PyTorch's CP, DeepEP (taskgraph/stack_costs.py)
     t = {p: op_time(op, p, gpu, ctx.dtype, flash=flash, profile=ctx.profile, grad_accum_bytes=gacc, fp8_recipe=recipe,
                     stack=ctx.stack, grad_accum_unfused_bytes=hp_grad_accum_bytes(plan, ctx.stack))
          for p in ("fwd", "bwd_input", "bwd_weight")}

@@ -1,9 +1,13 @@
-"""What a software stack (``taskgraph/stacks.py``) adds to the cost records ``taskgraph/costing.py``
-builds: DeepSpeed's unfused fp32 gradient accumulation and serial pipeline exchanges, PyTorch FSDP2's
-copy kernels. (PyTorch's ring attention: ``taskgraph/torch_cp.py``.)"""
+"""What a software stack (``taskgraph/stacks.py``) or dispatcher adds to the cost records
+``taskgraph/costing.py`` builds: DeepSpeed's unfused fp32 gradient accumulation and serial pipeline
+exchanges, PyTorch FSDP2's copy kernels, the operator as the run executes it (:func:`op_as_run`:
+PyTorch's ring attention, ``taskgraph/torch_cp.py``; DeepEP's permutations)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from taskgraph.plan import Plan
+from taskgraph.torch_cp import torch_ring_attention
 
 
 def fsdp2_copy_times(gpu, params: float, n: int, p: int, g: int) -> tuple[float, float, float]:
@@ -67,3 +71,16 @@ def hp_grad_accum_bytes(plan: Plan, stack) -> int:
     if plan.strategy.training.precision != "bf16" or plan.zero > 1:
         return 0
     return stack.hp_grad_accum_bytes
+
+
+def op_as_run(plan: Plan, stack, op) -> tuple:
+    """(operator, forward seconds, input-gradient seconds) to price for ``op`` as the run executes it:
+    PyTorch's ring attention for a torch stack's CP (``taskgraph/torch_cp.py``), and the routed experts
+    behind DeepEP (``options.moe_max_nodes``: Megatron's flex dispatcher, token_dispatcher.py
+    _DeepepManager): DeepEP's dispatch takes the tokens and their top-k indices as they are and hands
+    each rank its tokens, which one permute groups by local expert (get_permuted_hidden_states_by_experts)
+    and one unpermute restores before the combine; the all-to-all dispatcher's chunk sort by local
+    expert (sort_chunks_by_idxs, ``operators._moe_ops``) does not run, so half the copies."""
+    if op.name == "moe_experts" and op.copy_kernels == 4 and plan.strategy.options.moe_max_nodes:
+        return replace(op, copy_bytes=op.copy_bytes // 2, copy_kernels=2), 0.0, 0.0
+    return torch_ring_attention(plan, stack, op)
