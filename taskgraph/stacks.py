@@ -113,6 +113,11 @@ def _table(path: str = STACKS_PATH) -> tuple[dict, dict, dict]:
     return stacks, kernels, catalog
 
 
+def read_stack_file(path: str) -> dict:
+    """The stacks of a stack file (checked as ``taskgraph/data/stacks.yaml`` is): name -> :class:`Stack`."""
+    return dict(_table(path)[0])
+
+
 def stack_names() -> tuple[str, ...]:
     return tuple(sorted(_table()[0]))
 

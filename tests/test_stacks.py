@@ -132,10 +132,10 @@ def test_deepspeed_accumulation_applies_to_bf16_below_zero_2(tmp_path):
         times[st] = simulate_strategy(parse_strategy(d, tmp_path)).training.iteration_time_s
     assert times["deepspeed"] > times["megatron-te"]
     with pytest.raises(ConfigError, match="hp_grad_accum_bytes = 2.5 must be an integer"):
-        from taskgraph.stacks import _table
+        from taskgraph.stacks import read_stack_file
         p = tmp_path / "stacks.yaml"
         p.write_text("stacks:\n  x: {attention: catalog, hp_grad_accum_bytes: 2.5}\n")
-        _table(str(p))
+        read_stack_file(str(p))
 
 
 def test_deepspeed_pipeline_exchanges_are_serial(tmp_path):
@@ -255,3 +255,22 @@ def test_torch_ring_attention_lengthens_the_step(tmp_path, monkeypatch):
     monkeypatch.undo()
     costing.clear_cost_cache()
     assert with_cp > without
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("p2p_serial", "yes", "p2p_serial = 'yes' must be true or false"),
+    ("fsdp2_copies", 1, "fsdp2_copies = 1 must be true or false"),
+    ("torch_cp", "on", "torch_cp = 'on' must be true or false"),
+    ("hp_grad_accum_bytes", 65, "hp_grad_accum_bytes = 65 must be an integer"),
+    ("hp_grad_accum_bytes", True, "hp_grad_accum_bytes = True must be an integer"),
+])
+def test_stack_file_flags_are_checked(tmp_path, field, value, message):
+    import yaml
+
+    from taskgraph.stacks import read_stack_file
+    p = tmp_path / "stacks.yaml"
+    p.write_text(yaml.safe_dump({"stacks": {"x": {"attention": "catalog", field: value}}}))
+    with pytest.raises(ConfigError, match=message):
+        read_stack_file(str(p))
+    p.write_text(yaml.safe_dump({"stacks": {"x": {"attention": "catalog"}}}))
+    assert getattr(read_stack_file(str(p))["x"], field) in (False, 0)   # left out: the default
