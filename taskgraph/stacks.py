@@ -7,7 +7,10 @@ Transformer Engine's reaches more: Shah et al. 2024) and how many HBM passes and
 memory-bound operator takes when it is not fused (PyTorch's eager RMSNorm is about six elementwise
 kernels; ``torch.compile`` fuses them back into one). A stack may also carry its measured host dispatch
 cost per kernel (``host_us_per_kernel``), which replaces the cluster's default
-(``taskgraph/plan.py`` resolve; a cluster file that sets ``host_us_per_kernel`` keeps its own).
+(``taskgraph/plan.py`` resolve; a cluster file that sets ``host_us_per_kernel`` keeps its own), and
+flags for the framework's own kernels and exchanges, each read from its code: DeepSpeed's unfused fp32
+gradient accumulation and serial pipeline exchanges, FSDP2's copy kernels (``taskgraph/stack_costs.py``),
+PyTorch's ring attention (``taskgraph/torch_cp.py``).
 
 >>> get_stack("torchtitan").passes["mlp_act"]
 2
