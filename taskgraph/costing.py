@@ -17,7 +17,7 @@ from taskgraph.lower_model import Bucket, Comm, IterationWork, LayerWork, OpCost
 from taskgraph.operators import embedding_operators, head_operators, layer_operators
 from taskgraph.plan import DTYPE_BYTES, Plan
 from taskgraph.stacks import DEFAULT_STACK, get_stack
-from taskgraph.stack_costs import fsdp2_copy_times, hp_grad_accum_bytes, op_as_run, serial_exchanges
+from taskgraph.stack_costs import fsdp2_copy_times, hp_grad_accum_bytes, op_as_run, reduce_kind, serial_exchanges
 from topologies.collectives import collective_time
 from topologies.placement import group_ranks, rank_of
 from topologies.stragglers import stage_pace
@@ -254,9 +254,10 @@ def _shard_share(plan: Plan, dp_group: tuple):
 
 def _grad_reduce_time(plan: Plan, gbytes: float, dp_group: tuple, share=None) -> float:
     """Reduce-scatter of gradients over the shard group, then (HSDP) all-reduce of the shard over the
-    replica group (PyTorch HSDP: reduce-scatter intra-shard-group, all-reduce inter)."""
+    replica group (PyTorch HSDP: reduce-scatter intra-shard-group, all-reduce inter); DeepSpeed's
+    BF16_Optimizer all-reduces at ZeRO-1 (taskgraph/stack_costs.py reduce_kind)."""
     shard, rep = shard_groups(plan, dp_group)
-    t = _comm_time(plan.cluster, "reduce-scatter", gbytes, shard, share) if len(shard) > 1 else 0.0
+    t = _comm_time(plan.cluster, reduce_kind(plan), gbytes, shard, share) if len(shard) > 1 else 0.0
     if len(rep) > 1:
         t += _comm_time(plan.cluster, "all-reduce", gbytes / len(shard), rep)
     return t

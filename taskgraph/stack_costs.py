@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from taskgraph.plan import Plan
+from taskgraph.stacks import DEFAULT_STACK, get_stack
 from taskgraph.torch_cp import torch_ring_attention
 
 
@@ -84,3 +85,18 @@ def op_as_run(plan: Plan, stack, op) -> tuple:
     if op.name == "moe_experts" and op.copy_kernels == 4 and plan.strategy.options.moe_max_nodes:
         return replace(op, copy_bytes=op.copy_bytes // 2, copy_kernels=2), 0.0, 0.0
     return torch_ring_attention(plan, stack, op)
+
+
+def reduce_kind(plan: Plan) -> str:
+    """The collective that reduces the data-parallel gradients of ZeRO 1-3: a reduce-scatter (Megatron's
+    distributed optimizer, PyTorch FSDP, DeepSpeed ZeRO-2/3), except under DeepSpeed's BF16_Optimizer
+    (the stack's unfused accumulation applies: bf16 at ZeRO 0/1), whose ZeRO-1 all-reduces the fp32
+    gradients whole and then steps its 1/dp partition (deepspeed/runtime/pipe/engine.py
+    _bf16_reduce_grads, 56c5223: buffered_allreduce_fallback over get_grads_for_reduction(), the fp32
+    flat groups; bf16_optimizer.py step then all_gather_dp_groups of the bf16 partitions).
+
+    Callers with ZeRO 0 all-reduce already."""
+    name = plan.strategy.options.stack
+    if name in (None, DEFAULT_STACK):
+        return "reduce-scatter"
+    return "all-reduce" if hp_grad_accum_bytes(plan, get_stack(name)) else "reduce-scatter"

@@ -274,3 +274,23 @@ def test_stack_file_flags_are_checked(tmp_path, field, value, message):
         read_stack_file(str(p))
     p.write_text(yaml.safe_dump({"stacks": {"x": {"attention": "catalog"}}}))
     assert getattr(read_stack_file(str(p))["x"], field) in (False, 0)   # left out: the default
+
+
+def test_deepspeed_bf16_zero1_all_reduces_its_gradients(tmp_path):
+    # [DS-BF16]: BF16_Optimizer's ZeRO-1 all-reduces the fp32 gradients whole (_bf16_reduce_grads), where
+    # Megatron's distributed optimizer reduce-scatters them: twice the ring traffic of the same bytes
+    from taskgraph.costing import build_work
+    from taskgraph.stack_costs import reduce_kind
+    base = {"model": {"preset": "llama3-8b", "layers": 2}, "cluster": {"preset": "dgx-a100", "nodes": 2},
+            "parallel": {"tp": 1, "pp": 1, "zero": 1}, "schedule": "1f1b",
+            "training": {"micro_batch": 1, "global_batch": 16, "seq_len": 2048}}
+    plans = {st: resolve(parse_strategy({**base, "options": {"flash_attention": False, "stack": st}}, tmp_path))
+             for st in ("deepspeed", "megatron-te")}
+    assert reduce_kind(plans["deepspeed"]) == "all-reduce" and reduce_kind(plans["megatron-te"]) == "reduce-scatter"
+    z3 = resolve(parse_strategy({**base, "parallel": {"tp": 1, "pp": 1, "zero": 3},
+                                 "options": {"stack": "deepspeed"}}, tmp_path))
+    assert reduce_kind(z3) == "reduce-scatter"          # DeepSpeed ZeRO-3 partitions its gradients
+    red = {st: sum(b.reduce_s for s in build_work(p).stages for b in s.buckets) for st, p in plans.items()}
+    gat = {st: sum(b.gather_s for s in build_work(p).stages for b in s.buckets) for st, p in plans.items()}
+    assert 1.8 < red["deepspeed"] / red["megatron-te"] <= 2.05   # 2 (n - 1) / n against (n - 1) / n, n = 16
+    assert gat["deepspeed"] == gat["megatron-te"] > 0            # both all-gather the updated bf16 partitions
