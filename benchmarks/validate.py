@@ -317,6 +317,10 @@ def strategy_for(row: dict) -> tuple[dict, list[str]]:
     if _flash(row) and "mosaicml" in row["source"].lower():
         # llm-foundry ran flash-attn 2 (taskgraph/data/stacks.yaml, [LLMF]), not Transformer Engine's kernel
         options["stack"] = "llm-foundry"
+    if "bigscience" in row["source"]:
+        # BLOOM ran Megatron-DeepSpeed with DeepSpeed's pipeline engine and BF16_Optimizer (ZeRO-1): its
+        # unfused per-micro-batch fp32 gradient accumulation (taskgraph/data/stacks.yaml [DS-BF16])
+        options["stack"] = "deepspeed"
     if _megatron_2021_22(row) and parallel["zero"] < 3:  # (the ZeRO-3 rows are DeepSpeed, not Megatron DDP)
         options["overlap_grad_reduce"] = False
     if _megatron_2021_22(row) and "no scatter/gather" not in row["notes"] and tp > 1 and pp > 1 \

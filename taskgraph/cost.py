@@ -292,6 +292,11 @@ def grad_accumulate_bytes(op, grad_accum_bytes: int) -> float:
     return sum(2.0 * grad_accum_bytes * g.k * g.n * g.batch for g in op.gemms)
 
 
+#: kernels per weight of an unfused fp32 gradient accumulation: the cast of the fresh bf16 gradient to
+#: fp32 and the in-place add (deepspeed/runtime/bf16_optimizer.py update_hp_grads, 56c5223, 2022:
+#: ``hp_grad.data.add_(lp.grad.data.to(hp_grad.dtype))``)
+HP_GRAD_ACCUM_KERNELS = 2
+
 #: block-wise scaling tile: 1 x 128 activation tiles, 128 x 128 weight blocks, one fp32 scale each
 #: (DeepSeek-V3 Section 3.3.2, Figure 7a)
 FP8_TILE = 128
@@ -340,11 +345,15 @@ def fp8_quantize_elements(op, pass_: str, recipe: str = "blockwise") -> float:
 
 def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True,
             profile: ProfileTable | None = None, grad_accum_bytes: int = 0,
-            fp8_recipe: str = "tensorwise", stack=None, gemm_kernel: str | None = None) -> float:
+            fp8_recipe: str = "tensorwise", stack=None, gemm_kernel: str | None = None,
+            grad_accum_unfused_bytes: int = 0) -> float:
     """Seconds for one pass of one operator on one GPU.
 
     ``grad_accum_bytes``: element size of the main-gradient buffer weight-gradient GEMMs accumulate
     into (4: fp32, 2: fp16/bf16); 0 = the gradient is written once and not accumulated.
+    ``grad_accum_unfused_bytes`` (> 0 replaces the fused accumulation): the weight-gradient GEMM writes a
+    fresh gradient, then separate streaming kernels move this many bytes per gradient element to add it
+    to the fp32 one (:data:`HP_GRAD_ACCUM_KERNELS` launches per GEMM; ``taskgraph/stacks.py``).
     ``fp8_recipe`` (with dtype fp8): ``blockwise`` = DeepSeek-V3 Section 3.3: the output head stays
     in BF16 (Section 3.3.1 keeps the embedding, output head, gating, norms and attention in higher
     precision); every other GEMM runs at the FP8 rate after memory-bound quantization kernels over
@@ -356,9 +365,10 @@ def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True,
     if dtype == "fp8" and FP8_RECIPE_COSTS.get(fp8_recipe, (0.0,))[0] and op.kind == "gemm" and op.gemms:
         if op.name.endswith("lm_head"):   # the output head stays BF16 (DeepSeek-V3 3.3.1; torchtitan filter_fqns)
             return op_time(op, pass_, gpu, "bf16", flash=flash, profile=profile, grad_accum_bytes=grad_accum_bytes,
-                           stack=stack)
+                           stack=stack, grad_accum_unfused_bytes=grad_accum_unfused_bytes)
         base = op_time(op, pass_, gpu, dtype, flash=flash, profile=profile, grad_accum_bytes=grad_accum_bytes,
-                       stack=stack, gemm_kernel=RECIPE_GEMM_KERNELS.get(fp8_recipe, gemm_kernel))
+                       stack=stack, gemm_kernel=RECIPE_GEMM_KERNELS.get(fp8_recipe, gemm_kernel),
+                       grad_accum_unfused_bytes=grad_accum_unfused_bytes)
         if profile is not None and profile.lookup(gpu, dtype, op, pass_) is not None:
             return base   # a measured time includes whatever the kernels did
         q = fp8_quantize_elements(op, pass_, fp8_recipe)
@@ -390,6 +400,18 @@ def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True,
         if listed > 0:
             comp *= flops / listed
         launches = launch * len(op.gemms)
+        if op.copy_bytes and pass_ != "bwd_weight":
+            # separate copy kernels around the GEMMs (MoE token permutations, operators.py _moe_ops):
+            # streaming copies after the GEMMs, not hidden under them
+            return max(comp, mem_t) + launches + op.copy_bytes / (gpu.hbm_bandwidth * eff.hbm_efficiency) \
+                + launch * op.copy_kernels
+        if pass_ == "bwd_weight" and grad_accum_unfused_bytes > 0:
+            # the GEMM writes a fresh gradient (the plain write in the operator's bytes); the fp32 copy is
+            # updated by separate kernels after the backward (DeepSpeed BF16_Optimizer.update_hp_grads:
+            # taskgraph/data/stacks.yaml [DS-BF16]), streaming copies priced at hbm_efficiency
+            grads = sum(float(g.k * g.n * g.batch) for g in op.gemms)
+            acc_t = grad_accum_unfused_bytes * grads / (gpu.hbm_bandwidth * eff.hbm_efficiency)
+            return max(comp, mem_t) + acc_t + launches * (1 + HP_GRAD_ACCUM_KERNELS)
         if pass_ == "bwd_weight" and grad_accum_bytes > 0:
             bw = gpu.hbm_bandwidth * eff.hbm_efficiency
             # the plain gradient write counted in the operator's bytes becomes the accumulation

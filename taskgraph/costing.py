@@ -17,6 +17,7 @@ from taskgraph.lower_model import Bucket, Comm, IterationWork, LayerWork, OpCost
 from taskgraph.operators import embedding_operators, head_operators, layer_operators
 from taskgraph.plan import DTYPE_BYTES, Plan
 from taskgraph.stacks import DEFAULT_STACK, get_stack
+from taskgraph.stack_costs import fsdp2_copy_times, hp_grad_accum_bytes, op_as_run, reduce_kind, serial_exchanges
 from topologies.collectives import collective_time
 from topologies.placement import group_ranks, rank_of
 from topologies.stragglers import stage_pace
@@ -143,9 +144,12 @@ def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bo
     flash = plan.strategy.options.flash_attention
     gacc = grad_bytes_per_param(plan)  # weight gradients accumulate into main_grad per micro-batch
     recipe = plan.strategy.options.fp8_recipe
+    op, *merge = op_as_run(plan, ctx.stack, op)   # PyTorch's CP, DeepEP (taskgraph/stack_costs.py)
     t = {p: op_time(op, p, gpu, ctx.dtype, flash=flash, profile=ctx.profile, grad_accum_bytes=gacc, fp8_recipe=recipe,
-                    stack=ctx.stack)
+                    stack=ctx.stack, grad_accum_unfused_bytes=hp_grad_accum_bytes(plan, ctx.stack))
          for p in ("fwd", "bwd_input", "bwd_weight")}
+    t["fwd"] += merge[0]
+    t["bwd_input"] += merge[1]
     slots = {("fwd", "before"): [], ("fwd", "after"): [], ("bwd", "before"): [], ("bwd", "after"): []}
     async_bwd = plan.strategy.options.tp_async_backward
     for c in op.comms:
@@ -250,9 +254,10 @@ def _shard_share(plan: Plan, dp_group: tuple):
 
 def _grad_reduce_time(plan: Plan, gbytes: float, dp_group: tuple, share=None) -> float:
     """Reduce-scatter of gradients over the shard group, then (HSDP) all-reduce of the shard over the
-    replica group (PyTorch HSDP: reduce-scatter intra-shard-group, all-reduce inter)."""
+    replica group (PyTorch HSDP: reduce-scatter intra-shard-group, all-reduce inter); DeepSpeed's
+    BF16_Optimizer all-reduces at ZeRO-1 (taskgraph/stack_costs.py reduce_kind)."""
     shard, rep = shard_groups(plan, dp_group)
-    t = _comm_time(plan.cluster, "reduce-scatter", gbytes, shard, share) if len(shard) > 1 else 0.0
+    t = _comm_time(plan.cluster, reduce_kind(plan), gbytes, shard, share) if len(shard) > 1 else 0.0
     if len(rep) > 1:
         t += _comm_time(plan.cluster, "all-reduce", gbytes / len(shard), rep)
     return t
@@ -293,15 +298,23 @@ def _zero3_comms(ctx: CostContext, ops, dp_group, fwd_hide: float, bwd_hide: flo
     shard, _ = shard_groups(plan, dp_group)
     g_fwd, g_bwd, rs_each = fsdp_layer_comms(plan)
     ag = _comm_time(plan.cluster, "all-gather", wbytes, shard, _shard_share(plan, dp_group)) if len(shard) > 1 else 0.0
+    copy_in, copy_out, rs_copy_in = (fsdp2_copy_times(plan.cluster.gpu, params, len(shard), param_bytes(plan),
+                                                      grad_bytes_per_param(plan))
+                                     if ctx.stack is not None and ctx.stack.fsdp2_copies and len(shard) > 1
+                                     else (0.0, 0.0, 0.0))
+    ag += copy_in    # FSDP2's copy-in runs before its all-gather on the copy-in stream: prefetched with it
     # the prefetched gather holds its NCCL channels' SMs while the previous layer computes and shares
     # HBM with it (taskgraph/overlap.py): the pair takes bulk(hide, gather, f, g); the excess is charged here
     f = stream_shares(plan, {"dp": shard}).get("dp", 0.0)
     g = ring_hbm_loss(plan.cluster, shard) if f > 0 else 0.0
-    fpre = (Comm("dp-comm", "zero3-param-gather", bulk(fwd_hide, ag, f, g) - fwd_hide, "dp", mem_bytes=wbytes),) if g_fwd else ()
-    bpre = (Comm("dp-comm", "zero3-param-gather", bulk(bwd_hide, ag, f, g) - bwd_hide, "dp", mem_bytes=wbytes),) if g_bwd else ()
-    bpost = (Comm("dp-comm", "zero3-grad-reduce-scatter", _grad_reduce_time(plan, gbytes, dp_group,
-                                                                            _shard_share(plan, dp_group)), "dp"),) \
-        if rs_each else ()
+    # FSDP2's copy-out (after the gather) and reduce-scatter copy-in (before the reduce-scatter) run on
+    # the compute stream: exposed (fsdp2_copy_times)
+    fpre = (Comm("dp-comm", "zero3-param-gather", bulk(fwd_hide, ag, f, g) - fwd_hide + copy_out, "dp",
+                 mem_bytes=wbytes),) if g_fwd else ()
+    bpre = (Comm("dp-comm", "zero3-param-gather", bulk(bwd_hide, ag, f, g) - bwd_hide + copy_out, "dp",
+                 mem_bytes=wbytes),) if g_bwd else ()
+    bpost = (Comm("dp-comm", "zero3-grad-reduce-scatter", rs_copy_in + _grad_reduce_time(
+        plan, gbytes, dp_group, _shard_share(plan, dp_group)), "dp"),) if rs_each else ()
     return fpre, bpre, bpost
 
 
@@ -467,6 +480,8 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
         # sides' GPUs idle until the host launches the next action's first kernel.
         gap = opt.p2p_host_gap_us * 1e-6
         pairs = {k: v + gap for k, v in pairs.items()}
+    if ctx.stack is not None and ctx.stack.p2p_serial:
+        pairs = serial_exchanges(pairs)
     p2p = max(pairs.values(), default=0.0)
     work = IterationWork(
         stages=tuple(stages), p2p_fwd_s=p2p, p2p_bwd_s=p2p,

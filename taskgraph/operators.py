@@ -146,6 +146,12 @@ class Operator:
     """Collectives around this operator, in execution order (Korthikanti 2022 Section 4.2.2)."""
     attn_shape: AttentionShape | None = None
     """attn_core only: what the fused attention kernel sees (:func:`kernel_attention_shape`)."""
+    copy_bytes: int = 0
+    """HBM bytes of the separate copy kernels a GEMM operator runs around its GEMMs in the forward and
+    again in the input-gradient pass (MoE token permutations), not counted in fwd_bytes /
+    bwd_input_bytes: priced after the GEMMs (taskgraph/cost.py op_time)."""
+    copy_kernels: int = 0
+    """Launches of those copy kernels per pass."""
 
     @property
     def bwd_flops(self) -> float:
@@ -496,7 +502,13 @@ def _moe_ops(c: _Ctx, layer: int) -> list:
     act_f, act_b, _ = _EW_FLOPS[m.mlp]
     gemm_io = dt * Te * (h + (mats - 1) * fe) + dt * e_loc * h * (mats - 1) * fe \
         + dt * Te * (fe + h) + dt * e_loc * fe * h
-    permute_io = 4 * dt * Te * h                          # permute + unpermute copies
+    # token permutations, separate kernels (Megatron-core moe/token_dispatcher.py MoEAlltoAllTokenDispatcher):
+    # permute before the dispatch and unpermute after the combine (moe_utils permute / unpermute: read and
+    # write every routed copy), and with several local experts behind an all-to-all "Permutation 2",
+    # sort_chunks_by_idxs by local expert after the dispatch and back before the combine (torch.cat of
+    # the chunks: another read and write); each again in the backward
+    sort = c.ep > 1 and e_loc > 1
+    permute_io = (8 if sort else 4) * dt * Te * h
     act_io = dt * Te * fe * mats
     comms: list = []
     a2a = dt * math.ceil(c.Tsp * k * c.moe_load) * h      # dispatch / combine buffer of the busiest rank
@@ -518,8 +530,8 @@ def _moe_ops(c: _Ctx, layer: int) -> list:
     experts = Operator(
         "moe_experts", "gemm", layer, (up, down),
         f + act_f * Te * fe, f + act_b * Te * fe, f,
-        fwd_bytes=gemm_io + permute_io + act_io, bwd_input_bytes=gemm_io + permute_io + act_io,
-        bwd_weight_bytes=gemm_io,
+        fwd_bytes=gemm_io + act_io, bwd_input_bytes=gemm_io + act_io,
+        bwd_weight_bytes=gemm_io, copy_bytes=permute_io, copy_kernels=4 if sort else 2,
         params=e_loc * (mats * h * fe + bias),
         # permuted input + activation input(s) + down-proj input (Korthikanti 4.1, per token copy)
         saved_activation_bytes=dt * Te * (h + mats * fe), comms=tuple(comms))

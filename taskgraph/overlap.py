@@ -86,7 +86,8 @@ def chunk_op(op, chunks: int):
     return replace(op, gemms=tuple(replace(g, m=max(1, -(-g.m // n))) for g in op.gemms),
                    fwd_flops=op.fwd_flops / n, bwd_input_flops=op.bwd_input_flops / n,
                    bwd_weight_flops=op.bwd_weight_flops / n, fwd_bytes=op.fwd_bytes // n,
-                   bwd_input_bytes=op.bwd_input_bytes // n, bwd_weight_bytes=op.bwd_weight_bytes // n)
+                   bwd_input_bytes=op.bwd_input_bytes // n, bwd_weight_bytes=op.bwd_weight_bytes // n,
+                   copy_bytes=op.copy_bytes // n)
 
 
 #: HBM bytes a ring collective step moves on one GPU per byte it receives: the peer's write into the

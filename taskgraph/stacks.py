@@ -7,7 +7,10 @@ Transformer Engine's reaches more: Shah et al. 2024) and how many HBM passes and
 memory-bound operator takes when it is not fused (PyTorch's eager RMSNorm is about six elementwise
 kernels; ``torch.compile`` fuses them back into one). A stack may also carry its measured host dispatch
 cost per kernel (``host_us_per_kernel``), which replaces the cluster's default
-(``taskgraph/plan.py`` resolve; a cluster file that sets ``host_us_per_kernel`` keeps its own).
+(``taskgraph/plan.py`` resolve; a cluster file that sets ``host_us_per_kernel`` keeps its own), and
+flags for the framework's own kernels and exchanges, each read from its code: DeepSpeed's unfused fp32
+gradient accumulation and serial pipeline exchanges, FSDP2's copy kernels (``taskgraph/stack_costs.py``),
+PyTorch's ring attention (``taskgraph/torch_cp.py``).
 
 >>> get_stack("torchtitan").passes["mlp_act"]
 2
@@ -33,13 +36,26 @@ class Stack:
     """name; attention: 'catalog' or a kernel of the attention table; passes: operator role ->
     HBM passes (and launches) relative to one fused kernel (roles not listed: 1); host_us_per_kernel:
     measured host microseconds per counted kernel, or None (the cluster's figure); zero3_master_copy:
-    the Adam step copies fp32 master weights into the model's under ZeRO-3 (False: PyTorch FSDP)."""
+    the Adam step copies fp32 master weights into the model's under ZeRO-3 (False: PyTorch FSDP);
+    hp_grad_accum_bytes: HBM bytes per weight-gradient element of the unfused per-micro-batch fp32
+    accumulation of a bf16 run without ZeRO-3 (DeepSpeed's BF16_Optimizer.update_hp_grads), 0: the
+    catalog's, fused into the weight-gradient GEMM (``taskgraph/cost.py`` op_time); p2p_serial: a
+    pipeline boundary's activation and gradient transfers of one step run one after the other, each
+    blocking both ranks (DeepSpeed's PipelineEngine), where Megatron batches the pair
+    (``taskgraph/costing.py`` build_work); fsdp2_copies: under ZeRO-3 the stack is PyTorch FSDP2, whose
+    per-parameter all-gathers and reduce-scatters copy into and out of flat buffers
+    (``taskgraph/costing.py`` fsdp2_copy_times); torch_cp: context parallelism is PyTorch's ring attention,
+    one SDPA launch per step with fp32 merges (``taskgraph/torch_cp.py``)."""
 
     name: str
     attention: str
     passes: dict = field(default_factory=dict, hash=False, compare=False)
     host_us_per_kernel: float | None = None
     zero3_master_copy: bool = True
+    hp_grad_accum_bytes: int = 0
+    p2p_serial: bool = False
+    fsdp2_copies: bool = False
+    torch_cp: bool = False
 
     def passes_of(self, op_name: str) -> int:
         """Passes of an operator by its role (the name after a layer prefix, e.g. ``mtp0.final_norm``)."""
@@ -74,7 +90,21 @@ def _table(path: str = STACKS_PATH) -> tuple[dict, dict, dict]:
         copy = d.get("zero3_master_copy", True)
         if not isinstance(copy, bool):
             raise ConfigError(f"stack file {path!r}: stack {name!r} zero3_master_copy = {copy!r} must be true or false")
-        stacks[str(name)] = Stack(str(name), att, passes, None if host is None else float(host), copy)
+        acc = d.get("hp_grad_accum_bytes", 0)
+        if isinstance(acc, bool) or not isinstance(acc, int) or not 0 <= acc <= 64:
+            raise ConfigError(f"stack file {path!r}: stack {name!r} hp_grad_accum_bytes = {acc!r} must be an integer "
+                              f"number of bytes per gradient element in [0, 64] (0: fused accumulation)")
+        serial = d.get("p2p_serial", False)
+        if not isinstance(serial, bool):
+            raise ConfigError(f"stack file {path!r}: stack {name!r} p2p_serial = {serial!r} must be true or false")
+        fsdp2 = d.get("fsdp2_copies", False)
+        if not isinstance(fsdp2, bool):
+            raise ConfigError(f"stack file {path!r}: stack {name!r} fsdp2_copies = {fsdp2!r} must be true or false")
+        tcp = d.get("torch_cp", False)
+        if not isinstance(tcp, bool):
+            raise ConfigError(f"stack file {path!r}: stack {name!r} torch_cp = {tcp!r} must be true or false")
+        stacks[str(name)] = Stack(str(name), att, passes, None if host is None else float(host), copy, acc, serial,
+                                  fsdp2, tcp)
     cat = data.get("catalog_attention") or {}
     catalog = {"kernel": {str(a): str(k) for a, k in (cat.get("kernel") or {}).items()},
                "reference": {str(a): (float(r["head_dim"]), float(r["seq_len"]))
@@ -84,6 +114,11 @@ def _table(path: str = STACKS_PATH) -> tuple[dict, dict, dict]:
             raise ConfigError(f"stack file {path!r}: catalog_attention.kernel.{a} = {k!r} needs a kernel of "
                               f"attention_kernels and a catalog_attention.reference.{a}")
     return stacks, kernels, catalog
+
+
+def read_stack_file(path: str) -> dict:
+    """The stacks of a stack file (checked as ``taskgraph/data/stacks.yaml`` is): name -> :class:`Stack`."""
+    return dict(_table(path)[0])
 
 
 def stack_names() -> tuple[str, ...]:

@@ -155,6 +155,28 @@ def _draw_model_fields(data: dict, on: set, i: int) -> None:
         on.add("global_attention_start")
 
 
+#: what a software stack adds (taskgraph/stack_costs.py, taskgraph/torch_cp.py), each counted like an option
+STACK_MECHANISMS = ("fsdp2-copies", "torch-cp", "deepspeed-pipe")
+
+
+def _draw_stack_mechanisms(data: dict, on: set, i: int) -> None:
+    """Puts a draw on the stack whose mechanism it can exercise: torchtitan under ZeRO-3 without pp
+    (FSDP2's copies) or with cp > 1 and a fused kernel (PyTorch's ring attention); deepspeed in bf16 at
+    ZeRO 0/1 with pp > 1 (unfused accumulation, serial exchanges). Own generator (issue 38)."""
+    rng = np.random.default_rng((20261130, i))
+    par, opt, tr = data["parallel"], data["options"], data["training"]
+    u = rng.random()
+    if par["zero"] == 3 and par["pp"] == 1 and u < 0.5:
+        opt["stack"], tag = "torchtitan", "fsdp2-copies"
+    elif par["cp"] > 1 and opt.get("flash_attention", True) and opt.get("cp_comm") != "a2a" and u < 0.6:
+        opt["stack"], tag = str(rng.choice(["torchtitan", "torchtitan-compile"])), "torch-cp"
+    elif tr["precision"] == "bf16" and par["zero"] <= 1 and par["pp"] > 1 and u < 0.3:
+        opt["stack"], tag = "deepspeed", "deepspeed-pipe"
+    else:
+        return
+    on.update(("stack", tag))
+
+
 def _draw(rng: np.random.Generator, i: int) -> tuple[dict, set]:
     moe = rng.random() < 0.3
     model = {"preset": "mixtral-8x7b" if moe else "llama3-8b", "layers": int(rng.choice([2, 4])),
@@ -222,6 +244,7 @@ def _draw(rng: np.random.Generator, i: int) -> tuple[dict, set]:
     _draw_shared_overlap(data, on, i)
     _draw_model_fields(data, on, i)
     _draw_scatter_gather(data, on, i)
+    _draw_stack_mechanisms(data, on, i)
     return data, on
 
 
@@ -256,7 +279,7 @@ def test_every_option_is_drawn_or_named():
 
 def test_each_option_is_on_in_enough_draws(draws):
     assert len(draws) == DRAWS
-    counts = {k: sum(k in on for _, on in draws) for k in (*OPTION_VALUES, *MODEL_KEYS)}
+    counts = {k: sum(k in on for _, on in draws) for k in (*OPTION_VALUES, *MODEL_KEYS, *STACK_MECHANISMS)}
     low = {k: n for k, n in counts.items() if n < MIN_ON}
     assert not low, f"options switched on in fewer than {MIN_ON} of {DRAWS} draws: {low}"
 

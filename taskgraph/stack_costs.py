@@ -1,0 +1,102 @@
+"""What a software stack (``taskgraph/stacks.py``) or dispatcher adds to the cost records
+``taskgraph/costing.py`` builds: DeepSpeed's unfused fp32 gradient accumulation and serial pipeline
+exchanges, PyTorch FSDP2's copy kernels, the operator as the run executes it (:func:`op_as_run`:
+PyTorch's ring attention, ``taskgraph/torch_cp.py``; DeepEP's permutations)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from taskgraph.plan import Plan
+from taskgraph.stacks import DEFAULT_STACK, get_stack
+from taskgraph.torch_cp import torch_ring_attention
+
+
+def fsdp2_copy_times(gpu, params: float, n: int, p: int, g: int) -> tuple[float, float, float]:
+    """Seconds of PyTorch FSDP2's copy kernels around one parameter group's collectives over ``n``
+    ranks, ``params`` the group's unsharded (TP-shard) parameters: (all-gather copy-in, all-gather
+    copy-out, reduce-scatter copy-in). Streaming copies at ``hbm_efficiency``, one launch each.
+
+    torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py (PyTorch 2.4-2.11), with torchtitan's
+    MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) over fp32 shards:
+
+    * foreach_all_gather, on the all-gather copy-in stream: the shard cast to the parameter dtype
+      (``_foreach_copy_`` into a flat buffer: read 4, write p B per shard element) and
+      all_gather_copy_in's ``_foreach_copy_`` into the all-gather input (read p, write p):
+      (4 + 3p) params / n bytes; the all-gather waits for it.
+    * foreach_all_gather_copy_out, on the compute stream after waiting for the all-gather:
+      ``split_with_sizes_copy`` of the whole output into the per-parameter tensors (read p, write p):
+      2p params bytes.
+    * foreach_reduce's foreach_reduce_scatter_copy_in, on the compute stream before the reduce-scatter
+      stream waits for it: ``chunk_cat`` of the unsharded gradients (read 2 B bf16) into the
+      reduce-dtype input (write g B): (2 + g) params bytes.
+
+    p = the gathered element's bytes (``costing.param_bytes``: 2, or 1 with an FP8 all-gather); g = the
+    reduced gradient's (``costing.grad_bytes_per_param``: 4 with fp32 reduction)."""
+    eff = gpu.efficiency
+    bw = gpu.hbm_bandwidth * eff.hbm_efficiency
+    launch = eff.launch_overhead
+    copy_in = (4 + 3 * p) * params / n / bw + 2 * launch
+    copy_out = 2 * p * params / bw + launch
+    rs_copy_in = (2 + g) * params / bw + launch
+    return copy_in, copy_out, rs_copy_in
+
+
+def serial_exchanges(pairs: dict) -> dict:
+    """Transfer times of a stack whose pipeline exchanges are two blocking calls in a row: each
+    boundary's transfer takes both directions' times (with their host gaps).
+
+    DeepSpeed's TrainSchedule (deepspeed/runtime/pipe/schedule.py, 2022) gives every step of a stage
+    either [RecvActivation, SendGrad, ForwardPass] or [SendActivation, RecvGrad, BackwardPass], and
+    neighbouring stages run opposite steps, so in the steady state the activation and the gradient
+    crossing a boundary are the two halves of one exchange; p2p.send / p2p.recv are blocking
+    (dist.send / dist.recv, or dist.broadcast on a two-rank group before torch 1.8), so the second
+    transfer starts when the first has ended and both ranks wait for both before computing. Megatron-LM
+    posts the pair at once (send_forward_recv_backward, batch_isend_irecv): each rank waits for the
+    longer transfer only. The warm-up and cool-down steps move one tensor; pricing them as the pair
+    over-counts one transfer per warm-up and cool-down step (2 (pp - 1) of 2 (m + pp - 1) steps).
+
+    >>> serial_exchanges({(0, 1): 2.0, (1, 0): 3.0})
+    {(0, 1): 5.0, (1, 0): 5.0}
+    """
+    return {(a, b): t + pairs.get((b, a), 0.0) for (a, b), t in pairs.items()}
+
+
+def hp_grad_accum_bytes(plan: Plan, stack) -> int:
+    """Bytes per weight-gradient element of the stack's unfused fp32 accumulation after each micro-batch's
+    backward (0: fused into the GEMM). DeepSpeed's BF16_Optimizer, the optimizer of bf16 runs at ZeRO
+    stage 0 or 1 (deepspeed/runtime/pipe/engine.py _exec_reduce_grads, 56c5223: "only bf16 + z1 are
+    supported"; ZeRO-2/3 partition the gradients themselves), calls update_hp_grads after every backward
+    (engine.py _exec_backward_pass; bf16_optimizer.py backward)."""
+    if stack is None or not stack.hp_grad_accum_bytes:
+        return 0
+    if plan.strategy.training.precision != "bf16" or plan.zero > 1:
+        return 0
+    return stack.hp_grad_accum_bytes
+
+
+def op_as_run(plan: Plan, stack, op) -> tuple:
+    """(operator, forward seconds, input-gradient seconds) to price for ``op`` as the run executes it:
+    PyTorch's ring attention for a torch stack's CP (``taskgraph/torch_cp.py``), and the routed experts
+    behind DeepEP (``options.moe_max_nodes``: Megatron's flex dispatcher, token_dispatcher.py
+    _DeepepManager): DeepEP's dispatch takes the tokens and their top-k indices as they are and hands
+    each rank its tokens, which one permute groups by local expert (get_permuted_hidden_states_by_experts)
+    and one unpermute restores before the combine; the all-to-all dispatcher's chunk sort by local
+    expert (sort_chunks_by_idxs, ``operators._moe_ops``) does not run, so half the copies."""
+    if op.name == "moe_experts" and op.copy_kernels == 4 and plan.strategy.options.moe_max_nodes:
+        return replace(op, copy_bytes=op.copy_bytes // 2, copy_kernels=2), 0.0, 0.0
+    return torch_ring_attention(plan, stack, op)
+
+
+def reduce_kind(plan: Plan) -> str:
+    """The collective that reduces the data-parallel gradients of ZeRO 1-3: a reduce-scatter (Megatron's
+    distributed optimizer, PyTorch FSDP, DeepSpeed ZeRO-2/3), except under DeepSpeed's BF16_Optimizer
+    (the stack's unfused accumulation applies: bf16 at ZeRO 0/1), whose ZeRO-1 all-reduces the fp32
+    gradients whole and then steps its 1/dp partition (deepspeed/runtime/pipe/engine.py
+    _bf16_reduce_grads, 56c5223: buffered_allreduce_fallback over get_grads_for_reduction(), the fp32
+    flat groups; bf16_optimizer.py step then all_gather_dp_groups of the bf16 partitions).
+
+    Callers with ZeRO 0 all-reduce already."""
+    name = plan.strategy.options.stack
+    if name in (None, DEFAULT_STACK):
+        return "reduce-scatter"
+    return "all-reduce" if hp_grad_accum_bytes(plan, get_stack(name)) else "reduce-scatter"
