@@ -54,18 +54,27 @@ def _check_outputs(args, inputs, **outputs) -> dict:
                          mkdir=getattr(args, "mkdir", False))
 
 
+#: ``--set`` keys whose value is a file path: resolved against the current folder (a file's own paths
+#: resolve against the file's folder; issue 41)
+CWD_PATH_KEYS = frozenset({"options.profile", "options.collective_profile", "schedule.csv",
+                           "pipeline.schedule_csv"})
+
+
 def _load(path: str, sets: list[str]):
     """Load a simulation input: a pipeline description (``pipeline:`` section) or a strategy file."""
     from strategies.config import load_mapping, parse_set_value, set_dotted
     data = load_mapping(path, "input file")
     for item in sets or []:
         if "=" not in item:
-            raise ExecsimError(f"--set {item!r} must look like section.key=value, e.g. --set pipeline.pp=8")
+            raise ExecsimError(f"--set {item!r} must look like section.key=value, e.g. --set parallel.pp=8")
         k, v = item.split("=", 1)
         if not k.strip() or any(not part for part in k.strip().split(".")):
             raise ExecsimError(f"--set {brief(item)}: the key before '=' must be a dotted field name such as "
                                f"parallel.pp")
-        data = set_dotted(data, k.strip(), parse_set_value(v.strip(), k.strip()))
+        value = parse_set_value(v.strip(), k.strip())
+        if k.strip() in CWD_PATH_KEYS and isinstance(value, str) and value and not Path(value).is_absolute():
+            value = str(Path.cwd() / value)   # typed on the command line: relative to where it was typed
+        data = set_dotted(data, k.strip(), value)
     if "pipeline" in data:
         from strategies.pipeline_file import parse_pipeline
         return "pipeline", parse_pipeline(data, Path(path).parent)

@@ -27,7 +27,26 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a bad argument is one ``execsim: error:`` line (like every other error)."""
 
     def error(self, message):
-        raise _UsageError(f"{self.prog}: {cut(message, 200)} (see '{self.prog} --help')")
+        raise _UsageError(f"{self.prog}: {cut(message, 200)}{did_you_mean(message)} (see '{self.prog} --help')")
+
+
+def did_you_mean(message: str) -> str:
+    """``"; did you mean 'simulate'?"`` for argparse's ``invalid choice: 'simulat' (choose from ...)``
+    when one choice is close (difflib's ratio >= 0.6), else "".
+
+    >>> did_you_mean("argument COMMAND: invalid choice: 'simulat' (choose from 'schedule', 'simulate')")
+    "; did you mean 'simulate'?"
+    >>> did_you_mean("argument COMMAND: invalid choice: 'xyz' (choose from 'schedule', 'simulate')")
+    ''
+    """
+    import difflib
+    import re
+    m = re.search(r"invalid choice: '?([^' ]*)'? \(choose from (.*)\)", message)
+    if not m:
+        return ""
+    choices = re.findall(r"'([^']*)'", m.group(2)) or [c.strip() for c in m.group(2).split(",")]
+    close = difflib.get_close_matches(m.group(1), choices, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def build_parser() -> argparse.ArgumentParser:

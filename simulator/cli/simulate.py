@@ -95,6 +95,9 @@ def _simulate_cmd(args) -> int:
     if kind == "strategy":
         from simulator.reports.memory import memory_report
         mem = memory_report(sim.plan, sim.graph, sim.result)
+    oom = oom_verdict(args.file, mem)
+    if oom and not args.check:   # --check says it in its own line and exit status
+        print(f"execsim: warning: {oom}", file=sys.stderr)
     s = sim.schedule
     deltas = None
     if args.mode == "delta" or args.what_if:
@@ -140,6 +143,8 @@ def _simulate_cmd(args) -> int:
             title += (f"\nmodel {p.model.name} on {p.num_gpus} x {p.cluster.gpu.name} ({p.cluster.name}): "
                       f"tp={p.sizes.tp} pp={p.sizes.pp} dp={p.sizes.dp} cp={p.sizes.cp} ep={p.sizes.ep} "
                       f"sp={p.sp} zero={p.zero} recompute={p.strategy.training.recompute}")
+            if oom:   # the verdict first: the times below are those of a run that cannot start
+                print(f"OOM: {oom}")
             print(format_training_report(sim.training, sim.report, title))
             money = _cost_fields(sim, args.price)
             if money["cost_usd"] is not None:
@@ -174,6 +179,16 @@ def _simulate_cmd(args) -> int:
         print(f"execsim: check failed: {args.file} does not fit in memory", file=sys.stderr)
         return 1
     return 0
+
+
+def oom_verdict(source: str, mem) -> str:
+    """One line saying ``source`` does not fit (peak, rank, capacity), or "" when it fits or has no
+    memory report (a pipeline description)."""
+    if mem is None or mem.fits:
+        return ""
+    worst = max(mem.per_stage, key=lambda x: x.total)
+    return (f"{source} does not fit in memory: peak {worst.total / 2**30:.1f} GiB on rank {worst.rank} of "
+            f"{mem.capacity / 2**30:.1f} GiB (execsim memory FILE for the breakdown; the times assume it fits)")
 
 
 def _write_html(path: str, source: str, kind: str, sim, sets=None) -> None:

@@ -1,0 +1,100 @@
+"""Issue 41: what a new user hits on the first day -- the OOM verdict first, command-line paths
+relative to the current folder, suggestions for a mistyped command or GPU, ``compare --schedules`` on
+a file with uneven layers per stage. Each test failed before the change it names."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from simulator.cli.main import main
+from strategies.errors import ExecsimError
+
+ROOT = Path(__file__).resolve().parent.parent
+GPT3 = str(ROOT / "strategies/examples/gpt3-175b-1024-a100.yaml")
+DEEPSEEK = str(ROOT / "strategies/examples/deepseek-v3-2048-h800.yaml")
+
+
+def run(capsys, *argv):
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_an_oom_run_says_so_first_and_warns_once_on_stderr(capsys):
+    args = ("simulate", GPT3, "--fidelity", "coarse", "--set", "training.micro_batch=16",
+            "--set", "training.recompute=none")
+    rc, out, err = run(capsys, *args)
+    assert rc == 0   # without --check the exit status does not change
+    assert out.splitlines()[0].startswith("OOM: ") and "does not fit in memory" in out.splitlines()[0]
+    warnings = [line for line in err.splitlines() if line.startswith("execsim: warning:")]
+    assert len(warnings) == 1 and "does not fit in memory: peak" in warnings[0]
+    rc, out, err = run(capsys, *args, "--check")
+    assert rc == 1 and "execsim: warning:" not in err and "check failed" in err
+
+
+def test_a_run_that_fits_prints_no_oom_line(capsys):
+    rc, out, err = run(capsys, "simulate", GPT3, "--fidelity", "coarse")
+    assert rc == 0 and not out.startswith("OOM") and "does not fit" not in err
+
+
+TINY = """model: {name: tiny-gpt, layers: 2, hidden: 64, heads: 2, kv_heads: 2, head_dim: 32, ffn: 256, vocab: 512,
+  mlp: gelu, norm: layernorm, position: learned, max_seq: 128, bias: true, tied_embeddings: false, dropout: false}
+cluster: {gpu: cpu, nodes: 1, gpus_per_node: 1, nvlink_latency_us: 0, nvlink_efficiency: 1, nic_gbit: 1,
+  nic_latency_us: 0, nic_efficiency: 1, host_us_per_kernel: 0, host_us_per_collective: 0, gpu_speed_cv: 0}
+parallel: {tp: 1, pp: 1, dp: 1}
+schedule: 1f1b
+training: {micro_batch: 1, global_batch: 2, seq_len: 64, precision: bf16}
+"""
+
+
+def test_set_profile_resolves_against_the_current_folder(tmp_path, monkeypatch, capsys):
+    from simulator.profiling.inventory import profile_items
+    from simulator.profiling.profile_csv import ProfileRow, profile_text
+    from strategies.strategy_file import load_strategy
+    from taskgraph.cost import PASSES
+    from taskgraph.plan import resolve
+    (tmp_path / "conf").mkdir()
+    strat = tmp_path / "conf" / "s.yaml"
+    strat.write_text(TINY)
+    rows = [ProfileRow(it.name, it.shape, p, 1e-5, 0.0) for it in profile_items(resolve(load_strategy(strat)))
+            for p in PASSES]
+    (tmp_path / "prof.csv").write_text(profile_text(rows, "cpu", "bf16"))   # beside the user, not the file
+    monkeypatch.chdir(tmp_path)
+    rc, out, err = run(capsys, "simulate", "conf/s.yaml", "--set", "options.profile=prof.csv")
+    assert rc == 0, err
+    assert re.search(r"profile: \d+ operator passes measured \(.*prof\.csv\)", out)
+
+
+def test_a_mistyped_command_gets_a_suggestion(capsys):
+    rc, _, err = run(capsys, "simulat", GPT3)
+    assert rc == 2 and "did you mean 'simulate'?" in err
+    rc, _, err = run(capsys, "plan-recompte", GPT3)
+    assert rc == 2 and "did you mean 'plan-recompute'?" in err
+
+
+def test_the_set_hint_names_a_strategy_field(capsys):
+    rc, _, err = run(capsys, "simulate", GPT3, "--set", "pp")
+    assert rc == 2 and "--set parallel.pp=8" in err and "pipeline.pp" not in err
+
+
+def test_an_unknown_gpu_suggests_a_name_from_the_printed_list():
+    from topologies.gpus import get_gpu, list_gpus
+    with pytest.raises(ExecsimError) as exc:
+        get_gpu("A100-80")
+    m = re.search(r"did you mean '([^']+)'\?", str(exc.value))
+    assert m and m.group(1) in list_gpus() and m.group(1) == "A100-SXM-80GB"
+
+
+def test_compare_schedules_regroups_uneven_layers_per_stage(capsys):
+    """DeepSeek-V3's file gives 16 DualPipe model stages of 3, 4 x 14, 2 layers; 1F1B (vpp 1, 16
+    stages) and ZB-V (vpp 2, 32 stages) refused before (61 layers do not split evenly)."""
+    rc, out, err = run(capsys, "compare", DEEPSEEK, "--schedules", "1f1b,zb-v", "--fidelity", "coarse")
+    assert rc == 0, err
+    assert [line.split()[0] for line in out.splitlines()[1:3]] == ["1f1b", "zb-v"]
+
+
+def test_the_quick_start_trace_is_ignored_by_git():
+    lines = (ROOT / ".gitignore").read_text().splitlines()
+    assert "trace.json" in lines
