@@ -98,3 +98,46 @@ def test_compare_schedules_regroups_uneven_layers_per_stage(capsys):
 def test_the_quick_start_trace_is_ignored_by_git():
     lines = (ROOT / ".gitignore").read_text().splitlines()
     assert "trace.json" in lines
+
+
+def _strategy_examples():
+    from simulator.cli.examples import example_kind
+    from strategies.strategy_file import example_names, example_path
+    return [n for n in example_names() if example_kind(Path(example_path(n + ".yaml")).read_text()) == "strategy"]
+
+
+@pytest.mark.parametrize("name", _strategy_examples())
+def test_plan_recompute_fits_its_budget_on_every_shipped_strategy_example(name):
+    """5 of the 12 refused before ('would build about 18,899,200 tasks'): operator fidelity over the
+    task limit now falls back to coarse, and a run still too large gets fewer search steps."""
+    from simulator.search.recompute import search_budget
+    from strategies.strategy_file import example_path, load_strategy
+    from taskgraph.plan import resolve
+    strategy = load_strategy(example_path(name + ".yaml"))
+    fidelity, steps, note = search_budget(strategy, resolve(strategy).model.layers, None, 40)
+    assert steps >= 4 and (fidelity in (None, "coarse"))
+    assert (fidelity == "coarse") == ("planned at coarse fidelity" in note)
+
+
+def test_plan_recompute_on_its_own_help_example_falls_back_and_says_so(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    rc, out, err = run(capsys, "plan-recompute", "gpt3-175b-1024-a100")
+    assert rc == 0, err
+    assert "execsim: note: operator fidelity would build about 472,480 tasks" in err
+    assert "planned at coarse fidelity" in err and "plan:" in out
+
+
+def test_examples_lists_every_shipped_example_one_line_each(capsys):
+    from strategies.strategy_file import example_names
+    rc, out, _ = run(capsys, "examples")
+    lines = out.splitlines()
+    assert rc == 0 and [line.split()[0] for line in lines[:-1]] == example_names()
+    assert "tiny-gpt-cpu" in example_names()
+
+
+def test_an_example_runs_by_name_from_any_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    rc, out, err = run(capsys, "simulate", "pipeline-1f1b", "--json")
+    assert rc == 0, err
+    rc, _, err = run(capsys, "simulate", "gpt3-175b")
+    assert rc == 2 and "did you mean 'gpt3-175b-1024-a100'?" in err and "execsim examples" in err

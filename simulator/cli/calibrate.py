@@ -3,6 +3,7 @@ to the strategy's operators, write the profile CSV and print measured vs simulat
 kernel class."""
 from __future__ import annotations
 
+from simulator.cli.common import input_file
 from simulator.cli.common import _MKDIR_HELP, _SET_HELP, _input_files, _load_strategy, _print_json, _sub
 
 
@@ -11,7 +12,7 @@ def add_parser(sub) -> None:
              "strategy's operators and write the profile CSV, with measured vs simulated per rank and class",
              ["execsim calibrate run.yaml traces/ -o measured.csv",
               "execsim calibrate run.yaml traces/ -o measured.csv --include-last-step --json"])
-    s.add_argument("file", help="strategy file of the traced run")
+    s.add_argument("file", type=input_file, help="strategy file of the traced run")
     s.add_argument("trace_dir", help="folder with one profiler trace per rank (.json or .json.gz, HTA's layout)")
     s.add_argument("-o", "--output", default="profile.csv", metavar="OUT.csv",
                    help="profile CSV of the mapped operators (default profile.csv)")

@@ -127,4 +127,22 @@ _SET_HELP = "override a field of the file, e.g. parallel.pp=16 or training.micro
 _FID_HELP = "override options.fidelity: operator (one task per operator pass) or coarse (one per stage pass, fast)"
 
 
-_EXAMPLE = "strategies/examples/gpt3-175b-1024-a100.yaml"
+_EXAMPLE = "gpt3-175b-1024-a100"
+
+
+def input_file(text: str) -> str:
+    """argparse ``type`` of a FILE argument: a path as given when it exists; else the name of a shipped
+    example (``gpt3-175b-1024-a100``, with or without ``.yaml``; ``execsim examples`` lists them), so
+    the help's examples run after a plain install from any folder (issue 41)."""
+    from strategies.strategy_file import EXAMPLES_DIR, example_names
+    if Path(text).exists() or "/" in text or "\\" in text:
+        return text
+    for name in (text, text + ".yaml"):
+        if (EXAMPLES_DIR / name).is_file():
+            return str(EXAMPLES_DIR / name)
+    from strategies.config import did_you_mean
+    hint = did_you_mean(text, example_names())
+    if hint:
+        raise ExecsimError(f"no file {brief(text)}, and no shipped example of that name{hint}; 'execsim examples' "
+                           f"lists them")
+    return text

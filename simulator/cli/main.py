@@ -6,15 +6,16 @@ Commands, in the order ``--help`` lists them: ``schedule`` (:mod:`simulator.cli.
 (:mod:`simulator.cli.memory`), ``plan-recompute`` (:mod:`simulator.cli.plan_recompute`), ``compare``
 (:mod:`simulator.cli.compare`), ``import`` (:mod:`simulator.cli.import_cmd`), ``search``
 (:mod:`simulator.cli.search`), ``goodput`` (:mod:`simulator.cli.goodput`), ``profile``
-(:mod:`simulator.cli.profile`), ``calibrate`` (:mod:`simulator.cli.calibrate`).
+(:mod:`simulator.cli.profile`), ``calibrate`` (:mod:`simulator.cli.calibrate`), ``examples``
+(:mod:`simulator.cli.examples`).
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-from simulator.cli import (calibrate, compare, goodput, import_cmd, memory, plan_recompute, profile, report, schedule,
-                           search, simulate)
+from simulator.cli import (calibrate, compare, examples, goodput, import_cmd, memory, plan_recompute, profile, report,
+                           schedule, search, simulate)
 from simulator.cli.common import _EX, _EXAMPLE, EXIT_INTERNAL, EXIT_USAGE
 from strategies.errors import ExecsimError, cut
 
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    f"execsim simulate {_EXAMPLE} --json --check",
                                    f"execsim simulate {_EXAMPLE} --html report.html",
                                    f"execsim compare {_EXAMPLE} --schedules 1f1b,interleaved-1f1b --plot cmp.png",
+                                   "execsim examples            (the shipped examples, runnable by name from any folder)",
                                    "execsim <command> --help   (options and examples of one command)"]),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"execsim {__version__}",
@@ -73,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     goodput.add_parser(sub)
     profile.add_parser(sub)
     calibrate.add_parser(sub)
+    examples.add_parser(sub)
     return p
 
 

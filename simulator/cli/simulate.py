@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from simulator.cli.common import input_file
 from simulator.cli.common import (_EXAMPLE, _FID_HELP, _MKDIR_HELP, _SET_HELP, _check_outputs, _input_files,
                                  _load, _pipeline_flags, _print_json, _simulate_one, _sub)
 from strategies.errors import ExecsimError
@@ -18,7 +19,7 @@ def add_parser(sub) -> None:
               f"execsim simulate {_EXAMPLE} --trace t.json.gz --trace-ranks 0-3 --trace-level stage",
               f"execsim simulate {_EXAMPLE} --trace-dir hta/ --timeline tasks.csv",
               f"execsim simulate {_EXAMPLE} --mode delta --what-if 'dp-comm=0' --what-if 'layer3.*=1.5'"])
-    s.add_argument("file", help="strategy file (model + cluster + parallel + training) or pipeline description")
+    s.add_argument("file", type=input_file, help="strategy file (model + cluster + parallel + training) or pipeline description")
     s.add_argument("--trace", metavar="OUT.json", help="write a Chrome/Perfetto trace (OUT.json.gz: gzip-compressed)")
     s.add_argument("--trace-ranks", metavar="RANKS", help="keep only these ranks in --trace/--trace-dir, "
                    "e.g. 0,1 or 0-3,15 (makes a 1,024-GPU trace small)")
