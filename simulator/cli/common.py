@@ -146,3 +146,13 @@ def input_file(text: str) -> str:
         raise ExecsimError(f"no file {brief(text)}, and no shipped example of that name{hint}; 'execsim examples' "
                            f"lists them")
     return text
+
+
+def trace_folder(text: str) -> str:
+    """argparse ``type`` of a TRACE_DIR argument: a folder as given when it exists, else the name of a
+    shipped example trace (``strategies/examples/traces/``: ``tiny-gpt-cpu-trace``, written by
+    benchmarks/trace_tiny.py)."""
+    from strategies.strategy_file import EXAMPLES_DIR
+    if Path(text).exists() or "/" in text or "\\" in text or not (EXAMPLES_DIR / "traces" / text).is_dir():
+        return text
+    return str(EXAMPLES_DIR / "traces" / text)
