@@ -141,3 +141,22 @@ def test_an_example_runs_by_name_from_any_folder(tmp_path, monkeypatch, capsys):
     assert rc == 0, err
     rc, _, err = run(capsys, "simulate", "gpt3-175b")
     assert rc == 2 and "did you mean 'gpt3-175b-1024-a100'?" in err and "execsim examples" in err
+
+
+def test_every_module_that_needs_numba_is_left_out_of_collection_without_it():
+    """`pip install '.[test]'` then pytest stopped with 4 collection errors (--doctest-modules imported
+    the numba kernels); conftest.py now leaves exactly the modules that import numba at their top out."""
+    import importlib.util
+    import ast
+    spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "conftest.py")
+    conf = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conf)
+    needs = set()
+    for folder in ("simulator", "taskgraph", "topologies", "strategies"):
+        for path in (ROOT / folder).rglob("*.py"):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for node in tree.body:   # module level, in a try: or not
+                body = node.body if isinstance(node, ast.Try) else [node]
+                if any(isinstance(n, ast.Import) and any(a.name == "numba" for a in n.names) for n in body):
+                    needs.add(path.relative_to(ROOT).as_posix())
+    assert needs == set(conf.NUMBA_MODULES)
