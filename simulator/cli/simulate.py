@@ -18,7 +18,7 @@ def add_parser(sub) -> None:
               f"execsim simulate {_EXAMPLE} --html report.html --trace trace.json",
               f"execsim simulate {_EXAMPLE} --trace t.json.gz --trace-ranks 0-3 --trace-level stage",
               f"execsim simulate {_EXAMPLE} --trace-dir hta/ --timeline tasks.csv",
-              f"execsim simulate {_EXAMPLE} --mode delta --what-if 'dp-comm=0' --what-if 'layer3.*=1.5'"])
+              f"execsim simulate {_EXAMPLE} --mode delta --what-if 'dp-comm=0' --what-if 'backward=1.5'"])
     s.add_argument("file", type=input_file, help="strategy file (model + cluster + parallel + training) or pipeline description")
     s.add_argument("--trace", metavar="OUT.json", help="write a Chrome/Perfetto trace (OUT.json.gz: gzip-compressed)")
     s.add_argument("--trace-ranks", metavar="RANKS", help="keep only these ranks in --trace/--trace-dir, "
