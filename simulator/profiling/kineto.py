@@ -11,6 +11,10 @@ totals agree with its kernel breakdown:
   last step does (HTA ``_filter_irrelevant_gpu_kernels``, ``include_last_profiler_step=False``);
   ``include_last_step`` keeps it (HTA's ``True``: host events up to the last step's end).
 
+A kernel's launching operator is the innermost ``cpu_op`` around the runtime call with the kernel's
+``correlation`` (every kernel of a CUDA graph has its ``cudaGraphLaunch``'s), else the ``cpu_op`` with
+the kernel's ``External id``.
+
 A trace without device events (a CPU run) uses its host operators instead: each ``cpu_op`` with its
 self time (the operators nested in it subtracted), on the "stream" of its thread. Step times
 are the kept ``ProfilerStep#N`` spans (the host's wall clock of each step).
@@ -168,15 +172,53 @@ def _device_kernels(host, dev, cut, include_last) -> list[Kernel]:
         if isinstance(c, int) and _keep(ts, cut, include_last):
             launch[c] = ts
     ops = _ops_by_external_id(host)
+    by_corr = _ops_by_correlation(host)
     out = []
     for e, args, ts, dur in dev:
         c = args.get("correlation", -1)
         if cut is not None and c not in launch:
             continue
         x = args.get("External id")
-        op = ops.get(x, ("", ()))
+        if isinstance(c, int) and c in by_corr:   # the operator around the launch (CUDA graphs included)
+            name, dims, x = by_corr[c]
+            op = (name, dims)
+        else:
+            op = ops.get(x, ("", ()))
         out.append(Kernel(str(e.get("name", "")), ts, dur, int(args.get("stream", -1)), c if isinstance(c, int) else -1,
                           op[0], op[1], x if isinstance(x, int) else -1))
+    return out
+
+
+def _ops_by_correlation(host) -> dict:
+    """correlation -> (name, Input Dims, External id) of the innermost ``cpu_op`` around the runtime call
+    that has that correlation (``cudaLaunchKernel``, ``cudaMemcpyAsync``, ``cudaGraphLaunch`` ...: Kineto
+    gives a kernel the correlation of the call that launched it, and every kernel of a CUDA graph the
+    correlation of its ``cudaGraphLaunch``), on the same process and thread. A graph's kernels get
+    External id -1: each is its own call (``kernels.instances``), not one summed instance. Holistic
+    Trace Analysis finds a kernel's operator the same way (its call stack: the runtime event's parent
+    on the CPU, ``hta/common/call_stack.py``)."""
+    per_thread: dict = {}
+    for e, args, ts, dur in host:
+        c = args.get("correlation")
+        if e.get("cat") == "cpu_op":
+            per_thread.setdefault((e.get("pid"), e.get("tid")), []).append((ts, 0, -dur, e, args))
+        elif isinstance(c, int) and not isinstance(c, bool):
+            per_thread.setdefault((e.get("pid"), e.get("tid")), []).append((ts, 1, -dur, e, args))
+    out = {}
+    for evs in per_thread.values():
+        evs.sort(key=lambda x: (x[0], x[1], x[2]))
+        stack: list = []   # open cpu_ops: (end, event, args)
+        for ts, kind, ndur, e, args in evs:
+            while stack and stack[-1][0] <= ts:
+                stack.pop()
+            if kind == 0:
+                stack.append((ts - ndur, e, args))
+            elif stack:
+                _, op, op_args = stack[-1]
+                graph = "GraphLaunch" in str(e.get("name", ""))
+                x = op_args.get("External id")
+                out[args["correlation"]] = (str(op.get("name", "")), _dims(op_args),
+                                            -1 if graph or not isinstance(x, int) else x)
     return out
 
 
