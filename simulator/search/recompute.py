@@ -95,20 +95,22 @@ def search_budget(strategy: Strategy, layers: int, fidelity: str | None, max_ste
     at most as large as uniform full recomputation. Operator fidelity over the limit falls back to coarse
     (one task per stage pass: memory verdicts unchanged); a run still too large for ``max_steps``
     simulations gets fewer steps (at least the three uniform policies and one planned step); past
-    that, the usual refusal. ``note`` says what changed ("" when nothing did; issue 41)."""
+    that, the usual refusal. A fidelity asked for (``fidelity`` given: ``--fidelity``) is kept, and
+    so are the steps: over the limit, the refusal. ``note`` says what changed ("" when nothing did; issue 41)."""
     from simulator.simulation.estimate import estimate_run_tasks
     from strategies.limits import MAX_TOTAL_TASKS, check_tasks
     full = ("full",) * layers
     runs = max(max_steps, 3)
     per_run = estimate_run_tasks("strategy", strategy, fidelity=fidelity, recompute_layers=full)
     notes = []
-    if per_run * runs > MAX_TOTAL_TASKS and (fidelity or strategy.options.fidelity) != "coarse":
+    asked = fidelity is not None
+    if per_run * runs > MAX_TOTAL_TASKS and not asked and strategy.options.fidelity != "coarse":
         coarse = estimate_run_tasks("strategy", strategy, fidelity="coarse", recompute_layers=full)
         if coarse < per_run:
             notes.append(f"operator fidelity would build about {per_run:,} tasks per simulation ({runs} simulations: "
                          f"over the limit of {MAX_TOTAL_TASKS:,}); planned at coarse fidelity ({coarse:,} tasks each)")
             fidelity, per_run = "coarse", coarse
-    if per_run * runs > MAX_TOTAL_TASKS and per_run * 4 <= MAX_TOTAL_TASKS:
+    if per_run * runs > MAX_TOTAL_TASKS and per_run * 4 <= MAX_TOTAL_TASKS and not asked:
         runs = max_steps = MAX_TOTAL_TASKS // per_run
         notes.append(f"at most {runs} simulations of about {per_run:,} tasks (the limit of {MAX_TOTAL_TASKS:,} tasks)")
     check_tasks(per_run * runs, f"plan-recompute (up to {runs} simulations of about {per_run:,} tasks)",
