@@ -44,7 +44,8 @@ def _profile_cmd(args) -> int:
                          inputs=_input_files(args.file, kind, spec), mkdir=args.mkdir)
     plan = resolve(spec)
     dtype = plan.strategy.training.precision
-    bar = progress_bar(None, desc="profile", unit="op")
+    from simulator.profiling.inventory import profile_items
+    bar = progress_bar(len(profile_items(plan)), desc="profile", unit="op")   # one step per distinct operator
     with bar:
         gpu, rows = profile_plan(plan, args.device, args.repeats, args.warmup, args.threads,
                                  progress=lambda done, total: bar.update(1))
