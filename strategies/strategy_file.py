@@ -567,10 +567,38 @@ def example_path(name: str) -> str:
     return str(p)
 
 
+def example_names() -> list[str]:
+    """The shipped examples' names (file names without ``.yaml``), sorted.
+
+    >>> "gpt3-175b-1024-a100" in example_names()
+    True
+    """
+    return sorted(p.stem for p in EXAMPLES_DIR.glob("*.yaml"))
+
+
+def example_summary(name: str) -> str:
+    """The first sentence of an example's header comment (one line for ``execsim examples``)."""
+    lines = []
+    for line in Path(example_path(name + ".yaml")).read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            break
+        text = line.lstrip("#").strip()
+        if not text:
+            if lines:
+                break
+            continue
+        lines.append(text)
+    first = " ".join(lines)
+    import re
+    end = re.search(r"(?<! al)(?<!e\.g)(?<!i\.e)\. ", first)   # the first full stop (not "et al.")
+    first = first[:end.start() + 1] if end else first
+    return first if len(first) <= 110 else first[:107].rstrip() + "..."
+
+
 def is_strategy(data: dict) -> bool:
     """True when a mapping looks like a strategy file rather than a pipeline description."""
     return "pipeline" not in data and any(k in data for k in ("model", "cluster", "parallel", "training"))
 
 
 __all__ = ["Strategy", "ParallelSpec", "TrainingSpec", "OptionsSpec", "parse_strategy", "load_strategy", "check_strategy",
-           "is_strategy", "did_you_mean", "example_path", "EXAMPLES_DIR"]
+           "is_strategy", "did_you_mean", "example_path", "example_names", "example_summary", "EXAMPLES_DIR"]

@@ -256,6 +256,32 @@ class ProfileTable:
             self._seen.add(key)
         return t
 
+    def lookup_scaled(self, gpu, dtype: str, name: str, pass_: str, count: float) -> float | None:
+        """The measured seconds of the row (``name``, ``pass_``, ``params=N``) whose N is nearest to
+        ``count`` (ratio, ties to the smaller N), scaled by ``count / N``; None when ``name`` has no row.
+        For work linear in a count that depends on the scale (the optimizer step: the parameters a rank
+        updates shrink as 1/dp under ZeRO; ``overheads.adam_step_s`` is linear in them, a fixed number of
+        bytes per parameter). Every such row counts as used: a profile taken at one node count serves
+        another (issue 41)."""
+        gname = self.measured_on or gpu.name.lower()
+        exact = self.lookup_named(gpu, dtype, name, pass_, optimizer_shape(count))
+        if exact is not None or count <= 0:
+            return exact
+        rows = []
+        for key, t in self.entries.items():
+            if key[:4] == (gname, dtype.lower(), name, pass_) and key[4].startswith("params="):
+                try:
+                    n = int(key[4][len("params="):])
+                except ValueError:
+                    continue
+                if n > 0:
+                    rows.append((abs(math.log(n / count)), n, key, t))
+        if not rows:
+            return None
+        self.used.update(r[2] for r in rows)
+        _, n, _, t = min(rows)
+        return t * count / n
+
     def check_all_used(self) -> None:
         """Raise on the first row no operator looked up (a typo in gpu, dtype, op or shape would
         otherwise silently leave the roofline time in place), with the shapes the run does use."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from strategies.schedules import has_split_backward
-from taskgraph.cost import OPTIMIZER_OP, ProfileTable, op_time, optimizer_shape
+from taskgraph.cost import OPTIMIZER_OP, ProfileTable, op_time
 from taskgraph.lower_model import Bucket, Comm, IterationWork, LayerWork, OpCost, StageWork
 from taskgraph.operators import embedding_operators, head_operators, layer_operators
 from taskgraph.plan import DTYPE_BYTES, Plan
@@ -689,8 +689,9 @@ def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, 
     shard = optimizer_params(plan, layers)
     gpu = plan.cluster.gpu
     bw = gpu.hbm_bandwidth * gpu.efficiency.hbm_efficiency
-    measured = None if profile is None else profile.lookup_named(
-        gpu, plan.strategy.training.precision, OPTIMIZER_OP, "fwd", optimizer_shape(shard))
+    # a row measured at another data-parallel size scales with the parameters this rank updates
+    measured = None if profile is None else profile.lookup_scaled(
+        gpu, plan.strategy.training.precision, OPTIMIZER_OP, "fwd", shard)
     # the fused Adam kernel, plus the master-weight copy (PyTorch FSDP casts at its gather instead)
     adam = (adam_step_s(gpu, shard, master_copy(plan), gbp) if measured is None else measured) * pace
     opt_s = step_overhead_s(plan, shard)  # gradient norm (+ fp16 found-inf), taskgraph/overheads.py

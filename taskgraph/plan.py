@@ -149,6 +149,56 @@ def even_layers(layers: int, stages: int, pp: int, vpp: int) -> tuple[int, ...]:
     return (layers // stages,) * stages
 
 
+def model_stages(schedule: str, pp: int, vpp: int) -> int:
+    """Model stages a schedule cuts the layers into: pp for DualPipe (each stage held once per
+    direction), pp*vpp otherwise (:func:`resolve`)."""
+    return pp if schedule == "dualpipe" else pp * vpp
+
+
+def regroup_layers(layers_per_stage, stages: int) -> tuple[int, ...]:
+    """The layers of ``layers_per_stage`` cut into ``stages`` stages instead: as even as counts allow,
+    the extra layers to the middle stages first, then to the first and the last (the stages that also
+    hold the embedding and the head, lighter as in GLM-130B / Llama 3). For comparing schedules whose
+    stage count differs from the file's (issue 41: DeepSeek-V3's 16 DualPipe stages -> 1F1B's 16 or
+    interleaved 1F1B's 32).
+
+    >>> regroup_layers((3, 4, 4, 2), 4)
+    (3, 4, 4, 2)
+    >>> regroup_layers((3, 4, 4, 2), 3)
+    (4, 5, 4)
+    >>> regroup_layers([3] + [4] * 14 + [2], 32)
+    (1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1)
+    """
+    if len(layers_per_stage) == stages:
+        return tuple(layers_per_stage)
+    total = sum(layers_per_stage)
+    if stages < 1 or total < stages:
+        raise ConfigError(f"parallel.layers_per_stage: {total} layers cannot fill {stages} stages; give "
+                          f"parallel.layers_per_stage with {stages} counts")
+    base, extra = divmod(total, stages)
+    order = list(range(1, stages - 1)) + [0, stages - 1] if stages > 2 else list(range(stages))
+    out = [base] * stages
+    for i in order[:extra]:
+        out[i] += 1
+    return tuple(out)
+
+
+def rescheduled(strategy: Strategy, schedule: str | None = None, vpp: int | None = None) -> Strategy:
+    """``strategy`` under another schedule and/or chunk count (``compare --schedules``, the search):
+    the file's ``parallel.layers_per_stage``, given for its own stage count, regrouped for the new one
+    (:func:`regroup_layers`)."""
+    changed = (schedule is not None and schedule != strategy.schedule) or (vpp is not None and vpp != strategy.parallel.vpp)
+    if schedule is not None:
+        strategy = replace(strategy, schedule=schedule, schedule_csv=None)
+    par = strategy.parallel
+    if vpp is not None and vpp != par.vpp:
+        par = replace(par, vpp=vpp)
+    if changed and par.layers_per_stage is not None:   # the file's own list is checked as written
+        par = replace(par, layers_per_stage=regroup_layers(
+            par.layers_per_stage, model_stages(strategy.schedule, par.pp, par.vpp)))
+    return strategy if par == strategy.parallel else replace(strategy, parallel=par)
+
+
 def resolve(strategy: Strategy) -> Plan:
     """Cross-check ``strategy`` with its model and cluster and build the schedule."""
     unused: list = []

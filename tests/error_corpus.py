@@ -400,7 +400,7 @@ add(
          r"would build about [\d,]+ tasks, over the limit of 5,000,000", "tasks", bound=100_000),
     Case("limit-tasks-set", [*SIM.split(), "--set", "model.layers=64", "--set", "training.global_batch=20000"], {},
          r"would build about [\d,]+ tasks", "tasks", bound=40_000),
-    Case("limit-total-plan-recompute", "plan-recompute s.yaml", {"s.yaml": strat(
+    Case("limit-total-plan-recompute", "plan-recompute s.yaml --fidelity operator", {"s.yaml": strat(
          model="{name: a, layers: 64, hidden: 64, heads: 4, vocab: 128}", training="{micro_batch: 1, global_batch: "
          "1000, seq_len: 128}")}, r"plan-recompute \(up to 40 simulations of about [\d,]+ tasks\) would build about "
          r"[\d,]+ tasks, over the limit of 10,000,000", "plan-recompute", bound=10_000),

@@ -74,7 +74,7 @@ def test_aliases(alias, name):
 
 
 def test_unknown_gpu_did_you_mean():
-    with pytest.raises(ConfigError, match=r"did you mean 'h100'"):
+    with pytest.raises(ConfigError, match=r"did you mean 'H100-SXM-80GB'"):
         get_gpu("h10")
     with pytest.raises(ConfigError, match="known GPUs"):
         get_gpu("tpu-v5")

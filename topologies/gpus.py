@@ -422,8 +422,12 @@ def get_gpu(name: str | GPUSpec, catalog: Mapping[str, GPUSpec] | None = None) -
     key = str(name).strip().lower()
     if key in table:
         return table[key]
+    # suggest the canonical name of the closest name or alias: a name the list below prints (issue 41)
+    import difflib
+    close = difflib.get_close_matches(key, list(table), n=1, cutoff=0.6)
+    hint = f" (did you mean {brief(table[close[0]].name)}?)" if close else did_you_mean(key, list(catalog))
     raise ConfigError(
-        f"unknown GPU {brief(name)}{did_you_mean(key, table)}; known GPUs: {', '.join(catalog)} "
+        f"unknown GPU {brief(name)}{hint}; known GPUs: {', '.join(catalog)} "
         f"(or define one inline in the cluster YAML under `gpu:`)"
     )
 

@@ -3,16 +3,19 @@ to the strategy's operators, write the profile CSV and print measured vs simulat
 kernel class."""
 from __future__ import annotations
 
+from simulator.cli.common import input_file, trace_folder
 from simulator.cli.common import _MKDIR_HELP, _SET_HELP, _input_files, _load_strategy, _print_json, _sub
 
 
 def add_parser(sub) -> None:
     s = _sub(sub, "calibrate", "read PyTorch profiler traces of a real run (one JSON per rank), map kernels to the "
              "strategy's operators and write the profile CSV, with measured vs simulated per rank and class",
-             ["execsim calibrate run.yaml traces/ -o measured.csv",
-              "execsim calibrate run.yaml traces/ -o measured.csv --include-last-step --json"])
-    s.add_argument("file", help="strategy file of the traced run")
-    s.add_argument("trace_dir", help="folder with one profiler trace per rank (.json or .json.gz, HTA's layout)")
+             ["execsim calibrate tiny-gpt-cpu tiny-gpt-cpu-trace -o measured.csv   # the shipped CPU trace",
+              "execsim calibrate tiny-gpt-cpu tiny-gpt-cpu-trace -o measured.csv --include-last-step --json",
+              "python benchmarks/trace_tiny.py -o trace/ && execsim calibrate tiny-gpt-cpu trace/ -o measured.csv"])
+    s.add_argument("file", type=input_file, help="strategy file of the traced run")
+    s.add_argument("trace_dir", type=trace_folder, help="folder with one profiler trace per rank (.json or .json.gz, "
+                   "HTA's layout), or a shipped example trace's name (tiny-gpt-cpu-trace)")
     s.add_argument("-o", "--output", default="profile.csv", metavar="OUT.csv",
                    help="profile CSV of the mapped operators (default profile.csv)")
     s.add_argument("--include-last-step", action="store_true",
@@ -39,6 +42,16 @@ def _calibrate_cmd(args) -> int:
     traces = read_trace_dir(args.trace_dir, args.include_last_step)
     check_ranks(traces, plan.num_gpus, args.file)
     cal = calibrate(plan, traces)
+    import sys
+    from simulator.profiling.calibrate_cpu import calibrate_cpu, trace_warnings
+    for w in trace_warnings(plan, traces):
+        print(f"execsim: warning: {w}", file=sys.stderr)
+    cpu_rows = bool(traces) and all(t.device == "cpu" for t in traces) and plan.sizes.pp == 1
+    if cpu_rows:
+        # operators' self times, per part of the median step (simulator/profiling/calibrate_cpu.py)
+        cal.rows, notes = calibrate_cpu(plan, traces)
+        for n in notes:
+            print(f"execsim: warning: {n}", file=sys.stderr)
     gpu = "cpu" if all(t.device == "cpu" for t in traces) else plan.cluster.gpu.name
     dtype = plan.strategy.training.precision
     write_output(outs["--output"], profile_text(cal.rows, gpu, dtype), "--output")
@@ -68,7 +81,9 @@ def _calibrate_cmd(args) -> int:
         print("  per class, pipeline rank 0 (ms): " + ", ".join(f"{c} {v * 1e3:.3f}"
                                                                 for c, v in sorted(fig["class_s_rank0"].items())))
     if cal.rows:
-        print("\n".join(report_lines(cal.rows, "operators mapped from the traces (median per call):")))
+        title = ("operator passes of the median step (per call; simulator/profiling/calibrate_cpu.py):" if cpu_rows
+                 else "operators mapped from the traces (median per call):")
+        print("\n".join(report_lines(cal.rows, title)))
     share = cal.mapped_s / cal.total_s if cal.total_s else 0.0
     print(f"mapped to operators: {cal.mapped_s * 1e3:.3f} of {cal.total_s * 1e3:.3f} ms of kernels per step "
           f"({share:.1%}); not mapped, largest first:")

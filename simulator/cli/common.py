@@ -58,18 +58,27 @@ def _check_outputs(args, inputs, **outputs) -> dict:
                          mkdir=getattr(args, "mkdir", False))
 
 
+#: ``--set`` keys whose value is a file path: resolved against the current folder (a file's own paths
+#: resolve against the file's folder; issue 41)
+CWD_PATH_KEYS = frozenset({"options.profile", "options.collective_profile", "schedule.csv",
+                           "pipeline.schedule_csv"})
+
+
 def _load(path: str, sets: list[str]):
     """Load a simulation input: a pipeline description (``pipeline:`` section) or a strategy file."""
     from strategies.config import load_mapping, parse_set_value, set_dotted
     data = load_mapping(path, "input file")
     for item in sets or []:
         if "=" not in item:
-            raise ExecsimError(f"--set {item!r} must look like section.key=value, e.g. --set pipeline.pp=8")
+            raise ExecsimError(f"--set {item!r} must look like section.key=value, e.g. --set parallel.pp=8")
         k, v = item.split("=", 1)
         if not k.strip() or any(not part for part in k.strip().split(".")):
             raise ExecsimError(f"--set {brief(item)}: the key before '=' must be a dotted field name such as "
                                f"parallel.pp")
-        data = set_dotted(data, k.strip(), parse_set_value(v.strip(), k.strip()))
+        value = parse_set_value(v.strip(), k.strip())
+        if k.strip() in CWD_PATH_KEYS and isinstance(value, str) and value and not Path(value).is_absolute():
+            value = str(Path.cwd() / value)   # typed on the command line: relative to where it was typed
+        data = set_dotted(data, k.strip(), value)
     if "pipeline" in data:
         from strategies.pipeline_file import parse_pipeline
         return "pipeline", parse_pipeline(data, Path(path).parent)
@@ -122,4 +131,32 @@ _SET_HELP = "override a field of the file, e.g. parallel.pp=16 or training.micro
 _FID_HELP = "override options.fidelity: operator (one task per operator pass) or coarse (one per stage pass, fast)"
 
 
-_EXAMPLE = "strategies/examples/gpt3-175b-1024-a100.yaml"
+_EXAMPLE = "gpt3-175b-1024-a100"
+
+
+def input_file(text: str) -> str:
+    """argparse ``type`` of a FILE argument: a path as given when it exists; else the name of a shipped
+    example (``gpt3-175b-1024-a100``, with or without ``.yaml``; ``execsim examples`` lists them), so
+    the help's examples run after a plain install from any folder (issue 41)."""
+    from strategies.strategy_file import EXAMPLES_DIR, example_names
+    if Path(text).exists() or "/" in text or "\\" in text:
+        return text
+    for name in (text, text + ".yaml"):
+        if (EXAMPLES_DIR / name).is_file():
+            return str(EXAMPLES_DIR / name)
+    from strategies.config import did_you_mean
+    hint = did_you_mean(text, example_names())
+    if hint:
+        raise ExecsimError(f"no file {brief(text)}, and no shipped example of that name{hint}; 'execsim examples' "
+                           f"lists them")
+    return text
+
+
+def trace_folder(text: str) -> str:
+    """argparse ``type`` of a TRACE_DIR argument: a folder as given when it exists, else the name of a
+    shipped example trace (``strategies/examples/traces/``: ``tiny-gpt-cpu-trace``, written by
+    benchmarks/trace_tiny.py)."""
+    from strategies.strategy_file import EXAMPLES_DIR
+    if Path(text).exists() or "/" in text or "\\" in text or not (EXAMPLES_DIR / "traces" / text).is_dir():
+        return text
+    return str(EXAMPLES_DIR / "traces" / text)

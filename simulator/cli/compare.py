@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from simulator.cli.common import input_file
 from simulator.cli.common import (_EXAMPLE, _FID_HELP, _MKDIR_HELP, _SET_HELP, _check_outputs, _input_files, _pipeline_flags,
                                  _load, _print_json, _simulate_one, _sub)
 from strategies.errors import ExecsimError, brief
@@ -11,9 +12,9 @@ from strategies.errors import ExecsimError, brief
 def add_parser(sub) -> None:
     s = _sub(sub, "compare", "compare schedules on one file, or several files",
              [f"execsim compare {_EXAMPLE} --schedules 1f1b,interleaved-1f1b,zb-h1,zb-v --plot cmp.png",
-              "execsim compare strategies/examples/pipeline-1f1b.yaml --schedules 1f1b,interleaved-1f1b:4",
-              "execsim compare A.yaml B.yaml --json"])
-    s.add_argument("files", nargs="+", help="one file with --schedules, or several files")
+              "execsim compare pipeline-1f1b --schedules 1f1b,interleaved-1f1b:4",
+              "execsim compare gpt3-175b-1024-a100 megatron-gpt3-175b-1024-a100 --fidelity coarse --json"])
+    s.add_argument("files", nargs="+", type=input_file, help="one file with --schedules, or several files")
     s.add_argument("--schedules", help="comma-separated schedule names, NAME:VPP for a chunk count, e.g. "
                    "1f1b,interleaved-1f1b:4")
     s.add_argument("--plot", metavar="OUT.png", help="write stacked pipeline Gantts + memory panel as a PNG")

@@ -1,17 +1,18 @@
 """``execsim goodput``: a whole training run with failures, checkpoints and restarts."""
 from __future__ import annotations
 
+from simulator.cli.common import input_file
 from simulator.cli.common import _check_outputs, _input_files, _load_strategy, _print_json, _sub
 
 
 def add_parser(sub) -> None:
     s = _sub(sub, "goodput", "simulate a whole training run: failures, checkpoints, restarts, goodput (SimPy)",
-             ["execsim goodput strategies/examples/llama3-405b-16k-h100-goodput.yaml",
-              "execsim goodput strategies/examples/llama3-405b-16k-h100-goodput.yaml --seeds 50 --plot run.png",
-              "execsim goodput strategies/examples/llama3-405b-16k-h100-goodput.yaml --interval daly --no-sweep --json",
-              "execsim goodput strategies/examples/llama3-405b-16k-h100-goodput.yaml --set goodput.spare_nodes=0 "
+             ["execsim goodput llama3-405b-16k-h100-goodput",
+              "execsim goodput llama3-405b-16k-h100-goodput --seeds 50 --plot run.png",
+              "execsim goodput llama3-405b-16k-h100-goodput --interval daly --no-sweep --json",
+              "execsim goodput llama3-405b-16k-h100-goodput --set goodput.spare_nodes=0 "
               "--set goodput.elastic=true"])
-    s.add_argument("file", help="strategy file; its goodput: section sets failure rates, recovery and checkpoints")
+    s.add_argument("file", type=input_file, help="strategy file; its goodput: section sets failure rates, recovery and checkpoints")
     g = s.add_mutually_exclusive_group()
     g.add_argument("--days", type=float, help="wall-clock horizon in days (overrides goodput.days)")
     g.add_argument("--train-tokens", type=float, help="token budget (overrides goodput.train_tokens)")

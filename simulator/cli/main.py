@@ -6,7 +6,8 @@ Commands, in the order ``--help`` lists them: ``schedule`` (:mod:`simulator.cli.
 (:mod:`simulator.cli.memory`), ``plan-recompute`` (:mod:`simulator.cli.plan_recompute`), ``compare``
 (:mod:`simulator.cli.compare`), ``import`` (:mod:`simulator.cli.import_cmd`), ``search``
 (:mod:`simulator.cli.search`), ``goodput`` (:mod:`simulator.cli.goodput`), ``profile``
-(:mod:`simulator.cli.profile`), ``calibrate`` (:mod:`simulator.cli.calibrate`).
+(:mod:`simulator.cli.profile`), ``calibrate`` (:mod:`simulator.cli.calibrate`), ``examples``
+(:mod:`simulator.cli.examples`).
 """
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ import argparse
 import io
 import sys
 
-from simulator.cli import (calibrate, compare, goodput, import_cmd, memory, plan_recompute, profile, report, schedule,
-                           search, simulate)
+from simulator.cli import (calibrate, compare, examples, goodput, import_cmd, memory, plan_recompute, profile, report,
+                           schedule, search, simulate)
 from simulator.cli.common import _EX, _EXAMPLE, EXIT_INTERNAL, EXIT_USAGE
 from strategies.errors import ExecsimError, cut
 
@@ -28,7 +29,26 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a bad argument is one ``execsim: error:`` line (like every other error)."""
 
     def error(self, message):
-        raise _UsageError(f"{self.prog}: {cut(message, 200)} (see '{self.prog} --help')")
+        raise _UsageError(f"{self.prog}: {cut(message, 200)}{did_you_mean(message)} (see '{self.prog} --help')")
+
+
+def did_you_mean(message: str) -> str:
+    """``"; did you mean 'simulate'?"`` for argparse's ``invalid choice: 'simulat' (choose from ...)``
+    when one choice is close (difflib's ratio >= 0.6), else "".
+
+    >>> did_you_mean("argument COMMAND: invalid choice: 'simulat' (choose from 'schedule', 'simulate')")
+    "; did you mean 'simulate'?"
+    >>> did_you_mean("argument COMMAND: invalid choice: 'xyz' (choose from 'schedule', 'simulate')")
+    ''
+    """
+    import difflib
+    import re
+    m = re.search(r"invalid choice: '?([^' ]*)'? \(choose from (.*)\)", message)
+    if not m:
+        return ""
+    choices = re.findall(r"'([^']*)'", m.group(2)) or [c.strip() for c in m.group(2).split(",")]
+    close = difflib.get_close_matches(m.group(1), choices, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    f"execsim simulate {_EXAMPLE} --json --check",
                                    f"execsim simulate {_EXAMPLE} --html report.html",
                                    f"execsim compare {_EXAMPLE} --schedules 1f1b,interleaved-1f1b --plot cmp.png",
+                                   "execsim examples            (the shipped examples, runnable by name from any folder)",
                                    "execsim <command> --help   (options and examples of one command)"]),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"execsim {__version__}",
@@ -55,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     goodput.add_parser(sub)
     profile.add_parser(sub)
     calibrate.add_parser(sub)
+    examples.add_parser(sub)
     return p
 
 

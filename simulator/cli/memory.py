@@ -1,6 +1,7 @@
 """``execsim memory``: per-stage memory breakdown, OOM verdict and memory plot."""
 from __future__ import annotations
 
+from simulator.cli.common import input_file
 from simulator.cli.common import (_EXAMPLE, _FID_HELP, _MKDIR_HELP, _SET_HELP, _check_outputs, _input_files,
                                  _load_strategy, _print_json, _simulate_one, _sub)
 
@@ -9,7 +10,7 @@ def add_parser(sub) -> None:
     s = _sub(sub, "memory", "per-stage memory breakdown and OOM verdict of a strategy file",
              [f"execsim memory {_EXAMPLE} --layers", f"execsim memory {_EXAMPLE} --plot mem.png",
               f"execsim memory {_EXAMPLE} --check --set training.micro_batch=16 --set training.recompute=none   # exit 1: OOM"])
-    s.add_argument("file", help="strategy file")
+    s.add_argument("file", type=input_file, help="strategy file")
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.add_argument("--layers", action="store_true", help="also print the per-layer activation table")
     s.add_argument("--plot", metavar="OUT.png", help="write memory over time per rank as a PNG")

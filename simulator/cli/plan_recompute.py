@@ -1,6 +1,7 @@
 """``execsim plan-recompute``: per-layer recompute that fits, fastest."""
 from __future__ import annotations
 
+from simulator.cli.common import input_file
 from simulator.cli.common import _EXAMPLE, _FID_HELP, _SET_HELP, _load, _print_json, _sub
 from strategies.errors import ExecsimError
 
@@ -8,7 +9,7 @@ from strategies.errors import ExecsimError
 def add_parser(sub) -> None:
     s = _sub(sub, "plan-recompute", "choose per-layer recompute that fits with the least time",
              [f"execsim plan-recompute {_EXAMPLE}", f"execsim plan-recompute {_EXAMPLE} --json --fidelity coarse"])
-    s.add_argument("file", help="strategy file")
+    s.add_argument("file", type=input_file, help="strategy file")
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.add_argument("--set", action="append", metavar="KEY=VALUE", help=_SET_HELP)
     s.add_argument("--fidelity", choices=("operator", "coarse"), help=_FID_HELP)
@@ -22,9 +23,13 @@ def _plan_recompute_cmd(args) -> int:
     if kind != "strategy":
         raise ExecsimError(f"{args.file} is a pipeline description; plan-recompute needs a strategy file")
     rp = plan_recompute(spec, fidelity=args.fidelity, progress=None)
+    if rp.note:
+        import sys
+        print(f"execsim: note: {rp.note}", file=sys.stderr)
     if args.json:
         out = {"uniform": {p: {"iteration_time_s": e.iteration_time_s, "peak_memory_gb": e.peak_bytes / 2**30,
-                               "fits": e.fits} for p, e in rp.uniform.items()}, "simulations": rp.steps}
+                               "fits": e.fits} for p, e in rp.uniform.items()}, "simulations": rp.steps,
+               "note": rp.note or None}
         if rp.best:
             out["plan"] = {"recompute_layers": list(rp.best.policies), "iteration_time_s": rp.best.iteration_time_s,
                            "peak_memory_gb": rp.best.peak_bytes / 2**30, "fits": rp.best.fits}

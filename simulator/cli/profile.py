@@ -2,19 +2,20 @@
 PyTorch and write the profile CSV ``options.profile`` reads, with measured vs modelled per operator."""
 from __future__ import annotations
 
+from simulator.cli.common import input_file
 from simulator.cli.common import _MKDIR_HELP, _SET_HELP, _input_files, _load_strategy, _print_json, _sub
 
-_EX_FILE = "strategies/examples/llama3-8b-8-h100.yaml"
+_EX_FILE = "llama3-8b-8-h100"
 
 
 def add_parser(sub) -> None:
     s = _sub(sub, "profile", "time every operator of a strategy's graph with PyTorch on this machine and write "
              "the profile CSV options.profile reads",
              [f"execsim profile {_EX_FILE} -o h100.csv --device cuda --repeats 20",
-              "execsim profile tiny.yaml --device cpu --threads 1 -o cpu.csv",
+              "execsim profile tiny-gpt-cpu --device cpu --threads 1 -o cpu.csv",
               f"execsim profile {_EX_FILE} --device cuda --collectives coll.csv   # also an NCCL sweep",
-              "execsim simulate tiny.yaml --set options.profile=cpu.csv --set options.profile_gpu=cpu"])
-    s.add_argument("file", help="strategy file")
+              "execsim simulate tiny-gpt-cpu --set options.profile=cpu.csv --set cluster.nodes=4"])
+    s.add_argument("file", type=input_file, help="strategy file")
     s.add_argument("-o", "--output", default="profile.csv", metavar="OUT.csv",
                    help="profile CSV to write (default profile.csv)")
     s.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="where to run (default cuda)")
@@ -43,7 +44,8 @@ def _profile_cmd(args) -> int:
                          inputs=_input_files(args.file, kind, spec), mkdir=args.mkdir)
     plan = resolve(spec)
     dtype = plan.strategy.training.precision
-    bar = progress_bar(None, desc="profile", unit="op")
+    from simulator.profiling.inventory import profile_items
+    bar = progress_bar(len(profile_items(plan)), desc="profile", unit="op")   # one step per distinct operator
     with bar:
         gpu, rows = profile_plan(plan, args.device, args.repeats, args.warmup, args.threads,
                                  progress=lambda done, total: bar.update(1))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from simulator.cli.simulate import _write_html
+from simulator.cli.common import input_file
 from simulator.cli.common import (_EXAMPLE, _FID_HELP, _SET_HELP, _check_outputs, _input_files, _load, _pipeline_flags,
                                  _simulate_one, _sub)
 
@@ -9,8 +10,8 @@ from simulator.cli.common import (_EXAMPLE, _FID_HELP, _SET_HELP, _check_outputs
 def add_parser(sub) -> None:
     s = _sub(sub, "report", "write the HTML report of a strategy file or pipeline description",
              [f"execsim report {_EXAMPLE} -o report.html",
-              "execsim report strategies/examples/pipeline-interleaved.yaml -o pipe.html --set pipeline.pp=8"])
-    s.add_argument("file", help="strategy file or pipeline description")
+              "execsim report pipeline-interleaved -o pipe.html --set pipeline.pp=8"])
+    s.add_argument("file", type=input_file, help="strategy file or pipeline description")
     s.add_argument("-o", "--output", metavar="OUT.html", required=True, help="the HTML file to write")
     s.add_argument("--set", action="append", metavar="KEY=VALUE", help=_SET_HELP)
     s.add_argument("--fidelity", choices=("operator", "coarse"), help=_FID_HELP)

@@ -8,23 +8,24 @@ import os
 import sys
 from pathlib import Path
 
+from simulator.cli.common import input_file
 from strategies.errors import ConfigError
 
 
 def add_parser(sub) -> None:
     import argparse
-    ex = "strategies/examples/gpt3-175b-1024-a100.yaml"
+    ex = "gpt3-175b-1024-a100"
     s = sub.add_parser(
         "search", help="search strategies (and GPU counts) by time, cost or tokens per dollar",
         description="Search strategies (and GPU counts) by time, cost or tokens per dollar.",
         epilog="examples:\n  " + "\n  ".join([
             f"execsim search {ex} --write-best best.yaml",
             f"execsim search {ex} --method mcmc --budget 100 --seed 1",
-            "execsim search strategies/examples/llama3-70b-64-h100.yaml --gpus-range 64:4096 --deadline-days 30 "
+            "execsim search llama3-70b-64-h100 --gpus-range 64:4096 --deadline-days 30 "
             "--train-tokens 1e12 --objective cost",
             f"execsim search {ex} --axis tp=4,8 --csv all.csv --plot pareto.png"]),
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    s.add_argument("file", help="strategy file: fixes the model, cluster type and training settings")
+    s.add_argument("file", type=input_file, help="strategy file: fixes the model, cluster type and training settings")
     g = s.add_mutually_exclusive_group()
     g.add_argument("--gpus", type=int, help="world size to search (default: the file's cluster)")
     g.add_argument("--gpus-range", metavar="A:B", help="search world sizes from A to B GPUs")

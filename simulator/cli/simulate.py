@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from simulator.cli.common import input_file
 from simulator.cli.common import (_EXAMPLE, _FID_HELP, _MKDIR_HELP, _SET_HELP, _check_outputs, _input_files,
                                  _load, _pipeline_flags, _print_json, _simulate_one, _sub)
 from strategies.errors import ExecsimError
@@ -17,8 +18,8 @@ def add_parser(sub) -> None:
               f"execsim simulate {_EXAMPLE} --html report.html --trace trace.json",
               f"execsim simulate {_EXAMPLE} --trace t.json.gz --trace-ranks 0-3 --trace-level stage",
               f"execsim simulate {_EXAMPLE} --trace-dir hta/ --timeline tasks.csv",
-              f"execsim simulate {_EXAMPLE} --mode delta --what-if 'dp-comm=0' --what-if 'layer3.*=1.5'"])
-    s.add_argument("file", help="strategy file (model + cluster + parallel + training) or pipeline description")
+              f"execsim simulate {_EXAMPLE} --mode delta --what-if 'dp-comm=0' --what-if 'backward=1.5'"])
+    s.add_argument("file", type=input_file, help="strategy file (model + cluster + parallel + training) or pipeline description")
     s.add_argument("--trace", metavar="OUT.json", help="write a Chrome/Perfetto trace (OUT.json.gz: gzip-compressed)")
     s.add_argument("--trace-ranks", metavar="RANKS", help="keep only these ranks in --trace/--trace-dir, "
                    "e.g. 0,1 or 0-3,15 (makes a 1,024-GPU trace small)")
@@ -108,6 +109,9 @@ def _simulate_cmd(args) -> int:
     if kind == "strategy":
         from simulator.reports.memory import memory_report
         mem = memory_report(sim.plan, sim.graph, sim.result)
+    oom = oom_verdict(args.file, mem)
+    if oom and not args.check:   # --check says it in its own line and exit status
+        print(f"execsim: warning: {oom}", file=sys.stderr)
     s = sim.schedule
     deltas = None
     if args.mode == "delta" or args.what_if:
@@ -155,6 +159,8 @@ def _simulate_cmd(args) -> int:
             title += (f"\nmodel {p.model.name} on {p.num_gpus} x {p.cluster.gpu.name} ({p.cluster.name}): "
                       f"tp={p.sizes.tp} pp={p.sizes.pp} dp={p.sizes.dp} cp={p.sizes.cp} ep={p.sizes.ep} "
                       f"sp={p.sp} zero={p.zero} recompute={p.strategy.training.recompute}")
+            if oom:   # the verdict first: the times below are those of a run that cannot start
+                print(f"OOM: {oom}")
             from simulator.reports.intervals import sim_interval
             iv = sim_interval(sim, level)
             print(format_training_report(sim.training, sim.report, title, interval=iv))
@@ -193,6 +199,16 @@ def _simulate_cmd(args) -> int:
         print(f"execsim: check failed: {args.file} does not fit in memory", file=sys.stderr)
         return 1
     return 0
+
+
+def oom_verdict(source: str, mem) -> str:
+    """One line saying ``source`` does not fit (peak, rank, capacity), or "" when it fits or has no
+    memory report (a pipeline description)."""
+    if mem is None or mem.fits:
+        return ""
+    worst = max(mem.per_stage, key=lambda x: x.total)
+    return (f"{source} does not fit in memory: peak {worst.total / 2**30:.1f} GiB on rank {worst.rank} of "
+            f"{mem.capacity / 2**30:.1f} GiB (execsim memory FILE for the breakdown; the times assume it fits)")
 
 
 def _write_html(path: str, source: str, kind: str, sim, sets=None, level: float = 0.8) -> None:

@@ -11,6 +11,10 @@ totals agree with its kernel breakdown:
   last step does (HTA ``_filter_irrelevant_gpu_kernels``, ``include_last_profiler_step=False``);
   ``include_last_step`` keeps it (HTA's ``True``: host events up to the last step's end).
 
+A kernel's launching operator is the innermost ``cpu_op`` around the runtime call with the kernel's
+``correlation`` (every kernel of a CUDA graph has its ``cudaGraphLaunch``'s), else the ``cpu_op`` with
+the kernel's ``External id``.
+
 A trace without device events (a CPU run) uses its host operators instead: each ``cpu_op`` with its
 self time (the operators nested in it subtracted), on the "stream" of its thread. Step times
 are the kept ``ProfilerStep#N`` spans (the host's wall clock of each step).
@@ -42,6 +46,8 @@ class Kernel:
     dims: tuple = ()
     #: the launching host operator's ``External id`` (kernels of one operator call share it); -1 unknown
     ext: int = -1
+    #: on CPU traces, the part of the step it ran in (:data:`PHASES`, from the operators around it)
+    phase: str = ""
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,11 @@ class RankTrace:
     kernels: tuple
     steps_us: tuple
     device: str   # "gpu" (device events) or "cpu" (leaf host operators)
+    #: (start, end) us of each kept ProfilerStep, in the order of ``steps_us``
+    step_spans: tuple = ()
+    #: intra-op threads of the traced process: the trace's ``execsim_threads`` metadata
+    #: (benchmarks/trace_tiny.py writes it), else the threads that ran operators; None when unknown
+    threads: int | None = None
 
 
 def trace_files(folder) -> list[Path]:
@@ -79,14 +90,45 @@ def read_trace(path: Path, index: int = 0, include_last_step: bool = False) -> R
     cut = None
     if len(names) >= 2:
         cut = max(s[1] for s in steps) if include_last_step else max(s[0] for s in steps)
-    kept_steps = tuple(b - a for a, b, _ in steps if cut is None or (b <= cut if include_last_step else a < cut))
+    spans = tuple((a, b) for a, b, _ in steps if cut is None or (b <= cut if include_last_step else a < cut))
+    kept_steps = tuple(b - a for a, b in spans)
     if dev:
         kernels = _device_kernels(host, dev, cut, include_last_step)
         kind = "gpu"
     else:
         kernels = _leaf_ops(host, cut, include_last_step)
         kind = "cpu"
-    return RankTrace(trace_rank(doc, Path(path), index), str(path), tuple(kernels), kept_steps, kind)
+    return RankTrace(trace_rank(doc, Path(path), index), str(path), tuple(kernels), kept_steps, kind, spans,
+                     _threads(doc, host))
+
+
+def _threads(doc, host) -> int | None:
+    """The ``execsim_threads`` metadata when present (a positive integer), else the number of threads
+    that ran ``cpu_op`` events (the main thread and the autograd engine's, at least), else None."""
+    meta = doc.get("execsim_threads") if isinstance(doc, dict) else None
+    try:
+        n = int(meta) if meta is not None and not isinstance(meta, bool) else None
+    except (TypeError, ValueError):
+        n = None
+    if n is not None and 1 <= n <= 1 << 16:
+        return n
+    tids = {e.get("tid") for e, _, _, _ in host if e.get("cat") == "cpu_op"}
+    return len(tids) or None
+
+
+#: parts of a training step on a CPU trace, by the operators around an operator: the optimizer's
+#: step and zero_grad (``Optimizer.step#Adam.step``, ``Optimizer.zero_grad#...``: torch/optim/optimizer.py
+#: profiles both under these names), the autograd engine's backward nodes
+#: (``autograd::engine::evaluate_function: XBackward0``), and the rest (forward and loss)
+PHASES = ("fwd", "bwd", "optimizer")
+
+
+def _own_phase(name: str) -> str:
+    if name.startswith("Optimizer."):
+        return "optimizer"
+    if name.startswith("autograd::engine::evaluate_function"):
+        return "bwd"
+    return ""
 
 
 def _keep(ts: float, cut, include_last: bool) -> bool:
@@ -100,15 +142,53 @@ def _device_kernels(host, dev, cut, include_last) -> list[Kernel]:
         if isinstance(c, int) and _keep(ts, cut, include_last):
             launch[c] = ts
     ops = _ops_by_external_id(host)
+    by_corr = _ops_by_correlation(host)
     out = []
     for e, args, ts, dur in dev:
         c = args.get("correlation", -1)
         if cut is not None and c not in launch:
             continue
         x = args.get("External id")
-        op = ops.get(x, ("", ()))
+        if isinstance(c, int) and c in by_corr:   # the operator around the launch (CUDA graphs included)
+            name, dims, x = by_corr[c]
+            op = (name, dims)
+        else:
+            op = ops.get(x, ("", ()))
         out.append(Kernel(str(e.get("name", "")), ts, dur, int(args.get("stream", -1)), c if isinstance(c, int) else -1,
                           op[0], op[1], x if isinstance(x, int) else -1))
+    return out
+
+
+def _ops_by_correlation(host) -> dict:
+    """correlation -> (name, Input Dims, External id) of the innermost ``cpu_op`` around the runtime call
+    that has that correlation (``cudaLaunchKernel``, ``cudaMemcpyAsync``, ``cudaGraphLaunch`` ...: Kineto
+    gives a kernel the correlation of the call that launched it, and every kernel of a CUDA graph the
+    correlation of its ``cudaGraphLaunch``), on the same process and thread. A graph's kernels get
+    External id -1: each is its own call (``kernels.instances``), not one summed instance. Holistic
+    Trace Analysis finds a kernel's operator the same way (its call stack: the runtime event's parent
+    on the CPU, ``hta/common/call_stack.py``)."""
+    per_thread: dict = {}
+    for e, args, ts, dur in host:
+        c = args.get("correlation")
+        if e.get("cat") == "cpu_op":
+            per_thread.setdefault((e.get("pid"), e.get("tid")), []).append((ts, 0, -dur, e, args))
+        elif isinstance(c, int) and not isinstance(c, bool):
+            per_thread.setdefault((e.get("pid"), e.get("tid")), []).append((ts, 1, -dur, e, args))
+    out = {}
+    for evs in per_thread.values():
+        evs.sort(key=lambda x: (x[0], x[1], x[2]))
+        stack: list = []   # open cpu_ops: (end, event, args)
+        for ts, kind, ndur, e, args in evs:
+            while stack and stack[-1][0] <= ts:
+                stack.pop()
+            if kind == 0:
+                stack.append((ts - ndur, e, args))
+            elif stack:
+                _, op, op_args = stack[-1]
+                graph = "GraphLaunch" in str(e.get("name", ""))
+                x = op_args.get("External id")
+                out[args["correlation"]] = (str(op.get("name", "")), _dims(op_args),
+                                            -1 if graph or not isinstance(x, int) else x)
     return out
 
 
@@ -140,20 +220,27 @@ def _leaf_ops(host, cut, include_last) -> list[Kernel]:
     of the thread once and ``aten::addmm`` keeps the GEMM it ran."""
     by_tid: dict = {}
     for e, args, ts, dur in host:
-        if e.get("cat") == "cpu_op" and _keep(ts, cut, include_last):
+        # user annotations (Optimizer.step#..., record_function) carry the phase, not time of their own
+        if e.get("cat") in ("cpu_op", "user_annotation") and _keep(ts, cut, include_last) \
+                and not _STEP.match(str(e.get("name", ""))):
             by_tid.setdefault(e.get("tid"), []).append((ts, -dur, e, args))
     out = []
     for tid, evs in sorted(by_tid.items(), key=lambda kv: str(kv[0])):
         evs.sort(key=lambda x: (x[0], x[1]))
         self_t = [-x[1] for x in evs]
+        phase = [""] * len(evs)
         stack: list = []   # indices of the open enclosing operators
-        for i, (ts, ndur, _, _) in enumerate(evs):
+        for i, (ts, ndur, e, _) in enumerate(evs):
             while stack and evs[stack[-1]][0] - evs[stack[-1]][1] <= ts:
                 stack.pop()
             if stack:
                 self_t[stack[-1]] -= min(-ndur, evs[stack[-1]][0] - evs[stack[-1]][1] - ts)
+            inherited = phase[stack[-1]] if stack else "fwd"
+            phase[i] = inherited if inherited != "fwd" else (_own_phase(str(e.get("name", ""))) or "fwd")
             stack.append(i)
-        for (ts, ndur, e, args), st in zip(evs, self_t):
+        for (ts, ndur, e, args), st, ph in zip(evs, self_t, phase):
+            if e.get("cat") != "cpu_op":   # an annotation's self time is Python around its operators: a gap
+                st = 0.0
             out.append(Kernel(str(e.get("name", "")), ts, max(0.0, st), int(tid) if isinstance(tid, int) else 0, -1,
-                              str(e.get("name", "")), _dims(args), len(out)))
+                              str(e.get("name", "")), _dims(args), len(out), ph))
     return out

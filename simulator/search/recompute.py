@@ -33,6 +33,9 @@ class RecomputePlan:
     best: Evaluation | None          # the chosen plan (None when nothing fits)
     uniform: dict                    # policy -> Evaluation
     steps: int                       # simulations run by the search
+    #: why the search ran at another fidelity than asked ("" when it did not): operator fidelity over
+    #: the task limit falls back to coarse (issue 41)
+    note: str = ""
 
     def summary(self) -> str:
         return compress(self.best.policies) if self.best else "no plan fits"
@@ -79,18 +82,40 @@ def _layer_costs(plan):
 def plan_recompute(strategy: Strategy, *, fidelity: str | None = None, max_steps: int = 40,
                    progress: bool | None = None) -> RecomputePlan:
     """``progress``: a bar of simulations on stderr (``None``: only on a terminal; ``simulator.outputs.progress``)."""
-    from simulator.simulation.estimate import estimate_run_tasks
     from simulator.outputs.progress import progress_bar
-    from strategies.limits import MAX_TOTAL_TASKS, check_tasks
     from taskgraph.plan import resolve
     plan = resolve(strategy)
-    L = plan.model.layers
-    # every simulation of the search is at most as large as uniform full recomputation
-    per_run = estimate_run_tasks("strategy", strategy, fidelity=fidelity, recompute_layers=("full",) * L)
-    check_tasks(per_run * max(max_steps, 3), f"plan-recompute (up to {max(max_steps, 3)} simulations of about "
-                f"{per_run:,} tasks)", MAX_TOTAL_TASKS)
+    fidelity, max_steps, note = search_budget(strategy, plan.model.layers, fidelity, max_steps)
     with progress_bar(None, "plan-recompute", progress, "simulation") as bar:
-        return _plan(strategy, plan, L, fidelity, max_steps, bar)
+        return replace(_plan(strategy, plan, plan.model.layers, fidelity, max_steps, bar), note=note)
+
+
+def search_budget(strategy: Strategy, layers: int, fidelity: str | None, max_steps: int) -> tuple:
+    """(fidelity, simulations, note) the search may run within ``MAX_TOTAL_TASKS``: every simulation is
+    at most as large as uniform full recomputation. Operator fidelity over the limit falls back to coarse
+    (one task per stage pass: memory verdicts unchanged); a run still too large for ``max_steps``
+    simulations gets fewer steps (at least the three uniform policies and one planned step); past
+    that, the usual refusal. A fidelity asked for (``fidelity`` given: ``--fidelity``) is kept, and
+    so are the steps: over the limit, the refusal. ``note`` says what changed ("" when nothing did; issue 41)."""
+    from simulator.simulation.estimate import estimate_run_tasks
+    from strategies.limits import MAX_TOTAL_TASKS, check_tasks
+    full = ("full",) * layers
+    runs = max(max_steps, 3)
+    per_run = estimate_run_tasks("strategy", strategy, fidelity=fidelity, recompute_layers=full)
+    notes = []
+    asked = fidelity is not None
+    if per_run * runs > MAX_TOTAL_TASKS and not asked and strategy.options.fidelity != "coarse":
+        coarse = estimate_run_tasks("strategy", strategy, fidelity="coarse", recompute_layers=full)
+        if coarse < per_run:
+            notes.append(f"operator fidelity would build about {per_run:,} tasks per simulation ({runs} simulations: "
+                         f"over the limit of {MAX_TOTAL_TASKS:,}); planned at coarse fidelity ({coarse:,} tasks each)")
+            fidelity, per_run = "coarse", coarse
+    if per_run * runs > MAX_TOTAL_TASKS and per_run * 4 <= MAX_TOTAL_TASKS and not asked:
+        runs = max_steps = MAX_TOTAL_TASKS // per_run
+        notes.append(f"at most {runs} simulations of about {per_run:,} tasks (the limit of {MAX_TOTAL_TASKS:,} tasks)")
+    check_tasks(per_run * runs, f"plan-recompute (up to {runs} simulations of about {per_run:,} tasks)",
+                MAX_TOTAL_TASKS)
+    return fidelity, max_steps, "; ".join(notes)
 
 
 def _plan(strategy, plan, L, fidelity, max_steps, bar) -> RecomputePlan:

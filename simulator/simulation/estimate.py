@@ -37,10 +37,8 @@ def estimate_run_tasks(kind: str, spec, *, schedule: str | None = None, vpp: int
             return 2 * stages * spec.microbatches * _actions_per_pair(spec.schedule)
         return estimate_tasks(pipeline_schedule(spec))
     strategy = spec
-    if schedule is not None:
-        strategy = replace(strategy, schedule=schedule, schedule_csv=None)
-    if vpp is not None and vpp != strategy.parallel.vpp:
-        strategy = replace(strategy, parallel=replace(strategy.parallel, vpp=vpp, layers_per_stage=None))
+    from taskgraph.plan import rescheduled
+    strategy = rescheduled(strategy, schedule, vpp)   # layers_per_stage regrouped for the new stage count
     if recompute_layers is not None:
         strategy = replace(strategy, training=replace(strategy.training, recompute_layers=recompute_layers))
     plan = resolve(strategy)

@@ -3,7 +3,7 @@ then the iteration and training reports."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from simulator.engine.core import SimResult
 from simulator.reports.report import Report, report
@@ -36,10 +36,8 @@ def simulate_strategy(strategy, *, fidelity: str | None = None, schedule: str | 
     from taskgraph.costing import build_work
     from simulator.engine.dispatch import lower_and_simulate
     from taskgraph.plan import resolve
-    if schedule is not None:
-        strategy = replace(strategy, schedule=schedule, schedule_csv=None)
-    if vpp is not None and vpp != strategy.parallel.vpp:
-        strategy = replace(strategy, parallel=replace(strategy.parallel, vpp=vpp, layers_per_stage=None))
+    from taskgraph.plan import rescheduled
+    strategy = rescheduled(strategy, schedule, vpp)   # layers_per_stage regrouped for the new stage count
     t0 = time.perf_counter()
     plan = resolve(strategy)
     work = build_work(plan, fidelity=fidelity, check_profile=True)
