@@ -51,7 +51,8 @@ import re
 from dataclasses import dataclass, field
 
 from strategies.errors import ConfigError, cut
-from strategies.shell_eval import ScriptExit, Shell, Word, is_script
+from strategies.shell_eval import ScriptExit, Shell, is_script
+from strategies.shell_words import Word
 from strategies.shell_parse import Lexer, Parser
 
 __all__ = ["MAX_SCRIPT_BYTES", "LaunchWords", "Word", "launch_words", "unset_error"]

@@ -15,6 +15,7 @@ from strategies.errors import ConfigError, cut
 from strategies.shell_arith import Arith as ArithEval
 from strategies.shell_arith import ArithError, Unknown, glob_regex
 from strategies.shell_parse import DECLARE, AndOr, Arith, Case, Cmd, Func, If, Lexer, Loop, Not, Parser
+from strategies.shell_words import DEFAULT_FIELDS, Undecided, Word, ifs_split, marked, need, remark, eval_test
 
 MAX_STEPS = 500_000
 """Commands a script may run (each loop turn and function call counts); a launch script runs hundreds."""
@@ -26,41 +27,6 @@ MAX_CALL_DEPTH = 32
 """Nested function calls, ``bash -c`` strings and here-documents run as scripts."""
 SCRIPT_RUNNERS = ("sbatch", "srun", "bash", "sh")
 """A here-document is a script only when fed to one of these; to anything else (cat, tee) it is data."""
-
-
-class Word(str):
-    """A word bash would produce, with where it came from.
-
-    ``unset``: ``(line, NAME)`` when the word holds the value of a variable the script never sets;
-    ``cond``: ``(line, text)`` when the word was added by a branch whose condition could not be decided.
-    The text of an unknown value is its source (``${NAME}``, ``$(cmd)``), so that a ``bash -c`` string
-    built from it reads the same way again."""
-
-    unset: tuple | None = None
-    cond: tuple | None = None
-
-    def __new__(cls, text: str, unset: tuple | None = None, cond: tuple | None = None):
-        w = super().__new__(cls, text)
-        w.unset, w.cond = unset, cond
-        return w
-
-
-def _w(text: str, unset: tuple | None = None, cond: tuple | None = None) -> str:
-    """A plain ``str`` for an ordinary word (cheap), a :class:`Word` when it carries a mark."""
-    return text if unset is None and cond is None else Word(text, unset, cond)
-
-
-def _mark(w: str, unset=None, cond=None) -> str:
-    u = unset if unset is not None else getattr(w, "unset", None)
-    c = cond if cond is not None else getattr(w, "cond", None)
-    return _w(str(w), u, c)
-
-
-class Undecided(Exception):
-    """A condition's value cannot be known (filesystem, a command's output, an unset variable)."""
-
-    def __init__(self, why: tuple):
-        self.why = why
 
 
 class ScriptExit(Exception):
@@ -79,35 +45,7 @@ class _Continue(Exception):
     pass
 
 
-_DEFAULT_FIELDS = re.compile(r"[^ \t\n]+").findall
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def ifs_split(text: str, ifs: str) -> tuple:
-    """bash word splitting of one unquoted expansion (the manual, "Word Splitting"):
-    ``(starts with a delimiter, fields, ends with a delimiter)``.
-
-    >>> ifs_split(" a  b ", " \\t\\n"), ifs_split("a,,b,", ","), ifs_split(",a", ",")
-    ((True, ['a', 'b'], True), (False, ['a', '', 'b'], True), (False, ['', 'a'], False))
-    """
-    if not ifs:
-        return False, [text] if text else [], False
-    ws = "".join(c for c in " \t\n" if c in ifs)
-    nws = "".join(c for c in ifs if c not in " \t\n")
-    stripped = text.strip(ws) if ws else text
-    lead = bool(ws) and text[:1] in ws and text != ""
-    trail = bool(ws) and text[-1:] in ws and text != ""
-    if not stripped:
-        return lead or trail, [], False
-    if not nws:
-        return lead, _DEFAULT_FIELDS(stripped) if ws == " \t\n" else re.split(f"[{re.escape(ws)}]+", stripped), trail
-    around = f"[{re.escape(ws)}]*" if ws else ""
-    delim = f"{around}[{re.escape(nws)}]{around}" + (f"|[{re.escape(ws)}]+" if ws else "")
-    fields = re.split(delim, stripped)
-    if len(fields) > 1 and fields[-1] == "" and stripped[-1] in nws:
-        fields.pop()
-        trail = True
-    return lead, fields, trail
 
 
 class Shell:
@@ -228,7 +166,7 @@ class Shell:
             if arg:
                 return Word(text, unset=(line, f"${{{name}{op}PATTERN}}"))
             f = str.upper if op[0] == "^" else str.lower
-            return _w(f(text) if len(op) == 2 else f(text[:1]) + text[1:], None, marks[1])
+            return marked(f(text) if len(op) == 2 else f(text[:1]) + text[1:], None, marks[1])
         if op == ":":
             spec = self.join(self.expand_parts(arg, line, force_quoted=True), line)
             off, _, length = str(spec).partition(":")
@@ -239,7 +177,7 @@ class Shell:
             o, n = int(o), int(n)
             start = max(len(text) + o, 0) if o < 0 else o
             end = start + n if n >= 0 else len(text) + n
-            return _w(text[start:end], None, marks[1])
+            return marked(text[start:end], None, marks[1])
         if len(text) > 10_000:      # the glob matcher below is not linear on long values
             return Word(text, unset=(line, f"${{{name}{op}...}} on a long value"))
         pattern, repl = arg, None
@@ -265,7 +203,7 @@ class Shell:
         else:
             rx = re.compile(f"(?s){'^' if op == '/#' else ''}(?:{body}){'$' if op == '/%' else ''}")
             out = rx.sub(lambda _m: repl, text, count=0 if op == "//" else 1)
-        return _w(out, None, marks[1])
+        return marked(out, None, marks[1])
 
     def pattern_pieces(self, parts, line: int):
         """``[(text, quoted)]`` of a pattern word (unquoted expansions are patterns too), or None when a
@@ -338,14 +276,14 @@ class Shell:
         pieces = [p for f in fields for p in f]
         unset = next((p[2] for p in pieces if p[2] is not None), None)
         cond = next((p[3] for p in pieces if p[3] is not None), None)
-        return _w(" ".join("".join(p[0] for p in f) for f in fields), unset, cond)
+        return marked(" ".join("".join(p[0] for p in f) for f in fields), unset, cond)
 
     def words(self, parts, line: int) -> list:
         """Fields of one word after expansion and word splitting (bash: unquoted expansions split
         on $IFS; a field of nothing but an empty unquoted expansion disappears)."""
         if isinstance(parts, tuple):      # a run of plain words: themselves
             self.spend(len(parts[1]), line)
-            return parts[1] if self.cond is None else [_mark(w, cond=self.cond) for w in parts[1]]
+            return parts[1] if self.cond is None else [remark(w, cond=self.cond) for w in parts[1]]
         if len(parts) == 1 and self.cond is None:
             kind, val, quoted = parts[0]
             if kind == "lit":
@@ -359,9 +297,9 @@ class Shell:
                 out: list = []
                 for item in v:
                     if type(item) is str:
-                        out.extend(_DEFAULT_FIELDS(item))
+                        out.extend(DEFAULT_FIELDS(item))
                     else:
-                        out.extend(_mark(x, item.unset, item.cond) for x in _DEFAULT_FIELDS(item))
+                        out.extend(remark(x, item.unset, item.cond) for x in DEFAULT_FIELDS(item))
                 return out
         out = []
         ifs = self.ifs()
@@ -370,7 +308,7 @@ class Shell:
             have, unset, cond = False, None, None
 
             def flush():
-                out.append(_w("".join(cur), unset, cond))
+                out.append(marked("".join(cur), unset, cond))
                 cur.clear()
 
             for text, split, u, c in f:
@@ -394,7 +332,7 @@ class Shell:
             if have:
                 flush()
         if self.cond is not None:
-            out = [_mark(w, cond=getattr(w, "cond", None) or self.cond) for w in out]
+            out = [remark(w, cond=getattr(w, "cond", None) or self.cond) for w in out]
         return out
 
     # ---- assignment
@@ -402,7 +340,7 @@ class Shell:
         if name in self.readonly:
             raise ScriptExit()       # bash: "readonly variable"; a non-interactive shell stops there
         if self.cond is not None:
-            v = _mark(v, cond=getattr(v, "cond", None) or self.cond)
+            v = remark(v, cond=getattr(v, "cond", None) or self.cond)
         self.vars[name] = v
 
     def assign(self, name: str, append: bool, value, items, line: int) -> None:
@@ -424,19 +362,19 @@ class Shell:
             return
         v = self.join(self.expand_parts(value, line, force_quoted=True), line) if value else Word("")
         if self.cond is not None:
-            v = _mark(v, cond=getattr(v, "cond", None) or self.cond)
+            v = remark(v, cond=getattr(v, "cond", None) or self.cond)
         old = self.vars.get(name)
         if index is not None:
             k = self.arith(index, line)
             arr = old if isinstance(old, list) else ([] if old is None else [old])
             self.vars[name] = arr
             if getattr(k, "unset", None):
-                arr.append(_mark(v, unset=k.unset))
+                arr.append(remark(v, unset=k.unset))
                 return
             k = int(k)
             cur = arr[k] if -len(arr) <= k < len(arr) else None
             if append and cur is not None:
-                v = _w(str(cur) + str(v), _attr(cur, "unset") or _attr(v, "unset"), _attr(cur, "cond") or _attr(v, "cond"))
+                v = marked(str(cur) + str(v), _attr(cur, "unset") or _attr(v, "unset"), _attr(cur, "cond") or _attr(v, "cond"))
             if -len(arr) <= k < len(arr):
                 arr[k] = v
             else:                    # bash arrays are sparse; the items keep their order
@@ -447,7 +385,7 @@ class Shell:
                 old.append(v)
                 return
             self.spend(len(old) + len(v), line)
-            v = _w(str(old) + str(v), _attr(old, "unset") or _attr(v, "unset"), _attr(old, "cond") or _attr(v, "cond"))
+            v = marked(str(old) + str(v), _attr(old, "unset") or _attr(v, "unset"), _attr(old, "cond") or _attr(v, "cond"))
         self.vars[name] = v
 
     # ---- statements
@@ -717,7 +655,7 @@ class Shell:
         if args and args[-1] in ("]]", "]"):
             args = args[:-1]
         try:
-            return _test_expr(args, cmd.line, self)
+            return eval_test(args, cmd.line, self)
         except Undecided:
             if strict:
                 raise
@@ -786,60 +724,6 @@ def _attr(w, name: str):
 
 def _first(items, attr: str):
     return next((getattr(w, attr, None) for w in items if getattr(w, attr, None)), None)
-
-
-def _need(w, line: int) -> str:
-    if getattr(w, "unset", None):
-        ln, name = w.unset
-        raise Undecided((ln, f"${name} is never set" if name.isidentifier() or name.isdigit() else name))
-    if getattr(w, "cond", None):
-        raise Undecided(w.cond)
-    return str(w)
-
-
-def _test_expr(args: list, line: int, sh: Shell) -> bool:
-    """``[[ ... ]]`` / ``[ ... ]``: ``!``, ``&&``/``-a``, ``||``/``-o``, unary and binary tests."""
-    for i, a in enumerate(args):
-        if a in ("||", "-o") and 0 < i < len(args) - 1:
-            return _test_expr(args[:i], line, sh) or _test_expr(args[i + 1:], line, sh)
-    for i, a in enumerate(args):
-        if a in ("&&", "-a") and 0 < i < len(args) - 1:
-            return _test_expr(args[:i], line, sh) and _test_expr(args[i + 1:], line, sh)
-    if args and args[0] == "!":
-        return not _test_expr(args[1:], line, sh)
-    if len(args) >= 2 and args[0] == "(" and args[-1] == ")":
-        return _test_expr(args[1:-1], line, sh)
-    if len(args) == 1:
-        return _need(args[0], line) != ""
-    if len(args) == 2:
-        op, v = args
-        if op == "-z":
-            return _need(v, line) == ""
-        if op == "-n":
-            return _need(v, line) != ""
-        if op == "-v":
-            return sh.lookup(_need(v, line)) is not None
-        raise Undecided((line, f"the test {op} {cut(str(v), 30)}"))
-    if len(args) == 3:
-        a, op, b = args
-        if op in ("==", "=", "!="):
-            pattern = getattr(b, "pattern", None)
-            if pattern is not None:
-                _need(b, line)
-                eq = bool(glob_regex(pattern).fullmatch(_need(a, line)))
-            else:
-                eq = _need(a, line) == _need(b, line)
-            return eq if op != "!=" else not eq
-        if op in ("<", ">"):
-            x, y = _need(a, line), _need(b, line)
-            return x < y if op == "<" else x > y
-        if op in ("-eq", "-ne", "-lt", "-le", "-gt", "-ge"):
-            x, y = sh.arith(_need(a, line), line), sh.arith(_need(b, line), line)
-            if getattr(x, "unset", None) or getattr(y, "unset", None):
-                raise Undecided((line, f"{a} {op} {b} (not integers)"))
-            x, y = int(x), int(y)
-            return {"-eq": x == y, "-ne": x != y, "-lt": x < y, "-le": x <= y, "-gt": x > y, "-ge": x >= y}[op]
-    raise Undecided((line, f"the test {cut(' '.join(map(str, args)), 40)}"))
 
 
 def _exits(body: list) -> bool:
