@@ -441,9 +441,8 @@ class Shell:
             return builtin(self, cmd, words)
         if name in self.funcs:
             return self.call(self.funcs[name], words[1:], cmd.line)
-        if name in ("bash", "sh") or (name.endswith(("/bash", "/sh"))):
-            if self.bash_c(words, cmd.line):
-                return True
+        if self.bash_c(words, cmd.line):      # bash -c "...", also behind a launcher (srun ... bash -c)
+            return True
         if cmd.heredocs and any(str(w).rsplit("/", 1)[-1] in SCRIPT_RUNNERS for w in words):
             for doc in cmd.heredocs:
                 body = doc["body"] if doc["quoted"] else _unescape_heredoc(doc["body"])
@@ -458,7 +457,10 @@ class Shell:
 
     def bash_c(self, words: list, line: int) -> bool:
         """``bash -c "SCRIPT" [NAME ARGS...]``: run SCRIPT's text as a script (it is data: read, not run)."""
-        for k in range(1, len(words)):
+        start = next((k for k, w in enumerate(words) if str(w).rsplit("/", 1)[-1] in ("bash", "sh")), None)
+        if start is None:
+            return False
+        for k in range(start + 1, len(words)):
             w = str(words[k])
             if w.startswith("-") and not w.startswith("--") and w.endswith("c") and k + 1 < len(words):
                 self.run_text(str(words[k + 1]), line, list(words[k + 3:]))
