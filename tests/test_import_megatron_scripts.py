@@ -1,0 +1,220 @@
+"""Megatron-LM launch scripts as they are written (issues 40 and 42): the launch inside the here-document
+fed to sbatch and the ``bash -c`` string inside it, the model features the simulator models (MLA, MTP,
+MoE layer patterns, sliding windows, quick-GEGLU), and one clear refusal for what it cannot model."""
+import pytest
+
+from simulator.cli.main import main
+from strategies.errors import ConfigError
+from strategies.importers import import_config
+
+# The structure of NVIDIA/Megatron-LM examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh at commit
+# d98e8a64ddf34856e74b24714e3bedb2f5a39553: ${VAR:-default} settings (l. 12-26), one PRETRAIN_ARGS array
+# (l. 28-134, trimmed to the flags execsim reads plus a few it lists), arrays re-built inside ifs
+# (l. 136-154, 181-188), the command joined into a string (l. 190-194), and an unquoted here-document fed
+# to sbatch whose srun runs it with bash -x -c "${TRAINING_CMD}" (l. 206-229).
+DSV3 = r'''#!/bin/bash
+export TRITON_CACHE_DIR=/tmp/triton_cache_$SLURM_NODEID
+MEGATRON_PATH=${MEGATRON_PATH:-"your_own_megatron_path"} # Path to Megatron-LM repository
+OUTPUT_PATH=${OUTPUT_PATH:-"your_own_output_path"} # Path for output logs and checkpoints
+DATA_PATH=${DATA_PATH:-"your_own_data_path"}
+USE_MEGATRON_FSDP=${USE_MEGATRON_FSDP:-1}
+SHARDING_STRATEGY=${SHARDING_STRATEGY:-"optim_grads_params"}
+PROFILE=${PROFILE:-0}
+TP=${TP:-1}
+EP=${EP:-8}
+MBS=${MBS:-4}
+GBS=${GBS:-2048}
+
+PRETRAIN_ARGS=(
+    --tensor-model-parallel-size ${TP}
+    --expert-model-parallel-size ${EP}
+    --expert-tensor-parallel-size 1
+    --use-distributed-optimizer
+    --overlap-grad-reduce
+    --overlap-param-gather
+    --sequence-parallel
+    --disable-bias-linear
+    --micro-batch-size ${MBS}
+    --global-batch-size ${GBS}
+    --train-samples 585937500
+    --recompute-granularity selective
+    --seq-length 4096
+    --tokenizer-type HuggingFaceTokenizer
+    --tokenizer-model deepseek-ai/DeepSeek-V3
+    --data-path ${DATA_PATH}
+    --split 99,1,0
+    --num-layers 61
+    --hidden-size 7168
+    --ffn-hidden-size 18432
+    --num-attention-heads 128
+    --kv-channels 128
+    --max-position-embeddings 4096
+    --position-embedding-type rope
+    --normalization RMSNorm
+    --swiglu
+    --untie-embeddings-and-output-weights
+    --multi-latent-attention
+    --attention-dropout 0.0
+    --hidden-dropout 0.0
+    --num-experts 256
+    --moe-layer-freq [0]*3+[1]*58
+    --moe-ffn-hidden-size 2048
+    --moe-shared-expert-intermediate-size 2048
+    --moe-router-topk 8
+    --moe-token-dispatcher-type flex
+    --q-lora-rank 1536
+    --kv-lora-rank 512
+    --qk-head-dim 128
+    --qk-pos-emb-head-dim 64
+    --v-head-dim 128
+    --mtp-num-layers 1
+    --bf16
+)
+
+if [ "${USE_MEGATRON_FSDP}" = 1 ]; then
+    unset CUDA_DEVICE_MAX_CONNECTIONS
+    PRETRAIN_ARGS=(
+        "${PRETRAIN_ARGS[@]}"
+        --use-megatron-fsdp
+        --data-parallel-sharding-strategy ${SHARDING_STRATEGY}
+    )
+fi
+
+if [ "${PROFILE}" = 1 ]; then
+    PROFILE_CMD="nsys profile --sample=none \
+        -o ${OUTPUT_PATH}/nsys/Megatron-FSDP-Deepseek-V3-TP${TP}EP${EP}"
+    PRETRAIN_ARGS=(
+        "${PRETRAIN_ARGS[@]}"
+        --profile
+    )
+else
+    PROFILE_CMD=""
+fi
+
+TRAINING_CMD="
+cd ${MEGATRON_PATH};
+git rev-parse HEAD;
+export PYTHONPATH=${MEGATRON_PATH}:${PYTHONPATH};
+${PROFILE_CMD} python ${MEGATRON_PATH}/pretrain_gpt.py ${PRETRAIN_ARGS[@]}"
+
+SLURM_LOGS="${OUTPUT_PATH}/slurm_logs"
+mkdir -p ${SLURM_LOGS} || {
+    echo "Error: Failed to create SLURM logs directory ${SLURM_LOGS}"
+    exit 1
+}
+
+set +e
+sbatch <<EOF
+#!/bin/bash
+
+#SBATCH --job-name=your_own_job_name
+#SBATCH --nodes=your_own_num_nodes
+#SBATCH --exclusive
+
+srun \
+    --mpi=pmix -l \
+    --container-workdir=${MEGATRON_PATH} \
+    bash -x -c "${TRAINING_CMD}" 2>&1 | tee ${SLURM_LOGS}/\${SLURM_JOB_ID}.log
+
+EOF
+set -e
+'''
+
+
+def test_deepseek_v3_sbatch_heredoc_bash_c():
+    """Before: the launch inside the heredoc's bash -c string was not found ('-p' of mkdir read as a flag);
+    MLA / MTP / --moe-layer-freq were listed as not modelled."""
+    imp = import_config("megatron", DSV3, cluster="dgx-h100", nodes=32, vocab=129280)
+    m = imp.strategy["model"]
+    assert (m["layers"], m["hidden"], m["heads"], m["attention"], m["head_dim"], m["qk_rope_head_dim"],
+            m["q_lora_rank"], m["kv_lora_rank"], m["v_head_dim"], m["mtp_layers"]) == \
+        (61, 7168, 128, "mla", 192, 64, 1536, 512, 128, 1)
+    assert (m["experts"], m["top_k"], m["expert_ffn"], m["shared_experts"]) == (256, 8, 2048, 1)
+    assert m["moe_layers"] == list(range(3, 61))            # [0]*3+[1]*58 (unquoted: no file matches the glob)
+    assert imp.strategy["parallel"] == {"tp": 1, "pp": 1, "cp": 1, "ep": 8, "sp": False, "zero": 3}
+    assert imp.strategy["training"]["micro_batch"] == 4 and imp.strategy["training"]["global_batch"] == 2048
+    assert "--profile" not in imp.unmodeled                     # PROFILE=0: that branch did not run
+    for read in ("--multi-latent-attention", "--mtp-num-layers", "--moe-layer-freq", "--q-lora-rank"):
+        assert read not in imp.unmodeled
+
+
+def test_deepseek_v3_import_simulates(tmp_path, capsys):
+    """The imported MLA + MTP + MoE-pattern strategy is one the simulator runs (scaled down to stay fast)."""
+    small = DSV3.replace("--num-layers 61", "--num-layers 5").replace("[0]*3+[1]*58", "[0]*3+[1]*2") \
+        .replace("--num-experts 256", "--num-experts 16").replace("GBS=${GBS:-2048}", "GBS=${GBS:-64}") \
+        .replace("MBS=${MBS:-4}", "MBS=${MBS:-1}").replace("--seq-length 4096", "--seq-length 1024")
+    src, out = tmp_path / "dsv3.sh", tmp_path / "s.yaml"
+    src.write_text(small)
+    assert main(["import", "megatron", str(src), "--cluster", "dgx-h100", "--nodes", "1", "--vocab", "129280",
+                 "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["simulate", str(out)]) == 0
+    assert "iteration time" in capsys.readouterr().out
+
+
+BASE = ("torchrun pretrain_gpt.py --num-layers 8 --hidden-size 256 --num-attention-heads 8 --seq-length 512 "
+        "--micro-batch-size 1 --global-batch-size 8 --vocab-size 1000 --bf16 ")
+
+
+@pytest.mark.parametrize("extra,want", [
+    ("--quick-geglu", {"mlp": "geglu"}),
+    ("--window-size \"(128,0)\" --window-attn-skip-freq 4", {"sliding_window": 128, "global_attention_every": 4}),
+    ("--window-size \"(128,0)\" --window-attn-skip-freq [1,1,0]*2+[1,1]", {"sliding_window": 128,
+                                                                     "global_attention_every": 3}),
+    ("--num-experts 4 --moe-layer-freq 2", {"experts": 4, "moe_layers": 2}),
+    ("--mtp-num-layers 2", {"mtp_layers": 2}),
+    ("--multi-latent-attention", {"attention": "mla", "head_dim": 192, "qk_rope_head_dim": 64, "kv_lora_rank": 32,
+                                  "v_head_dim": 128}),     # Megatron's _add_mla_args defaults
+])
+def test_modelled_flags_map_to_model_fields(extra, want):
+    imp = import_config("megatron", BASE + extra, cluster="dgx-h100", nodes=1)
+    assert {k: imp.strategy["model"].get(k) for k in want} == want
+    assert not imp.unmodeled
+
+
+@pytest.mark.parametrize("script,match", [
+    ("torchrun pretrain_mamba.py --num-layers 2", r"pretrain_mamba.py, which trains a Mamba"),
+    ("torchrun pretrain_bert.py --num-layers 2", r"pretrain_bert.py, which trains BERT"),
+    ("torchrun pretrain_t5.py --encoder-num-layers 2", r"pretrain_t5.py, which trains T5"),
+    (BASE + "--hybrid-override-pattern M*M*", r"--hybrid-override-pattern configures a hybrid Mamba model"),
+    (BASE + "--fp4-format e2m1", r"--fp4-format is FP4 \(NVFP4\) training"),   # was: 'a typo of --fp8-format'
+    (BASE + "--fp8-format hybrid -tp 2", r"'-tp' is a single-dash flag"),        # was: dropped
+    ("import argparse\ndef main():\n    pass\n", r"is a Python file"),
+    ("torchrun pretrain_gpt.py\x00 --num-layers 2", r"NUL bytes"),
+    (BASE + "--window-size \"(128,0)\" --window-attn-skip-freq [1,0,1,0,1,1,0,1]", r"not every k-th layer"),
+    (BASE + "--num-experts 4 --moe-layer-freq [1]*9", r"one 0/1 per layer \(8\)"),
+    (BASE + "--q-lora-rank 16", r"--multi-latent-attention is not given"),
+])
+def test_refused_by_name(script, match):
+    with pytest.raises(ConfigError, match=match):
+        import_config("megatron", script, cluster="dgx-h100", nodes=1)
+
+
+@pytest.mark.parametrize("script,tp", [
+    ("cat <<EOF\ntorchrun pretrain_gpt.py --tensor-model-parallel-size 8\nEOF\n" + BASE + "--tensor-model-parallel-size 2", 2),
+    ("sbatch <<'EOF'\n" + BASE + "--tensor-model-parallel-size 4\nEOF\n", 4),
+    ('bash -c "' + BASE + '--tensor-model-parallel-size \\$((1 + 1))"', 2),
+    ("run() {\n  " + BASE + '"$@"\n}\nrun --tensor-model-parallel-size 4\n', 4),
+    ("for TP in 2; do\n  " + BASE + "--tensor-model-parallel-size $TP\ndone\n", 2),
+    ('MODEL=8b\ncase "$MODEL" in\n  8b) TP=2;;\n  70b) TP=8;;\nesac\n' + BASE + "--tensor-model-parallel-size $TP", 2),
+    ('M=80\nif [[ $M == 8* ]]; then TP=4; else TP=1; fi\n' + BASE + "--tensor-model-parallel-size $TP", 4),
+    ("TP=2\nreadonly TP\n: ${TP:=8}\n" + BASE + "--tensor-model-parallel-size $TP", 2),
+    ('set -- 4\n' + BASE + "--tensor-model-parallel-size $1", 4),
+    ("IFS=,\nL=--tensor-model-parallel-size,2\n" + BASE + "$L", 2),
+])
+def test_launch_found_where_bash_runs_it(script, tp):
+    assert import_config("megatron", script, cluster="dgx-h100", nodes=1).strategy["parallel"]["tp"] == tp
+
+
+def test_nodes_given_so_unset_launcher_counts_are_not_needed():
+    """--nodes / --cluster given: torchrun's --nnodes $NNODES / --nproc_per_node $GPUS_PER_NODE may stay unset."""
+    script = "torchrun --nnodes $NNODES --nproc_per_node $GPUS_PER_NODE " + BASE[len("torchrun "):]
+    assert import_config("megatron", script, cluster="dgx-h100", nodes=2).strategy["cluster"]["nodes"] == 2
+    with pytest.raises(ConfigError, match=r"--nnodes takes its value from \$NNODES, which the script never sets"):
+        import_config("megatron", script, cluster="dgx-h100")
+
+
+def test_one_line_redirect_with_parentheses_is_one_error():
+    """Issue 42: '> out (x)' looped for ever growing memory; now bash's reading: a subshell, no flags."""
+    with pytest.raises(ConfigError, match="no --flags found"):
+        import_config("megatron", "> out (x)", cluster="dgx-h100", nodes=1)
