@@ -7,7 +7,8 @@ from typing import Any
 from strategies.errors import ConfigError
 from strategies.import_common import (TOKENIZER_VOCAB, Imported, _capacity, _cluster, _recompute, _tokenizer_vocab,
                                       moe_dispatch_options)
-from strategies.shell_args import launch_words, unset_error
+from strategies.megatron_log import is_megatron_log, measured_iteration_ms, read_megatron_log
+from strategies.shell_args import LaunchWords, launch_words, unset_error
 
 # ----------------------------------------------------------------------------------------- Megatron
 
@@ -192,8 +193,16 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
                     vocab: int | None = None, env: dict | None = None) -> Imported:
     """Map a Megatron-LM launch script (or the ``pretrain_gpt.py`` arguments pasted alone) to a
     strategy: the words bash would pass (:mod:`strategies.shell_args`), read as argparse would."""
-    _check_source(text)
-    words = launch_words(text, env)
+    world, measured = None, None
+    if is_megatron_log(text):        # a training log: the argument dump the run printed
+        if env:
+            raise ConfigError("--env sets shell variables of a launch script; a training log has none: drop it")
+        args, world, times = read_megatron_log(text, _MEGATRON_READ | set(REFUSED_FLAGS) | set(OTHER_MODEL_FLAGS))
+        measured = measured_iteration_ms(times)
+        words = LaunchWords(args, [], None)
+    else:
+        _check_source(text)
+        words = launch_words(text, env)
     if words.script and words.script.rsplit("/", 1)[-1] in OTHER_MODELS:
         name = words.script.rsplit("/", 1)[-1]
         raise ConfigError(f"megatron script launches {name}, which trains {OTHER_MODELS[name]}; execsim models "
@@ -386,16 +395,23 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
     if parallel["cp"] > 1:
         options["cp_comm"] = cp_map.get(cp_type, "ring")
     # --nodes / --cluster given: the launcher's counts are not needed (they may come from $NNODES unset here)
-    nn_ = None if nodes is not None else (_int(launcher, "nnodes") if "nnodes" in launcher else _int(flags, "nnodes"))
+    nn_ = None if nodes is not None or world is not None else \
+        (_int(launcher, "nnodes") if "nnodes" in launcher else _int(flags, "nnodes"))
     src = launcher if "nproc-per-node" in launcher else flags
     npn = _maybe(src, "nproc-per-node") if cluster else _int(src, "nproc-per-node")
     if npn is not None:
         npn = _int({"nproc-per-node": npn}, "nproc-per-node")
-    strategy = {"model": model, "cluster": _cluster(cluster, nodes if nodes is not None else nn_, "megatron arguments"),
+    strategy = {"model": model, "cluster": _cluster(cluster, nodes if nodes is not None else (nn_ or (1 if world else None)),
+                                                    "megatron arguments"),
                 "parallel": parallel, "schedule": "interleaved-1f1b" if vpp > 1 else "1f1b",
                 "training": training, "options": options}
     if npn is not None:
         strategy["_gpus_per_node"] = npn
+    if world is not None:
+        strategy["_world_size"] = world
+        strategy["_nodes_from_world"] = nodes is None
+    if measured is not None:
+        strategy["_measured_iteration_ms"] = measured
     unmodeled = tuple("--" + f if " " not in f else f for f in dict.fromkeys(order) if f not in _MEGATRON_READ)
     for f in unmodeled:   # a typo of a flag this importer reads would silently drop that setting
         near = _near_miss(f[2:]) if f.startswith("--") else None

@@ -1,9 +1,12 @@
 """Megatron-LM launch scripts as they are written (issues 40 and 42): the launch inside the here-document
 fed to sbatch and the ``bash -c`` string inside it, the model features the simulator models (MLA, MTP,
 MoE layer patterns, sliding windows, quick-GEGLU), and one clear refusal for what it cannot model."""
+from pathlib import Path
+
 import pytest
 
 from simulator.cli.main import main
+from simulator.simulation.importing import import_strategy
 from strategies.errors import ConfigError
 from strategies.importers import import_config
 
@@ -218,3 +221,37 @@ def test_one_line_redirect_with_parentheses_is_one_error():
     """Issue 42: '> out (x)' looped for ever growing memory; now bash's reading: a subshell, no flags."""
     with pytest.raises(ConfigError, match="no --flags found"):
         import_config("megatron", "> out (x)", cluster="dgx-h100", nodes=1)
+
+
+# ------------------------------------------------------------------------------------ training logs
+LOG = Path(__file__).resolve().parent / "data" / "megatron_llama3_8b_fp8_train.log"
+
+
+def test_training_log_argument_dump(tmp_path, capsys):
+    """Issue 40 item 2: the argument dump is read (world size included) and the logged iteration time is
+    printed beside the simulated one (median of 2044.1, 2031.7, 2040.2, 2036.9, 2038.4 = 2038.4)."""
+    out = tmp_path / "s.yaml"
+    assert main(["import", "megatron", str(LOG), "--cluster", "dgx-h100", "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "iteration time: measured 2,038.4 ms (median of the logged iterations, the first excluded), simulated" in text
+    import yaml
+    s = yaml.safe_load(out.read_text())
+    assert s["cluster"] == {"preset": "dgx-h100", "nodes": 2}                 # world_size 16 / 8 GPUs per node
+    assert s["parallel"] == {"tp": 4, "pp": 2, "cp": 1, "ep": 1, "sp": True, "zero": 1}
+    assert s["training"] == {"micro_batch": 1, "global_batch": 128, "seq_len": 8192, "precision": "fp8",
+                             "recompute": "none", "train_tokens": 100 * 128 * 8192.0}
+    m = s["model"]
+    assert (m["layers"], m["hidden"], m["heads"], m["kv_heads"], m["ffn"], m["vocab"], m["head_dim"], m["bias"],
+            m["tied_embeddings"]) == (32, 4096, 32, 8, 14336, 128256, 128, False, False)
+    assert s["options"]["fp8_param_gather"] is True and s["options"]["fp32_grad_accum"] is False
+
+
+def test_training_log_world_size_against_nodes():
+    text = LOG.read_text()
+    with pytest.raises(ConfigError, match=r"world_size is 16 GPUs but --nodes gives 32 \(4 x 8\)"):
+        import_strategy("megatron", text, origin="x.log", cluster="dgx-h100", nodes=4)
+    with pytest.raises(ConfigError, match=r"no '---- end of arguments ----' line"):
+        import_config("megatron", text.split("-------------------- end")[0], cluster="dgx-h100")
+    bad = text.replace("  micro_batch_size", "  micro_batch_size 1\n  garbage")
+    with pytest.raises(ConfigError, match=r"is not 'name ..... value' inside the argument dump"):
+        import_config("megatron", bad, cluster="dgx-h100")
