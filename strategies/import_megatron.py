@@ -101,6 +101,16 @@ def _int(flags: dict, name: str, default: Any = None) -> Any:
     return n
 
 
+def _dropout(flags: _Flags, name: str) -> float:
+    """A dropout probability (arguments.py default 0.1), checked to be in [0, 1]."""
+    p = _float(flags, name)
+    if p is None:
+        return 0.1
+    if not 0 <= p <= 1:
+        raise ConfigError(f"megatron argument --{name} = {p!r} must be a probability in [0, 1]")
+    return p
+
+
 def _float(flags: _Flags, name: str) -> float | None:
     v = flags.get(name)
     if v is None:
@@ -265,7 +275,7 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
                    "max_seq": _int(flags, "max-position-embeddings", _int(flags, "seq-length")),
                    "tied_embeddings": flags.get("untie-embeddings-and-output-weights") is not True,
                    "bias": flags.get("disable-bias-linear") is not True,
-                   "dropout": float(flags.get("hidden-dropout", 0.1)) > 0 or float(flags.get("attention-dropout", 0.1)) > 0}
+                   "dropout": max(_dropout(flags, "hidden-dropout"), _dropout(flags, "attention-dropout")) > 0}
     if flags.get("add-qkv-bias") is True:
         model["qkv_bias"] = True
     if "kv-channels" in flags:

@@ -62,6 +62,7 @@ class Shell:
         self.launches: list = []
         self.all_words: list = []
         self.steps = self.spent = self.depth = 0
+        self.always, self.calls, self.loops = 1, 0, 0     # exit always leaves; return/break need a call/loop
 
     # ---- bounds
     def step(self, line: int) -> None:
@@ -507,12 +508,15 @@ class Shell:
             raise ConfigError(f"megatron script line {line}: function {fn.name} calls nest more than "
                               f"{MAX_CALL_DEPTH} deep (recursion); give the launch command")
         saved, self.pos = self.pos, list(args)
+        saved_loops, self.loops = self.loops, 0          # break inside a function does not leave the caller's loop
+        self.calls += 1
         try:
             self.run(fn.body)
         except _Return:
             pass
         finally:
-            self.pos = saved
+            self.pos, self.loops = saved, saved_loops
+            self.calls -= 1
             self.depth -= 1
         return True
 
@@ -551,12 +555,15 @@ class Shell:
 
     def _turn(self, body: list) -> bool:
         """One turn of a loop body; True when it breaks."""
+        self.loops += 1
         try:
             self.run(body)
         except _Break:
             return True
         except _Continue:
             pass
+        finally:
+            self.loops -= 1
         return False
 
     def case(self, c: Case) -> bool:
@@ -702,16 +709,20 @@ def _builtin_unset(sh: Shell, cmd: Cmd, words: list) -> bool:
     return True
 
 
-def _raise(exc):
+def _raise(exc, where: str):
+    """``return`` / ``break`` / ``continue``: leave the function or loop; outside one, bash reports an
+    error and goes on (the statement does nothing)."""
     def builtin(sh, cmd, words):
-        raise exc()
+        if getattr(sh, where) > 0:
+            raise exc()
+        return False
     return builtin
 
 
 #: builtins that change the shell (their words are no command's arguments)
 _BUILTINS = {**{d: _builtin_declare for d in DECLARE}, "set": _builtin_set, "shift": _builtin_shift,
-             "unset": _builtin_unset, "exit": _raise(ScriptExit), "return": _raise(_Return),
-             "break": _raise(_Break), "continue": _raise(_Continue), "true": lambda *a: True,
+             "unset": _builtin_unset, "exit": _raise(ScriptExit, "always"), "return": _raise(_Return, "calls"),
+             "break": _raise(_Break, "loops"), "continue": _raise(_Continue, "loops"), "true": lambda *a: True,
              ":": lambda *a: True, "false": lambda *a: False}
 
 

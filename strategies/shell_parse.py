@@ -421,7 +421,7 @@ class Parser:
         return ConfigError(f"megatron script line {line}: {msg}")
 
     def peek(self):
-        return self.t[self.k]
+        return self.t[self.k] if self.k < len(self.t) else self.t[-1]
 
     def word_text(self, tok) -> str | None:
         """The literal text of an unquoted plain word (a keyword candidate), else None."""
@@ -430,7 +430,7 @@ class Parser:
         return tok[1][0][1]
 
     def is_op(self, *ops) -> bool:
-        t = self.t[self.k]
+        t = self.peek()
         return t[0] == "op" and t[1] in ops
 
     def skip_nl(self):
@@ -549,8 +549,10 @@ class Parser:
                 self.k += 1
                 if self.peek()[0] in ("w", "q", "r"):
                     self.take_word()         # the redirection's target
-                elif self.is_op("&"):
-                    self.k += 2              # 2> &1 written apart
+                elif self.is_op("&"):        # 2> &1 written apart
+                    self.k += 1
+                    if self.peek()[0] in ("w", "q", "r"):
+                        self.take_word()
             else:
                 return docs
 
@@ -691,11 +693,10 @@ class Parser:
     def simple(self) -> Cmd:
         words, assigns, docs = [], [], []
         line = self.peek()[2]
-        toks = self.t
         if self.word_text(self.peek()) == "[[":
             return self.double_bracket(line)
         while True:
-            tok = toks[self.k]
+            tok = self.peek()
             if tok[0] == "r" or tok[0] == "q":      # a run of plain (or quoted) literal words
                 ws, j = tok[1], 0
                 self.k += 1

@@ -255,3 +255,21 @@ def test_training_log_world_size_against_nodes():
     bad = text.replace("  micro_batch_size", "  micro_batch_size 1\n  garbage")
     with pytest.raises(ConfigError, match=r"is not 'name ..... value' inside the argument dump"):
         import_config("megatron", bad, cluster="dgx-h100")
+
+
+@pytest.mark.parametrize("extra,match", [
+    ("--hidden-dropout abc", r"--hidden-dropout = 'abc' must be a number"),      # was a ValueError traceback
+    ("--attention-dropout 2", r"--attention-dropout = 2.0 must be a probability in \[0, 1\]"),
+    ("--hidden-dropout nan", r"must be a probability"),
+])
+def test_bad_dropout_is_one_error(extra, match):
+    with pytest.raises(ConfigError, match=match):
+        import_config("megatron", BASE + extra, cluster="dgx-h100", nodes=1)
+
+
+@pytest.mark.parametrize("script", ["return; break; continue\n" + BASE, "f() { " + BASE + "; return; }\nf\n",
+                                    BASE + " 2>&1 | tee log", BASE + " > log 2> &1"])
+def test_control_words_outside_their_block_and_redirections(script):
+    """return/break/continue outside a function or loop did nothing in bash but were a traceback here;
+    a redirection at the end of the text ran past the last token."""
+    assert import_config("megatron", script, cluster="dgx-h100", nodes=1).strategy["model"]["layers"] == 8
