@@ -436,6 +436,9 @@ def _check_source(text: str) -> None:
     if "\x00" in text:
         raise ConfigError("megatron script contains NUL bytes (a binary file?); give the bash launch script, the "
                           "pretrain_gpt.py arguments or a training log")
+    if "elapsed time per iteration (ms)" in text or "> building " in text and " tokenizer" in text:
+        raise ConfigError("megatron source is a training log without its argument dump (the '---- arguments ----' "
+                          "banner Megatron-LM prints at the start): give the log from its first line")
     head = text.lstrip()[:4000]
     if head.startswith(("import ", "from ", "def ", "class ", '"""', "#!/usr/bin/env python", "#!/usr/bin/python")) \
             or "\nimport " in head[:2000] and "\ndef " in head or "if __name__ == " in text:

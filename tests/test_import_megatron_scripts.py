@@ -273,3 +273,10 @@ def test_control_words_outside_their_block_and_redirections(script):
     """return/break/continue outside a function or loop did nothing in bash but were a traceback here;
     a redirection at the end of the text ran past the last token."""
     assert import_config("megatron", script, cluster="dgx-h100", nodes=1).strategy["model"]["layers"] == 8
+
+
+def test_log_without_its_argument_dump_is_named():
+    """Issue 42: a training log read as a script grew without bound; without the dump it is one error."""
+    tail = LOG.read_text().split("end of arguments ---------------------\n")[1]
+    with pytest.raises(ConfigError, match=r"a training log without its argument dump"):
+        import_config("megatron", tail, cluster="dgx-h100", nodes=1)
