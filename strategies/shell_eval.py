@@ -19,10 +19,11 @@ from strategies.shell_words import DEFAULT_FIELDS, Undecided, Word, ifs_split, m
 
 MAX_STEPS = 500_000
 """Commands a script may run (each loop turn and function call counts); a launch script runs hundreds."""
-MAX_VALUE_CHARS = 16 * 2 ** 20
+MAX_VALUE_CHARS = 8 * 2 ** 20
 """Characters in one variable's value or one word (the script itself is at most 8 MiB)."""
-MAX_EXPANDED = 64 * 2 ** 20
-"""Characters plus words produced by all expansions of a run (bounds time and memory of doubling)."""
+MAX_EXPANDED = 24 * 2 ** 20
+"""Characters plus words produced by all expansions of a run (bounds time and memory of doubling:
+about 8 s on one core at the worst; the 2 MB scripts of benchmarks/shell_args.py use under 7 Mi)."""
 MAX_CALL_DEPTH = 32
 """Nested function calls, ``bash -c`` strings and here-documents run as scripts."""
 SCRIPT_RUNNERS = ("sbatch", "srun", "bash", "sh")

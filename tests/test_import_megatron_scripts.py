@@ -280,3 +280,20 @@ def test_log_without_its_argument_dump_is_named():
     tail = LOG.read_text().split("end of arguments ---------------------\n")[1]
     with pytest.raises(ConfigError, match=r"a training log without its argument dump"):
         import_config("megatron", tail, cluster="dgx-h100", nodes=1)
+
+
+@pytest.mark.parametrize("text", [
+    "> out (x)\n", "a\u00a0(b)\n", "x\v(y)\n", "x\f(y)\n", ";;\n", "diff <(a) <(b)\n", "(( x = 4 * 2 ))\n",
+    "declare -a A=(1 2)\n", "X=x\nwhile true; do X=$X$X; done\n", "f() { f; f; }\nf\n",
+    "A=(x)\nfor i in $(seq 1 99); do A=(${A[@]} ${A[@]}); done\n", "echo ${D^^x} ${!N}\n", "p $((0x1G))\n",
+    "torchrun pretrain_gpt.py --num-layers $((8 / 0))\n", "\x00\x01", "import os\nos.system('x')\n",
+])
+def test_hostile_scripts_get_one_clear_line(tmp_path, capsys, text):
+    """Issue 42's bar: exit 2, exactly one stderr line starting with 'execsim', at most 600 characters."""
+    src = tmp_path / "train.sh"
+    src.write_bytes(text.encode("utf-8"))
+    rc = main(["import", "megatron", str(src), "--cluster", "dgx-h100", "--nodes", "1"])
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith("execsim: error:") and len(lines[0]) <= 600, err
+    assert out == ""
