@@ -122,7 +122,7 @@ def _float(flags: _Flags, name: str) -> float | None:
 
 
 #: Megatron flags the importer reads (everything else is reported as not modeled)
-_MEGATRON_READ = {
+MEGATRON_READ = _MEGATRON_READ = {
     "tensor-model-parallel-size", "pipeline-model-parallel-size", "context-parallel-size",
     "expert-model-parallel-size", "num-layers-per-virtual-pipeline-stage", "virtual-pipeline-model-parallel-size",
     "sequence-parallel", "use-distributed-optimizer", "overlap-grad-reduce", "overlap-param-gather",

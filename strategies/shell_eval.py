@@ -445,6 +445,9 @@ class Shell:
             return self.call(self.funcs[name], words[1:], cmd.line)
         if self.bash_c(words, cmd.line):      # bash -c "...", also behind a launcher (srun ... bash -c)
             return True
+        if name == "eval":                    # its words joined are script text, read in this shell
+            self.run_text(" ".join(str(w) for w in words[1:]), cmd.line, self.pos, subshell=False)
+            return True
         if cmd.heredocs and any(str(w).rsplit("/", 1)[-1] in SCRIPT_RUNNERS for w in words):
             for doc in cmd.heredocs:
                 body = doc["body"] if doc["quoted"] else _unescape_heredoc(doc["body"])
@@ -471,10 +474,21 @@ class Shell:
                 return False
         return False
 
-    def run_text(self, text: str, line: int, pos: list) -> None:
-        """A nested script (``bash -c`` string, here-document fed to sbatch/srun/bash/sh) in a subshell."""
+    def run_text(self, text: str, line: int, pos: list, subshell: bool = True) -> None:
+        """A nested script (``bash -c`` string, here-document fed to sbatch/srun/bash/sh) in a subshell;
+        ``eval``'s text in this shell."""
         self.spend(len(text), line)
         prog = Parser(Lexer(text, line).tokens()).statements()
+        if not subshell:
+            self.depth += 1
+            if self.depth > MAX_CALL_DEPTH:
+                raise ConfigError(f"megatron script line {line}: eval nested more than {MAX_CALL_DEPTH} deep; give "
+                                  f"the launch command")
+            try:
+                self.run(prog)
+            finally:
+                self.depth -= 1
+            return
 
         def body():
             saved = self.pos

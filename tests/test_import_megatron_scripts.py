@@ -4,10 +4,13 @@ MoE layer patterns, sliding windows, quick-GEGLU), and one clear refusal for wha
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.cli.main import main
 from simulator.simulation.importing import import_strategy
 from strategies.errors import ConfigError
+from strategies.import_megatron import MEGATRON_READ
 from strategies.importers import import_config
 
 # The structure of NVIDIA/Megatron-LM examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh at commit
@@ -297,3 +300,18 @@ def test_hostile_scripts_get_one_clear_line(tmp_path, capsys, text):
     lines = err.splitlines()
     assert rc == 2 and len(lines) == 1 and lines[0].startswith("execsim: error:") and len(lines[0]) <= 600, err
     assert out == ""
+
+
+_ODD = st.sampled_from(["abc", "-1", "0", "1", "2", "1e400", "nan", "inf", "1.5", "''", "True", "(1,2)", "[0]*3",
+                        "99999999999999999999", "0x10", "-", "--", "'a b'", "$((1<<70))"])
+
+
+@settings(max_examples=200, derandomize=True, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(sorted(MEGATRON_READ)), _ODD), min_size=1, max_size=4))
+def test_every_read_flag_with_odd_values_imports_or_is_one_error(pairs):
+    """Issue 42: values of every kind in every flag the importer reads: a strategy or one ConfigError."""
+    script = BASE + " ".join(f"--{f} {v}" for f, v in pairs)
+    try:
+        import_strategy("megatron", script, origin="x.sh", cluster="dgx-h100", nodes=1)
+    except ConfigError as e:
+        assert "\n" not in str(e) and len(str(e)) <= 560

@@ -59,6 +59,7 @@ def printed(text: str, env: dict | None = None) -> list:
     ("bash <<EOF\np inside\nEOF", ["<inside>"]),           # ... fed to bash it is a script
     ("bash -c 'p 1 \"2 3\"'", ["<1><2 3>"]),
     ("p \"$@\"", [""]),
+    ("A=\"p 1 2\"; eval \"$A\"; eval X=3; p $X", ["<1><2>", "<3>"]),     # eval's text is read, in this shell
 ])
 def test_bash_semantics(script, want):
     assert printed(script) == want
