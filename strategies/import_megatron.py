@@ -122,7 +122,7 @@ def _float(flags: _Flags, name: str) -> float | None:
 
 
 #: Megatron flags the importer reads (everything else is reported as not modeled)
-MEGATRON_READ = _MEGATRON_READ = {
+MEGATRON_READ = {
     "tensor-model-parallel-size", "pipeline-model-parallel-size", "context-parallel-size",
     "expert-model-parallel-size", "num-layers-per-virtual-pipeline-stage", "virtual-pipeline-model-parallel-size",
     "sequence-parallel", "use-distributed-optimizer", "overlap-grad-reduce", "overlap-param-gather",
@@ -181,7 +181,7 @@ def _near_miss(flag: str) -> str | None:
     such as --fp16 / --bf16 are not each other's typos), or None."""
     if len(flag) < 8 or flag in REFUSED_FLAGS or flag in OTHER_MODEL_FLAGS:
         return None
-    hits = sorted(k for k in _MEGATRON_READ if len(k) >= 8 and _edit1(flag, k))
+    hits = sorted(k for k in MEGATRON_READ if len(k) >= 8 and _edit1(flag, k))
     return hits[0] if hits else None
 
 
@@ -207,7 +207,7 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
     if is_megatron_log(text):        # a training log: the argument dump the run printed
         if env:
             raise ConfigError("--env sets shell variables of a launch script; a training log has none: drop it")
-        args, world, times = read_megatron_log(text, _MEGATRON_READ | set(REFUSED_FLAGS) | set(OTHER_MODEL_FLAGS))
+        args, world, times = read_megatron_log(text, MEGATRON_READ | set(REFUSED_FLAGS) | set(OTHER_MODEL_FLAGS))
         measured = measured_iteration_ms(times)
         words = LaunchWords(args, [], None)
     else:
@@ -422,7 +422,7 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
         strategy["_nodes_from_world"] = nodes is None
     if measured is not None:
         strategy["_measured_iteration_ms"] = measured
-    unmodeled = tuple("--" + f if " " not in f else f for f in dict.fromkeys(order) if f not in _MEGATRON_READ)
+    unmodeled = tuple("--" + f if " " not in f else f for f in dict.fromkeys(order) if f not in MEGATRON_READ)
     for f in unmodeled:   # a typo of a flag this importer reads would silently drop that setting
         near = _near_miss(f[2:]) if f.startswith("--") else None
         if near:
