@@ -9,16 +9,22 @@ list of words gets them wrong: both branches of an ``if`` are read, a quoted arr
 ``DATA_ARGS=`` as its value. This module runs the part of bash those scripts use and returns the
 words bash would hand to the launch command:
 
-* words: unquoted text, ``'...'``, ``"..."`` (with ``$`` expansions inside), backslash escapes and
-  line continuations, comments; word splitting of unquoted expansions on blanks (bash's default IFS);
+* words: unquoted text, ``'...'``, ``"..."`` (with ``$`` expansions inside), ``$'...'``, backslash
+  escapes and line continuations, comments; word splitting of unquoted expansions on ``$IFS``
+  (:func:`strategies.shell_words.ifs_split`); file names are never expanded;
 * parameters: ``$X``, ``${X}``, ``${X:-default}`` / ``${X-default}``, ``${X:=default}``, ``${X:+alt}``,
-  ``${#X}``, positional ``$1`` ... (unset: the script is run without arguments), arrays
-  ``X=( ... )``, ``X+=( ... )``, ``${X[@]}``, ``"${X[@]}"`` (one word per item), ``${X[*]}``,
-  ``${X[n]}``; ``$(( ... ))`` integer arithmetic; ``$( ... )`` and backquotes are opaque;
-* statements: assignments (``export``/``declare``/``local``/``readonly`` too), ``unset``,
-  ``if``/``elif``/``else``/``fi`` decided by ``[[ ... ]]``, ``[ ... ]``, ``test``, ``true``, ``false``
-  with ``==``, ``=``, ``!=``, ``-z``, ``-n``, ``-eq`` ... ``-ge``, ``!``, ``&&``, ``||``; ``;``, ``&&``,
-  ``||`` lists; functions, loops and ``case`` are skipped (their bodies do not run).
+  ``${#X}``, ``${X#p}`` ``${X%p}`` ``${X/p/r}`` ``${X:o:l}`` ``${X^^}`` ``${X,,}`` ``${!N}``, positional
+  ``$1`` ... ``$@`` ``$#`` (unset: the script is run without arguments), arrays ``X=( ... )``,
+  ``X+=( ... )``, ``X[i]=v``, ``${X[@]}``, ``"${X[@]}"`` (one word per item), ``${X[*]}``, ``${X[n]}``;
+  ``$(( ... ))`` bash arithmetic (:mod:`strategies.shell_arith`); ``$( ... )``, backquotes and
+  ``<( ... )`` are opaque;
+* statements: assignments (``export``/``declare``/``local``/``readonly`` too), ``unset``, ``set --``,
+  ``shift``, ``if``/``elif``/``else``/``fi`` decided by ``[[ ... ]]`` (``==`` a glob pattern),
+  ``[ ... ]``, ``test``, ``(( ... ))``, ``true``, ``false``; ``case``; ``for`` / ``for (( ))`` /
+  ``while`` / ``until`` loops; functions; subshells; ``;``, ``&&``, ``||`` lists; ``eval``'s text,
+  the string of ``bash -c``, and a here-document fed to ``sbatch``/``srun``/``bash``/``sh`` are read
+  as scripts (a here-document fed to anything else is data). Nothing is ever executed
+  (:mod:`strategies.shell_eval`, whose bounds stop loops, recursion and doubling before the work).
 
 A value the script never sets (an environment variable or a positional argument without a
 default) stays a placeholder; it becomes an error naming the line and the variable, with
@@ -39,6 +45,9 @@ bashlex (the PyPI bash parser) was tried first: it refuses array assignments, ``
 ``$(( ... ))`` (0.18: "unexpected token '('", "arithmetic expansion" not implemented), which every
 Megatron-LM example uses, so this module parses the subset itself (shlex alone cannot: it does
 not expand ``$`` inside double quotes or keep quoting information for word splitting).
+tree-sitter-bash 0.25 (PyPI wheels) parses all of these, but its tree keeps the operators of
+``${D^^}`` / ``${X%p}`` as unnamed text and recovers from errors with ERROR nodes where one refusal
+line is wanted; the evaluator, the larger part, would be rewritten around it for no gain.
 
 >>> r = launch_words('TP=${TP:-8}\\nA=(--x 1 "--y 2")\\nif [[ $TP == 8 ]]; then A+=(--z); else A+=(--w); fi\\n'
 ...                  'torchrun --nnodes 2 pretrain_gpt.py ${A[@]} --tp $TP')
