@@ -148,6 +148,7 @@ MEGATRON_READ = {
 }
 #: Megatron-LM training scripts other than GPT (their models are not decoder-only GPTs) -> what they train
 OTHER_MODELS = {"pretrain_mamba.py": "a Mamba / hybrid Mamba-Transformer model",
+                "pretrain_hybrid.py": "a hybrid Mamba-Transformer model",
                 "pretrain_bert.py": "BERT (an encoder with a binary head)", "pretrain_t5.py": "T5 (an encoder-decoder)",
                 "pretrain_retro.py": "RETRO (retrieval-augmented)", "pretrain_ict.py": "ICT (a BERT retriever)",
                 "pretrain_vlm.py": "a vision-language model", "pretrain_vision_classify.py": "a vision model",
@@ -156,7 +157,8 @@ OTHER_MODELS = {"pretrain_mamba.py": "a Mamba / hybrid Mamba-Transformer model",
 OTHER_MODEL_FLAGS = {"hybrid-override-pattern": "a hybrid Mamba model", "hybrid-layer-pattern": "a hybrid Mamba model",
                      "hybrid-attention-ratio": "a hybrid Mamba model", "hybrid-mlp-ratio": "a hybrid Mamba model",
                      "mamba-state-dim": "a Mamba model", "encoder-num-layers": "an encoder-decoder (T5)",
-                     "encoder-seq-length": "an encoder-decoder (T5)", "decoder-seq-length": "an encoder-decoder (T5)",
+                     "encoder-seq-length": "an encoder-decoder (T5) or a vision-language model",
+                     "decoder-seq-length": "an encoder-decoder (T5) or a vision-language model",
                      "bert-no-binary-head": "BERT", "bert-binary-head": "BERT"}
 #: flags the importer recognises but cannot map to the strategy schema -> why
 REFUSED_FLAGS = {"fp4-format": "FP4 (NVFP4) training: this strategy schema's training.precision has no fp4",
@@ -226,6 +228,16 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
         if f in REFUSED_FLAGS:
             raise ConfigError(f"megatron argument --{f} is {REFUSED_FLAGS[f]}; not supported: drop it to "
                               f"simulate the run in BF16 or FP8 (--fp8-format)")
+    if not flags and words.other_program and not words.args:
+        prog = words.other_program[-60:]
+        if prog.endswith(".sh"):
+            raise ConfigError(f"megatron script runs {prog}, which execsim does not open (it reads only the file it "
+                              f"is given); import that script instead")
+        raise ConfigError(f"megatron script launches {prog}, not a Megatron-LM pretrain_*.py training script; "
+                          f"give the script that runs pretrain_gpt.py")
+    hidden = next((w for w in words.args if getattr(w, "unset", None)), None)
+    if not flags and hidden is not None:
+        raise unset_error(hidden, "the pretrain_gpt.py argument list")
     if not flags:
         raise ConfigError("megatron arguments: no --flags found; give the launch script or the pretrain_gpt.py "
                           "arguments")

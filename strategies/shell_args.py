@@ -78,6 +78,8 @@ class LaunchWords:
     launcher: list
     script: str | None
     notes: list = field(default_factory=list)
+    other_program: str | None = None
+    """Without a launch command: the last ``*.py`` another command runs (``train.py``, ``tools/...``)."""
 
 
 def launch_words(text: str, env: dict | None = None) -> LaunchWords:
@@ -106,8 +108,22 @@ def launch_words(text: str, env: dict | None = None) -> LaunchWords:
         words, _ = sh.launches[-1]
         k = next(i for i, w in enumerate(words) if is_script(w))
         return LaunchWords(list(words[k + 1:]), _launcher_args(words[:k]), str(words[k]))
-    args = [w for words in sh.all_words for w in words]
-    return LaunchWords(args, [], None)
+    # no launch command: pasted arguments are commands whose first word is a flag; a command running
+    # another Python program is named, so that the importer can say what the script launches
+    args = [w for words in sh.all_words if words and str(words[0]).startswith("--") for w in words]
+    other = next((_program(words) for words in reversed(sh.all_words) if _program(words)), None)
+    return LaunchWords(args, [], None, other_program=other)
+
+
+def _program(words: list) -> str | None:
+    """The Python program or shell script a command runs (``x.py``, ``-m pkg.mod``, ``job.sh``), if any."""
+    for i, w in enumerate(words):
+        t = str(w)
+        if t.endswith((".py", ".sh")):
+            return t
+        if t == "-m" and i + 1 < len(words) and not str(words[i + 1]).startswith("torch.distributed."):
+            return "-m " + str(words[i + 1])
+    return None
 
 
 def _launcher_args(words: list) -> list:

@@ -437,7 +437,6 @@ class Shell:
         words = list(head)
         for parts, ln in cmd.words[1:]:
             words.extend(self.words(parts, ln))
-        args = [str(w) for w in words[1:]]
         builtin = _BUILTINS.get(name)
         if builtin is not None:
             return builtin(self, cmd, words)
@@ -456,7 +455,7 @@ class Shell:
         if name in ("echo", "printf") or name.endswith("/echo"):
             return True
         self.all_words.append(words)
-        if any(_is_script(w) for w in args):
+        if any(_is_script(w) for w in words):
             self.launches.append((words, cmd.line))
         return True
 

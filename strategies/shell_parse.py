@@ -716,7 +716,7 @@ class Parser:
             if tok[0] != "w":
                 if (words or assigns) and tok[0] in ("op", "ari") and tok[1][:1] == "(" or tok[0] == "ari" and words:
                     raise self.error(tok[2], "unexpected '(' after a command's words (bash: syntax error); quote "
-                                             "it, e.g. --window-size \"(4096,0)\"")
+                                             "it (e.g. --window-size \"(4096,0)\")")
                 break
             parts = tok[1]
             first = parts[0]

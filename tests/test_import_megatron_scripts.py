@@ -315,3 +315,23 @@ def test_every_read_flag_with_odd_values_imports_or_is_one_error(pairs):
         import_strategy("megatron", script, origin="x.sh", cluster="dgx-h100", nodes=1)
     except ConfigError as e:
         assert "\n" not in str(e) and len(str(e)) <= 560
+
+
+@pytest.mark.parametrize("script,match", [
+    # Megatron-LM examples/academic_paper_scripts/sc21/SBATCH.sh @ d98e8a64: submits another file
+    ("sbatch -p ${SLURM_PARTITION} \\\n  --nodes=${NNODES} \\\n  --export=MEGATRON_CODE_DIR,MEGATRON_PARAMS SRUN.sh\nexit 0\n",
+     r"runs SRUN.sh, which execsim does not open"),                      # was: '-p' is a single-dash flag
+    # examples/mimo/scripts/run_vlm_train.sh: another training program
+    ("mkdir -p logs\ntorchrun --nproc_per_node 8 examples/mimo/train.py --num-layers 2\n",
+     r"launches examples/mimo/train.py, not a Megatron-LM pretrain_\*.py training script"),
+    ("python -m torch.distributed.run --nproc_per_node 8 -m examples.mimo.pretrain_mimo --num-layers 2\n",
+     r"launches -m examples.mimo.pretrain_mimo"),
+    # examples/academic_paper_scripts/sc21/SRUN.sh: the arguments come from the environment
+    ('CMD="python -u ${MEGATRON_CODE_DIR}/pretrain_gpt.py ${MEGATRON_PARAMS}"\nsrun -l sh -c "${CMD}"\n',
+     r"the pretrain_gpt.py argument list takes its value from \$MEGATRON_PARAMS, which the script never sets; "
+     r"give --env MEGATRON_PARAMS=VALUE"),
+    ("torchrun --nproc_per_node 8 ../../pretrain_hybrid.py ${options}\n", r"pretrain_hybrid.py, which trains a hybrid"),
+])
+def test_scripts_that_launch_something_else_are_named(script, match):
+    with pytest.raises(ConfigError, match=match):
+        import_config("megatron", script, cluster="dgx-h100", nodes=1)
