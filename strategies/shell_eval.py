@@ -64,6 +64,7 @@ class Shell:
         self.all_words: list = []
         self.steps = self.spent = self.depth = 0
         self.always, self.calls, self.loops = 1, 0, 0     # exit always leaves; return/break need a call/loop
+        self.pos_known = False       # positional parameters set by the script (a call, set --), not the user
 
     # ---- bounds
     def step(self, line: int) -> None:
@@ -137,7 +138,9 @@ class Shell:
             present = v is not None if op == "+" else not empty
             return self.join(self.expand_parts(arg, line, force_quoted=True), line) if present else Word("")
         if v is None:
-            return self._unknown(name, line)
+            # a positional parameter past the end of a function's (or set --'s) arguments is empty; at
+            # the top level it is one the user may pass (--env 1=...)
+            return Word("") if name.isdigit() and name != "0" and self.pos_known else self._unknown(name, line)
         if op in (":?", "?") or op is None:
             return v
         return self._operator(name, v, op, arg, line)
@@ -522,6 +525,7 @@ class Shell:
             raise ConfigError(f"megatron script line {line}: function {fn.name} calls nest more than "
                               f"{MAX_CALL_DEPTH} deep (recursion); give the launch command")
         saved, self.pos = self.pos, list(args)
+        saved_known, self.pos_known = self.pos_known, True
         saved_loops, self.loops = self.loops, 0          # break inside a function does not leave the caller's loop
         self.calls += 1
         try:
@@ -529,7 +533,7 @@ class Shell:
         except _Return:
             pass
         finally:
-            self.pos, self.loops = saved, saved_loops
+            self.pos, self.loops, self.pos_known = saved, saved_loops, saved_known
             self.calls -= 1
             self.depth -= 1
         return True
@@ -696,9 +700,9 @@ def _builtin_declare(sh: Shell, cmd: Cmd, words: list) -> bool:
 def _builtin_set(sh: Shell, cmd: Cmd, words: list) -> bool:
     args = words[1:]
     if "--" in [str(a) for a in args]:
-        sh.pos = list(args[[str(a) for a in args].index("--") + 1:])
+        sh.pos, sh.pos_known = list(args[[str(a) for a in args].index("--") + 1:]), True
     elif args and not str(args[0]).startswith(("-", "+")):
-        sh.pos = list(args)
+        sh.pos, sh.pos_known = list(args), True
     return True
 
 

@@ -6,6 +6,7 @@ on generated scripts that only assign and print (never a file of the user's), wi
 """
 from __future__ import annotations
 
+import os
 import resource
 import shutil
 import subprocess
@@ -120,6 +121,13 @@ _STATEMENT = st.one_of(
               st.lists(_value(), max_size=3)),
     st.builds(lambda n, v, a, b: f'case {v} in {a}) p x;; {b}) p y;; esac', _NAMES, _value(),
               st.sampled_from(["a*", "*b", "'a'", "?"]), st.sampled_from(["*", "b"])),
+    st.builds(lambda v, n: f'for x in {v}; do p "$x" $x; {n}=$x; done', _value(), _NAMES),
+    st.builds(lambda v: f'f() {{ p "$@" $# "$1"; shift; p "$*"; }}; f {v}', _value()),
+    st.builds(lambda v, pat, q: f'[[ {v} == {pat} ]] && p y || p n' if not q else f'[[ "{v}" != "{pat}" ]] && p y',
+              _value(), st.sampled_from(["a*", "*b*", "?", "[ab]*", "*,*"]), st.booleans()),
+    st.builds(lambda a, o, b: f"N=$(( N {o} {a} )); (( N {o}= {b} )); p $N $(( N > {a} ? 1 : 0 ))",
+              st.integers(-9, 9), st.sampled_from(["+", "-", "*"]), st.integers(-9, 9)),
+    st.builds(lambda v: f"set -- {v}; p $# \"$@\"; shift; p $#", _value()),
 )
 
 
@@ -128,12 +136,12 @@ def _limit():
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
-@settings(max_examples=150, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=int(os.environ.get('EXECSIM_BASH_EXAMPLES', 150)), derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_STATEMENT, min_size=1, max_size=6))
 def test_against_bash(statements):
     """Generated scripts that only assign and print: our words equal bash's, line for line (bash runs with
     ``set -f``: execsim never expands file names, it does not read the filesystem)."""
-    script = "A='a b'; B=''; C='x,*y'\n" + "\n".join(statements) + "\n"   # set: unset ones are --env's
+    script = "A='a b'; B=''; C='x,*y'; N=3\n" + "\n".join(statements) + "\n"   # set: unset ones are --env's
     ours = printed(script)
     r = subprocess.run(["bash", "--norc", "--noprofile", "-c", "set -f\np() { for a in \"$@\"; do printf '<%s>' \"$a\"; done; echo; }\n" + script],
                        capture_output=True, text=True, timeout=10, preexec_fn=_limit, env={"PATH": "/usr/bin:/bin"})
