@@ -691,6 +691,10 @@ class Shell:
 
 def _builtin_declare(sh: Shell, cmd: Cmd, words: list) -> bool:
     opts = "".join(str(w)[1:] for w in words[1:] if str(w).startswith("-"))
+    for o, what in (("A", "associative arrays"), ("n", "name references")):
+        if o in opts:
+            raise ConfigError(f"megatron script line {cmd.line}: {words[0]} -{o} ({what}) is not read by execsim; "
+                              f"write the values as plain variables or arrays")
     if str(words[0]) == "readonly" or "r" in opts:
         sh.readonly.update(a[0].split("[")[0] for a in cmd.assigns)
         sh.readonly.update(str(w) for w in words[1:] if _NAME_RE.fullmatch(str(w)))

@@ -74,6 +74,8 @@ def test_positional_parameter_given_empty():
     ("p ${!A[@]}", r"\$\{!A\[@\]\} \(the names or keys of variables\) is not read"),
     ("p ${!P*}", r"is not read by execsim"),
     ("p ${X@Q}", r"a @ transformation\) is not read"),
+    ("declare -A M=([a]=1)", r"declare -A \(associative arrays\) is not read"),
+    ("f() { local -n R=X; }; f", r"local -n \(name references\) is not read"),
     ("p $((1 / 0))", r"division by 0"),
     ("p )", r"unexpected '\)'"),
     ("case x in a) p;", r"'case' is not closed by 'esac'"),
