@@ -493,12 +493,13 @@ class Shell:
             return
 
         def body():
-            saved = self.pos
-            self.pos = list(pos)
+            saved = self.pos, self.pos_known
+            # bash -c's arguments are the script's own; a here-document's script sees this shell's
+            self.pos, self.pos_known = list(pos), self.pos_known or pos is not self.pos
             try:
                 self.run(prog)
             finally:
-                self.pos = saved
+                self.pos, self.pos_known = saved
         self.subshell(body)
 
     def subshell(self, fn) -> bool:
