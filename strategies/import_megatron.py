@@ -1,12 +1,14 @@
 """Megatron-LM ``pretrain_gpt.py`` arguments -> a strategy mapping (see :mod:`strategies.importers`)."""
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from strategies.errors import ConfigError
 from strategies.import_common import (TOKENIZER_VOCAB, Imported, _capacity, _cluster, _recompute, _tokenizer_vocab,
                                       moe_dispatch_options)
-from strategies.shell_args import launch_words, unset_error
+from strategies.megatron_log import is_megatron_log, measured_iteration_ms, read_megatron_log
+from strategies.shell_args import LaunchWords, launch_words, unset_error
 
 # ----------------------------------------------------------------------------------------- Megatron
 
@@ -49,12 +51,16 @@ def _flags(tokens: list) -> tuple[_Flags, list]:
     i, n = 0, len(tokens)
     while i < n:
         t = tokens[i]
+        if len(t) > 1 and t[0] == "-" and t[1] != "-" and not _NUMBER.fullmatch(str(t)):
+            raise ConfigError(f"megatron argument {str(t)[:40]!r} is a single-dash flag; pretrain_gpt.py's flags "
+                              f"start with -- (argparse refuses it): write --{str(t)[1:41]}")
         if t.startswith("--") and len(t) > 2:
             name, eq, val = t[2:].partition("=")
             name = name.replace("_", "-")
             if eq:
                 val = _same_marks(val, t)
-            elif i + 1 < n and not tokens[i + 1].startswith("--"):
+            elif i + 1 < n and (not tokens[i + 1].startswith("-") or _NUMBER.fullmatch(str(tokens[i + 1]))
+                                or tokens[i + 1] == "-"):
                 val = tokens[i + 1]
                 i += 1
             else:
@@ -70,6 +76,8 @@ def _same_marks(val: str, word) -> Any:
     u, c = getattr(word, "unset", None), getattr(word, "cond", None)
     return Word(val, u, c) if (u or c) else val
 
+
+_NUMBER = re.compile(r"-[0-9.]+(?:[eE][-+]?[0-9]+)?|-inf|-nan", re.IGNORECASE)
 
 #: flags whose 0 means something (no layers recomputed, offloaded or moved; no shared expert)
 _ZERO_OK = {"recompute-num-layers", "cpu-offloading-num-layers", "decoder-first-pipeline-num-layers",
@@ -93,6 +101,16 @@ def _int(flags: dict, name: str, default: Any = None) -> Any:
     return n
 
 
+def _dropout(flags: _Flags, name: str) -> float:
+    """A dropout probability (arguments.py default 0.1), checked to be in [0, 1]."""
+    p = _float(flags, name)
+    if p is None:
+        return 0.1
+    if not 0 <= p <= 1:
+        raise ConfigError(f"megatron argument --{name} = {p!r} must be a probability in [0, 1]")
+    return p
+
+
 def _float(flags: _Flags, name: str) -> float | None:
     v = flags.get(name)
     if v is None:
@@ -104,7 +122,7 @@ def _float(flags: _Flags, name: str) -> float | None:
 
 
 #: Megatron flags the importer reads (everything else is reported as not modeled)
-_MEGATRON_READ = {
+MEGATRON_READ = {
     "tensor-model-parallel-size", "pipeline-model-parallel-size", "context-parallel-size",
     "expert-model-parallel-size", "num-layers-per-virtual-pipeline-stage", "virtual-pipeline-model-parallel-size",
     "sequence-parallel", "use-distributed-optimizer", "overlap-grad-reduce", "overlap-param-gather",
@@ -125,7 +143,27 @@ _MEGATRON_READ = {
     "moe-enable-deepep", "moe-flex-dispatcher-backend", "moe-flex-dispatcher-num-sms", "moe-deepep-num-sms",
     "moe-router-group-topk", "optimizer-cpu-offload", "optimizer-offload-fraction", "overlap-cpu-optimizer-d2h-h2d",
     "use-precision-aware-optimizer", "moe-shared-expert-overlap",
+    "multi-latent-attention", "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim",
+    "moe-layer-freq", "mtp-num-layers", "quick-geglu", "window-size", "window-attn-skip-freq",
 }
+#: Megatron-LM training scripts other than GPT (their models are not decoder-only GPTs) -> what they train
+OTHER_MODELS = {"pretrain_mamba.py": "a Mamba / hybrid Mamba-Transformer model",
+                "pretrain_hybrid.py": "a hybrid Mamba-Transformer model",
+                "pretrain_bert.py": "BERT (an encoder with a binary head)", "pretrain_t5.py": "T5 (an encoder-decoder)",
+                "pretrain_retro.py": "RETRO (retrieval-augmented)", "pretrain_ict.py": "ICT (a BERT retriever)",
+                "pretrain_vlm.py": "a vision-language model", "pretrain_vision_classify.py": "a vision model",
+                "pretrain_vision_dino.py": "a vision model", "pretrain_vision_inpaint.py": "a vision model"}
+#: flags that only a model other than a GPT takes -> that model
+OTHER_MODEL_FLAGS = {"hybrid-override-pattern": "a hybrid Mamba model", "hybrid-layer-pattern": "a hybrid Mamba model",
+                     "hybrid-attention-ratio": "a hybrid Mamba model", "hybrid-mlp-ratio": "a hybrid Mamba model",
+                     "mamba-state-dim": "a Mamba model", "encoder-num-layers": "an encoder-decoder (T5)",
+                     "encoder-seq-length": "an encoder-decoder (T5) or a vision-language model",
+                     "decoder-seq-length": "an encoder-decoder (T5) or a vision-language model",
+                     "bert-no-binary-head": "BERT", "bert-binary-head": "BERT"}
+#: flags the importer recognises but cannot map to the strategy schema -> why
+REFUSED_FLAGS = {"fp4-format": "FP4 (NVFP4) training: this strategy schema's training.precision has no fp4",
+                 "fp4-recipe": "FP4 (NVFP4) training: this strategy schema's training.precision has no fp4",
+                 "fp4-param-gather": "FP4 (NVFP4) training: this strategy schema's training.precision has no fp4"}
 
 
 def _edit1(a: str, b: str) -> bool:
@@ -143,9 +181,9 @@ def _edit1(a: str, b: str) -> bool:
 def _near_miss(flag: str) -> str | None:
     """The read flag one edit away from ``flag`` (at least 8 letters long, so that short real flags
     such as --fp16 / --bf16 are not each other's typos), or None."""
-    if len(flag) < 8:
+    if len(flag) < 8 or flag in REFUSED_FLAGS or flag in OTHER_MODEL_FLAGS:
         return None
-    hits = sorted(k for k in _MEGATRON_READ if len(k) >= 8 and _edit1(flag, k))
+    hits = sorted(k for k in MEGATRON_READ if len(k) >= 8 and _edit1(flag, k))
     return hits[0] if hits else None
 
 
@@ -167,9 +205,39 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
                     vocab: int | None = None, env: dict | None = None) -> Imported:
     """Map a Megatron-LM launch script (or the ``pretrain_gpt.py`` arguments pasted alone) to a
     strategy: the words bash would pass (:mod:`strategies.shell_args`), read as argparse would."""
-    words = launch_words(text, env)
+    world, measured = None, None
+    if is_megatron_log(text):        # a training log: the argument dump the run printed
+        if env:
+            raise ConfigError("--env sets shell variables of a launch script; a training log has none: drop it")
+        args, world, times = read_megatron_log(text, MEGATRON_READ | set(REFUSED_FLAGS) | set(OTHER_MODEL_FLAGS))
+        measured = measured_iteration_ms(times)
+        words = LaunchWords(args, [], None)
+    else:
+        _check_source(text)
+        words = launch_words(text, env)
+    if words.script and words.script.rsplit("/", 1)[-1] in OTHER_MODELS:
+        name = words.script.rsplit("/", 1)[-1]
+        raise ConfigError(f"megatron script launches {name}, which trains {OTHER_MODELS[name]}; execsim models "
+                          f"decoder-only GPT models (pretrain_gpt.py): not supported")
     flags, order = _flags(words.args)
     launcher, _ = _flags(words.launcher)
+    for f in flags:
+        if f in OTHER_MODEL_FLAGS:
+            raise ConfigError(f"megatron argument --{f} configures {OTHER_MODEL_FLAGS[f]}; execsim models "
+                              f"decoder-only GPT models (pretrain_gpt.py): not supported")
+        if f in REFUSED_FLAGS:
+            raise ConfigError(f"megatron argument --{f} is {REFUSED_FLAGS[f]}; not supported: drop it to "
+                              f"simulate the run in BF16 or FP8 (--fp8-format)")
+    if not flags and words.other_program and not words.args:
+        prog = words.other_program[-60:]
+        if prog.endswith(".sh"):
+            raise ConfigError(f"megatron script runs {prog}, which execsim does not open (it reads only the file it "
+                              f"is given); import that script instead")
+        raise ConfigError(f"megatron script launches {prog}, not a Megatron-LM pretrain_*.py training script; "
+                          f"give the script that runs pretrain_gpt.py")
+    hidden = next((w for w in words.args if getattr(w, "unset", None)), None)
+    if not flags and hidden is not None:
+        raise unset_error(hidden, "the pretrain_gpt.py argument list")
     if not flags:
         raise ConfigError("megatron arguments: no --flags found; give the launch script or the pretrain_gpt.py "
                           "arguments")
@@ -198,6 +266,9 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
                               f"{v} chunks per rank but --virtual-pipeline-model-parallel-size is {vpp}; keep one")
         vpp = v
     swiglu = flags.get("swiglu") is True
+    geglu = flags.get("quick-geglu") is True
+    if swiglu and geglu:
+        raise ConfigError("megatron arguments: --swiglu and --quick-geglu are both given; keep one")
     ffn = _int(flags, "ffn-hidden-size")
     if ffn is None:  # Megatron arguments.py: 4h, or int(4h * 2/3 / 64) * 64 with --swiglu
         ffn = int(4 * h * 2 / 3 / 64) * 64 if swiglu else 4 * h
@@ -210,17 +281,18 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
         raise ConfigError("megatron arguments: the vocabulary size is not known from --tokenizer-type/--tokenizer-model; "
                           "add --vocab-size N to the arguments or give --vocab N")
     model: dict = {"name": "megatron-gpt", "layers": layers, "hidden": h, "heads": heads, "kv_heads": kv,
-                   "ffn": ffn, "vocab": v_size, "mlp": "swiglu" if swiglu else "gelu",
+                   "ffn": ffn, "vocab": v_size, "mlp": "swiglu" if swiglu else ("geglu" if geglu else "gelu"),
                    "norm": "rmsnorm" if str(flags.get("normalization", "LayerNorm")).lower() == "rmsnorm" else "layernorm",
                    "position": "rope" if flags.get("position-embedding-type", "learned_absolute") == "rope" else "learned",
                    "max_seq": _int(flags, "max-position-embeddings", _int(flags, "seq-length")),
                    "tied_embeddings": flags.get("untie-embeddings-and-output-weights") is not True,
                    "bias": flags.get("disable-bias-linear") is not True,
-                   "dropout": float(flags.get("hidden-dropout", 0.1)) > 0 or float(flags.get("attention-dropout", 0.1)) > 0}
+                   "dropout": max(_dropout(flags, "hidden-dropout"), _dropout(flags, "attention-dropout")) > 0}
     if flags.get("add-qkv-bias") is True:
         model["qkv_bias"] = True
     if "kv-channels" in flags:
         model["head_dim"] = _int(flags, "kv-channels")
+    _mla_window_mtp(flags, model, layers)
     experts = _int(flags, "num-experts")
     if experts:
         model.update(experts=experts, top_k=_int(flags, "moe-router-topk", 2),
@@ -231,6 +303,16 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
                 raise ConfigError(f"megatron arguments: --moe-shared-expert-intermediate-size {shared} is not a multiple "
                                   f"of the expert size {model['expert_ffn']}")
             model["shared_experts"] = shared // model["expert_ffn"]
+        freq = flags.get("moe-layer-freq")
+        if freq is not None:
+            pattern = _layer_pattern(str(freq), layers, "moe-layer-freq")
+            if isinstance(pattern, int):
+                if pattern > 1:
+                    model["moe_layers"] = pattern     # gpt_layer_specs.py: layer i is MoE when i % freq == 0
+            else:
+                model["moe_layers"] = [i for i, v in enumerate(pattern) if v]
+    elif "moe-layer-freq" in flags:
+        order.append("moe-layer-freq (no effect without --num-experts)")
     ep = _int(flags, "expert-model-parallel-size", 1)
     if experts and ep > 1:
         # transformer_config.py moe_token_dispatcher_type: 'allgather' (default), 'alltoall', 'flex' (DeepEP)
@@ -334,17 +416,146 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
         options["activation_offload_layers"] = offload
     if parallel["cp"] > 1:
         options["cp_comm"] = cp_map.get(cp_type, "ring")
-    nn_ = _int(launcher, "nnodes") if "nnodes" in launcher else _int(flags, "nnodes")
-    npn = _int(launcher, "nproc-per-node") if "nproc-per-node" in launcher else _int(flags, "nproc-per-node")
-    strategy = {"model": model, "cluster": _cluster(cluster, nodes if nodes is not None else nn_, "megatron arguments"),
+    # --nodes / --cluster given: the launcher's counts are not needed (they may come from $NNODES unset here)
+    nn_ = None if nodes is not None or world is not None else \
+        (_int(launcher, "nnodes") if "nnodes" in launcher else _int(flags, "nnodes"))
+    src = launcher if "nproc-per-node" in launcher else flags
+    npn = _maybe(src, "nproc-per-node") if cluster else _int(src, "nproc-per-node")
+    if npn is not None:
+        npn = _int({"nproc-per-node": npn}, "nproc-per-node")
+    strategy = {"model": model, "cluster": _cluster(cluster, nodes if nodes is not None else (nn_ or (1 if world else None)),
+                                                    "megatron arguments"),
                 "parallel": parallel, "schedule": "interleaved-1f1b" if vpp > 1 else "1f1b",
                 "training": training, "options": options}
     if npn is not None:
         strategy["_gpus_per_node"] = npn
-    unmodeled = tuple("--" + f if " " not in f else f for f in dict.fromkeys(order) if f not in _MEGATRON_READ)
+    if world is not None:
+        strategy["_world_size"] = world
+        strategy["_nodes_from_world"] = nodes is None
+    if measured is not None:
+        strategy["_measured_iteration_ms"] = measured
+    unmodeled = tuple("--" + f if " " not in f else f for f in dict.fromkeys(order) if f not in MEGATRON_READ)
     for f in unmodeled:   # a typo of a flag this importer reads would silently drop that setting
         near = _near_miss(f[2:]) if f.startswith("--") else None
         if near:
             raise ConfigError(f"megatron argument {f} is not a flag this importer knows, and it is one letter from "
                               f"--{near}, which it reads; fix the spelling (or remove it)")
     return Imported(strategy, unmodeled, "megatron")
+
+
+def _check_source(text: str) -> None:
+    """A file that is no launch script: one error saying what it is."""
+    if "\x00" in text:
+        raise ConfigError("megatron script contains NUL bytes (a binary file?); give the bash launch script, the "
+                          "pretrain_gpt.py arguments or a training log")
+    if "elapsed time per iteration (ms)" in text or "> building " in text and " tokenizer" in text:
+        raise ConfigError("megatron source is a training log without its argument dump (the '---- arguments ----' "
+                          "banner Megatron-LM prints at the start): give the log from its first line")
+    head = text.lstrip()[:4000]
+    if head.startswith(("import ", "from ", "def ", "class ", '"""', "#!/usr/bin/env python", "#!/usr/bin/python")) \
+            or "\nimport " in head[:2000] and "\ndef " in head or "if __name__ == " in text:
+        raise ConfigError("megatron script is a Python file; execsim reads a bash launch script (or the "
+                          "pretrain_gpt.py arguments, or a training log), and never runs Python: give the .sh "
+                          "script that launches training")
+
+
+def _mla_window_mtp(flags: _Flags, model: dict, layers: int) -> None:
+    """Multi-latent attention, sliding-window attention and MTP modules (Megatron-LM arguments.py,
+    commit d98e8a64: _add_mla_args defaults q_lora_rank None, kv_lora_rank 32, qk_head_dim 128,
+    qk_pos_emb_head_dim 64, v_head_dim 128; --window-size (left, right); --mtp-num-layers)."""
+    if flags.get("multi-latent-attention") is True:
+        qk, rope = _int(flags, "qk-head-dim", 128), _int(flags, "qk-pos-emb-head-dim", 64)
+        # MLA queries/keys are qk_head_dim (no RoPE) + qk_pos_emb_head_dim (decoupled RoPE) wide per head
+        model.update(attention="mla", head_dim=qk + rope, qk_rope_head_dim=rope,
+                     kv_lora_rank=_int(flags, "kv-lora-rank", 32), v_head_dim=_int(flags, "v-head-dim", 128))
+        q = _int(flags, "q-lora-rank")
+        if q:
+            model["q_lora_rank"] = q
+    else:
+        for f in ("q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim"):
+            if f in flags:
+                raise ConfigError(f"megatron argument --{f} is a multi-latent attention size but "
+                                  f"--multi-latent-attention is not given; add it or drop --{f}")
+    if "window-size" in flags:
+        m = re.fullmatch(r"\(?\s*(-?\d+)\s*,\s*(-?\d+)\s*\)?", str(flags.get("window-size")))
+        if not m:
+            raise ConfigError(f"megatron argument --window-size = {str(flags.get('window-size'))[:40]!r} must be "
+                              f"(LEFT,RIGHT), e.g. (4096,0)")
+        left = int(m.group(1))
+        if left > 0:     # TE window (left, right): each query sees `left` earlier tokens; -1 = unlimited
+            model["sliding_window"] = left
+            skip = flags.get("window-attn-skip-freq")
+            if skip is not None:
+                _window_skip(_layer_pattern(str(skip), layers, "window-attn-skip-freq"), model)
+    elif "window-attn-skip-freq" in flags:
+        raise ConfigError("megatron argument --window-attn-skip-freq has no effect without --window-size; "
+                          "add --window-size or drop it")
+    mtp = _int(flags, "mtp-num-layers")
+    if mtp:
+        model["mtp_layers"] = mtp
+
+
+def _window_skip(pattern, model: dict) -> None:
+    """``--window-attn-skip-freq``: an int N makes 1-based layer n global when n % N == 0
+    (megatron/core/transformer/utils.py is_layer_window_attention) = every N-th from index N-1; a list
+    marks window layers 1 and global layers 0, read when its global layers are every k-th from one start."""
+    if isinstance(pattern, int):
+        if pattern > 1:
+            model["global_attention_every"] = pattern
+        return
+    glob = [i for i, v in enumerate(pattern) if not v]
+    if not glob:
+        return
+    step = glob[1] - glob[0] if len(glob) > 1 else len(pattern)
+    if glob != list(range(glob[0], len(pattern), step)):
+        raise ConfigError(f"megatron argument --window-attn-skip-freq: the full-attention layers {glob[:8]} are "
+                          f"not every k-th layer from one start, which is what execsim models; not supported")
+    model["global_attention_every"] = step
+    if glob[0] != step - 1:
+        model["global_attention_start"] = glob[0]
+
+
+def _layer_pattern(text: str, layers: int, flag: str):
+    """Megatron's moe_freq_type (arguments.py): an integer, or a list expression such as
+    ``([0]*3+[1]*58)`` of one 0/1 per layer, read here without evaluating Python (lists of 0/1,
+    ``+``, ``*`` by an integer, parentheses; each product's length checked before it is built)."""
+    import ast
+    t = text.strip()
+    if re.fullmatch(r"\d+", t):
+        n = int(t)
+        if not 1 <= n <= max(layers, 1):
+            raise ConfigError(f"megatron argument --{flag} = {n} must be in [1, {layers}] (the number of layers)")
+        return n
+    if len(t) > 10_000:
+        raise ConfigError(f"megatron argument --{flag} is {len(t):,} characters long; write the pattern with * ")
+    try:
+        tree = ast.parse(t, mode="eval").body
+    except SyntaxError:
+        tree = None
+
+    def build(node) -> list:
+        if isinstance(node, ast.List) and all(isinstance(e, ast.Constant) and e.value in (0, 1)
+                                              and type(e.value) is int for e in node.elts):
+            return [e.value for e in node.elts]
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            a, b = build(node.left), build(node.right)
+            if len(a) + len(b) > layers:
+                raise ValueError
+            return a + b
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+            lst, k = (node.left, node.right) if isinstance(node.right, ast.Constant) else (node.right, node.left)
+            if not (isinstance(k, ast.Constant) and type(k.value) is int and 0 <= k.value <= layers):
+                raise ValueError
+            base = build(lst)
+            if len(base) * k.value > layers:
+                raise ValueError
+            return base * k.value
+        raise ValueError
+    try:
+        pattern = build(tree) if tree is not None else None
+    except (ValueError, RecursionError):
+        pattern = None
+    if pattern is None or len(pattern) != layers:
+        raise ConfigError(f"megatron argument --{flag} = {t[:40]!r} must be an integer or a list of one 0/1 per "
+                          f"layer ({layers}), written with [0], [1], + and *, e.g. ([0]*3+[1]*{max(layers - 3, 1)})")
+    return pattern

@@ -16,7 +16,8 @@ def add_parser(sub) -> None:
               "execsim import torchtitan strategies/examples/sources/torchtitan_llama3_8b.toml --cluster dgx-h100 "
               "--nodes 1"])
     s.add_argument("kind", choices=("megatron", "nemo", "torchtitan"), help="what SOURCE is")
-    s.add_argument("source", help="the file, or - for standard input")
+    s.add_argument("source", help="the file, or - for standard input (megatron: a launch script, the "
+                   "pretrain_gpt.py arguments, or a training log with its argument dump)")
     s.add_argument("-o", "--output", metavar="OUT.yaml", help="write the strategy here (default: standard output)")
     s.add_argument("--cluster", metavar="PRESET", help="cluster preset, e.g. dgx-h100 or dgx-a100-80g (required: "
                    "launch scripts and recipes do not name the hardware)")
@@ -54,10 +55,14 @@ def _import_cmd(args) -> int:
                                base_dir=None if args.source == "-" else str(Path(args.source).parent))
     if imp.unmodeled:
         print(f"execsim: warning: {summary(imp)}", file=sys.stderr)
+    from simulator.simulation.importing import measured_vs_simulated
+    measured = measured_vs_simulated(out, imp)     # a Megatron log reporting its iteration times
     if outs.get("--output"):
         from simulator.outputs.files import write_output
         write_output(outs["--output"], out, "--output")
         print(f"strategy written to {args.output} (execsim simulate {args.output})")
+        if measured:
+            print(measured)
     else:
-        sys.stdout.write(out)
+        sys.stdout.write(out if not measured else out + f"# {measured}\n")
     return 0

@@ -17,6 +17,17 @@ def finish(imp: Imported) -> dict:
     from taskgraph.plan import resolve_cluster
     s = {k: (dict(v) if isinstance(v, dict) else v) for k, v in imp.strategy.items() if not k.startswith("_")}
     cl = resolve_cluster(s["cluster"], ".")
+    world_run = imp.strategy.get("_world_size")     # a Megatron log's world_size
+    if world_run is not None:
+        if imp.strategy.get("_nodes_from_world"):
+            if world_run % cl.gpus_per_node:
+                raise ConfigError(f"{imp.source}: the log's world_size {world_run} is not a whole number of "
+                                  f"{cl.name!r} nodes ({cl.gpus_per_node} GPUs each); pick the --cluster it ran on")
+            s["cluster"] = {**s["cluster"], "nodes": world_run // cl.gpus_per_node}
+            cl = resolve_cluster(s["cluster"], ".")
+        elif world_run != cl.num_gpus:
+            raise ConfigError(f"{imp.source}: the log's world_size is {world_run} GPUs but --nodes gives "
+                              f"{cl.num_gpus} ({cl.nodes} x {cl.gpus_per_node}); drop --nodes or match it")
     gpn = imp.strategy.get("_gpus_per_node")
     if gpn is not None and str(gpn) != str(cl.gpus_per_node):
         raise ConfigError(f"{imp.source}: the source runs {gpn} GPUs per node but cluster preset "
@@ -73,6 +84,22 @@ def import_strategy(kind: str, text: str, *, origin: str, cluster: str | None = 
     strategy = finish(imp)
     check(strategy)
     return to_yaml(strategy, imp, origin), imp
+
+
+def measured_vs_simulated(strategy_text: str, imp: Imported) -> str | None:
+    """For a Megatron training log that reports ``elapsed time per iteration (ms)``: one line with the
+    measured median (first logged iteration excluded) beside the simulated iteration time; else None."""
+    ms = imp.strategy.get("_measured_iteration_ms")
+    if ms is None:
+        return None
+    import yaml
+
+    from simulator.simulation.strategy import simulate_strategy
+    from strategies.strategy_file import parse_strategy
+    sim = simulate_strategy(parse_strategy(yaml.safe_load(strategy_text), "."))
+    t = sim.training.iteration_time_s * 1e3
+    return (f"iteration time: measured {ms:,.1f} ms (median of the logged iterations, the first excluded), "
+            f"simulated {t:,.1f} ms ({(t - ms) / ms:+.1%})")
 
 
 def summary(imp: Imported, limit: int = 25) -> str:
