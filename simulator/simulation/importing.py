@@ -47,6 +47,11 @@ def finish(imp: Imported) -> dict:
         par.pop("dp", None)
     if "_steps" in imp.strategy:
         tr["train_tokens"] = float(imp.strategy["_steps"] * tr["global_batch"] * tr["seq_len"])
+    opts = s.get("options")
+    if cl.nodes == 1 and isinstance(opts, dict) and "moe_max_nodes" in opts:
+        # DeepEP's node-limited dispatch (a source's flex/deepep dispatcher) reaches one node when there
+        # is one: the option would change nothing, and the strategy file refuses it on one node
+        opts.pop("moe_max_nodes")
     return s
 
 
