@@ -105,7 +105,8 @@ _TT_READ = {"model.name", "model.flavor", "training.local_batch_size", "training
             "parallelism.enable_async_tensor_parallel", "activation_checkpoint.mode",
             "activation_checkpoint.selective_ac_option", "model.hf_assets_path", "hf_assets_path",
             "model.converters", "parallelism.expert_tensor_parallel_degree", "training.compile", "compile.enable",
-            "compile.components", "compile", "model_spec.name", "model_spec.flavor"}
+            "compile.components", "compile", "model_spec.name", "model_spec.flavor",
+            "activation_checkpoint.force_recompute_mm_shapes_by_fqns"}
 #: float8 keys read when a float8 / mx converter is on (otherwise listed as set but not in effect)
 _TT_FLOAT8 = {"float8.recipe_name", "float8.enable_fsdp_float8_all_gather", "float8.filter_fqns",
               "quantize.linear.float8.recipe_name", "quantize.linear.float8.enable_fsdp_float8_all_gather",
@@ -114,6 +115,7 @@ _TT_FLOAT8 = {"float8.recipe_name", "float8.enable_fsdp_float8_all_gather", "flo
 _TT_QUIET = ("job.", "metrics.", "profiling.", "checkpoint.", "comm.", "validation.", "optimizer.", "lr_scheduler.",
              "model_spec.model.")
 W = "torchtitan config: "
+_QUANT = re.compile(r"convert|quantiz|float8|mxfp|\.mx\.")
 
 
 def _set_keys(d: dict, prefix: str = "") -> list:
@@ -259,6 +261,22 @@ def _parallel(par: Fields) -> tuple:
     return parallel, name, notes
 
 
+def _registry_recompute(data: dict) -> tuple:
+    """Activation checkpointing in a job config logged by torchtitan's config-registry era (trainer.py
+    Trainer.Config.to_dict, after 9810191): the policy is the config's class, told by its fields
+    (distributed/activation_checkpoint.py: None, FullAC.Config, SelectiveAC.Config with
+    force_recompute_mm_shapes_by_fqns (op-level), MemoryBudgetAC.Config with memory_budget)."""
+    ac = data.get("activation_checkpoint")
+    if ac is None:
+        return "none", 0
+    if not isinstance(ac, dict):
+        raise Fields(data, W).fail("activation_checkpoint", ac, "must be a section (a mapping of keys) or null")
+    if "memory_budget" in ac:
+        raise ConfigError(f"{W}activation_checkpoint (MemoryBudgetAC, torch.compile's min-cut) is not modeled; use "
+                          f"none, selective or full")
+    return ("selective", 0) if "force_recompute_mm_shapes_by_fqns" in ac else ("full", 0)
+
+
 def _recompute(ac: Fields) -> tuple:
     """[activation_checkpoint]: mode none / full, or selective with ``selective_ac_option`` 'op'
     (torchtitan's op policy saves matmul outputs and recomputes the rest: execsim's selective,
@@ -367,7 +385,7 @@ def import_torchtitan(data: dict, *, cluster: str | None = None, nodes: int | No
         else:
             notes.append(f"parallelism.fsdp_reshard_after_forward {par.get('fsdp_reshard_after_forward')} (no effect: "
                          f"data_parallel_shard_degree 1, no FSDP)")
-    recompute, every = _recompute(ac)
+    recompute, every = _registry_recompute(data) if "model_spec" in data else _recompute(ac)
     training: dict = {"micro_batch": mb, "global_batch": None, "seq_len": seq,
                       "precision": "fp8" if fp8 else MIXED_PRECISION[mp], "recompute": recompute}
     strategy: dict = {"model": model, "cluster": cl, "parallel": parallel, "schedule": name,
@@ -382,6 +400,9 @@ def import_torchtitan(data: dict, *, cluster: str | None = None, nodes: int | No
     if steps:
         strategy["_steps"] = steps
     on = fp8
-    seen = [k for k in _set_keys(data) if k not in _TT_READ and not (on and k in _TT_FLOAT8) and not k.startswith(_TT_QUIET)]
+    # the registry era's model_spec.model holds the flavor's shape (read from the flavor), and its
+    # converters, which are listed (not read from there)
+    seen = [k for k in _set_keys(data) if k not in _TT_READ and not (on and k in _TT_FLOAT8)
+            and not (k.startswith(_TT_QUIET) and not _QUANT.search(k))]
     seen += hsdp + notes
     return Imported(strategy, tuple(seen), "torchtitan", tuple(inputs))

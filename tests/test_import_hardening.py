@@ -470,3 +470,18 @@ def test_nemo_any_value_in_any_field_imports_right_or_is_one_error(dotted, value
 @given(value=TOML_VALUES)
 def test_torchtitan_any_value_in_any_field_imports_right_or_is_one_error(dotted, value):
     one_import("torchtitan", set_dotted(copy.deepcopy(BASE_TT), dotted, value), dotted, value, TT_FIELDS[dotted])
+
+
+@pytest.mark.parametrize("ac,want", [(None, "none"), ({"preserve_rng_state": True, "determinism_check": "default"}, "full"),
+                                     ({"preserve_rng_state": True, "force_recompute_mm_shapes_by_fqns": []}, "selective")])
+def test_registry_era_logged_config_reads_model_spec_and_the_ac_class(ac, want):
+    """After 9810191 torchtitan logs Trainer.Config.to_dict(): model_spec {name, flavor, model}, and the
+    activation-checkpoint policy as its config class's fields (distributed/activation_checkpoint.py)."""
+    cfg = {"model_spec": {"name": "llama3", "flavor": "8B", "model": {"dim": 4096, "converters": ["x"]}},
+           "hf_assets_path": "./nowhere", "training": {"local_batch_size": 2, "seq_len": 4096},
+           "parallelism": {"tensor_parallel_degree": 2}, "activation_checkpoint": ac}
+    s, imp = imported("torchtitan", cfg, cluster="dgx-h100", nodes=1)
+    assert s["model"] == "llama3-8b" and s["training"]["recompute"] == want and s["parallel"]["tp"] == 2
+    assert "model_spec.model.converters" in imp.unmodeled and "model_spec.model.dim" not in imp.unmodeled
+    with pytest.raises(ConfigError, match=r"MemoryBudgetAC.* is not modeled"):
+        import_config("torchtitan", {**cfg, "activation_checkpoint": {"memory_budget": 0.5}}, cluster="dgx-h100", nodes=1)
