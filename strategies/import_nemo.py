@@ -209,7 +209,7 @@ _NEMO_READ = {
     "model.qkv_bias", "model.activation", "model.openai_gelu", "model.position_embedding_type",
     "model.share_embeddings_and_output_weights", "model.override_vocab_size", "model.data.seq_length",
     "model.activations_checkpoint_granularity", "model.activations_checkpoint_method",
-    "model.activations_checkpoint_num_layers", "model.fp8", "model.optim.name", "model.optim.overlap_grad_sync",
+    "model.activations_checkpoint_num_layers", "model.fp8", "model.fp8_params", "model.optim.name", "model.optim.overlap_grad_sync",
     "model.optim.overlap_param_sync", "model.ub_tp_comm_overlap", "model.overlap_p2p_comm",
     "model.num_moe_experts", "model.moe_router_topk", "model.tokenizer.type", "model.tokenizer.library",
     "model.tokenizer.model", "model.tokenizer.vocab_file", "model.make_vocab_size_divisible_by",
@@ -387,6 +387,15 @@ def _options(m: Fields, optim: Fields, dist: bool, moe: bool, shared: bool, extr
     # NeMo mcore optimizer: grad_reduce_in_fp32 = (optim.grad_sync_dtype == fp32), fp32 by default
     if optim.choice("grad_sync_dtype", "fp32", ("fp32", "bf16", "fp16", "32", "16")) in ("bf16", "fp16", "16"):
         options["fp32_grad_accum"] = False
+    if m.flag("fp8", False):
+        # Transformer Engine's DelayedScaling (megatron_gpt_model.py l. 241 and 402; Megatron-core's
+        # TransformerConfig.fp8_recipe default 'delayed'); fp8_params keeps the weights in FP8, so the
+        # distributed optimizer gathers FP8 parameters (megatron_base_model.py l. 854)
+        options["fp8_recipe"] = "delayed"
+        if m.flag("fp8_params", False):
+            options["fp8_param_gather"] = True
+    elif m.flag("fp8_params", False):
+        extra.append("model.fp8_params (no effect without model.fp8)")
     if m.flag("cpu_offloading", False) and m.integer("cpu_offloading_num_layers", 0, lo=0, hi=2 ** 24):
         options["activation_offload_layers"] = m.integer("cpu_offloading_num_layers")
     return options

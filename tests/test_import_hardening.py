@@ -190,6 +190,15 @@ def test_attention_kernel_is_the_one_nemo_runs(keys, flash):
     assert imported("nemo", nemo(**keys), cluster="dgx-h100")[0]["options"]["flash_attention"] is flash
 
 
+def test_nemo_fp8_is_delayed_scaling_and_fp8_params_gather_fp8():
+    s, _ = imported("nemo", nemo(fp8=True, fp8_params=True), cluster="dgx-h100")
+    assert s["training"]["precision"] == "fp8" and s["options"]["fp8_recipe"] == "delayed"
+    assert s["options"]["fp8_param_gather"] is True
+    s, imp = imported("nemo", nemo(fp8_params=True), cluster="dgx-h100")
+    assert "fp8_recipe" not in s["options"] and "fp8_param_gather" not in s["options"]
+    assert "model.fp8_params (no effect without model.fp8)" in imp.unmodeled
+
+
 NEMO_REFUSED = [
     ({"trainer": 5}, r"trainer = 5 must be a section"),
     ({"model.optim": [1, 2]}, r"model.optim = \[1, 2\] must be a section"),
