@@ -60,7 +60,8 @@ _NONE = object()
 class _Resolver:
     """OmegaConf interpolation as NeMo's recipes use it, each key resolved once (memoised by its
     path), a reference back into a key being resolved left as written (cycle), the characters
-    produced bounded per value and in all (``MAX_RESOLVED_VALUE``, ``MAX_DOCUMENT_BYTES``)."""
+    produced bounded per value and in all (``MAX_RESOLVED_VALUE`` more than the value's own text;
+    four times ``MAX_DOCUMENT_BYTES`` over the file)."""
 
     def __init__(self, data: dict):
         self.data, self.memo, self.active, self.chars = data, {}, set(), 0
@@ -97,7 +98,7 @@ class _Resolver:
         return node
 
     def text(self, v: str, path: tuple) -> Any:
-        here = path[:-1]
+        here, grown = path[:-1], MAX_RESOLVED_VALUE + len(v)   # the value's own text is the file's
         for _ in range(MAX_REF_NESTING):
             whole = _REF.fullmatch(v)
             if whole:                        # the value is one reference: its typed value
@@ -107,9 +108,10 @@ class _Resolver:
             if new == v:
                 return v
             self.chars += len(new)
-            if len(new) > MAX_RESOLVED_VALUE or self.chars > MAX_DOCUMENT_BYTES:
+            if len(new) > grown or self.chars > 4 * MAX_DOCUMENT_BYTES:
                 raise ConfigError(f"{W}the interpolations in {'.'.join(map(str, path))[:80]} expand to more than "
-                                  f"{min(MAX_RESOLVED_VALUE, MAX_DOCUMENT_BYTES):,} characters; write the value")
+                                  f"{MAX_RESOLVED_VALUE:,} characters (or all of them past "
+                                  f"{4 * MAX_DOCUMENT_BYTES // 2 ** 20} MB); write the value")
             v = new
         return v
 
