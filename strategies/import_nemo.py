@@ -224,7 +224,7 @@ _NEMO_READ = {
     "model.moe_token_dispatcher_type", "model.optim.grad_sync_dtype", "model.overlap_moe_expert_parallel_comm",
     "model.delay_wgrad_compute", "model.moe_enable_deepep", "model.moe_flex_dispatcher_backend",
     "model.moe_flex_dispatcher_num_sms", "model.moe_deepep_num_sms", "model.moe_router_group_topk",
-    "model.moe_shared_expert_intermediate_size", "model.moe_shared_expert_overlap",
+    "model.moe_shared_expert_intermediate_size", "model.moe_shared_expert_overlap", "model.window_size",
 }
 
 
@@ -283,6 +283,9 @@ def _model(data: dict, m: Fields, tp: int, vocab: int | None, seq: int, notes: l
     # Megatron-core linear_qkv: bias = add_bias_linear or add_qkv_bias (megatron_base_model.py l. 510-511)
     if m.flag("qkv_bias", False) and not bias:
         model["qkv_bias"] = True
+    window = _window(m)
+    if window:
+        model["sliding_window"] = window
     if m.has("kv_channels"):
         model["head_dim"] = m.integer("kv_channels", hi=2 ** 24)
     experts = m.integer("num_moe_experts", 0, lo=0, hi=2 ** 24)
@@ -297,6 +300,24 @@ def _model(data: dict, m: Fields, tp: int, vocab: int | None, seq: int, notes: l
                                   f"of the expert size {model['ffn']}")
             model["shared_experts"] = shared // model["ffn"]
     return model
+
+
+def _window(m: Fields) -> int:
+    """Sliding-window attention: ``window_size: [left, right]`` is Megatron-core's
+    TransformerConfig.window_size, which NeMo passes through (Transformer Engine's (left, right)
+    window; -1 = unbounded): a causal window of ``left`` tokens is ``model.sliding_window``."""
+    w = m.get("window_size")
+    if w is None:
+        return 0
+    ok = isinstance(w, list) and len(w) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in w)
+    if not ok or not -1 <= w[0] <= 2 ** 24 or w[1] not in (0, -1):
+        raise m.fail("window_size", w, "must be [left, 0] (a causal window of left tokens; -1 = unbounded) as "
+                                       "Megatron-core reads it")
+    if w[0] == -1:
+        return 0
+    if w[1] == -1:
+        raise m.fail("window_size", w, "looks right without bound, which a causal GPT does not; use [left, 0]")
+    return w[0]
 
 
 def _position(m: Fields) -> str:

@@ -199,6 +199,15 @@ def test_nemo_fp8_is_delayed_scaling_and_fp8_params_gather_fp8():
     assert "model.fp8_params (no effect without model.fp8)" in imp.unmodeled
 
 
+def test_nemo_window_size_is_a_sliding_window():
+    """launcher_scripts/conf/training/mistral/mistral_7b.yaml (26e42fa): window_size [4096, 0]."""
+    s, _ = imported("nemo", nemo(window_size=[64, 0]), cluster="dgx-h100")
+    assert s["model"]["sliding_window"] == 64
+    assert "sliding_window" not in imported("nemo", nemo(window_size=[-1, 0]), cluster="dgx-h100")[0]["model"]
+    with pytest.raises(ConfigError, match=r"model.window_size = \[64\] must be \[left, 0\]"):
+        import_config("nemo", nemo(window_size=[64]), cluster="dgx-h100")
+
+
 NEMO_REFUSED = [
     ({"trainer": 5}, r"trainer = 5 must be a section"),
     ({"model.optim": [1, 2]}, r"model.optim = \[1, 2\] must be a section"),
@@ -427,7 +436,8 @@ NEMO_FIELDS = {  # dotted field -> where it lands when it imports (None: checked
     "model.overlap_p2p_comm": None, "model.mcore_gpt": None, "model.transformer_engine": None,
     "model.attention_backend": None, "model.use_flash_attention": None, "model.num_moe_experts": None,
     "model.moe_router_topk": None, "model.moe_expert_capacity_factor": None, "model.moe_token_dispatcher_type": None,
-    "model.cpu_offloading": None, "model.cpu_offloading_num_layers": None,
+    "model.cpu_offloading": None, "model.cpu_offloading_num_layers": None, "model.window_size": None,
+    "model.fp8_params": None,
 }
 TT_FIELDS = {
     "model": None, "model.name": None, "model.flavor": None, "model.converters": None, "model.hf_assets_path": None,
