@@ -2,17 +2,27 @@
 vocabularies, the cluster from the caller, Megatron/NeMo recompute settings, dotted key walks."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
-from strategies.errors import ConfigError
+from strategies.errors import ConfigError, brief
+from strategies.limits import MAX_INT
 
 #: Vocabulary sizes of tokenizers named in recipes (the tokenizer's own vocab; Megatron pads it).
 #: GPT-2 BPE 50257 (Radford 2019); Llama 2 / Mistral / Mixtral SentencePiece 32000 (Touvron 2023,
 #: HF config.json); Llama 3 tiktoken 128256 (Dubey 2024 Section 2.1 / HF config.json).
+#: The Hugging Face tokenizers the NeMo-Framework-Launcher recipes name (launcher_scripts/conf/training,
+#: NVIDIA/NeMo-Framework-Launcher 26e42fa), each with its repository's tokenizer/config.json vocab_size:
+#: Mistral-7B-v0.1 and Mixtral-8x7B/8x22B-v0.1 32000, Mistral-Large-Instruct-2407 32768,
+#: Mistral-Nemo-Base-2407 131072 (Tekken), StarCoder2 49152, Falcon-7B 65024.
+#: The longest matching prefix wins (Mistral-Nemo is not Mistral-7B).
 TOKENIZER_VOCAB = {"gpt2": 50257, "GPT2BPETokenizer": 50257, "Llama2Tokenizer": 32000, "meta-llama/Llama-2": 32000,
                    "meta-llama/Meta-Llama-3": 128256, "meta-llama/Llama-3": 128256, "meta-llama/Meta-Llama-3.1": 128256,
-                   "mistralai/Mistral": 32000, "mistralai/Mixtral": 32000}
+                   "mistralai/Mistral-7B-v0.1": 32000, "mistralai/Mixtral-8x7B-v0.1": 32000,
+                   "mistral-community/Mixtral-8x22B-v0.1": 32000, "mistralai/Mistral-Large-Instruct-2407": 32768,
+                   "mistralai/Mistral-Nemo-Base-2407": 131072, "bigcode/starcoder2-tokenizer": 49152,
+                   "tiiuae/falcon-7b": 65024}
 
 
 @dataclass(frozen=True)
@@ -25,15 +35,16 @@ class Imported:
     """Flags or keys the source sets that the simulator does not model, in source order."""
     source: str
     """Which importer made it ('megatron', 'nemo', 'torchtitan')."""
+    inputs: tuple = ()
+    """Files the import read besides the source itself (e.g. torchtitan's ``hf_assets_path`` config):
+    inputs no output of the command may overwrite."""
 
 
 def _tokenizer_vocab(name: str | None) -> int | None:
-    if not name:
+    if not name or not isinstance(name, str):
         return None
-    for prefix, v in TOKENIZER_VOCAB.items():
-        if str(name).startswith(prefix):
-            return v
-    return None
+    best = max((p for p in TOKENIZER_VOCAB if name.startswith(p)), key=len, default=None)
+    return TOKENIZER_VOCAB[best] if best else None
 
 
 def _cluster(cluster: str | None, nodes: int | None, where: str) -> dict:
@@ -173,3 +184,143 @@ def moe_dispatch_options(get, spell, options: dict, notes: list, expert_parallel
                           f"delay_wgrad_compute\"); add it or drop delay-wgrad")
     if sms is not None:
         notes.append(f"{spell(sms_key)} {sms} (no effect without {spell('overlap_moe_expert_parallel_comm')})")
+
+
+# ---------------------------------------------------------------------------------- checked reads
+#: nodes of a source mapping counted as its aliases and interpolations expand (an honest 8 MB recipe
+#: has well under a million); nesting depth of its sections
+MAX_SOURCE_NODES = 1_000_000
+MAX_SOURCE_DEPTH = 64
+
+
+def check_expanded_size(data: Any, where: str, limit: int = MAX_SOURCE_NODES) -> int:
+    """The number of nodes ``data`` has once every shared container (a YAML alias, a resolved
+    interpolation) is counted at each place it appears; one error when that passes ``limit``, when
+    a container holds itself, or when nesting passes ``MAX_SOURCE_DEPTH``. Each container is visited
+    once (sizes memoised by identity), so an alias bomb is refused in the time of its text.
+
+    >>> a = [1, 2]
+    >>> check_expanded_size({"x": [a, a]}, "recipe")
+    8
+    """
+    size: dict = {}
+    stack: list = [(data, 0, False)]
+    open_: set = set()
+    while stack:
+        v, depth, done = stack.pop()
+        if not isinstance(v, (dict, list)):
+            continue
+        kids = list(v.values()) if isinstance(v, dict) else v
+        if done:
+            open_.discard(id(v))
+            n = 1 + sum(size.get(id(k), 1) for k in kids)
+            if n > limit:
+                raise ConfigError(f"{where}: the file expands to more than {limit:,} values once its aliases "
+                                  f"(&/*) and interpolations are followed; write the values out")
+            size[id(v)] = n
+            continue
+        if id(v) in size:
+            continue
+        if id(v) in open_:
+            raise ConfigError(f"{where}: a section contains itself (a YAML alias or interpolation that refers to "
+                              f"its own parent); write the values out")
+        if depth > MAX_SOURCE_DEPTH:
+            raise ConfigError(f"{where}: sections nest deeper than {MAX_SOURCE_DEPTH} levels; no recipe does, "
+                              f"check the file")
+        open_.add(id(v))
+        stack.append((v, depth, True))
+        stack.extend((k, depth + 1, False) for k in kids if isinstance(k, (dict, list)))
+    return size.get(id(data), 1)
+
+
+def _unresolved(v: Any) -> str:
+    if isinstance(v, str) and "${" in v:
+        return (" is an interpolation execsim could not resolve (it names a key the file does not set, a "
+                "resolver other than multiply and sum, or itself); write the value")
+    return ""
+
+
+class Fields:
+    """Typed reads of one section of a source: every wrong type or value is one :class:`ConfigError`
+    naming the field (``where`` + ``prefix`` + key), the value and the fix. A value of ``None`` (a
+    YAML ``null``) reads as the default, as NeMo's ``cfg.get(key, default)`` would not but its
+    recipes mean it (``null`` = not set).
+
+    >>> f = Fields({"tp": "abc"}, "nemo recipe: ", "model.")
+    >>> f.integer("tp", 1)
+    Traceback (most recent call last):
+    ...
+    strategies.errors.ConfigError: nemo recipe: model.tp = 'abc' must be an integer from 1 to 9007199254740992
+    """
+
+    def __init__(self, data: Any, where: str, prefix: str = ""):
+        self.data = data if isinstance(data, dict) else {}
+        self.where, self.prefix = where, prefix
+
+    def name(self, key: str) -> str:
+        return f"{self.prefix}{key}"
+
+    def fail(self, key: str, value: Any, need: str) -> ConfigError:
+        why = _unresolved(value)
+        return ConfigError(f"{self.where}{self.name(key)} = {brief(value, 60)}" + (why or f" {need}"))
+
+    def get(self, key: str, default: Any = None) -> Any:
+        v = self.data.get(key)
+        return default if v is None else v
+
+    def has(self, key: str) -> bool:
+        return self.data.get(key) is not None
+
+    def section(self, key: str) -> "Fields":
+        """The sub-mapping ``key`` (absent or null: empty); anything else is refused."""
+        v = self.data.get(key)
+        if v is not None and not isinstance(v, dict):
+            raise self.fail(key, v, "must be a section (a mapping of keys); write it as one, or remove it")
+        return Fields(v or {}, self.where, f"{self.name(key)}.")
+
+    def integer(self, key: str, default: Any = None, lo: int = 1, hi: int = MAX_INT, extra: tuple = ()) -> Any:
+        v = self.data.get(key)
+        if v is None:
+            return default
+        if v in extra and not isinstance(v, bool):
+            return v
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            alt = "".join(f" or {e}" for e in extra)
+            raise self.fail(key, v, f"must be an integer from {lo} to {hi}{alt}")
+        return v
+
+    def number(self, key: str, default: Any = None, lo: float = 0.0, hi: float = float(MAX_INT)) -> Any:
+        v = self.data.get(key)
+        if v is None:
+            return default
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and lo <= v <= hi):
+            raise self.fail(key, v, f"must be a finite number from {lo:g} to {hi:g}")
+        return v
+
+    def flag(self, key: str, default: Any = None) -> Any:
+        v = self.data.get(key)
+        if v is None:
+            return default
+        if not isinstance(v, bool):
+            raise self.fail(key, v, "must be true or false")
+        return v
+
+    def text(self, key: str, default: Any = None) -> Any:
+        v = self.data.get(key)
+        if v is None:
+            return default
+        if not isinstance(v, str) or "${" in v:
+            raise self.fail(key, v, "must be a name (text)")
+        return v
+
+    def choice(self, key: str, default: Any, choices) -> Any:
+        """A name from ``choices`` (numbers are read as their text, as YAML may give ``16`` for '16')."""
+        v = self.data.get(key)
+        if v is None:
+            return default
+        text = str(v) if isinstance(v, (str, int)) and not isinstance(v, bool) else None
+        if text is None or text not in choices:
+            from strategies.config import did_you_mean
+            raise self.fail(key, v, f"is not one of {', '.join(map(str, choices))}"
+                                    f"{did_you_mean(str(v), choices) if isinstance(v, str) else ''}")
+        return text

@@ -1,9 +1,20 @@
-"""torchtitan ``train_configs/*.toml`` jobs -> a strategy mapping (see :mod:`strategies.importers`)."""
+"""torchtitan ``train_configs/*.toml`` jobs, and the job config torchtitan logs or saves, -> a strategy
+mapping (see :mod:`strategies.importers`).
+
+Field meanings: pytorch/torchtitan ``torchtitan/config/job_config.py`` at 238fa99 (the last TOML-era
+commit, 9810191^): converters, fsdp_reshard_after_forward, the [compile] section, activation
+checkpointing's ``selective_ac_option`` (``torchtitan/distributed/activation_checkpoint.py``). Every
+field is read through :class:`strategies.import_common.Fields`: a value of the wrong type is one
+error naming it."""
 from __future__ import annotations
+
+import json
+import re
 
 from strategies.config import did_you_mean
 from strategies.errors import ConfigError
-from strategies.import_common import Imported, _cluster, _walk
+from strategies.import_common import Fields, Imported, _cluster, check_expanded_size
+from strategies.limits import MAX_GPUS
 
 # ------------------------------------------------------------------------------------------ torchtitan
 
@@ -76,21 +87,55 @@ MIXED_PRECISION = {"bfloat16": "bf16", "float16": "fp16"}
 TORCHTITAN_SCHEDULES = {"1F1B": ("1f1b", 1), "GPipe": ("gpipe", 1), "Interleaved1F1B": ("interleaved-1f1b", 2),
                         "LoopedBFS": ("looped-bfs", 2), "ZBVZeroBubble": ("zb-v", 2), "DualPipeV": ("dualpipe-v", 2),
                         "InterleavedZeroBubble": ("zb-h1", 1)}
+#: [model] converters (torchtitan registers them by name: components/quantization/float8.py, mx.py;
+#: 'float8' / 'mx' before the quantize.* names) -> what execsim runs: the dense linears in FP8 with
+#: the [float8] recipe, in MXFP8, or None: the MoE experts' grouped GEMMs only (simulated in bf16)
+CONVERTERS = {"float8": "float8", "quantize.linear.float8": "float8", "mx": "mx", "quantize.linear.mx": "mx",
+              "quantize.grouped_mm.float8": None, "quantize.grouped_mm.mx": None}
+#: [parallelism] fsdp_reshard_after_forward -> options.reshard_after_forward (None: torchtitan's
+#: default, not resharding under pipeline parallelism, which is the simulator's default too;
+#: distributed/fsdp.py get_fsdp_reshard_after_forward_policy)
+RESHARD = {"default": None, "always": True, "never": False}
 _TT_READ = {"model.name", "model.flavor", "training.local_batch_size", "training.batch_size", "training.global_batch_size",
             "training.seq_len", "training.steps", "training.mixed_precision_param", "parallelism.data_parallel_replicate_degree",
             "parallelism.data_parallel_shard_degree", "parallelism.tensor_parallel_degree",
             "parallelism.pipeline_parallel_degree", "parallelism.context_parallel_degree",
             "parallelism.expert_parallel_degree", "parallelism.pipeline_parallel_schedule",
             "parallelism.pipeline_parallel_microbatch_size", "parallelism.fsdp_reshard_after_forward",
-            "parallelism.enable_async_tensor_parallel", "activation_checkpoint.mode", "model.hf_assets_path",
+            "parallelism.enable_async_tensor_parallel", "activation_checkpoint.mode",
+            "activation_checkpoint.selective_ac_option", "model.hf_assets_path", "hf_assets_path",
             "model.converters", "parallelism.expert_tensor_parallel_degree", "training.compile", "compile.enable",
-            "compile.components"}
+            "compile.components", "compile", "model_spec.name", "model_spec.flavor",
+            "activation_checkpoint.force_recompute_mm_shapes_by_fqns"}
 #: float8 keys read when a float8 / mx converter is on (otherwise listed as set but not in effect)
 _TT_FLOAT8 = {"float8.recipe_name", "float8.enable_fsdp_float8_all_gather", "float8.filter_fqns",
               "quantize.linear.float8.recipe_name", "quantize.linear.float8.enable_fsdp_float8_all_gather",
               "quantize.linear.float8.filter_fqns"}
 #: sections that hold no execution settings (logging, checkpoint paths, data): not reported
-_TT_QUIET = ("job.", "metrics.", "profiling.", "checkpoint.", "comm.", "validation.", "optimizer.", "lr_scheduler.")
+_TT_QUIET = ("job.", "metrics.", "profiling.", "checkpoint.", "comm.", "validation.", "optimizer.", "lr_scheduler.",
+             "model_spec.model.")
+W = "torchtitan config: "
+_QUANT = re.compile(r"convert|quantiz|float8|mxfp|\.mx\.")
+
+
+def _set_keys(d: dict, prefix: str = "") -> list:
+    """Dotted names of the leaves of ``d`` that set something: not None and not torchtitan's default
+    (:data:`strategies.torchtitan_defaults.TORCHTITAN_DEFAULTS`; a logged job config lists every field)."""
+    from strategies.torchtitan_defaults import TORCHTITAN_DEFAULTS
+    out = []
+    for k, v in d.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out += _set_keys(v, f"{name}.")
+            continue
+        default = TORCHTITAN_DEFAULTS.get(name, _UNSET)
+        same = default is not _UNSET and (isinstance(v, bool) == isinstance(default, bool)) and v == default
+        if v is not None and not same:
+            out.append(name)
+    return out
+
+
+_UNSET = object()
 
 
 def _no_datetimes(d: dict, prefix: str = "") -> None:
@@ -105,19 +150,71 @@ def _no_datetimes(d: dict, prefix: str = "") -> None:
                               f"torchtitan setting takes; quote it if it is a name")
 
 
-def _model(mdl: dict, key: tuple, base_dir: str | None, notes: list) -> object:
+#: the line torchtitan logs at start with job.print_config = true (config/job_config.py maybe_log:
+#: ``logger.info(f"Running with configs: {json.dumps(self.to_dict(), indent=2)}")``); the same
+#: mapping job.save_config_file writes as JSON
+LOG_MARKER = "Running with configs:"
+#: prefixes torchrun puts before each line of a rank's output (--tee / --local-ranks-filter)
+_RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]:", re.M)
+
+
+def parse_torchtitan(text: str) -> dict:
+    """The job mapping from a torchtitan TOML file, from a training log holding the job config
+    torchtitan logs at start (``job.print_config``; the first one), or from the JSON file
+    ``job.save_config_file`` writes. Never executes anything."""
+    import tomllib
+    at = text.find(LOG_MARKER)
+    if at >= 0 or text.lstrip().startswith("{"):
+        body = text if at < 0 else _RANK_PREFIX.sub("", text[at + len(LOG_MARKER):])
+        start = body.find("{")
+        try:
+            data, _ = json.JSONDecoder().raw_decode(body, start) if start >= 0 else (None, 0)
+        except (ValueError, RecursionError) as exc:
+            raise ConfigError(f"{W}the job config logged after {LOG_MARKER!r} is not valid JSON ({str(exc)[:120]}); "
+                              f"give the torchtitan TOML instead") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{W}no job config (a JSON object) follows {LOG_MARKER!r}; give the torchtitan TOML "
+                              f"instead")
+        return data
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        if "[titan]" in text or "[rank0]:" in text:
+            raise ConfigError(f"{W}this is a torchtitan log without the job config ({LOG_MARKER!r} is logged only "
+                              f"with job.print_config = true); give the torchtitan TOML instead") from None
+        raise ConfigError(f"torchtitan config is not valid TOML: {str(exc)[:200]}") from None
+    except RecursionError:
+        raise ConfigError(f"{W}tables or arrays nest too deep; check the file") from None
+
+
+def _model_section(data: dict) -> Fields:
+    """[model], or the logged config's model_spec (name, flavor) with the top-level hf_assets_path of
+    torchtitan's config-registry era (trainer.py Trainer.Config.to_dict)."""
+    top = Fields(data, W)
+    if "model_spec" in data and "model" not in data:
+        spec = top.section("model_spec")
+        return Fields({"name": spec.get("name"), "flavor": spec.get("flavor"),
+                       "hf_assets_path": data.get("hf_assets_path")}, W, "model_spec.")
+    return top.section("model")
+
+
+def _model(mdl: Fields, base_dir: str | None, inputs: list) -> object:
     """The model: the Hugging Face config.json behind ``hf_assets_path`` when it is there (relative to
     the TOML's folder, or to the current directory as torchtitan reads it), else the flavor's preset
     or transcribed mapping."""
     from pathlib import Path
+    key = (mdl.text("name", ""), mdl.text("flavor", ""))
     assets = mdl.get("hf_assets_path")
-    if isinstance(assets, str) and assets:
+    if assets is not None and not isinstance(assets, str):
+        raise mdl.fail("hf_assets_path", assets, "must be a folder path (text)")
+    if assets:
         # torchtitan resolves it from the directory it runs in (the repository root); a copy next to
         # the TOML is looked for first
         for root in ([Path(base_dir)] if base_dir is not None else []) + [Path.cwd()]:
             try:
                 cfg = root / assets / "config.json"
                 if cfg.is_file():
+                    inputs.append(str(cfg.resolve()))
                     return str(cfg.resolve())
             except (OSError, ValueError):
                 continue
@@ -126,29 +223,16 @@ def _model(mdl: dict, key: tuple, base_dir: str | None, notes: list) -> object:
     if key in TORCHTITAN_MODELS:
         return dict(TORCHTITAN_MODELS[key])
     known = list(TORCHTITAN_FLAVORS) + list(TORCHTITAN_MODELS)
-    raise ConfigError(f"torchtitan [model] name = {key[0]!r} flavor = {key[1]!r} is not known to execsim"
+    raise ConfigError(f"torchtitan [model] name = {key[0][:40]!r} flavor = {key[1][:40]!r} is not known to execsim"
                       f"{did_you_mean(key[1], [f for n, f in known if n == key[0]])}; known: "
                       f"{', '.join(f'{n} {f}' for n, f in known)}; or put the model's config.json at "
                       f"hf_assets_path (read as a Hugging Face config)")
 
 
-def import_torchtitan(data: dict, *, cluster: str | None = None, nodes: int | None = None,
-                      vocab: int | None = None, base_dir: str | None = None) -> Imported:
-    """Map a torchtitan ``train_configs/*.toml`` job to a strategy (FSDP = ZeRO-3 over the shard group)."""
-    _no_datetimes(data)
-    sec = lambda name: data.get(name) or {}  # noqa: E731
-    mdl, tr, par, ac = sec("model"), sec("training"), sec("parallelism"), sec("activation_checkpoint")
-    key = (str(mdl.get("name", "")), str(mdl.get("flavor", "")))
-    notes: list = []
-    model = _model(mdl, key, base_dir, notes)
-    cl = _cluster(cluster, nodes, "torchtitan config")
-
+def _parallel(par: Fields) -> tuple:
     def deg(name: str, default: int = 1) -> int:
-        v = par.get(name, default)
-        if isinstance(v, bool) or not isinstance(v, int) or (v < 1 and not (v == -1 and name.endswith("shard_degree"))):
-            raise ConfigError(f"torchtitan [parallelism] {name} = {str(v)[:40]!r} must be a positive integer"
-                              f"{' or -1' if name.endswith('shard_degree') else ''}")
-        return v
+        extra = (-1,) if name.endswith("shard_degree") else ()
+        return par.integer(name, default, hi=MAX_GPUS, extra=extra)
 
     tp, pp, cp = deg("tensor_parallel_degree"), deg("pipeline_parallel_degree"), deg("context_parallel_degree")
     rep, shard = deg("data_parallel_replicate_degree"), deg("data_parallel_shard_degree", -1)
@@ -156,80 +240,169 @@ def import_torchtitan(data: dict, *, cluster: str | None = None, nodes: int | No
     etp = deg("expert_tensor_parallel_degree", tp)
     name, vpp = "1f1b", 1
     if pp > 1:
-        sname = str(par.get("pipeline_parallel_schedule", "1F1B"))
+        sname = par.get("pipeline_parallel_schedule", "1F1B")
         if sname not in TORCHTITAN_SCHEDULES:
-            raise ConfigError(f"torchtitan [parallelism] pipeline_parallel_schedule = {sname!r} is not modeled"
-                              f"{did_you_mean(sname, TORCHTITAN_SCHEDULES)}; use one of {', '.join(TORCHTITAN_SCHEDULES)}")
+            raise par.fail("pipeline_parallel_schedule", sname, f"is not modeled"
+                           f"{did_you_mean(str(sname), TORCHTITAN_SCHEDULES)}; use one of "
+                           f"{', '.join(TORCHTITAN_SCHEDULES)}")
         name, vpp = TORCHTITAN_SCHEDULES[sname]
-    local = tr.get("local_batch_size", tr.get("batch_size", 8))
-    seq = tr.get("seq_len", 2048)
-    for k, v in (("local_batch_size", local), ("seq_len", seq)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ConfigError(f"torchtitan [training] {k} = {str(v)[:40]!r} must be a positive integer")
     parallel: dict = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "sp": tp > 1,   # torchtitan TP always shards sequence
                       "zero": 3 if shard != 1 else 0}
     if shard > 0:
         parallel["dp"] = rep * shard
-    if rep > 1 and shard != 1:
-        hsdp = "parallelism.data_parallel_replicate_degree (HSDP: sharding within a replica group is not modeled; "\
-               "simulated as FSDP over all DP ranks)"
-    else:
-        hsdp = None
     if vpp > 1:
         parallel["vpp"] = vpp
     if ep > 1 and etp != tp:     # torchtitan ETP: experts' own TP degree (parallel folding)
         parallel["etp"] = etp
-    mb = par.get("pipeline_parallel_microbatch_size", 1) if pp > 1 else local
-    ac_mode = str(ac.get("mode", "selective"))
-    if ac_mode not in ("none", "selective", "full"):
-        raise ConfigError(f"torchtitan [activation_checkpoint] mode = {ac_mode!r} must be none, selective or full")
-    mp = str(tr.get("mixed_precision_param", "bfloat16"))
-    if mp not in MIXED_PRECISION:
-        raise ConfigError(f"torchtitan [training] mixed_precision_param = {mp[:40]!r}: execsim models bf16 and fp16 "
-                          f"mixed precision ({', '.join(MIXED_PRECISION)}); "
-                          + ("FP32 training is not modeled" if mp == "float32" else "use one of them"))
-    precision = MIXED_PRECISION[mp]
-    # the software stack (taskgraph/data/stacks.yaml): torchtitan runs PyTorch eager unless torch.compile is on
-    # ([training] compile = true in older configs, [compile] enable = true with components since 2025)
-    comp = data.get("compile") or {}
-    compiled = tr.get("compile") is True or (comp.get("enable") is True and "model" in (comp.get("components") or ["model"]))
+    notes = []
+    if rep > 1 and shard != 1:
+        notes.append("parallelism.data_parallel_replicate_degree (HSDP: sharding within a replica group is not "
+                     "modeled; simulated as FSDP over all DP ranks)")
+    return parallel, name, notes
+
+
+def _registry_recompute(data: dict) -> tuple:
+    """Activation checkpointing in a job config logged by torchtitan's config-registry era (trainer.py
+    Trainer.Config.to_dict, after 9810191): the policy is the config's class, told by its fields
+    (distributed/activation_checkpoint.py: None, FullAC.Config, SelectiveAC.Config with
+    force_recompute_mm_shapes_by_fqns (op-level), MemoryBudgetAC.Config with memory_budget)."""
+    ac = data.get("activation_checkpoint")
+    if ac is None:
+        return "none", 0
+    if not isinstance(ac, dict):
+        raise Fields(data, W).fail("activation_checkpoint", ac, "must be a section (a mapping of keys) or null")
+    if "memory_budget" in ac:
+        raise ConfigError(f"{W}activation_checkpoint (MemoryBudgetAC, torch.compile's min-cut) is not modeled; use "
+                          f"none, selective or full")
+    return ("selective", 0) if "force_recompute_mm_shapes_by_fqns" in ac else ("full", 0)
+
+
+def _recompute(ac: Fields) -> tuple:
+    """[activation_checkpoint]: mode none / full, or selective with ``selective_ac_option`` 'op'
+    (torchtitan's op policy saves matmul outputs and recomputes the rest: execsim's selective,
+    which recomputes the attention core, is the closest) or N (every N-th layer checkpointed whole,
+    the others kept: ``_layer_sac_count % N == 0``, 0 = every layer; activation_checkpoint.py),
+    which needs the model's layer count: ``_recompute_every`` is expanded by the import's finish."""
+    mode = ac.choice("mode", "selective", ("none", "selective", "full", "memory_budget"))
+    if mode == "memory_budget":
+        raise ConfigError(f"{W}activation_checkpoint.mode = 'memory_budget' (torch.compile's min-cut, "
+                          f"activation_memory_budget) is not modeled; use none, selective or full")
+    if mode != "selective":
+        return mode, 0
+    opt = ac.get("selective_ac_option", "2")
+    if isinstance(opt, bool) or not isinstance(opt, (str, int)) or not (opt == "op" or str(opt).isdigit()):
+        raise ac.fail("selective_ac_option", opt, "must be 'op' or a non-negative integer (checkpoint every N-th "
+                                                  "layer)")
+    if opt == "op":
+        return "selective", 0
+    every = int(str(opt)[:12])
+    return ("full", 0) if every <= 1 else ("none", every)
+
+
+def _converters(mdl: Fields, data: dict, options: dict, notes: list) -> bool:
+    """Float8 / MX (torchao) from [model] converters (a list, or the comma-separated text older
+    torchtitan accepts) with [float8] (or, in newer torchtitan, [quantize.linear.float8]) recipe_name
+    and enable_fsdp_float8_all_gather; True when the linears run in FP8."""
+    conv = mdl.get("converters", [])
+    if isinstance(conv, str):
+        conv = [c.strip() for c in conv.split(",") if c.strip()]
+    if not isinstance(conv, list) or not all(isinstance(c, str) for c in conv):
+        raise mdl.fail("converters", conv, "must be a list of converter names, e.g. [\"float8\"]")
+    for c in conv:
+        if c not in CONVERTERS:
+            raise mdl.fail("converters", c, f"is not a converter execsim models{did_you_mean(c, CONVERTERS)}; "
+                                            f"known: {', '.join(CONVERTERS)}")
+    kinds = {CONVERTERS[c] for c in conv}
+    for c in conv:
+        if CONVERTERS[c] is None:
+            notes.append(f"model.converters {c} (the experts' grouped GEMMs are simulated in bf16)")
+    if not kinds & {"float8", "mx"}:
+        return False
+    top = Fields(data, W)
+    f8 = top.section("float8") if "float8" in data else \
+        top.section("quantize").section("linear").section("float8")
+    if "mx" in kinds:
+        options["fp8_recipe"] = "mxfp8"
+    else:
+        rname = f8.choice("recipe_name", "tensorwise", tuple(FLOAT8_RECIPES))
+        options["fp8_recipe"] = FLOAT8_RECIPES[rname]
+        if rname == "rowwise_with_gw_hp":
+            notes.append("float8.recipe_name rowwise_with_gw_hp (the weight-gradient GEMM in high precision "
+                         "is simulated in FP8 like rowwise)")
+    if f8.flag("enable_fsdp_float8_all_gather", False):
+        options["fp8_param_gather"] = True
+    return True
+
+
+def _compiled(data: dict, tr: Fields) -> bool:
+    """torch.compile of the model: [training] compile = true in older configs, [compile] enable with
+    'model' in components since 2025 (a bare ``compile = true`` read as enable)."""
+    if tr.flag("compile", False):
+        return True
+    comp = data.get("compile")
+    if isinstance(comp, bool):
+        return comp
+    c = Fields(data, W).section("compile")
+    parts = c.get("components", ["model"])
+    if not isinstance(parts, list) or not all(isinstance(x, str) for x in parts):
+        raise c.fail("components", parts, "must be a list of names, e.g. [\"model\", \"loss\"]")
+    return bool(c.flag("enable", False)) and "model" in parts
+
+
+def import_torchtitan(data: dict, *, cluster: str | None = None, nodes: int | None = None,
+                      vocab: int | None = None, base_dir: str | None = None) -> Imported:
+    """Map a torchtitan job (TOML, or its logged / saved job config) to a strategy (FSDP = ZeRO-3 over
+    the shard group)."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{W}expected a mapping of sections ([model], [training], [parallelism] ...)")
+    check_expanded_size(data, "torchtitan config")
+    _no_datetimes(data)
+    top = Fields(data, W)
+    mdl = _model_section(data)
+    tr, par, ac = top.section("training"), top.section("parallelism"), top.section("activation_checkpoint")
+    notes: list = []
+    inputs: list = []
+    model = _model(mdl, base_dir, inputs)
+    cl = _cluster(cluster, nodes, "torchtitan config")
+    parallel, name, hsdp = _parallel(par)
+    local = tr.integer("local_batch_size", tr.integer("batch_size", 8, hi=2 ** 26), hi=2 ** 26)
+    seq = tr.integer("seq_len", 2048, hi=2 ** 24)
+    glob = tr.integer("global_batch_size", -1, hi=2 ** 40, extra=(-1,))
+    mb = par.integer("pipeline_parallel_microbatch_size", 1, hi=2 ** 26) if parallel["pp"] > 1 else local
+    mp = tr.choice("mixed_precision_param", "bfloat16", tuple(MIXED_PRECISION) + ("float32",))
+    if mp == "float32":
+        raise ConfigError(f"{W}[training] mixed_precision_param = 'float32': execsim models bf16 and fp16 mixed "
+                          f"precision ({', '.join(MIXED_PRECISION)}); FP32 training is not modeled")
     options: dict = {"overlap_grad_reduce": True, "overlap_param_gather": True,
-                     "tp_comm_overlap": par.get("enable_async_tensor_parallel") is True,
-                     "stack": "torchtitan-compile" if compiled else "torchtitan"}
-    # float8 (torchao): [model] converters = ["float8"] (or ["mx"]) with [float8] (or, in newer
-    # torchtitan, [quantize.linear.float8]) recipe_name and enable_fsdp_float8_all_gather
-    converters = mdl.get("converters") or []
-    f8 = data.get("float8") or (data.get("quantize") or {}).get("linear", {}).get("float8") or {}
-    if not isinstance(converters, list):
-        raise ConfigError(f"torchtitan [model] converters = {str(converters)[:40]!r} must be a list of names")
-    if "float8" in converters or "mx" in converters:
-        precision = "fp8"
-        if "mx" in converters:
-            options["fp8_recipe"] = "mxfp8"
+                     "tp_comm_overlap": par.flag("enable_async_tensor_parallel", False),
+                     # the software stack (taskgraph/data/stacks.yaml): PyTorch eager unless torch.compile is on
+                     "stack": "torchtitan-compile" if _compiled(data, tr) else "torchtitan"}
+    fp8 = _converters(mdl, data, options, notes)
+    reshard = RESHARD[par.choice("fsdp_reshard_after_forward", "default", tuple(RESHARD))]
+    if reshard is not None:
+        if parallel["zero"] == 3:
+            options["reshard_after_forward"] = reshard
         else:
-            rname = str(f8.get("recipe_name") or "tensorwise")
-            if rname not in FLOAT8_RECIPES:
-                raise ConfigError(f"torchtitan float8 recipe_name = {rname[:40]!r} is not modeled; one of "
-                                  f"{', '.join(FLOAT8_RECIPES)}")
-            options["fp8_recipe"] = FLOAT8_RECIPES[rname]
-            if rname == "rowwise_with_gw_hp":
-                notes.append("float8.recipe_name rowwise_with_gw_hp (the weight-gradient GEMM in high precision "
-                             "is simulated in FP8 like rowwise)")
-        if f8.get("enable_fsdp_float8_all_gather") is True:
-            options["fp8_param_gather"] = True
-    training: dict = {"micro_batch": mb, "global_batch": None, "seq_len": seq, "precision": precision,
-                      # torchtitan's selective AC ('op' policy) saves matmul outputs and recomputes the rest:
-                      # closest execsim policy is selective (attention core recomputed)
-                      "recompute": ac_mode}
-    strategy = {"model": model, "cluster": cl, "parallel": parallel, "schedule": name,
-                "training": training, "options": options,
-                "_local_batch": local}
-    if tr.get("steps"):
-        strategy["_steps"] = tr["steps"]
-    flat = _walk(data)
-    on = "float8" in converters or "mx" in converters
-    seen = [k for k in flat if k not in _TT_READ and not (on and k in _TT_FLOAT8) and not k.startswith(_TT_QUIET)]
-    if hsdp:
-        seen.append(hsdp)
-    seen += notes
-    return Imported(strategy, tuple(seen), "torchtitan")
+            notes.append(f"parallelism.fsdp_reshard_after_forward {par.get('fsdp_reshard_after_forward')} (no effect: "
+                         f"data_parallel_shard_degree 1, no FSDP)")
+    recompute, every = _registry_recompute(data) if "model_spec" in data else _recompute(ac)
+    training: dict = {"micro_batch": mb, "global_batch": None, "seq_len": seq,
+                      "precision": "fp8" if fp8 else MIXED_PRECISION[mp], "recompute": recompute}
+    strategy: dict = {"model": model, "cluster": cl, "parallel": parallel, "schedule": name,
+                      "training": training, "options": options}
+    if every:
+        strategy["_recompute_every"] = every
+    if glob > 0:     # gradient accumulation: global_batch_size / (local_batch_size x dp) steps (train.py)
+        training["global_batch"] = glob
+    else:
+        strategy["_local_batch"] = local
+    steps = tr.integer("steps", None, hi=2 ** 40)
+    if steps:
+        strategy["_steps"] = steps
+    on = fp8
+    # the registry era's model_spec.model holds the flavor's shape (read from the flavor), and its
+    # converters, which are listed (not read from there)
+    seen = [k for k in _set_keys(data) if k not in _TT_READ and not (on and k in _TT_FLOAT8)
+            and not (k.startswith(_TT_QUIET) and not _QUANT.search(k))]
+    seen += hsdp + notes
+    return Imported(strategy, tuple(seen), "torchtitan", tuple(inputs))

@@ -51,11 +51,8 @@ def parse_source(kind: str, text: str) -> Any:
                               "recipe is a program whose settings exist only when it runs: not supported. Write "
                               "its settings as a strategy file, or use the launcher's YAML")
         return parse_document(text, "nemo recipe")
-    import tomllib
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"torchtitan config is not valid TOML: {str(exc)[:200]}") from None
+    from strategies.import_torchtitan import parse_torchtitan   # a TOML, or the job config a run logged
+    return parse_torchtitan(text)
 
 
 def import_config(kind: str, source: Any, *, cluster: str | None = None, nodes: int | None = None,

@@ -20,7 +20,9 @@ from strategies.config import check_keys, did_you_mean, get_bool, get_float, get
 from strategies.errors import ConfigError, brief
 from strategies.limits import MAX_DIM, MAX_LAYERS
 
-MLP_KINDS = ("gelu", "swiglu", "geglu")  # gelu: up + down (2 GEMMs); swiglu/geglu: gate + up + down (3)
+# gelu / squared-relu: up + down (2 GEMMs); swiglu/geglu: gate + up + down (3). squared-relu is relu(x)^2
+# (So et al. 2021 "Primer: Searching for Efficient Transformers", Section 3; NeMo 'squared-relu', Nemotron-4)
+MLP_KINDS = ("gelu", "swiglu", "geglu", "squared-relu")
 GATED_MLPS = ("swiglu", "geglu")        # Shazeer 2020 "GLU Variants Improve Transformer": SwiGLU, GEGLU
 ATTENTION_KINDS = ("standard", "mla")   # mla: DeepSeek-V2 multi-head latent attention (DeepSeek-AI 2024)
 NORM_KINDS = ("layernorm", "rmsnorm")   # layernorm: weight + bias (2h); rmsnorm: weight only (h)
@@ -81,7 +83,8 @@ class ModelSpec:
     ffn: int | None = None
     """MLP intermediate size f of dense layers; defaults to 4*hidden."""
     mlp: str = "gelu"
-    """'gelu': 2 GEMMs h->f->h; 'swiglu': gated, 3 GEMMs (gate, up, down; Shazeer 2020)."""
+    """'gelu' / 'squared-relu' (relu(x)^2, So 2021 "Primer"): 2 GEMMs h->f->h; 'swiglu' / 'geglu': gated,
+    3 GEMMs (gate, up, down; Shazeer 2020)."""
     tied_embeddings: bool = True
     """The LM head reuses the word-embedding matrix (no separate lm_head parameters)."""
     norm: str = "layernorm"

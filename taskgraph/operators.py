@@ -58,6 +58,7 @@ _EW_FLOPS = {
     "gelu": (8, 12, 0),        # tanh approximation (Hendrycks & Gimpel 2016)
     "swiglu": (5, 8, 0),       # silu(gate) * up, per output element (Shazeer 2020)
     "geglu": (10, 14, 0),      # gelu_tanh(gate) * up, per output element (Shazeer 2020 GEGLU)
+    "squared-relu": (2, 3, 0),  # max(x, 0)^2; grad 2 relu(x) * dy (So 2021 "Primer" Section 3)
     "softcap": (3, 3, 0),      # c * tanh(x / c) (Gemma 2 report Section 2)
     "residual": (3, 1, 0),     # bias + dropout scale + add (Megatron bias_dropout_add)
     "loss": (5, 2, 0),         # max, sub, exp, sum, pick; softmax - onehot (per logit)

@@ -709,7 +709,7 @@ add(
     Case("model-file-negative", SIM, {"s.yaml": strat(model="m.yaml"), "m.yaml": BASE_FILES["m.yaml"].replace(
          "vocab: 128", "vocab: -128")}, r"must be >= 0|positive integer", "vocab"),
     Case("model-mlp-typo", SIM, {"s.yaml": strat(model="{name: a, layers: 2, hidden: 64, heads: 4, vocab: 128, "
-                                 "mlp: swigl}")}, r"is not one of gelu, swiglu, geglu \(did you mean 'swiglu'\?\)", "model.mlp"),
+                                 "mlp: swigl}")}, r"is not one of gelu, swiglu, geglu, squared-relu \(did you mean 'swiglu'\?\)", "model.mlp"),
     Case("model-preset-typo", SIM, {"s.yaml": strat(model="llama3-8")}, r"neither a preset", "llama3-8"),
     Case("model-name-list", SIM, {"s.yaml": strat(model="{name: [a], layers: 2, hidden: 64, heads: 4, vocab: 128}")},
          r"model\.name = \['a'\] must be a string", "model.name"),

@@ -53,6 +53,9 @@ def _import_cmd(args) -> int:
     out, imp = import_strategy(args.kind, text, origin=origin, cluster=args.cluster, nodes=args.nodes,
                                vocab=args.vocab, env=env,
                                base_dir=None if args.source == "-" else str(Path(args.source).parent))
+    if imp.inputs:   # files the source points to (torchtitan hf_assets_path) are inputs too
+        outs = _check_outputs(args, ([] if args.source == "-" else [args.source]) + list(imp.inputs),
+                              output=args.output)
     if imp.unmodeled:
         print(f"execsim: warning: {summary(imp)}", file=sys.stderr)
     from simulator.simulation.importing import measured_vs_simulated

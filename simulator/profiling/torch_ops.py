@@ -46,7 +46,7 @@ from taskgraph.cost import PASSES, pass_shape
 HOT = "hot"
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp8": "bfloat16"}
 #: _EW_FLOPS forward FLOPs per element (taskgraph/operators.py) to recover element counts
-_ACT_FLOPS = {"gelu": 8, "swiglu": 5, "geglu": 10}
+_ACT_FLOPS = {"gelu": 8, "swiglu": 5, "geglu": 10, "squared-relu": 2}
 
 
 def _rand(torch, shape, dtype, device, grad=False):
@@ -238,7 +238,8 @@ def _activation(torch, item, plan, dtype, device) -> dict:
         act = F.silu if kind == "swiglu" else (lambda t: F.gelu(t, approximate="tanh"))
         return _autograd_passes(torch, lambda: act(x[:elems]) * x[elems:], [x], [])
     x = _rand(torch, (elems,), dtype, device, True)
-    fn = F.relu if kind == "relu" else (lambda t: F.gelu(t, approximate="tanh"))
+    fn = {"relu": F.relu, "squared-relu": lambda t: F.relu(t) * F.relu(t)}.get(
+        kind, lambda t: F.gelu(t, approximate="tanh"))
     return _autograd_passes(torch, lambda: fn(x), [x], [])
 
 

@@ -44,7 +44,13 @@ def finish(imp: Imported) -> dict:
                           f"{dp * model_par} != {world} GPUs of {cl.nodes} x {cl.gpus_per_node}; change --nodes")
     if "_local_batch" in imp.strategy:   # torchtitan: local_batch_size per data-parallel rank
         tr["global_batch"] = imp.strategy["_local_batch"] * dp
-        par.pop("dp", None)
+    par.pop("dp", None)
+    every = imp.strategy.get("_recompute_every")
+    if every:   # torchtitan selective_ac_option N: every N-th layer checkpointed whole (count from 1)
+        from taskgraph.plan import resolve_model
+        layers = resolve_model(s["model"], ".").layers
+        tr.pop("recompute", None)
+        tr["recompute_layers"] = ["full" if (i + 1) % every == 0 else "none" for i in range(layers)]
     if "_steps" in imp.strategy:
         tr["train_tokens"] = float(imp.strategy["_steps"] * tr["global_batch"] * tr["seq_len"])
     opts = s.get("options")
