@@ -392,8 +392,11 @@ def _training(tr: Fields, m: Fields, layers: int, stages: int, seq: int, precisi
 
 
 def _options(m: Fields, optim: Fields, dist: bool, moe: bool, shared: bool, extra: list) -> dict:
+    param_sync = optim.flag("overlap_param_sync", dist)
+    if param_sync and not dist:   # only the distributed optimizer gathers parameters (the strategy file
+        extra.append("model.optim.overlap_param_sync (no effect without the distributed optimizer)")  # refuses it)
     options = {"overlap_grad_reduce": optim.flag("overlap_grad_sync", dist),
-               "overlap_param_gather": optim.flag("overlap_param_sync", dist),
+               "overlap_param_gather": param_sync and dist,
                "tp_comm_overlap": m.flag("ub_tp_comm_overlap", False),
                "p2p_overlap": m.flag("overlap_p2p_comm", False),
                "flash_attention": _flash_attention(m)}

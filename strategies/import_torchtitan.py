@@ -373,7 +373,8 @@ def import_torchtitan(data: dict, *, cluster: str | None = None, nodes: int | No
     if mp == "float32":
         raise ConfigError(f"{W}[training] mixed_precision_param = 'float32': execsim models bf16 and fp16 mixed "
                           f"precision ({', '.join(MIXED_PRECISION)}); FP32 training is not modeled")
-    options: dict = {"overlap_grad_reduce": True, "overlap_param_gather": True,
+    # FSDP2 prefetches its parameter all-gathers; without sharding (zero 0) there is nothing to gather
+    options: dict = {"overlap_grad_reduce": True, "overlap_param_gather": parallel["zero"] > 0,
                      "tp_comm_overlap": par.flag("enable_async_tensor_parallel", False),
                      # the software stack (taskgraph/data/stacks.yaml): PyTorch eager unless torch.compile is on
                      "stack": "torchtitan-compile" if _compiled(data, tr) else "torchtitan"}
