@@ -91,6 +91,10 @@ NEW_FIELDS = {
                "parallel": {"tp": 2, "pp": 2, "zero": 1, "sp": True},
                "training": {"micro_batch": 1, "global_batch": 32, "seq_len": 4096, "precision": "fp8"},
                "options": {"fp8_recipe": "mxfp8"}}),
+    "nvfp4-gb300": ({"model": "llama3-8b", "cluster": {"preset": "gb300-nvl72", "nodes": 1},
+                     "parallel": {"tp": 2, "pp": 4, "zero": 1, "sp": True},
+                     "training": {"micro_batch": 1, "global_batch": 72, "seq_len": 4096, "precision": "fp4"},
+                     "options": {"fp4_recipe": "nvfp4", "num_layers_at_end_in_bf16": 3}}),
     "offload-gb200-any-size": ({"model": "llama3-8b", "cluster": {"preset": "gb200-nvl72", "gpus": 100},
                                 # pp 2: with pp 1 the two fidelities already differ by ~3 % without
                                 # offload (the DP buckets' overlap at the end of backward)
