@@ -22,7 +22,7 @@ from typing import Any
 from strategies.config import (check_keys, did_you_mean, get_bool, get_float, get_int, get_str, load_mapping)
 from strategies.errors import ConfigError, brief
 from strategies.fitted import fitted_value
-from strategies.limits import MAX_GPUS, MAX_SEQ_LEN
+from strategies.limits import MAX_GPUS, MAX_LAYERS, MAX_SEQ_LEN
 
 TOP_KEYS = ("model", "cluster", "parallel", "schedule", "training", "options", "goodput")
 PARALLEL_KEYS = ("tp", "pp", "dp", "vpp", "sp", "cp", "ep", "zero", "layers_per_stage", "dp_shard", "etp")
@@ -34,11 +34,14 @@ OPTION_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_bucket_mb", 
                "moe_max_nodes", "pair_overlap", "pair_comm_sms", "overlap_moe_expert_parallel_comm",
                "delay_wgrad_compute", "moe_flex_dispatcher_num_sms", "moe_shared_expert_overlap", "optimizer_cpu_offload",
                "optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d", "fp8_recipe", "fp8_param_gather",
+               "fp4_recipe", "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16",
                "activation_offload_layers", "overlap_interference", "stack",
                "cp_comm", "cp_load_balance", "reshard_after_forward",
                "price_per_gpu_hour_usd")
 SCHEDULE_KEYS = ("name", "csv")
-PRECISIONS = ("bf16", "fp16", "fp8")
+PRECISIONS = ("bf16", "fp16", "fp8", "fp4")
+#: FP4 training recipes (options.fp4_recipe); their costs: taskgraph/cost.py NVFP4_QUANT_BYTES
+FP4_RECIPES = ("nvfp4",)
 #: FP8 scaling recipes (options.fp8_recipe); their costs: taskgraph/cost.py FP8_RECIPE_COSTS
 FP8_RECIPES = ("tensorwise", "delayed", "rowwise", "blockwise", "mxfp8")
 RECOMPUTE = ("none", "selective", "full")
@@ -87,7 +90,8 @@ class TrainingSpec:
     """Training settings.
 
     micro_batch: sequences per microbatch. global_batch: sequences per optimizer step.
-    seq_len: tokens per sequence. precision: bf16 | fp16 | fp8 (GEMM math; master weights fp32).
+    seq_len: tokens per sequence. precision: bf16 | fp16 | fp8 | fp4 (GEMM math; master weights fp32;
+        fp4 needs FP4 tensor cores: Blackwell).
     recompute: none | selective | full activation recomputation (Korthikanti 2022).
     recompute_layers: per-layer override (list of none/selective/full, one per transformer layer), or None.
     train_tokens: token budget for the time-to-train report (None: not reported).
@@ -194,6 +198,15 @@ class OptionsSpec:
         (torchao per-row scaling), 'blockwise' (DeepSeek-V3 Section 3.3: 1x128 activation tiles,
         128x128 weight blocks, online quantization kernels, BF16 embedding / output head) or 'mxfp8'
         (OCP MX v1.0 32-element blocks with E8M0 scales; Blackwell).
+    fp4_recipe: with precision fp4, one of FP4_RECIPES (None: 'nvfp4', the only one): 'nvfp4' (NVIDIA, "Pretraining Large Language
+        Models with NVFP4", arXiv 2509.25149; Transformer Engine NVFP4BlockScaling): linear-layer GEMMs
+        in NVFP4 (16-element E2M1 blocks, E4M3 block scales, an FP32 tensor scale), random Hadamard
+        transforms on wgrad inputs, stochastic rounding of gradients, 2D 16x16 weight blocks; attention,
+        norms, embedding and output head in BF16.
+    num_layers_at_start_in_bf16, num_layers_at_end_in_bf16: with precision fp8 or fp4, transformer
+        layers at the start / end of the model whose GEMMs stay BF16 (Megatron --first-last-layers-bf16
+        --num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16). None: 0 with fp8; with fp4 the
+        NVFP4 paper's share (taskgraph/costing.py bf16_layers).
     fp8_param_gather: parameters kept in FP8 (Megatron --fp8-param-gather; torchao
         enable_fsdp_float8_all_gather): 1-byte weights on the GPU and a 1-byte parameter all-gather.
     cp_comm: context-parallel attention: 'allgather' K/V (Llama 3), 'ring' p2p overlapped with the
@@ -239,6 +252,9 @@ class OptionsSpec:
     overlap_cpu_optimizer_d2h_h2d: bool = False
     fp8_recipe: str = "tensorwise"
     fp8_param_gather: bool = False
+    fp4_recipe: str | None = None
+    num_layers_at_start_in_bf16: int | None = None
+    num_layers_at_end_in_bf16: int | None = None
     activation_offload_layers: int = 0
     cp_comm: str = "allgather"
     cp_load_balance: bool = True
@@ -419,6 +435,11 @@ def parse_strategy(data: dict, base_dir: str | Path = ".", *, written: bool = Tr
         overlap_cpu_optimizer_d2h_h2d=get_bool(o, "overlap_cpu_optimizer_d2h_h2d", "options", default=False),
         fp8_recipe=get_str(o, "fp8_recipe", "options", default="tensorwise", choices=FP8_RECIPES),
         fp8_param_gather=get_bool(o, "fp8_param_gather", "options", default=False),
+        fp4_recipe=None if o.get("fp4_recipe") is None else get_str(o, "fp4_recipe", "options", choices=FP4_RECIPES),
+        num_layers_at_start_in_bf16=None if o.get("num_layers_at_start_in_bf16") is None else get_int(
+            o, "num_layers_at_start_in_bf16", "options", minimum=0, maximum=MAX_LAYERS),
+        num_layers_at_end_in_bf16=None if o.get("num_layers_at_end_in_bf16") is None else get_int(
+            o, "num_layers_at_end_in_bf16", "options", minimum=0, maximum=MAX_LAYERS),
         activation_offload_layers=get_int(o, "activation_offload_layers", "options", default=0, minimum=0),
         cp_comm=get_str(o, "cp_comm", "options", default="allgather", choices=("allgather", "ring", "a2a")),
         cp_load_balance=get_bool(o, "cp_load_balance", "options", default=True),
@@ -451,6 +472,13 @@ def _check_applies(t: dict, o: dict, par: ParallelSpec, tr: TrainingSpec, opt: O
     if o.get("fp8_recipe") is not None and tr.precision != "fp8":
         raise ConfigError(f"options.fp8_recipe = {brief(opt.fp8_recipe)} applies to training.precision: fp8 (it is "
                           f"{tr.precision!r}); set precision: fp8 or drop fp8_recipe")
+    if o.get("fp4_recipe") is not None and tr.precision != "fp4":
+        raise ConfigError(f"options.fp4_recipe = {brief(opt.fp4_recipe)} applies to training.precision: fp4 (it is "
+                          f"{tr.precision!r}); set precision: fp4 or drop fp4_recipe")
+    for key in ("num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"):
+        if o.get(key) is not None and tr.precision not in ("fp8", "fp4"):
+            raise ConfigError(f"options.{key} = {getattr(opt, key)} keeps layers in BF16 under an fp8 / fp4 recipe, "
+                              f"but training.precision = {tr.precision!r}; set precision: fp8 or fp4, or drop {key}")
     if o.get("reshard_after_forward") is not None and par.zero < 3:
         raise ConfigError(f"options.reshard_after_forward = {str(opt.reshard_after_forward).lower()} applies to ZeRO-3 "
                           f"/ FSDP (sharded parameters), but parallel.zero = {par.zero}; set zero: 3 or drop it")

@@ -9,10 +9,11 @@ take bulk(dgrad, all-gather, f) (``taskgraph/overlap.py``: the collective holds 
 SMs, the TP stream's ``sm_share``; max(dgrad, all-gather) when f = 0); in a fused backward (B) the
 input-gradient reduction beside wgrad takes bulk(wgrad, reduction, f), recorded as ``wgrad_overlap``
 = wgrad + reduction - bulk(...) off the wgrad task; a split backward (I) leaves the reduction exposed. DP buckets all close at the end of the chunk's
-backward; with ``overlap_grad_reduce`` their durations are scaled so that they end when the operator
-lowering's would (``_bucket_tail``: released op by op during the last backward -- its W pass when the
-schedule splits backwards, ``meta["split_backward"]`` -- the compute slowed by the DP stream's SM
-fraction meanwhile), so the two fidelities agree by construction. Memory keeps the saved activations; the
+backward; with ``overlap_grad_reduce`` the chunk's last backward is lengthened by what the buckets
+released op by op during it slow it (``_bucket_tail``; its W pass when the schedule splits backwards,
+``meta["split_backward"]``; the DP stream's SM fraction) and the buckets' durations are scaled so that
+they end when the operator lowering's would, so the two fidelities agree by construction, for the
+rank's step end and for what that backward sends to the previous stage. Memory keeps the saved activations; the
 transient recompute buffers are not modeled at this fidelity.
 """
 from __future__ import annotations
@@ -72,23 +73,26 @@ def _stage(st: StageWork, f_tp: float = 0.0, f_dp: float = 0.0, overlap_grad_red
                 rec += f if layer.recompute == "full" else op.fwd
         bi += rec
         steps.append(([] if split_backward else [(li, -1, rec)]) + per_op[::-1])
-    op = OpCost("chunk", fwd, bi, bw, saved_bytes=saved, grad_bytes=grad, wgrad_overlap=wov)
     reduce = [b.reduce_s for b in st.buckets]
+    slow = 0.0
     if overlap_grad_reduce and st.buckets:
-        tail = _bucket_tail([x for layer in steps[::-1] for x in layer], st.buckets, f_dp, g_dp)
+        slow, tail = _bucket_tail([x for layer in steps[::-1] for x in layer], st.buckets, f_dp, g_dp)
         total = sum(reduce)
         reduce = [r * tail / total for r in reduce] if total > 0 else reduce
+    op = OpCost("chunk", fwd, bi, bw, saved_bytes=saved, grad_bytes=grad, wgrad_overlap=wov, last_bwd_extra=slow)
     buckets = tuple(Bucket(0, 0, b.nbytes, r, b.gather_s) for b, r in zip(st.buckets, reduce))
     return StageWork((LayerWork("chunk", (op,)),), buckets, st.optimizer_s)
 
 
-def _bucket_tail(steps, buckets, f_dp: float, g_dp: float = 0.0) -> float:
-    """Seconds by which the gradient buckets of a stage's last backward outlast it, as the operator
-    lowering runs them: each bucket released when the backward passes its closing operator, the DP
-    stream taking them in order, the compute slowed to ``1 - f_dp`` while the stream is busy and the
-    stream to ``1 - g_dp`` while the compute is (taskgraph/overlap.py ``hbm_loss``).
-    A coarse chunk releases its buckets at its end; their durations are scaled so that they end where
-    these would (the part hidden under the backward, and the SMs it took, are already in the tail)."""
+def _bucket_tail(steps, buckets, f_dp: float, g_dp: float = 0.0) -> tuple[float, float]:
+    """(slowdown, tail) of a stage's last backward and its gradient buckets, as the operator lowering
+    runs them: each bucket released when the backward passes its closing operator, the DP stream
+    taking them in order, the compute slowed to ``1 - f_dp`` while the stream is busy and the stream
+    to ``1 - g_dp`` while the compute is (taskgraph/overlap.py ``hbm_loss``). ``slowdown``: seconds the
+    backward takes beyond its plain length (the SMs the buckets held); ``tail``: seconds the buckets
+    run after it ends. A coarse chunk lengthens its last backward by the first (``OpCost.last_bwd_extra``:
+    what it sends to the previous stage then leaves when the operator lowering's would) and releases its
+    buckets at its end, their durations scaled to the second."""
     closing = {}
     for j, b in enumerate(buckets):
         closing.setdefault((b.layer, b.op), []).append(b.reduce_s)
@@ -105,7 +109,7 @@ def _bucket_tail(steps, buckets, f_dp: float, g_dp: float = 0.0) -> float:
             t += w
         for d in closing.get((li, oi), ()):
             r += d
-    return t + r - plain
+    return t - plain, r
 
 
 def coarsen(work: IterationWork) -> IterationWork:

@@ -46,8 +46,9 @@ from topologies.kernels import gemm_kernel as get_gemm_kernel
 PASSES = ("fwd", "bwd_input", "bwd_weight")
 
 #: bytes per activation / GEMM-output element in each training precision: fp8 recipes keep 16-bit
-#: I/O (Transformer Engine casts to fp8 inside the GEMM and writes bf16)
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2}
+#: I/O (Transformer Engine casts to fp8 inside the GEMM and writes bf16); NVFP4 likewise (TE's NVFP4
+#: GEMMs take quantized operands and write bf16 outputs)
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2, "fp4": 2}
 
 
 def pass_shape(g, pass_: str) -> tuple[int, int, int, int]:
@@ -344,7 +345,27 @@ MX_BLOCK = 32
 #: (2 x 1) and their E8M0 scales (2 x 1/32); the column-wise copies serve wgrad, so wgrad quantizes
 #: nothing; weights once per step.
 FP8_RECIPE_COSTS = {"tensorwise": (0.0, ""), "delayed": (0.0, ""), "rowwise": (5.0, "both"),
-                    "blockwise": (FP8_QUANT_BYTES, "act"), "mxfp8": (2 + 2 + 2 / MX_BLOCK, "act-once")}
+                    "blockwise": (FP8_QUANT_BYTES, "act"), "mxfp8": (2 + 2 + 2 / MX_BLOCK, "act-once"),
+                    "nvfp4": (0.0, "act-once")}   # nvfp4's bytes: NVFP4_QUANT_BYTES below
+#: NVFP4 (arXiv 2509.25149 Section 2; Transformer Engine recipe NVFP4BlockScaling,
+#: transformer_engine/common/recipe/__init__.py): E2M1 elements (half a byte) in blocks of 16 sharing one
+#: E4M3 scale (1 byte), and one FP32 scale per tensor from the tensor's amax.
+NVFP4_BLOCK = 16
+NVFP4_ELEMENT_BYTES = 0.5 + 1 / NVFP4_BLOCK
+#: HBM bytes per element of the NVFP4 quantization of a GEMM input (activation in forward, output
+#: gradient in backward), as Transformer Engine runs it (transformer_engine/pytorch/csrc/quantizer.cpp,
+#: NVFP4Quantizer::quantize_impl, commit d0067d0): one kernel reads the bf16 tensor for the two
+#: per-tensor amaxes (nvte_hadamard_transform_amax: of the input, and of its 16x16 random Hadamard
+#: transform for the column-wise copy), then one fused kernel (nvte_quantize_with_hadamard_transform)
+#: reads it again and writes the row-wise copy (for fprop / dgrad) and the Hadamard-transformed
+#: column-wise copy (for wgrad), each E2M1 with E4M3 block scales. The RHT is a 16x16 matmul per block
+#: (32 FLOP per element, far under Blackwell's ridge) and the stochastic rounding of gradients is the
+#: conversion instruction's own (cvt.rs), so neither adds bytes. Weights (2D 16x16 blocks, no RHT) are
+#: quantized once per step, as mxfp8's, and not charged per micro-batch. Wgrad reads the cached
+#: column-wise copies: it quantizes nothing.
+NVFP4_QUANT_BYTES = 2 + 2 + 2 * NVFP4_ELEMENT_BYTES
+#: kernels per quantized tensor where a recipe launches more than one (NVFP4: amax, then the fused cast)
+QUANT_KERNELS = {"nvfp4": 2}
 #: The GEMM kernel family (kernels.yaml ``gemm.kernels``) a recipe's GEMMs run; not listed: the catalog's
 #: cuBLAS / CUTLASS kernels (overlapped epilogue). blockwise = DeepSeek-V3 Section 3.3's recipe, whose
 #: published kernel is DeepGEMM ("FP8 GEMMs with fine-grained scaling, as proposed in DeepSeek-V3",
@@ -372,7 +393,7 @@ def fp8_quantize_elements(op, pass_: str, recipe: str = "blockwise") -> float:
 def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True,
             profile: ProfileTable | None = None, grad_accum_bytes: int = 0,
             fp8_recipe: str = "tensorwise", stack=None, gemm_kernel: str | None = None,
-            grad_accum_unfused_bytes: int = 0) -> float:
+            grad_accum_unfused_bytes: int = 0, quantize: bool = True) -> float:
     """Seconds for one pass of one operator on one GPU.
 
     ``grad_accum_bytes``: element size of the main-gradient buffer weight-gradient GEMMs accumulate
@@ -387,7 +408,11 @@ def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True,
     accumulation promoted to FP32 CUDA cores every N_C = 128 elements (Section 3.3.2) overlaps the
     other warpgroup's MMA there, so it adds no term: the GEMM efficiency is the GPU's fp8 one.
     ``gemm_kernel``: the GEMM kernel family of kernels.yaml (None: the catalog's); a recipe of
-    :data:`RECIPE_GEMM_KERNELS` sets it."""
+    :data:`RECIPE_GEMM_KERNELS` sets it. ``dtype`` fp4: NVIDIA's NVFP4 recipe (:func:`_nvfp4_time`);
+    ``quantize=False``: the GEMMs alone at the dtype's rate, without a recipe's quantization passes."""
+    if dtype == "fp4" and quantize and op.kind == "gemm" and op.gemms:
+        return _nvfp4_time(op, pass_, gpu, flash=flash, profile=profile, grad_accum_bytes=grad_accum_bytes,
+                           stack=stack, gemm_kernel=gemm_kernel)
     if dtype == "fp8" and FP8_RECIPE_COSTS.get(fp8_recipe, (0.0,))[0] and op.kind == "gemm" and op.gemms:
         if op.name.endswith("lm_head"):   # the output head stays BF16 (DeepSeek-V3 3.3.1; torchtitan filter_fqns)
             return op_time(op, pass_, gpu, "bf16", flash=flash, profile=profile, grad_accum_bytes=grad_accum_bytes,
@@ -449,7 +474,8 @@ def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True,
             return max(comp, rest_t) + acc_t + launches
         return max(comp, mem_t) + launches
     if op.kind == "attention":
-        # attention math runs in bf16/fp16 even in fp8 recipes (Transformer Engine keeps DPA in bf16)
+        # attention math runs in bf16/fp16 even in fp8 / fp4 recipes (Transformer Engine keeps DPA in bf16;
+        # NVFP4BlockScaling sets fp8_dpa = fp8_mha = False)
         peak = gpu.peak_flops("bf16")
         if flash:
             # the stack's fused attention kernel at the shape it sees (taskgraph/stacks.py and the kernel
@@ -469,3 +495,26 @@ def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True,
     ew_t = passes * nbytes / (gpu.hbm_bandwidth * eff.elementwise_efficiency)
     comp = flops / gpu.peak_flops("fp32") if flops > 0 else 0.0
     return max(ew_t, comp) + launch * passes
+
+
+def _nvfp4_time(op, pass_: str, gpu, *, flash: bool, profile, grad_accum_bytes: int, stack, gemm_kernel) -> float:
+    """One pass of a GEMM operator under NVIDIA's NVFP4 training recipe (arXiv 2509.25149 Section 4;
+    Transformer Engine NVFP4BlockScaling): Fprop, Dgrad and Wgrad GEMMs all at the FP4 rate, after the
+    memory-bound quantization of the pass's input (:data:`NVFP4_QUANT_BYTES` per element of what
+    :func:`fp8_quantize_elements` counts for 'act-once', :data:`QUANT_KERNELS` launches per GEMM).
+    The output head stays BF16 (the paper keeps embeddings and the output projection in BF16); the
+    layers the recipe keeps in BF16 are costed as bf16 by the caller (taskgraph/costing.py)."""
+    if op.name.endswith("lm_head"):
+        return op_time(op, pass_, gpu, "bf16", flash=flash, profile=profile, grad_accum_bytes=grad_accum_bytes,
+                       stack=stack)
+    measured = profile.lookup(gpu, "fp4", op, pass_) if profile is not None else None
+    if measured is not None:
+        return measured   # a measured time includes whatever the kernels did
+    base = op_time(op, pass_, gpu, "fp4", flash=flash, profile=None, grad_accum_bytes=grad_accum_bytes,
+                   stack=stack, gemm_kernel=gemm_kernel, quantize=False)
+    q = fp8_quantize_elements(op, pass_, "nvfp4")
+    if q <= 0:
+        return base
+    eff = gpu.efficiency
+    return base + q * NVFP4_QUANT_BYTES / (gpu.hbm_bandwidth * eff.elementwise_efficiency) \
+        + QUANT_KERNELS["nvfp4"] * len(op.gemms) * eff.launch_overhead

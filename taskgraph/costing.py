@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from strategies.schedules import has_split_backward
-from taskgraph.cost import OPTIMIZER_OP, ProfileTable, op_time
+from taskgraph.cost import NVFP4_ELEMENT_BYTES, OPTIMIZER_OP, ProfileTable, op_time, optimizer_shape
 from taskgraph.lower_model import Bucket, Comm, IterationWork, LayerWork, OpCost, StageWork
 from taskgraph.operators import embedding_operators, head_operators, layer_operators
 from taskgraph.plan import DTYPE_BYTES, Plan
@@ -37,10 +37,13 @@ BUCKET_PARAMS_PER_DP = 1_000_000
 class CostContext:
     plan: Plan
     profile: ProfileTable | None
+    #: the GEMM precision of the layers costed with this context; None: the training precision (a layer an
+    #: fp8 / fp4 recipe keeps in BF16 is costed with "bf16", Plan.bf16_layers)
+    precision: str | None = None
 
     @property
     def dtype(self) -> str:
-        return self.plan.strategy.training.precision
+        return self.precision or self.plan.strategy.training.precision
 
     @property
     def stack(self):
@@ -119,7 +122,7 @@ def grad_bytes_per_param(plan: Plan) -> int:
     """Megatron accumulates and reduces gradients in fp32 with bf16 (arguments.py sets
     accumulate_allreduce_grads_in_fp32 for bf16); fp16 keeps fp16 gradients."""
     tr, opt = plan.strategy.training, plan.strategy.options
-    return 4 if (tr.precision in ("bf16", "fp8") and opt.fp32_grad_accum) else 2
+    return 4 if (tr.precision in ("bf16", "fp8", "fp4") and opt.fp32_grad_accum) else 2
 
 
 def param_bytes(plan: Plan) -> int:
@@ -185,6 +188,11 @@ def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bo
         # an MLA up-projection's output (the attention core's Q, K, V: selective bytes) stays BF16
         keep = float(op.selective_recompute_bytes)
         saved = (saved - keep) * FP8_COMM_FACTOR + keep
+    if ctx.dtype == "fp4" and op.kind == "gemm" and op.gemms and not op.name.endswith("lm_head"):
+        # Transformer Engine keeps a quantized GEMM input for the backward as the column-wise NVFP4 copy
+        # wgrad reads (E2M1 + one E4M3 scale per 16: NVFP4_ELEMENT_BYTES of bf16's 2), as blockwise above
+        keep = float(op.selective_recompute_bytes)
+        saved = (saved - keep) * NVFP4_ELEMENT_BYTES / 2 + keep
     if policy == "selective":
         saved, rec = saved - op.selective_recompute_bytes, float(op.selective_recompute_bytes)
     elif policy == "full":
@@ -446,6 +454,7 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
     # a small id for the layer context (cleared with the memo, as context ids are); pace per pipeline rank
     lcid, paces = None if cid is None else _CONTEXTS.setdefault(("layers",) + _layer_context(plan), len(_CONTEXTS)), {}
     S = plan.schedule.num_stages
+    hp = plan.bf16_layers != (0, 0)   # some layers of an fp8 / fp4 recipe stay BF16 (Plan.bf16_layers)
     for stage in range(S):
         prank = plan.schedule.stage_to_rank[stage]
         groups = dict(_rep_groups(s, prank))
@@ -459,7 +468,7 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
         first, last = plan.schedule.is_first_stage(stage), plan.schedule.is_last_stage(stage)
         pace = paces[prank] if prank in paces else paces.setdefault(prank, stage_pace(plan.cluster, s, prank))
         sig = (cid, first, last, _groups_sig(plan.cluster, s, prank), pace,
-               tuple((plan.model.layer_kind(li), p) for li, p in zip(lis, pols)))
+               tuple((plan.model.layer_kind(li), p, hp and plan.layer_in_bf16(li)) for li, p in zip(lis, pols)))
         if coarse:   # compute_only: the chunk operator depends on the layer context, not dp / ZeRO 0-2
             key = ("coarse-compute", split, f_tp, shared, lcid) + sig[1:] if compute_only else ("coarse", split) + sig
             stages.append(_memo(key, lambda: _coarse_stage(_build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw, not compute_only), f_tp, f_dp, opt.overlap_grad_reduce, split, shared, g_dp)))
@@ -533,16 +542,19 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
         # layer (forward) and last layer (backward) have nothing to hide behind
         edge = (j == 0, j == len(lis) - 1) if plan.zero == 3 else (False, False)
         off = j < opt.activation_offload_layers
-        key = (plan.model.layer_kind(li), policy, groups["tp"], groups["cp"], groups["ep"], groups["etp"], edge, off)
+        bf16 = plan.layer_in_bf16(li)
+        key = (plan.model.layer_kind(li), policy, groups["tp"], groups["cp"], groups["ep"], groups["etp"], edge, off,
+               bf16)
         if key not in layer_cache:
+            lctx = CostContext(plan, ctx.profile, "bf16") if bf16 else ctx
             ops = layer_operators(plan.model, ep=s.ep, etp=s.etp, dtype_bytes=dt, flash_attention=opt.flash_attention,
                                   layer_index=li, moe_load=opt.moe_load, cp_comm=opt.cp_comm,
                                   cp_balance=opt.cp_load_balance, **kw)
-            costs = [_op_cost(ctx, o, policy, groups, i == 0) for i, o in enumerate(ops)]
+            costs = [_op_cost(lctx, o, policy, groups, i == 0) for i, o in enumerate(ops)]
             if plan.zero == 3:
                 fwd_c = sum(c.fwd for c in costs)
                 bwd_c = sum(c.bwd_input + c.bwd_weight for c in costs)
-                fpre, bpre, bpost = _zero3_comms(ctx, ops, groups["dp"], 0.0 if edge[0] else fwd_c,
+                fpre, bpre, bpost = _zero3_comms(lctx, ops, groups["dp"], 0.0 if edge[0] else fwd_c,
                                                  0.0 if edge[1] else bwd_c)
                 costs[0] = _with(costs[0], fwd_pre=fpre + costs[0].fwd_pre, bwd_post=costs[0].bwd_post + bpost)
                 costs[-1] = _with(costs[-1], bwd_pre=bpre + costs[-1].bwd_pre)

@@ -312,7 +312,8 @@ class Layout:
 
     def values(self, work: IterationWork) -> np.ndarray:
         """The value table durations index: F, I, W and B's wgrad (W less ``wgrad_overlap``) times
-        per stage, 0, bucket reduce times, bucket gather times (flattened per stage), optimizer time
+        per stage, 0, per stage the task its DP buckets follow in its last backward (its value plus
+        ``last_bwd_extra``), bucket reduce times, bucket gather times (flattened per stage), optimizer time
         per rank, then per link the activation and the gradient transfer times (``work.p2p_pairs[(a, b)]`` when given, else
         ``p2p_fwd_s`` / ``p2p_bwd_s``, as ``lower_model``'s transfer function)."""
         S = self.num_stages
@@ -322,6 +323,10 @@ class Layout:
         vals += [o.bwd_weight for o in ops]
         vals += [o.bwd_weight - o.wgrad_overlap for o in ops]
         vals.append(0.0)
+        # the stage's last backward-ish task before its DP buckets: its own value plus the slowdown by
+        # them (OpCost.last_bwd_extra; lower_model adds it to the same task)
+        src = self.extra["last_bwd_value"]
+        vals += [vals[int(src[i])] + (o.last_bwd_extra if self.extra["ogr"] else 0.0) for i, o in enumerate(ops)]
         vals += [bk.reduce_s for st in work.stages for bk in st.buckets]
         vals += [bk.gather_s for st in work.stages for bk in st.buckets]
         s2r = self.extra["stage_to_rank"]
@@ -412,7 +417,8 @@ def _build_layout(schedule: Schedule, ax: ActionIndex, shape: tuple) -> Layout:
     np.cumsum(nb_s[:-1], out=boff[1:])
     NB = int(nb_s.sum())
     OBI, OBW, OBWB, OZERO = S, 2 * S, 3 * S, 4 * S
-    ORED = 4 * S + 1
+    OLB = 4 * S + 1
+    ORED = 5 * S + 1
     OGAT = ORED + NB
     OOPT = OGAT + NB
     OLINK = OOPT + P
@@ -441,6 +447,12 @@ def _build_layout(schedule: Schedule, ax: ActionIndex, shape: tuple) -> Layout:
     vtab = np.array([0, OBI, OBWB, OBI, OBI, OBI, OBW, OZERO], dtype=np.int64)
     vidx1 = np.where(is_comp, vtab[np.minimum(role, 7)] + np.where(role == R_WE, 0, a_st),
                      ORED + boff[a_st] + (local - base[aid]))
+    # the last compute task of each stage's last backward-ish action (what its buckets follow,
+    # lower_model's bucket_after) reads its own slot: its plain value + OpCost.last_bwd_extra
+    lb_task = is_comp & is_lb[aid] & called[aid] & (local == base[aid] - 1)
+    last_bwd_value = np.full(S, OZERO, dtype=np.int64)
+    last_bwd_value[a_st[lb_task]] = vidx1[lb_task]
+    vidx1 = np.where(lb_task, OLB + a_st, vidx1)
     dev1 = 3 * rk[aid] + np.where(is_comp, 0, 2)
     mb1 = np.where(is_comp, ax.mb[aid], -1)
 
@@ -591,6 +603,8 @@ def _build_layout(schedule: Schedule, ax: ActionIndex, shape: tuple) -> Layout:
                  schedule_meta=dict(schedule=schedule.name, pp=schedule.pp, vpp=schedule.vpp,
                                     microbatches=schedule.microbatches, num_stages=S))
     lay.extra["stage_to_rank"] = tuple(s2r)
+    lay.extra["last_bwd_value"] = last_bwd_value
+    lay.extra["ogr"] = ogr
     lay.extra["entry"] = entry
     lay.extra["exit"] = exit_
     lay.extra["actions"] = ax

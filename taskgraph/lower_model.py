@@ -71,6 +71,12 @@ class OpCost:
         than ``bwd_weight`` because collectives that ``bwd_input`` counts ran concurrently with it
         (coarse records only, ``taskgraph/coarse.py``; operator records express overlap through
         ``Comm.overlaps``).
+    last_bwd_extra: seconds the stage's last backward-ish action (the one that releases the DP
+        buckets with ``overlap_grad_reduce``) takes beyond its plain duration because the buckets it
+        releases hold SMs while it runs (coarse records only, ``taskgraph/coarse.py`` ``_bucket_tail``;
+        operator records get it from the interference fixed point). Added to the task the buckets
+        follow, so what that backward sends to the previous stage leaves when it would at operator
+        fidelity.
     """
 
     name: str
@@ -86,6 +92,7 @@ class OpCost:
     recompute_bytes: float = 0.0
     grad_bytes: float = 0.0
     wgrad_overlap: float = 0.0
+    last_bwd_extra: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -314,9 +321,12 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
             name = f"{lname}.{op.name}"
             held = (op.saved_bytes, op.recompute_bytes)
             has_w = op.bwd_weight > 0
+            # the task the DP buckets follow carries the coarse record's slowdown by them (OpCost)
+            x = op.last_bwd_extra if (op.last_bwd_extra and work.overlap_grad_reduce
+                                      and a == last_bwd.get(a.stage)) else 0.0
             if a.kind == "W":
                 if has_w:
-                    t = comp(op.bwd_weight, "backward-weight", name + ".wgrad", free=held)
+                    t = comp(op.bwd_weight + x, "backward-weight", name + ".wgrad", free=held)
                     bucket_after(t, li, oi)
                 return
             # B: dgrad then wgrad, both "backward"; I: dgrad only, W comes later.
@@ -332,7 +342,7 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
                 pre, early, post, late = op.bwd_pre, (), op.bwd_post, ()
             comms(pre)
             xs = comms(early, side=True)
-            t = dgrad = comp(op.bwd_input, cat, dname, free=(0.0, 0.0) if has_w else held)
+            t = dgrad = comp(op.bwd_input + (0.0 if has_w else x), cat, dname, free=(0.0, 0.0) if has_w else held)
             waits.extend(xs)
             comms(post)
             ys = comms(late, side=True)
@@ -342,7 +352,7 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
                 # the communication stream beside mlp.backward_dw): the weight gradient waits for
                 # its input gradient only, so the collectives after the dgrad start at once, and
                 # what follows in the chain does not wait for it (the action's exit does: a join)
-                t = bld.add_task((op.bwd_weight - op.wgrad_overlap) * scale, cdev, "backward",
+                t = bld.add_task((op.bwd_weight - op.wgrad_overlap + x) * scale, cdev, "backward",
                                  op=name + ".wgrad", stage=a.stage, chunk=chunk, mb=a.mb, rank=rank)
                 bld.add_edge(dgrad, t)
                 for m, kind in zip(held, ("activation", "temporary")):
@@ -350,7 +360,7 @@ def lower_model(schedule: Schedule, work: IterationWork, *, overlap_handoff: str
                         bld.add_memory(t, -m, at_end=True, kind=kind)
                 comm_tails.append(t)
             elif with_w and has_w:
-                t = comp(op.bwd_weight - op.wgrad_overlap, "backward", name + ".wgrad", free=held)
+                t = comp(op.bwd_weight - op.wgrad_overlap + x, "backward", name + ".wgrad", free=held)
             waits.extend(ys)
             if with_w or not has_w:
                 bucket_after(t, li, oi)

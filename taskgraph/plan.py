@@ -74,6 +74,28 @@ class Plan:
     def tokens_per_iteration(self) -> int:
         return self.strategy.training.global_batch * self.strategy.training.seq_len
 
+    @cached_property
+    def bf16_layers(self) -> tuple[int, int]:
+        """(first, last): how many transformer layers at the start and at the end of the model keep their
+        GEMMs in BF16 under an fp8 / fp4 recipe (Megatron --first-last-layers-bf16 with
+        --num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16, megatron/core/fp8_utils.py
+        is_first_last_bf16_layer). Unset: none with fp8 (Megatron-Bridge MixedPrecisionConfig defaults
+        0 / 0); with fp4 the NVFP4 recipe's share (arXiv 2509.25149 Section 4, "selective high-precision
+        layers": the first two and the last eight of its 12B model's 62 blocks, ~16% of the linear
+        layers), scaled to the model's depth: round(2L/62) and round(8L/62). bf16 / fp16: (0, 0).
+
+        >>> first_last_bf16(126, "fp4", None, None)
+        (4, 16)
+        """
+        o, tr = self.strategy.options, self.strategy.training
+        return first_last_bf16(self.model.layers, tr.precision, o.num_layers_at_start_in_bf16,
+                               o.num_layers_at_end_in_bf16)
+
+    def layer_in_bf16(self, li: int) -> bool:
+        """Layer ``li``'s GEMMs run in BF16 although the training precision is fp8 / fp4 (:attr:`bf16_layers`)."""
+        first, last = self.bf16_layers
+        return li < first or li >= self.model.layers - last
+
     def stage_layers(self, stage: int) -> range:
         """Global indices of the transformer layers in ``stage`` (counted from the first stage of its
         pipeline segment: DualPipe's second direction holds the same layers again)."""
@@ -86,6 +108,25 @@ class Plan:
     def _layer_offsets(self) -> tuple[int, ...]:
         """Prefix sums of layers_per_stage (stage_layers in O(1), not O(stages), per call)."""
         return tuple(itertools.accumulate(self.layers_per_stage, initial=0))
+
+
+#: NVFP4 recipe (arXiv 2509.25149 Section 4): BF16 blocks at the start and at the end of its 62-block 12B model
+NVFP4_BF16_FIRST, NVFP4_BF16_LAST, NVFP4_PAPER_LAYERS = 2, 8, 62
+
+
+def first_last_bf16(layers: int, precision: str, first: int | None, last: int | None) -> tuple[int, int]:
+    """(first, last) layers kept in BF16 (see :attr:`Plan.bf16_layers`).
+
+    >>> first_last_bf16(32, "fp4", None, None), first_last_bf16(32, "fp8", None, 1), first_last_bf16(32, "bf16", 2, 2)
+    ((1, 4), (0, 1), (0, 0))
+    """
+    if precision not in ("fp8", "fp4"):
+        return 0, 0
+    share = precision == "fp4"
+    a = first if first is not None else (round(layers * NVFP4_BF16_FIRST / NVFP4_PAPER_LAYERS) if share else 0)
+    b = last if last is not None else (round(layers * NVFP4_BF16_LAST / NVFP4_PAPER_LAYERS) if share else 0)
+    a = min(a, layers)
+    return a, min(b, layers - a)
 
 
 def _divisors(n: int) -> list[int]:
@@ -316,8 +357,16 @@ def resolve(strategy: Strategy) -> Plan:
         raise ConfigError(f"training.precision = 'fp8' but {cluster.gpu.name} has no FP8 tensor cores; use bf16 "
                           f"or a Hopper/Blackwell cluster")
 
+    if tr.precision == "fp4" and cluster.gpu.peak_flops_fp4 is None:
+        raise ConfigError(f"training.precision = 'fp4' but {cluster.gpu.name} has no FP4 tensor cores (NVFP4 needs "
+                          f"Blackwell: B200, GB200, GB300); use fp8 or bf16, or a Blackwell cluster such as gb300-nvl72")
+
     opt = strategy.options
     # (an fp8_recipe without fp8 is refused by strategies/strategy_file.py check_strategy)
+    kept = (opt.num_layers_at_start_in_bf16 or 0) + (opt.num_layers_at_end_in_bf16 or 0)
+    if kept > model.layers:
+        raise ConfigError(f"options.num_layers_at_start_in_bf16 + num_layers_at_end_in_bf16 = {kept} exceeds "
+                          f"model.layers = {model.layers}; keep at most {model.layers} layers in BF16")
     if opt.fp8_param_gather and tr.precision != "fp8":
         raise ConfigError(f"options.fp8_param_gather = true keeps parameters in FP8, but training.precision = "
                           f"{tr.precision!r}; set precision: fp8 or drop fp8_param_gather")

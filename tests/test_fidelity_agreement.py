@@ -91,6 +91,17 @@ NEW_FIELDS = {
                "parallel": {"tp": 2, "pp": 2, "zero": 1, "sp": True},
                "training": {"micro_batch": 1, "global_batch": 32, "seq_len": 4096, "precision": "fp8"},
                "options": {"fp8_recipe": "mxfp8"}}),
+    "nvfp4-gb300": ({"model": "llama3-8b", "cluster": {"preset": "gb300-nvl72", "nodes": 1},
+                     "parallel": {"tp": 2, "pp": 4, "zero": 1, "sp": True},
+                     "training": {"micro_batch": 1, "global_batch": 72, "seq_len": 4096, "precision": "fp4"},
+                     "options": {"fp4_recipe": "nvfp4", "num_layers_at_end_in_bf16": 3}}),
+    # as few micro-batches as pipeline ranks: the DP buckets' slowdown of each stage's last backward
+    # delays what it sends to the previous stage (coarse: OpCost.last_bwd_extra); -2.9 % before that
+    "few-microbatches-dp-buckets": ({"model": {"preset": "gpt3-175b", "layers": 16},
+                                     "cluster": {"preset": "dgx-a100-80g", "nodes": 16},
+                                     "parallel": {"tp": 8, "pp": 4, "sp": True, "zero": 1},
+                                     "training": {"micro_batch": 1, "global_batch": 16, "seq_len": 2048,
+                                                  "recompute": "selective"}}),
     "offload-gb200-any-size": ({"model": "llama3-8b", "cluster": {"preset": "gb200-nvl72", "gpus": 100},
                                 # pp 1 (Megatron-core refuses offload with pipeline parallelism); the DP
                                 # reduction after backward, not bucketed, so that the two fidelities'

@@ -63,7 +63,13 @@ OPTION_VALUES = {
     "overlap_cpu_optimizer_d2h_h2d": [True],
     "moe_shared_expert_overlap": [True],
     "pipeline_scatter_gather": [True],
+    "fp4_recipe": ["nvfp4"],
+    "num_layers_at_start_in_bf16": [0, 1],
+    "num_layers_at_end_in_bf16": [0, 1, 2],
 }
+#: NVFP4 training on B200 and the BF16 first / last layers of fp8 / fp4 recipes, drawn by _draw_fp4 from
+#: its own generator (same reason)
+FP4_KEYS = ("fp4_recipe", "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16")
 #: Megatron's CPU optimizer offload, drawn by _draw_cpu_offload from its own generator (same reason)
 OFFLOAD_KEYS = ("optimizer_cpu_offload", "optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d")
 #: Megatron's combined 1F1B options, drawn by _draw_a2a_overlap from their own generator (so the
@@ -75,7 +81,8 @@ NEEDS = {"moe_imbalance": "moe", "moe_capacity_factor": "moe", "moe_max_nodes": 
          "fp8_recipe": "fp8", "cp_comm": "cp", "cp_load_balance": "cp", "reshard_after_forward": "zero3",
          "pair_overlap": "dualpipe", "pair_comm_sms": "dualpipe", "overlap_handoff": "dualpipe",
          "fp8_param_gather": "fp8", **{k: "a2a-overlap" for k in A2A_KEYS}, **{k: "cpu-offload" for k in OFFLOAD_KEYS},
-         "moe_shared_expert_overlap": "shared-overlap", "pipeline_scatter_gather": "tp-pp"}
+         "moe_shared_expert_overlap": "shared-overlap", "pipeline_scatter_gather": "tp-pp",
+         **{k: "low-precision" for k in FP4_KEYS}}
 
 
 def _draw_shared_overlap(data: dict, on: set, i: int) -> None:
@@ -135,6 +142,27 @@ def _draw_scatter_gather(data: dict, on: set, i: int) -> None:
         return
     data["options"]["pipeline_scatter_gather"] = True
     on.add("pipeline_scatter_gather")
+
+
+def _draw_fp4(data: dict, on: set, i: int) -> None:
+    """NVFP4 (training.precision fp4) on DGX B200 in a sixth of the bf16 draws, options.fp4_recipe written
+    in half of those; BF16 first / last layers (Megatron --num-layers-at-start/end-in-bf16) in half of
+    the fp8 and fp4 draws; its own generator keeps the other draws as they were."""
+    rng = np.random.default_rng((20261130, i))
+    tr, opts = data["training"], data["options"]
+    if tr["precision"] == "bf16" and rng.random() < 1 / 6:
+        tr["precision"] = "fp4"
+        data["cluster"]["preset"] = "dgx-b200"
+        if rng.random() < 0.5:
+            opts["fp4_recipe"] = "nvfp4"
+            on.add("fp4_recipe")
+    if tr["precision"] not in ("fp8", "fp4"):
+        return
+    for key in FP4_KEYS[1:]:
+        if rng.random() < 0.5:
+            values = OPTION_VALUES[key]
+            opts[key] = values[int(rng.integers(len(values)))]
+            on.add(key)
 
 
 #: model fields drawn like the options (each on in at least MIN_ON draws), by _draw_model_fields
@@ -245,6 +273,7 @@ def _draw(rng: np.random.Generator, i: int) -> tuple[dict, set]:
     _draw_model_fields(data, on, i)
     _draw_scatter_gather(data, on, i)
     _draw_stack_mechanisms(data, on, i)
+    _draw_fp4(data, on, i)
     return data, on
 
 

@@ -132,10 +132,11 @@ def test_coarse_bucket_tail_with_hbm_loss_closed_form():
     from taskgraph.coarse import _bucket_tail
     from taskgraph.lower_model import Bucket
     # backward: 4 s closing a 4 s bucket, then 10 s; f = 0.25, g = 0.2: the bucket runs at 0.8 for
-    # 5 s beside the compute, which takes 10 + 0.25 x 5 = 11.25 s; the tail past the 14 s backward 1.25 s
+    # 5 s beside the compute, which takes 10 + 0.25 x 5 = 11.25 s: the 14 s backward is 1.25 s longer,
+    # and the bucket is done inside it (no tail)
     steps = [(0, 1, 4.0), (0, 0, 10.0)]
-    assert _bucket_tail(steps, [Bucket(0, 1, 1.0, 4.0)], 0.25, 0.2) == pytest.approx(1.25)
-    # without the loss the old closed form: 10 + 0.25 x 4 -> tail 1 s
-    assert _bucket_tail(steps, [Bucket(0, 1, 1.0, 4.0)], 0.25) == pytest.approx(1.0)
-    # a bucket released at the end runs alone: its full length
-    assert _bucket_tail(steps, [Bucket(0, 0, 1.0, 4.0)], 0.25, 0.2) == pytest.approx(4.0)
+    assert _bucket_tail(steps, [Bucket(0, 1, 1.0, 4.0)], 0.25, 0.2) == pytest.approx((1.25, 0.0))
+    # without the loss the old closed form: 10 + 0.25 x 4 -> 1 s longer
+    assert _bucket_tail(steps, [Bucket(0, 1, 1.0, 4.0)], 0.25) == pytest.approx((1.0, 0.0))
+    # a bucket released at the end runs alone after the backward: its full length
+    assert _bucket_tail(steps, [Bucket(0, 0, 1.0, 4.0)], 0.25, 0.2) == pytest.approx((0.0, 4.0))

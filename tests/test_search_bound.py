@@ -4,6 +4,7 @@ real spaces), the top rows equal an exhaustive search's, and the counts add up."
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -154,7 +155,10 @@ def _bounds_hold(strategy, space, gpus, every=1):
         # the operators-only records (branch and bound's first costing): the same operators and
         # transfers, no buckets or optimizer steps, so bounds on them hold too
         ops = build_work(plan, fidelity="coarse", compute_only=True)
-        assert [st.layers for st in ops.stages] == [st.layers for st in work.stages]
+        # (less the slowdown of each stage's last backward by its DP buckets, which it has none of)
+        plain = lambda w: [tuple(replace(l, ops=tuple(replace(o, last_bwd_extra=0.0) for o in l.ops))  # noqa: E731
+                                 for l in st.layers) for st in w.stages]
+        assert plain(ops) == plain(work)
         assert ops.p2p_pairs == work.p2p_pairs and all(st.optimizer_s == 0 and not st.buckets for st in ops.stages)
         assert path_bound(plan.schedule, ops, plan.strategy.options.overlap_handoff) <= p
         assert records_bound(plan.schedule, ops) <= b

@@ -36,11 +36,13 @@ DTYPES = {
     "bf16": "peak_flops_bf16",
     "fp16": "peak_flops_fp16",
     "fp8": "peak_flops_fp8",
+    "fp4": "peak_flops_fp4",
     "tf32": "peak_flops_tf32",
     "fp32": "peak_flops_fp32",
 }
 _DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32",
-                  "float": "fp32", "e4m3": "fp8", "e5m2": "fp8", "float8": "fp8"}
+                  "float": "fp32", "e4m3": "fp8", "e5m2": "fp8", "float8": "fp8",
+                 "nvfp4": "fp4", "e2m1": "fp4", "float4": "fp4"}
 
 
 def did_you_mean(word: str, choices) -> str:
@@ -103,6 +105,8 @@ class GPUEfficiency:
     gemm_epilogue_overlap: GEMM kernels overlap one tile's epilogue (output and accumulation
         traffic) with another tile's math (Hopper warp-specialized kernels); False = the epilogue
         follows the main loop (Ampere), so weight-gradient accumulation adds to the GEMM time.
+    gemm_efficiency_max_fp4: same for block-scaled FP4 (NVFP4) GEMMs against the FP4 peak; ``None``:
+        the FP8 knob's value (ASSUMED: no published FP4 GEMM-by-shape figures, see gpus.yaml [FP4EFF]).
     """
 
     gemm_efficiency_max: float
@@ -117,6 +121,7 @@ class GPUEfficiency:
     launch_overhead: float
     gemm_epilogue_overlap: bool = True
     optimizer_efficiency: float | None = None
+    gemm_efficiency_max_fp4: float | None = None
 
 
 #: YAML field names of the ``efficiency`` block.
@@ -124,6 +129,7 @@ EFFICIENCY_FIELDS = (
     "gemm_efficiency_max", "gemm_efficiency_max_fp8", "gemm_tile_m", "gemm_tile_n", "gemm_tile_k",
     "attention_fwd_efficiency", "attention_bwd_efficiency", "hbm_efficiency",
     "elementwise_efficiency", "launch_overhead_us", "gemm_epilogue_overlap", "optimizer_efficiency",
+    "gemm_efficiency_max_fp4",
 )
 
 
@@ -149,6 +155,8 @@ class GPUSpec:
     power_curve: ``((watts, dense bf16 TFLOP/s), ...)`` of this die at several board powers, from
         NVIDIA's figures for parts that share it (:func:`power_scale`); empty: no published curve.
     power_curve_source: citation for the curve.
+    peak_flops_fp4: dense FP4 (NVFP4, block-scaled E2M1) Tensor-Core peak, FLOP/s; ``None`` when the
+        GPU has no FP4 Tensor Cores (before Blackwell).
     """
 
     name: str
@@ -168,9 +176,10 @@ class GPUSpec:
     power_w: float | None = None
     power_curve: tuple[tuple[float, float], ...] = ()
     power_curve_source: str = ""
+    peak_flops_fp4: float | None = None
 
     def peak_flops(self, dtype: str = "bf16") -> float:
-        """Dense peak FLOP/s for ``dtype`` (bf16, fp16, fp8, tf32, fp32; torch-style aliases ok)."""
+        """Dense peak FLOP/s for ``dtype`` (bf16, fp16, fp8, fp4, tf32, fp32; torch-style aliases ok)."""
         key = _DTYPE_ALIASES.get(str(dtype).lower(), str(dtype).lower())
         if key not in DTYPES:
             raise ConfigError(
@@ -181,18 +190,23 @@ class GPUSpec:
         if value is None:
             raise ConfigError(
                 f"GPU {brief(self.name)} has no {key} Tensor Cores (peak_flops_{key} is None); "
-                f"pick dtype bf16/fp16 or a GPU with {key} support (Hopper or newer for fp8)"
+                f"pick dtype bf16/fp16 or a GPU with {key} support (Hopper or newer for fp8, Blackwell for fp4)"
             )
         return value
 
     def gemm_efficiency(self, dtype: str = "bf16") -> float:
-        """The calibrated max GEMM efficiency for ``dtype`` (fp8 uses its own knob)."""
+        """The calibrated max GEMM efficiency for ``dtype`` (fp8 uses its own knob; fp4 its own, or fp8's)."""
         key = _DTYPE_ALIASES.get(str(dtype).lower(), str(dtype).lower())
         if key == "fp8":
             self.peak_flops("fp8")  # raises a clear error on GPUs without FP8
             if self.efficiency.gemm_efficiency_max_fp8 is None:
                 raise ConfigError(f"GPU {brief(self.name)}: efficiency.gemm_efficiency_max_fp8 is not set")
             return self.efficiency.gemm_efficiency_max_fp8
+        if key == "fp4":
+            self.peak_flops("fp4")  # raises a clear error on GPUs without FP4
+            if self.efficiency.gemm_efficiency_max_fp4 is not None:
+                return self.efficiency.gemm_efficiency_max_fp4
+            return self.gemm_efficiency("fp8")
         return self.efficiency.gemm_efficiency_max
 
 
@@ -200,10 +214,11 @@ class GPUSpec:
 GPU_FIELDS = (
     "aliases", "architecture", "source", "tflops_bf16", "tflops_fp16", "tflops_fp8", "tflops_tf32",
     "tflops_fp32", "hbm_gb", "hbm_bw_gbps", "nvlink_gbps", "sm_count", "efficiency", "power_w", "power_curve",
+    "tflops_fp4",
 )
 #: Peak-rate fields a power cap scales (Tensor Cores and CUDA cores run at the capped clock; HBM,
 #: NVLink and capacity do not change).
-CLOCKED_FIELDS = ("tflops_bf16", "tflops_fp16", "tflops_fp8", "tflops_tf32", "tflops_fp32")
+CLOCKED_FIELDS = ("tflops_bf16", "tflops_fp16", "tflops_fp8", "tflops_tf32", "tflops_fp32", "tflops_fp4")
 
 
 def _power_curve(data: Any, where: str) -> tuple[tuple[tuple[float, float], ...], str]:
@@ -277,6 +292,8 @@ def _efficiency_from_dict(data: Any, where: str) -> GPUEfficiency:
         gemm_epilogue_overlap=_optional_bool(data, "gemm_epilogue_overlap", where, default=True),
         optimizer_efficiency=(None if data.get("optimizer_efficiency") is None
                               else float(number(data, "optimizer_efficiency", where, **frac))),
+        gemm_efficiency_max_fp4=(None if data.get("gemm_efficiency_max_fp4") is None
+                                 else float(number(data, "gemm_efficiency_max_fp4", where, **frac))),
     )
 
 
@@ -301,6 +318,7 @@ def gpu_from_dict(name: str, data: Mapping, where: str | None = None) -> GPUSpec
     if not isinstance(aliases, (list, tuple)) or not all(isinstance(a, str) for a in aliases):
         raise ConfigError(f"{where}: field 'aliases' = {brief(aliases)} must be a list of strings")
     tflops_fp8 = number(data, "tflops_fp8", where, optional=True)
+    tflops_fp4 = number(data, "tflops_fp4", where, optional=True)
     power_w = number(data, "power_w", where, optional=True)
     curve, curve_src = _power_curve(data["power_curve"], where) if data.get("power_curve") is not None else ((), "")
     if curve and power_w is None:
@@ -326,6 +344,7 @@ def gpu_from_dict(name: str, data: Mapping, where: str | None = None) -> GPUSpec
         power_w=None if power_w is None else float(power_w),
         power_curve=curve,
         power_curve_source=curve_src,
+        peak_flops_fp4=None if tflops_fp4 is None else float(tflops_fp4) * TFLOPS,
     )
 
 
@@ -339,6 +358,7 @@ def gpu_to_dict(gpu: GPUSpec) -> dict:
         "tflops_bf16": gpu.peak_flops_bf16 / TFLOPS,
         "tflops_fp16": gpu.peak_flops_fp16 / TFLOPS,
         "tflops_fp8": None if gpu.peak_flops_fp8 is None else gpu.peak_flops_fp8 / TFLOPS,
+        "tflops_fp4": None if gpu.peak_flops_fp4 is None else gpu.peak_flops_fp4 / TFLOPS,
         "tflops_tf32": gpu.peak_flops_tf32 / TFLOPS,
         "tflops_fp32": gpu.peak_flops_fp32 / TFLOPS,
         "hbm_gb": gpu.hbm_capacity / GIB,

@@ -25,7 +25,7 @@ layer, not a run, and are left out.
   (architecture: H800 or H200 against H100); 1 another generation.
 * ``family`` -- dense or MoE: 0 same, 1 other.
 * ``precision`` -- 0 same (bf16 and fp16 count as the same: same Tensor-Core rate and kernels);
-  0.5 FP8 against 16-bit.
+  0.5 between any two of 16-bit, FP8 and FP4 (NVFP4).
 * ``scale`` -- GPUs: 0 inside the group's measured range; beyond it, log2 of the ratio to the
   nearest end, divided by 3 (one point per factor of 8).
 
@@ -107,7 +107,7 @@ class CalibrationGroup:
 
 
 def _precision_class(p: str) -> str:
-    return "fp8" if p == "fp8" else "16-bit"
+    return p if p in ("fp8", "fp4") else "16-bit"
 
 
 def distance(run: RunFeatures, g: CalibrationGroup) -> tuple[float, dict[str, float]]:
@@ -147,7 +147,7 @@ class Envelope:
             return (f"combines {r.stack}, {r.gpu}, {r.precision}, {'MoE' if r.family == 'moe' else 'dense'} "
                     f"and {r.gpus} GPUs")
         what = [("MoE" if r.family == "moe" else "dense") if "family" in a else "",
-                ("FP8" if r.precision == "fp8" else "16-bit precision") if "precision" in a else ""]
+                ({"fp8": "FP8", "fp4": "FP4"}.get(r.precision, "16-bit precision")) if "precision" in a else ""]
         parts = ["with " + " ".join(w for w in what if w)] if any(what) else []
         if "gpu" in a:
             parts.append(f"on {r.gpu}")

@@ -286,7 +286,7 @@ def _kernel_times(ctx, c, layer_index: int | None, part: str) -> tuple[float, fl
     else:
         ops = head_operators(model, ep=c.ep, flash_attention=opt.flash_attention, moe_load=opt.moe_load, **kw)
     profile = ProfileTable.load(opt.profile) if opt.profile else None
-    gacc = 4 if (tr.precision in ("bf16", "fp8") and opt.fp32_grad_accum) else 2  # costing.grad_bytes_per_param
+    gacc = 4 if (tr.precision in ("bf16", "fp8", "fp4") and opt.fp32_grad_accum) else 2  # costing.grad_bytes_per_param
     gpu = ctx.cluster.gpu
     f = bi = bw = sel = 0.0
     for o in ops:

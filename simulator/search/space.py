@@ -481,7 +481,7 @@ def _bound_parts(ctx: Context, c: Candidate) -> tuple[float, list, int]:
             params += p
             act += acts[c.recompute_layers[li] if c.recompute_layers else c.recompute]
         chunk_acts.append(act)
-    gacc = 4 if (tr.precision in ("bf16", "fp8") and opt.fp32_grad_accum) else 2  # costing.grad_bytes_per_param
+    gacc = 4 if (tr.precision in ("bf16", "fp8", "fp4") and opt.fp32_grad_accum) else 2  # costing.grad_bytes_per_param
     states = model_state_bytes(params, dp=c.dp * c.cp, zero=c.zero, weight_bytes=2, grad_bytes=gacc)
     m = tr.global_batch // (c.micro_batch * c.dp)
     return states.total + opt.memory_reserve_gb * 2**30, chunk_acts, m
