@@ -67,3 +67,22 @@ def unfused_score_bytes(dt: int, dropout: bool, mask_bytes: int = 1) -> tuple[fl
     """
     drop = 2.0 * dt + mask_bytes if dropout else 0.0
     return 3.5 * dt + drop, 6.0 * dt + drop
+
+
+def attention_pairs(s: int, causal_halved: bool, window: int = 0, chunk: int = 0) -> float:
+    """(query, key) pairs one head scores over one sequence of ``s`` tokens.
+
+    Causal: s(s+1)/2 executed by a flash kernel (masked half skipped), s^2 otherwise. A sliding
+    window w (Beltagy 2020 Longformer; Mistral 7B, Jiang 2023 Section 2) keeps each query's last w
+    keys: w s - w(w-1)/2 pairs for s >= w (a flash kernel skips tiles outside the band). Chunked
+    attention in blocks of C tokens (Llama 4 iRoPE; ModelSpec.attention_chunk) is causal attention
+    within each block: q = s div C full blocks and one of r = s mod C tokens, q C(C+1)/2 + r(r+1)/2
+    pairs (q C^2 + r^2 for a kernel that does not skip the masked half; tiles off the block
+    diagonal are skipped, FlexAttention's block mask).
+    """
+    if window and window < s:
+        return float(window * s - window * (window - 1) // 2)
+    if chunk and chunk < s:
+        q, r = divmod(s, chunk)
+        return q * attention_pairs(chunk, causal_halved) + attention_pairs(r, causal_halved)
+    return s * (s + 1) / 2 if causal_halved else float(s * s)

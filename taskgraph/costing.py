@@ -14,6 +14,7 @@ from functools import lru_cache
 from strategies.schedules import has_split_backward
 from taskgraph.cost import NVFP4_ELEMENT_BYTES, OPTIMIZER_OP, ProfileTable, op_time, optimizer_shape
 from taskgraph.lower_model import Bucket, Comm, IterationWork, LayerWork, OpCost, StageWork
+from taskgraph.stage_records import named_stage, paced, stage_parts
 from taskgraph.operators import embedding_operators, head_operators, layer_operators
 from taskgraph.plan import DTYPE_BYTES, Plan
 from taskgraph.stacks import DEFAULT_STACK, get_stack
@@ -473,9 +474,9 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
             key = ("coarse-compute", split, f_tp, shared, lcid) + sig[1:] if compute_only else ("coarse", split) + sig
             stages.append(_memo(key, lambda: _coarse_stage(_build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw, not compute_only), f_tp, f_dp, opt.overlap_grad_reduce, split, shared, g_dp)))
             continue
-        parts = _memo(("stage",) + sig, lambda: _stage_parts(
+        parts = _memo(("stage",) + sig, lambda: stage_parts(
             _build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw)))
-        stages.append(_named_stage(parts, lis, pols, first, last))
+        stages.append(named_stage(parts, lis, pols, first, last))
     if check_profile and profile is not None:
         profile.check_all_used()
 
@@ -569,8 +570,8 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
                                                    host_s, flash, host_c, ctx.stack)))
     pace = stage_pace(plan.cluster, plan.sizes, plan.schedule.stage_to_rank[stage])
     if not buckets:
-        return _paced(StageWork(tuple(layers), (), 0.0), pace)
-    return _paced(_stage_work(plan, tuple(layers), groups["dp"], groups, pace, ctx.profile), pace)
+        return paced(StageWork(tuple(layers), (), 0.0), pace)
+    return paced(_stage_work(plan, tuple(layers), groups["dp"], groups, pace, ctx.profile), pace)
 
 
 def _offloaded(plan: Plan, costs: list) -> list:
@@ -595,54 +596,10 @@ def _offloaded(plan: Plan, costs: list) -> list:
     return costs
 
 
-def _paced(st: StageWork, f: float) -> StageWork:
-    """Stragglers (topologies/stragglers.py): the stage's compute runs at its slowest GPU's speed;
-    communication and the gradient buckets' collectives are unchanged (the optimizer step is paced
-    by ``_stage_work``, whose CPU-offloaded part is not GPU work)."""
-    if f == 1.0:
-        return st
-    scaled: dict = {}  # a stage's layers mostly share one ops tuple (the layer cache): scale each once
-    layers = []
-    for l in st.layers:
-        ops = scaled.get(id(l.ops))
-        if ops is None:
-            ops = scaled[id(l.ops)] = tuple(_scaled(o, f) for o in l.ops)
-        layers.append(replace(l, ops=ops))
-    return StageWork(tuple(layers), st.buckets, st.optimizer_s)
-
-
-def _scaled(o: OpCost, f: float) -> OpCost:
-    """``replace(o, fwd=o.fwd * f, bwd_input=o.bwd_input * f, bwd_weight=o.bwd_weight * f)`` without
-    re-running the dataclass constructor (the search paces every operator of every candidate)."""
-    c = object.__new__(OpCost)
-    d = c.__dict__
-    d.update(o.__dict__)
-    d["fwd"], d["bwd_input"], d["bwd_weight"] = o.fwd * f, o.bwd_input * f, o.bwd_weight * f
-    return c
-
-
 def _coarse_stage(st: StageWork, f_tp: float = 0.0, f_dp: float = 0.0, overlap_grad_reduce: bool = False,
                   split: bool = False, shared: tuple = (False, 0.5, 0.0), g_dp: float = 0.0) -> StageWork:
     from taskgraph.coarse import _stage
     return _stage(st, f_tp, f_dp, overlap_grad_reduce, split, shared, g_dp)
-
-
-def _stage_parts(st: StageWork) -> tuple:
-    """A stage's records without the layer names (which depend on the stage's layer indices)."""
-    return tuple(l.ops for l in st.layers), st.buckets, st.optimizer_s
-
-
-def _named_stage(parts: tuple, lis, pols, first: bool, last: bool) -> StageWork:
-    """Rebuild a stage from :func:`_stage_parts` with its own layer names."""
-    ops, buckets, opt_s = parts
-    layers = [LayerWork("embedding", ops[0])] if first else []
-    i = len(layers)
-    for li, pol in zip(lis, pols):
-        layers.append(LayerWork(f"layer{li}", ops[i], pol))
-        i += 1
-    if last:
-        layers.append(LayerWork("head", ops[i]))
-    return StageWork(tuple(layers), buckets, opt_s)
 
 
 def _with(c: OpCost, **kw) -> OpCost:
