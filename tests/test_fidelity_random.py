@@ -82,7 +82,7 @@ NEEDS = {"moe_imbalance": "moe", "moe_capacity_factor": "moe", "moe_max_nodes": 
          "pair_overlap": "dualpipe", "pair_comm_sms": "dualpipe", "overlap_handoff": "dualpipe",
          "fp8_param_gather": "fp8", **{k: "a2a-overlap" for k in A2A_KEYS}, **{k: "cpu-offload" for k in OFFLOAD_KEYS},
          "moe_shared_expert_overlap": "shared-overlap", "pipeline_scatter_gather": "tp-pp",
-         **{k: "low-precision" for k in FP4_KEYS}}
+         **{k: "low-precision" for k in FP4_KEYS}, "activation_offload_layers": "activation-offload"}
 
 
 def _draw_shared_overlap(data: dict, on: set, i: int) -> None:
@@ -95,6 +95,18 @@ def _draw_shared_overlap(data: dict, on: set, i: int) -> None:
     if rng.random() < 0.8:
         data["options"]["moe_shared_expert_overlap"] = True
         on.add("moe_shared_expert_overlap")
+
+
+def _draw_activation_offload(data: dict, on: set, i: int) -> None:
+    """Offload the activations of 1-2 layers in a quarter of the draws it applies to: Megatron-core
+    offloads only without pipeline parallelism and without recomputation (transformer_config.py), so
+    the main loop's draws rarely held it (own generator: the other draws are unchanged)."""
+    rng = np.random.default_rng((20261128, i))
+    if data["parallel"]["pp"] != 1 or data["model"]["layers"] < 3 or rng.random() >= 0.25:
+        return
+    data["options"]["activation_offload_layers"] = int(rng.choice(OPTION_VALUES["activation_offload_layers"]))
+    data["training"]["recompute"] = "none"
+    on.add("activation_offload_layers")
 
 
 def _draw_cpu_offload(data: dict, on: set, i: int) -> None:
@@ -269,6 +281,7 @@ def _draw(rng: np.random.Generator, i: int) -> tuple[dict, set]:
             "options": options}
     _draw_a2a_overlap(data, on, i)
     _draw_cpu_offload(data, on, i)
+    _draw_activation_offload(data, on, i)
     _draw_shared_overlap(data, on, i)
     _draw_model_fields(data, on, i)
     _draw_scatter_gather(data, on, i)
