@@ -145,6 +145,7 @@ MEGATRON_READ = {
     "use-precision-aware-optimizer", "moe-shared-expert-overlap",
     "multi-latent-attention", "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim",
     "moe-layer-freq", "mtp-num-layers", "quick-geglu", "window-size", "window-attn-skip-freq",
+    "fp4-format", "fp4-recipe", "first-last-layers-bf16", "num-layers-at-start-in-bf16", "num-layers-at-end-in-bf16",
 }
 #: Megatron-LM training scripts other than GPT (their models are not decoder-only GPTs) -> what they train
 OTHER_MODELS = {"pretrain_mamba.py": "a Mamba / hybrid Mamba-Transformer model",
@@ -161,9 +162,7 @@ OTHER_MODEL_FLAGS = {"hybrid-override-pattern": "a hybrid Mamba model", "hybrid-
                      "decoder-seq-length": "an encoder-decoder (T5) or a vision-language model",
                      "bert-no-binary-head": "BERT", "bert-binary-head": "BERT"}
 #: flags the importer recognises but cannot map to the strategy schema -> why
-REFUSED_FLAGS = {"fp4-format": "FP4 (NVFP4) training: this strategy schema's training.precision has no fp4",
-                 "fp4-recipe": "FP4 (NVFP4) training: this strategy schema's training.precision has no fp4",
-                 "fp4-param-gather": "FP4 (NVFP4) training: this strategy schema's training.precision has no fp4"}
+REFUSED_FLAGS: dict = {}
 
 
 def _edit1(a: str, b: str) -> bool:
@@ -354,7 +353,12 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
         parallel["layers_per_stage"] = lps
     seq = _int(flags, "seq-length")
     gb = _int(flags, "global-batch-size")
-    precision = "fp8" if flags.get("fp8-format") is not None else ("fp16" if flags.get("fp16") is True else "bf16")
+    # --fp4-format e2m1 (dest fp4) with --fp4-recipe nvfp4, Megatron-LM arguments.py _add_transformer_engine_args
+    if flags.get("fp4-format") is not None and flags.get("fp8-format") is not None:
+        raise ConfigError("megatron arguments: --fp4-format and --fp8-format are both set; a run trains its GEMMs "
+                          "in one of them: keep one")
+    precision = "fp4" if flags.get("fp4-format") is not None else \
+        "fp8" if flags.get("fp8-format") is not None else ("fp16" if flags.get("fp16") is True else "bf16")
     training: dict = {"micro_batch": _int(flags, "micro-batch-size", 1), "global_batch": gb, "seq_len": seq,
                       "precision": precision}
     if "recompute-activations" in flags:
@@ -392,6 +396,18 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
         options["fp8_recipe"] = FP8_RECIPES[recipe]
         if flags.get("fp8-param-gather") is True:
             options["fp8_param_gather"] = True
+    if precision == "fp4":
+        recipe = str(flags.get("fp4-recipe", "nvfp4"))
+        if recipe != "nvfp4":
+            raise ConfigError(f"megatron argument --fp4-recipe = {recipe[:40]!r} is not modeled; the one recipe is nvfp4")
+        options["fp4_recipe"] = "nvfp4"
+    if precision in ("fp8", "fp4"):
+        # --first-last-layers-bf16 keeps --num-layers-at-start/end-in-bf16 layers (default 1 each) in BF16;
+        # without it Megatron builds every layer in the low precision (arguments.py, transformer_config.py)
+        both = flags.get("first-last-layers-bf16") is True
+        if both or precision == "fp4":   # fp4's own default would be the NVFP4 paper's share: say what ran
+            options["num_layers_at_start_in_bf16"] = _int(flags, "num-layers-at-start-in-bf16", 1) if both else 0
+            options["num_layers_at_end_in_bf16"] = _int(flags, "num-layers-at-end-in-bf16", 1) if both else 0
     if experts:
         _capacity(options, _float(flags, "moe-expert-capacity-factor"), flags.get("moe-pad-expert-input-to-capacity") is True)
     if flags.get("optimizer-cpu-offload") is True:

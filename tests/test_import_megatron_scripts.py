@@ -183,7 +183,7 @@ def test_modelled_flags_map_to_model_fields(extra, want):
     ("torchrun pretrain_bert.py --num-layers 2", r"pretrain_bert.py, which trains BERT"),
     ("torchrun pretrain_t5.py --encoder-num-layers 2", r"pretrain_t5.py, which trains T5"),
     (BASE + "--hybrid-override-pattern M*M*", r"--hybrid-override-pattern configures a hybrid Mamba model"),
-    (BASE + "--fp4-format e2m1", r"--fp4-format is FP4 \(NVFP4\) training"),   # was: 'a typo of --fp8-format'
+    (BASE + "--fp4-format e2m1 --fp8-format hybrid", r"--fp4-format and --fp8-format are both set"),
     (BASE + "--fp8-format hybrid -tp 2", r"'-tp' is a single-dash flag"),        # was: dropped
     ("import argparse\ndef main():\n    pass\n", r"is a Python file"),
     ("torchrun pretrain_gpt.py\x00 --num-layers 2", r"NUL bytes"),
@@ -335,3 +335,26 @@ def test_every_read_flag_with_odd_values_imports_or_is_one_error(pairs):
 def test_scripts_that_launch_something_else_are_named(script, match):
     with pytest.raises(ConfigError, match=match):
         import_config("megatron", script, cluster="dgx-h100", nodes=1)
+
+
+@pytest.mark.parametrize("extra,want", [
+    # --fp4-format e2m1 (was called a typo of --fp8-format, then refused): NVFP4 with every layer in FP4,
+    # as Megatron builds it without --first-last-layers-bf16 (arguments.py defaults 1 / 1 with it)
+    ("--fp4-format e2m1", (0, 0)),
+    ("--fp4-format e2m1 --fp4-recipe nvfp4 --first-last-layers-bf16", (1, 1)),
+    ("--fp4-format e2m1 --first-last-layers-bf16 --num-layers-at-end-in-bf16 3", (1, 3)),
+])
+def test_fp4_flags_map_to_nvfp4(extra, want):
+    imp = import_config("megatron", BASE + extra, cluster="gb200-nvl72", nodes=1)
+    o = imp.strategy["options"]
+    assert imp.strategy["training"]["precision"] == "fp4" and o["fp4_recipe"] == "nvfp4"
+    assert (o["num_layers_at_start_in_bf16"], o["num_layers_at_end_in_bf16"]) == want
+    assert not imp.unmodeled
+
+
+def test_fp8_bf16_layers_only_with_the_flag():
+    o = import_config("megatron", BASE + "--fp8-format hybrid", cluster="dgx-h100", nodes=1).strategy["options"]
+    assert "num_layers_at_start_in_bf16" not in o
+    o = import_config("megatron", BASE + "--fp8-format hybrid --first-last-layers-bf16", cluster="dgx-h100",
+                      nodes=1).strategy["options"]
+    assert (o["num_layers_at_start_in_bf16"], o["num_layers_at_end_in_bf16"]) == (1, 1)
