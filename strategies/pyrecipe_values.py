@@ -1,0 +1,146 @@
+"""The values of :mod:`strategies.pyrecipe`'s static reader (what a recipe's expressions evaluate to
+besides plain Python data: :class:`Unknown`, :class:`Ref`, :class:`Node`), its bounds, the
+:class:`Library` of names defined elsewhere, and the bounded parse of a recipe file."""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Any
+
+from strategies.errors import ConfigError
+
+#: Largest recipe file read, bytes (the longest Megatron-Bridge recipe module is ~150 kB).
+MAX_RECIPE_BYTES = 2 * 2 ** 20
+#: Most AST nodes in one file (llama3.py of Megatron-Bridge: ~25,000).
+MAX_AST_NODES = 300_000
+#: Deepest chain of calls of recipe functions (and of expression nesting).
+MAX_DEPTH = 48
+#: Most expressions and statements evaluated for one import.
+MAX_STEPS = 500_000
+#: Longest string or list the reader builds (repetition, concatenation, range).
+MAX_ITEMS = 100_000
+#: Most files read (the recipe and the modules of its checkout it imports from).
+MAX_FILES = 48
+
+
+@dataclass
+class Unknown:
+    """A value the reader cannot know statically: what it is and the file:line that made it."""
+
+    what: str
+    where: str
+
+    def __bool__(self) -> bool:  # pragma: no cover - conditions check for Unknown before truth
+        raise ConfigError(f"{self.where}: {self.what} is not known without running the recipe")
+
+
+@dataclass
+class Ref:
+    """A name defined outside the file (an import, a module attribute): its qualified name."""
+
+    name: str
+
+
+@dataclass
+class Node:
+    """A configuration object: ``run.Config(Cls, k=v)``, a dataclass built by a call, an imported
+    helper's result. ``fields`` are the arguments given and attributes assigned later; ``defaults``
+    what the library knows of the callee (read when a field is not set)."""
+
+    target: str
+    fields: dict
+    where: str
+    defaults: dict = field(default_factory=dict)
+    args: tuple = ()
+    phantom: bool = False
+    """Made by reading a field nobody set of an object whose defaults are not known: it holds what
+    the recipe assigns to it later, but its own value is unknown."""
+
+    def get(self, name: str) -> Any:
+        if name in self.fields:
+            return self.fields[name]
+        if name in self.defaults:
+            v = self.defaults[name]
+            v = materialise(v, self.where)
+            self.fields[name] = v
+            return v
+        child = Node(f"{self.target}.{name}", {}, self.where, phantom=True)
+        self.fields[name] = child
+        return child
+
+
+def short(name: str) -> str:
+    return name.rsplit(".", 1)[-1]
+
+
+def materialise(v: Any, where: str) -> Any:
+    """A fresh copy of a library value: nested mappings with ``_target_`` become :class:`Node`s."""
+    if isinstance(v, dict):
+        if "_target_" in v:
+            return Node(str(v["_target_"]), {}, where, {k: x for k, x in v.items() if k != "_target_"})
+        return {k: materialise(x, where) for k, x in v.items()}
+    if isinstance(v, list):
+        return [materialise(x, where) for x in v]
+    return v
+
+
+def plain(v: Any, _depth: int = 0) -> Any:
+    """``v`` as plain data: a Node becomes a dict of its fields and defaults with ``_target_``
+    (as Megatron-Bridge saves a ConfigContainer); Unknown and Ref stay as they are."""
+    if _depth > MAX_DEPTH:
+        raise ConfigError(f"recipe: the configuration nests deeper than {MAX_DEPTH} levels")
+    if isinstance(v, Node):
+        if v.phantom and not v.fields:
+            return Unknown(f"{short(v.target.rsplit('.', 1)[0])}.{short(v.target)}", v.where)
+        out = {"_target_": v.target}
+        for k in list(v.defaults) + [k for k in v.fields if k not in v.defaults]:
+            out[k] = plain(v.get(k), _depth + 1)
+        return out
+    if isinstance(v, dict):
+        return {k: plain(x, _depth + 1) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [plain(x, _depth + 1) for x in v]
+    return v
+
+
+class Library:
+    """What the reader knows of names defined elsewhere: ``lookup(qualified name)`` gives a table
+    entry (a mapping: ``returns`` for a function's result, ``fields`` for a class's defaults,
+    ``value`` for a constant) or None."""
+
+    def __init__(self, table: dict | None = None):
+        self.table = table or {}
+
+    def lookup(self, name: str) -> dict | None:
+        if name in self.table:
+            return self.table[name]
+        two = ".".join(name.split(".")[-2:])
+        return self.table.get(two) if two in self.table else self.table.get(short(name))
+
+
+def parse_recipe(text: str, path: str) -> ast.Module:
+    """The AST of ``text``, refused when the file or its tree is over the bounds."""
+    if len(text.encode("utf-8", "replace")) > MAX_RECIPE_BYTES:
+        raise ConfigError(f"{path}: {len(text)} characters is over the {MAX_RECIPE_BYTES // 2 ** 20} MiB a recipe "
+                          f"file may have; give the recipe's own file")
+    if text.count("(") + text.count("[") + text.count("{") > MAX_AST_NODES:
+        raise ConfigError(f"{path}: more than {MAX_AST_NODES} brackets: not a recipe execsim reads")
+    try:
+        depth = 0
+        for ch in text:          # the parser recurses on nesting: bound it before parsing
+            if ch in "([{":
+                depth += 1
+                if depth > 2 * MAX_DEPTH:
+                    raise ConfigError(f"{path}: brackets nest deeper than {2 * MAX_DEPTH} levels: not a recipe "
+                                      f"execsim reads")
+            elif ch in ")]}":
+                depth = max(0, depth - 1)
+        tree = ast.parse(text, filename=path)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        line = getattr(exc, "lineno", None)
+        raise ConfigError(f"{path}{':' + str(line) if line else ''}: not valid Python "
+                          f"({str(getattr(exc, 'msg', exc))[:120]}); give the recipe's .py file") from None
+    n = sum(1 for _ in ast.walk(tree))
+    if n > MAX_AST_NODES:
+        raise ConfigError(f"{path}: {n} syntax nodes is over the {MAX_AST_NODES} a recipe file may have")
+    return tree
