@@ -285,7 +285,10 @@ class Evaluator:
                                f"defaults does not know", where)
             return materialise(entry["returns"], where)
         fields = dict(entry.get("fields", {})) if entry else {}
-        return Node(name, dict(kwargs), where, fields, tuple(args))
+        # an unknown function's result (lower-case name) is not known, though it may hold what the recipe
+        # assigns to it later; an object built by a class (CapWords) is a configuration object
+        return Node(name, dict(kwargs), where, fields, tuple(args),
+                    phantom=entry is None and not short(name)[:1].isupper())
 
     def resolve_in_checkout(self, name: str, where: str) -> Any:
         """A function ``pkg.mod.fn`` defined in a file of the recipe's own checkout, when there is one
@@ -477,7 +480,7 @@ class Evaluator:
 
     def truth(self, test: ast.expr, scope: dict, mod: Module) -> bool:
         v = self.expr(test, scope, mod)
-        if isinstance(v, Node) and v.phantom and not v.fields:
+        if isinstance(v, Node) and v.phantom:
             v = Unknown(f"{short(v.target.rsplit('.', 1)[0])}.{short(v.target)}", v.where)
         if isinstance(v, (Unknown, Ref)):
             what = v.what if isinstance(v, Unknown) else v.name
