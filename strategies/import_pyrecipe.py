@@ -73,6 +73,10 @@ class Tree:
         for k in path.split("."):
             if isinstance(v, Unknown):
                 return v
+            if isinstance(v, dict) and k not in v and "_opaque_" in v:   # an unknown function's result
+                return Unknown(f"{short(str(v.get('_target_', '?')))}() (defined in another file execsim has not "
+                               f"read: run the import on the recipe inside its checkout, where that file is read too)",
+                               v["_opaque_"])
             if not isinstance(v, dict) or k not in v:
                 return _MISSING
             v = v[k]
@@ -157,7 +161,9 @@ def model_fields(t: Tree, m: str, vocab: int) -> dict:
              # Megatron's linear_qkv: bias = add_bias_linear or add_qkv_bias (transformer/attention.py)
              "qkv_bias": bias or g(f"{m}.add_qkv_bias", bool, False),
              "dropout": (g(f"{m}.hidden_dropout", float, 0.1) or 0) > 0 or (g(f"{m}.attention_dropout", float, 0.1) or 0) > 0}
-    max_seq = g(f"{m}.max_position_embeddings", int, None) or seq
+    # learned positions: the table's size (max_position_embeddings); RoPE: the context the model is set to
+    max_seq = g(f"{m}.max_position_embeddings", int, None) or seq if pos == "learned_absolute" else \
+        seq or g(f"{m}.max_position_embeddings", int, None)
     if max_seq:
         model["max_seq"] = max_seq
     if g(f"{m}.kv_channels", int, None):
@@ -221,10 +227,12 @@ def tokenizer_vocab(t: Tree, kind: str, m: str, vocab: int | None) -> int:
             _tokenizer_vocab(t.get("tokenizer.tokenizer_model", str, None))
         if t.get("tokenizer.use_tokenizer_vocab_size", bool, False) or model_v is None:
             model_v = None
-    elif kind == "nemo":
-        name = tok if isinstance(tok, str) else t.get("data.tokenizer.model_name", str, None) if isinstance(tok, dict) \
-            else None
-        tok_v = _tokenizer_vocab(name)
+    elif kind == "nemo":     # a preset model vocab_size wins over the tokenizer's (gpt/model/base.py:372-380)
+        name = tok
+        if isinstance(tok, dict):
+            args = tok.get("_args_") or []
+            name = args[0] if args else tok.get("pretrained_model_name") or tok.get("model_name")
+        tok_v = _tokenizer_vocab(name if isinstance(name, str) else None)
     v = model_v or tok_v
     if not v:
         raise ConfigError(f"{t.where}: the vocabulary size is not known from the recipe's tokenizer "
@@ -263,16 +271,24 @@ def precision_fields(t: Tree, kind: str, options: dict) -> str:
 
 
 def tree_to_strategy(tree: dict, kind: str, where: str, *, cluster: str | None, nodes: int | None,
-                     vocab: int | None, gpus: int | None) -> tuple[dict, list]:
+                     vocab: int | None, gpus: int | None, saved: bool = False) -> tuple[dict, list]:
     """The strategy mapping of a NeMo 2 / Megatron-Bridge configuration tree, and the notes on what
     it sets that execsim does not model. ``gpus``: the recipe's own size when its name says."""
     lay = LAYOUTS[kind]
     t = Tree(tree, where)
     m, par, ddp = lay["model"], lay["parallel"], lay["ddp"]
-    if not isinstance(t.raw(m), dict):
+    node = t.raw(m)
+    if not isinstance(node, dict) or "_opaque_" in node:
+        u = node if isinstance(node, Unknown) else t.raw(f"{m}.num_layers")
         raise ConfigError(f"{where}: the recipe's model ({m}) is not known without running it"
-                          + (f" ({t.raw(m).where}: {t.raw(m).what[:80]})" if isinstance(t.raw(m), Unknown) else "")
+                          + (f" ({u.where}: {u.what[:160]})" if isinstance(u, Unknown) else "")
                           + f"; give its fields with --set {m}.num_layers=N --set {m}.hidden_size=H ...")
+    refuse_family(t, m, kind, where)
+    if not saved and "_target_" in node and not node.get("_known_") and node.get("num_layers") is None:
+        from strategies.recipe_table import TABLE_PATH
+        raise ConfigError(f"{where}: the model config {short(str(node['_target_']))} is not in execsim's table of "
+                          f"framework defaults ({TABLE_PATH.name}); give its fields with --set {m}.num_layers=N "
+                          f"--set {m}.hidden_size=H --set {m}.num_attention_heads=A ... or import a strategy file")
     v = tokenizer_vocab(t, kind, m, vocab)
     model = model_fields(t, m, v)
     tp, pp = t.get(f"{par}.tensor_model_parallel_size", int, 1) or 1, t.get(f"{par}.pipeline_model_parallel_size", int, 1) or 1
@@ -287,6 +303,9 @@ def tree_to_strategy(tree: dict, kind: str, where: str, *, cluster: str | None, 
         parallel["etp"] = etp
     if vpp > 1:
         parallel["vpp"] = vpp
+    lps = stage_layers(t, par, model["layers"], pp, vpp)
+    if lps:
+        parallel["layers_per_stage"] = lps
     options: dict = {"overlap_grad_reduce": t.get(f"{ddp}.overlap_grad_reduce", bool, False),
                      "overlap_param_gather": t.get(f"{ddp}.overlap_param_gather", bool, False) and parallel["zero"] > 0,
                      "flash_attention": True}
@@ -338,6 +357,62 @@ def tree_to_strategy(tree: dict, kind: str, where: str, *, cluster: str | None, 
     elif n is None:
         raise ConfigError(f"{where}: the number of nodes is not in the recipe; give --nodes N")
     return strategy, notes
+
+
+#: model classes a recipe's fields cannot describe to execsim -> why (the model wrapper's or config's name)
+REFUSED_FAMILIES = (
+    (re.compile(r"Bert|T5|Mamba|Hyena|NemotronH|Nano\w*v2|Evo2"), "is not a decoder-only transformer execsim models "
+     "(BERT/T5 encoders, Mamba/Hyena state-space layers): not supported"),
+    (re.compile(r"Gemma[23]"), "alternates local and global attention, soft-caps logits and adds sandwich norms in "
+     "its layer spec, which the recipe's fields do not show: write a strategy file with the model preset (e.g. "
+     "model: gemma2-27b) and the recipe's parallel settings"),
+    (re.compile(r"Llama4"), "uses chunked attention and no-RoPE layers set in its layer spec, which the recipe's fields "
+     "do not show: not supported from a recipe; write a strategy file"),
+)
+
+
+def refuse_family(t: Tree, m: str, kind: str, where: str) -> None:
+    names = [str(t.raw(f"{m}._target_")), str(t.raw("model._target_")) if kind == "nemo" else ""]
+    for pattern, why in REFUSED_FAMILIES:
+        for name in names:
+            if pattern.search(short(name)):
+                raise ConfigError(f"{where}: the model {short(name)} {why}")
+
+
+def stage_layers(t: Tree, par: str, layers: int, pp: int, vpp: int) -> list | None:
+    """Transformer layers per (virtual) pipeline stage when the recipe splits them unevenly, as
+    Megatron-core does (transformer/transformer_block.py get_num_layers_to_build, transformer_config.py):
+    ``num_layers_in_first/last_pipeline_stage`` fix the first/last stage and the others split the rest
+    evenly; ``account_for_embedding/loss_in_pipeline_split`` count the embedding and the loss as one
+    layer each of the first and last virtual stage. None: an even split."""
+    first = t.get(f"{par}.num_layers_in_first_pipeline_stage", int, None)
+    last = t.get(f"{par}.num_layers_in_last_pipeline_stage", int, None)
+    emb = t.get(f"{par}.account_for_embedding_in_pipeline_split", bool, False)
+    loss = t.get(f"{par}.account_for_loss_in_pipeline_split", bool, False)
+    if pp == 1 or not (first is not None or last is not None or emb or loss):
+        return None
+    if first is not None or last is not None:
+        if vpp > 1 or emb or loss:
+            raise ConfigError(f"{t.where}: {par}.num_layers_in_first/last_pipeline_stage with virtual pipelining or "
+                              f"account_for_*_in_pipeline_split is not modeled; give --set {par}.layers_per_stage "
+                              f"in a strategy file instead")
+        inner = pp - (first is not None) - (last is not None)
+        rest = layers - (first or 0) - (last or 0)
+        if rest < 0 or (inner and rest % inner) or (not inner and rest):
+            raise ConfigError(f"{t.where}: {layers} layers minus the first ({first}) and last ({last}) stage layers do "
+                              f"not split evenly over the other {inner} pipeline stages (Megatron refuses it)")
+        return ([first] if first is not None else []) + [rest // inner] * inner + ([last] if last is not None else [])
+    stages = pp * vpp
+    total = layers + emb + loss
+    if total % stages:
+        raise ConfigError(f"{t.where}: {layers} layers + {int(emb) + int(loss)} (embedding/loss counted by "
+                          f"account_for_*_in_pipeline_split) = {total} do not split evenly over pp*vpp = {stages} "
+                          f"stages (Megatron refuses it)")
+    per = total // stages
+    lps = [per] * stages
+    lps[0] -= int(emb)
+    lps[-1] -= int(loss)
+    return lps
 
 
 def tp_comm_overlap(t: Tree, kind: str) -> bool:
@@ -395,7 +470,8 @@ def import_bridge_yaml(data: Any, *, path: str = "run_config.yaml", cluster: str
                           f"dotted field, e.g. --set train.global_batch_size=N")
     tree = dict(data)
     apply_sets(tree, fields, path)
-    strategy, notes = tree_to_strategy(tree, "bridge", path, cluster=cluster, nodes=nodes, vocab=vocab, gpus=None)
+    strategy, notes = tree_to_strategy(tree, "bridge", path, cluster=cluster, nodes=nodes, vocab=vocab, gpus=None,
+                                       saved=True)
     strategy["model"]["name"] = Path(path).stem
     strategy["_source"] = {"file": Path(path).name, "recipe": "saved ConfigContainer"}
     return Imported(strategy, tuple(notes), "bridge")

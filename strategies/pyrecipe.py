@@ -56,6 +56,15 @@ class FuncDef:
 
 
 @dataclass
+class ClassInfo:
+    """A class defined in a file the reader has read (its dataclass field defaults are read from it)."""
+
+    node: ast.ClassDef
+    module: "Module"
+    qualname: str
+
+
+@dataclass
 class Module:
     path: str
     tree: ast.Module
@@ -119,6 +128,7 @@ class Evaluator:
         self.steps = 0
         self.depth = 0
         self.files: dict[str, Module] = {}
+        self.resolved: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ modules
     def load_module(self, text: str, path: str, source_dir: Path | None = None) -> Module:
@@ -137,7 +147,7 @@ class Evaluator:
         elif isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
             mod.scope[st.name] = FuncDef(st, mod)
         elif isinstance(st, ast.ClassDef):
-            mod.scope[st.name] = Ref(f"{Path(mod.path).stem}.{st.name}")
+            mod.scope[st.name] = ClassInfo(st, mod, st.name)
         elif isinstance(st, (ast.Assign, ast.AnnAssign)) and st.value is not None:
             try:
                 value = self.expr(st.value, mod.scope, mod)
@@ -247,6 +257,8 @@ class Evaluator:
     def apply(self, fn: Any, args: list, kwargs: dict, where: str, node: ast.AST | None = None) -> Any:
         if isinstance(fn, FuncDef):
             return self.call_function(fn, args, kwargs, where)
+        if isinstance(fn, ClassInfo):
+            return self.construct(fn, args, kwargs, where)
         if isinstance(fn, Node):      # a config object called (e.g. a provider's .get_model_config())
             return Unknown(f"a call of {short(fn.target)}", where)
         if callable(fn):
@@ -266,13 +278,21 @@ class Evaluator:
             if not args:
                 raise ConfigError(f"{where}: run.{short(name)}() needs the class or function it configures")
             target = args[0]
+            if isinstance(target, Ref):
+                found = self.resolve_in_checkout(target.name, where)
+                target = found if isinstance(found, ClassInfo) else target
+            if isinstance(target, ClassInfo):
+                return self.construct(target, list(args[1:]), kwargs, where)
             tname = target.name if isinstance(target, Ref) else \
                 target.node.name if isinstance(target, FuncDef) else str(target)
             entry = self.library.lookup(tname) or {}
-            return Node(tname, dict(kwargs), where, dict(entry.get("fields", {})), tuple(args[1:]))
+            return Node(tname, dict(kwargs), where, dict(entry.get("fields", {})), tuple(args[1:]),
+                        known=bool(entry))
         fn = self.resolve_in_checkout(name, where)
         if isinstance(fn, FuncDef):
             return self.apply(fn, args, kwargs, where)
+        if isinstance(fn, ClassInfo):
+            return self.construct(fn, args, kwargs, where)
         entry = self.library.lookup(name)
         if entry is not None and "returns" in entry:
             key = entry.get("by_argument")
@@ -287,37 +307,89 @@ class Evaluator:
         fields = dict(entry.get("fields", {})) if entry else {}
         # an unknown function's result (lower-case name) is not known, though it may hold what the recipe
         # assigns to it later; an object built by a class (CapWords) is a configuration object
-        return Node(name, dict(kwargs), where, fields, tuple(args),
+        return Node(name, dict(kwargs), where, fields, tuple(args), known=entry is not None,
                     phantom=entry is None and not short(name)[:1].isupper())
 
     def resolve_in_checkout(self, name: str, where: str) -> Any:
-        """A function ``pkg.mod.fn`` defined in a file of the recipe's own checkout, when there is one
-        (the recipe file lies inside ``.../pkg/mod.py``'s tree): read statically, never imported."""
+        """A function or constant ``pkg.mod.name`` defined in a file of the recipe's own checkout (the
+        recipe lies inside ``.../pkg/mod.py``'s tree) or of an installed package (a ``sys.path``
+        folder): read statically like the recipe, never imported."""
+        if name in self.resolved:
+            return self.resolved[name]
+        self.resolved[name] = None          # a cycle of re-exports resolves to nothing
+        out = self.find_in_sources(name, where)
+        self.resolved[name] = out
+        return out
+
+    def search_dirs(self) -> list:
+        first = next(iter(self.files.values()), None)
+        dirs = [first.source_dir, *first.source_dir.parents][:12] if first and first.source_dir else []
+        import sys
+        return dirs + [Path(p) for p in sys.path[:64] if p and not p.endswith(".zip")]
+
+    def find_in_sources(self, name: str, where: str) -> Any:
         parts = name.lstrip(".").split(".")
         if len(parts) < 2 or not self.files:
             return None
-        first = next(iter(self.files.values()))
-        if first.source_dir is None:
-            return None
         mod_parts, attr = parts[:-1], parts[-1]
-        for base in [first.source_dir, *first.source_dir.parents][:12]:
+        for base in self.search_dirs():
             for cand in (base.joinpath(*mod_parts).with_suffix(".py"), base.joinpath(*mod_parts, "__init__.py")):
-                if cand.is_file():
-                    key = str(cand)
-                    mod = self.files.get(key)
-                    if mod is None:
-                        from strategies.documents import read_text
-                        mod = self.load_module(read_text(cand, f"recipe module {cand.name}",
-                                                         limit=MAX_RECIPE_BYTES), key, cand.parent)
-                    v = mod.scope.get(attr)
-                    if isinstance(v, Ref) and v.name != name:
-                        self.depth += 1
-                        try:
-                            return self.resolve_in_checkout(v.name, where) if self.depth < MAX_DEPTH else None
-                        finally:
-                            self.depth -= 1
-                    return v if isinstance(v, (FuncDef, int, float, str, bool)) else None
+                if not cand.is_file():
+                    continue
+                key = str(cand)
+                mod = self.files.get(key)
+                if mod is None:
+                    from strategies.documents import read_text
+                    mod = self.load_module(read_text(cand, f"recipe module {cand.name}", limit=MAX_RECIPE_BYTES),
+                                           key, cand.parent)
+                v = mod.scope.get(attr)
+                if isinstance(v, Ref) and v.name != name:
+                    if v.name.startswith("."):      # a relative import inside that package
+                        up = len(v.name) - len(v.name.lstrip("."))
+                        pkg = mod_parts if cand.name == "__init__.py" else mod_parts[:-1]
+                        pkg = pkg[:len(pkg) - (up - 1)] if up > 1 else pkg
+                        v = Ref(".".join(pkg + [v.name.lstrip(".")]))
+                    return self.resolve_in_checkout(v.name, where)
+                return v if isinstance(v, (FuncDef, ClassInfo, int, float, str, bool)) else None
         return None
+
+    def construct(self, cls: ClassInfo, args: list, kwargs: dict, where: str) -> Node:
+        """A configuration object of a class read from source: its dataclass defaults, then the kwargs."""
+        return Node(cls.qualname, dict(kwargs), where, self.class_defaults(cls, where), tuple(args), known=True)
+
+    def class_defaults(self, cls: ClassInfo, where: str, _seen: tuple = ()) -> dict:
+        """Class-level field defaults of ``cls`` and of the bases the reader can read (later classes in
+        the MRO first, so the class's own values win); ``field(default=...)`` and
+        ``field(default_factory=lambda: ...)`` included."""
+        if cls.qualname in _seen or len(_seen) > MAX_DEPTH:
+            return {}
+        out: dict = {}
+        for b in reversed(cls.node.bases):
+            try:
+                base = self.expr(b, cls.module.scope, cls.module)
+            except ConfigError:
+                continue
+            if isinstance(base, Ref):
+                base = self.resolve_in_checkout(base.name, where)
+            if isinstance(base, ClassInfo):
+                out.update(self.class_defaults(base, where, _seen + (cls.qualname,)))
+        for st in cls.node.body:
+            target = st.target if isinstance(st, ast.AnnAssign) else st.targets[0] if isinstance(st, ast.Assign) \
+                and len(st.targets) == 1 else None
+            if not isinstance(target, ast.Name) or st.value is None:
+                continue
+            value = st.value
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "field":
+                kw = {k.arg: k.value for k in value.keywords}
+                value = kw.get("default") or (kw["default_factory"].body if isinstance(
+                    kw.get("default_factory"), ast.Lambda) else None)
+                if value is None:
+                    continue
+            try:
+                out[target.id] = self.expr(value, dict(cls.module.scope), cls.module)
+            except ConfigError as exc:
+                out[target.id] = Unknown(f"{cls.qualname}.{target.id} ({str(exc)[:80]})", self.where(st, cls.module))
+        return out
 
     def resolve_ref(self, ref: Ref, where: str) -> Any:
         """A constant named by an import: from the checkout, else the library's ``value``, else the Ref."""

@@ -52,6 +52,8 @@ class Node:
     where: str
     defaults: dict = field(default_factory=dict)
     args: tuple = ()
+    known: bool = False
+    """The callee is in the library (its defaults are known), or it is a library value."""
     phantom: bool = False
     """Made by reading a field nobody set of an object whose defaults are not known: it holds what
     the recipe assigns to it later, but its own value is unknown."""
@@ -77,29 +79,44 @@ def materialise(v: Any, where: str) -> Any:
     """A fresh copy of a library value: nested mappings with ``_target_`` become :class:`Node`s."""
     if isinstance(v, dict):
         if "_target_" in v:
-            return Node(str(v["_target_"]), {}, where, {k: x for k, x in v.items() if k != "_target_"})
+            return Node(str(v["_target_"]), {}, where, {k: x for k, x in v.items() if k != "_target_"}, known=True)
         return {k: materialise(x, where) for k, x in v.items()}
     if isinstance(v, list):
         return [materialise(x, where) for x in v]
     return v
 
 
-def plain(v: Any, _depth: int = 0) -> Any:
+#: Most values :func:`plain` writes out (a recipe may share one list many times over)
+MAX_PLAIN_ITEMS = 1_000_000
+
+
+def plain(v: Any, _depth: int = 0, _budget: list | None = None) -> Any:
     """``v`` as plain data: a Node becomes a dict of its fields and defaults with ``_target_``
-    (as Megatron-Bridge saves a ConfigContainer); Unknown and Ref stay as they are."""
-    if _depth > MAX_DEPTH:
-        raise ConfigError(f"recipe: the configuration nests deeper than {MAX_DEPTH} levels")
+    (as Megatron-Bridge saves a ConfigContainer), ``_args_`` (positional arguments), ``_known_``
+    (the library knows the callee) and ``_opaque_`` (the file:line of an unknown function's result,
+    whose unset fields are unknown); Unknown and Ref stay as they are."""
+    budget = _budget if _budget is not None else [MAX_PLAIN_ITEMS]
+    budget[0] -= 1
+    if _depth > MAX_DEPTH or budget[0] < 0:
+        raise ConfigError(f"recipe: the configuration nests deeper than {MAX_DEPTH} levels or holds more than "
+                          f"{MAX_PLAIN_ITEMS} values")
     if isinstance(v, Node):
         if v.phantom and not v.fields:
             return Unknown(f"{short(v.target.rsplit('.', 1)[0])}.{short(v.target)}", v.where)
-        out = {"_target_": v.target}
+        out: dict = {"_target_": v.target}
+        if v.args:
+            out["_args_"] = plain(list(v.args), _depth + 1, budget)
+        if v.known:
+            out["_known_"] = True
+        if v.phantom:
+            out["_opaque_"] = v.where
         for k in list(v.defaults) + [k for k in v.fields if k not in v.defaults]:
-            out[k] = plain(v.get(k), _depth + 1)
+            out[k] = plain(v.get(k), _depth + 1, budget)
         return out
     if isinstance(v, dict):
-        return {k: plain(x, _depth + 1) for k, x in v.items()}
+        return {k: plain(x, _depth + 1, budget) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return [plain(x, _depth + 1) for x in v]
+        return [plain(x, _depth + 1, budget) for x in v]
     return v
 
 

@@ -22,7 +22,9 @@ def finish(imp: Imported) -> dict:
     gpn = imp.strategy.get("_gpus_per_node")
     if gpn is not None and str(gpn) != str(cl.gpus_per_node):
         raise ConfigError(f"{imp.source}: the source runs {gpn} GPUs per node but cluster preset "
-                          f"{cl.name!r} has {cl.gpus_per_node}; pick a matching --cluster")
+                          f"{cl.name!r} has {cl.gpus_per_node}; pick a matching --cluster"
+                          + (" or give --set num_gpus_per_node=" + str(cl.gpus_per_node) if imp.strategy.get("_source")
+                             else ""))
     par, tr = s["parallel"], s["training"]
     world = cl.num_gpus
     model_par = par["tp"] * par["pp"] * par["cp"]
