@@ -77,6 +77,11 @@ class _Return(Exception):
         self.value = value
 
 
+class _Unresolved(Exception):
+    def __init__(self, value: Any):
+        self.value = value
+
+
 class _Break(Exception):
     pass
 
@@ -102,6 +107,7 @@ def _scalar(fn: Callable) -> Callable:
         if not all(isinstance(x, (int, float, str, bool)) or x is None for x in a):
             raise TypeError(f"{fn.__name__}() of a {type(a[0]).__name__} is not evaluated statically")
         return fn(*a)
+    call.wrapped = fn  # type: ignore[attr-defined]
     return call
 
 
@@ -114,7 +120,7 @@ def _sum(seq, start=0):
 _BUILTINS: dict[str, Callable] = {"int": _scalar(int), "float": _scalar(float), "str": _scalar(str),
                                   "bool": bool, "abs": abs, "min": min,
                                   "max": max, "round": round, "len": len, "sum": _sum, "list": list, "tuple": tuple,
-                                  "dict": dict, "sorted": sorted, "isinstance": None, "hasattr": None,
+                                  "dict": dict, "sorted": sorted, "isinstance": None, "type": None, "hasattr": None,
                                   "getattr": None, "range": None, "print": None, "enumerate": None, "zip": None}
 
 
@@ -262,6 +268,10 @@ class Evaluator:
         if isinstance(fn, Node):      # a config object called (e.g. a provider's .get_model_config())
             return Unknown(f"a call of {short(fn.target)}", where)
         if callable(fn):
+            if any(isinstance(a, (Unknown, Ref, Node)) for a in list(args) + list(kwargs.values())) \
+                    and fn not in (len,) and getattr(fn, "__name__", "") not in ("<lambda>",):
+                u = next((a for a in list(args) + list(kwargs.values()) if isinstance(a, Unknown)), None)
+                return u or Unknown(f"{getattr(fn, '__name__', 'a builtin')}() of a configuration object", where)
             try:
                 out = fn(*args, **kwargs)
             except (TypeError, ValueError, ArithmeticError) as exc:
@@ -442,6 +452,8 @@ class Evaluator:
             return Ref(f"{obj.name}.{name}")
         if isinstance(obj, FuncDef):
             return Ref(f"{obj.node.name}.{name}")
+        if isinstance(obj, ClassInfo):      # a class attribute or classmethod: by name (the table may know it)
+            return Ref(f"{obj.qualname}.{name}")
         if isinstance(obj, Unknown):
             return Unknown(f"{obj.what}.{name}", obj.where)
         return Unknown(f"attribute {name} of a {type(obj).__name__}", where)
@@ -659,10 +671,42 @@ class Evaluator:
             return self.bounded(d, where)
         if isinstance(node, ast.Subscript):
             return self.subscript(node, scope, mod)
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+            return self.comprehension(node, scope, mod)
         if isinstance(node, ast.Slice):
             parts = [None if p is None else self.expr(p, scope, mod) for p in (node.lower, node.upper, node.step)]
             return slice(*parts) if all(p is None or isinstance(p, int) for p in parts) else Unknown("a slice", where)
         return Unknown(f"`{ast.unparse(node)[:60]}` (a {type(node).__name__}, which execsim does not evaluate)", where)
+
+    def comprehension(self, node: ast.expr, scope: dict, mod: Module) -> Any:
+        """``[x for a in seq if c]`` (and set/dict/generator forms) over known sequences, bounded."""
+        where = self.where(node, mod)
+        inner = dict(scope)
+        items: list = []
+
+        def run(gens: list) -> None:
+            if not gens:
+                items.append((self.expr(node.key, inner, mod), self.expr(node.value, inner, mod))
+                             if isinstance(node, ast.DictComp) else self.expr(node.elt, inner, mod))
+                self.bounded(items, where)
+                return
+            g = gens[0]
+            seq = self.expr(g.iter, inner, mod)
+            if isinstance(seq, dict):
+                seq = list(seq)
+            if not isinstance(seq, (list, tuple, str)):
+                raise _Unresolved(Unknown(f"the loop over {ast.unparse(g.iter)[:60]}", where))
+            for item in list(seq):
+                self.assign(g.target, item, inner, mod)
+                if all(self.truth(c, inner, mod) for c in g.ifs):
+                    run(gens[1:])
+        try:
+            run(list(node.generators))
+        except _Unresolved as u:
+            return u.value
+        if isinstance(node, ast.DictComp):
+            return {k: v for k, v in items if isinstance(k, (str, int, float, bool)) or k is None}
+        return items
 
     def builtin(self, name: str, where: str) -> Any:
         fn = _BUILTINS[name]
@@ -687,7 +731,21 @@ class Evaluator:
         if name == "getattr":
             return lambda obj, attr, *d: self.attribute(obj, attr, where) if not d or not isinstance(obj, Node) \
                 or attr in obj.fields or attr in obj.defaults else d[0]
-        return lambda *a: Unknown(f"{name}(...)", where)     # isinstance: types are not modelled
+        if name == "isinstance":
+            return lambda obj, types: self.isinstance_of(obj, types, where)
+        return lambda *a: Unknown(f"{name}(...)", where)
+
+    def isinstance_of(self, obj: Any, types: Any, where: str) -> Any:
+        """isinstance against builtin types (str, int, float, bool, dict, list, tuple) and classes by name."""
+        kinds = [getattr(k, "wrapped", k) for k in (types if isinstance(types, (list, tuple)) else [types])]
+        names = {k.__name__ if isinstance(k, type) else short(k.name) if isinstance(k, Ref) else
+                 k.qualname if isinstance(k, ClassInfo) else "?" for k in kinds}
+        if isinstance(obj, (Unknown, Ref)) or (isinstance(obj, Node) and obj.phantom):
+            return Unknown(f"isinstance({getattr(obj, 'what', short(getattr(obj, 'name', getattr(obj, 'target', '?'))))})",
+                           where)
+        if isinstance(obj, Node):
+            return short(obj.target) in names
+        return any(isinstance(obj, k) for k in kinds if isinstance(k, type))
 
     def binop(self, op: type, a: Any, b: Any, where: str) -> Any:
         if any(isinstance(x, (Unknown, Ref, Node)) for x in (a, b)):

@@ -219,3 +219,65 @@ def test_nemo_recipe_arguments_of_every_type(arg, value):
         _imp("nemo", "nemo_llama3_70b.py", vocab=128256, sets={arg: value})
     except ConfigError as exc:
         assert "\n" not in str(exc)
+
+
+def _checkout(tmp_path):
+    """A tiny checkout laid out as NeMo's: the recipe imports a helper module and a config class of its
+    own package (nemo/collections/llm/recipes/llama31_405b.py + gpt/model/llama.py, structure only)."""
+    pkg = tmp_path / "nemo" / "collections" / "llm"
+    (pkg / "recipes").mkdir(parents=True)
+    (pkg / "gpt" / "model").mkdir(parents=True)
+    (pkg / "gpt" / "model" / "llama.py").write_text(
+        "from dataclasses import dataclass, field\nimport torch.nn.functional as F\n"
+        "class GPTConfig:\n    seq_length: int = 1024\n    share_embeddings_and_output_weights: bool = True\n"
+        "@dataclass\nclass LlamaConfig(GPTConfig):\n    normalization: str = 'RMSNorm'\n"
+        "    activation_func = F.silu\n    gated_linear_unit: bool = True\n    position_embedding_type: str = 'rope'\n"
+        "    add_bias_linear: bool = False\n    share_embeddings_and_output_weights: bool = False\n"
+        "    hidden_dropout: float = 0.0\n    attention_dropout: float = 0.0\n"
+        "@dataclass\nclass TinyLlamaConfig(LlamaConfig):\n    num_layers: int = 126\n    hidden_size: int = 1024\n"
+        "    ffn_hidden_size: int = 4096\n    num_attention_heads: int = 16\n    num_query_groups: int = 8\n"
+        "    seq_length: int = 4096\n    moe_layer_freq: list = field(default_factory=lambda: [1] * 4)\n")
+    (pkg / "recipes" / "helpers.py").write_text(
+        "import nemo_run as run\nfrom nemo.collections.llm.gpt.model.llama import TinyLlamaConfig\n"
+        "SEQ = 2 ** 12\n"
+        "def tiny_model():\n    return run.Config(LlamaModel, config=run.Config(TinyLlamaConfig))\n"
+        "def tiny_trainer(pp=8, vpp=2, nodes=1):\n"
+        "    return run.Config(Trainer, num_nodes=nodes, devices=8, strategy=run.Config(MegatronStrategy,\n"
+        "        pipeline_model_parallel_size=pp, virtual_pipeline_model_parallel_size=vpp,\n"
+        "        account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True))\n")
+    rec = pkg / "recipes" / "tiny.py"
+    rec.write_text(
+        "import nemo_run as run\nfrom nemo.collections.llm.recipes.helpers import SEQ, tiny_model, tiny_trainer\n"
+        "def pretrain_recipe(num_nodes: int = 2):\n"
+        "    r = run.Partial(pretrain, model=tiny_model(), trainer=tiny_trainer(nodes=num_nodes),\n"
+        "        data=run.Config(MockDataModule, seq_length=SEQ, global_batch_size=64, micro_batch_size=1))\n"
+        "    r.model.config.num_layers = sum([x * 63 for x in [1, 1] if x])\n"
+        "    return r\n")
+    return rec
+
+
+def test_recipe_reads_its_own_checkout_statically(tmp_path):
+    rec = _checkout(tmp_path)
+    imp = import_config("nemo", rec.read_text(), origin=rec.name, base_dir=str(rec.parent), cluster="dgx-h100",
+                        vocab=32000)
+    s = imp.strategy
+    # TinyLlamaConfig over LlamaConfig over GPTConfig: the class's own values win; moe_layer_freq from default_factory
+    assert s["model"]["layers"] == 126 and s["model"]["kv_heads"] == 8 and s["model"]["mlp"] == "swiglu"
+    assert s["model"]["tied_embeddings"] is False and s["training"]["seq_len"] == 4096
+    # account_for_embedding/loss_in_pipeline_split: (126 + 2) / 16 = 8 per virtual stage, first and last 7
+    assert s["parallel"]["layers_per_stage"] == [7] + [8] * 14 + [7]
+    assert s["cluster"]["nodes"] == 2
+    # without the checkout the helpers are unknown: one error naming the line and the way round
+    with pytest.raises(ConfigError, match=r"tiny\.py:4: tiny_model\.config \(a call of a function defined in another file"):
+        import_config("nemo", rec.read_text(), origin=rec.name, cluster="dgx-h100", vocab=32000)
+
+
+@pytest.mark.parametrize("config,match", [
+    ("MegatronBertBaseConfig", "not a decoder-only transformer"), ("NVIDIAMambaConfig8B", "not a decoder-only"),
+    ("T5Config3B", "not a decoder-only"), ("Gemma2Config27B", "model preset"), ("Llama4Experts16Config", "chunked"),
+    ("UnheardOfConfig", r"not in execsim's table of framework defaults"),
+])
+def test_model_families_refused_by_name(config, match):
+    src = (DATA / "nemo_llama3_70b.py").read_text().replace("run.Config(Llama3Config70B)", f"run.Config({config})")
+    with pytest.raises(ConfigError, match=match):
+        import_config("nemo", src, origin="r.py", cluster="dgx-h100", nodes=4, vocab=32000)
