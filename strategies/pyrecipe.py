@@ -38,15 +38,15 @@ of strings and lists built (:data:`MAX_ITEMS`) and the files read (:data:`MAX_FI
 from __future__ import annotations
 
 import ast
-import operator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from strategies.errors import ConfigError
 
-from strategies.pyrecipe_values import (MAX_AST_NODES, MAX_DEPTH, MAX_FILES, MAX_ITEMS, MAX_RECIPE_BYTES,  # noqa: F401
-                                       MAX_STEPS, Library, Node, Ref, Unknown, materialise, parse_recipe, plain, short)
+from strategies.pyrecipe_values import (BINOPS, BUILTINS, CMPOPS, MAX_AST_NODES, MAX_DEPTH,  # noqa: F401
+                                       MAX_FILES, MAX_ITEMS, MAX_RECIPE_BYTES, MAX_STEPS, STR_METHODS, Library, Node,
+                                       Ref, Unknown, bounded, builtin_method, materialise, parse_recipe, plain, short)
 
 
 @dataclass
@@ -88,40 +88,6 @@ class _Break(Exception):
 
 class _Continue(Exception):
     pass
-
-
-_BINOPS: dict[type, Callable] = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-                                 ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
-                                 ast.Pow: operator.pow}
-_CMPOPS: dict[type, Callable] = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
-                                 ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
-                                 ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
-                                 ast.Is: lambda a, b: a is b, ast.IsNot: lambda a, b: a is not b}
-#: pure str methods the reader applies
-_STR_METHODS = ("lower", "upper", "strip", "lstrip", "rstrip", "startswith", "endswith", "split", "title",
-                "isdigit", "join")
-#: builtins the reader applies (all pure and bounded)
-def _scalar(fn: Callable) -> Callable:
-    """``fn`` on numbers and strings only (``str`` of a nested list could be any size)."""
-    def call(*a):
-        if not all(isinstance(x, (int, float, str, bool)) or x is None for x in a):
-            raise TypeError(f"{fn.__name__}() of a {type(a[0]).__name__} is not evaluated statically")
-        return fn(*a)
-    call.wrapped = fn  # type: ignore[attr-defined]
-    return call
-
-
-def _sum(seq, start=0):
-    if not all(isinstance(x, (int, float)) for x in list(seq) + [start]):
-        raise TypeError("sum() of anything but numbers is not evaluated statically")
-    return sum(seq, start)
-
-
-_BUILTINS: dict[str, Callable] = {"int": _scalar(int), "float": _scalar(float), "str": _scalar(str),
-                                  "bool": bool, "abs": abs, "min": min,
-                                  "max": max, "round": round, "len": len, "sum": _sum, "list": list, "tuple": tuple,
-                                  "dict": dict, "sorted": sorted, "isinstance": None, "type": None, "hasattr": None,
-                                  "getattr": None, "range": None, "print": None, "enumerate": None, "zip": None}
 
 
 class Evaluator:
@@ -247,7 +213,7 @@ class Evaluator:
                 kwargs[k.arg] = v
         if isinstance(node.func, ast.Attribute):
             obj = self.expr(node.func.value, scope, mod)
-            method = self.method(obj, node.func.attr, args, kwargs, where)
+            method = builtin_method(obj, node.func.attr, args, kwargs, where)
             if method is not NotImplemented:
                 return method
             if isinstance(obj, Node):     # a method of a configuration object: the library says what it gives
@@ -276,7 +242,7 @@ class Evaluator:
                 out = fn(*args, **kwargs)
             except (TypeError, ValueError, ArithmeticError) as exc:
                 raise ConfigError(f"{where}: {str(exc)[:160]}") from None
-            return self.bounded(out, where)
+            return bounded(out, where)
         if isinstance(fn, Ref):
             return self.external(fn.name, args, kwargs, where)
         return Unknown(f"a call of {ast.unparse(node.func)[:60] if isinstance(node, ast.Call) else fn!r}", where)
@@ -411,40 +377,6 @@ class Evaluator:
             return entry["value"]
         return ref
 
-    def method(self, obj: Any, name: str, args: list, kwargs: dict, where: str) -> Any:
-        """list/dict/str methods the reader applies; NotImplemented for anything else."""
-        if isinstance(obj, list) and name in ("append", "extend", "insert") and not kwargs:
-            if name == "append" and len(args) == 1:
-                obj.append(args[0])
-            elif name == "extend" and len(args) == 1 and isinstance(args[0], (list, tuple)):
-                obj.extend(args[0])
-            elif name == "insert" and len(args) == 2 and isinstance(args[0], int):
-                obj.insert(args[0], args[1])
-            else:
-                return Unknown(f"list.{name}", where)
-            self.bounded(obj, where)
-            return None
-        if isinstance(obj, dict) and name in ("get", "update", "setdefault", "pop", "copy", "keys", "values", "items"):
-            if name == "update" and len(args) <= 1:
-                obj.update(args[0] if args else {}, **kwargs)
-                return None
-            if name in ("keys", "values", "items", "copy"):
-                return list(getattr(obj, name)()) if name != "copy" else dict(obj)
-            if args and isinstance(args[0], (str, int, float, bool, type(None))):
-                return getattr(obj, name)(*args[:2])
-            return Unknown(f"dict.{name}", where)
-        if isinstance(obj, str) and name in _STR_METHODS:
-            if any(isinstance(a, (Unknown, Ref, Node)) for a in list(args) + list(kwargs.values())):
-                return Unknown(f"str.{name}", where)
-            if name == "join" and (len(args) != 1 or not isinstance(args[0], (list, tuple)) or not all(
-                    isinstance(x, str) for x in args[0]) or sum(map(len, args[0])) + len(obj) * len(args[0]) > MAX_ITEMS):
-                return Unknown("str.join of values that are not short strings", where)
-            try:
-                return self.bounded(getattr(obj, name)(*args, **kwargs), where)
-            except (TypeError, ValueError, IndexError, KeyError) as exc:
-                raise ConfigError(f"{where}: {str(exc)[:160]}") from None
-        return NotImplemented
-
     def attribute(self, obj: Any, name: str, where: str) -> Any:
         if isinstance(obj, Node):
             return obj.get(name)
@@ -457,14 +389,6 @@ class Evaluator:
         if isinstance(obj, Unknown):
             return Unknown(f"{obj.what}.{name}", obj.where)
         return Unknown(f"attribute {name} of a {type(obj).__name__}", where)
-
-    def bounded(self, v: Any, where: str) -> Any:
-        if isinstance(v, (str, list, tuple, dict)) and len(v) > MAX_ITEMS:
-            raise ConfigError(f"{where}: builds a value of {len(v)} items, over the {MAX_ITEMS} a recipe may; "
-                              f"give the setting with --set")
-        if isinstance(v, int) and not isinstance(v, bool) and abs(v) > 2 ** 63:
-            raise ConfigError(f"{where}: an integer over 2^63: not a setting execsim reads")
-        return v
 
     # ------------------------------------------------------------------ statements
     def block(self, body: list, scope: dict, mod: Module) -> None:
@@ -601,7 +525,7 @@ class Evaluator:
                 return self.resolve_ref(v, where) if isinstance(v, Ref) else v
             if node.id in ("True", "False", "None"):
                 return {"True": True, "False": False, "None": None}[node.id]
-            if node.id in _BUILTINS:
+            if node.id in BUILTINS:
                 return self.builtin(node.id, where)
             return Ref(node.id)
         if isinstance(node, ast.Attribute):
@@ -635,7 +559,7 @@ class Evaluator:
             if sum(len(str(p)) if isinstance(p, (str, int, float)) or p is None else MAX_ITEMS
                    for p in parts) > MAX_ITEMS:
                 raise ConfigError(f"{where}: the f-string builds more than {MAX_ITEMS} characters")
-            return self.bounded("".join(str(p) for p in parts), where)
+            return bounded("".join(str(p) for p in parts), where)
         if isinstance(node, ast.FormattedValue):
             v = self.expr(node.value, scope, mod)
             if isinstance(v, (Unknown, Ref, Node)):
@@ -655,7 +579,7 @@ class Evaluator:
                     out += list(v) if isinstance(v, (list, tuple)) else [Unknown(ast.unparse(e)[:60], where)]
                 else:
                     out.append(self.expr(e, scope, mod))
-            self.bounded(out, where)
+            bounded(out, where)
             return tuple(out) if isinstance(node, ast.Tuple) else out
         if isinstance(node, ast.Dict):
             d: dict = {}
@@ -668,7 +592,7 @@ class Evaluator:
                 key = self.expr(k, scope, mod)
                 if isinstance(key, (str, int, float, bool)) or key is None:
                     d[key] = val
-            return self.bounded(d, where)
+            return bounded(d, where)
         if isinstance(node, ast.Subscript):
             return self.subscript(node, scope, mod)
         if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
@@ -688,7 +612,7 @@ class Evaluator:
             if not gens:
                 items.append((self.expr(node.key, inner, mod), self.expr(node.value, inner, mod))
                              if isinstance(node, ast.DictComp) else self.expr(node.elt, inner, mod))
-                self.bounded(items, where)
+                bounded(items, where)
                 return
             g = gens[0]
             seq = self.expr(g.iter, inner, mod)
@@ -709,7 +633,7 @@ class Evaluator:
         return items
 
     def builtin(self, name: str, where: str) -> Any:
-        fn = _BUILTINS[name]
+        fn = BUILTINS[name]
         if fn is not None:
             return fn
         if name == "range":
@@ -760,10 +684,10 @@ class Evaluator:
                 raise ConfigError(f"{where}: builds a value of {len(seq) * n} items, over the {MAX_ITEMS} a recipe may")
         if op is ast.BitOr and isinstance(a, dict) and isinstance(b, dict):
             return {**a, **b}
-        if op not in _BINOPS:
+        if op not in BINOPS:
             return Unknown(f"a {op.__name__} operation", where)
         try:
-            return self.bounded(_BINOPS[op](a, b), where)
+            return bounded(BINOPS[op](a, b), where)
         except (TypeError, ArithmeticError, ValueError) as exc:
             raise ConfigError(f"{where}: {str(exc)[:160]}") from None
 
@@ -794,7 +718,7 @@ class Evaluator:
                 return u or Unknown(f"`{ast.unparse(node)[:60]}`", where)
             else:
                 try:
-                    ok = bool(_CMPOPS[type(op)](left, right))
+                    ok = bool(CMPOPS[type(op)](left, right))
                 except TypeError as exc:
                     raise ConfigError(f"{where}: {str(exc)[:160]}") from None
             if not ok:

@@ -4,8 +4,9 @@ besides plain Python data: :class:`Unknown`, :class:`Ref`, :class:`Node`), its b
 from __future__ import annotations
 
 import ast
+import operator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from strategies.errors import ConfigError
 
@@ -161,3 +162,82 @@ def parse_recipe(text: str, path: str) -> ast.Module:
     if n > MAX_AST_NODES:
         raise ConfigError(f"{path}: {n} syntax nodes is over the {MAX_AST_NODES} a recipe file may have")
     return tree
+
+
+# ------------------------------------------------------------------ what the reader applies
+BINOPS: dict[type, Callable] = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+                                 ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
+                                 ast.Pow: operator.pow}
+CMPOPS: dict[type, Callable] = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
+                                 ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+                                 ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
+                                 ast.Is: lambda a, b: a is b, ast.IsNot: lambda a, b: a is not b}
+#: pure str methods the reader applies
+STR_METHODS = ("lower", "upper", "strip", "lstrip", "rstrip", "startswith", "endswith", "split", "title",
+                "isdigit", "join")
+#: builtins the reader applies (all pure and bounded)
+def scalar_builtin(fn: Callable) -> Callable:
+    """``fn`` on numbers and strings only (``str`` of a nested list could be any size)."""
+    def call(*a):
+        if not all(isinstance(x, (int, float, str, bool)) or x is None for x in a):
+            raise TypeError(f"{fn.__name__}() of a {type(a[0]).__name__} is not evaluated statically")
+        return fn(*a)
+    call.wrapped = fn  # type: ignore[attr-defined]
+    return call
+
+
+def numbers_sum(seq, start=0):
+    if not all(isinstance(x, (int, float)) for x in list(seq) + [start]):
+        raise TypeError("sum() of anything but numbers is not evaluated statically")
+    return sum(seq, start)
+
+
+BUILTINS: dict[str, Callable] = {"int": scalar_builtin(int), "float": scalar_builtin(float), "str": scalar_builtin(str),
+                                  "bool": bool, "abs": abs, "min": min,
+                                  "max": max, "round": round, "len": len, "sum": numbers_sum, "list": list, "tuple": tuple,
+                                  "dict": dict, "sorted": sorted, "isinstance": None, "type": None, "hasattr": None,
+                                  "getattr": None, "range": None, "print": None, "enumerate": None, "zip": None}
+
+
+def bounded(v: Any, where: str) -> Any:
+    if isinstance(v, (str, list, tuple, dict)) and len(v) > MAX_ITEMS:
+        raise ConfigError(f"{where}: builds a value of {len(v)} items, over the {MAX_ITEMS} a recipe may; "
+                          f"give the setting with --set")
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) > 2 ** 63:
+        raise ConfigError(f"{where}: an integer over 2^63: not a setting execsim reads")
+    return v
+
+
+def builtin_method(obj: Any, name: str, args: list, kwargs: dict, where: str) -> Any:
+    """list/dict/str methods the reader applies; NotImplemented for anything else."""
+    if isinstance(obj, list) and name in ("append", "extend", "insert") and not kwargs:
+        if name == "append" and len(args) == 1:
+            obj.append(args[0])
+        elif name == "extend" and len(args) == 1 and isinstance(args[0], (list, tuple)):
+            obj.extend(args[0])
+        elif name == "insert" and len(args) == 2 and isinstance(args[0], int):
+            obj.insert(args[0], args[1])
+        else:
+            return Unknown(f"list.{name}", where)
+        bounded(obj, where)
+        return None
+    if isinstance(obj, dict) and name in ("get", "update", "setdefault", "pop", "copy", "keys", "values", "items"):
+        if name == "update" and len(args) <= 1:
+            obj.update(args[0] if args else {}, **kwargs)
+            return None
+        if name in ("keys", "values", "items", "copy"):
+            return list(getattr(obj, name)()) if name != "copy" else dict(obj)
+        if args and isinstance(args[0], (str, int, float, bool, type(None))):
+            return getattr(obj, name)(*args[:2])
+        return Unknown(f"dict.{name}", where)
+    if isinstance(obj, str) and name in STR_METHODS:
+        if any(isinstance(a, (Unknown, Ref, Node)) for a in list(args) + list(kwargs.values())):
+            return Unknown(f"str.{name}", where)
+        if name == "join" and (len(args) != 1 or not isinstance(args[0], (list, tuple)) or not all(
+                isinstance(x, str) for x in args[0]) or sum(map(len, args[0])) + len(obj) * len(args[0]) > MAX_ITEMS):
+            return Unknown("str.join of values that are not short strings", where)
+        try:
+            return bounded(getattr(obj, name)(*args, **kwargs), where)
+        except (TypeError, ValueError, IndexError, KeyError) as exc:
+            raise ConfigError(f"{where}: {str(exc)[:160]}") from None
+    return NotImplemented
