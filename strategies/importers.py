@@ -83,8 +83,12 @@ def import_config(kind: str, source: Any, *, cluster: str | None = None, nodes: 
         return import_recipe_source(kind, source, cluster=cluster, nodes=nodes, vocab=vocab, env=env,
                                     base_dir=base_dir, sets=sets, recipe=recipe, origin=origin)
     if kind == "torchtitan" and isinstance(source, str) and is_python(source, origin):
-        raise ConfigError("torchtitan: a Python config_registry.py is not read yet (not supported); import the "
-                          "job's TOML (train_configs/*.toml) or write a strategy file")
+        from strategies.import_titan_registry import import_titan_registry
+        if env:
+            raise ConfigError("--env sets shell variables of a Megatron launch script; a torchtitan registry has "
+                              "none: use --set KEY=VALUE")
+        return import_titan_registry(source, path=origin or "config_registry.py", config=recipe, cluster=cluster,
+                                     nodes=nodes, vocab=vocab, sets=sets, base_dir=base_dir)
     if recipe is not None:
         raise ConfigError(f"--recipe names a function of a Python recipe; a {kind} source has none: drop it")
     if sets and kind in ("nemo", "torchtitan"):

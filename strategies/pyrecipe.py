@@ -235,7 +235,7 @@ class Evaluator:
             return Unknown(f"a call of {short(fn.target)}", where)
         if callable(fn):
             if any(isinstance(a, (Unknown, Ref, Node)) for a in list(args) + list(kwargs.values())) \
-                    and fn not in (len,) and getattr(fn, "__name__", "") not in ("<lambda>",):
+                    and getattr(fn, "__name__", "") not in ("<lambda>",):
                 u = next((a for a in list(args) + list(kwargs.values()) if isinstance(a, Unknown)), None)
                 return u or Unknown(f"{getattr(fn, '__name__', 'a builtin')}() of a configuration object", where)
             try:

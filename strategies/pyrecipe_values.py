@@ -102,7 +102,7 @@ def plain(v: Any, _depth: int = 0, _budget: list | None = None) -> Any:
         raise ConfigError(f"recipe: the configuration nests deeper than {MAX_DEPTH} levels or holds more than "
                           f"{MAX_PLAIN_ITEMS} values")
     if isinstance(v, Node):
-        if v.phantom and not v.fields:
+        if v.phantom and not v.fields and not v.args:
             return Unknown(f"{short(v.target.rsplit('.', 1)[0])}.{short(v.target)}", v.where)
         out: dict = {"_target_": v.target}
         if v.args:

@@ -281,3 +281,39 @@ def test_model_families_refused_by_name(config, match):
     src = (DATA / "nemo_llama3_70b.py").read_text().replace("run.Config(Llama3Config70B)", f"run.Config({config})")
     with pytest.raises(ConfigError, match=match):
         import_config("nemo", src, origin="r.py", cluster="dgx-h100", nodes=4, vocab=32000)
+
+
+def _titan(config, **kw):
+    path = DATA / "llama3" / "config_registry.py"
+    return import_config("torchtitan", path.read_text(), origin=path.name, base_dir=str(path.parent),
+                         cluster="dgx-h100", recipe=config, **kw)
+
+
+def test_torchtitan_config_registry_every_field():
+    s = _titan("llama3_70b", nodes=8).strategy
+    assert s["model"] == "llama3-70b"     # model_registry("70B") in models/llama3/
+    assert s["parallel"] == {"tp": 8, "pp": 1, "cp": 1, "ep": 1, "sp": True, "zero": 3}
+    # 8 * 8192 tokens per micro-batch per rank over max_context_length 8192: local batch 8
+    assert s["_local_batch"] == 8 and s["training"]["seq_len"] == 8192 and s["training"]["recompute"] == "full"
+    assert s["training"]["precision"] == "bf16" and s["_steps"] == 1000
+    f = _titan("llama3_405b", nodes=16).strategy
+    assert f["model"] == "llama3-405b" and f["training"]["precision"] == "fp8"
+    assert f["options"]["fp8_recipe"] == "tensorwise" and f["options"]["tp_comm_overlap"] is True   # async TP
+    e = _titan("llama3_8b_selective", nodes=1).strategy
+    assert e["model"] == "llama3-8b" and e["parallel"]["tp"] == 1 and e["training"]["recompute"] == "selective"
+    assert _finish(_titan("llama3_8b_selective", nodes=1))["training"]["global_batch"] == 64   # 8 x dp 8
+    with pytest.raises(ConfigError, match=r"which job\? give --config NAME \(this registry defines: llama3_70b"):
+        _titan(None, nodes=1)
+
+
+@settings(max_examples=80, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
+@given(field=st.sampled_from(["training.max_context_length", "training.num_tokens_per_microbatch_per_dp_rank",
+                              "training.steps", "training.num_tokens_per_train_step", "parallelism.tensor_parallel_degree",
+                              "parallelism.pipeline_parallel_degree", "parallelism.data_parallel_shard_degree",
+                              "model_spec.flavor", "model_spec.converters", "activation_checkpoint", "compile.enable",
+                              "training.mixed_precision_param", "hf_assets_path"]), value=_VALUES)
+def test_torchtitan_registry_fields_of_every_type(field, value):
+    try:
+        _titan("llama3_70b", nodes=8, sets={field: value})
+    except ConfigError as exc:
+        assert "\n" not in str(exc) and len(str(exc)) < 600

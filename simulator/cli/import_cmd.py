@@ -31,8 +31,9 @@ def add_parser(sub) -> None:
                    help="a value the source leaves open or that you change: a Python recipe function's argument "
                         "(--set num_nodes=4) or a dotted field of the configuration (--set "
                         "model.num_layers=80, trainer.strategy.tensor_model_parallel_size=8); repeatable")
-    s.add_argument("--recipe", metavar="FUNCTION", help="nemo/bridge Python recipe: the function to read "
-                   "(default: pretrain_recipe, or the file's only pretraining *_config function)")
+    s.add_argument("--recipe", "--config", metavar="FUNCTION", dest="recipe",
+                   help="nemo/bridge Python recipe: the function to read (default: pretrain_recipe, or the file's "
+                        "only pretraining *_config function); torchtitan config_registry.py: the job (--config NAME)")
     s.set_defaults(func=_import_cmd)
 
 
