@@ -2,6 +2,7 @@
 saved ConfigContainer YAML, and ``import --set``. The fixtures under tests/data/pyrecipes/ reproduce the
 structure of the real files (each cites repository, path and commit); every imported field is compared
 with what the file (and the cited framework defaults) say, and each import then simulates."""
+import os
 from pathlib import Path
 
 import pytest
@@ -317,3 +318,34 @@ def test_torchtitan_registry_fields_of_every_type(field, value):
         _titan("llama3_70b", nodes=8, sets={field: value})
     except ConfigError as exc:
         assert "\n" not in str(exc) and len(str(exc)) < 600
+
+
+# ------------------------------------------------------------------ real Python recipes (EXECSIM_RECIPES)
+REAL = os.environ.get("EXECSIM_RECIPES")
+_REAL_CASES = [   # (path under EXECSIM_RECIPES, kind, function, extra arguments, expected fields)
+    ("nemo/collections/llm/recipes/llama3_70b.py", "nemo", None, {"nodes": 4, "vocab": 128256},
+     {"layers": 80, "hidden": 8192, "kv_heads": 8, "tp": 4, "pp": 4, "vpp": 5, "cp": 2, "global_batch": 512}),
+    ("src/megatron/bridge/recipes/llama/h100/llama3.py", "bridge", "llama3_70b_pretrain_32gpu_h100_bf16_config", {},
+     {"layers": 80, "hidden": 8192, "kv_heads": 8, "tp": 4, "pp": 4, "vpp": 5, "cp": 2, "global_batch": 512}),
+    ("torchtitan/models/llama3/config_registry.py", "torchtitan", "llama3_70b", {"nodes": 8},
+     {"model": "llama3-70b", "tp": 8, "recompute": "full"}),
+]
+
+
+@pytest.mark.skipif(not REAL, reason="EXECSIM_RECIPES (a folder holding NeMo / Megatron-Bridge / torchtitan "
+                                     "checkouts) is not set")
+@pytest.mark.parametrize("rel,kind,fn,extra,want", _REAL_CASES)
+def test_real_python_recipes(rel, kind, fn, extra, want):
+    path = Path(REAL) / rel
+    if not path.is_file():
+        pytest.skip(f"{rel} is not under EXECSIM_RECIPES")
+    imp = import_config(kind, path.read_text(), origin=path.name, base_dir=str(path.parent), cluster="dgx-h100",
+                        recipe=fn, **extra)
+    s = imp.strategy
+    got = {"tp": s["parallel"]["tp"], "pp": s["parallel"].get("pp"), "vpp": s["parallel"].get("vpp", 1),
+           "cp": s["parallel"].get("cp"), "recompute": s["training"].get("recompute"),
+           "global_batch": s["training"].get("global_batch"), "model": s["model"]}
+    if isinstance(s["model"], dict):
+        got.update({k: s["model"].get(k) for k in ("layers", "hidden", "kv_heads")})
+    assert {k: got[k] for k in want} == want
+    _finish(imp)
