@@ -304,9 +304,14 @@ def tree_to_strategy(tree: dict, kind: str, where: str, *, cluster: str | None, 
     etp = t.get(f"{par}.expert_tensor_parallel_size", int, None)
     if etp is not None and model.get("experts") and etp != tp:
         parallel["etp"] = etp
+    layout = t.get(f"{par}.pipeline_model_parallel_layout", None, None)
+    lps = None
+    if layout is not None:   # Megatron-core: the layout fixes the stages, vpp = its stages / pp
+        lps = layout_stages(layout, model["layers"], pp, f"{where}: {par}")
+        vpp = len(lps) // pp
     if vpp > 1:
         parallel["vpp"] = vpp
-    lps = stage_layers(t, par, model["layers"], pp, vpp)
+    lps = lps or stage_layers(t, par, model["layers"], pp, vpp)
     if lps:
         parallel["layers_per_stage"] = lps
     options: dict = {"overlap_grad_reduce": t.get(f"{ddp}.overlap_grad_reduce", bool, False),
@@ -328,7 +333,15 @@ def tree_to_strategy(tree: dict, kind: str, where: str, *, cluster: str | None, 
         notes.append("tp_comm_overlap (no effect without tp > 1 and sequence parallelism)")
     if t.get(f"{m}.cpu_offloading", bool, False) and t.get(f"{m}.cpu_offloading_num_layers", int, 0):
         options["activation_offload_layers"] = t.get(f"{m}.cpu_offloading_num_layers", int)
-    moe_dispatch_options(lambda k: t.get(f"{m}.{k}", None, None), lambda k: f"{m}.{k}", options, notes,
+    # Megatron-Bridge keeps the MoE overlap switches in comm_overlap (CommOverlapConfig), NeMo in the model
+    in_overlap = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute")
+    overlap_cfg = kind == "bridge" and isinstance(t.raw("comm_overlap"), dict)
+
+    def moe_key(k: str) -> str:
+        if overlap_cfg and k in in_overlap and t.get(f"{m}.{k}", None, None) is None:
+            return f"comm_overlap.{k}"
+        return f"{m}.{k}"
+    moe_dispatch_options(lambda k: t.get(moe_key(k), None, None), moe_key, options, notes,
                          bool(model.get("experts")) and ep > 1, f"{where}: ", shared=bool(model.get("shared_experts")))
     batch = lay["batch"]
     seq = t.get(lay["seq"], int, None) or t.get(f"{m}.seq_length", int, None)
@@ -380,6 +393,41 @@ def refuse_family(t: Tree, m: str, kind: str, where: str) -> None:
         for name in names:
             if pattern.search(short(name)):
                 raise ConfigError(f"{where}: the model {short(name)} {why}")
+
+
+_UNROLL = (re.compile(r"\(([^)]+)\)\*(\d+)"), re.compile(r"(.)\*(\d+)"))
+
+
+def layout_stages(layout: Any, layers: int, stages: int, where: str) -> list:
+    """Transformer layers per virtual stage (a multiple of ``stages`` = pp of them) of Megatron-core's
+    ``pipeline_model_parallel_layout``
+    (transformer/pipeline_parallel_layer_layout.py parse_str_to_list at Megatron-LM d98e8a64: commas
+    are cosmetic, ``(...)*n`` and ``x*n`` unroll, ``|`` separates stages, ``t`` is a decoder layer;
+    ``E``, ``L``, ``m`` the embedding, loss and MTP), unrolled within a bound checked as it grows."""
+    if isinstance(layout, list):
+        counts = [sum(1 for x in st if str(x).rsplit(".", 1)[-1] in ("t", "decoder")) if isinstance(st, list) else -1
+                  for st in layout]
+    else:
+        text = str(layout).replace(",", "")
+        for pattern in _UNROLL:
+            def unroll(mt: "re.Match") -> str:
+                n = int(mt.group(2))
+                if n * len(mt.group(1)) > 1_000_000:
+                    raise ConfigError(f"{where}: pipeline_model_parallel_layout unrolls to over 1,000,000 characters")
+                return mt.group(1) * n
+            text = pattern.sub(unroll, text)
+            if len(text) > 1_000_000:
+                raise ConfigError(f"{where}: pipeline_model_parallel_layout unrolls to over 1,000,000 characters")
+        bad = set(text) - set("EtLm|")
+        if bad:
+            raise ConfigError(f"{where}: pipeline_model_parallel_layout {str(layout)[:60]!r} has {sorted(bad)[0]!r}, not "
+                              f"a layer Megatron knows (E, t, L, m)")
+        counts = [st.count("t") for st in text.split("|")]
+    if len(counts) % stages or sum(counts) != layers or min(counts) < 0:
+        raise ConfigError(f"{where}: pipeline_model_parallel_layout {str(layout)[:60]!r} gives {len(counts)} stages "
+                          f"holding {sum(counts)} layers; a multiple of pp = {stages} stages (Megatron derives the virtual "
+                          f"pipeline size from it) holding the model's {layers} layers is needed")
+    return counts
 
 
 def stage_layers(t: Tree, par: str, layers: int, pp: int, vpp: int) -> list | None:

@@ -77,6 +77,10 @@ class _Return(Exception):
         self.value = value
 
 
+class RecipeRaise(ConfigError):
+    """A ``raise`` statement of the recipe reached: an error unless a ``try`` of the recipe handles it."""
+
+
 class _Unresolved(Exception):
     def __init__(self, value: Any):
         self.value = value
@@ -276,10 +280,10 @@ class Evaluator:
                 choice = args[0] if args else kwargs.get(key)
                 table = entry["returns"]
                 if isinstance(choice, str) and choice in table:
-                    return materialise(table[choice], where)
+                    return self.with_base(materialise(table[choice], where), where)
                 return Unknown(f"{short(name)}({str(choice)[:60]!r}), which execsim's table of framework "
                                f"defaults does not know", where)
-            return materialise(entry["returns"], where)
+            return self.with_base(materialise(entry["returns"], where), where)
         fields = dict(entry.get("fields", {})) if entry else {}
         # an unknown function's result (lower-case name) is not known, though it may hold what the recipe
         # assigns to it later; an object built by a class (CapWords) is a configuration object
@@ -329,6 +333,14 @@ class Evaluator:
                 return v if isinstance(v, (FuncDef, ClassInfo, int, float, str, bool)) else None
         return None
 
+    def with_base(self, out: Any, where: str) -> Any:
+        """A table value whose ``_base_`` names a class: that class's defaults from the checkout beneath it."""
+        if isinstance(out, Node) and "_base_" in out.defaults:
+            base = self.resolve_in_checkout(str(out.defaults.pop("_base_")), where)
+            if isinstance(base, ClassInfo):
+                out.defaults = {**self.class_defaults(base, where), **out.defaults}
+        return out
+
     def construct(self, cls: ClassInfo, args: list, kwargs: dict, where: str) -> Node:
         """A configuration object of a class read from source: its dataclass defaults, then the kwargs."""
         return Node(cls.qualname, dict(kwargs), where, self.class_defaults(cls, where), tuple(args), known=True)
@@ -337,7 +349,8 @@ class Evaluator:
         """Class-level field defaults of ``cls`` and of the bases the reader can read (later classes in
         the MRO first, so the class's own values win); ``field(default=...)`` and
         ``field(default_factory=lambda: ...)`` included."""
-        if cls.qualname in _seen or len(_seen) > MAX_DEPTH:
+        key = f"{cls.module.path}:{cls.qualname}"
+        if key in _seen or len(_seen) > MAX_DEPTH:
             return {}
         out: dict = {}
         for b in reversed(cls.node.bases):
@@ -348,7 +361,7 @@ class Evaluator:
             if isinstance(base, Ref):
                 base = self.resolve_in_checkout(base.name, where)
             if isinstance(base, ClassInfo):
-                out.update(self.class_defaults(base, where, _seen + (cls.qualname,)))
+                out.update(self.class_defaults(base, where, _seen + (key,)))
         for st in cls.node.body:
             target = st.target if isinstance(st, ast.AnnAssign) else st.targets[0] if isinstance(st, ast.Assign) \
                 and len(st.targets) == 1 else None
@@ -418,7 +431,7 @@ class Evaluator:
             raise _Return(None if st.value is None else self.expr(st.value, scope, mod))
         elif isinstance(st, ast.Raise):
             msg = ast.unparse(st.exc)[:200] if st.exc is not None else "raise"
-            raise ConfigError(f"{where}: the recipe raises {msg} with these settings; change the --set values or "
+            raise RecipeRaise(f"{where}: the recipe raises {msg} with these settings; change the --set values or "
                               f"--recipe")
         elif isinstance(st, ast.For):
             self.for_loop(st, scope, mod)
@@ -427,7 +440,13 @@ class Evaluator:
         elif isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
             scope[st.name] = FuncDef(st, Module(mod.path, mod.tree, scope, mod.source_dir))
         elif isinstance(st, ast.Try):
-            self.block(st.body + st.orelse + st.finalbody, scope, mod)
+            try:
+                self.block(st.body + st.orelse, scope, mod)
+            except RecipeRaise:      # the recipe's own raise, caught by its handler (types are not matched)
+                if not st.handlers:
+                    raise
+                self.block(st.handlers[0].body, scope, mod)
+            self.block(st.finalbody, scope, mod)
         elif isinstance(st, ast.With):
             self.block(st.body, scope, mod)
         elif isinstance(st, ast.Break):

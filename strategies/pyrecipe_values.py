@@ -21,7 +21,7 @@ MAX_STEPS = 500_000
 #: Longest string or list the reader builds (repetition, concatenation, range).
 MAX_ITEMS = 100_000
 #: Most files read (the recipe and the modules of its checkout it imports from).
-MAX_FILES = 48
+MAX_FILES = 160
 
 
 @dataclass

@@ -349,3 +349,29 @@ def test_real_python_recipes(rel, kind, fn, extra, want):
         got.update({k: s["model"].get(k) for k in ("layers", "hidden", "kv_heads")})
     assert {k: got[k] for k in want} == want
     _finish(imp)
+
+
+def test_pipeline_layout_strings_and_recipe_try_except():
+    from strategies.import_pyrecipe import layout_stages
+    # perf_recipes/llama/h100/llama3.py (Bridge 067f987d) llama3_70b fp8: pp 8, the layout gives 40 stages -> vpp 5
+    counts = layout_stages("Et*2|(t*2|)*34,t*3|(t*2|)*3,tL", 80, 8, "x")
+    assert len(counts) == 40 and counts[35] == 3 and counts[-1] == 1 and sum(counts) == 80
+    assert layout_stages([["E", "t"], ["t", "L"]], 2, 2, "x") == [1, 1]
+    with pytest.raises(ConfigError, match="unrolls to over 1,000,000"):
+        layout_stages("(t|)*999999999", 1, 1, "x")
+    with pytest.raises(ConfigError, match="has 'x', not a layer Megatron knows"):
+        layout_stages("Etx|tL", 2, 2, "x")
+    src = ("def pretrain_recipe(pp=3):\n    try:\n        if pp == 3:\n            raise ValueError('no layout')\n"
+           "        layout = 'a'\n    except ValueError:\n        layout = None\n    return {'layout': layout}\n")
+    assert plain(evaluate_recipe(src, "t.py", "pretrain_recipe")) == {"layout": None}
+    assert plain(evaluate_recipe(src, "t.py", "pretrain_recipe", arguments={"pp": 2})) == {"layout": "a"}
+
+
+def test_bridge_moe_overlap_lives_in_comm_overlap():
+    import yaml
+    data = yaml.safe_load((DATA / "bridge_run_config.yaml").read_text())
+    data["comm_overlap"] = {"_target_": "CommOverlapConfig", "overlap_moe_expert_parallel_comm": True,
+                            "delay_wgrad_compute": True}
+    imp = import_config("bridge", data, origin="run_config.yaml", cluster="dgx-h100", nodes=2)
+    o = imp.strategy["options"]
+    assert o["overlap_moe_expert_parallel_comm"] is True and o["delay_wgrad_compute"] is True
