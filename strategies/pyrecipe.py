@@ -45,7 +45,7 @@ from typing import Any
 from strategies.errors import ConfigError
 
 from strategies.pyrecipe_values import (BINOPS, BUILTINS, CMPOPS, MAX_AST_NODES, MAX_DEPTH,  # noqa: F401
-                                       MAX_FILES, MAX_ITEMS, MAX_RECIPE_BYTES, MAX_STEPS, STR_METHODS, Library, Node,
+                                       MAX_FILES, MAX_TOTAL_BYTES, MAX_ITEMS, MAX_RECIPE_BYTES, MAX_STEPS, STR_METHODS, Library, Node,
                                        Ref, Unknown, bounded, builtin_method, materialise, parse_recipe, plain, short)
 
 
@@ -105,11 +105,16 @@ class Evaluator:
         self.depth = 0
         self.files: dict[str, Module] = {}
         self.resolved: dict[str, Any] = {}
+        self.bytes_read = 0
 
     # ------------------------------------------------------------------ modules
     def load_module(self, text: str, path: str, source_dir: Path | None = None) -> Module:
         if len(self.files) >= MAX_FILES:
             raise ConfigError(f"{path}: the recipe imports from more than {MAX_FILES} files of its checkout")
+        self.bytes_read += len(text)
+        if self.bytes_read > MAX_TOTAL_BYTES:
+            raise ConfigError(f"{path}: the recipe and the files of its checkout it imports from are over "
+                              f"{MAX_TOTAL_BYTES // 2 ** 20} MiB together; give the settings with --set")
         mod = Module(path, parse_recipe(text, path), {}, source_dir)
         self.files[path] = mod
         for st in mod.tree.body:
@@ -305,7 +310,10 @@ class Evaluator:
         first = next(iter(self.files.values()), None)
         dirs = [first.source_dir, *first.source_dir.parents][:12] if first and first.source_dir else []
         import sys
-        return dirs + [Path(p) for p in sys.path[:64] if p and not p.endswith(".zip")]
+        import sysconfig
+        stdlib = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib")}   # never holds a recipe's helpers
+        return dirs + [Path(p) for p in sys.path[:64] if p and not p.endswith(".zip") and "lib-dynload" not in p
+                       and p not in stdlib]
 
     def find_in_sources(self, name: str, where: str) -> Any:
         parts = name.lstrip(".").split(".")

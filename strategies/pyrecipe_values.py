@@ -22,6 +22,8 @@ MAX_STEPS = 500_000
 MAX_ITEMS = 100_000
 #: Most files read (the recipe and the modules of its checkout it imports from).
 MAX_FILES = 160
+#: Most bytes read over all those files (a Bridge DeepSeek-V3 perf recipe with Megatron-core: 40 files, 0.9 MB).
+MAX_TOTAL_BYTES = 24 * 2 ** 20
 
 
 @dataclass

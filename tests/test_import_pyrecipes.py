@@ -375,3 +375,21 @@ def test_bridge_moe_overlap_lives_in_comm_overlap():
     imp = import_config("bridge", data, origin="run_config.yaml", cluster="dgx-h100", nodes=2)
     o = imp.strategy["options"]
     assert o["overlap_moe_expert_parallel_comm"] is True and o["delay_wgrad_compute"] is True
+
+
+def test_hostile_checkouts_are_bounded(tmp_path):
+    from strategies.pyrecipe import MAX_FILES
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    for i in range(MAX_FILES + 5):     # a chain of helper modules longer than the file bound
+        (pkg / f"m{i}.py").write_text(f"from pkg.m{i + 1} import f as g\ndef f():\n    return g()\n")
+    (pkg / "a.py").write_text("from pkg.b import x\ny = 1\n")        # a cycle of re-exports
+    (pkg / "b.py").write_text("from pkg.a import x\n")
+    rec = pkg / "r.py"
+    rec.write_text("from pkg.m0 import f\nfrom pkg.a import x\ndef pretrain_recipe():\n    return f()\n"
+                   "def cyc():\n    return {'v': x}\n")
+    with pytest.raises(ConfigError, match=f"more than {MAX_FILES} files|nest deeper"):
+        evaluate_recipe(rec.read_text(), str(rec), "pretrain_recipe", source_dir=pkg)
+    out = plain(evaluate_recipe(rec.read_text(), str(rec), "cyc", source_dir=pkg))
+    from strategies.pyrecipe import Ref
+    assert out["v"] == Ref("pkg.a.x")       # the cycle resolves to nothing: the name stays a name
