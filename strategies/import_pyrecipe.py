@@ -494,8 +494,9 @@ def import_python_recipe(kind: str, text: str, *, path: str, function: str | Non
     tree_ast = parse_recipe(text, name)
     fn = function or pick_function(kind, recipe_functions(tree_ast), name)
     args, fields = split_sets(sets)
+    read: list = []
     value = evaluate_recipe(text, name, fn, library=recipe_library(), arguments=args,
-                            source_dir=Path(source_dir) if source_dir else None)
+                            source_dir=Path(source_dir) if source_dir else None, files_read=read)
     tree = plain(value)
     if not isinstance(tree, dict):
         raise ConfigError(f"{name}: {fn}() returns {str(getattr(tree, 'what', tree))[:80]}, not a configuration; "
@@ -506,6 +507,7 @@ def import_python_recipe(kind: str, text: str, *, path: str, function: str | Non
                                        gpus=recipe_size(fn) if kind == "bridge" else None)
     strategy["model"]["name"] = fn
     strategy["_source"] = {"file": name, "recipe": fn, "framework": framework_commit(kind)}
+    strategy["_inputs"] = read
     return Imported(strategy, tuple(notes), kind)
 
 

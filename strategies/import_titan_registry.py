@@ -131,8 +131,9 @@ def import_titan_registry(text: str, *, path: str, config: str | None, cluster: 
     if config is None:
         raise ConfigError(f"{name}: which job? give --config NAME (this registry defines: {', '.join(fns)[:400]})")
     args, fields = split_sets(sets)
+    read: list = []
     tree = plain(evaluate_recipe(text, name, config, arguments=args,
-                                 source_dir=Path(base_dir) if base_dir else None))
+                                 source_dir=Path(base_dir) if base_dir else None, files_read=read))
     if not isinstance(tree, dict):
         raise ConfigError(f"{name}: {config}() does not return a Trainer.Config execsim can read")
     model_name = fields.pop("model_spec.name", None) or (Path(base_dir).name if base_dir else None)
@@ -144,4 +145,5 @@ def import_titan_registry(text: str, *, path: str, config: str | None, cluster: 
     imp = import_torchtitan(toml, cluster=cluster, nodes=nodes, vocab=vocab, base_dir=base_dir)
     strategy = dict(imp.strategy)
     strategy["_source"] = {"file": name, "recipe": config}
+    strategy["_inputs"] = read
     return Imported(strategy, imp.unmodeled, "torchtitan")

@@ -775,11 +775,13 @@ def recipe_functions(tree: ast.Module) -> list[str]:
 
 
 def evaluate_recipe(text: str, path: str, function: str, *, library: Library | None = None,
-                    arguments: dict | None = None, source_dir: Path | None = None) -> Any:
+                    arguments: dict | None = None, source_dir: Path | None = None,
+                    files_read: list | None = None) -> Any:
     """The value ``function()`` of the recipe in ``text`` returns, read statically.
 
     ``arguments``: values for the function's own parameters (``--set num_nodes=4``); ``source_dir``:
-    the file's folder, where modules of the same checkout are looked up (None: none are read)."""
+    the file's folder, where modules of the same checkout are looked up (None: none are read);
+    ``files_read``: a list the paths of the other files read are appended to."""
     ev = Evaluator(library)
     mod = ev.load_module(text, path, source_dir)
     fn = mod.scope.get(function)
@@ -796,4 +798,8 @@ def evaluate_recipe(text: str, path: str, function: str, *, library: Library | N
     if bad:
         raise ConfigError(f"--set {bad[0]}: {function}() has no argument {bad[0]!r} (its arguments: "
                           f"{', '.join(params) or 'none'}); a dotted KEY sets a field of the configuration")
-    return ev.call_function(fn, [], args, f"{Path(path).name}:{fn.node.lineno}")
+    try:
+        return ev.call_function(fn, [], args, f"{Path(path).name}:{fn.node.lineno}")
+    finally:
+        if files_read is not None:      # the other files of the checkout read (inputs no output may replace)
+            files_read.extend(list(ev.files)[1:])

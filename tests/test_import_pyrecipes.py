@@ -393,3 +393,16 @@ def test_hostile_checkouts_are_bounded(tmp_path):
     out = plain(evaluate_recipe(rec.read_text(), str(rec), "cyc", source_dir=pkg))
     from strategies.pyrecipe import Ref
     assert out["v"] == Ref("pkg.a.x")       # the cycle resolves to nothing: the name stays a name
+
+
+def test_output_may_not_replace_a_file_the_recipe_read(tmp_path, capsys):
+    from simulator.cli.main import main
+    rec = _checkout(tmp_path)
+    helper = rec.parent / "helpers.py"
+    before = helper.read_text()
+    rc = main(["import", "nemo", str(rec), "--cluster", "dgx-h100", "--vocab", "32000", "-o", str(helper)])
+    err = capsys.readouterr().err
+    assert rc == 2 and helper.read_text() == before and err.count("\n") == 1 and "helpers.py" in err
+    assert main(["import", "nemo", str(rec), "--cluster", "dgx-h100", "--vocab", "32000", "--set",
+                 "trainer.num_nodes=.inf"]) == 2
+    assert "--set" in capsys.readouterr().err

@@ -65,12 +65,14 @@ def _import_cmd(args) -> int:
                                f"e.g. --set num_nodes=4 or --set train.global_batch_size=256")
         if key in sets:
             raise ExecsimError(f"--set {key} is given twice; keep one")
-        from strategies.documents import parse_scalar
-        sets[key] = parse_scalar(value)
+        from strategies.config import parse_set_value    # non-finite numbers refused, as simulate's --set
+        sets[key] = parse_set_value(value, key)
     outs = _check_outputs(args, [] if args.source == "-" else [args.source], output=args.output)
     out, imp = import_strategy(args.kind, text, origin=origin, cluster=args.cluster, nodes=args.nodes,
                                vocab=args.vocab, env=env, sets=sets, recipe=args.recipe,
                                base_dir=None if args.source == "-" else str(Path(args.source).parent))
+    if imp.strategy.get("_inputs") and outs.get("--output"):   # files of the recipe's checkout read on the way
+        _check_outputs(args, [args.source] + list(imp.strategy["_inputs"]), output=args.output)
     if imp.unmodeled:
         print(f"execsim: warning: {summary(imp)}", file=sys.stderr)
     if outs.get("--output"):
