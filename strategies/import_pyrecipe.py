@@ -279,7 +279,7 @@ def tree_to_strategy(tree: dict, kind: str, where: str, *, cluster: str | None, 
     m, par, ddp = lay["model"], lay["parallel"], lay["ddp"]
     node = t.raw(m)
     if not isinstance(node, dict) or "_opaque_" in node:
-        u = node if isinstance(node, Unknown) else Unknown(
+        u = node if not isinstance(node, dict) else Unknown(
             f"{'.'.join(str(node.get('_target_', '?')).split('.')[-2:])} (a call of a function defined in another "
             f"file execsim has not read: run the import on the recipe inside its checkout, where that file is read "
             f"too)", node["_opaque_"])

@@ -317,12 +317,15 @@ class Evaluator:
 
     def find_in_sources(self, name: str, where: str) -> Any:
         parts = name.lstrip(".").split(".")
-        if len(parts) < 2 or not self.files:
+        if len(parts) < 2 or not self.files or not all(p.isidentifier() for p in parts):
             return None
         mod_parts, attr = parts[:-1], parts[-1]
         for base in self.search_dirs():
             for cand in (base.joinpath(*mod_parts).with_suffix(".py"), base.joinpath(*mod_parts, "__init__.py")):
-                if not cand.is_file():
+                try:
+                    if not cand.is_file():
+                        continue
+                except OSError:       # an unreadable folder on the way: not a source
                     continue
                 key = str(cand)
                 mod = self.files.get(key)
@@ -678,7 +681,7 @@ class Evaluator:
             return lambda *a, **k: None
         if name == "hasattr":
             return lambda obj, attr: (attr in obj.fields or attr in obj.defaults) if isinstance(obj, Node) \
-                else Unknown(f"hasattr(..., {attr!r})", where)
+                else obj if isinstance(obj, Unknown) else Unknown(f"hasattr(..., {attr!r})", where)
         if name == "getattr":
             return lambda obj, attr, *d: self.attribute(obj, attr, where) if not d or not isinstance(obj, Node) \
                 or attr in obj.fields or attr in obj.defaults else d[0]
