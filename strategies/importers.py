@@ -35,6 +35,9 @@ from strategies.import_torchtitan import TORCHTITAN_FLAVORS, TORCHTITAN_SCHEDULE
 #: source kind -> importer (text or mapping in, Imported out)
 IMPORTERS: dict[str, Callable[..., Imported]] = {"megatron": import_megatron, "nemo": import_nemo,
                                                   "torchtitan": import_torchtitan}
+#: every kind ``execsim import`` takes: the importers above, and Megatron-Bridge (Python recipes and
+#: saved ConfigContainer YAML, :mod:`strategies.import_pyrecipe`)
+IMPORT_KINDS = ("megatron", "nemo", "torchtitan", "bridge")
 
 
 def parse_source(kind: str, text: str) -> Any:
@@ -55,12 +58,43 @@ def parse_source(kind: str, text: str) -> Any:
     return parse_torchtitan(text)
 
 
+def is_python(text: str, origin: str | None = None) -> bool:
+    """A Python recipe (``.py``, or text that starts as a Python module does)."""
+    if origin and str(origin).endswith(".py"):
+        return True
+    import re
+    return re.search(r"^(import [\w.]+|from [\w.]+ import |def \w+\()", text[:20000], re.M) is not None
+
+
 def import_config(kind: str, source: Any, *, cluster: str | None = None, nodes: int | None = None,
-                  vocab: int | None = None, env: dict | None = None, base_dir: str | None = None) -> Imported:
+                  vocab: int | None = None, env: dict | None = None, base_dir: str | None = None,
+                  sets: dict | None = None, recipe: str | None = None, origin: str | None = None) -> Imported:
     """Run the importer for ``kind`` on ``source`` (text, or the parsed mapping for nemo/torchtitan).
 
     ``env``: values for variables a Megatron script leaves to the environment (``--env NAME=VALUE``).
-    ``base_dir``: the source's folder, where torchtitan's ``hf_assets_path`` is looked up."""
+    ``base_dir``: the source's folder, where torchtitan's ``hf_assets_path`` is looked up and a Python
+    recipe's imports of its own checkout are read. ``sets``: ``--set KEY=VALUE`` (a recipe argument or
+    a dotted field; for YAML/TOML/scripts a dotted key of the parsed source). ``recipe``: the Python
+    recipe function (``--recipe``). ``origin``: the file name."""
+    if kind == "bridge" or (kind == "nemo" and isinstance(source, str) and is_python(source, origin)):
+        return import_recipe_source(kind, source, cluster=cluster, nodes=nodes, vocab=vocab, env=env,
+                                    base_dir=base_dir, sets=sets, recipe=recipe, origin=origin)
+    if kind == "torchtitan" and isinstance(source, str) and is_python(source, origin):
+        from strategies.import_titan_registry import import_titan_registry
+        if env:
+            raise ConfigError("--env sets shell variables of a Megatron launch script; a torchtitan registry has "
+                              "none: use --set KEY=VALUE")
+        return import_titan_registry(source, path=origin or "config_registry.py", config=recipe, cluster=cluster,
+                                     nodes=nodes, vocab=vocab, sets=sets, base_dir=base_dir)
+    if recipe is not None:
+        raise ConfigError(f"--recipe names a function of a Python recipe; a {kind} source has none: drop it")
+    if sets and kind in ("nemo", "torchtitan"):
+        from strategies.import_pyrecipe import apply_sets
+        source = parse_source(kind, source) if isinstance(source, str) else dict(source)
+        apply_sets(source, dotted_sets(sets, kind), origin or kind)
+    elif sets:
+        raise ConfigError(f"--set sets fields of a configuration file or Python recipe; a Megatron launch script's "
+                          f"values are its flags and variables: use --env NAME=VALUE")
     if kind not in IMPORTERS:
         raise ConfigError(f"import kind {kind!r} is not one of {', '.join(IMPORTERS)}{did_you_mean(kind, IMPORTERS)}")
     if env and kind != "megatron":
@@ -72,3 +106,30 @@ def import_config(kind: str, source: Any, *, cluster: str | None = None, nodes: 
     if kind == "torchtitan":
         return import_torchtitan(source, cluster=cluster, nodes=nodes, vocab=vocab, base_dir=base_dir)
     return IMPORTERS[kind](source, cluster=cluster, nodes=nodes, vocab=vocab)
+
+
+def dotted_sets(sets: dict, kind: str) -> dict:
+    bad = [k for k in sets if "." not in k]
+    if bad:
+        raise ConfigError(f"--set {bad[0]}: a {kind} file is set by dotted key (e.g. --set "
+                          f"{'model.micro_batch_size' if kind == 'nemo' else 'training.local_batch_size'}=2)")
+    return sets
+
+
+def import_recipe_source(kind: str, source: Any, *, cluster, nodes, vocab, env, base_dir, sets, recipe,
+                         origin) -> Imported:
+    """NeMo 2 / Megatron-Bridge Python recipes and Bridge's saved ConfigContainer YAML."""
+    from strategies.import_pyrecipe import import_bridge_yaml, import_python_recipe
+    if env:
+        raise ConfigError(f"--env sets shell variables of a Megatron launch script; a {kind} recipe has none: "
+                          f"use --set KEY=VALUE")
+    if isinstance(source, str) and is_python(source, origin):
+        return import_python_recipe(kind, source, path=origin or f"{kind} recipe", function=recipe, cluster=cluster,
+                                    nodes=nodes, vocab=vocab, sets=sets, source_dir=base_dir)
+    if recipe is not None:
+        raise ConfigError("--recipe names a function of a Python recipe; a saved ConfigContainer YAML has none: drop it")
+    if isinstance(source, str):
+        from strategies.documents import parse_document
+        source = parse_document(source, origin or "bridge config")
+    return import_bridge_yaml(source, path=origin or "run_config.yaml", cluster=cluster, nodes=nodes, vocab=vocab,
+                              sets=sets)

@@ -1115,7 +1115,8 @@ add(
     Case("import-megatron-env-other-kind", "import nemo n.yaml --cluster dgx-h100 --env TP=2",
          {"n.yaml": "model: {}\n"}, r"--env sets shell variables of a Megatron launch script", "--env"),
     Case("import-nemo2-python", "import nemo r.py --cluster dgx-h100",
-         {"r.py": "from nemo.collections import llm\nimport nemo_run as run\n"}, r"NeMo 2 Python recipe", "NeMo 2"),
+         {"r.py": "from nemo.collections import llm\nimport nemo_run as run\n"}, r"which recipe\? give --recipe FUNCTION",
+         "--recipe"),
     Case("import-nemo-fp32", "import nemo n.yaml --cluster dgx-h100",
          {"n.yaml": "trainer: {num_nodes: 1, precision: 32}\nmodel: {num_layers: 2, hidden_size: 64, "
                     "num_attention_heads: 4, global_batch_size: 8, tokenizer: {type: gpt2}}\n"},

@@ -331,7 +331,7 @@ def test_nemo_precision_spellings(prec, want):
 @pytest.mark.parametrize("source,match", [
     ({**NEMO_70B, "trainer": {**NEMO_70B["trainer"], "precision": 32}}, r"trains in FP32"),
     ({**NEMO_70B, "trainer": {**NEMO_70B["trainer"], "max_steps": 0}}, r"max_steps = 0 must be an integer from 1 to \d+ or -1"),
-    ("from nemo.collections import llm\nimport nemo_run as run\n", r"NeMo 2 Python recipe"),
+    ("from nemo.collections import llm\nimport nemo_run as run\n", r"which recipe\? give --recipe FUNCTION"),
 ])
 def test_nemo_refusals(source, match):
     with pytest.raises(ConfigError, match=match):

@@ -15,7 +15,9 @@ def add_parser(sub) -> None:
               "execsim import nemo strategies/examples/sources/nemo_llama3_8b.yaml --cluster dgx-h100 -o s.yaml",
               "execsim import torchtitan strategies/examples/sources/torchtitan_llama3_8b.toml --cluster dgx-h100 "
               "--nodes 1"])
-    s.add_argument("kind", choices=("megatron", "nemo", "torchtitan"), help="what SOURCE is")
+    s.add_argument("kind", choices=("megatron", "nemo", "torchtitan", "bridge"),
+                   help="what SOURCE is (nemo: a launcher YAML or a NeMo 2 recipe .py; bridge: a Megatron-Bridge "
+                        "recipe .py or its saved run_config.yaml)")
     s.add_argument("source", help="the file, or - for standard input (megatron: a launch script, the "
                    "pretrain_gpt.py arguments, or a training log with its argument dump)")
     s.add_argument("-o", "--output", metavar="OUT.yaml", help="write the strategy here (default: standard output)")
@@ -26,6 +28,13 @@ def add_parser(sub) -> None:
     s.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                    help="megatron: a shell variable the script leaves to the environment (or a positional "
                         "argument: --env 1=VALUE); repeatable")
+    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
+                   help="a value the source leaves open or that you change: a Python recipe function's argument "
+                        "(--set num_nodes=4) or a dotted field of the configuration (--set "
+                        "model.num_layers=80, trainer.strategy.tensor_model_parallel_size=8); repeatable")
+    s.add_argument("--recipe", "--config", metavar="FUNCTION", dest="recipe",
+                   help="nemo/bridge Python recipe: the function to read (default: pretrain_recipe, or the file's "
+                        "only pretraining *_config function); torchtitan config_registry.py: the job (--config NAME)")
     s.set_defaults(func=_import_cmd)
 
 
@@ -49,13 +58,24 @@ def _import_cmd(args) -> int:
             raise ExecsimError(f"--env {brief(item)} must be NAME=VALUE (a shell variable name or a positional "
                                f"argument number), e.g. --env TP=8")
         env[name] = value
+    sets = {}
+    for item in args.sets:
+        key, eq, value = item.partition("=")
+        if not eq or not key or not all(p.isidentifier() for p in key.split(".")):
+            raise ExecsimError(f"--set {brief(item)} must be KEY=VALUE (a recipe argument or a dotted field), "
+                               f"e.g. --set num_nodes=4 or --set train.global_batch_size=256")
+        if key in sets:
+            raise ExecsimError(f"--set {key} is given twice; keep one")
+        from strategies.config import parse_set_value    # non-finite numbers refused, as simulate's --set
+        sets[key] = parse_set_value(value, key)
     outs = _check_outputs(args, [] if args.source == "-" else [args.source], output=args.output)
     out, imp = import_strategy(args.kind, text, origin=origin, cluster=args.cluster, nodes=args.nodes,
-                               vocab=args.vocab, env=env,
+                               vocab=args.vocab, env=env, sets=sets, recipe=args.recipe,
                                base_dir=None if args.source == "-" else str(Path(args.source).parent))
-    if imp.inputs:   # files the source points to (torchtitan hf_assets_path) are inputs too
-        outs = _check_outputs(args, ([] if args.source == "-" else [args.source]) + list(imp.inputs),
-                              output=args.output)
+    # files the source points to (torchtitan's hf_assets_path) or that a recipe's checkout gave on the way
+    extra = list(imp.inputs) + list(imp.strategy.get("_inputs") or ())
+    if extra:
+        outs = _check_outputs(args, ([] if args.source == "-" else [args.source]) + extra, output=args.output)
     if imp.unmodeled:
         print(f"execsim: warning: {summary(imp)}", file=sys.stderr)
     from simulator.simulation.importing import measured_vs_simulated

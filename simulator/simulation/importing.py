@@ -16,6 +16,8 @@ def finish(imp: Imported) -> dict:
     """The strategy mapping of ``imp`` with the cluster-dependent fields filled in and checked."""
     from taskgraph.plan import resolve_cluster
     s = {k: (dict(v) if isinstance(v, dict) else v) for k, v in imp.strategy.items() if not k.startswith("_")}
+    if imp.strategy.get("_recipe_gpus") is not None and s["cluster"].get("nodes") is None:
+        s["cluster"] = dict(s["cluster"], nodes=recipe_nodes(imp, s["cluster"]))
     cl = resolve_cluster(s["cluster"], ".")
     world_run = imp.strategy.get("_world_size")     # a Megatron log's world_size
     if world_run is not None:
@@ -31,10 +33,16 @@ def finish(imp: Imported) -> dict:
     gpn = imp.strategy.get("_gpus_per_node")
     if gpn is not None and str(gpn) != str(cl.gpus_per_node):
         raise ConfigError(f"{imp.source}: the source runs {gpn} GPUs per node but cluster preset "
-                          f"{cl.name!r} has {cl.gpus_per_node}; pick a matching --cluster")
+                          f"{cl.name!r} has {cl.gpus_per_node}; pick a matching --cluster"
+                          + (" or give --set num_gpus_per_node=" + str(cl.gpus_per_node) if imp.strategy.get("_source")
+                             else ""))
     par, tr = s["parallel"], s["training"]
     world = cl.num_gpus
     model_par = par["tp"] * par["pp"] * par["cp"]
+    if world % model_par and imp.strategy.get("_source"):
+        raise ConfigError(f"{imp.source}: the recipe's layout tp({par['tp']}) * pp({par['pp']}) * cp({par['cp']}) = "
+                          f"{model_par} GPUs does not fit the {world} GPUs of {cl.nodes} node(s) x "
+                          f"{cl.gpus_per_node}; give --nodes N so that {model_par} divides N x {cl.gpus_per_node}")
     if world % model_par:
         raise ConfigError(f"{imp.source}: tp({par['tp']}) * pp({par['pp']}) * cp({par['cp']}) = {model_par} does not "
                           f"divide the cluster's {world} GPUs; change --nodes")
@@ -61,6 +69,17 @@ def finish(imp: Imported) -> dict:
     return s
 
 
+def recipe_nodes(imp: Imported, cluster: dict) -> int:
+    """Nodes of a recipe sized in GPUs (Megatron-Bridge's ``_<N>gpu_``) on the cluster preset."""
+    from taskgraph.plan import resolve_cluster
+    gpn = resolve_cluster(dict(cluster, nodes=1), ".").gpus_per_node
+    gpus = imp.strategy["_recipe_gpus"]
+    if gpus % gpn:
+        raise ConfigError(f"{imp.source}: the recipe is sized for {gpus} GPUs (its name), which is not whole nodes of "
+                          f"{gpn} GPUs on {cluster['preset']}; give --nodes N")
+    return gpus // gpn
+
+
 def check(strategy: dict) -> None:
     """Resolve ``strategy`` as ``execsim simulate`` would (raises the same one-line errors)."""
     from strategies.strategy_file import parse_strategy
@@ -71,7 +90,13 @@ def check(strategy: dict) -> None:
 def to_yaml(strategy: dict, imp: Imported, origin: str) -> str:
     """The strategy as a commented YAML strategy file."""
     import yaml
-    head = [f"# Imported by `execsim import {imp.source}` from {origin}.",
+    head = [f"# Imported by `execsim import {imp.source}` from {origin}."]
+    src = imp.strategy.get("_source")
+    if src:
+        head.append(f"# Source: {src['file']}, {src['recipe']}"
+                    + (f"; framework defaults from {src['framework']} (strategies/data/recipe_defaults.yaml)"
+                       if src.get("framework") else "") + ". Read statically, never executed.")
+    head += [
             "# Settings of the source that execsim does not model (not represented below):"]
     if imp.unmodeled:
         line = ""
@@ -81,6 +106,9 @@ def to_yaml(strategy: dict, imp: Imported, origin: str) -> str:
                 line = ""
             line += f"{item}, "
         head.append(f"#   {line.rstrip(', ')}")
+    elif src:
+        head[-1] = ("# Every setting of the recipe that execsim models is represented (logging, checkpointing and "
+                    "data paths do not enter the simulation).")
     else:
         head[-1] = "# Every setting of the source is represented."
     body = yaml.safe_dump(strategy, sort_keys=False, default_flow_style=None, width=100)
@@ -88,10 +116,11 @@ def to_yaml(strategy: dict, imp: Imported, origin: str) -> str:
 
 
 def import_strategy(kind: str, text: str, *, origin: str, cluster: str | None = None, nodes: int | None = None,
-                    vocab: int | None = None, env: dict | None = None,
-                    base_dir: str | None = None) -> tuple[str, Imported]:
+                    vocab: int | None = None, env: dict | None = None, base_dir: str | None = None,
+                    sets: dict | None = None, recipe: str | None = None) -> tuple[str, Imported]:
     """Import, finish, check; returns the YAML text and the :class:`Imported` record."""
-    imp = import_config(kind, text, cluster=cluster, nodes=nodes, vocab=vocab, env=env, base_dir=base_dir)
+    imp = import_config(kind, text, cluster=cluster, nodes=nodes, vocab=vocab, env=env, base_dir=base_dir,
+                        sets=sets, recipe=recipe, origin=origin)
     strategy = finish(imp)
     check(strategy)
     return to_yaml(strategy, imp, origin), imp
