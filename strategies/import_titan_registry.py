@@ -103,7 +103,9 @@ def registry_to_toml(tree: dict, model_name: str, where: str) -> dict:
     toml = {"model": {"name": model_name, "flavor": flavor}, "training": toml_training,
             "parallelism": {k: v for k, v in _section(tree, "parallelism", where).items()
                             if k not in PARALLELISM_DEFAULTS or PARALLELISM_DEFAULTS[k] != v},
-            "activation_checkpoint": {"mode": mode}}
+            # torchtitan's SelectiveAC.Config (config_registry era) has no per-layer option: it is the
+            # op-level policy (the default save-ops list), the TOML era's selective_ac_option 'op'
+            "activation_checkpoint": {"mode": mode, **({"selective_ac_option": "op"} if mode == "selective" else {})}}
     if converters:
         toml["model"]["converters"] = converters
     for sec, body in toml.items():        # nothing unknown reaches the TOML importer

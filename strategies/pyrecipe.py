@@ -38,7 +38,6 @@ of strings and lists built (:data:`MAX_ITEMS`) and the files read (:data:`MAX_FI
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,29 +46,7 @@ from strategies.errors import ConfigError
 from strategies.pyrecipe_values import (BINOPS, BUILTINS, CMPOPS, MAX_AST_NODES, MAX_DEPTH,  # noqa: F401
                                        MAX_FILES, MAX_TOTAL_BYTES, MAX_ITEMS, MAX_RECIPE_BYTES, MAX_STEPS, STR_METHODS, Library, Node,
                                        Ref, Unknown, bounded, builtin_method, materialise, parse_recipe, plain, short)
-
-
-@dataclass
-class FuncDef:
-    node: ast.FunctionDef
-    module: "Module"
-
-
-@dataclass
-class ClassInfo:
-    """A class defined in a file the reader has read (its dataclass field defaults are read from it)."""
-
-    node: ast.ClassDef
-    module: "Module"
-    qualname: str
-
-
-@dataclass
-class Module:
-    path: str
-    tree: ast.Module
-    scope: dict
-    source_dir: Path | None
+from strategies.pyrecipe_values import ClassInfo, FuncDef, Module  # noqa: F401 (the reader's records)
 
 
 class _Return(Exception):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import operator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 from strategies.errors import ConfigError
@@ -243,3 +244,27 @@ def builtin_method(obj: Any, name: str, args: list, kwargs: dict, where: str) ->
         except (TypeError, ValueError, IndexError, KeyError) as exc:
             raise ConfigError(f"{where}: {str(exc)[:160]}") from None
     return NotImplemented
+
+
+# the reader's records of what it has read (strategies/pyrecipe.py evaluates with them)
+@dataclass
+class FuncDef:
+    node: ast.FunctionDef
+    module: "Module"
+
+
+@dataclass
+class ClassInfo:
+    """A class defined in a file the reader has read (its dataclass field defaults are read from it)."""
+
+    node: ast.ClassDef
+    module: "Module"
+    qualname: str
+
+
+@dataclass
+class Module:
+    path: str
+    tree: ast.Module
+    scope: dict
+    source_dir: Path | None
