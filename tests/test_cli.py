@@ -127,6 +127,15 @@ def test_custom_schedule_csv_round_trip(capsys, tmp_path):
     assert rc == 2 and "pipeline.schedule_csv" in err and "rank 1, position 0" in err
 
 
+def test_building_the_parser_loads_no_numpy():
+    """Every command module is imported to build the parser (`execsim --help`), so they keep their
+    numpy-backed imports inside the functions that use them (simulator/cli/simulate.py says so)."""
+    code = ("import sys; from simulator.cli.main import build_parser; build_parser(); "
+            "print('numpy' in sys.modules)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.stdout.split() == ["False"], p.stderr
+
+
 def test_command_starts_openblas_with_one_thread_unless_set():
     """The CLI sets OPENBLAS_NUM_THREADS=1 before numpy loads (simulator/cli/__init__.py); a value the
     user set is kept."""

@@ -2,12 +2,19 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from simulator.cli.common import input_file
 from simulator.cli.common import (_EXAMPLE, _FID_HELP, _MKDIR_HELP, _SET_HELP, _check_outputs, _input_files,
                                  _load, _pipeline_flags, _print_json, _simulate_one, _sub)
 from strategies.errors import ExecsimError
+from strategies.limits import MAX_TRACE_TASKS
+
+# The other imports stay inside the functions that use them, on purpose: every command module is
+# imported to build the parser, so whatever is imported here loads for `execsim --help` and every
+# other command too. The reports, writers, engine and what-if modules pull in numpy (~100-130
+# modules each); simulator.outputs.files loads `typing`. strategies.limits loads nothing.
 
 
 def add_parser(sub) -> None:
@@ -53,8 +60,72 @@ def add_parser(sub) -> None:
 
 
 def _simulate_cmd(args) -> int:
+    """Validate every flag and path, run once, then render one summary as text or JSON."""
+    checked = _validate(args)
+    summary = _run(args, checked)
+    if args.json:
+        _print_json(summary_json(summary))
+    else:
+        for line in summary_text(summary):
+            print(line)
+    if args.check and summary.mem is not None and not summary.mem.fits:
+        print(f"execsim: check failed: {args.file} does not fit in memory", file=sys.stderr)
+        return 1
+    return 0
+
+
+@dataclass(frozen=True)
+class CheckedRun:
+    """What validation hands to the run: the loaded input, the interval level, the input files and
+    the output paths ``_check_outputs`` accepted (by flag)."""
+
+    kind: str
+    spec: object
+    level: float
+    inputs: tuple
+    outs: dict
+
+
+@dataclass(frozen=True)
+class DeltaRun:
+    """``--mode delta``: the base iteration time, one record per ``--what-if`` change and the wall time
+    of one full simulation for comparison."""
+
+    base_s: float
+    changes: list
+    full_s: float
+
+
+@dataclass(frozen=True)
+class SimulateSummary:
+    """Everything ``execsim simulate`` reports, computed once; rendered by :func:`summary_text` or
+    :func:`summary_json`. ``mem`` is None and ``oom`` "" for a pipeline description."""
+
+    source: str
+    kind: str
+    sim: object
+    mem: object
+    oom: str
+    level: float
+    price: float | None
+    delta: DeltaRun | None
+    written: tuple[str, ...]
+    html: str | None
+
+
+def _validate(args) -> CheckedRun:
+    """Every check that can fail, in the order users meet them, before any simulation starts."""
+    level = _check_flags(args)
+    kind, spec = _load(args.file, args.set)
+    _check_against_input(args, kind, spec)
+    inputs = _input_files(args.file, kind, spec)
+    outs = _check_output_paths(args, kind, spec, inputs)
+    return CheckedRun(kind, spec, level, inputs, outs)
+
+
+def _check_flags(args) -> float:
+    """The checks that need no input file; returns the interval level."""
     from simulator.reports.intervals import check_level
-    from simulator.reports.report import format_report
     level = check_level(args.interval_level)
     if args.what_if and args.mode != "delta":
         raise ExecsimError("--what-if needs --mode delta (re-simulate only what each change affects)")
@@ -64,7 +135,12 @@ def _simulate_cmd(args) -> int:
             raise ExecsimError(f"{len(args.what_if)} --what-if changes: give at most 64 per run")
         for w in args.what_if:
             parse_what_if(w)
-    kind, spec = _load(args.file, args.set)
+    return level
+
+
+def _check_against_input(args, kind: str, spec) -> None:
+    """The flags whose meaning depends on the input: --check, the pipeline flags, --trace-ranks
+    (parsed in place into a sorted list of ranks) and --price."""
     if args.check and kind != "strategy":
         raise ExecsimError(f"--check needs a strategy file (model + cluster give the memory capacity); {args.file} "
                            f"is a pipeline description")
@@ -83,7 +159,11 @@ def _simulate_cmd(args) -> int:
     if getattr(args, "price", None) is not None:   # before the simulation, not at the cost line
         from topologies.pricing import check_price
         check_price(args.price, "--price")
-    inputs = _input_files(args.file, kind, spec)
+
+
+def _check_output_paths(args, kind: str, spec, inputs) -> dict:
+    """The output paths (none may overwrite an input), the timeline's format, the --trace-dir folder
+    and the trace's size bound; returns the accepted paths by flag."""
     outs = _check_outputs(args, inputs, trace=args.trace, html=args.html, timeline=args.timeline)
     if args.timeline is not None:   # its format, from the name, before the simulation
         from simulator.outputs.timeline_export import parquet_available, timeline_format
@@ -96,13 +176,19 @@ def _simulate_cmd(args) -> int:
                                                mkdir=getattr(args, "mkdir", False), others=dict(outs))
     if outs.get("--trace") and not args.trace_ranks and args.trace_level != "stage":
         from simulator.simulation.estimate import estimate_run_tasks
-        from strategies.limits import MAX_TRACE_TASKS
         est = estimate_run_tasks(kind, spec, fidelity=args.fidelity)
         if est > MAX_TRACE_TASKS:
             raise ExecsimError(f"--trace: this run has about {est:,} tasks, over the limit of {MAX_TRACE_TASKS:,} "
                                f"for a trace (~250 MB, what Perfetto loads comfortably); trace a smaller run "
                                f"(fewer microbatches, or options.fidelity: coarse) or drop --trace")
-    sim = _simulate_one(kind, spec, fidelity=args.fidelity)
+    return outs
+
+
+def _run(args, checked: CheckedRun) -> SimulateSummary:
+    """Simulate, report memory, run the what-if changes and write the requested files; warnings go to
+    stderr as they arise."""
+    kind = checked.kind
+    sim = _simulate_one(kind, checked.spec, fidelity=args.fidelity)
     for w in getattr(getattr(sim, "plan", None), "warnings", ()):
         print(f"execsim: warning: {w}", file=sys.stderr)
     mem = None
@@ -112,93 +198,120 @@ def _simulate_cmd(args) -> int:
     oom = oom_verdict(args.file, mem)
     if oom and not args.check:   # --check says it in its own line and exit status
         print(f"execsim: warning: {oom}", file=sys.stderr)
-    s = sim.schedule
-    deltas = None
-    if args.mode == "delta" or args.what_if:
-        import time as _time
-        from simulator.simulation.what_if import what_if
-        from simulator.engine.core import simulate as _full
-        base, deltas = what_if(sim.graph, args.what_if or [])
-        t0 = _time.perf_counter()
-        _full(sim.graph)
-        full_s = _time.perf_counter() - t0
-    written = _write_trace_outputs(args, sim, mem, outs, inputs)
+    delta = _delta_run(sim, args.what_if) if (args.mode == "delta" or args.what_if) else None
+    outs = checked.outs
+    written = _write_trace_outputs(args, sim, mem, outs, checked.inputs)
     if outs.get("--html"):
-        _write_html(outs["--html"], args.file, kind, sim, args.set, level)
-    if args.json:
-        out = sim.report.to_json()
-        if deltas is not None:
-            out["delta"] = [{**d.__dict__, "full_simulation_s": full_s} for d in deltas]
-        out["schedule"] = s.name
-        out["sim_wall_s"] = round(sim.sim_wall_s, 6)
-        if kind == "strategy":
-            t = sim.training.to_json()
-            out.update({k: v for k, v in t.items()})
-            out.update(_cost_fields(sim, args.price))
-            out["critical_path"] = sim.report.to_json()["critical_path"]
-            if sim.graph.meta.get("profile"):
-                out["profile"] = sim.graph.meta["profile"]
-            m = mem.to_json()
-            for st, extra in zip(out["per_stage"], m["memory_per_stage"]):
-                st["peak_memory_gb"] = extra["total_gb"]
-            out.update(m)
-            from simulator.reports.envelope import plan_envelope
-            out["calibration"] = plan_envelope(sim.plan).to_json()
-        from simulator.reports.interval_fields import simulation_fields
-        out.update(simulation_fields(sim, mem, out.get("cost_usd"), level))
-        out["oom"] = None if mem is None else not mem.fits
-        out.setdefault("fits", None)
-        _print_json(out)
-    else:
-        title = f"{args.file}: schedule {s.name}, pp={s.pp}, vpp={s.vpp}, microbatches={s.microbatches}"
-        if isinstance(s.meta, dict) and s.meta.get("combined_1f1b"):
-            title += " (combined 1F1B steps: options.overlap_moe_expert_parallel_comm)"
-        if kind == "strategy":
-            from simulator.reports.training import format_training_report
-            p = sim.plan
-            title += (f"\nmodel {p.model.name} on {p.num_gpus} x {p.cluster.gpu.name} ({p.cluster.name}): "
-                      f"tp={p.sizes.tp} pp={p.sizes.pp} dp={p.sizes.dp} cp={p.sizes.cp} ep={p.sizes.ep} "
-                      f"sp={p.sp} zero={p.zero} recompute={p.strategy.training.recompute}")
-            if oom:   # the verdict first: the times below are those of a run that cannot start
-                print(f"OOM: {oom}")
-            from simulator.reports.intervals import sim_interval
-            iv = sim_interval(sim, level)
-            print(format_training_report(sim.training, sim.report, title, interval=iv))
-            money = _cost_fields(sim, args.price)
-            if money["cost_usd"] is not None:
-                print(f"cost: {iv.text(money['cost_usd'], '', fmt='${:,.0f}')} at "
-                      f"${money['price_per_gpu_hour_usd']:.2f} per GPU-hour (price from {money['price_source']})")
-            elif sim.training.train_gpu_hours is not None:
-                print(f"cost: not known ({money['price_source']})")
-            worst = max(mem.per_stage, key=lambda x: x.total)
-            print(f"memory: peak {worst.total / 2**30:.1f} GiB on rank {worst.rank} of {mem.capacity / 2**30:.1f} GiB "
-                  f"-> {'fits' if mem.fits else 'OOM'} (execsim memory FILE for the breakdown)")
-            cov = sim.graph.meta.get("profile")
-            if cov:
-                rest = (f"; {cov['modelled']} from the cost model ({', '.join(cov['modelled_examples'])}"
-                        f"{', ...' if cov['modelled'] > len(cov['modelled_examples']) else ''})" if cov["modelled"] else "")
-                print(f"profile: {cov['measured']} operator passes measured ({cov['path']}){rest}")
-            from simulator.reports.interval_fields import report_memory_margin
-            print(report_memory_margin(mem, level)["summary"])
-            from simulator.reports.envelope import plan_envelope
-            print(plan_envelope(p).summary())
-        else:
-            print(format_report(sim.report, title))
-        if deltas is not None:
-            print(f"delta mode: base iteration {base:.6g} s; one full simulation takes {full_s * 1e3:.1f} ms")
-            for d in deltas:
-                fb = f", fell back to full ({d.reason})" if d.fallback else ""
-                print(f"  what-if {d.change}: {d.tasks} tasks changed -> iteration {d.iteration_time_s:.6g} s "
-                      f"({100 * (d.iteration_time_s / base - 1):+.2f}%), re-timed {d.retimed} of "
-                      f"{sim.graph.num_tasks} tasks in {d.wall_s * 1e3:.2f} ms{fb}")
-        for line in written:
-            print(line)
-        if args.html:
-            print(f"HTML report written to {args.html}")
-    if args.check and mem is not None and not mem.fits:
-        print(f"execsim: check failed: {args.file} does not fit in memory", file=sys.stderr)
-        return 1
-    return 0
+        _write_html(outs["--html"], args.file, kind, sim, args.set, checked.level)
+    return SimulateSummary(source=args.file, kind=kind, sim=sim, mem=mem, oom=oom, level=checked.level,
+                           price=args.price, delta=delta, written=tuple(written), html=args.html)
+
+
+def _delta_run(sim, what_ifs) -> DeltaRun:
+    """Apply ``what_ifs`` in delta mode, then time one full simulation of the same graph."""
+    import time
+    from simulator.simulation.what_if import what_if
+    from simulator.engine.core import simulate as full_simulation
+    base, changes = what_if(sim.graph, what_ifs or [])
+    t0 = time.perf_counter()
+    full_simulation(sim.graph)
+    return DeltaRun(base_s=base, changes=changes, full_s=time.perf_counter() - t0)
+
+
+def summary_json(s: SimulateSummary) -> dict:
+    """The ``--json`` object: the report, the delta records, and for a strategy file the training,
+    cost, memory, calibration envelope, interval and fit fields."""
+    sim = s.sim
+    out = sim.report.to_json()
+    if s.delta is not None:
+        out["delta"] = [{**d.__dict__, "full_simulation_s": s.delta.full_s} for d in s.delta.changes]
+    out["schedule"] = sim.schedule.name
+    out["sim_wall_s"] = round(sim.sim_wall_s, 6)
+    if s.kind == "strategy":
+        out.update(_strategy_json(s))
+    from simulator.reports.interval_fields import simulation_fields
+    out.update(simulation_fields(sim, s.mem, out.get("cost_usd"), s.level))
+    out["oom"] = None if s.mem is None else not s.mem.fits
+    out.setdefault("fits", None)
+    return out
+
+
+def _strategy_json(s: SimulateSummary) -> dict:
+    """The keys only a strategy file has: training report (per stage with its peak memory), cost,
+    operator profile coverage, memory report and calibration envelope."""
+    from simulator.reports.envelope import plan_envelope
+    sim = s.sim
+    fields = sim.training.to_json()
+    fields.update(_cost_fields(sim, s.price))
+    if sim.graph.meta.get("profile"):
+        fields["profile"] = sim.graph.meta["profile"]
+    m = s.mem.to_json()
+    for st, extra in zip(fields["per_stage"], m["memory_per_stage"]):
+        st["peak_memory_gb"] = extra["total_gb"]
+    fields.update(m)
+    fields["calibration"] = plan_envelope(sim.plan).to_json()
+    return fields
+
+
+def summary_text(s: SimulateSummary) -> list[str]:
+    """The text report, one entry per printed line (an entry may hold several lines)."""
+    from simulator.reports.report import format_report
+    sched = s.sim.schedule
+    title = f"{s.source}: schedule {sched.name}, pp={sched.pp}, vpp={sched.vpp}, microbatches={sched.microbatches}"
+    if isinstance(sched.meta, dict) and sched.meta.get("combined_1f1b"):
+        title += " (combined 1F1B steps: options.overlap_moe_expert_parallel_comm)"
+    lines = _strategy_text(s, title) if s.kind == "strategy" else [format_report(s.sim.report, title)]
+    if s.delta is not None:
+        lines += _delta_text(s.delta, s.sim.graph.num_tasks)
+    lines += s.written
+    if s.html:
+        lines.append(f"HTML report written to {s.html}")
+    return lines
+
+
+def _strategy_text(s: SimulateSummary, title: str) -> list[str]:
+    """A strategy file's report: OOM verdict first, training report with intervals, cost, memory,
+    profile coverage, memory margin and calibration envelope."""
+    from simulator.reports.envelope import plan_envelope
+    from simulator.reports.interval_fields import report_memory_margin
+    from simulator.reports.intervals import sim_interval
+    from simulator.reports.training import format_training_report
+    sim, mem, p = s.sim, s.mem, s.sim.plan
+    title += (f"\nmodel {p.model.name} on {p.num_gpus} x {p.cluster.gpu.name} ({p.cluster.name}): "
+              f"tp={p.sizes.tp} pp={p.sizes.pp} dp={p.sizes.dp} cp={p.sizes.cp} ep={p.sizes.ep} "
+              f"sp={p.sp} zero={p.zero} recompute={p.strategy.training.recompute}")
+    lines = [f"OOM: {s.oom}"] if s.oom else []   # the verdict first: the times below are those of a run that cannot start
+    iv = sim_interval(sim, s.level)
+    lines.append(format_training_report(sim.training, sim.report, title, interval=iv))
+    money = _cost_fields(sim, s.price)
+    if money["cost_usd"] is not None:
+        lines.append(f"cost: {iv.text(money['cost_usd'], '', fmt='${:,.0f}')} at "
+                     f"${money['price_per_gpu_hour_usd']:.2f} per GPU-hour (price from {money['price_source']})")
+    elif sim.training.train_gpu_hours is not None:
+        lines.append(f"cost: not known ({money['price_source']})")
+    worst = max(mem.per_stage, key=lambda x: x.total)
+    lines.append(f"memory: peak {worst.total / 2**30:.1f} GiB on rank {worst.rank} of {mem.capacity / 2**30:.1f} GiB "
+                 f"-> {'fits' if mem.fits else 'OOM'} (execsim memory FILE for the breakdown)")
+    cov = sim.graph.meta.get("profile")
+    if cov:
+        rest = (f"; {cov['modelled']} from the cost model ({', '.join(cov['modelled_examples'])}"
+                f"{', ...' if cov['modelled'] > len(cov['modelled_examples']) else ''})" if cov["modelled"] else "")
+        lines.append(f"profile: {cov['measured']} operator passes measured ({cov['path']}){rest}")
+    lines.append(report_memory_margin(mem, s.level)["summary"])
+    lines.append(plan_envelope(p).summary())
+    return lines
+
+
+def _delta_text(delta: DeltaRun, num_tasks: int) -> list[str]:
+    """The delta lines: the base iteration and one line per what-if change."""
+    base = delta.base_s
+    lines = [f"delta mode: base iteration {base:.6g} s; one full simulation takes {delta.full_s * 1e3:.1f} ms"]
+    for d in delta.changes:
+        fb = f", fell back to full ({d.reason})" if d.fallback else ""
+        lines.append(f"  what-if {d.change}: {d.tasks} tasks changed -> iteration {d.iteration_time_s:.6g} s "
+                     f"({100 * (d.iteration_time_s / base - 1):+.2f}%), re-timed {d.retimed} of "
+                     f"{num_tasks} tasks in {d.wall_s * 1e3:.2f} ms{fb}")
+    return lines
 
 
 def oom_verdict(source: str, mem) -> str:
