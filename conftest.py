@@ -14,3 +14,7 @@ NUMBA_MODULES = ["simulator/engine/kernels_numba.py", "simulator/engine/delta/ke
                  "simulator/engine/delta/kernels_static.py", "taskgraph/kernels_numba.py"]
 
 collect_ignore = [] if importlib.util.find_spec("numba") is not None else list(NUMBA_MODULES)
+
+#: test data that happens to be Python (real recipe files the importers read statically, never run):
+#: --doctest-modules would import them, and they import frameworks (lightning, nemo_run) we never need
+collect_ignore_glob = ["tests/data/*"]
