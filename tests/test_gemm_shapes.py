@@ -218,7 +218,8 @@ def test_moe_expert_operator_takes_the_grouped_table_in_every_pass():
     """Qwen3-30B-A3B on ep 8 at 512 tokens per rank on H100: 16 local experts of m_e = 256 rows;
     up [256, 1536, 2048] and down [256, 2048, 768]. Each pass's compute is the GEMM FLOPs at
     0.65 x the grouped factor of the FORWARD layout's (16 groups, 256 rows, n, k), scaled to the
-    operator's FLOPs; the roofline then takes the max with its bytes and adds one launch per GEMM."""
+    operator's FLOPs; the roofline then takes the max with its bytes and adds one launch per GEMM;
+    forward and input-gradient passes add the token permutations' copy kernels."""
     from taskgraph.cost import op_time
     from taskgraph.model import get_model
     from taskgraph.operators import layer_operators
@@ -236,6 +237,9 @@ def test_moe_expert_operator_takes_the_grouped_table_in_every_pass():
                                  ("bwd_input", experts.bwd_input_flops, experts.bwd_input_bytes),
                                  ("bwd_weight", experts.bwd_weight_flops, experts.bwd_weight_bytes)):
         expect = max(flops * per_flop, nbytes / (h100.hbm_bandwidth * eff.hbm_efficiency)) + 2 * eff.launch_overhead
+        if pass_ != "bwd_weight":   # the token permutations' copy kernels after the GEMMs (issue 38)
+            expect += experts.copy_bytes / (h100.hbm_bandwidth * eff.hbm_efficiency) + \
+                experts.copy_kernels * eff.launch_overhead
         assert op_time(experts, pass_, h100) == pytest.approx(expect, rel=1e-12), pass_
 
 

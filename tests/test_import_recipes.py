@@ -511,8 +511,8 @@ def test_fp8_recipes_add_their_quantization_passes():
     assert mx - base == pytest.approx(m * k * (4 + 2 / 32) / bw + eff.launch_overhead, rel=1e-12)
     assert op_time(op, "bwd_weight", gpu, "fp8", fp8_recipe="mxfp8") == \
         op_time(op, "bwd_weight", gpu, "fp8", fp8_recipe="tensorwise")
-    from strategies.strategy_file import FP8_RECIPES
-    assert set(FP8_RECIPE_COSTS) == set(FP8_RECIPES)
+    from strategies.strategy_file import FP4_RECIPES, FP8_RECIPES
+    assert set(FP8_RECIPE_COSTS) == set(FP8_RECIPES) | set(FP4_RECIPES)   # NVFP4's quantization passes too
 
 
 def test_activation_offload_exposes_what_the_next_pass_cannot_hide():
