@@ -45,11 +45,11 @@ class CompiledSweepMixin:
             self._requeue()
         if self._q_stale:
             qh, qt, qn, qp = self._ll
-            where = np.frombuffer(self._where, dtype=np.int64)
+            where = np.frombuffer(self._state.queue_device, dtype=np.int64)
             count = int(np.count_nonzero(where != -1))
             del where
             ids, bounds = self._nb.dump_links(qh, qn, self._nd, count)
-            rs = np.frombuffer(self._lk, dtype=np.float64)[ids]
+            rs = np.frombuffer(self._state.queue_key, dtype=np.float64)[ids]
             dump = _Dump(ids, rs, bounds)
             self._Q = [_Queue((dump, d)) for d in range(self._nd)]
             self._q_stale = False
@@ -65,12 +65,12 @@ class CompiledSweepMixin:
         if self._ll is None:
             n, nd = len(self._dur), self._nd
             if self._q_fresh:  # a canonical full run's pop order is key order: one pass
-                where = np.frombuffer(self._where, dtype=np.int64)  # the queue entries' devices
+                where = np.frombuffer(self._state.queue_device, dtype=np.int64)  # the queue entries' devices
                 self._ll = self._nb.links_from_order(self._groups.order, where, n, nd)
                 del where
             else:
-                where = np.frombuffer(self._where, dtype=np.int64)
-                lk = np.frombuffer(self._lk, dtype=np.float64)
+                where = np.frombuffer(self._state.queue_device, dtype=np.int64)
+                lk = np.frombuffer(self._state.queue_key, dtype=np.float64)
                 e = np.flatnonzero(where != -1)
                 ids = e[np.lexsort((e, lk[e], where[e]))]
                 bounds = np.zeros(nd + 1, dtype=np.int64)
@@ -92,9 +92,11 @@ class CompiledSweepMixin:
         cur.fill(-1)  # per change: the last entry the sweep placed on each device
         f64 = lambda a: np.frombuffer(a, dtype=np.float64)  # noqa: E731 - views, dropped below
         i64 = lambda a: np.frombuffer(a, dtype=np.int64)  # noqa: E731
-        R, S, E, lk, nr, oS, oE = (f64(a) for a in (self._R, self._S, self._E, self._lk, self._nr,
-                                                    self._oS, self._oE))
-        where, st, pend = i64(self._where), i64(self._st), i64(self._pend)
+        state = self._state
+        R, S, E, lk, nr, oS, oE = (f64(a) for a in (state.ready_time, state.start_time, state.end_time, state.queue_key,
+                                                    state.new_ready, state.old_start, state.old_end))
+        where, st, pend = i64(state.queue_device), i64(state.sweep_status), i64(state.pending_preds)
+        del state
         n = len(self._dur)
         hs = len(heap)
         ptr, idx = self._csr_arrays()

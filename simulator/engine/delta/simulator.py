@@ -19,6 +19,7 @@ from simulator.engine.delta import params
 from simulator.engine.delta.compiled import CompiledSweepMixin, _delta_kernel
 from simulator.engine.delta.queues import _Queue
 from simulator.engine.delta.resume import ResumeMixin
+from simulator.engine.delta.state import DeltaState
 from simulator.engine.delta.static import StaticResweepMixin
 from simulator.engine.delta.stats import _NAN, DeltaStats, _Abort, _extend, _zeros
 from simulator.engine.delta.sweep import SweepMixin
@@ -109,8 +110,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         self._n_zero = int(np.count_nonzero(dur_np == 0.0))
         self._lossy = False  # some positive duration was lost to rounding (start + dur == start)
         self._broken: str | None = None
-        self._st = self._nr = self._pend = None
-        self._R = None
+        self._state = DeltaState()  # the per-task times, queue keys and sweep scratch (allocated by _full)
         self._order_cache, self._order_moved = None, []  # key order of the live tasks (_current_order)
         if self._engine == "numba":
             # load the compiled engine and state rebuild first: a full run's time is a cost model
@@ -128,6 +128,17 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
                    _arrays=(duration, device, succ_ptr, succ_idx, num_devices))
 
     # ------------------------------------------------------------------ accessors
+    @property
+    def _R(self):
+        """The ready times' buffer (:attr:`DeltaState.ready_time`), under the name the exactness tests
+        (tests/test_delta*.py, kept unchanged by the move to :class:`DeltaState`) read."""
+        return self._state.ready_time
+
+    @property
+    def _lk(self):
+        """The queue keys' buffer (:attr:`DeltaState.queue_key`), for the exactness tests as :attr:`_R`."""
+        return self._state.queue_key
+
     @property
     def num_tasks(self) -> int:
         """Live tasks (tombstones excluded)."""
@@ -151,17 +162,17 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
     def ready(self) -> np.ndarray:
         """Ready time per id (NaN for tombstones)."""
         self._check_ok()
-        return np.frombuffer(self._R, dtype=np.float64).copy()
+        return np.frombuffer(self._state.ready_time, dtype=np.float64).copy()
 
     @property
     def start(self) -> np.ndarray:
         self._check_ok()
-        return np.frombuffer(self._S, dtype=np.float64).copy()
+        return np.frombuffer(self._state.start_time, dtype=np.float64).copy()
 
     @property
     def end(self) -> np.ndarray:
         self._check_ok()
-        return np.frombuffer(self._E, dtype=np.float64).copy()
+        return np.frombuffer(self._state.end_time, dtype=np.float64).copy()
 
     @property
     def duration(self) -> np.ndarray:
@@ -201,7 +212,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         """The live ids in key order: the last full run's order, patched with the tasks whose key
         changed since (merged in one pass); sorted from scratch only after a task replacement."""
         order = self._order_cache
-        R = np.frombuffer(self._R, dtype=np.float64)
+        R = np.frombuffer(self._state.ready_time, dtype=np.float64)
         if order is None:
             live = self.live_ids()
             order = live[np.lexsort((live, R[live]))]
@@ -258,7 +269,8 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         :meth:`graph_arrays`)."""
         self._check_ok()
         order = self._current_order()
-        R, S, E = (np.frombuffer(a, dtype=np.float64) for a in (self._R, self._S, self._E))
+        state = self._state
+        R, S, E = (np.frombuffer(a, dtype=np.float64) for a in (state.ready_time, state.start_time, state.end_time))
         if self._n_live == len(self._dur):  # no tombstones: the compact numbering is the id space
             return SimResult(ready=R.copy(), start=S.copy(), end=E.copy(), order=order.astype(np.int32),
                              makespan=self._mk)
@@ -380,8 +392,9 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         if not direct:
             self._queues()
         self._groups.freeze()
-        R, S, E, dur, dev, succ, pred = self._R, self._S, self._E, self._dur, self._dev, self._succ, self._pred
-        where, alive_np, dur_np, dev_np = self._where, self._alive_np, self._dur_np, self._dev_np
+        R, S, E, where = self._state.ready_time, self._state.start_time, self._state.end_time, self._state.queue_device
+        dur, dev, succ, pred = self._dur, self._dev, self._succ, self._pred
+        alive_np, dur_np, dev_np = self._alive_np, self._dur_np, self._dev_np
         canonical = self._canonical
         mk_lost = False
         # 1. remove tasks: out of their device queues, edges dropped; successors' predecessor sets change
@@ -408,7 +421,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             succ[x] = []
             pred[x] = []
             self._n_zero -= dur[x] == 0.0
-            R[x] = S[x] = E[x] = self._lk[x] = _NAN
+            R[x] = S[x] = E[x] = self._state.queue_key[x] = _NAN
             where[x] = -1
             alive_np[x] = False
             dur[x] = 0.0  # a tombstone enters full runs as an isolated zero-duration task (package doc)
@@ -418,13 +431,8 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         # 2. new tasks
         grow = len(new_ids) - len(reused)
         if grow:
-            nan_block = array("d", [_NAN]) * grow
-            for arr in (R, S, E, self._lk):
-                _extend(arr, nan_block)
+            self._state.grow(grow)
             _extend(dur, _zeros("d", grow))
-            _extend(where, array("q", [-1]) * grow)
-            for arr, code in ((self._st, "q"), (self._pend, "q"), (self._nr, "d"), (self._oS, "d"), (self._oE, "d")):
-                _extend(arr, _zeros(code, grow))
             dev.extend([0] * grow)
             alive.extend([False] * grow)
             succ.extend([] for _ in range(grow))
@@ -475,7 +483,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         budget or None asks for the sweep."""
         if self._nb is None or self.budget != "auto" or not self._canonical or not self._n_live:
             return ""
-        R, E, alive = self._R, self._E, self._alive
+        R, E, alive = self._state.ready_time, self._state.end_time, self._alive
         new_set = set(new_ids)
         keys = [R[x] for x in rem]
         keys += [R[v] for _, v in chain(add, drop) if v not in new_set]
@@ -489,7 +497,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         if not keys:
             return ""
         r = min(keys)
-        _, rest = self._nb.count_after(np.frombuffer(self._lk, dtype=np.float64), r, r)
+        _, rest = self._nb.count_after(np.frombuffer(self._state.queue_key, dtype=np.float64), r, r)
         if params.RESUME_MAX_SHARE >= 1.0 or not self._resume_costs_more(rest):
             return ""
         return (f"task replacement at ready time {r:.6g}: {rest} of the {self._n_live} live tasks come after it, "
@@ -523,8 +531,10 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         if not self._canonical:
             return self._fallback(t0, "timeline before the change was not canonical (a zero duration, or one lost to rounding, ties an edge)",
                                   (), new_ids, removed)
-        R, E, pred, succ, where = self._R, self._E, self._pred, self._succ, self._where
-        st, nr, pend = self._st, self._nr, self._pend
+        state = self._state
+        R, E, where = state.ready_time, state.end_time, state.queue_device
+        st, nr, pend = state.sweep_status, state.new_ready, state.pending_preds
+        pred, succ = self._pred, self._succ
         heap: list = []
         dirtied: list[int] = []
 
@@ -601,7 +611,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             now = time.perf_counter()
             if since is None:  # the Python sweep: its own time, not a static re-sweep's before it
                 since = began[0]
-            lkv = np.frombuffer(self._lk, dtype=np.float64)
+            lkv = np.frombuffer(self._state.queue_key, dtype=np.float64)
             if self._nb is not None:  # both counts in one pass, no temporary (the first check needs both)
                 first, rest = self._nb.count_after(lkv, r0, r)
                 if not ahead:  # the tasks after the sweep's first key (counted once)

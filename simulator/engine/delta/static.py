@@ -100,8 +100,9 @@ class StaticResweepMixin:
         sorted_ = False  # (only the dense walk checks whether the key order survives)
         heap_k = 0  # tasks the heap had re-timed when the dense walk took over (it re-times them again)
         f64 = lambda a: np.frombuffer(a, dtype=np.float64)  # noqa: E731 - views, dropped below
-        R, S, E, lk = (f64(a) for a in (self._R, self._S, self._E, self._lk))
-        st = np.frombuffer(self._st, dtype=np.int64)
+        state = self._state
+        R, S, E, lk = (f64(a) for a in (state.ready_time, state.start_time, state.end_time, state.queue_key))
+        st = np.frombuffer(state.sweep_status, dtype=np.int64)
         ptr, idx = self._csr_arrays()
         pptr, pidx = self._pred_csr()
         deadline = t0 + params.STATIC_BUDGET * self._t_full
@@ -197,7 +198,7 @@ class StaticResweepMixin:
         """The ``_Queue`` objects from the Python re-sweep's lists with the current keys (the device
         orders did not change; only keys did)."""
         ids, bounds = self._pl[0], self._pl[1]
-        dump = _Dump(ids, np.frombuffer(self._lk, dtype=np.float64)[ids], bounds)
+        dump = _Dump(ids, np.frombuffer(self._state.queue_key, dtype=np.float64)[ids], bounds)
         self._Q = [_Queue((dump, d)) for d in range(self._nd)]
         self._q_rekey = False
 
@@ -209,13 +210,16 @@ class StaticResweepMixin:
         still to be built (after a full run). Returns the change's :class:`DeltaStats`, or None
         (state as it was, for the ordinary sweep)."""
         if self._pl is None and heap and int(np.count_nonzero(
-                np.frombuffer(self._lk, dtype=np.float64) > heap[0][0])) > params.RESUME_MAX_SHARE * self._n_live:
+                np.frombuffer(self._state.queue_key, dtype=np.float64) > heap[0][0])) > (
+                    params.RESUME_MAX_SHARE * self._n_live):
             # most of the graph after the change, whose alternative is a full run, and the lists to build
             # first (~6 ms on 346 k tasks): the static re-sweep would have to re-time sparsely there
             return None
         _, _, qp, qn = self._py_links()
         since = time.perf_counter()  # the pace counts from here (the lists are built once per full run)
-        R, S, E, lk, dur, st = self._R, self._S, self._E, self._lk, self._dur, self._st
+        state = self._state
+        R, S, E, lk, st = state.ready_time, state.start_time, state.end_time, state.queue_key, state.sweep_status
+        dur = self._dur
         pred, succ = self._pred, self._succ
         heap = list(heap)
         marks = list(dirtied)
@@ -339,7 +343,7 @@ class StaticResweepMixin:
         now = time.perf_counter()
         if now - t0 > params.STATIC_BUDGET_PYTHON * self._t_full:
             return False
-        lkv = np.frombuffer(self._lk, dtype=np.float64)
+        lkv = np.frombuffer(self._state.queue_key, dtype=np.float64)
         first, rest = int(np.count_nonzero(lkv > r0)), int(np.count_nonzero(lkv > r))
         del lkv
         est = self._t_full
