@@ -48,22 +48,22 @@ class CompiledSweepMixin:
             where = np.frombuffer(self._state.queue_device, dtype=np.int64)
             count = int(np.count_nonzero(where != -1))
             del where
-            ids, bounds = self._nb.dump_links(qh, qn, self._nd, count)
+            ids, bounds = self._nb.dump_links(qh, qn, self._n_devices, count)
             rs = np.frombuffer(self._state.queue_key, dtype=np.float64)[ids]
             dump = _Dump(ids, rs, bounds)
-            self._Q = [_Queue((dump, d)) for d in range(self._nd)]
+            self._device_queues = [_Queue((dump, d)) for d in range(self._n_devices)]
             self._q_stale = False
         if not keep_links:
             self._ll = None
             self._q_fresh = False
-        return self._Q
+        return self._device_queues
 
     def _links(self):
         """The compiled sweep's device queues: linked lists in key order (``qh``/``qt`` head and
         tail per device, ``qn``/``qp`` next and previous per task), built from the last full run's
         device groups when no queue changed since, else by sorting the entries by (device, key)."""
         if self._ll is None:
-            n, nd = len(self._dur), self._nd
+            n, nd = len(self._dur), self._n_devices
             if self._q_fresh:  # a canonical full run's pop order is key order: one pass
                 where = np.frombuffer(self._state.queue_device, dtype=np.int64)  # the queue entries' devices
                 self._ll = self._nb.links_from_order(self._groups.order, where, n, nd)
@@ -112,7 +112,7 @@ class CompiledSweepMixin:
         dirt[:n0] = dirtied
         cnt = np.zeros(7, dtype=np.int64)
         cnt[nb.C_DIRT] = n0
-        flt = np.array([-math.inf, self._mk, 0.0, _NAN, -1.0, -1.0, -math.inf, -1.0, 0.0])
+        flt = np.array([-math.inf, self._makespan, 0.0, _NAN, -1.0, -1.0, -math.inf, -1.0, 0.0])
         rr = np.empty(n, dtype=np.int64)  # (pages touched only as it fills)
         timed = deadline != math.inf
         lim = -1 if limit is None else int(limit)
@@ -160,6 +160,6 @@ class CompiledSweepMixin:
             del R, S, E, lk, nr, oS, oE, where, st, pend
             if flt[nb.F_LOSSY]:  # a positive duration lost to rounding: guard later changes too
                 self._lossy = True
-        mk0 = self._mk
+        mk0 = self._makespan
         return (int(cnt[nb.C_PROC]), int(cnt[nb.C_CHANGED]), int(cnt[nb.C_MOVED]), int(cnt[nb.C_VAC]),
                 rr[:int(cnt[nb.C_RR])], max(float(flt[nb.F_EMAX]), mk0), bool(flt[nb.F_LOST]))

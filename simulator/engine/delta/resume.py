@@ -115,7 +115,7 @@ class ResumeMixin:
         after the sweep point in key order, no edge at a processed task backwards in key order, and
         the resumed tasks popped in key order; if one check fails, the plain full run is used."""
         t_in = time.perf_counter()
-        n, nd = len(self._dur), self._nd
+        n, nd = len(self._dur), self._n_devices
         alive = self._alive_np
         where = np.frombuffer(self._state.queue_device, dtype=np.int64)
         lk = np.frombuffer(self._state.queue_key, dtype=np.float64)
@@ -178,7 +178,7 @@ class ResumeMixin:
             if links is not None:
                 last = lasts[d] = int(self._nb.last_upto(links[1], links[3], lk, d, kr, kx))
             else:
-                last = self._Q[d].last_upto(kr, kx)
+                last = self._device_queues[d].last_upto(kr, kx)
             if last != -1:
                 free[d] = E[last]
         pdev = np.flatnonzero(free > 0.0)
@@ -238,13 +238,13 @@ class ResumeMixin:
                 self._nb.cut_and_append(*links, d, lasts[d], ids_sorted[lo:hi])
         else:
             for d, lo, hi in zip(devs.tolist(), bounds.tolist(), ends.tolist()):
-                self._Q[d].cut_after(kr, kx)
+                self._device_queues[d].cut_after(kr, kx)
                 if hi > lo:
-                    self._Q[d].extend(r_sorted[lo:hi], ids_sorted[lo:hi])
+                    self._device_queues[d].extend(r_sorted[lo:hi], ids_sorted[lo:hi])
         where[sub] = dev[sub]
         if self._order_cache is not None:  # tasks whose key changed: swept ones, resumed ones
             self._order_moved += [self._swept_moved, sub[key_changed]]
-        self._mk = self._recompute_makespan()
+        self._makespan = self._recompute_makespan()
         changed = int(np.count_nonzero((old_S != nS) | (old_E != nE)))
         if sw.size:
             keep = ~rest[sw]  # swept tasks that stayed final (the others are counted above)
@@ -315,7 +315,7 @@ class ResumeMixin:
             g = self._describe_graph
             describe = g.describe if (g is not None and n == g.num_tasks and self._n_live == n) else None
             try:
-                res = simulate_arrays(self._dur_np, self._dev_np, ptr, idx, self._nd, describe=describe,
+                res = simulate_arrays(self._dur_np, self._dev_np, ptr, idx, self._n_devices, describe=describe,
                                       kernel=self._engine)
             except SimulationError as exc:
                 self._broken = str(exc)
@@ -340,18 +340,18 @@ class ResumeMixin:
         n = len(self._dur)
         self._state.allocate(n, count_changed)
         links = self._ll or self._ll_spare
-        if links is None or links[0].shape[0] != self._nd or links[2].shape[0] != n:
-            links = tuple(np.empty(k, dtype=np.int64) for k in (self._nd, self._nd, n, n))
+        if links is None or links[0].shape[0] != self._n_devices or links[2].shape[0] != n:
+            links = tuple(np.empty(k, dtype=np.int64) for k in (self._n_devices, self._n_devices, n, n))
         state = self._state
         R, S, E, lk = (np.frombuffer(a, dtype=np.float64)
                        for a in (state.ready_time, state.start_time, state.end_time, state.queue_key))
         where = np.frombuffer(state.queue_device, dtype=np.int64)
         alive = self._alive_np
         order, changed, lossy, canonical, makespan = self._nb.full_run(
-            self._dur_np, self._dev_np, ptr, idx, self._nd, alive, R, S, E, lk, where, *links, count_changed)
+            self._dur_np, self._dev_np, ptr, idx, self._n_devices, alive, R, S, E, lk, where, *links, count_changed)
         del R, S, E, lk, where
         self._ll = self._ll_spare = links
-        self._cur = np.full(self._nd, -1, dtype=np.int64)
+        self._cur = np.full(self._n_devices, -1, dtype=np.int64)
         if order.shape[0] != n:
             return None
         if self._n_live < n:
@@ -359,8 +359,8 @@ class ResumeMixin:
         self._lossy = bool(lossy)
         # the linked lists are the queues now (_queues rebuilds the _Queue objects from them); the
         # groups keep the run's order and devices for _links
-        self._groups = _Groups(order, self._dev_np, None, self._nd)
-        self._Q = None
+        self._groups = _Groups(order, self._dev_np, None, self._n_devices)
+        self._device_queues = None
         self._q_fresh = True
         self._q_stale = True
         self._ran(order, makespan, canonical)
@@ -368,7 +368,7 @@ class ResumeMixin:
 
     def _ran(self, order, makespan, canonical) -> None:
         """Bookkeeping after a full run: makespan, canonicity, the key order for result()."""
-        self._mk = float(makespan) if self._n_live else 0.0
+        self._makespan = float(makespan) if self._n_live else 0.0
         self._canonical = bool(canonical)
         self._order_cache = order
         self._order_moved = []
@@ -412,8 +412,8 @@ class ResumeMixin:
         self._ll = None
         del R, S, E, lk, where
         self._lossy = bool(lossy)
-        groups = _Groups(order, self._dev_np, ready, self._nd)  # (set_devices, replace_tasks: freeze)
-        self._Q = [_Queue((groups, d)) for d in range(self._nd)]
+        groups = _Groups(order, self._dev_np, ready, self._n_devices)  # (set_devices, replace_tasks: freeze)
+        self._device_queues = [_Queue((groups, d)) for d in range(self._n_devices)]
         self._groups = groups
         self._q_fresh = True  # no queue changed since this run
         self._q_stale = False

@@ -66,7 +66,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         self._engine = "python" if self._nb is None else "numba"
         self._ll = None  # the compiled sweep's device queues (qh, qt, qn, qp), see _links
         self._ll_spare = None  # their arrays, kept for the next full run to fill (_full_nb)
-        self._q_stale = False  # True while _ll is newer than _Q
+        self._q_stale = False  # True while _ll is newer than _device_queues
         self._t_full = math.inf
         # the resumed engine's cost model (seconds): fixed part + per task after the sweep point;
         # seeded from the full run (per task x 1.5) and refined from every resume (_resume)
@@ -74,15 +74,15 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         self._rest_seen = None  # (r, x, tasks after (r, x)) at the sweep's last deadline check (_delta)
         self._res_per: float | None = None
         self._t_full_n = 0
-        self._nd = max(int(num_devices), 1)
+        self._n_devices = max(int(num_devices), 1)
         dur_np = np.array(duration, dtype=np.float64).reshape(-1)
         n = int(dur_np.shape[0])
         dev_np = np.array(device, dtype=np.int32).reshape(-1)
         if dev_np.shape[0] != n:
             raise ValueError(f"device has {dev_np.shape[0]} entries for {n} tasks")
         self._check_durations(dur_np)
-        if n and (int(dev_np.min()) < 0 or int(dev_np.max()) >= self._nd):
-            raise ValueError(f"a device index is outside [0, {self._nd})")
+        if n and (int(dev_np.min()) < 0 or int(dev_np.max()) >= self._n_devices):
+            raise ValueError(f"a device index is outside [0, {self._n_devices})")
         ptr = np.asarray(succ_ptr, dtype=np.int64).reshape(-1)
         idx = np.asarray(succ_idx, dtype=np.int64).reshape(-1)
         if ptr.shape[0] != n + 1 or (n and (ptr[0] != 0 or ptr[-1] != idx.shape[0])):
@@ -151,7 +151,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
 
     @property
     def num_devices(self) -> int:
-        return self._nd
+        return self._n_devices
 
     @property
     def canonical(self) -> bool:
@@ -195,7 +195,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
     def makespan(self) -> float:
         """Latest end (kept up to date by every change)."""
         self._check_ok()
-        return self._mk
+        return self._makespan
 
     def device_order(self, d: int) -> list[int]:
         """Ids of device ``d``'s tasks in the order it runs them (FIFO by (ready, id))."""
@@ -262,7 +262,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         np.cumsum(counts, out=ptr[1:])
         flat = np.fromiter(chain.from_iterable(succ[x] for x in lv), dtype=np.int64, count=int(ptr[-1]))
         idx = remap[flat].astype(np.int32)
-        return self._dur_np[live].copy(), self._dev_np[live].copy(), ptr, idx, self._nd
+        return self._dur_np[live].copy(), self._dev_np[live].copy(), ptr, idx, self._n_devices
 
     def result(self) -> SimResult:
         """The timeline as a :class:`SimResult` over the compact numbering (equal to a full run of
@@ -273,12 +273,12 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         R, S, E = (np.frombuffer(a, dtype=np.float64) for a in (state.ready_time, state.start_time, state.end_time))
         if self._n_live == len(self._dur):  # no tombstones: the compact numbering is the id space
             return SimResult(ready=R.copy(), start=S.copy(), end=E.copy(), order=order.astype(np.int32),
-                             makespan=self._mk)
+                             makespan=self._makespan)
         live = self.live_ids()
         remap = np.full(len(self._dur), -1, dtype=np.int64)
         remap[live] = np.arange(live.size)
         return SimResult(ready=R[live], start=S[live], end=E[live], order=remap[order].astype(np.int32),
-                         makespan=self._mk)
+                         makespan=self._makespan)
 
     # ------------------------------------------------------------------ changes
     def set_durations(self, task_ids, new_durations) -> DeltaStats:
@@ -311,8 +311,8 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             raise ValueError("task_ids and new_devices differ in length")
         self._check_live(ids)
         for d in vals:
-            if not 0 <= d < self._nd:
-                raise ValueError(f"device index {d} out of range [0, {self._nd}); add_devices() first")
+            if not 0 <= d < self._n_devices:
+                raise ValueError(f"device index {d} out of range [0, {self._n_devices}); add_devices() first")
         dev = self._dev
         self._groups.freeze()  # the last full run's device groups keep its devices
         seeds = []
@@ -327,8 +327,8 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         """Append ``k`` empty devices; returns the index of the first."""
         queues = self._queues()  # before the count changes (the linked lists have one head per device)
         self._static_orders_stale()
-        first = self._nd
-        self._nd += int(k)
+        first = self._n_devices
+        self._n_devices += int(k)
         queues.extend(_Queue() for _ in range(k))
         return first
 
@@ -360,8 +360,8 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         self._check_durations(durs_np)
         durs = durs_np.tolist()
         for d in devs:
-            if not 0 <= d < self._nd:
-                raise ValueError(f"device index {d} out of range [0, {self._nd}); add_devices() first")
+            if not 0 <= d < self._n_devices:
+                raise ValueError(f"device index {d} out of range [0, {self._n_devices}); add_devices() first")
         k = len(durs)
         rem_set = set(rem)
         alive = self._alive
@@ -405,10 +405,10 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         for x in rem:
             w = where[x]
             if w != -1 and canonical and not direct:
-                nxt = self._Q[w].remove(R[x], x)
+                nxt = self._device_queues[w].remove(R[x], x)
                 if nxt != -1:
                     dev_marks.append(nxt)
-            if E[x] >= self._mk:
+            if E[x] >= self._makespan:
                 mk_lost = True
             for y in succ[x]:
                 if alive[y]:
@@ -571,7 +571,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         stats = DeltaStats(removed=removed, new_ids=new_ids)
         if not dirtied:
             if mk_lost:
-                self._mk = self._recompute_makespan()
+                self._makespan = self._recompute_makespan()
             stats.wall_s = time.perf_counter() - t0
             stats.changed = 0
             return stats
@@ -715,7 +715,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             else:
                 for x in dirtied:
                     st[x] = 0
-        self._mk = self._recompute_makespan() if (lost or mk_lost) else emax
+        self._makespan = self._recompute_makespan() if (lost or mk_lost) else emax
         if self._order_cache is not None and len(retimed_r):
             self._order_moved.append(retimed_r)  # merged into the key order when it is asked for
         stats.retimed = processed

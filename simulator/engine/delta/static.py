@@ -96,7 +96,7 @@ class StaticResweepMixin:
         marks[:n0] = dirtied
         cnt = np.zeros(4, dtype=np.int64)
         cnt[ks.S_MARK] = n0
-        flt = np.array([-math.inf, self._mk, 0.0, 0.0, -math.inf, -1.0, 0.0])
+        flt = np.array([-math.inf, self._makespan, 0.0, 0.0, -math.inf, -1.0, 0.0])
         sorted_ = False  # (only the dense walk checks whether the key order survives)
         heap_k = 0  # tasks the heap had re-timed when the dense walk took over (it re-times them again)
         f64 = lambda a: np.frombuffer(a, dtype=np.float64)  # noqa: E731 - views, dropped below
@@ -121,7 +121,7 @@ class StaticResweepMixin:
                 order, rank, is_key = self._walk_order(R, done, oR, k)
                 heap_k = k
                 pos = int(rank[marks[:n0]].min())  # nothing before the change's own tasks can change
-                last = np.full(self._nd, -2, dtype=np.int64)
+                last = np.full(self._n_devices, -2, dtype=np.int64)
                 sorted_ = is_key  # then: does the key order survive the change? (resweep_all checks)
                 if pos:
                     flt[ks.G_PR], flt[ks.G_PX] = R[order[pos - 1]], order[pos - 1]
@@ -149,8 +149,8 @@ class StaticResweepMixin:
             pass  # the key order before the change is the key order after it
         elif self._order_cache is not None and nrr:
             self._order_moved.append(rr[:nrr].copy())  # merged into the key order when asked for
-        emax = max(float(flt[ks.G_EMAX]), self._mk)
-        self._mk = self._recompute_makespan() if (flt[ks.G_LOST] or mk_lost) else emax
+        emax = max(float(flt[ks.G_EMAX]), self._makespan)
+        self._makespan = self._recompute_makespan() if (flt[ks.G_LOST] or mk_lost) else emax
         stats.retimed = int(cnt[ks.S_PROC]) - heap_k
         stats.changed = int(cnt[ks.S_CHANGED])
         stats.moved = nrr
@@ -172,7 +172,7 @@ class StaticResweepMixin:
         none). Valid while only static re-sweeps change the timeline (no queue entry moves); dropped
         with the dense walk's order (``_walk``)."""
         if self._pl is None:
-            n, nd = len(self._dur), self._nd
+            n, nd = len(self._dur), self._n_devices
             if self._q_fresh and not self._q_rekey and nd:  # a full run's groups: one gather
                 groups = self._groups
                 groups.device(0)  # (groups them)
@@ -199,7 +199,7 @@ class StaticResweepMixin:
         orders did not change; only keys did)."""
         ids, bounds = self._pl[0], self._pl[1]
         dump = _Dump(ids, np.frombuffer(self._state.queue_key, dtype=np.float64)[ids], bounds)
-        self._Q = [_Queue((dump, d)) for d in range(self._nd)]
+        self._device_queues = [_Queue((dump, d)) for d in range(self._n_devices)]
         self._q_rekey = False
 
     def _resweep_py(self, t0, heap, dirtied, guard, stats, mk_lost):
@@ -227,7 +227,7 @@ class StaticResweepMixin:
         log = []
         rr = []
         push, pop = heapq.heappush, heapq.heappop
-        mk0 = self._mk
+        mk0 = self._makespan
         emax = -math.inf
         changed = 0
         lost = lossy = False
@@ -324,7 +324,7 @@ class StaticResweepMixin:
             self._lossy = True
         if self._order_cache is not None and rr:
             self._order_moved.append(np.array(rr, dtype=np.int64))
-        self._mk = self._recompute_makespan() if (lost or mk_lost) else max(emax, mk0)
+        self._makespan = self._recompute_makespan() if (lost or mk_lost) else max(emax, mk0)
         stats.retimed = len(log)
         stats.changed = changed
         stats.moved = len(rr)

@@ -89,7 +89,7 @@ class SweepMixin:
         R, S, E, lk, where = state.ready_time, state.start_time, state.end_time, state.queue_key, state.queue_device
         st, nr, pend, oS, oE = state.sweep_status, state.new_ready, state.pending_preds, state.old_start, state.old_end
         dur, dev, succ, pred = self._dur, self._dev, self._succ, self._pred
-        Q = self._Q
+        Q = self._device_queues
         pop, push = heapq.heappop, heapq.heappush
         mark = dirtied.append
         processed = changed = moved = vacated = work = 0
@@ -99,7 +99,7 @@ class SweepMixin:
         timed = deadline != math.inf
         retimed_r: list[int] = []  # processed tasks whose ready time (key) changed
         self._swept_moved = retimed_r  # (kept for the resume if the sweep gives up)
-        mk0 = self._mk
+        mk0 = self._makespan
         emax = -math.inf
         lost = False
         Kr, Kx = -math.inf, -1
