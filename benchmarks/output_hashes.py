@@ -12,6 +12,20 @@ goodput summaries. Wall-clock figures are the only thing masked (``*wall*`` JSON
 
 Run it with the same installed packages before and after (PNG bytes depend on matplotlib's version);
 ``--exe`` runs another checkout's command (paths under the checkout are masked as ``<root>``).
+
+Beside the command's outputs, every example's lowered task graph is hashed in this process
+(``<example>/task-graph:arrays``, :func:`graph_hash`: every array of the
+:class:`taskgraph.graph.TaskGraph` with its dtype and shape, the device and operator names and the
+meta), so a move inside the lowering shows before any output does.
+
+The baseline: :data:`BASELINE` (``tests/data/output_hashes.txt``) is this script's manifest of the
+committed tree; ``tests/test_output_hashes.py`` recomputes the cheap part of it in-process on every
+run (the task-graph hashes and every example's ``simulate --json``), the full run stays here. A
+pure move must leave it unchanged. When a change of behaviour is intended, regenerate it in the same
+commit and say so in the message (the lead regenerates after merging branches that change outputs):
+
+    python -m benchmarks.output_hashes -o tests/data/output_hashes.txt       # the full baseline
+    python -m benchmarks.output_hashes --compare tests/data/output_hashes.txt  # what changed, first
 """
 from __future__ import annotations
 
@@ -24,10 +38,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 EX = ROOT / "strategies" / "examples"
+#: the committed manifest of the tree (module doc: how to regenerate it)
+BASELINE = ROOT / "tests" / "data" / "output_hashes.txt"
 
 # strategy files (model + cluster + strategy) and pipeline-only descriptions; custom-model.yaml and
 # custom-cluster.yaml are a model file and a topology file that custom-model-cluster.yaml names
@@ -142,6 +159,77 @@ def cases() -> list[tuple[str, list[str]]]:
     return out
 
 
+def graph_hash(graph) -> str:
+    """sha256 of a :class:`taskgraph.graph.TaskGraph`: every array field (name, dtype, shape, bytes),
+    the devices, the operator names and the meta, in field order."""
+    import dataclasses
+
+    import numpy as np
+    h = hashlib.sha256()
+    for f in dataclasses.fields(graph):
+        v = getattr(graph, f.name)
+        h.update(f.name.encode() + b"\0")
+        if isinstance(v, np.ndarray):
+            a = np.ascontiguousarray(v)
+            h.update(f"{a.dtype.str}{a.shape}".encode() + a.tobytes())
+        elif f.name == "meta":
+            h.update(json.dumps(v, sort_keys=True, default=repr).encode())
+        else:
+            h.update(repr(v).encode())
+    return h.hexdigest()
+
+
+def lowered_graph(example: str):
+    """The lowered task graph of a shipped example (a file name in ``strategies/examples``), at the
+    fidelity its file asks for: what ``execsim simulate`` lowers before it runs the timeline."""
+    path = EX / example
+    if example in PIPELINES:
+        from simulator.api import load_pipeline, pipeline_schedule
+        from taskgraph.lower_pipeline import StageCosts, lower_uniform
+        spec = load_pipeline(path)
+        costs = StageCosts(spec.forward, spec.backward, spec.backward_input, spec.backward_weight, spec.p2p,
+                           spec.activation)
+        return lower_uniform(pipeline_schedule(spec), costs, overlap_handoff=spec.overlap_handoff)
+    from simulator.api import load_strategy, lower
+    from taskgraph.costing import build_work
+    from taskgraph.plan import resolve
+    strategy = load_strategy(path)
+    plan = resolve(strategy)
+    work = build_work(plan, fidelity=strategy.options.fidelity, check_profile=True)
+    return lower(plan.schedule, work, strategy.options.overlap_handoff, fidelity=strategy.options.fidelity)
+
+
+def graph_hashes() -> dict[str, str]:
+    """{``<example>/task-graph:arrays``: sha256} for every example (strategy files and pipelines)."""
+    return {f"{f[:-5]}/task-graph:arrays": graph_hash(lowered_graph(f)) for f in PIPELINES + STRATEGIES}
+
+
+def run_in_process(argv: list[str]) -> dict[str, str]:
+    """The ``stdout``, ``stderr`` and ``rc`` hashes of :func:`run_case` for a case that writes no
+    file, from :func:`simulator.cli.main.main` in this process (the unit test's cheap path)."""
+    import contextlib
+    import io
+
+    from simulator.cli.main import main as cli
+    tmp = tempfile.mkdtemp(prefix="execsim-hash-")
+    cwd = os.getcwd()
+    try:
+        shutil.copytree(EX, Path(tmp) / "ex")
+        os.chdir(tmp)
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = cli(argv)
+        got = {"rc": hashlib.sha256(str(rc).encode()).hexdigest()}
+        is_json = "--json" in argv
+        got["stdout"] = hashlib.sha256(_normalize("stdout.json" if is_json else "stdout", out.getvalue().encode(),
+                                                  tmp)).hexdigest()
+        got["stderr"] = hashlib.sha256(_normalize("stdout", err.getvalue().encode(), tmp)).hexdigest()
+        return got
+    finally:
+        os.chdir(cwd)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def run_case(exe: str, name: str, argv: list[str]) -> dict[str, str]:
     """{output name: sha256} for one case (stdout, stderr, exit code and every file written)."""
     tmp = tempfile.mkdtemp(prefix="execsim-hash-")
@@ -173,17 +261,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-o", "--output", help="write the manifest here")
     ap.add_argument("--compare", metavar="MANIFEST", help="compare with a recorded manifest")
     ap.add_argument("--only", help="run only cases whose name contains this")
+    ap.add_argument("--jobs", type=int, default=1, choices=range(1, 17), metavar="N",
+                    help="cases run at once, 1 to 16 (default 1)")
     ap.add_argument("--exe", default=None, help="the execsim command (default: the one beside this Python)")
     args = ap.parse_args(argv)
     exe = args.exe or str(Path(sys.executable).parent / "execsim")
     exe = os.path.abspath(exe) if os.path.exists(exe) else (shutil.which("execsim") or "execsim")
-    lines = []
-    for name, case in cases():
-        if args.only and args.only not in name:
-            continue
-        for k, h in sorted(run_case(exe, name, case).items()):
-            lines.append(f"{name}:{k} {h}")
-        print(f"{name}: done", file=sys.stderr)
+    todo = [(name, case) for name, case in cases() if not args.only or args.only in name]
+
+    def one(item):
+        got = run_case(exe, *item)
+        print(f"{item[0]}: done", file=sys.stderr)
+        return got
+
+    # each case is its own process: threads only wait on them (the manifest keeps the cases' order)
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        results = list(pool.map(one, todo))
+    lines = [f"{name}:{k} {h}" for (name, _), got in zip(todo, results) for k, h in sorted(got.items())]
+    for key, h in sorted(graph_hashes().items()):
+        if not args.only or args.only in key.split(":")[0]:
+            lines.append(f"{key} {h}")
     text = "\n".join(lines) + "\n"
     if args.output:
         Path(args.output).write_text(text)

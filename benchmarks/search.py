@@ -332,10 +332,11 @@ def pure_python_kernels(on: bool) -> bool:
     """Make the search's sweep and topological order use the pure-Python loops (``on``) or the
     compiled ones when numba is installed; returns whether compiled kernels are available."""
     import simulator.engine.core as engine
+    from taskgraph.compiled import qualified
     engine.COMPILED.clear()
     available = engine.compiled_kernel("static_sweep") is not None
     if on:
-        engine.COMPILED.update(static_sweep=None, kahn_order=None)
+        engine.COMPILED.update({engine.kernel_key("static_sweep"): None, qualified("kahn_order"): None})
     return available
 
 

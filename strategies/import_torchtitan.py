@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 
 from strategies.config import did_you_mean
 from strategies.errors import ConfigError
@@ -158,6 +159,28 @@ LOG_MARKER = "Running with configs:"
 _RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]:", re.M)
 
 
+#: where parse_torchtitan leaves a log's measured tokens/s per GPU for import_torchtitan (not a job field)
+MEASURED_KEY = "_execsim_logged_tps"
+#: torchtitan's metrics line (components/metrics.py MetricsProcessor.log): ``step: N ... tps: 1,032``
+_STEP_TPS = re.compile(r"\bstep:\s*(\d{1,12})\b[^\n]*?\btps:\s*([\d,]{1,20})")
+
+
+def logged_tps(text: str, limit: int = 100_000) -> list:
+    """The ``tps`` figures a torchtitan log reports, one per logged step, the first logged step
+    excluded (it includes compilation and warm-up), at most ``limit`` of them.
+
+    >>> logged_tps("step:  1  loss: 9  tps: 1,032\\nstep: 10  loss: 8  tps: 4,100\\nstep: 20  loss: 7  tps: 4,000")
+    [4100, 4000]
+    """
+    out = []
+    for m in _STEP_TPS.finditer(text):
+        if int(m.group(1)) > 1 and m.group(2).replace(",", ""):
+            out.append(int(m.group(2).replace(",", "")))
+            if len(out) >= limit:
+                break
+    return [t for t in out if t > 0]
+
+
 def parse_torchtitan(text: str) -> dict:
     """The job mapping from a torchtitan TOML file, from a training log holding the job config
     torchtitan logs at start (``job.print_config``; the first one), or from the JSON file
@@ -175,6 +198,10 @@ def parse_torchtitan(text: str) -> dict:
         if not isinstance(data, dict):
             raise ConfigError(f"{W}no job config (a JSON object) follows {LOG_MARKER!r}; give the torchtitan TOML "
                               f"instead")
+        if at >= 0:
+            tps = logged_tps(body)
+            if tps:
+                data = {**data, MEASURED_KEY: tps}
         return data
     try:
         return tomllib.loads(text)
@@ -355,6 +382,8 @@ def import_torchtitan(data: dict, *, cluster: str | None = None, nodes: int | No
     the shard group)."""
     if not isinstance(data, dict):
         raise ConfigError(f"{W}expected a mapping of sections ([model], [training], [parallelism] ...)")
+    measured_tps = data.get(MEASURED_KEY)
+    data = {k: v for k, v in data.items() if k != MEASURED_KEY}
     check_expanded_size(data, "torchtitan config")
     _no_datetimes(data)
     top = Fields(data, W)
@@ -406,4 +435,6 @@ def import_torchtitan(data: dict, *, cluster: str | None = None, nodes: int | No
     seen = [k for k in _set_keys(data) if k not in _TT_READ and not (on and k in _TT_FLOAT8)
             and not (k.startswith(_TT_QUIET) and not _QUANT.search(k))]
     seen += hsdp + notes
+    if measured_tps:
+        strategy["_measured_tps"] = statistics.median(measured_tps)
     return Imported(strategy, tuple(seen), "torchtitan", tuple(inputs))

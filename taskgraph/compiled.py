@@ -1,6 +1,8 @@
 """The registry of compiled helpers (optional extra ``fast``: numba), and when to use them.
 
-A helper is looked up by name in the module that defines it: the lowering's own helpers live in
+A helper is looked up by name in the module that defines it, and registered under its
+module-qualified name (``taskgraph.kernels_numba.kahn_order``: two modules' helpers of one name
+never alias): the lowering's own helpers live in
 :mod:`taskgraph.kernels_numba` (below the engine, so lowering never imports the simulator); the
 engine passes its kernel module (:mod:`simulator.engine.kernels_numba`). Every compiled helper returns
 the bits of its Python loop (tests/test_engine_numba.py), so callers may switch between the two at any
@@ -23,8 +25,9 @@ import math
 import os
 import sys
 
-#: name -> compiled function, or None (numba missing, or set by ``benchmarks/search.py`` and the
-#: tests to time or check the Python loops). Entries appear when a helper is loaded.
+#: module-qualified name (:func:`qualified`) -> compiled function, or None (numba missing, or set by
+#: ``benchmarks/search.py`` and the tests to time or check the Python loops). Entries appear when a
+#: helper is loaded.
 COMPILED: dict = {}
 #: Seconds of CPU that importing numba and loading or compiling one kernel costs (measured on the
 #: project machine: import ~0.35 s, compiling a kernel with an empty cache ~0.5-1 s).
@@ -45,27 +48,33 @@ def kernel_mode() -> str:
     return mode
 
 
+def qualified(name: str, module: str = "taskgraph.kernels_numba") -> str:
+    """The registry key of helper ``name`` of ``module`` (:data:`COMPILED`): ``<module>.<name>``."""
+    return f"{module}.{name}"
+
+
 def compiled_kernel(name: str, module: str = "taskgraph.kernels_numba", work: float = math.inf):
     """``<module>.<name>`` when numba is installed and it pays (module doc), else None.
 
     ``work``: seconds of Python loop the caller would run now (``inf``: load it whenever available)."""
-    if name in COMPILED:
-        return COMPILED[name] if kernel_mode() != "python" else None
+    key = qualified(name, module)
+    if key in COMPILED:
+        return COMPILED[key] if kernel_mode() != "python" else None
     mode = kernel_mode()
     if mode == "python":
         return None
     if mode == "auto" and "numba" not in sys.modules:
-        spent = _SPENT.get(name, 0.0) + work
+        spent = _SPENT.get(key, 0.0) + work
         if spent < SWITCH_COST_S:
-            _SPENT[name] = spent
+            _SPENT[key] = spent
             return None
     try:
         kernels = importlib.import_module(module)
     except ImportError:
-        COMPILED[name] = None
+        COMPILED[key] = None
     else:
-        COMPILED[name] = getattr(kernels, name)
-    return COMPILED[name]
+        COMPILED[key] = getattr(kernels, name)
+    return COMPILED[key]
 
 
 def reset() -> None:

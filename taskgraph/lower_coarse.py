@@ -32,6 +32,7 @@ produces the usual errors.
 """
 from __future__ import annotations
 
+import weakref
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -66,10 +67,13 @@ _ROLE_CAT = np.array([CAT[c] for c, _ in _ROLES], dtype=np.int8)
 #: roles that allocate (+1) or free (-1) the stage's activations at their end
 _ROLE_MEM = np.array([1, 0, -1, -1, 0, -1, -1, 0, 0, 0, 0, 0, 0], dtype=np.int64)
 
-#: Layouts are cached on their schedule; all cached layouts together hold at most this many tasks
-#: (about 300 bytes each with the timeline's sweep order), oldest evicted first.
+#: Layouts are cached per schedule (:func:`_cache`); all cached layouts together hold at most this
+#: many tasks (about 300 bytes each with the timeline's sweep order), oldest evicted first.
 _LAYOUT_TASK_BUDGET = 1_000_000
-_CACHE_ATTR = "_lower_coarse_cache"
+#: id(schedule) -> that schedule object's cache (action indexes and layouts); keyed by identity, not
+#: by the frozen Schedule's value (hashing its orders costs a walk over every action), and an entry
+#: leaves when its schedule is collected (weakref.finalize, run before the id can be reused)
+_CACHES: dict[int, dict] = {}
 _LAYOUTS: "deque[tuple[dict, tuple, int]]" = deque()  # (schedule cache, key, tasks), oldest first
 _layout_tasks = 0
 
@@ -232,10 +236,12 @@ def _topo_order(A: int, *preds: np.ndarray) -> np.ndarray:
 
 
 def _cache(schedule: Schedule) -> dict:
-    c = schedule.__dict__.get(_CACHE_ATTR)
+    """The cache of this schedule object (:data:`_CACHES`); the frozen Schedule itself is not written."""
+    key = id(schedule)
+    c = _CACHES.get(key)
     if c is None:
-        c = {}
-        schedule.__dict__[_CACHE_ATTR] = c  # frozen dataclass: write the instance dict directly
+        c = _CACHES[key] = {}
+        weakref.finalize(schedule, _CACHES.pop, key, None)
     return c
 
 

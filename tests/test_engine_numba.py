@@ -65,7 +65,8 @@ def test_unknown_kernel_is_one_clear_error():
 
 def _python_topo(monkeypatch, fn, *args):
     import simulator.engine.core as engine
-    monkeypatch.setitem(engine.COMPILED, "kahn_order", None)  # force the Python loop
+    from taskgraph.compiled import qualified
+    monkeypatch.setitem(engine.COMPILED, qualified("kahn_order"), None)  # force the Python loop
     return fn(*args)
 
 

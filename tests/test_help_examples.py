@@ -49,8 +49,6 @@ def folder(tmp_path_factory):
 @pytest.mark.parametrize("line", [line for _, line in EXAMPLES], ids=range(len(EXAMPLES)))
 def test_a_help_example_runs_from_any_folder(line, folder, monkeypatch, capsys):
     argv, expect = _argv(line)
-    if argv[0] == "import":
-        pytest.skip("import examples read the repository's source scripts (strategies/examples/sources/)")
     if argv[0] == "profile" or (argv[0] == "simulate" and "options.profile=cpu.csv" in line):
         torch = pytest.importorskip("torch", reason="PyTorch is not installed: execsim profile needs it")
         if "cuda" in argv and not torch.cuda.is_available():

@@ -3,6 +3,7 @@ default kernel="auto" giving the Python loop's bits (simulate, compare, goodput,
 all reach the engine through simulate / the static-order sweep)."""
 from __future__ import annotations
 
+import cmath
 import math
 import sys
 
@@ -31,6 +32,13 @@ def test_ski_rental_rule_loads_once_the_python_work_pays(fresh):
     assert registry.compiled_kernel("sqrt", "math", work=0.5) is None  # 1.0 s spent < SWITCH_COST_S
     assert registry.compiled_kernel("sqrt", "math", work=0.6) is math.sqrt  # 1.6 s >= 1.5 s
     assert registry.compiled_kernel("sqrt", "math", work=0.0) is math.sqrt  # loaded: stays
+
+
+def test_two_modules_helpers_of_one_name_do_not_alias(fresh):
+    fresh.setenv(registry.ENV, "numba")
+    assert registry.compiled_kernel("sqrt", "math") is math.sqrt
+    assert registry.compiled_kernel("sqrt", "cmath") is cmath.sqrt  # not math's, registered first
+    assert set(registry.COMPILED) == {"math.sqrt", "cmath.sqrt"}
 
 
 def test_loaded_at_once_when_numba_is_already_imported(fresh):
@@ -64,6 +72,6 @@ def test_auto_kernel_gives_the_python_bits(fresh):
     ref = simulate_arrays(dur, dev, ptr, dst[order], 16, kernel="python")
     fresh.setenv(registry.ENV, "numba")
     got = simulate_arrays(dur, dev, ptr, dst[order], 16)
-    assert registry.COMPILED.get("run_numba") is not None  # it did run compiled
+    assert registry.COMPILED.get("simulator.engine.kernels_numba.run_numba") is not None  # it did run compiled
     for a in ("ready", "start", "end", "order"):
         assert np.array_equal(getattr(ref, a), getattr(got, a))

@@ -152,6 +152,17 @@ def input_file(text: str) -> str:
     return text
 
 
+def import_source(text: str) -> str:
+    """argparse ``type`` of ``execsim import``'s SOURCE: ``-`` or a path as given when it exists; else the
+    name of a shipped source file (``strategies/examples/sources/``: the scripts and recipes the
+    imported examples came from), so the help's import examples run after a plain install (issue 41)."""
+    from strategies.strategy_file import EXAMPLES_DIR
+    src = EXAMPLES_DIR / "sources" / text
+    if text == "-" or Path(text).exists() or "/" in text or "\\" in text or not src.is_file():
+        return text
+    return str(src)
+
+
 def trace_folder(text: str) -> str:
     """argparse ``type`` of a TRACE_DIR argument: a folder as given when it exists, else the name of a
     shipped example trace (``strategies/examples/traces/``: ``tiny-gpt-cpu-trace``, written by

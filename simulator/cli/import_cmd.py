@@ -4,21 +4,21 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from simulator.cli.common import _check_outputs, _sub
+from simulator.cli.common import _check_outputs, _sub, import_source
 from strategies.errors import ExecsimError, brief
 
 
 def add_parser(sub) -> None:
     s = _sub(sub, "import", "write a strategy file from a Megatron-LM launch script, a NeMo recipe or a torchtitan TOML",
-             ["execsim import megatron strategies/examples/sources/train_gpt3_175b_distributed.sh "
-              "--cluster dgx-a100-80g --nodes 128 -o gpt3.yaml",
-              "execsim import nemo strategies/examples/sources/nemo_llama3_8b.yaml --cluster dgx-h100 -o s.yaml",
-              "execsim import torchtitan strategies/examples/sources/torchtitan_llama3_8b.toml --cluster dgx-h100 "
-              "--nodes 1"])
+             ["execsim import megatron train_gpt3_175b_distributed.sh --cluster dgx-a100-80g --nodes 128 -o gpt3.yaml",
+              "execsim import nemo nemo_llama3_8b.yaml --cluster dgx-h100 -o s.yaml",
+              "execsim import torchtitan torchtitan_llama3_8b.toml --cluster dgx-h100 --nodes 1"])
     s.add_argument("kind", choices=("megatron", "nemo", "torchtitan", "bridge"),
                    help="what SOURCE is (nemo: a launcher YAML or a NeMo 2 recipe .py; bridge: a Megatron-Bridge "
                         "recipe .py or its saved run_config.yaml)")
-    s.add_argument("source", help="the file, or - for standard input (megatron: a launch script, the "
+    s.add_argument("source", type=import_source,
+                   help="the file (or the name of a shipped source, strategies/examples/sources/), or - for "
+                        "standard input (megatron: a launch script, the "
                    "pretrain_gpt.py arguments, or a training log with its argument dump)")
     s.add_argument("-o", "--output", metavar="OUT.yaml", help="write the strategy here (default: standard output)")
     s.add_argument("--cluster", metavar="PRESET", help="cluster preset, e.g. dgx-h100 or dgx-a100-80g (required: "

@@ -203,15 +203,22 @@ def simulate_arrays(duration, device, succ_ptr, succ_idx, num_devices: int, desc
     )
 
 
-#: name -> compiled function, or None without numba: the one registry of compiled helpers
-#: (:mod:`taskgraph.compiled`); ``benchmarks/search.py`` and the tests set entries to None.
+#: module-qualified name -> compiled function, or None without numba: the one registry of compiled
+#: helpers (:mod:`taskgraph.compiled`); ``benchmarks/search.py`` and the tests set entries to None.
 COMPILED = _registry.COMPILED
+#: the module of the engine's compiled helpers (their registry keys: :func:`kernel_key`)
+KERNELS = "simulator.engine.kernels_numba"
+
+
+def kernel_key(name: str) -> str:
+    """The registry key (:data:`COMPILED`) of the engine's compiled helper ``name``."""
+    return _registry.qualified(name, KERNELS)
 
 
 def compiled_kernel(name: str, work: float = float("inf")):
     """``simulator.engine.kernels_numba.<name>`` when numba is installed (optional extra ``fast``) and
     ``work`` seconds of Python loop make it pay, else None (:func:`taskgraph.compiled.compiled_kernel`)."""
-    return _registry.compiled_kernel(name, "simulator.engine.kernels_numba", work)
+    return _registry.compiled_kernel(name, KERNELS, work)
 
 
 #: Edges per task from which the general loop reads successor ids as shared int objects (see

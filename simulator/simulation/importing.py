@@ -127,10 +127,11 @@ def import_strategy(kind: str, text: str, *, origin: str, cluster: str | None = 
 
 
 def measured_vs_simulated(strategy_text: str, imp: Imported) -> str | None:
-    """For a Megatron training log that reports ``elapsed time per iteration (ms)``: one line with the
-    measured median (first logged iteration excluded) beside the simulated iteration time; else None."""
-    ms = imp.strategy.get("_measured_iteration_ms")
-    if ms is None:
+    """For a training log that reports its speed — Megatron's ``elapsed time per iteration (ms)``, or
+    torchtitan's ``tps`` (tokens per second per GPU) — one line with the measured median (the first
+    logged step excluded) beside the simulated iteration time; else None."""
+    ms, tps = imp.strategy.get("_measured_iteration_ms"), imp.strategy.get("_measured_tps")
+    if ms is None and not tps:
         return None
     import yaml
 
@@ -138,8 +139,14 @@ def measured_vs_simulated(strategy_text: str, imp: Imported) -> str | None:
     from strategies.strategy_file import parse_strategy
     sim = simulate_strategy(parse_strategy(yaml.safe_load(strategy_text), "."))
     t = sim.training.iteration_time_s * 1e3
-    return (f"iteration time: measured {ms:,.1f} ms (median of the logged iterations, the first excluded), "
-            f"simulated {t:,.1f} ms ({(t - ms) / ms:+.1%})")
+    how = "median of the logged iterations, the first excluded"
+    if ms is None:
+        # torchtitan: tps = a rank's tokens / (time x tp x pp x cp) (components/metrics.py, ParallelDims.
+        # non_data_parallel_size), a rank's tokens per step = global batch x seq / dp: step = G s / (tps x GPUs)
+        tr = sim.plan.strategy.training
+        ms = tr.global_batch * tr.seq_len / (tps * sim.plan.num_gpus) * 1e3
+        how = f"from the median logged tps {tps:,.0f} per GPU, the first step excluded"
+    return f"iteration time: measured {ms:,.1f} ms ({how}), simulated {t:,.1f} ms ({(t - ms) / ms:+.1%})"
 
 
 def summary(imp: Imported, limit: int = 25) -> str:

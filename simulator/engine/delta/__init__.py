@@ -53,7 +53,8 @@ full run (reason "positive duration lost to rounding"), so the unguarded argumen
 
 Delta algorithm (a sweep in key order over the dirty tasks only)
 ----------------------------------------------------------------
-State: R, S, E per task; per device a queue of the device's tasks sorted by key (chunked parallel
+State: R, S, E per task (:class:`~simulator.engine.delta.state.DeltaState`: ``ready_time``,
+``start_time``, ``end_time``, with the queue keys and the sweep's scratch); per device a queue of the device's tasks sorted by key (chunked parallel
 lists of ready times and ids, searched with ``bisect``); successor and predecessor lists.
 A change marks *dirty* the tasks whose inputs changed (its own duration / device / predecessor set,
 the task after a removed or inserted list entry). Then a heap of events is processed in increasing
@@ -249,7 +250,9 @@ Layout
 ------
 This ``__init__`` holds this doc only: import the modules by name. :class:`DeltaSimulator` is
 assembled from mixins, one per seam named above; imports run one way (``simulator`` imports the mixin
-modules, they import ``queues``, ``stats`` and ``params``, never ``simulator``):
+modules, they import ``queues``, ``stats``, ``state`` and ``params``, never ``simulator``). The
+per-task arrays every mixin reads are one :class:`~simulator.engine.delta.state.DeltaState`
+(``self._state``), named for what they hold:
 
 * ``simulator``: :class:`~simulator.engine.delta.simulator.DeltaSimulator` -- the public API
   (construction, accessors, ``set_durations`` / ``set_devices`` / ``add_devices`` /
@@ -257,6 +260,8 @@ modules, they import ``queues``, ``stats`` and ``params``, never ``simulator``):
   the race with the resume (``replan``), picks a sweep and routes its outcome.
 * ``params``: the tunable constants (``RESUME_MAX_SHARE``, ``RESUME_RACE``, ``FALLBACK_WASTE``, the pace
   rule's ``PACE_*``, ``DEFAULT_KERNEL``, ``AUTO_BUDGET_PYTHON`` / ``AUTO_BUDGET_COMPILED``, ``_LOAD``), read at call time as ``params.NAME``.
+* ``state``: :class:`~simulator.engine.delta.state.DeltaState` -- the per-task times, queue keys and
+  queue devices, and the sweep's scratch; their allocation and growth (through ``_extend``).
 * ``stats``: :class:`~simulator.engine.delta.stats.DeltaStats` (what a change cost), ``_Abort`` (a
   sweep gives up) and small shared helpers.
 * ``queues``: the Python sweep's device queues (``_Queue``), their lazy sources (``_Groups``, a full

@@ -45,32 +45,32 @@ class CompiledSweepMixin:
             self._requeue()
         if self._q_stale:
             qh, qt, qn, qp = self._ll
-            where = np.frombuffer(self._where, dtype=np.int64)
+            where = np.frombuffer(self._state.queue_device, dtype=np.int64)
             count = int(np.count_nonzero(where != -1))
             del where
-            ids, bounds = self._nb.dump_links(qh, qn, self._nd, count)
-            rs = np.frombuffer(self._lk, dtype=np.float64)[ids]
+            ids, bounds = self._nb.dump_links(qh, qn, self._n_devices, count)
+            rs = np.frombuffer(self._state.queue_key, dtype=np.float64)[ids]
             dump = _Dump(ids, rs, bounds)
-            self._Q = [_Queue((dump, d)) for d in range(self._nd)]
+            self._device_queues = [_Queue((dump, d)) for d in range(self._n_devices)]
             self._q_stale = False
         if not keep_links:
             self._ll = None
             self._q_fresh = False
-        return self._Q
+        return self._device_queues
 
     def _links(self):
         """The compiled sweep's device queues: linked lists in key order (``qh``/``qt`` head and
         tail per device, ``qn``/``qp`` next and previous per task), built from the last full run's
         device groups when no queue changed since, else by sorting the entries by (device, key)."""
         if self._ll is None:
-            n, nd = len(self._dur), self._nd
+            n, nd = len(self._dur), self._n_devices
             if self._q_fresh:  # a canonical full run's pop order is key order: one pass
-                where = np.frombuffer(self._where, dtype=np.int64)  # the queue entries' devices
+                where = np.frombuffer(self._state.queue_device, dtype=np.int64)  # the queue entries' devices
                 self._ll = self._nb.links_from_order(self._groups.order, where, n, nd)
                 del where
             else:
-                where = np.frombuffer(self._where, dtype=np.int64)
-                lk = np.frombuffer(self._lk, dtype=np.float64)
+                where = np.frombuffer(self._state.queue_device, dtype=np.int64)
+                lk = np.frombuffer(self._state.queue_key, dtype=np.float64)
                 e = np.flatnonzero(where != -1)
                 ids = e[np.lexsort((e, lk[e], where[e]))]
                 bounds = np.zeros(nd + 1, dtype=np.int64)
@@ -92,9 +92,11 @@ class CompiledSweepMixin:
         cur.fill(-1)  # per change: the last entry the sweep placed on each device
         f64 = lambda a: np.frombuffer(a, dtype=np.float64)  # noqa: E731 - views, dropped below
         i64 = lambda a: np.frombuffer(a, dtype=np.int64)  # noqa: E731
-        R, S, E, lk, nr, oS, oE = (f64(a) for a in (self._R, self._S, self._E, self._lk, self._nr,
-                                                    self._oS, self._oE))
-        where, st, pend = i64(self._where), i64(self._st), i64(self._pend)
+        state = self._state
+        R, S, E, lk, nr, oS, oE = (f64(a) for a in (state.ready_time, state.start_time, state.end_time, state.queue_key,
+                                                    state.new_ready, state.old_start, state.old_end))
+        where, st, pend = i64(state.queue_device), i64(state.sweep_status), i64(state.pending_preds)
+        del state
         n = len(self._dur)
         hs = len(heap)
         ptr, idx = self._csr_arrays()
@@ -110,7 +112,7 @@ class CompiledSweepMixin:
         dirt[:n0] = dirtied
         cnt = np.zeros(7, dtype=np.int64)
         cnt[nb.C_DIRT] = n0
-        flt = np.array([-math.inf, self._mk, 0.0, _NAN, -1.0, -1.0, -math.inf, -1.0, 0.0])
+        flt = np.array([-math.inf, self._makespan, 0.0, _NAN, -1.0, -1.0, -math.inf, -1.0, 0.0])
         rr = np.empty(n, dtype=np.int64)  # (pages touched only as it fills)
         timed = deadline != math.inf
         lim = -1 if limit is None else int(limit)
@@ -158,6 +160,6 @@ class CompiledSweepMixin:
             del R, S, E, lk, nr, oS, oE, where, st, pend
             if flt[nb.F_LOSSY]:  # a positive duration lost to rounding: guard later changes too
                 self._lossy = True
-        mk0 = self._mk
+        mk0 = self._makespan
         return (int(cnt[nb.C_PROC]), int(cnt[nb.C_CHANGED]), int(cnt[nb.C_MOVED]), int(cnt[nb.C_VAC]),
                 rr[:int(cnt[nb.C_RR])], max(float(flt[nb.F_EMAX]), mk0), bool(flt[nb.F_LOST]))

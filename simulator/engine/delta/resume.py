@@ -5,14 +5,13 @@ sweep point and its cost model, and the CSR arrays they hand to the engine. A mi
 from __future__ import annotations
 
 import time
-from array import array
 
 import numpy as np
 
 from simulator.engine.core import simulate_arrays
 from simulator.engine.delta import params
 from simulator.engine.delta.queues import _gather, _Groups, _Queue
-from simulator.engine.delta.stats import _NAN, DeltaStats, _zeros
+from simulator.engine.delta.stats import _NAN, DeltaStats
 from strategies.errors import SimulationError
 
 
@@ -56,13 +55,15 @@ class ResumeMixin:
         d = np.asarray(dirtied, dtype=np.int64).reshape(-1)
         if not d.size:
             return d
-        st = np.frombuffer(self._st, dtype=np.int64)
+        state = self._state
+        st = np.frombuffer(state.sweep_status, dtype=np.int64)
         done = d[st[d] == 2]
         if undo and done.size:
-            np.frombuffer(self._S, dtype=np.float64)[done] = np.frombuffer(self._oS, dtype=np.float64)[done]
-            np.frombuffer(self._E, dtype=np.float64)[done] = np.frombuffer(self._oE, dtype=np.float64)[done]
+            f64 = lambda a: np.frombuffer(a, dtype=np.float64)  # noqa: E731
+            f64(state.start_time)[done] = f64(state.old_start)[done]
+            f64(state.end_time)[done] = f64(state.old_end)[done]
         st[d] = 0
-        np.frombuffer(self._pend, dtype=np.int64)[d] = 0
+        np.frombuffer(state.pending_preds, dtype=np.int64)[d] = 0
         return done
 
     def _fallback(self, t0, reason, dirtied, new_ids, removed) -> DeltaStats:
@@ -114,10 +115,10 @@ class ResumeMixin:
         after the sweep point in key order, no edge at a processed task backwards in key order, and
         the resumed tasks popped in key order; if one check fails, the plain full run is used."""
         t_in = time.perf_counter()
-        n, nd = len(self._dur), self._nd
+        n, nd = len(self._dur), self._n_devices
         alive = self._alive_np
-        where = np.frombuffer(self._where, dtype=np.int64)
-        lk = np.frombuffer(self._lk, dtype=np.float64)
+        where = np.frombuffer(self._state.queue_device, dtype=np.int64)
+        lk = np.frombuffer(self._state.queue_key, dtype=np.float64)
         kr, kx = at
         share = params.RESUME_MAX_SHARE
         seen = self._rest_seen  # the pace rule's count when it gave up at this point (_delta)
@@ -126,10 +127,10 @@ class ResumeMixin:
         if share < 1.0 and self._resume_costs_more(int(np.count_nonzero(lk > kr)) if rest is None else rest):
             # (at least that many tasks after the sweep point: decided before building any mask)
             return self._fallback(t0, reason, dirtied, new_ids, removed)
-        st, oS, oE = self._st, self._oS, self._oE
-        R = np.frombuffer(self._R, dtype=np.float64)
-        S = np.frombuffer(self._S, dtype=np.float64)
-        E = np.frombuffer(self._E, dtype=np.float64)
+        st, oS, oE = self._state.sweep_status, self._state.old_start, self._state.old_end
+        R = np.frombuffer(self._state.ready_time, dtype=np.float64)
+        S = np.frombuffer(self._state.start_time, dtype=np.float64)
+        E = np.frombuffer(self._state.end_time, dtype=np.float64)
         ptr, idx = self._csr_arrays()
         pptr, pidx = self._pred_csr()
         # tasks whose times may change: the ones the sweep processed, and the resumed ones
@@ -177,7 +178,7 @@ class ResumeMixin:
             if links is not None:
                 last = lasts[d] = int(self._nb.last_upto(links[1], links[3], lk, d, kr, kx))
             else:
-                last = self._Q[d].last_upto(kr, kx)
+                last = self._device_queues[d].last_upto(kr, kx)
             if last != -1:
                 free[d] = E[last]
         pdev = np.flatnonzero(free > 0.0)
@@ -237,13 +238,13 @@ class ResumeMixin:
                 self._nb.cut_and_append(*links, d, lasts[d], ids_sorted[lo:hi])
         else:
             for d, lo, hi in zip(devs.tolist(), bounds.tolist(), ends.tolist()):
-                self._Q[d].cut_after(kr, kx)
+                self._device_queues[d].cut_after(kr, kx)
                 if hi > lo:
-                    self._Q[d].extend(r_sorted[lo:hi], ids_sorted[lo:hi])
+                    self._device_queues[d].extend(r_sorted[lo:hi], ids_sorted[lo:hi])
         where[sub] = dev[sub]
         if self._order_cache is not None:  # tasks whose key changed: swept ones, resumed ones
             self._order_moved += [self._swept_moved, sub[key_changed]]
-        self._mk = self._recompute_makespan()
+        self._makespan = self._recompute_makespan()
         changed = int(np.count_nonzero((old_S != nS) | (old_E != nE)))
         if sw.size:
             keep = ~rest[sw]  # swept tasks that stayed final (the others are counted above)
@@ -261,7 +262,7 @@ class ResumeMixin:
         sweep), and no edge between a processed task and a final task goes backwards in key order.
         ``final_of(ids)``: which of ``ids`` are final (a queue entry up to the sweep point)."""
         if dirtied.size:
-            stv = np.frombuffer(self._st, dtype=np.int64)[dirtied]
+            stv = np.frombuffer(self._state.sweep_status, dtype=np.int64)[dirtied]
             if bool(np.any(final_of(dirtied[(stv & 1) == 1]))):
                 return False
         if not sw.size:
@@ -314,7 +315,7 @@ class ResumeMixin:
             g = self._describe_graph
             describe = g.describe if (g is not None and n == g.num_tasks and self._n_live == n) else None
             try:
-                res = simulate_arrays(self._dur_np, self._dev_np, ptr, idx, self._nd, describe=describe,
+                res = simulate_arrays(self._dur_np, self._dev_np, ptr, idx, self._n_devices, describe=describe,
                                       kernel=self._engine)
             except SimulationError as exc:
                 self._broken = str(exc)
@@ -331,39 +332,26 @@ class ResumeMixin:
             self._res_per = 1.5 * self._t_full / self._n_live
         return changed
 
-    def _state_arrays(self, n: int, count_changed: bool) -> None:
-        """The per-task state arrays for an id space of ``n`` (kept when it kept its size)."""
-        if self._R is None or len(self._R) != n:
-            for name in ("_R", "_S", "_E", "_lk"):
-                setattr(self, name, array("d", bytes(8 * n)))
-                if count_changed and name != "_lk":  # old values unknown here: all count as changed
-                    np.frombuffer(getattr(self, name), dtype=np.float64)[:] = _NAN
-            self._where = _zeros("q", n)
-        if self._st is None or len(self._st) != n:
-            self._st = _zeros("q", n)  # sweep scratch (see _sweep), all zero between changes
-            self._pend = _zeros("q", n)
-            self._nr = _zeros("d", n)
-            self._oS = _zeros("d", n)
-            self._oE = _zeros("d", n)
-
     def _full_nb(self, ptr, idx, count_changed: bool):
         """The compiled full run in place (:func:`~simulator.engine.delta.kernels_numba.full_run`):
         times, queue devices and linked-list queues written into the state by the engine loop itself;
         the ``_Queue`` objects are rebuilt from the lists when a Python path needs them. Returns the
         changed count, or None on a cycle."""
         n = len(self._dur)
-        self._state_arrays(n, count_changed)
+        self._state.allocate(n, count_changed)
         links = self._ll or self._ll_spare
-        if links is None or links[0].shape[0] != self._nd or links[2].shape[0] != n:
-            links = tuple(np.empty(k, dtype=np.int64) for k in (self._nd, self._nd, n, n))
-        R, S, E, lk = (np.frombuffer(a, dtype=np.float64) for a in (self._R, self._S, self._E, self._lk))
-        where = np.frombuffer(self._where, dtype=np.int64)
+        if links is None or links[0].shape[0] != self._n_devices or links[2].shape[0] != n:
+            links = tuple(np.empty(k, dtype=np.int64) for k in (self._n_devices, self._n_devices, n, n))
+        state = self._state
+        R, S, E, lk = (np.frombuffer(a, dtype=np.float64)
+                       for a in (state.ready_time, state.start_time, state.end_time, state.queue_key))
+        where = np.frombuffer(state.queue_device, dtype=np.int64)
         alive = self._alive_np
         order, changed, lossy, canonical, makespan = self._nb.full_run(
-            self._dur_np, self._dev_np, ptr, idx, self._nd, alive, R, S, E, lk, where, *links, count_changed)
+            self._dur_np, self._dev_np, ptr, idx, self._n_devices, alive, R, S, E, lk, where, *links, count_changed)
         del R, S, E, lk, where
         self._ll = self._ll_spare = links
-        self._cur = np.full(self._nd, -1, dtype=np.int64)
+        self._cur = np.full(self._n_devices, -1, dtype=np.int64)
         if order.shape[0] != n:
             return None
         if self._n_live < n:
@@ -371,8 +359,8 @@ class ResumeMixin:
         self._lossy = bool(lossy)
         # the linked lists are the queues now (_queues rebuilds the _Queue objects from them); the
         # groups keep the run's order and devices for _links
-        self._groups = _Groups(order, self._dev_np, None, self._nd)
-        self._Q = None
+        self._groups = _Groups(order, self._dev_np, None, self._n_devices)
+        self._device_queues = None
         self._q_fresh = True
         self._q_stale = True
         self._ran(order, makespan, canonical)
@@ -380,7 +368,7 @@ class ResumeMixin:
 
     def _ran(self, order, makespan, canonical) -> None:
         """Bookkeeping after a full run: makespan, canonicity, the key order for result()."""
-        self._mk = float(makespan) if self._n_live else 0.0
+        self._makespan = float(makespan) if self._n_live else 0.0
         self._canonical = bool(canonical)
         self._order_cache = order
         self._order_moved = []
@@ -394,11 +382,13 @@ class ResumeMixin:
         ``count_changed``, returns the live tasks whose start or end differ from the state before."""
         n = len(self._dur)
         alive = self._alive_np
-        self._state_arrays(n, count_changed)
+        self._state.allocate(n, count_changed)
         if self._n_live < n:
             order = order[alive[order]]
-        R, S, E, lk = (np.frombuffer(a, dtype=np.float64) for a in (self._R, self._S, self._E, self._lk))
-        where = np.frombuffer(self._where, dtype=np.int64)
+        state = self._state
+        R, S, E, lk = (np.frombuffer(a, dtype=np.float64)
+                       for a in (state.ready_time, state.start_time, state.end_time, state.queue_key))
+        where = np.frombuffer(state.queue_device, dtype=np.int64)
         if self._n_live < n:
             dead = ~alive
             ready, start, end = ready.copy(), start.copy(), end.copy()
@@ -422,8 +412,8 @@ class ResumeMixin:
         self._ll = None
         del R, S, E, lk, where
         self._lossy = bool(lossy)
-        groups = _Groups(order, self._dev_np, ready, self._nd)  # (set_devices, replace_tasks: freeze)
-        self._Q = [_Queue((groups, d)) for d in range(self._nd)]
+        groups = _Groups(order, self._dev_np, ready, self._n_devices)  # (set_devices, replace_tasks: freeze)
+        self._device_queues = [_Queue((groups, d)) for d in range(self._n_devices)]
         self._groups = groups
         self._q_fresh = True  # no queue changed since this run
         self._q_stale = False

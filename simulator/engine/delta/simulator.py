@@ -19,6 +19,7 @@ from simulator.engine.delta import params
 from simulator.engine.delta.compiled import CompiledSweepMixin, _delta_kernel
 from simulator.engine.delta.queues import _Queue
 from simulator.engine.delta.resume import ResumeMixin
+from simulator.engine.delta.state import DeltaState
 from simulator.engine.delta.static import StaticResweepMixin
 from simulator.engine.delta.stats import _NAN, DeltaStats, _Abort, _extend, _zeros
 from simulator.engine.delta.sweep import SweepMixin
@@ -65,7 +66,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         self._engine = "python" if self._nb is None else "numba"
         self._ll = None  # the compiled sweep's device queues (qh, qt, qn, qp), see _links
         self._ll_spare = None  # their arrays, kept for the next full run to fill (_full_nb)
-        self._q_stale = False  # True while _ll is newer than _Q
+        self._q_stale = False  # True while _ll is newer than _device_queues
         self._t_full = math.inf
         # the resumed engine's cost model (seconds): fixed part + per task after the sweep point;
         # seeded from the full run (per task x 1.5) and refined from every resume (_resume)
@@ -73,15 +74,15 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         self._rest_seen = None  # (r, x, tasks after (r, x)) at the sweep's last deadline check (_delta)
         self._res_per: float | None = None
         self._t_full_n = 0
-        self._nd = max(int(num_devices), 1)
+        self._n_devices = max(int(num_devices), 1)
         dur_np = np.array(duration, dtype=np.float64).reshape(-1)
         n = int(dur_np.shape[0])
         dev_np = np.array(device, dtype=np.int32).reshape(-1)
         if dev_np.shape[0] != n:
             raise ValueError(f"device has {dev_np.shape[0]} entries for {n} tasks")
         self._check_durations(dur_np)
-        if n and (int(dev_np.min()) < 0 or int(dev_np.max()) >= self._nd):
-            raise ValueError(f"a device index is outside [0, {self._nd})")
+        if n and (int(dev_np.min()) < 0 or int(dev_np.max()) >= self._n_devices):
+            raise ValueError(f"a device index is outside [0, {self._n_devices})")
         ptr = np.asarray(succ_ptr, dtype=np.int64).reshape(-1)
         idx = np.asarray(succ_idx, dtype=np.int64).reshape(-1)
         if ptr.shape[0] != n + 1 or (n and (ptr[0] != 0 or ptr[-1] != idx.shape[0])):
@@ -109,8 +110,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         self._n_zero = int(np.count_nonzero(dur_np == 0.0))
         self._lossy = False  # some positive duration was lost to rounding (start + dur == start)
         self._broken: str | None = None
-        self._st = self._nr = self._pend = None
-        self._R = None
+        self._state = DeltaState()  # the per-task times, queue keys and sweep scratch (allocated by _full)
         self._order_cache, self._order_moved = None, []  # key order of the live tasks (_current_order)
         if self._engine == "numba":
             # load the compiled engine and state rebuild first: a full run's time is a cost model
@@ -129,6 +129,17 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
 
     # ------------------------------------------------------------------ accessors
     @property
+    def _R(self):
+        """The ready times' buffer (:attr:`DeltaState.ready_time`), under the name the exactness tests
+        (tests/test_delta*.py, kept unchanged by the move to :class:`DeltaState`) read."""
+        return self._state.ready_time
+
+    @property
+    def _lk(self):
+        """The queue keys' buffer (:attr:`DeltaState.queue_key`), for the exactness tests as :attr:`_R`."""
+        return self._state.queue_key
+
+    @property
     def num_tasks(self) -> int:
         """Live tasks (tombstones excluded)."""
         return self._n_live
@@ -140,7 +151,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
 
     @property
     def num_devices(self) -> int:
-        return self._nd
+        return self._n_devices
 
     @property
     def canonical(self) -> bool:
@@ -151,17 +162,17 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
     def ready(self) -> np.ndarray:
         """Ready time per id (NaN for tombstones)."""
         self._check_ok()
-        return np.frombuffer(self._R, dtype=np.float64).copy()
+        return np.frombuffer(self._state.ready_time, dtype=np.float64).copy()
 
     @property
     def start(self) -> np.ndarray:
         self._check_ok()
-        return np.frombuffer(self._S, dtype=np.float64).copy()
+        return np.frombuffer(self._state.start_time, dtype=np.float64).copy()
 
     @property
     def end(self) -> np.ndarray:
         self._check_ok()
-        return np.frombuffer(self._E, dtype=np.float64).copy()
+        return np.frombuffer(self._state.end_time, dtype=np.float64).copy()
 
     @property
     def duration(self) -> np.ndarray:
@@ -184,7 +195,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
     def makespan(self) -> float:
         """Latest end (kept up to date by every change)."""
         self._check_ok()
-        return self._mk
+        return self._makespan
 
     def device_order(self, d: int) -> list[int]:
         """Ids of device ``d``'s tasks in the order it runs them (FIFO by (ready, id))."""
@@ -201,7 +212,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         """The live ids in key order: the last full run's order, patched with the tasks whose key
         changed since (merged in one pass); sorted from scratch only after a task replacement."""
         order = self._order_cache
-        R = np.frombuffer(self._R, dtype=np.float64)
+        R = np.frombuffer(self._state.ready_time, dtype=np.float64)
         if order is None:
             live = self.live_ids()
             order = live[np.lexsort((live, R[live]))]
@@ -251,22 +262,23 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         np.cumsum(counts, out=ptr[1:])
         flat = np.fromiter(chain.from_iterable(succ[x] for x in lv), dtype=np.int64, count=int(ptr[-1]))
         idx = remap[flat].astype(np.int32)
-        return self._dur_np[live].copy(), self._dev_np[live].copy(), ptr, idx, self._nd
+        return self._dur_np[live].copy(), self._dev_np[live].copy(), ptr, idx, self._n_devices
 
     def result(self) -> SimResult:
         """The timeline as a :class:`SimResult` over the compact numbering (equal to a full run of
         :meth:`graph_arrays`)."""
         self._check_ok()
         order = self._current_order()
-        R, S, E = (np.frombuffer(a, dtype=np.float64) for a in (self._R, self._S, self._E))
+        state = self._state
+        R, S, E = (np.frombuffer(a, dtype=np.float64) for a in (state.ready_time, state.start_time, state.end_time))
         if self._n_live == len(self._dur):  # no tombstones: the compact numbering is the id space
             return SimResult(ready=R.copy(), start=S.copy(), end=E.copy(), order=order.astype(np.int32),
-                             makespan=self._mk)
+                             makespan=self._makespan)
         live = self.live_ids()
         remap = np.full(len(self._dur), -1, dtype=np.int64)
         remap[live] = np.arange(live.size)
         return SimResult(ready=R[live], start=S[live], end=E[live], order=remap[order].astype(np.int32),
-                         makespan=self._mk)
+                         makespan=self._makespan)
 
     # ------------------------------------------------------------------ changes
     def set_durations(self, task_ids, new_durations) -> DeltaStats:
@@ -299,8 +311,8 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             raise ValueError("task_ids and new_devices differ in length")
         self._check_live(ids)
         for d in vals:
-            if not 0 <= d < self._nd:
-                raise ValueError(f"device index {d} out of range [0, {self._nd}); add_devices() first")
+            if not 0 <= d < self._n_devices:
+                raise ValueError(f"device index {d} out of range [0, {self._n_devices}); add_devices() first")
         dev = self._dev
         self._groups.freeze()  # the last full run's device groups keep its devices
         seeds = []
@@ -315,8 +327,8 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         """Append ``k`` empty devices; returns the index of the first."""
         queues = self._queues()  # before the count changes (the linked lists have one head per device)
         self._static_orders_stale()
-        first = self._nd
-        self._nd += int(k)
+        first = self._n_devices
+        self._n_devices += int(k)
         queues.extend(_Queue() for _ in range(k))
         return first
 
@@ -348,8 +360,8 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         self._check_durations(durs_np)
         durs = durs_np.tolist()
         for d in devs:
-            if not 0 <= d < self._nd:
-                raise ValueError(f"device index {d} out of range [0, {self._nd}); add_devices() first")
+            if not 0 <= d < self._n_devices:
+                raise ValueError(f"device index {d} out of range [0, {self._n_devices}); add_devices() first")
         k = len(durs)
         rem_set = set(rem)
         alive = self._alive
@@ -380,8 +392,9 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         if not direct:
             self._queues()
         self._groups.freeze()
-        R, S, E, dur, dev, succ, pred = self._R, self._S, self._E, self._dur, self._dev, self._succ, self._pred
-        where, alive_np, dur_np, dev_np = self._where, self._alive_np, self._dur_np, self._dev_np
+        R, S, E, where = self._state.ready_time, self._state.start_time, self._state.end_time, self._state.queue_device
+        dur, dev, succ, pred = self._dur, self._dev, self._succ, self._pred
+        alive_np, dur_np, dev_np = self._alive_np, self._dur_np, self._dev_np
         canonical = self._canonical
         mk_lost = False
         # 1. remove tasks: out of their device queues, edges dropped; successors' predecessor sets change
@@ -392,10 +405,10 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         for x in rem:
             w = where[x]
             if w != -1 and canonical and not direct:
-                nxt = self._Q[w].remove(R[x], x)
+                nxt = self._device_queues[w].remove(R[x], x)
                 if nxt != -1:
                     dev_marks.append(nxt)
-            if E[x] >= self._mk:
+            if E[x] >= self._makespan:
                 mk_lost = True
             for y in succ[x]:
                 if alive[y]:
@@ -408,7 +421,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             succ[x] = []
             pred[x] = []
             self._n_zero -= dur[x] == 0.0
-            R[x] = S[x] = E[x] = self._lk[x] = _NAN
+            R[x] = S[x] = E[x] = self._state.queue_key[x] = _NAN
             where[x] = -1
             alive_np[x] = False
             dur[x] = 0.0  # a tombstone enters full runs as an isolated zero-duration task (package doc)
@@ -418,13 +431,8 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         # 2. new tasks
         grow = len(new_ids) - len(reused)
         if grow:
-            nan_block = array("d", [_NAN]) * grow
-            for arr in (R, S, E, self._lk):
-                _extend(arr, nan_block)
+            self._state.grow(grow)
             _extend(dur, _zeros("d", grow))
-            _extend(where, array("q", [-1]) * grow)
-            for arr, code in ((self._st, "q"), (self._pend, "q"), (self._nr, "d"), (self._oS, "d"), (self._oE, "d")):
-                _extend(arr, _zeros(code, grow))
             dev.extend([0] * grow)
             alive.extend([False] * grow)
             succ.extend([] for _ in range(grow))
@@ -475,7 +483,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         budget or None asks for the sweep."""
         if self._nb is None or self.budget != "auto" or not self._canonical or not self._n_live:
             return ""
-        R, E, alive = self._R, self._E, self._alive
+        R, E, alive = self._state.ready_time, self._state.end_time, self._alive
         new_set = set(new_ids)
         keys = [R[x] for x in rem]
         keys += [R[v] for _, v in chain(add, drop) if v not in new_set]
@@ -489,7 +497,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         if not keys:
             return ""
         r = min(keys)
-        _, rest = self._nb.count_after(np.frombuffer(self._lk, dtype=np.float64), r, r)
+        _, rest = self._nb.count_after(np.frombuffer(self._state.queue_key, dtype=np.float64), r, r)
         if params.RESUME_MAX_SHARE >= 1.0 or not self._resume_costs_more(rest):
             return ""
         return (f"task replacement at ready time {r:.6g}: {rest} of the {self._n_live} live tasks come after it, "
@@ -523,8 +531,10 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         if not self._canonical:
             return self._fallback(t0, "timeline before the change was not canonical (a zero duration, or one lost to rounding, ties an edge)",
                                   (), new_ids, removed)
-        R, E, pred, succ, where = self._R, self._E, self._pred, self._succ, self._where
-        st, nr, pend = self._st, self._nr, self._pend
+        state = self._state
+        R, E, where = state.ready_time, state.end_time, state.queue_device
+        st, nr, pend = state.sweep_status, state.new_ready, state.pending_preds
+        pred, succ = self._pred, self._succ
         heap: list = []
         dirtied: list[int] = []
 
@@ -561,7 +571,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         stats = DeltaStats(removed=removed, new_ids=new_ids)
         if not dirtied:
             if mk_lost:
-                self._mk = self._recompute_makespan()
+                self._makespan = self._recompute_makespan()
             stats.wall_s = time.perf_counter() - t0
             stats.changed = 0
             return stats
@@ -601,7 +611,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             now = time.perf_counter()
             if since is None:  # the Python sweep: its own time, not a static re-sweep's before it
                 since = began[0]
-            lkv = np.frombuffer(self._lk, dtype=np.float64)
+            lkv = np.frombuffer(self._state.queue_key, dtype=np.float64)
             if self._nb is not None:  # both counts in one pass, no temporary (the first check needs both)
                 first, rest = self._nb.count_after(lkv, r0, r)
                 if not ahead:  # the tasks after the sweep's first key (counted once)
@@ -705,7 +715,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             else:
                 for x in dirtied:
                     st[x] = 0
-        self._mk = self._recompute_makespan() if (lost or mk_lost) else emax
+        self._makespan = self._recompute_makespan() if (lost or mk_lost) else emax
         if self._order_cache is not None and len(retimed_r):
             self._order_moved.append(retimed_r)  # merged into the key order when it is asked for
         stats.retimed = processed

@@ -96,12 +96,13 @@ class StaticResweepMixin:
         marks[:n0] = dirtied
         cnt = np.zeros(4, dtype=np.int64)
         cnt[ks.S_MARK] = n0
-        flt = np.array([-math.inf, self._mk, 0.0, 0.0, -math.inf, -1.0, 0.0])
+        flt = np.array([-math.inf, self._makespan, 0.0, 0.0, -math.inf, -1.0, 0.0])
         sorted_ = False  # (only the dense walk checks whether the key order survives)
         heap_k = 0  # tasks the heap had re-timed when the dense walk took over (it re-times them again)
         f64 = lambda a: np.frombuffer(a, dtype=np.float64)  # noqa: E731 - views, dropped below
-        R, S, E, lk = (f64(a) for a in (self._R, self._S, self._E, self._lk))
-        st = np.frombuffer(self._st, dtype=np.int64)
+        state = self._state
+        R, S, E, lk = (f64(a) for a in (state.ready_time, state.start_time, state.end_time, state.queue_key))
+        st = np.frombuffer(state.sweep_status, dtype=np.int64)
         ptr, idx = self._csr_arrays()
         pptr, pidx = self._pred_csr()
         deadline = t0 + params.STATIC_BUDGET * self._t_full
@@ -120,7 +121,7 @@ class StaticResweepMixin:
                 order, rank, is_key = self._walk_order(R, done, oR, k)
                 heap_k = k
                 pos = int(rank[marks[:n0]].min())  # nothing before the change's own tasks can change
-                last = np.full(self._nd, -2, dtype=np.int64)
+                last = np.full(self._n_devices, -2, dtype=np.int64)
                 sorted_ = is_key  # then: does the key order survive the change? (resweep_all checks)
                 if pos:
                     flt[ks.G_PR], flt[ks.G_PX] = R[order[pos - 1]], order[pos - 1]
@@ -148,8 +149,8 @@ class StaticResweepMixin:
             pass  # the key order before the change is the key order after it
         elif self._order_cache is not None and nrr:
             self._order_moved.append(rr[:nrr].copy())  # merged into the key order when asked for
-        emax = max(float(flt[ks.G_EMAX]), self._mk)
-        self._mk = self._recompute_makespan() if (flt[ks.G_LOST] or mk_lost) else emax
+        emax = max(float(flt[ks.G_EMAX]), self._makespan)
+        self._makespan = self._recompute_makespan() if (flt[ks.G_LOST] or mk_lost) else emax
         stats.retimed = int(cnt[ks.S_PROC]) - heap_k
         stats.changed = int(cnt[ks.S_CHANGED])
         stats.moved = nrr
@@ -171,7 +172,7 @@ class StaticResweepMixin:
         none). Valid while only static re-sweeps change the timeline (no queue entry moves); dropped
         with the dense walk's order (``_walk``)."""
         if self._pl is None:
-            n, nd = len(self._dur), self._nd
+            n, nd = len(self._dur), self._n_devices
             if self._q_fresh and not self._q_rekey and nd:  # a full run's groups: one gather
                 groups = self._groups
                 groups.device(0)  # (groups them)
@@ -197,8 +198,8 @@ class StaticResweepMixin:
         """The ``_Queue`` objects from the Python re-sweep's lists with the current keys (the device
         orders did not change; only keys did)."""
         ids, bounds = self._pl[0], self._pl[1]
-        dump = _Dump(ids, np.frombuffer(self._lk, dtype=np.float64)[ids], bounds)
-        self._Q = [_Queue((dump, d)) for d in range(self._nd)]
+        dump = _Dump(ids, np.frombuffer(self._state.queue_key, dtype=np.float64)[ids], bounds)
+        self._device_queues = [_Queue((dump, d)) for d in range(self._n_devices)]
         self._q_rekey = False
 
     def _resweep_py(self, t0, heap, dirtied, guard, stats, mk_lost):
@@ -209,13 +210,16 @@ class StaticResweepMixin:
         still to be built (after a full run). Returns the change's :class:`DeltaStats`, or None
         (state as it was, for the ordinary sweep)."""
         if self._pl is None and heap and int(np.count_nonzero(
-                np.frombuffer(self._lk, dtype=np.float64) > heap[0][0])) > params.RESUME_MAX_SHARE * self._n_live:
+                np.frombuffer(self._state.queue_key, dtype=np.float64) > heap[0][0])) > (
+                    params.RESUME_MAX_SHARE * self._n_live):
             # most of the graph after the change, whose alternative is a full run, and the lists to build
             # first (~6 ms on 346 k tasks): the static re-sweep would have to re-time sparsely there
             return None
         _, _, qp, qn = self._py_links()
         since = time.perf_counter()  # the pace counts from here (the lists are built once per full run)
-        R, S, E, lk, dur, st = self._R, self._S, self._E, self._lk, self._dur, self._st
+        state = self._state
+        R, S, E, lk, st = state.ready_time, state.start_time, state.end_time, state.queue_key, state.sweep_status
+        dur = self._dur
         pred, succ = self._pred, self._succ
         heap = list(heap)
         marks = list(dirtied)
@@ -223,7 +227,7 @@ class StaticResweepMixin:
         log = []
         rr = []
         push, pop = heapq.heappush, heapq.heappop
-        mk0 = self._mk
+        mk0 = self._makespan
         emax = -math.inf
         changed = 0
         lost = lossy = False
@@ -320,7 +324,7 @@ class StaticResweepMixin:
             self._lossy = True
         if self._order_cache is not None and rr:
             self._order_moved.append(np.array(rr, dtype=np.int64))
-        self._mk = self._recompute_makespan() if (lost or mk_lost) else max(emax, mk0)
+        self._makespan = self._recompute_makespan() if (lost or mk_lost) else max(emax, mk0)
         stats.retimed = len(log)
         stats.changed = changed
         stats.moved = len(rr)
@@ -339,7 +343,7 @@ class StaticResweepMixin:
         now = time.perf_counter()
         if now - t0 > params.STATIC_BUDGET_PYTHON * self._t_full:
             return False
-        lkv = np.frombuffer(self._lk, dtype=np.float64)
+        lkv = np.frombuffer(self._state.queue_key, dtype=np.float64)
         first, rest = int(np.count_nonzero(lkv > r0)), int(np.count_nonzero(lkv > r))
         del lkv
         est = self._t_full

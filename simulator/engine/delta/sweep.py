@@ -41,13 +41,13 @@ class SweepMixin:
     def _recompute_makespan(self) -> float:
         if not self._n_live:
             return 0.0
-        return float(np.nanmax(np.frombuffer(self._E, dtype=np.float64)))
+        return float(np.nanmax(np.frombuffer(self._state.end_time, dtype=np.float64)))
 
     def _backward_edge(self, tasks, new_edges):
         """The first edge at one of ``tasks`` (or among ``new_edges``) that goes backwards in (ready,
         id) order, as (u, v), or None. ``tasks`` as a numpy array (from the compiled sweep, which
         runs on an unchanged edge set): checked by the compiled helper."""
-        R, succ, pred = self._R, self._succ, self._pred
+        R, succ, pred = self._state.ready_time, self._succ, self._pred
         if isinstance(tasks, np.ndarray):
             if tasks.size:
                 ptr, idx = self._csr_arrays()
@@ -85,11 +85,11 @@ class SweepMixin:
         pend[x] == 0. pend[x]: unresolved predecessors. lk[x]: the ready time of x's queue entry on
         device where[x] (-1: no entry). Ids whose st left 0 are appended to ``dirtied``.
         """
-        R, S, E = self._R, self._S, self._E
-        dur, dev, succ, pred, where = self._dur, self._dev, self._succ, self._pred, self._where
-        st, nr, pend, lk = self._st, self._nr, self._pend, self._lk
-        oS, oE = self._oS, self._oE
-        Q = self._Q
+        state = self._state
+        R, S, E, lk, where = state.ready_time, state.start_time, state.end_time, state.queue_key, state.queue_device
+        st, nr, pend, oS, oE = state.sweep_status, state.new_ready, state.pending_preds, state.old_start, state.old_end
+        dur, dev, succ, pred = self._dur, self._dev, self._succ, self._pred
+        Q = self._device_queues
         pop, push = heapq.heappop, heapq.heappush
         mark = dirtied.append
         processed = changed = moved = vacated = work = 0
@@ -99,7 +99,7 @@ class SweepMixin:
         timed = deadline != math.inf
         retimed_r: list[int] = []  # processed tasks whose ready time (key) changed
         self._swept_moved = retimed_r  # (kept for the resume if the sweep gives up)
-        mk0 = self._mk
+        mk0 = self._makespan
         emax = -math.inf
         lost = False
         Kr, Kx = -math.inf, -1
