@@ -225,7 +225,7 @@ def compiled_kernel(name: str, work: float = float("inf")):
 #: simulate_arrays; measured at 2 edges per task: slower, and at 14: faster).
 SHARED_IDS_MIN_DEGREE = 4
 
-#: Seconds per task of the Python engine loop (~1 M tasks/s, docs/performance.md): the work a
+#: Seconds per task of the Python engine loop (~1 M tasks/s, docs/changelog-performance.md): the work a
 #: ``kernel="auto"`` run reports to the registry.
 PYTHON_S_PER_TASK = 1e-6
 

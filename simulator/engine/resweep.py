@@ -31,7 +31,7 @@ checks contradict: :func:`plan_for_guess`). Everything that depends on the order
 not on the durations is a :class:`SweepPlan`; the interference fixed point keeps the accepted plan
 and re-runs only its loop and checks in later rounds (a refused plan is dropped: the engine runs).
 
-Measured on the GPT-3 175B / 1,024 GPU example (346,312 tasks, docs/performance.md): the plan
+Measured on the GPT-3 175B / 1,024 GPU example (346,312 tasks, docs/changelog-performance.md): the plan
 ~0.05 CPU-s once, then ~0.05 per run (the loop ~0.025: no heap, no per-task tuple; the rest the
 numpy checks and the key sort) against ~0.19 for the Python engine. With the engine's compiled
 kernel loaded the caller runs the engine instead (``interference.with_interference``).
@@ -141,7 +141,7 @@ class SweepPlan:
         # example) is read as E[-1], the list's last item, the same float; the other operand takes the
         # first list. A maximum of floats >= +0.0 without NaN (run) is the same in either operand
         # order, and -1 and 0 are the interpreter's cached ints, so ``tolist`` creates about half as
-        # many int objects (docs/performance.md)
+        # many int objects (docs/changelog-performance.md)
         j = np.arange(m - 1)  # the slot before each entry (entry 1 + j)
         a, b = a_in[1:], b_in[1:]
         b_prev = b == j

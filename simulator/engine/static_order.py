@@ -144,7 +144,7 @@ def static_order_timeline(o: _Order, duration: np.ndarray, kernel: str = "auto")
     n = o.n
     durs = np.append(dur, 0.0)[o.dsel] if o.total > n else dur[o.dsel]
     from simulator.engine.core import compiled_kernel
-    # ~0.2 us per entry in the Python loop (docs/performance.md): the registry compiles once it pays
+    # ~0.2 us per entry in the Python loop (docs/changelog-performance.md): the registry compiles once it pays
     sweep = compiled_kernel("static_sweep", work=o.total * 0.2e-6) if kernel != "python" else None
     if sweep is not None:
         end = sweep(*o.arrays, durs, o.total, o.ndev)[:n]

@@ -19,7 +19,7 @@ RESUME_RACE = 0.3
 #: the alternative (the resumed engine, or a full run) reaches (1 + FALLBACK_WASTE) full runs of the
 #: same engine, so a change early in the timeline that re-times most of what follows it wastes at most
 #: this share of a full run. Measured on the real GPT-3 graph with the compiled sweep (python -m
-#: benchmarks.delta, docs/performance.md): 0.05 made a change that re-times 0.44 % fall back (0.77x
+#: benchmarks.delta, docs/changelog-performance.md): 0.05 made a change that re-times 0.44 % fall back (0.77x
 #: of a compiled full run instead of 12x: the sweep's rate, projected on every task after its point,
 #: cannot tell it early from a change that re-times everything); 0.3 let the worst changes cost 0.64x;
 #: 0.15 keeps every change up to ~1 % in the sweep.
