@@ -213,8 +213,10 @@ def test_static_campaign_takes_both_paths(kernel, monkeypatch):
 
 
 def test_fix_ties_sorts_equal_ready_times_by_id():
-    ks = pytest.importorskip("simulator.engine.delta.kernels_static",
-                             reason="numba not installed: the optional extra 'fast' is absent")
+    # numba first: the kernel module raises a plain ImportError without it, which importorskip
+    # (pytest >= 8.2) no longer takes for a missing module
+    pytest.importorskip("numba", reason="numba not installed: the optional extra 'fast' is absent")
+    from simulator.engine.delta import kernels_static as ks
 
     R = np.array([1.0, 0.0, 1.0, 2.0, 1.0])
     order = np.array([1, 4, 0, 2, 3])  # sorted by ready time, equal ones out of id order
