@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
 
     from benchmarks.trace_reference import write_chrome_trace as old_write
-    from simulator.cli.common import _load, _simulate_one
+    from simulator.cli.common import load_input, simulate_one
     from simulator.cli.simulate import _memory_counters
     from simulator.reports.memory import memory_report
     from simulator.outputs.trace import write_chrome_trace as new_write
@@ -64,8 +64,8 @@ def main(argv=None) -> int:
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, Python "
           f"{sys.version.split()[0]}, numpy {np.__version__}")
     t0 = time.perf_counter()
-    kind, spec = _load(a.file, [])
-    sim = _simulate_one(kind, spec)
+    kind, spec = load_input(a.file, [])
+    sim = simulate_one(kind, spec)
     mem = memory_report(sim.plan, sim.graph, sim.result) if kind == "strategy" else None
     counters = _memory_counters(sim, mem)
     sim_s = time.perf_counter() - t0

@@ -40,14 +40,14 @@ class Imported:
     inputs no output of the command may overwrite."""
 
 
-def _tokenizer_vocab(name: str | None) -> int | None:
+def named_tokenizer_vocab(name: str | None) -> int | None:
     if not name or not isinstance(name, str):
         return None
     best = max((p for p in TOKENIZER_VOCAB if name.startswith(p)), key=len, default=None)
     return TOKENIZER_VOCAB[best] if best else None
 
 
-def _cluster(cluster: str | None, nodes: int | None, where: str) -> dict:
+def cluster_mapping(cluster: str | None, nodes: int | None, where: str) -> dict:
     if not cluster:
         raise ConfigError(f"{where}: the cluster is not in the source; give --cluster PRESET (e.g. dgx-h100) "
                           f"and --nodes N")
@@ -58,7 +58,7 @@ def _cluster(cluster: str | None, nodes: int | None, where: str) -> dict:
     return {"preset": cluster, "nodes": nodes}
 
 
-def _recompute(granularity: str | None, method: str | None, num_layers: int | None, layers: int,
+def recompute_fields(granularity: str | None, method: str | None, num_layers: int | None, layers: int,
                stages: int, where: str) -> dict:
     """Megatron/NeMo activation recomputation -> training.recompute (+ recompute_layers for 'block').
 
@@ -88,19 +88,19 @@ def _recompute(granularity: str | None, method: str | None, num_layers: int | No
     return {"recompute_layers": (["full"] * n + ["none"] * (per - n)) * stages}
 
 
-def _walk(d: Any, prefix: str = "") -> list[str]:
+def walk_keys(d: Any, prefix: str = "") -> list[str]:
     """Dotted names of the leaves of ``d`` that are set (None = not set, not listed)."""
     if isinstance(d, dict):
         out = []
         for k, v in d.items():
             if v is None:
                 continue
-            out += _walk(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}"]
+            out += walk_keys(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}"]
         return out
     return []
 
 
-def _capacity(options: dict, factor: float | None, pad: bool) -> None:
+def moe_capacity_options(options: dict, factor: float | None, pad: bool) -> None:
     """Token dropping (--moe-expert-capacity-factor; NeMo moe_expert_capacity_factor): the busiest
     rank processes at most factor x the mean (options.moe_capacity_factor). Padding to capacity
     (--moe-pad-expert-input-to-capacity) makes every expert process exactly factor x the mean, i.e.

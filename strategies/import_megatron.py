@@ -5,7 +5,7 @@ import re
 from typing import Any
 
 from strategies.errors import ConfigError
-from strategies.import_common import (TOKENIZER_VOCAB, Imported, _capacity, _cluster, _recompute, _tokenizer_vocab,
+from strategies.import_common import (TOKENIZER_VOCAB, Imported, moe_capacity_options, cluster_mapping, recompute_fields, named_tokenizer_vocab,
                                       moe_dispatch_options)
 from strategies.megatron_log import is_megatron_log, measured_iteration_ms, read_megatron_log
 from strategies.shell_args import LaunchWords, launch_words, unset_error
@@ -272,8 +272,8 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
     if ffn is None:  # Megatron arguments.py: 4h, or int(4h * 2/3 / 64) * 64 with --swiglu
         ffn = int(4 * h * 2 / 3 / 64) * 64 if swiglu else 4 * h
     kv = _int(flags, "num-query-groups", 1) if flags.get("group-query-attention") is True else heads
-    v_size = vocab or _int(flags, "vocab-size") or _tokenizer_vocab(_maybe(flags, "tokenizer-model")) \
-        or _tokenizer_vocab(_maybe(flags, "tokenizer-type"))
+    v_size = vocab or _int(flags, "vocab-size") or named_tokenizer_vocab(_maybe(flags, "tokenizer-model")) \
+        or named_tokenizer_vocab(_maybe(flags, "tokenizer-type"))
     if not v_size and "gpt2" in str(_maybe(flags, "vocab-file") or "").lower() and "merge-file" in flags:
         v_size = TOKENIZER_VOCAB["gpt2"]   # GPT-2 BPE vocab/merges files (Megatron examples/gpt3)
     if not v_size:
@@ -364,7 +364,7 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
     if "recompute-activations" in flags:
         training["recompute"] = "selective"
     else:
-        training.update(_recompute(flags.get("recompute-granularity"), flags.get("recompute-method"),
+        training.update(recompute_fields(flags.get("recompute-granularity"), flags.get("recompute-method"),
                                    _int(flags, "recompute-num-layers"), layers, pp * vpp, "megatron arguments:"))
     if "train-samples" in flags:
         training["train_tokens"] = float(_int(flags, "train-samples") * seq)
@@ -409,7 +409,7 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
             options["num_layers_at_start_in_bf16"] = _int(flags, "num-layers-at-start-in-bf16", 1) if both else 0
             options["num_layers_at_end_in_bf16"] = _int(flags, "num-layers-at-end-in-bf16", 1) if both else 0
     if experts:
-        _capacity(options, _float(flags, "moe-expert-capacity-factor"), flags.get("moe-pad-expert-input-to-capacity") is True)
+        moe_capacity_options(options, _float(flags, "moe-expert-capacity-factor"), flags.get("moe-pad-expert-input-to-capacity") is True)
     if flags.get("optimizer-cpu-offload") is True:
         # optimizer_config.py: optimizer_offload_fraction defaults to 0.0 (nothing offloaded); arguments.py
         # asserts --use-precision-aware-optimizer (whose default fp32 states change nothing here)
@@ -439,7 +439,7 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
     npn = _maybe(src, "nproc-per-node") if cluster else _int(src, "nproc-per-node")
     if npn is not None:
         npn = _int({"nproc-per-node": npn}, "nproc-per-node")
-    strategy = {"model": model, "cluster": _cluster(cluster, nodes if nodes is not None else (nn_ or (1 if world else None)),
+    strategy = {"model": model, "cluster": cluster_mapping(cluster, nodes if nodes is not None else (nn_ or (1 if world else None)),
                                                     "megatron arguments"),
                 "parallel": parallel, "schedule": "interleaved-1f1b" if vpp > 1 else "1f1b",
                 "training": training, "options": options}

@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from strategies.errors import ConfigError
-from strategies.import_common import (Fields, Imported, _capacity, _cluster, _recompute, _tokenizer_vocab, _walk,
+from strategies.import_common import (Fields, Imported, moe_capacity_options, cluster_mapping, recompute_fields, named_tokenizer_vocab, walk_keys,
                                       check_expanded_size, moe_dispatch_options)
 from strategies.limits import MAX_DOCUMENT_BYTES, MAX_GPUS
 
@@ -255,7 +255,7 @@ def _vocab(m: Fields, tp: int, vocab: int | None) -> int:
     override = m.integer("override_vocab_size", None, hi=2 ** 24)
     if override:
         return override
-    base = vocab or _tokenizer_vocab(tok.get("type")) or _tokenizer_vocab(tok.get("model"))
+    base = vocab or named_tokenizer_vocab(tok.get("type")) or named_tokenizer_vocab(tok.get("model"))
     if not base:
         raise ConfigError(f"{W}the vocabulary size is not known from model.tokenizer (type "
                           f"{str(tok.get('type'))[:60]!r}, model {str(tok.get('model'))[:60]!r}) and the recipe sets "
@@ -383,7 +383,7 @@ def _training(tr: Fields, m: Fields, layers: int, stages: int, seq: int, precisi
                 "global_batch": m.integer("global_batch_size", hi=2 ** 40), "seq_len": seq, "precision": precision}
     gran = m.choice("activations_checkpoint_granularity", None, ("full", "selective"))
     method = m.choice("activations_checkpoint_method", None, ("uniform", "block"))
-    training.update(_recompute(gran, method, m.integer("activations_checkpoint_num_layers", None, lo=0, hi=2 ** 24),
+    training.update(recompute_fields(gran, method, m.integer("activations_checkpoint_num_layers", None, lo=0, hi=2 ** 24),
                                layers, stages, "nemo recipe: model.activations_checkpoint"))
     steps = tr.integer("max_steps", None, extra=(-1,))
     if steps is not None and steps != -1:   # Lightning: -1 = no step limit (train on max_epochs/max_time)
@@ -402,7 +402,7 @@ def _options(m: Fields, optim: Fields, dist: bool, moe: bool, shared: bool, extr
                "flash_attention": _flash_attention(m)}
     ep = m.integer("expert_model_parallel_size", 1, hi=MAX_GPUS) > 1
     if moe:
-        _capacity(options, m.number("moe_expert_capacity_factor", None, lo=-1.0, hi=1e6),
+        moe_capacity_options(options, m.number("moe_expert_capacity_factor", None, lo=-1.0, hi=1e6),
                   m.flag("moe_pad_expert_input_to_capacity", False))
         disp = m.choice("moe_token_dispatcher_type", "allgather", ("allgather", "alltoall", "alltoall_seq", "flex"))
         if ep and disp not in ("alltoall", "flex"):
@@ -451,12 +451,12 @@ def import_nemo(data: dict, *, cluster: str | None = None, nodes: int | None = N
     training = _training(tr, m, model["layers"], parallel["pp"] * vpp, seq, precision)
     options = _options(m, optim, dist, "experts" in model, bool(model.get("shared_experts")), notes)
     n = nodes if nodes is not None else tr.integer("num_nodes", None, hi=MAX_GPUS)
-    strategy = {"model": model, "cluster": _cluster(cluster, n, "nemo recipe"), "parallel": parallel,
+    strategy = {"model": model, "cluster": cluster_mapping(cluster, n, "nemo recipe"), "parallel": parallel,
                 "schedule": "interleaved-1f1b" if vpp > 1 else "1f1b", "training": training, "options": options}
     devices = tr.get("devices")
     if devices not in ("auto", -1):
         strategy["_gpus_per_node"] = tr.integer("devices", None, hi=1024)
     if strategy.get("_gpus_per_node") is None:
         strategy.pop("_gpus_per_node", None)
-    seen = [k for k in _walk({"trainer": tr.data, "model": m.data}) if k not in _NEMO_READ] + notes
+    seen = [k for k in walk_keys({"trainer": tr.data, "model": m.data}) if k not in _NEMO_READ] + notes
     return Imported(strategy, tuple(seen), "nemo")

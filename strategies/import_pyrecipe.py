@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from strategies.errors import ConfigError
-from strategies.import_common import Imported, _recompute, _tokenizer_vocab, moe_dispatch_options
+from strategies.import_common import Imported, recompute_fields, named_tokenizer_vocab, moe_dispatch_options
 from strategies.pyrecipe import Ref, Unknown, evaluate_recipe, parse_recipe, plain, recipe_functions, short
 
 #: Where each framework keeps the sections: model fields, parallel sizes, DDP, precision, data,
@@ -224,7 +224,7 @@ def tokenizer_vocab(t: Tree, kind: str, m: str, vocab: int | None) -> int:
     tok_v = None
     if kind == "bridge" and isinstance(tok, dict):
         tok_v = t.get("tokenizer.vocab_size", int, None) if tok.get("tokenizer_type") == "NullTokenizer" else \
-            _tokenizer_vocab(t.get("tokenizer.tokenizer_model", str, None))
+            named_tokenizer_vocab(t.get("tokenizer.tokenizer_model", str, None))
         if t.get("tokenizer.use_tokenizer_vocab_size", bool, False) or model_v is None:
             model_v = None
     elif kind == "nemo":     # a preset model vocab_size wins over the tokenizer's (gpt/model/base.py:372-380)
@@ -232,7 +232,7 @@ def tokenizer_vocab(t: Tree, kind: str, m: str, vocab: int | None) -> int:
         if isinstance(tok, dict):
             args = tok.get("_args_") or []
             name = args[0] if args else tok.get("pretrained_model_name") or tok.get("model_name")
-        tok_v = _tokenizer_vocab(name if isinstance(name, str) else None)
+        tok_v = named_tokenizer_vocab(name if isinstance(name, str) else None)
     v = model_v or tok_v
     if not v:
         raise ConfigError(f"{t.where}: the vocabulary size is not known from the recipe's tokenizer "
@@ -350,7 +350,7 @@ def tree_to_strategy(tree: dict, kind: str, where: str, *, cluster: str | None, 
     training = {"micro_batch": t.get(f"{batch}.micro_batch_size", int, required=True) or 1,
                 "global_batch": t.get(f"{batch}.global_batch_size", int, required=True), "seq_len": seq,
                 "precision": precision}
-    training.update(_recompute(t.get(f"{m}.recompute_granularity", str, None), t.get(f"{m}.recompute_method", str, None),
+    training.update(recompute_fields(t.get(f"{m}.recompute_granularity", str, None), t.get(f"{m}.recompute_method", str, None),
                                t.get(f"{m}.recompute_num_layers", int, None), model["layers"], pp * vpp,
                                f"{where}: {m}.recompute"))
     steps = t.get(lay["steps"], None, None)

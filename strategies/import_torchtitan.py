@@ -14,7 +14,7 @@ import statistics
 
 from strategies.config import did_you_mean
 from strategies.errors import ConfigError
-from strategies.import_common import Fields, Imported, _cluster, check_expanded_size
+from strategies.import_common import Fields, Imported, cluster_mapping, check_expanded_size
 from strategies.limits import MAX_GPUS
 
 # ------------------------------------------------------------------------------------------ torchtitan
@@ -392,7 +392,7 @@ def import_torchtitan(data: dict, *, cluster: str | None = None, nodes: int | No
     notes: list = []
     inputs: list = []
     model = _model(mdl, base_dir, inputs)
-    cl = _cluster(cluster, nodes, "torchtitan config")
+    cl = cluster_mapping(cluster, nodes, "torchtitan config")
     parallel, name, hsdp = _parallel(par)
     local = tr.integer("local_batch_size", tr.integer("batch_size", 8, hi=2 ** 26), hi=2 ** 26)
     seq = tr.integer("seq_len", 2048, hi=2 ** 24)

@@ -41,7 +41,7 @@ def _shared_beside(e: OpCost, sh: OpCost, r: float, f_ep: float, split_backward:
     return fwd, comm_b + sh.bwd_input, ov
 
 
-def _stage(st: StageWork, f_tp: float = 0.0, f_dp: float = 0.0, overlap_grad_reduce: bool = False,
+def coarse_stage_work(st: StageWork, f_tp: float = 0.0, f_dp: float = 0.0, overlap_grad_reduce: bool = False,
            split_backward: bool = False, shared: tuple = (False, 0.5, 0.0), g_dp: float = 0.0) -> StageWork:
     fwd = bi = bw = wov = saved = grad = 0.0
     steps = []  # the backward in execution order: (layer, op, seconds), recomputation as op -1
@@ -119,6 +119,6 @@ def coarsen(work: IterationWork) -> IterationWork:
     g_dp = work.meta.get("hbm_loss", {}).get("dp", 0.0)
     split = bool(work.meta.get("split_backward", False))
     shared = (work.shared_expert_overlap, work.shared_fc1_share, share.get("ep", 0.0))
-    return replace(work, stages=tuple(_stage(s, f_tp, f_dp, work.overlap_grad_reduce, split, shared, g_dp)
+    return replace(work, stages=tuple(coarse_stage_work(s, f_tp, f_dp, work.overlap_grad_reduce, split, shared, g_dp)
                                       for s in work.stages),
                    meta={**work.meta, "fidelity": "coarse"})

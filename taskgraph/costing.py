@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from strategies.schedules import has_split_backward
+from taskgraph.coarse import coarse_stage_work
 from taskgraph.cost import NVFP4_ELEMENT_BYTES, OPTIMIZER_OP, ProfileTable, op_time, optimizer_shape
 from taskgraph.lower_model import Bucket, Comm, IterationWork, LayerWork, OpCost, StageWork
 from taskgraph.stage_records import named_stage, paced, stage_parts
@@ -472,7 +473,7 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
                tuple((plan.model.layer_kind(li), p, hp and plan.layer_in_bf16(li)) for li, p in zip(lis, pols)))
         if coarse:   # compute_only: the chunk operator depends on the layer context, not dp / ZeRO 0-2
             key = ("coarse-compute", split, f_tp, shared, lcid) + sig[1:] if compute_only else ("coarse", split) + sig
-            stages.append(_memo(key, lambda: _coarse_stage(_build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw, not compute_only), f_tp, f_dp, opt.overlap_grad_reduce, split, shared, g_dp)))
+            stages.append(_memo(key, lambda: coarse_stage_work(_build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw, not compute_only), f_tp, f_dp, opt.overlap_grad_reduce, split, shared, g_dp)))
             continue
         parts = _memo(("stage",) + sig, lambda: stage_parts(
             _build_stage(plan, ctx, stage, lis, pols, groups, layer_cache, dt, kw)))
@@ -596,14 +597,7 @@ def _offloaded(plan: Plan, costs: list) -> list:
     return costs
 
 
-def _coarse_stage(st: StageWork, f_tp: float = 0.0, f_dp: float = 0.0, overlap_grad_reduce: bool = False,
-                  split: bool = False, shared: tuple = (False, 0.5, 0.0), g_dp: float = 0.0) -> StageWork:
-    from taskgraph.coarse import _stage
-    return _stage(st, f_tp, f_dp, overlap_grad_reduce, split, shared, g_dp)
-
-
 def _with(c: OpCost, **kw) -> OpCost:
-    from dataclasses import replace
     return replace(c, **kw)
 
 

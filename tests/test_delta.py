@@ -753,14 +753,14 @@ def test_pace_rule_below_its_threshold_lets_the_sweep_finish(monkeypatch):
 def test_first_backward_edge_equals_the_loop(arrays, data):
     """sweep._first_backward_edge (numpy) finds the edge the loop over the CSR rows finds first: a
     task's successors, then its predecessors, tasks in the given order; ready times with many ties."""
-    from simulator.engine.delta.queues import _gather
+    from simulator.engine.delta.queues import gather_rows
     from simulator.engine.delta.sweep import _first_backward_edge
 
     dur, dev, ptr, idx, nd = arrays
     n = len(dur)
     R = np.array(data.draw(st.lists(st.sampled_from([0.0, 1.0, 2.0]), min_size=n, max_size=n)))
     tasks = np.array(data.draw(st.lists(st.integers(0, n - 1), max_size=2 * n)), dtype=np.int64)
-    rows, src = _gather(ptr, idx, np.arange(n, dtype=np.int64))
+    rows, src = gather_rows(ptr, idx, np.arange(n, dtype=np.int64))
     order = np.argsort(src, kind="stable")
     pptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(src, minlength=n), out=pptr[1:])

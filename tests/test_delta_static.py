@@ -254,18 +254,18 @@ def test_python_resweep_pace_gives_up_without_back_off(monkeypatch):
 
 
 def test_queue_ids_np_equals_ids():
-    """queues._Queue.ids_np (the Python re-sweep's device lists after an ordinary sweep) gives the
+    """queues.DeviceQueue.ids_np (the Python re-sweep's device lists after an ordinary sweep) gives the
     ids of ids(), in order, with chunks unmaterialized, materialized and changed."""
-    from simulator.engine.delta.queues import _Queue
+    from simulator.engine.delta.queues import DeviceQueue
     rng = np.random.default_rng(0)
     n = 5 * delta_mod._LOAD + 7
     rs = np.sort(rng.random(n))
     ids = rng.permutation(n).astype(np.int64)
-    q = _Queue()
+    q = DeviceQueue()
     q._append_np(rs, ids)
     assert q.ids_np().tolist() == q.ids() == ids.tolist()
     q.remove(float(rs[3]), int(ids[3]))  # materializes a chunk and changes it
     q.place(float(rs[-1]) + 1.0, n, False)
     assert q.ids_np().tolist() == q.ids() == ids[:3].tolist() + ids[4:].tolist() + [n]
     assert q.ids_np().dtype == np.int64
-    assert _Queue().ids_np().tolist() == []
+    assert DeviceQueue().ids_np().tolist() == []

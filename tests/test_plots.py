@@ -183,9 +183,9 @@ def uniform_pp(name, pp, m, vpp=1):
 
 @pytest.mark.parametrize("pp,expect", [(4, "separate"), (16, "merged"), (64, "none")])
 def test_comm_rows_collapse_with_rank_count(tmp_path, pp, expect):
-    from simulator.outputs.plots import _row_layout
+    from simulator.outputs.plots import row_layout
     _, g, r = run = uniform_pp("1f1b", pp, pp)
-    lay = _row_layout(g, r, "auto")
+    lay = row_layout(g, r, "auto")
     assert lay["n_compute"] == pp
     assert lay["n_thin"] == {"separate": pp, "merged": pp, "none": 0}[expect]  # p2p only in these graphs
     assert lay["comm_hidden"] == (expect == "none")

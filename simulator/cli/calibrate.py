@@ -4,11 +4,11 @@ kernel class."""
 from __future__ import annotations
 
 from simulator.cli.common import input_file, trace_folder
-from simulator.cli.common import _MKDIR_HELP, _SET_HELP, _input_files, _load_strategy, _print_json, _sub
+from simulator.cli.common import MKDIR_HELP, SET_HELP, input_files, load_strategy_arg, print_json, add_command
 
 
 def add_parser(sub) -> None:
-    s = _sub(sub, "calibrate", "read PyTorch profiler traces of a real run (one JSON per rank), map kernels to the "
+    s = add_command(sub, "calibrate", "read PyTorch profiler traces of a real run (one JSON per rank), map kernels to the "
              "strategy's operators and write the profile CSV, with measured vs simulated per rank and class",
              ["execsim calibrate tiny-gpt-cpu tiny-gpt-cpu-trace -o measured.csv   # the shipped CPU trace",
               "execsim calibrate tiny-gpt-cpu tiny-gpt-cpu-trace -o measured.csv --include-last-step --json",
@@ -22,8 +22,8 @@ def add_parser(sub) -> None:
                    help="keep the last ProfilerStep (dropped by default, as Holistic Trace Analysis does)")
     s.add_argument("--no-simulate", action="store_true", help="only the measured figures, no simulation")
     s.add_argument("--json", action="store_true", help="machine-readable output")
-    s.add_argument("--set", action="append", metavar="KEY=VALUE", help=_SET_HELP)
-    s.add_argument("--mkdir", action="store_true", help=_MKDIR_HELP)
+    s.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
+    s.add_argument("--mkdir", action="store_true", help=MKDIR_HELP)
     s.set_defaults(func=_calibrate_cmd)
 
 
@@ -35,8 +35,8 @@ def _calibrate_cmd(args) -> int:
     from simulator.profiling.profile_csv import profile_text, report_lines, rows_json
     from taskgraph.plan import resolve
     from simulator.profiling.trace_checks import check_ranks
-    kind, spec = _load_strategy(args, "calibrate")
-    inputs = _input_files(args.file, kind, spec) + [str(f) for f in trace_files(args.trace_dir)]
+    kind, spec = load_strategy_arg(args, "calibrate")
+    inputs = input_files(args.file, kind, spec) + [str(f) for f in trace_files(args.trace_dir)]
     outs = check_outputs({"--output": args.output}, inputs=inputs, mkdir=args.mkdir)
     plan = resolve(spec)
     traces = read_trace_dir(args.trace_dir, args.include_last_step)
@@ -61,7 +61,7 @@ def _calibrate_cmd(args) -> int:
         if cal.rows:
             sim["profile"] = simulated_figures(plan, outs["--output"], gpu)
     if args.json:
-        _print_json({"ranks": [vars(r) for r in cal.ranks], "rows": rows_json(cal.rows), "gpu": gpu,
+        print_json({"ranks": [vars(r) for r in cal.ranks], "rows": rows_json(cal.rows), "gpu": gpu,
                      "mapped_s_per_step": cal.mapped_s, "kernel_s_per_step": cal.total_s,
                      "unmapped": [{"class": c, "name": n, "s_per_step": v} for c, n, v in cal.unmapped[:50]],
                      "simulated": sim})

@@ -34,10 +34,9 @@ def print_json(obj) -> None:
     print(json.dumps(_json_safe(obj), sort_keys=True, allow_nan=False))
 
 
-_print_json = print_json
 
 
-def _input_files(path: str, kind: str, spec) -> list[str]:
+def input_files(path: str, kind: str, spec) -> list[str]:
     """Every file a run reads: the input file and the files it names (never overwritten)."""
     files = [path]
     base = Path(path).parent
@@ -51,7 +50,7 @@ def _input_files(path: str, kind: str, spec) -> list[str]:
     return [f for f in files if f]
 
 
-def _check_outputs(args, inputs, **outputs) -> dict:
+def check_command_outputs(args, inputs, **outputs) -> dict:
     """Check every output flag of this command before any simulation (``simulator.outputs.files``)."""
     from simulator.outputs.files import check_outputs
     return check_outputs({f"--{k.replace('_', '-')}": v for k, v in outputs.items()}, inputs=inputs,
@@ -64,7 +63,7 @@ CWD_PATH_KEYS = frozenset({"options.profile", "options.collective_profile", "sch
                            "pipeline.schedule_csv"})
 
 
-def _load(path: str, sets: list[str]):
+def load_input(path: str, sets: list[str]):
     """Load a simulation input: a pipeline description (``pipeline:`` section) or a strategy file."""
     from strategies.config import load_mapping, parse_set_value, set_dotted
     data = load_mapping(path, "input file")
@@ -86,7 +85,7 @@ def _load(path: str, sets: list[str]):
     return "strategy", parse_strategy(data, Path(path).parent)
 
 
-def _pipeline_flags(args, kind: str, file=None) -> None:
+def pipeline_flags(args, kind: str, file=None) -> None:
     """Flags that need a model and a cluster: refused on a pipeline description (nothing to apply them to)."""
     if kind != "pipeline":
         return
@@ -96,7 +95,7 @@ def _pipeline_flags(args, kind: str, file=None) -> None:
                                f"pipeline description with given stage times: drop {flag}")
 
 
-def _simulate_one(kind, spec, schedule=None, fidelity=None, vpp=None):
+def simulate_one(kind, spec, schedule=None, fidelity=None, vpp=None):
     if kind == "pipeline":
         from simulator.simulation.pipeline import simulate_pipeline
         return simulate_pipeline(spec, schedule=schedule, vpp=vpp)
@@ -104,34 +103,34 @@ def _simulate_one(kind, spec, schedule=None, fidelity=None, vpp=None):
     return simulate_strategy(spec, schedule=schedule, fidelity=fidelity, vpp=vpp)
 
 
-def _load_strategy(args, command: str):
-    """``_load`` for the commands that need a strategy file (model + cluster), not a pipeline file."""
-    kind, spec = _load(args.file, args.set)
+def load_strategy_arg(args, command: str):
+    """``load_input`` for the commands that need a strategy file (model + cluster), not a pipeline file."""
+    kind, spec = load_input(args.file, args.set)
     if kind != "strategy":
         raise ExecsimError(f"{args.file} is a pipeline description; 'execsim {command}' needs a strategy file "
                            f"(model + cluster + parallel + training)")
     return kind, spec
 
 
-_MKDIR_HELP = "create the output file's folder if it does not exist"
+MKDIR_HELP = "create the output file's folder if it does not exist"
 
 
-_EX = "examples:\n  "
+EXAMPLES_HEADING = "examples:\n  "
 
 
-def _sub(sub, name: str, help: str, examples: list[str]):
+def add_command(sub, name: str, help: str, examples: list[str]):
     """A subcommand whose --help ends with runnable examples."""
     return sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".",
-                          epilog=_EX + "\n  ".join(examples), formatter_class=argparse.RawDescriptionHelpFormatter)
+                          epilog=EXAMPLES_HEADING + "\n  ".join(examples), formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
-_SET_HELP = "override a field of the file, e.g. parallel.pp=16 or training.micro_batch=2 (repeatable)"
+SET_HELP = "override a field of the file, e.g. parallel.pp=16 or training.micro_batch=2 (repeatable)"
 
 
-_FID_HELP = "override options.fidelity: operator (one task per operator pass) or coarse (one per stage pass, fast)"
+FID_HELP = "override options.fidelity: operator (one task per operator pass) or coarse (one per stage pass, fast)"
 
 
-_EXAMPLE = "gpt3-175b-1024-a100"
+EXAMPLE_NAME = "gpt3-175b-1024-a100"
 
 
 def input_file(text: str) -> str:

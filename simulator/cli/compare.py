@@ -4,14 +4,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from simulator.cli.common import input_file
-from simulator.cli.common import (_EXAMPLE, _FID_HELP, _MKDIR_HELP, _SET_HELP, _check_outputs, _input_files, _pipeline_flags,
-                                 _load, _print_json, _simulate_one, _sub)
+from simulator.cli.common import (EXAMPLE_NAME, FID_HELP, MKDIR_HELP, SET_HELP, check_command_outputs, input_files, pipeline_flags,
+                                 load_input, print_json, simulate_one, add_command)
 from strategies.errors import ExecsimError, brief
 
 
 def add_parser(sub) -> None:
-    s = _sub(sub, "compare", "compare schedules on one file, or several files",
-             [f"execsim compare {_EXAMPLE} --schedules 1f1b,interleaved-1f1b,zb-h1,zb-v --plot cmp.png",
+    s = add_command(sub, "compare", "compare schedules on one file, or several files",
+             [f"execsim compare {EXAMPLE_NAME} --schedules 1f1b,interleaved-1f1b,zb-h1,zb-v --plot cmp.png",
               "execsim compare pipeline-1f1b --schedules 1f1b,interleaved-1f1b:4",
               "execsim compare gpt3-175b-1024-a100 megatron-gpt3-175b-1024-a100 --fidelity coarse --json"])
     s.add_argument("files", nargs="+", type=input_file, help="one file with --schedules, or several files")
@@ -19,11 +19,11 @@ def add_parser(sub) -> None:
                    "1f1b,interleaved-1f1b:4")
     s.add_argument("--plot", metavar="OUT.png", help="write stacked pipeline Gantts + memory panel as a PNG")
     s.add_argument("--json", action="store_true", help="machine-readable output")
-    s.add_argument("--set", action="append", metavar="KEY=VALUE", help=_SET_HELP)
-    s.add_argument("--fidelity", choices=("operator", "coarse"), help=_FID_HELP)
+    s.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
+    s.add_argument("--fidelity", choices=("operator", "coarse"), help=FID_HELP)
     s.add_argument("--interval-level", default="0.8", metavar="LEVEL",
                    help="level of the stated iteration-time intervals, in (0, 1) (default 0.8)")
-    s.add_argument("--mkdir", action="store_true", help=_MKDIR_HELP)
+    s.add_argument("--mkdir", action="store_true", help=MKDIR_HELP)
     s.set_defaults(func=_compare_cmd)
 
 
@@ -78,24 +78,24 @@ def _compare_cmd(args) -> int:
                                f"e.g. --schedules 1f1b,interleaved-1f1b")
         if len(items) > 64:
             raise ExecsimError(f"--schedules names {len(items)} schedules; compare at most 64 at a time")
-        kind, spec = _load(args.files[0], args.set)
-        _pipeline_flags(args, kind, args.files[0])
-        outs = _check_outputs(args, _input_files(args.files[0], kind, spec), plot=args.plot)
+        kind, spec = load_input(args.files[0], args.set)
+        pipeline_flags(args, kind, args.files[0])
+        outs = check_command_outputs(args, input_files(args.files[0], kind, spec), plot=args.plot)
         todo = [(item, *_schedule_item(item, spec, kind)) for item in items]
         _check_total_tasks([(kind, spec, name, vpp) for _item, name, vpp in todo], args.fidelity)
         from simulator.outputs.progress import progress
         for item, name, vpp in progress(todo, desc="compare", unit="schedule"):
             label = item if ":" in item else (f"{name} v={vpp}" if vpp > 1 and name not in ("zb-v", "dualpipe-v", "dualpipe") else name)
-            runs.append((label, kind, _simulate_one(kind, spec, schedule=name, fidelity=args.fidelity, vpp=vpp)))
+            runs.append((label, kind, simulate_one(kind, spec, schedule=name, fidelity=args.fidelity, vpp=vpp)))
     else:
-        loaded = [(f, *_load(f, args.set)) for f in args.files]
+        loaded = [(f, *load_input(f, args.set)) for f in args.files]
         if all(k == "pipeline" for _f, k, _sp in loaded):
-            _pipeline_flags(args, "pipeline", " and ".join(args.files))
-        outs = _check_outputs(args, [x for f, k, sp in loaded for x in _input_files(f, k, sp)], plot=args.plot)
+            pipeline_flags(args, "pipeline", " and ".join(args.files))
+        outs = check_command_outputs(args, [x for f, k, sp in loaded for x in input_files(f, k, sp)], plot=args.plot)
         _check_total_tasks([(k, sp, None, None) for _f, k, sp in loaded], args.fidelity)
         from simulator.outputs.progress import progress
         for f, kind, spec in progress(loaded, desc="compare", unit="file"):
-            runs.append((Path(f).name, kind, _simulate_one(kind, spec, fidelity=args.fidelity)))
+            runs.append((Path(f).name, kind, simulate_one(kind, spec, fidelity=args.fidelity)))
     from simulator.reports.memory_timeline import peak_per_rank
     base = runs[0][2].report.makespan_s
     work = [_work_key(kind, sim) for _label, kind, sim in runs]
@@ -135,7 +135,7 @@ def _compare_cmd(args) -> int:
             [(label, sim.graph, sim.result) for label, _k, sim in runs], tmp,
             static_bytes=static if any(x is not None for x in static) else None, capacity_bytes=cap), "--plot")
     if args.json:
-        _print_json(rows)
+        print_json(rows)
     else:
         unit = "s" if base >= 10 else "ms"
         k = 1.0 if unit == "s" else 1e3

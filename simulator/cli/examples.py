@@ -2,11 +2,11 @@
 of a path (``execsim simulate gpt3-175b-1024-a100``, :func:`simulator.cli.common.input_file`)."""
 from __future__ import annotations
 
-from simulator.cli.common import _print_json, _sub
+from simulator.cli.common import print_json, add_command
 
 
 def add_parser(sub) -> None:
-    s = _sub(sub, "examples", "list the shipped examples; every command takes a name in place of a file path",
+    s = add_command(sub, "examples", "list the shipped examples; every command takes a name in place of a file path",
              ["execsim examples", "execsim examples --json", "execsim simulate gpt3-175b-1024-a100 --fidelity coarse"])
     s.add_argument("--json", action="store_true", help="machine-readable output (name, kind, path, summary)")
     s.set_defaults(func=_examples_cmd)
@@ -40,7 +40,7 @@ def _examples_cmd(args) -> int:
         rows.append({"name": name, "kind": example_kind(Path(path).read_text(encoding="utf-8")), "path": path,
                      "summary": example_summary(name)})
     if args.json:
-        _print_json(rows)
+        print_json(rows)
         return 0
     width = max(len(r["name"]) for r in rows)
     for r in rows:

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 from simulator.cli.common import input_file
-from simulator.cli.common import _check_outputs, _input_files, _load_strategy, _print_json, _sub
+from simulator.cli.common import check_command_outputs, input_files, load_strategy_arg, print_json, add_command
 
 
 def add_parser(sub) -> None:
-    s = _sub(sub, "goodput", "simulate a whole training run: failures, checkpoints, restarts, goodput (SimPy)",
+    s = add_command(sub, "goodput", "simulate a whole training run: failures, checkpoints, restarts, goodput (SimPy)",
              ["execsim goodput llama3-405b-16k-h100-goodput",
               "execsim goodput llama3-405b-16k-h100-goodput --seeds 50 --plot run.png",
               "execsim goodput llama3-405b-16k-h100-goodput --interval daly --no-sweep --json",
@@ -48,8 +48,8 @@ def _goodput_cmd(args) -> int:
     from simulator.goodput.setup import setup_from_strategy
     if args.seeds is not None:
         check_seeds(args.seeds, "--seeds")
-    kind, spec = _load_strategy(args, "goodput")
-    outs = _check_outputs(args, _input_files(args.file, kind, spec), plot=args.plot)
+    kind, spec = load_strategy_arg(args, "goodput")
+    outs = check_command_outputs(args, input_files(args.file, kind, spec), plot=args.plot)
     setup = setup_from_strategy(spec, days=args.days, train_tokens=args.train_tokens, interval=args.interval)
     rep = goodput_report(setup, args.seeds, sweep=not args.no_sweep)
     if outs.get("--plot"):
@@ -62,7 +62,7 @@ def _goodput_cmd(args) -> int:
         write_output(outs["--plot"], lambda tmp: plot_run(run, rep, tmp, closed_form=closed_form_curve(setup)),
                      "--plot")
     if args.json:
-        _print_json(rep)
+        print_json(rep)
     else:
         length = f"{setup.spec.days:g}-day" if setup.spec.days else f"{setup.spec.train_tokens:.4g}-token"
         print(format_goodput(rep, f"{args.file}: a {length} run with failures, checkpoints and restarts"))

@@ -4,12 +4,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from simulator.cli.common import _check_outputs, _sub, import_source
+from simulator.cli.common import check_command_outputs, add_command, import_source
 from strategies.errors import ExecsimError, brief
 
 
 def add_parser(sub) -> None:
-    s = _sub(sub, "import", "write a strategy file from a Megatron-LM launch script, a NeMo recipe or a torchtitan TOML",
+    s = add_command(sub, "import", "write a strategy file from a Megatron-LM launch script, a NeMo recipe or a torchtitan TOML",
              ["execsim import megatron train_gpt3_175b_distributed.sh --cluster dgx-a100-80g --nodes 128 -o gpt3.yaml",
               "execsim import nemo nemo_llama3_8b.yaml --cluster dgx-h100 -o s.yaml",
               "execsim import torchtitan torchtitan_llama3_8b.toml --cluster dgx-h100 --nodes 1"])
@@ -68,14 +68,14 @@ def _import_cmd(args) -> int:
             raise ExecsimError(f"--set {key} is given twice; keep one")
         from strategies.config import parse_set_value    # non-finite numbers refused, as simulate's --set
         sets[key] = parse_set_value(value, key)
-    outs = _check_outputs(args, [] if args.source == "-" else [args.source], output=args.output)
+    outs = check_command_outputs(args, [] if args.source == "-" else [args.source], output=args.output)
     out, imp = import_strategy(args.kind, text, origin=origin, cluster=args.cluster, nodes=args.nodes,
                                vocab=args.vocab, env=env, sets=sets, recipe=args.recipe,
                                base_dir=None if args.source == "-" else str(Path(args.source).parent))
     # files the source points to (torchtitan's hf_assets_path) or that a recipe's checkout gave on the way
     extra = list(imp.inputs) + list(imp.strategy.get("_inputs") or ())
     if extra:
-        outs = _check_outputs(args, ([] if args.source == "-" else [args.source]) + extra, output=args.output)
+        outs = check_command_outputs(args, ([] if args.source == "-" else [args.source]) + extra, output=args.output)
     if imp.unmodeled:
         print(f"execsim: warning: {summary(imp)}", file=sys.stderr)
     from simulator.simulation.importing import measured_vs_simulated

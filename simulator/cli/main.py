@@ -17,7 +17,7 @@ import sys
 
 from simulator.cli import (calibrate, compare, examples, goodput, import_cmd, memory, plan_recompute, profile, report,
                            schedule, search, simulate)
-from simulator.cli.common import _EX, _EXAMPLE, EXIT_INTERNAL, EXIT_USAGE
+from simulator.cli.common import EXAMPLES_HEADING, EXAMPLE_NAME, EXIT_INTERNAL, EXIT_USAGE
 from strategies.errors import ExecsimError, cut
 
 
@@ -55,10 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     from simulator import __version__
     p = _Parser(
         prog="execsim", description="Discrete-event execution simulator for distributed LLM training.",
-        epilog=_EX + "\n  ".join([f"execsim simulate {_EXAMPLE}",
-                                   f"execsim simulate {_EXAMPLE} --json --check",
-                                   f"execsim simulate {_EXAMPLE} --html report.html",
-                                   f"execsim compare {_EXAMPLE} --schedules 1f1b,interleaved-1f1b --plot cmp.png",
+        epilog=EXAMPLES_HEADING + "\n  ".join([f"execsim simulate {EXAMPLE_NAME}",
+                                   f"execsim simulate {EXAMPLE_NAME} --json --check",
+                                   f"execsim simulate {EXAMPLE_NAME} --html report.html",
+                                   f"execsim compare {EXAMPLE_NAME} --schedules 1f1b,interleaved-1f1b --plot cmp.png",
                                    "execsim examples            (the shipped examples, runnable by name from any folder)",
                                    "execsim <command> --help   (options and examples of one command)"]),
         formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -2,22 +2,22 @@
 from __future__ import annotations
 
 from simulator.cli.common import input_file
-from simulator.cli.common import (_EXAMPLE, _FID_HELP, _MKDIR_HELP, _SET_HELP, _check_outputs, _input_files,
-                                 _load_strategy, _print_json, _simulate_one, _sub)
+from simulator.cli.common import (EXAMPLE_NAME, FID_HELP, MKDIR_HELP, SET_HELP, check_command_outputs, input_files,
+                                 load_strategy_arg, print_json, simulate_one, add_command)
 
 
 def add_parser(sub) -> None:
-    s = _sub(sub, "memory", "per-stage memory breakdown and OOM verdict of a strategy file",
-             [f"execsim memory {_EXAMPLE} --layers", f"execsim memory {_EXAMPLE} --plot mem.png",
-              f"execsim memory {_EXAMPLE} --check --set training.micro_batch=16 --set training.recompute=none   # exit 1: OOM"])
+    s = add_command(sub, "memory", "per-stage memory breakdown and OOM verdict of a strategy file",
+             [f"execsim memory {EXAMPLE_NAME} --layers", f"execsim memory {EXAMPLE_NAME} --plot mem.png",
+              f"execsim memory {EXAMPLE_NAME} --check --set training.micro_batch=16 --set training.recompute=none   # exit 1: OOM"])
     s.add_argument("file", type=input_file, help="strategy file")
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.add_argument("--layers", action="store_true", help="also print the per-layer activation table")
     s.add_argument("--plot", metavar="OUT.png", help="write memory over time per rank as a PNG")
     s.add_argument("--check", action="store_true", help="exit with status 1 when it does not fit")
-    s.add_argument("--set", action="append", metavar="KEY=VALUE", help=_SET_HELP)
-    s.add_argument("--fidelity", choices=("operator", "coarse"), help=_FID_HELP)
-    s.add_argument("--mkdir", action="store_true", help=_MKDIR_HELP)
+    s.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
+    s.add_argument("--fidelity", choices=("operator", "coarse"), help=FID_HELP)
+    s.add_argument("--mkdir", action="store_true", help=MKDIR_HELP)
     s.set_defaults(func=_memory_cmd)
 
 
@@ -25,9 +25,9 @@ def add_parser(sub) -> None:
 def _memory_cmd(args) -> int:
     from simulator.reports.memory import format_memory_report, memory_report
     from taskgraph.memory import layer_activation_table
-    kind, spec = _load_strategy(args, "memory")
-    outs = _check_outputs(args, _input_files(args.file, kind, spec), plot=args.plot)
-    sim = _simulate_one(kind, spec, fidelity=args.fidelity)
+    kind, spec = load_strategy_arg(args, "memory")
+    outs = check_command_outputs(args, input_files(args.file, kind, spec), plot=args.plot)
+    sim = simulate_one(kind, spec, fidelity=args.fidelity)
     mem = memory_report(sim.plan, sim.graph, sim.result)
     if outs:
         from simulator.outputs.files import write_output
@@ -39,7 +39,7 @@ def _memory_cmd(args) -> int:
     if args.json:
         out = mem.to_json()
         out["layers"] = layer_activation_table(sim.plan)
-        _print_json(out)
+        print_json(out)
     else:
         p = sim.plan
         print(f"{args.file}: {p.model.name} on {p.num_gpus} x {p.cluster.gpu.name}, tp={p.sizes.tp} pp={p.sizes.pp} "

@@ -2,24 +2,24 @@
 from __future__ import annotations
 
 from simulator.cli.common import input_file
-from simulator.cli.common import _EXAMPLE, _FID_HELP, _SET_HELP, _load, _print_json, _sub
+from simulator.cli.common import EXAMPLE_NAME, FID_HELP, SET_HELP, load_input, print_json, add_command
 from strategies.errors import ExecsimError
 
 
 def add_parser(sub) -> None:
-    s = _sub(sub, "plan-recompute", "choose per-layer recompute that fits with the least time",
-             [f"execsim plan-recompute {_EXAMPLE}", f"execsim plan-recompute {_EXAMPLE} --json --fidelity coarse"])
+    s = add_command(sub, "plan-recompute", "choose per-layer recompute that fits with the least time",
+             [f"execsim plan-recompute {EXAMPLE_NAME}", f"execsim plan-recompute {EXAMPLE_NAME} --json --fidelity coarse"])
     s.add_argument("file", type=input_file, help="strategy file")
     s.add_argument("--json", action="store_true", help="machine-readable output")
-    s.add_argument("--set", action="append", metavar="KEY=VALUE", help=_SET_HELP)
-    s.add_argument("--fidelity", choices=("operator", "coarse"), help=_FID_HELP)
+    s.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
+    s.add_argument("--fidelity", choices=("operator", "coarse"), help=FID_HELP)
     s.set_defaults(func=_plan_recompute_cmd)
 
 
 
 def _plan_recompute_cmd(args) -> int:
     from simulator.search.recompute import format_plan, plan_recompute
-    kind, spec = _load(args.file, args.set)
+    kind, spec = load_input(args.file, args.set)
     if kind != "strategy":
         raise ExecsimError(f"{args.file} is a pipeline description; plan-recompute needs a strategy file")
     rp = plan_recompute(spec, fidelity=args.fidelity, progress=None)
@@ -33,7 +33,7 @@ def _plan_recompute_cmd(args) -> int:
         if rp.best:
             out["plan"] = {"recompute_layers": list(rp.best.policies), "iteration_time_s": rp.best.iteration_time_s,
                            "peak_memory_gb": rp.best.peak_bytes / 2**30, "fits": rp.best.fits}
-        _print_json(out)
+        print_json(out)
     else:
         print(f"{args.file}: per-layer recompute plan (memory judged by simulation; GiB per GPU)")
         print(format_plan(rp))

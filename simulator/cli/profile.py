@@ -3,13 +3,13 @@ PyTorch and write the profile CSV ``options.profile`` reads, with measured vs mo
 from __future__ import annotations
 
 from simulator.cli.common import input_file
-from simulator.cli.common import _MKDIR_HELP, _SET_HELP, _input_files, _load_strategy, _print_json, _sub
+from simulator.cli.common import MKDIR_HELP, SET_HELP, input_files, load_strategy_arg, print_json, add_command
 
 _EX_FILE = "llama3-8b-8-h100"
 
 
 def add_parser(sub) -> None:
-    s = _sub(sub, "profile", "time every operator of a strategy's graph with PyTorch on this machine and write "
+    s = add_command(sub, "profile", "time every operator of a strategy's graph with PyTorch on this machine and write "
              "the profile CSV options.profile reads",
              [f"execsim profile {_EX_FILE} -o h100.csv --device cuda --repeats 20",
               "execsim profile tiny-gpt-cpu --device cpu --threads 1 -o cpu.csv",
@@ -26,8 +26,8 @@ def add_parser(sub) -> None:
                    help="also sweep the strategy's collectives on this node (torch.distributed: NCCL on cuda, "
                         "gloo on cpu) and write them as a collective profile")
     s.add_argument("--json", action="store_true", help="machine-readable report")
-    s.add_argument("--set", action="append", metavar="KEY=VALUE", help=_SET_HELP)
-    s.add_argument("--mkdir", action="store_true", help=_MKDIR_HELP)
+    s.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
+    s.add_argument("--mkdir", action="store_true", help=MKDIR_HELP)
     s.set_defaults(func=_profile_cmd)
 
 
@@ -39,9 +39,9 @@ def _profile_cmd(args) -> int:
     from simulator.profiling.measure import profile_plan
     from simulator.profiling.profile_csv import profile_text, report_lines, rows_json
     from taskgraph.plan import resolve
-    kind, spec = _load_strategy(args, "profile")
+    kind, spec = load_strategy_arg(args, "profile")
     outs = check_outputs({"--output": args.output, "--collectives": args.collectives},
-                         inputs=_input_files(args.file, kind, spec), mkdir=args.mkdir)
+                         inputs=input_files(args.file, kind, spec), mkdir=args.mkdir)
     plan = resolve(spec)
     dtype = plan.strategy.training.precision
     from simulator.profiling.inventory import profile_items
@@ -56,7 +56,7 @@ def _profile_cmd(args) -> int:
         coll = sweep_plan(plan, args.device, args.repeats, args.warmup)
         write_output(outs["--collectives"], collective_text(coll, gpu), "--collectives")
     if args.json:
-        _print_json({"gpu": gpu, "dtype": dtype, "device": args.device, "output": args.output, "rows": rows_json(rows),
+        print_json({"gpu": gpu, "dtype": dtype, "device": args.device, "output": args.output, "rows": rows_json(rows),
                      "collectives": [c._asdict() for c in coll] if coll else []})
         return 0
     title = (f"{args.file}: {plan.model.name}, {len({(r.op, r.shape) for r in rows})} distinct operators measured on "

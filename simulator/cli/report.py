@@ -1,20 +1,20 @@
 """``execsim report``: the self-contained HTML report of a file."""
 from __future__ import annotations
 
-from simulator.cli.simulate import _write_html
+from simulator.cli.simulate import write_html
 from simulator.cli.common import input_file
-from simulator.cli.common import (_EXAMPLE, _FID_HELP, _SET_HELP, _check_outputs, _input_files, _load, _pipeline_flags,
-                                 _simulate_one, _sub)
+from simulator.cli.common import (EXAMPLE_NAME, FID_HELP, SET_HELP, check_command_outputs, input_files, load_input, pipeline_flags,
+                                 simulate_one, add_command)
 
 
 def add_parser(sub) -> None:
-    s = _sub(sub, "report", "write the HTML report of a strategy file or pipeline description",
-             [f"execsim report {_EXAMPLE} -o report.html",
+    s = add_command(sub, "report", "write the HTML report of a strategy file or pipeline description",
+             [f"execsim report {EXAMPLE_NAME} -o report.html",
               "execsim report pipeline-interleaved -o pipe.html --set pipeline.pp=8"])
     s.add_argument("file", type=input_file, help="strategy file or pipeline description")
     s.add_argument("-o", "--output", metavar="OUT.html", required=True, help="the HTML file to write")
-    s.add_argument("--set", action="append", metavar="KEY=VALUE", help=_SET_HELP)
-    s.add_argument("--fidelity", choices=("operator", "coarse"), help=_FID_HELP)
+    s.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
+    s.add_argument("--fidelity", choices=("operator", "coarse"), help=FID_HELP)
     s.add_argument("--interval-level", default="0.8", metavar="LEVEL",
                    help="level of the stated prediction intervals, in (0, 1) (default 0.8)")
     s.set_defaults(func=_report_cmd)
@@ -24,10 +24,10 @@ def add_parser(sub) -> None:
 def _report_cmd(args) -> int:
     from simulator.reports.intervals import check_level
     level = check_level(args.interval_level)
-    kind, spec = _load(args.file, args.set)
-    _pipeline_flags(args, kind)
-    outs = _check_outputs(args, _input_files(args.file, kind, spec), output=args.output)
-    sim = _simulate_one(kind, spec, fidelity=args.fidelity)
-    _write_html(outs["--output"], args.file, kind, sim, args.set, level)
+    kind, spec = load_input(args.file, args.set)
+    pipeline_flags(args, kind)
+    outs = check_command_outputs(args, input_files(args.file, kind, spec), output=args.output)
+    sim = simulate_one(kind, spec, fidelity=args.fidelity)
+    write_html(outs["--output"], args.file, kind, sim, args.set, level)
     print(f"report written to {args.output}")
     return 0

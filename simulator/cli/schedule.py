@@ -4,11 +4,11 @@ from __future__ import annotations
 import json
 import sys
 
-from simulator.cli.common import _MKDIR_HELP, _check_outputs, _sub
+from simulator.cli.common import MKDIR_HELP, check_command_outputs, add_command
 
 
 def add_parser(sub) -> None:
-    s = _sub(sub, "schedule", "print a pipeline schedule's per-rank action grid",
+    s = add_command(sub, "schedule", "print a pipeline schedule's per-rank action grid",
              ["execsim schedule --schedule interleaved-1f1b --pp 4 --microbatches 8 --vpp 2",
               "execsim schedule --schedule zb-h1 --pp 4 --microbatches 8 --csv > zb.csv"])
     s.add_argument("--schedule", required=True, help="schedule name: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v, "
@@ -20,14 +20,14 @@ def add_parser(sub) -> None:
     g.add_argument("--json", action="store_true", help="machine-readable output")
     g.add_argument("--csv", action="store_true", help="PyTorch action CSV (one line per rank)")
     s.add_argument("--output", "-o", metavar="FILE", help="write to FILE (atomically) instead of stdout")
-    s.add_argument("--mkdir", action="store_true", help=_MKDIR_HELP)
+    s.add_argument("--mkdir", action="store_true", help=MKDIR_HELP)
     s.set_defaults(func=_schedule_cmd)
 
 
 
 def _schedule_cmd(args) -> int:
     from strategies.schedules import get_schedule
-    outs = _check_outputs(args, [], output=args.output)
+    outs = check_command_outputs(args, [], output=args.output)
     sched = get_schedule(args.schedule, args.pp, args.microbatches, args.vpp)
     if args.json:
         d = sched.to_json()

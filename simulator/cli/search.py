@@ -164,7 +164,7 @@ def _prune_top(args) -> int | None:
 
 
 def run(args) -> int:
-    from simulator.cli.common import _check_outputs, _input_files, _load_strategy
+    from simulator.cli.common import check_command_outputs, input_files, load_strategy_arg
     from simulator.outputs.files import write_output
     from simulator.search.space import SearchSpace, parse_axis
     from simulator.search.backends import ROW_FIELDS
@@ -179,9 +179,9 @@ def run(args) -> int:
             raise ConfigError(f"--axis {name} is given twice ({','.join(map(str, axes[name]))} and "
                               f"{','.join(map(str, vals))}): give all its values in one --axis {name}=V1,V2")
         axes[name] = vals
-    kind, base = _load_strategy(args, "search")
+    kind, base = load_strategy_arg(args, "search")
     # every output is checked before the search and written atomically (simulator/outputs/files.py)
-    outs = _check_outputs(args, _input_files(args.file, kind, base), csv=args.csv, plot=args.plot,
+    outs = check_command_outputs(args, input_files(args.file, kind, base), csv=args.csv, plot=args.plot,
                           write_best=args.write_best)
     space = SearchSpace(**axes)
     rng = _range(args.gpus_range) if args.gpus_range else None

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simulator.cli.common import input_file
-from simulator.cli.common import (_EXAMPLE, _FID_HELP, _MKDIR_HELP, _SET_HELP, _check_outputs, _input_files,
-                                 _load, _pipeline_flags, _print_json, _simulate_one, _sub)
+from simulator.cli.common import (EXAMPLE_NAME, FID_HELP, MKDIR_HELP, SET_HELP, check_command_outputs, input_files,
+                                 load_input, pipeline_flags, print_json, simulate_one, add_command)
 from strategies.errors import ExecsimError
 from strategies.limits import MAX_TRACE_TASKS
 
@@ -18,14 +18,14 @@ from strategies.limits import MAX_TRACE_TASKS
 
 
 def add_parser(sub) -> None:
-    s = _sub(sub, "simulate", "simulate a pipeline description or strategy file",
-             [f"execsim simulate {_EXAMPLE}",
-              f"execsim simulate {_EXAMPLE} --fidelity coarse --json",
-              f"execsim simulate {_EXAMPLE} --check --set training.micro_batch=16 --set training.recompute=none   # exit 1: OOM",
-              f"execsim simulate {_EXAMPLE} --html report.html --trace trace.json",
-              f"execsim simulate {_EXAMPLE} --trace t.json.gz --trace-ranks 0-3 --trace-level stage",
-              f"execsim simulate {_EXAMPLE} --trace-dir hta/ --timeline tasks.csv",
-              f"execsim simulate {_EXAMPLE} --mode delta --what-if 'dp-comm=0' --what-if 'backward=1.5'"])
+    s = add_command(sub, "simulate", "simulate a pipeline description or strategy file",
+             [f"execsim simulate {EXAMPLE_NAME}",
+              f"execsim simulate {EXAMPLE_NAME} --fidelity coarse --json",
+              f"execsim simulate {EXAMPLE_NAME} --check --set training.micro_batch=16 --set training.recompute=none   # exit 1: OOM",
+              f"execsim simulate {EXAMPLE_NAME} --html report.html --trace trace.json",
+              f"execsim simulate {EXAMPLE_NAME} --trace t.json.gz --trace-ranks 0-3 --trace-level stage",
+              f"execsim simulate {EXAMPLE_NAME} --trace-dir hta/ --timeline tasks.csv",
+              f"execsim simulate {EXAMPLE_NAME} --mode delta --what-if 'dp-comm=0' --what-if 'backward=1.5'"])
     s.add_argument("file", type=input_file, help="strategy file (model + cluster + parallel + training) or pipeline description")
     s.add_argument("--trace", metavar="OUT.json", help="write a Chrome/Perfetto trace (OUT.json.gz: gzip-compressed)")
     s.add_argument("--trace-ranks", metavar="RANKS", help="keep only these ranks in --trace/--trace-dir, "
@@ -43,8 +43,8 @@ def add_parser(sub) -> None:
                    "for strategy files)")
     s.add_argument("--check", action="store_true", help="exit with status 1 when memory does not fit (strategy "
                    "files)")
-    s.add_argument("--set", action="append", metavar="KEY=VALUE", help=_SET_HELP)
-    s.add_argument("--fidelity", choices=("operator", "coarse"), help=_FID_HELP)
+    s.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
+    s.add_argument("--fidelity", choices=("operator", "coarse"), help=FID_HELP)
     s.add_argument("--mode", choices=("full", "delta"), default="full",
                    help="delta: keep the simulation state and re-simulate only what each --what-if change affects")
     s.add_argument("--what-if", action="append", metavar="PATTERN=FACTOR",
@@ -54,7 +54,7 @@ def add_parser(sub) -> None:
     s.add_argument("--interval-level", default="0.8", metavar="LEVEL",
                    help="level of the stated prediction intervals, in (0, 1) (default 0.8: 80 %%; "
                         "docs/validation.md, \"Prediction intervals\")")
-    s.add_argument("--mkdir", action="store_true", help=_MKDIR_HELP)
+    s.add_argument("--mkdir", action="store_true", help=MKDIR_HELP)
     s.set_defaults(func=_simulate_cmd)
 
 
@@ -64,7 +64,7 @@ def _simulate_cmd(args) -> int:
     checked = _validate(args)
     summary = _run(args, checked)
     if args.json:
-        _print_json(summary_json(summary))
+        print_json(summary_json(summary))
     else:
         for line in summary_text(summary):
             print(line)
@@ -77,7 +77,7 @@ def _simulate_cmd(args) -> int:
 @dataclass(frozen=True)
 class CheckedRun:
     """What validation hands to the run: the loaded input, the interval level, the input files and
-    the output paths ``_check_outputs`` accepted (by flag)."""
+    the output paths ``check_command_outputs`` accepted (by flag)."""
 
     kind: str
     spec: object
@@ -116,9 +116,9 @@ class SimulateSummary:
 def _validate(args) -> CheckedRun:
     """Every check that can fail, in the order users meet them, before any simulation starts."""
     level = _check_flags(args)
-    kind, spec = _load(args.file, args.set)
+    kind, spec = load_input(args.file, args.set)
     _check_against_input(args, kind, spec)
-    inputs = _input_files(args.file, kind, spec)
+    inputs = input_files(args.file, kind, spec)
     outs = _check_output_paths(args, kind, spec, inputs)
     return CheckedRun(kind, spec, level, inputs, outs)
 
@@ -144,7 +144,7 @@ def _check_against_input(args, kind: str, spec) -> None:
     if args.check and kind != "strategy":
         raise ExecsimError(f"--check needs a strategy file (model + cluster give the memory capacity); {args.file} "
                            f"is a pipeline description")
-    _pipeline_flags(args, kind)
+    pipeline_flags(args, kind)
     if args.trace_ranks is not None and args.trace is None and args.trace_dir is None:
         raise ExecsimError("--trace-ranks selects ranks of --trace or --trace-dir; add one of them")
     if args.trace_level and args.trace is None:
@@ -164,7 +164,7 @@ def _check_against_input(args, kind: str, spec) -> None:
 def _check_output_paths(args, kind: str, spec, inputs) -> dict:
     """The output paths (none may overwrite an input), the timeline's format, the --trace-dir folder
     and the trace's size bound; returns the accepted paths by flag."""
-    outs = _check_outputs(args, inputs, trace=args.trace, html=args.html, timeline=args.timeline)
+    outs = check_command_outputs(args, inputs, trace=args.trace, html=args.html, timeline=args.timeline)
     if args.timeline is not None:   # its format, from the name, before the simulation
         from simulator.outputs.timeline_export import parquet_available, timeline_format
         if timeline_format(args.timeline) == "parquet" and not parquet_available():
@@ -188,7 +188,7 @@ def _run(args, checked: CheckedRun) -> SimulateSummary:
     """Simulate, report memory, run the what-if changes and write the requested files; warnings go to
     stderr as they arise."""
     kind = checked.kind
-    sim = _simulate_one(kind, checked.spec, fidelity=args.fidelity)
+    sim = simulate_one(kind, checked.spec, fidelity=args.fidelity)
     for w in getattr(getattr(sim, "plan", None), "warnings", ()):
         print(f"execsim: warning: {w}", file=sys.stderr)
     mem = None
@@ -202,7 +202,7 @@ def _run(args, checked: CheckedRun) -> SimulateSummary:
     outs = checked.outs
     written = _write_trace_outputs(args, sim, mem, outs, checked.inputs)
     if outs.get("--html"):
-        _write_html(outs["--html"], args.file, kind, sim, args.set, checked.level)
+        write_html(outs["--html"], args.file, kind, sim, args.set, checked.level)
     return SimulateSummary(source=args.file, kind=kind, sim=sim, mem=mem, oom=oom, level=checked.level,
                            price=args.price, delta=delta, written=tuple(written), html=args.html)
 
@@ -324,7 +324,7 @@ def oom_verdict(source: str, mem) -> str:
             f"{mem.capacity / 2**30:.1f} GiB (execsim memory FILE for the breakdown; the times assume it fits)")
 
 
-def _write_html(path: str, source: str, kind: str, sim, sets=None, level: float = 0.8) -> None:
+def write_html(path: str, source: str, kind: str, sim, sets=None, level: float = 0.8) -> None:
     """The HTML report, written atomically (simulator.outputs.files)."""
     from simulator.outputs.html_report import write_html_report
     from simulator.outputs.files import write_output
@@ -345,7 +345,7 @@ def _cost_fields(sim, override) -> dict:
 
 
 def _write_trace_outputs(args, sim, mem, outs: dict, inputs=()) -> list[str]:
-    """--trace, --trace-dir and --timeline (issue 15), to the paths ``_check_outputs`` accepted, each
+    """--trace, --trace-dir and --timeline (issue 15), to the paths ``check_command_outputs`` accepted, each
     written atomically (simulator.outputs.files); returns one line per file written."""
     ranks = args.trace_ranks  # parsed before the simulation (simulator.outputs.trace.parse_ranks)
     out = []

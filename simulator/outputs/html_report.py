@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simulator.outputs.plots import GROUPS, _row_layout, _segments
+from simulator.outputs.plots import GROUPS, row_layout, task_segments
 from simulator.reports.training import format_mfu
 
 #: above this many bars the Gantt collapses to one bar per action (stage level)
@@ -41,8 +41,8 @@ def _ns(x) -> list[int]:
 
 
 def _gantt(graph, result) -> dict:
-    lay = _row_layout(graph, result, "auto")
-    row, grp, s, e, mb, action, chunk = _segments(graph, result, lay["row_of_dev"])
+    lay = row_layout(graph, result, "auto")
+    row, grp, s, e, mb, action, chunk = task_segments(graph, result, lay["row_of_dev"])
     n = graph.num_tasks
     cp_flag = np.zeros(s.size, dtype=np.int64)  # 1 when a critical-path task lies in the bar
     collapsed = False

@@ -138,7 +138,7 @@ def plot_pipelines(runs: Sequence[tuple[str, TaskGraph, SimResult]], path: str |
     unit, scale = _time_unit(t_max)
     x_hi = (t_max if t_max > 0 else 1.0 / scale) * 1.01
 
-    layouts = [_row_layout(g, r, comm_rows) for _, g, r in runs]
+    layouts = [row_layout(g, r, comm_rows) for _, g, r in runs]
     heights = _panel_heights(layouts, memory)
     fig_h = _inches_for_px(_HEADER_IN + sum(_TITLE_IN + h for h in heights) + _XAXIS_IN
                            + _memory_legend_in(len(runs), capacity_bytes, memory))
@@ -189,7 +189,7 @@ def plot_pipelines(runs: Sequence[tuple[str, TaskGraph, SimResult]], path: str |
 def pipeline_figure_size(runs: Sequence[tuple[str, TaskGraph, SimResult]], *, memory: bool = True,
                          comm_rows: bool | str = "auto", capacity_bytes: float | None = None) -> tuple[int, int]:
     """(width, height) in pixels of the PNG :func:`plot_pipelines` writes for these arguments."""
-    layouts = [_row_layout(g, r, comm_rows) for _, g, r in runs]
+    layouts = [row_layout(g, r, comm_rows) for _, g, r in runs]
     h_in = (_HEADER_IN + sum(_TITLE_IN + h for h in _panel_heights(layouts, memory)) + _XAXIS_IN
             + _memory_legend_in(len(runs), capacity_bytes, memory))
     return int(round(FIG_WIDTH_IN * DPI)), int(round(h_in * DPI))
@@ -323,7 +323,7 @@ def _comm_mode(g: TaskGraph, comm_rows) -> str:
     return "merged" if n <= MERGED_COMM_MAX_RANKS else "none"
 
 
-def _row_layout(g: TaskGraph, r: SimResult, comm_rows) -> dict:
+def row_layout(g: TaskGraph, r: SimResult, comm_rows) -> dict:
     """Rows of one Gantt panel: ``labels``, ``kinds`` ("compute"/"thin"), ``y0`` (top of each row),
     ``heights``, and ``row_of_dev`` (row index per device, -1 = not drawn)."""
     mode = _comm_mode(g, comm_rows)
@@ -373,7 +373,7 @@ def _panel_heights(layouts, memory: bool) -> list[float]:
     return out + ([_MEMORY_PANEL_IN] if memory else [])
 
 
-def _segments(g: TaskGraph, r: SimResult, row_of_dev: np.ndarray):
+def task_segments(g: TaskGraph, r: SimResult, row_of_dev: np.ndarray):
     """Bars of one panel, sorted by (device, start): (row, group, start, end, mb, action, chunk) arrays.
     Touching tasks of one device with the same pass, stage and microbatch are merged into one bar;
     ``action`` numbers the runs of bars of one device with the same pass, stage and microbatch
@@ -464,7 +464,7 @@ def _row_px(ax, lay: dict) -> float:
 
 def _draw_gantt(ax, g: TaskGraph, r: SimResult, lay: dict, scale: float, x_hi: float, axes_w_px: float,
                 vpp: int = 1) -> set:
-    row, grp, s, e, mb, action, chunk = _segments(g, r, lay["row_of_dev"])
+    row, grp, s, e, mb, action, chunk = task_segments(g, r, lay["row_of_dev"])
     row_px = _row_px(ax, lay)
     if s.size > LABEL_LIMIT:
         used = _draw_raster(ax, row, grp, s, e, lay, scale, x_hi, axes_w_px, chunk, vpp)

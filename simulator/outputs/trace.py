@@ -41,7 +41,7 @@ from simulator.engine.core import SimResult
 from strategies.errors import ConfigError, brief
 from taskgraph.graph import CATEGORIES, TaskGraph
 
-_STREAM_ORDER = {"compute": 0, "tp": 1, "cp": 2, "ep": 3, "dp": 4, "send": 5, "recv": 6, "link": 7}
+STREAM_ORDER = {"compute": 0, "tp": 1, "cp": 2, "ep": 3, "dp": 4, "send": 5, "recv": 6, "link": 7}
 LEVELS = ("operator", "stage")
 
 
@@ -67,7 +67,7 @@ def _layout(graph: TaskGraph):
     dev_pid = [d.rank if d.rank >= 0 else network_pid for d in graph.devices]
     per_pid: dict[int, list] = {}
     for i, d in enumerate(graph.devices):
-        per_pid.setdefault(dev_pid[i], []).append((_STREAM_ORDER.get(d.stream, 9), d.name, i))
+        per_pid.setdefault(dev_pid[i], []).append((STREAM_ORDER.get(d.stream, 9), d.name, i))
     dev_tid = [0] * len(graph.devices)
     threads: dict[int, list] = {}
     for pid, lst in per_pid.items():

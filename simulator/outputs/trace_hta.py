@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from simulator.engine.core import SimResult
-from simulator.outputs.trace import _STREAM_ORDER
+from simulator.outputs.trace import STREAM_ORDER
 from strategies.errors import brief
 from taskgraph.graph import CATEGORIES, IS_COMM_CODE, TaskGraph
 
@@ -57,7 +57,7 @@ def to_us(seconds) -> np.ndarray:
 
 def rank_streams(graph: TaskGraph, rank: int) -> list[tuple[int, int, str]]:
     """(device index, stream id, label) of every device of ``rank``; compute first as stream 7."""
-    devs = sorted((_STREAM_ORDER.get(d.stream, 9), d.name, i) for i, d in enumerate(graph.devices) if d.rank == rank)
+    devs = sorted((STREAM_ORDER.get(d.stream, 9), d.name, i) for i, d in enumerate(graph.devices) if d.rank == rank)
     out, nxt = [], FIRST_OTHER_STREAM
     for _, name, i in devs:
         label = name.split("/", 1)[1] if "/" in name else name

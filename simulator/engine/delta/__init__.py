@@ -135,7 +135,7 @@ chooses between exact paths.
 Full runs and resumes run the engine of the sweep's kind: the compiled engine with the compiled sweep
 (``kernels_numba.full_run``: the engine loop records each device's pop order and checks canonicity as
 tasks pop, then one sequential pass copies the times into the state in place, checks lossy durations,
-counts the changed tasks and completes the linked-list queues; the ``_Queue`` objects are rebuilt
+counts the changed tasks and completes the linked-list queues; the ``DeviceQueue`` objects are rebuilt
 from those lists only when a Python path needs them), the Python engine with the Python sweep. When the budget runs out, when the
 timeline is not canonical, or when a guard fires, :func:`simulator.engine.core.simulate_arrays` runs on
 the current graph (tombstones enter it as isolated
@@ -169,7 +169,7 @@ device queues as doubly linked lists in key order instead of chunked lists, the 
 arrays. It pauses every 256-1,024 units of work so that the deadline checks and the race above run here
 unchanged. Resumes patch the linked lists (:func:`simulator.engine.delta.kernels_numba.last_upto`,
 :func:`~simulator.engine.delta.kernels_numba.cut_and_append`); a change that takes the Python path
-(task replacements) first rebuilds the ``_Queue`` objects from them
+(task replacements) first rebuilds the ``DeviceQueue`` objects from them
 (:meth:`~simulator.engine.delta.compiled.CompiledSweepMixin._queues`), and the next compiled sweep
 rebuilds the lists (:meth:`~simulator.engine.delta.compiled.CompiledSweepMixin._links`). With the
 default budget a task replacement skips that path when more than ``params.RESUME_MAX_SHARE`` of the
@@ -261,16 +261,16 @@ per-task arrays every mixin reads are one :class:`~simulator.engine.delta.state.
 * ``params``: the tunable constants (``RESUME_MAX_SHARE``, ``RESUME_RACE``, ``FALLBACK_WASTE``, the pace
   rule's ``PACE_*``, ``DEFAULT_KERNEL``, ``AUTO_BUDGET_PYTHON`` / ``AUTO_BUDGET_COMPILED``, ``_LOAD``), read at call time as ``params.NAME``.
 * ``state``: :class:`~simulator.engine.delta.state.DeltaState` -- the per-task times, queue keys and
-  queue devices, and the sweep's scratch; their allocation and growth (through ``_extend``).
-* ``stats``: :class:`~simulator.engine.delta.stats.DeltaStats` (what a change cost), ``_Abort`` (a
+  queue devices, and the sweep's scratch; their allocation and growth (through ``extend_array``).
+* ``stats``: :class:`~simulator.engine.delta.stats.DeltaStats` (what a change cost), ``SweepAbort`` (a
   sweep gives up) and small shared helpers.
-* ``queues``: the Python sweep's device queues (``_Queue``), their lazy sources (``_Groups``, a full
-  run's grouping; ``_Dump``, the compiled sweep's lists) and ``_gather`` (CSR rows, vectorized).
+* ``queues``: the Python sweep's device queues (``DeviceQueue``), their lazy sources (``DeviceGroups``, a full
+  run's grouping; ``QueueDump``, the compiled sweep's lists) and ``gather_rows`` (CSR rows, vectorized).
 * ``sweep``: ``SweepMixin`` -- the Python event loop (``_sweep``, "Delta algorithm" above), the
   backward-edge check of the guarded sweep and the makespan recomputation.
-* ``compiled``: ``CompiledSweepMixin`` -- the kernel choice (``_delta_kernel``), the compiled sweep's
+* ``compiled``: ``CompiledSweepMixin`` -- the kernel choice (``delta_kernel``), the compiled sweep's
   driver (``_sweep_nb``: pauses, deadline checks, outcome) and its linked-list queues (``_links``,
-  ``_queues``: to and from ``_Queue``), "Compiled sweep" above.
+  ``_queues``: to and from ``DeviceQueue``), "Compiled sweep" above.
 * ``kernels_numba``: the compiled loop and its linked-list helpers (numba, extra ``fast``).
 * ``static``: ``StaticResweepMixin`` -- the static re-sweep's driver (when to try, the heap and the
   dense walk, the log put back on a refusal), "Static re-sweep" above; ``kernels_static``: its

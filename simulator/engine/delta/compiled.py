@@ -1,6 +1,6 @@
 """The compiled sweep's driver (package doc, :mod:`simulator.engine.delta`, "Compiled sweep"): the
 choice of kernel, the device queues as linked lists and their conversion to and from the
-:class:`~simulator.engine.delta.queues._Queue` objects, and the loop that runs
+:class:`~simulator.engine.delta.queues.DeviceQueue` objects, and the loop that runs
 :func:`simulator.engine.delta.kernels_numba.sweep` between deadline checks. A mixin of
 :class:`simulator.engine.delta.simulator.DeltaSimulator`."""
 from __future__ import annotations
@@ -10,11 +10,11 @@ import time
 
 import numpy as np
 
-from simulator.engine.delta.queues import _Dump, _Queue
-from simulator.engine.delta.stats import _NAN, _Abort
+from simulator.engine.delta.queues import QueueDump, DeviceQueue
+from simulator.engine.delta.stats import NAN, SweepAbort
 
 
-def _delta_kernel(kernel: str):
+def delta_kernel(kernel: str):
     """:mod:`simulator.engine.delta.kernels_numba` for ``kernel`` (None: the Python sweep)."""
     if kernel not in ("auto", "python", "numba"):
         raise ValueError(f"kernel {kernel!r} is not one of 'auto', 'python', 'numba'")
@@ -38,7 +38,7 @@ class CompiledSweepMixin:
     queues (``self._nb``: :mod:`simulator.engine.delta.kernels_numba`, or None)."""
 
     def _queues(self, keep_links: bool = False) -> list:
-        """The device queues as ``_Queue`` objects, brought up to date from the compiled sweep's
+        """The device queues as ``DeviceQueue`` objects, brought up to date from the compiled sweep's
         linked lists when those are newer; unless ``keep_links`` (read only), the caller changes
         them, so the linked lists are dropped (rebuilt by the next compiled sweep)."""
         if self._q_rekey:  # a Python static re-sweep changed keys, not orders
@@ -50,8 +50,8 @@ class CompiledSweepMixin:
             del where
             ids, bounds = self._nb.dump_links(qh, qn, self._n_devices, count)
             rs = np.frombuffer(self._state.queue_key, dtype=np.float64)[ids]
-            dump = _Dump(ids, rs, bounds)
-            self._device_queues = [_Queue((dump, d)) for d in range(self._n_devices)]
+            dump = QueueDump(ids, rs, bounds)
+            self._device_queues = [DeviceQueue((dump, d)) for d in range(self._n_devices)]
             self._q_stale = False
         if not keep_links:
             self._ll = None
@@ -112,7 +112,7 @@ class CompiledSweepMixin:
         dirt[:n0] = dirtied
         cnt = np.zeros(7, dtype=np.int64)
         cnt[nb.C_DIRT] = n0
-        flt = np.array([-math.inf, self._makespan, 0.0, _NAN, -1.0, -1.0, -math.inf, -1.0, 0.0])
+        flt = np.array([-math.inf, self._makespan, 0.0, NAN, -1.0, -1.0, -math.inf, -1.0, 0.0])
         rr = np.empty(n, dtype=np.int64)  # (pages touched only as it fills)
         timed = deadline != math.inf
         lim = -1 if limit is None else int(limit)
@@ -136,14 +136,14 @@ class CompiledSweepMixin:
                     step = min(2 * step, 1024)  # a check at least every ~0.3 ms: the budget is not overshot
                     continue
                 if status == nb.LIMIT:
-                    raise _Abort(f"work limit of {limit} tasks reached", at, processed)
+                    raise SweepAbort(f"work limit of {limit} tasks reached", at, processed)
                 if status == nb.LOSSY:
                     x = int(flt[nb.F_BAD])
-                    raise _Abort(f"positive duration lost to rounding: task {x} ({self._dur[x]!r} s) "
+                    raise SweepAbort(f"positive duration lost to rounding: task {x} ({self._dur[x]!r} s) "
                                  f"ends when it starts")
                 if status == nb.OVERFLOW:  # cannot happen (heap_capacity is a bound); be safe
-                    raise _Abort("the compiled sweep's event heap is full")
-                raise _Abort("zero-duration tie: a processed task's input changed")
+                    raise SweepAbort("the compiled sweep's event heap is full")
+                raise SweepAbort("zero-duration tie: a processed task's input changed")
             # done: every marked task processed (else a cycle: the caller falls back with the list)
             # -> clear the scratch here, vectorized, instead of the caller's loop over ``dirtied``
             marked = dirt[:int(cnt[nb.C_DIRT])]

@@ -1,6 +1,6 @@
-"""The Python sweep's device queues: :class:`_Queue` (one device's tasks sorted by key, in chunks
-of ``params._LOAD``), the lazy sources a queue is filled from (:class:`_Groups`, a full run's tasks
-grouped by device; :class:`_Dump`, the compiled sweep's linked lists dumped), and :func:`_gather`
+"""The Python sweep's device queues: :class:`DeviceQueue` (one device's tasks sorted by key, in chunks
+of ``params._LOAD``), the lazy sources a queue is filled from (:class:`DeviceGroups`, a full run's tasks
+grouped by device; :class:`QueueDump`, the compiled sweep's linked lists dumped), and :func:`gather_rows`
 (CSR rows, vectorized). The algorithm is in the package doc, :mod:`simulator.engine.delta`."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 from simulator.engine.delta import params
 
 
-class _Groups:
+class DeviceGroups:
     """The tasks of a full run grouped by device, in pop order (shared by the device queues, which
     take their slice on first use)."""
 
@@ -40,7 +40,7 @@ class _Groups:
         return ids, self.ready[ids]
 
 
-class _Queue:
+class DeviceQueue:
     """One device's tasks sorted by key (ready, id): a list of chunks (parallel lists of ready times and
     ids) plus each chunk's first key, so a lookup is two bisects and an insert / delete moves at most
     2 * _LOAD entries (one flat list would memmove O(n) per change).
@@ -55,7 +55,7 @@ class _Queue:
     __slots__ = ("R", "I", "fr", "fi", "src")
 
     def __init__(self, src=None):
-        self.src = src  # (_Groups, device) or None
+        self.src = src  # (DeviceGroups, device) or None
         if src is None:
             self.R, self.I, self.fr, self.fi = [], [], [], []
         else:
@@ -262,9 +262,9 @@ class _Queue:
         return prev, nxt
 
 
-class _Dump:
-    """Device queues dumped from the compiled sweep's linked lists (``_Queue`` source, like
-    :class:`_Groups`): ids of each device in key order and their ready times."""
+class QueueDump:
+    """Device queues dumped from the compiled sweep's linked lists (``DeviceQueue`` source, like
+    :class:`DeviceGroups`): ids of each device in key order and their ready times."""
 
     __slots__ = ("ids", "rs", "bounds")
 
@@ -276,7 +276,7 @@ class _Dump:
         return self.ids[a:b], self.rs[a:b]
 
 
-def _gather(ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray):
+def gather_rows(ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray):
     """The CSR entries of ``rows``: (position in ``rows`` of each entry's row, entry), vectorized."""
     starts = ptr[rows]
     cnt = ptr[rows + 1] - starts

@@ -10,8 +10,8 @@ import numpy as np
 
 from simulator.engine.core import simulate_arrays
 from simulator.engine.delta import params
-from simulator.engine.delta.queues import _gather, _Groups, _Queue
-from simulator.engine.delta.stats import _NAN, DeltaStats
+from simulator.engine.delta.queues import gather_rows, DeviceGroups, DeviceQueue
+from simulator.engine.delta.stats import NAN, DeltaStats
 from strategies.errors import SimulationError
 
 
@@ -159,8 +159,8 @@ class ResumeMixin:
         # edges inside the resumed part (a resumed task's successors are all resumed: they come
         # later in key order) and edges into it from final tasks
         new_id = np.full(n, -1, dtype=np.int64)
-        s_src, s_dst = _gather(ptr, idx, sub)
-        p_dst, p_src = _gather(pptr, pidx, sub)
+        s_src, s_dst = gather_rows(ptr, idx, sub)
+        p_dst, p_src = gather_rows(pptr, pidx, sub)
         fin = final[p_src]
         p_dst, p_src = p_dst[fin], p_src[fin]
         inj = np.zeros(sub.size)
@@ -172,7 +172,7 @@ class ResumeMixin:
         has[w_sub[w_sub != -1]] = True
         devs = np.flatnonzero(has)
         free = np.zeros(nd)
-        links = self._ll  # the compiled sweep's queues are patched instead of the _Queue objects
+        links = self._ll  # the compiled sweep's queues are patched instead of the DeviceQueue objects
         lasts = {}
         for d in devs.tolist():
             if links is not None:
@@ -267,7 +267,7 @@ class ResumeMixin:
                 return False
         if not sw.size:
             return True
-        for rows, other, out in ((_gather(ptr, idx, sw)) + (True,), (_gather(pptr, pidx, sw)) + (False,)):
+        for rows, other, out in ((gather_rows(ptr, idx, sw)) + (True,), (gather_rows(pptr, pidx, sw)) + (False,)):
             keep = final_of(other)
             x, y = sw[rows[keep]], other[keep]
             u, v = (x, y) if out else (y, x)
@@ -335,7 +335,7 @@ class ResumeMixin:
     def _full_nb(self, ptr, idx, count_changed: bool):
         """The compiled full run in place (:func:`~simulator.engine.delta.kernels_numba.full_run`):
         times, queue devices and linked-list queues written into the state by the engine loop itself;
-        the ``_Queue`` objects are rebuilt from the lists when a Python path needs them. Returns the
+        the ``DeviceQueue`` objects are rebuilt from the lists when a Python path needs them. Returns the
         changed count, or None on a cycle."""
         n = len(self._dur)
         self._state.allocate(n, count_changed)
@@ -357,9 +357,9 @@ class ResumeMixin:
         if self._n_live < n:
             order = order[alive[order]]
         self._lossy = bool(lossy)
-        # the linked lists are the queues now (_queues rebuilds the _Queue objects from them); the
+        # the linked lists are the queues now (_queues rebuilds the DeviceQueue objects from them); the
         # groups keep the run's order and devices for _links
-        self._groups = _Groups(order, self._dev_np, None, self._n_devices)
+        self._groups = DeviceGroups(order, self._dev_np, None, self._n_devices)
         self._device_queues = None
         self._q_fresh = True
         self._q_stale = True
@@ -392,7 +392,7 @@ class ResumeMixin:
         if self._n_live < n:
             dead = ~alive
             ready, start, end = ready.copy(), start.copy(), end.copy()
-            ready[dead] = start[dead] = end[dead] = _NAN
+            ready[dead] = start[dead] = end[dead] = NAN
         changed = 0
         if count_changed:  # NaN before (new, reused ids) != anything
             changed = int(np.count_nonzero(alive & ((start != S) | (end != E))))
@@ -412,8 +412,8 @@ class ResumeMixin:
         self._ll = None
         del R, S, E, lk, where
         self._lossy = bool(lossy)
-        groups = _Groups(order, self._dev_np, ready, self._n_devices)  # (set_devices, replace_tasks: freeze)
-        self._device_queues = [_Queue((groups, d)) for d in range(self._n_devices)]
+        groups = DeviceGroups(order, self._dev_np, ready, self._n_devices)  # (set_devices, replace_tasks: freeze)
+        self._device_queues = [DeviceQueue((groups, d)) for d in range(self._n_devices)]
         self._groups = groups
         self._q_fresh = True  # no queue changed since this run
         self._q_stale = False

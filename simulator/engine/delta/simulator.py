@@ -16,12 +16,12 @@ import numpy as np
 
 from simulator.engine.core import SimResult
 from simulator.engine.delta import params
-from simulator.engine.delta.compiled import CompiledSweepMixin, _delta_kernel
-from simulator.engine.delta.queues import _Queue
+from simulator.engine.delta.compiled import CompiledSweepMixin, delta_kernel
+from simulator.engine.delta.queues import DeviceQueue
 from simulator.engine.delta.resume import ResumeMixin
 from simulator.engine.delta.state import DeltaState
 from simulator.engine.delta.static import StaticResweepMixin
-from simulator.engine.delta.stats import _NAN, DeltaStats, _Abort, _extend, _zeros
+from simulator.engine.delta.stats import NAN, DeltaStats, SweepAbort, extend_array, zeros_array
 from simulator.engine.delta.sweep import SweepMixin
 from strategies.errors import SimulationError
 
@@ -60,7 +60,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             raise ValueError(f"budget {budget!r}: give a fraction of a full run (e.g. 0.05), None or 'auto'")
         self.budget = budget
         self.max_work = max_work
-        self._nb = _delta_kernel(params.DEFAULT_KERNEL if kernel is None else kernel)
+        self._nb = delta_kernel(params.DEFAULT_KERNEL if kernel is None else kernel)
         # full runs and resumes run the engine of the same kind as the sweep: compiled with the
         # compiled sweep, the Python loop with the Python sweep (never slower than a full run of it)
         self._engine = "python" if self._nb is None else "numba"
@@ -221,9 +221,9 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             # sorted, which numpy's stable sort exploits, then equal ready times by id; without numba
             # one sort by (ready, id)
             if self._nb is not None:
-                from simulator.engine.delta.static import _static_kernels
+                from simulator.engine.delta.static import static_kernels
                 order = order[np.argsort(R[order], kind="stable")]
-                _static_kernels().fix_ties(order, R)
+                static_kernels().fix_ties(order, R)
             else:
                 order = order[np.lexsort((order, R[order]))]
         elif self._order_moved:
@@ -329,7 +329,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         self._static_orders_stale()
         first = self._n_devices
         self._n_devices += int(k)
-        queues.extend(_Queue() for _ in range(k))
+        queues.extend(DeviceQueue() for _ in range(k))
         return first
 
     def replace_tasks(self, remove, durations=(), devices=(), edges=(), *, remove_edges=(),
@@ -421,7 +421,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             succ[x] = []
             pred[x] = []
             self._n_zero -= dur[x] == 0.0
-            R[x] = S[x] = E[x] = self._state.queue_key[x] = _NAN
+            R[x] = S[x] = E[x] = self._state.queue_key[x] = NAN
             where[x] = -1
             alive_np[x] = False
             dur[x] = 0.0  # a tombstone enters full runs as an isolated zero-duration task (package doc)
@@ -432,7 +432,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         grow = len(new_ids) - len(reused)
         if grow:
             self._state.grow(grow)
-            _extend(dur, _zeros("d", grow))
+            extend_array(dur, zeros_array("d", grow))
             dev.extend([0] * grow)
             alive.extend([False] * grow)
             succ.extend([] for _ in range(grow))
@@ -472,7 +472,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
     def _replacement_runs_in_full(self, rem, add, drop, new_ids) -> str:
         """A cheap up-front estimate for a task replacement with the compiled engine (package doc,
         "Compiled sweep"): replacements take the Python sweep, which costs ~4.5 us per re-timed task against
-        ~0.05 us per task for a compiled full run, behind a set-up of ~1-1.5 ms (the ``_Queue`` objects
+        ~0.05 us per task for a compiled full run, behind a set-up of ~1-1.5 ms (the ``DeviceQueue`` objects
         rebuilt from the linked lists, the dirty marks) that the race with the resume already counts
         against it; when more than ``params.RESUME_MAX_SHARE`` of the live tasks come after the
         earliest key the change touches (or the resume's cost model expects more than a full run on
@@ -644,22 +644,22 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
                 pace = (now - since) * rest / swept
                 k = params.PACE_ABORT if compiled else params.PACE_ABORT_PYTHON
                 if pace > k * est:
-                    raise _Abort(f"the sweep had passed {swept} tasks in {1e3 * (now - since):.2f} ms: at that "
+                    raise SweepAbort(f"the sweep had passed {swept} tasks in {1e3 * (now - since):.2f} ms: at that "
                                  f"pace the {rest} tasks after its point would take {1e3 * pace:.2f} ms, more than "
                                  f"{k:g} x the {1e3 * est:.2f} ms the engine is expected to take on "
                                  f"them", (r, x), processed)
                 if now < cap and now - t0 + est <= (1.0 + params.PACE_WASTE) * t_full:
                     return now + 0.1 * est
             if now >= cap:
-                raise _Abort(f"time budget spent after {work} tasks", (r, x), processed)
+                raise SweepAbort(f"time budget spent after {work} tasks", (r, x), processed)
             if now - since >= params.RESUME_RACE * est:
-                raise _Abort(f"the sweep had cost {1e3 * (now - since):.2f} ms after {work} tasks, more than "
+                raise SweepAbort(f"the sweep had cost {1e3 * (now - since):.2f} ms after {work} tasks, more than "
                              f"{params.RESUME_RACE} x the {1e3 * est:.2f} ms the engine is expected to take on the "
                              f"{rest} tasks after its point", (r, x), processed)
             # never more than (1 + FALLBACK_WASTE) full runs in all: the sweep so far plus the alternative
             limit = (1.0 + params.FALLBACK_WASTE) * t_full - est
             if now - t0 >= limit:
-                raise _Abort(f"the sweep had cost {1e3 * (now - t0):.2f} ms after {work} tasks: with the "
+                raise SweepAbort(f"the sweep had cost {1e3 * (now - t0):.2f} ms after {work} tasks: with the "
                              f"{1e3 * est:.2f} ms the engine is expected to take on the {rest} tasks after its "
                              f"point, more than {1 + params.FALLBACK_WASTE:g} full runs", (r, x), processed)
             nxt = min(cap, since + params.RESUME_RACE * est, t0 + limit)
@@ -684,7 +684,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             else:
                 processed, changed, moved, vacated, retimed_r, emax, lost = self._sweep(
                     heap, dirtied, self.max_work, deadline, guard, replan)
-        except _Abort as exc:
+        except SweepAbort as exc:
             if compiled:
                 dirtied = self._nb_marked
             if exc.at is not None:

@@ -5,7 +5,7 @@ write, indexed by task id.
 Every field is an ``array.array`` buffer: the Python loops index it directly (faster than numpy
 scalars) and the compiled kernels get ``np.frombuffer`` views of it, taken at each call and deleted
 after it (a live view blocks a resize). The id space grows only through :meth:`DeltaState.grow`,
-which extends through :func:`simulator.engine.delta.stats._extend` (collect once on ``BufferError``:
+which extends through :func:`simulator.engine.delta.stats.extend_array` (collect once on ``BufferError``:
 numba can leave a view alive in a reference cycle when a kernel compiles).
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.engine.delta.stats import _NAN, _extend, _zeros
+from simulator.engine.delta.stats import NAN, extend_array, zeros_array
 
 
 @dataclass(eq=False)
@@ -53,21 +53,21 @@ class DeltaState:
             for name in ("ready_time", "start_time", "end_time", "queue_key"):
                 setattr(self, name, array("d", bytes(8 * n)))
                 if count_changed and name != "queue_key":
-                    np.frombuffer(getattr(self, name), dtype=np.float64)[:] = _NAN
-            self.queue_device = _zeros("q", n)
+                    np.frombuffer(getattr(self, name), dtype=np.float64)[:] = NAN
+            self.queue_device = zeros_array("q", n)
         if self.sweep_status is None or len(self.sweep_status) != n:
-            self.sweep_status = _zeros("q", n)
-            self.pending_preds = _zeros("q", n)
-            self.new_ready = _zeros("d", n)
-            self.old_start = _zeros("d", n)
-            self.old_end = _zeros("d", n)
+            self.sweep_status = zeros_array("q", n)
+            self.pending_preds = zeros_array("q", n)
+            self.new_ready = zeros_array("d", n)
+            self.old_start = zeros_array("d", n)
+            self.old_end = zeros_array("d", n)
 
     def grow(self, k: int) -> None:
         """``k`` more ids at the end: no times (NaN), no queue entry, clear scratch."""
-        nan_block = array("d", [_NAN]) * k
+        nan_block = array("d", [NAN]) * k
         for arr in (self.ready_time, self.start_time, self.end_time, self.queue_key):
-            _extend(arr, nan_block)
-        _extend(self.queue_device, array("q", [-1]) * k)
+            extend_array(arr, nan_block)
+        extend_array(self.queue_device, array("q", [-1]) * k)
         for arr, code in ((self.sweep_status, "q"), (self.pending_preds, "q"), (self.new_ready, "d"),
                           (self.old_start, "d"), (self.old_end, "d")):
-            _extend(arr, _zeros(code, k))
+            extend_array(arr, zeros_array(code, k))

@@ -12,10 +12,10 @@ from array import array
 import numpy as np
 
 from simulator.engine.delta import params
-from simulator.engine.delta.queues import _Dump, _Queue
+from simulator.engine.delta.queues import QueueDump, DeviceQueue
 
 
-def _static_kernels():
+def static_kernels():
     """:mod:`simulator.engine.delta.kernels_static` (numba is installed when this is asked)."""
     import simulator.engine.delta.kernels_static as ks
     return ks
@@ -29,7 +29,7 @@ class StaticResweepMixin:
     _rs_scratch = None
     _walk = None  # (order, inverse) for the dense walk, see _walk_order; None: taken when needed
     _pl = None  # the Python re-sweep's device lists, see _py_links; None: taken when needed
-    _q_rekey = False  # True while the _Queue objects hold keys older than a Python re-sweep's
+    _q_rekey = False  # True while the DeviceQueue objects hold keys older than a Python re-sweep's
 
     def _static_wanted(self) -> bool:
         """Try the static re-sweep on this change? Not with a work limit or a budget other than
@@ -84,7 +84,7 @@ class StaticResweepMixin:
         keys, marked dirty in ``dirtied``). Returns the change's :class:`DeltaStats`, or None when
         the check refused it or its time ran out: the state is then as it was (the changed tasks
         still marked), for the ordinary sweep."""
-        ks = _static_kernels()
+        ks = static_kernels()
         qh, qt, qn, qp = self._links()
         n = len(self._dur)
         hx, hr, marks, done, oR, oS, oE, rr = self._scratch(n)
@@ -141,7 +141,7 @@ class StaticResweepMixin:
         ks.clear(st, marks, int(cnt[ks.S_MARK]))
         del R, S, E, lk, st
         self._static_fails = 0
-        self._q_stale = True  # the _Queue objects hold the old keys; the linked lists are current
+        self._q_stale = True  # the DeviceQueue objects hold the old keys; the linked lists are current
         if flt[ks.G_LOSSY]:
             self._lossy = True
         nrr = int(cnt[ks.S_RR])
@@ -160,7 +160,7 @@ class StaticResweepMixin:
 
     def _static_orders_stale(self) -> None:
         """Something other than a static re-sweep changes the timeline (device queues may move):
-        drop the orders the re-sweeps keep (after bringing the ``_Queue`` keys up to date)."""
+        drop the orders the re-sweeps keep (after bringing the ``DeviceQueue`` keys up to date)."""
         if self._q_rekey:
             self._requeue()
         self._walk = self._pl = None
@@ -195,11 +195,11 @@ class StaticResweepMixin:
         return self._pl
 
     def _requeue(self) -> None:
-        """The ``_Queue`` objects from the Python re-sweep's lists with the current keys (the device
+        """The ``DeviceQueue`` objects from the Python re-sweep's lists with the current keys (the device
         orders did not change; only keys did)."""
         ids, bounds = self._pl[0], self._pl[1]
-        dump = _Dump(ids, np.frombuffer(self._state.queue_key, dtype=np.float64)[ids], bounds)
-        self._device_queues = [_Queue((dump, d)) for d in range(self._n_devices)]
+        dump = QueueDump(ids, np.frombuffer(self._state.queue_key, dtype=np.float64)[ids], bounds)
+        self._device_queues = [DeviceQueue((dump, d)) for d in range(self._n_devices)]
         self._q_rekey = False
 
     def _resweep_py(self, t0, heap, dirtied, guard, stats, mk_lost):
@@ -319,7 +319,7 @@ class StaticResweepMixin:
         for x in marks:
             st[x] = 0
         self._static_fails = 0
-        self._q_rekey = True  # the _Queue objects hold the old keys (_queues rebuilds them)
+        self._q_rekey = True  # the DeviceQueue objects hold the old keys (_queues rebuilds them)
         if lossy:
             self._lossy = True
         if self._order_cache is not None and rr:

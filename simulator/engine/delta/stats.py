@@ -1,14 +1,14 @@
-"""What a change reports (:class:`DeltaStats`), the sweep's internal give-up signal (:class:`_Abort`)
+"""What a change reports (:class:`DeltaStats`), the sweep's internal give-up signal (:class:`SweepAbort`)
 and small helpers shared by the modules of :mod:`simulator.engine.delta`."""
 from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
 
-_NAN = float("nan")
+NAN = float("nan")
 
 
-class _Abort(Exception):
+class SweepAbort(Exception):
     """Internal: the sweep gives up (budget spent or a zero-duration guard fired). ``at``: the sweep
     point ``(ready, id)`` of the event just handled when the sweep stopped for budget or work (every
     list entry with a key up to it is final), None when a guard fired; ``processed``: tasks
@@ -52,11 +52,11 @@ class DeltaStats:
     static: bool = False
 
 
-def _zeros(typecode: str, n: int) -> array:
+def zeros_array(typecode: str, n: int) -> array:
     return array(typecode, bytes(8 * n))
 
 
-def _extend(arr: array, block) -> None:
+def extend_array(arr: array, block) -> None:
     """``arr.extend(block)`` for the state's arrays, which numpy views (``np.frombuffer``) pass to the
     kernels. A view still referenced from a reference cycle blocks the resize (``BufferError``) until
     the collector frees it: numba leaves one behind when a kernel compiles on its first call with the

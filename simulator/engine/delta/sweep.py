@@ -10,17 +10,17 @@ import time
 import numpy as np
 
 from simulator.engine.delta import params
-from simulator.engine.delta.queues import _gather
-from simulator.engine.delta.stats import _Abort
+from simulator.engine.delta.queues import gather_rows
+from simulator.engine.delta.stats import SweepAbort
 
 
 def _first_backward_edge(tasks, R, ptr, idx, pptr, pidx):
     """The first edge at one of ``tasks`` (in their order; a task's successors before its
     predecessors, each in CSR order) that goes backwards in (ready, id) order, as (u, v), or None."""
-    row_s, v = _gather(ptr, idx, tasks)
+    row_s, v = gather_rows(ptr, idx, tasks)
     xs = tasks[row_s]
     bad_s = (R[v] < R[xs]) | ((R[v] == R[xs]) & (v < xs))
-    row_p, u = _gather(pptr, pidx, tasks)
+    row_p, u = gather_rows(pptr, pidx, tasks)
     xp = tasks[row_p]
     bad_p = (R[xp] < R[u]) | ((R[xp] == R[u]) & (xp < u))
     ks = int(row_s[bad_s].min()) if bad_s.any() else tasks.shape[0]
@@ -113,7 +113,7 @@ class SweepMixin:
                 nr[z] = R[z]
                 push(heap, (R[z], z))
             elif sz == 2:
-                raise _Abort("zero-duration tie: a processed task's queue predecessor changed")
+                raise SweepAbort("zero-duration tie: a processed task's queue predecessor changed")
 
         def block_successors(y):
             """y may be processed after its successors' keys: they wait for it (pend)."""
@@ -126,7 +126,7 @@ class SweepMixin:
                     if where[v] != -1:
                         push(heap, (lk[v], v))  # vacate it there if it is still waiting
                 elif sv == 2:
-                    raise _Abort("zero-duration tie: a processed task's predecessor changed")
+                    raise SweepAbort("zero-duration tie: a processed task's predecessor changed")
 
         def relocate(y, new, sy):
             """y (pend 0) gets the new ready time ``new``: move its entry there now."""
@@ -137,7 +137,7 @@ class SweepMixin:
                 push(heap, (new, y))
                 return
             if w != -1 and guard and (lk[y] < Kr or (lk[y] == Kr and y < Kx)):
-                raise _Abort("zero-duration tie: a task behind the sweep changed")
+                raise SweepAbort("zero-duration tie: a task behind the sweep changed")
             if w == d:
                 z, z2 = Q[d].move(lk[y], y, new)
                 if z >= 0:
@@ -166,7 +166,7 @@ class SweepMixin:
                 continue  # clean or done: a stale event
             if guard:
                 if r < Kr or (r == Kr and x < Kx):
-                    raise _Abort("zero-duration tie: an event fell behind the sweep")
+                    raise SweepAbort("zero-duration tie: an event fell behind the sweep")
                 Kr, Kx = r, x
             if not pend[x] and nr[x] == r:
                 # ---- process x at its final key (r, x)
@@ -185,7 +185,7 @@ class SweepMixin:
                     if not guard:
                         # the addition lost a positive duration to rounding, so x ends when it
                         # starts and an edge can tie; the no-guard argument needs E > S
-                        raise _Abort(f"positive duration lost to rounding: task {x} ({dur[x]!r} s) "
+                        raise SweepAbort(f"positive duration lost to rounding: task {x} ({dur[x]!r} s) "
                                      f"starts and ends at {s!r} s")
                     self._lossy = True  # later changes keep the guards (package doc)
                 oe = E[x]
@@ -213,7 +213,7 @@ class SweepMixin:
                 processed += 1
                 work += 1
                 if work == limit:
-                    raise _Abort(f"work limit of {limit} tasks reached", (r, x), processed)
+                    raise SweepAbort(f"work limit of {limit} tasks reached", (r, x), processed)
                 if timed and not work & 31 and clock() > deadline:
                     deadline = replan(r, x, processed, work)
                 if mark_next and z != -1:
@@ -240,7 +240,7 @@ class SweepMixin:
                         if sy == 0:
                             cur = R[y]
                         elif sy == 2:
-                            raise _Abort("zero-duration tie: a processed task's predecessor changed")
+                            raise SweepAbort("zero-duration tie: a processed task's predecessor changed")
                         else:
                             cur = nr[y]
                         if e > cur:
@@ -267,7 +267,7 @@ class SweepMixin:
                 vacated += 1
                 work += 1
                 if work == limit:
-                    raise _Abort(f"work limit of {limit} tasks reached", (r, x), processed)
+                    raise SweepAbort(f"work limit of {limit} tasks reached", (r, x), processed)
                 if timed and not work & 31 and clock() > deadline:
                     deadline = replan(r, x, processed, work)
                 if sx != 3:
