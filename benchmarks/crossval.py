@@ -32,8 +32,8 @@ The method, as run:
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 from strategies.fitted import Constant, Fit
 
@@ -309,5 +309,17 @@ def format_cv(full: Refit, rows: list[GroupCV], fits: tuple[Fit, ...], *, markdo
     return "\n".join(lines)
 
 
-__all__ = ["match", "objective", "argmin_unimodal", "search_fit", "refit", "Refit", "applies",
-           "patch_strategy", "Evaluator", "GroupCV", "cross_validate", "format_cv"]
+__all__ = [
+    "Evaluator",
+    "GroupCV",
+    "Refit",
+    "applies",
+    "argmin_unimodal",
+    "cross_validate",
+    "format_cv",
+    "match",
+    "objective",
+    "patch_strategy",
+    "refit",
+    "search_fit",
+]

@@ -47,8 +47,8 @@ import time
 
 import numpy as np
 
-from simulator.engine.delta.simulator import DeltaSimulator
 from simulator.engine.core import simulate_arrays
+from simulator.engine.delta.simulator import DeltaSimulator
 from taskgraph.graph import CAT, Device, TaskGraph, csr_from_edges
 
 

@@ -123,8 +123,8 @@ def cli_time(root: Path, path: Path, repeat: int, other: Path | None = None) -> 
 
 def bench_example(name: str, repeat: int, cli_repeat: int, baseline: Path | None = None) -> dict:
     from simulator.engine.core import simulate
-    from simulator.reports.report import report
     from simulator.engine.dispatch import lower_and_simulate
+    from simulator.reports.report import report
     from simulator.reports.training import training_report
     from strategies.strategy_file import load_strategy
     from taskgraph.costing import build_work

@@ -100,13 +100,11 @@ def _list(v) -> str:
 
 
 def _table(out: io.StringIO, t: dict) -> None:
-    for a in ("m", "n", "k"):
-        out.write(f"    {a}: {_list(t[a])}\n")
+    out.writelines(f"    {a}: {_list(t[a])}\n" for a in ("m", "n", "k"))
     out.write("    fraction:\n")
     for block in t["fraction"]:
         out.write("      -\n")
-        for line in block:
-            out.write(f"        - {_list(line)}\n")
+        out.writelines(f"        - {_list(line)}\n" for line in block)
 
 
 def generate() -> str:

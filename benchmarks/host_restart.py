@@ -31,8 +31,8 @@ zeroes the difference of their errors (the pair shares its compute, so only the 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 DEFAULT_ROWS = "ZB-*,K22-175B-*"
 HOST_US = (10.0, 25.0)

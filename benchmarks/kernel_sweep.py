@@ -163,7 +163,7 @@ def _gemm_shapes(quick: bool) -> list[tuple]:
 def _gemm_call(torch, dev, dtype, pass_, m, n, k):
     """A callable running the GEMM of ``pass_`` with the layout a linear layer uses for it."""
     g = torch.Generator(device=dev).manual_seed(m * 31 + n * 7 + k)
-    r = lambda *s: torch.randn(*s, device=dev, dtype=dtype, generator=g)  # noqa: E731
+    r = lambda *s: torch.randn(*s, device=dev, dtype=dtype, generator=g)
     if pass_ == "fwd":          # y[m, n] = x[m, k] @ W[n, k]^T
         x, w = r(m, k), r(n, k)
         return lambda: torch.mm(x, w.t())
@@ -200,7 +200,7 @@ def run_fp8(torch, dev, timer, quick, deadline) -> list[dict]:
             break
         a = torch.randn(m, k, device=dev).to(torch.float8_e4m3fn)
         b = torch.randn(n, k, device=dev).to(torch.float8_e4m3fn).t()   # column-major [k, n]: cuBLASLt's TN
-        f = lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)  # noqa: E731
+        f = lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
         try:
             t = timer(f)
         except RuntimeError as e:   # a shape the fp8 kernels refuse (alignment): recorded, not fatal
@@ -233,7 +233,7 @@ def run_grouped(torch, dev, timer, quick, deadline) -> list[dict]:
                                 m=m, n=n, k=k, groups=groups)
                     if have:
                         offs = torch.arange(1, groups + 1, device=dev, dtype=torch.int32) * m
-                        f = lambda: torch._grouped_mm(x, wt.transpose(-2, -1), offs=offs)  # noqa: E731
+                        f = lambda: torch._grouped_mm(x, wt.transpose(-2, -1), offs=offs)
                         try:
                             t = timer(f)
                             rows.append(dict(base, kernel="torch._grouped_mm", time_us=t * 1e6, tflops=flop / t / 1e12))
@@ -242,7 +242,7 @@ def run_grouped(torch, dev, timer, quick, deadline) -> list[dict]:
                                              error=str(e).splitlines()[0][:80]))
                     if groups <= 8 or quick:
                         xs = x.view(groups, m, k)
-                        f = lambda: [torch.mm(xs[i], wt[i].t()) for i in range(groups)]  # noqa: E731
+                        f = lambda: [torch.mm(xs[i], wt[i].t()) for i in range(groups)]
                         t = timer(f)
                         rows.append(dict(base, kernel="loop torch.mm", time_us=t * 1e6, tflops=flop / t / 1e12))
                     del x, wt
@@ -256,11 +256,11 @@ def _time_sdpa(torch, timer, be, q, k, v, causal: bool, fwd_flop: float, base: d
     from torch.nn.attention import sdpa_kernel
     try:
         with sdpa_kernel([be]):
-            fw = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, **kw)  # noqa: E731
+            fw = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, **kw)
             t_f = timer(fw, warmup=1)
             out = fw()
             dout = torch.randn_like(out)
-            bw = lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)  # noqa: E731
+            bw = lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
             t_b = timer(bw, warmup=1)
     except RuntimeError as e:
         return [dict(base, **{"pass": "fwd"}, time_us="", tflops="", error=str(e).splitlines()[0][:80])]
@@ -384,7 +384,7 @@ def run_host(torch, dev, timer, quick, deadline) -> list[dict]:
                                                norm_first=True, device=dev, dtype=torch.bfloat16)
         x = torch.randn(1, s_len, hdim, device=dev, dtype=torch.bfloat16, requires_grad=True)
         mask = torch.nn.Transformer.generate_square_subsequent_mask(s_len, device=dev, dtype=torch.bfloat16)
-        fw = lambda: blk(x, src_mask=mask, is_causal=True)  # noqa: E731
+        fw = lambda: blk(x, src_mask=mask, is_causal=True)
         for _ in range(3):
             fw().sum().backward()
         timer.sync()
@@ -439,7 +439,7 @@ def run_grouped_grid(torch, dev, timer, quick, deadline) -> list[dict]:
                     return rows
                 x = torch.randn(groups * m, k, device=dev, dtype=torch.bfloat16)
                 offs = torch.arange(1, groups + 1, device=dev, dtype=torch.int32) * m
-                f = lambda: torch._grouped_mm(x, wt.transpose(-2, -1), offs=offs)  # noqa: E731
+                f = lambda: torch._grouped_mm(x, wt.transpose(-2, -1), offs=offs)
                 base = dict(family="grouped_grid", label="", dtype="bf16", kernel="torch._grouped_mm",
                             **{"pass": "fwd"}, m=m, n=n, k=k, groups=groups)
                 try:
@@ -466,7 +466,7 @@ def run_fp8_grid(torch, dev, timer, quick, deadline) -> list[dict]:
                     return rows
                 a = torch.randn(m, k, device=dev).to(torch.float8_e4m3fn)
                 b = torch.randn(n, k, device=dev).to(torch.float8_e4m3fn).t()
-                f = lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)  # noqa: E731
+                f = lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
                 t = timer(f)
                 rows.append(dict(family="fp8_grid", label="", dtype="fp8", kernel="torch._scaled_mm", **{"pass": "fwd"},
                                  m=m, n=n, k=k, groups=1, time_us=t * 1e6, tflops=2.0 * m * n * k / t / 1e12))
@@ -566,7 +566,7 @@ def run_host_llama(torch, dev, timer, quick, deadline) -> list[dict]:
             ang = torch.outer(torch.arange(s, device=dev, dtype=torch.float32),
                               1.0 / (10000 ** (torch.arange(0, hd, 2, device=dev, dtype=torch.float32) / hd)))
             freqs = torch.polar(torch.ones_like(ang), ang)[None, :, None, :]
-            fw = lambda: fwd_mod(x, freqs)  # noqa: E731
+            fw = lambda: fwd_mod(x, freqs)
             for _ in range(3):
                 fw().sum().backward()
             timer.sync()

@@ -175,6 +175,7 @@ class _Null:
 
 def run_real(mode, world, m, steps, out: Path) -> dict:
     import torch.multiprocessing as mp
+
     from simulator.profiling.collectives import _free_port
     trace_dir = out / f"traces-{mode}"
     trace_dir.mkdir(parents=True, exist_ok=True)
@@ -262,7 +263,7 @@ def trace_account(trace_file) -> dict:
     steps = sorted((ts, ts + dur) for e, _, ts, dur in host if str(e.get("name", "")).startswith("ProfilerStep#"))
     steps = steps[:-1] if len(steps) > 1 else steps        # the last step is cut short (HTA's rule)
     optim = [(ts, ts + dur) for e, _, ts, dur in host if str(e.get("name", "")).startswith("Optimizer.step")]
-    within = lambda spans, t: any(a <= t < b for a, b in spans)  # noqa: E731
+    within = lambda spans, t: any(a <= t < b for a, b in spans)
     logits, params = MICRO_BATCH * SEQ * MODEL["vocab"], _param_shapes()
     out: dict = {}
     for k in _leaf_ops(host, None, False):

@@ -87,6 +87,7 @@ def reference_path(strategy):
 def breakdown(strategy, reps: int = 31) -> dict[str, float]:
     """Median milliseconds of each step of one warm evaluation."""
     import numpy as np
+
     from simulator.engine.static_order import _layout_order, static_order_timeline
     from simulator.search.evaluate import _layout_busy, _metrics, _peaks
     from taskgraph.costing import build_work
@@ -237,9 +238,10 @@ def main(argv=None) -> int:
     ap.add_argument("--no-ray", action="store_true", help="skip the Ray comparison")
     ap.add_argument("--search-only", action="store_true", help="only section 4 (execsim search)")
     args = ap.parse_args(argv)
+    import pandas as pd
+
     from simulator.search.evaluate import evaluate, grid, sweep
     from strategies.strategy_file import load_strategy
-    import pandas as pd
 
     s = load_strategy(GPT3)
     if args.cold:
@@ -343,6 +345,7 @@ def pure_python_kernels(on: bool) -> bool:
 def search_section(s, args) -> None:
     """Section 4 of the module docstring."""
     import os
+
     from simulator.search.backends import Job, evaluate_row, evaluate_rows, ray_available
     from simulator.search.space import SearchSpace, context, enumerate_space
     from simulator.search.strategy_search import search
@@ -430,6 +433,7 @@ def search_section(s, args) -> None:
 
 def mcmc_section(s, exhaustive, rep) -> None:
     import random
+
     from simulator.search.strategy_search import search
     opt = exhaustive.table.iloc[0]["days_to_train"]
     ok = exhaustive.table[exhaustive.table["meets"]]
@@ -458,6 +462,7 @@ def mcmc_section(s, exhaustive, rep) -> None:
 def delta_section(s) -> None:
     """Delta re-simulation vs the full static-order sweep for local changes of the GPT-3 example."""
     import numpy as np
+
     from simulator.engine.delta.simulator import DeltaSimulator
     from simulator.engine.static_order import _layout_order, static_order_timeline
     from taskgraph.costing import build_work

@@ -58,8 +58,8 @@ def main(argv=None) -> int:
     from benchmarks.trace_reference import write_chrome_trace as old_write
     from simulator.cli.common import load_input, simulate_one
     from simulator.cli.simulate import _memory_counters
-    from simulator.reports.memory import memory_report
     from simulator.outputs.trace import write_chrome_trace as new_write
+    from simulator.reports.memory import memory_report
 
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, Python "
           f"{sys.version.split()[0]}, numpy {np.__version__}")

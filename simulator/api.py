@@ -60,14 +60,40 @@ _LAZY = {
     "memory_margin": "simulator.reports.intervals",
 }
 
-__all__ = sorted([
-    "SimResult", "simulate", "simulate_arrays", "lower", "lower_and_simulate",
-    "MemoryReport", "format_memory_report", "memory_report",
-    "CriticalPath", "Report", "critical_path", "format_report", "report",
-    "TrainingReport", "format_training_report", "training_report",
-    "estimate_run_tasks", "Simulation", "pipeline_schedule", "simulate_pipeline", "with_vpp",
-    "StrategySimulation", "simulate_strategy", "WhatIf", "parse_what_if", "what_if",
-    "PipelineSpec", "load_pipeline", "Strategy", "load_strategy", "example_path", *_LAZY])
+__all__ = [
+    "CriticalPath",
+    "MemoryReport",
+    "PipelineSpec",
+    "Report",
+    "SimResult",
+    "Simulation",
+    "Strategy",
+    "StrategySimulation",
+    "TrainingReport",
+    "WhatIf",
+    "critical_path",
+    "estimate_run_tasks",
+    "example_path",
+    "format_memory_report",
+    "format_report",
+    "format_training_report",
+    "load_pipeline",
+    "load_strategy",
+    "lower",
+    "lower_and_simulate",
+    "memory_report",
+    "parse_what_if",
+    "pipeline_schedule",
+    "report",
+    "simulate",
+    "simulate_arrays",
+    "simulate_pipeline",
+    "simulate_strategy",
+    "training_report",
+    "what_if",
+    "with_vpp",
+]
+__all__ = sorted(__all__ + list(_LAZY))
 
 
 def __getattr__(name: str):

@@ -43,7 +43,7 @@ class Action:
         return f"{self.stage}{self.kind}{self.mb}"
 
     @classmethod
-    def parse(cls, text: str) -> "Action":
+    def parse(cls, text: str) -> Action:
         """Parse ``'2F0'`` back into ``Action(2, 'F', 0)``.
 
         >>> Action.parse("2F0")
@@ -226,7 +226,7 @@ class Overlap:
         return f"({self.forward};{self.backward}){OVERLAP_KIND}"
 
     @classmethod
-    def parse(cls, text: str) -> "Overlap":
+    def parse(cls, text: str) -> Overlap:
         """Parse ``'(0F14;1B10)OVERLAP_F_B'`` back into an ``Overlap``.
 
         >>> Overlap.parse("(3F2;0B0)OVERLAP_F_B").sub_actions
@@ -241,7 +241,7 @@ class Overlap:
         return cls(Action.parse(m.group(1)), Action.parse(m.group(2)))
 
 
-def parse_entry(text: str) -> "Action | Overlap":
+def parse_entry(text: str) -> Action | Overlap:
     """Parse one schedule entry: a plain action (``'2F0'``) or an overlapped pair.
 
     >>> parse_entry("2F0")

@@ -5,8 +5,8 @@ did-you-mean. Used by the pipeline file, the strategy file, model and topology l
 """
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from strategies.errors import ConfigError, brief
 from strategies.limits import MAX_INT

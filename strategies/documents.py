@@ -29,8 +29,17 @@ import yaml
 from strategies.errors import ConfigError, brief, cut
 from strategies.limits import MAX_CSV_BYTES, MAX_DOCUMENT_BYTES, MAX_TRACE_BYTES
 
-__all__ = ["read_text", "read_csv_text", "parse_document", "load_document", "parse_scalar", "check_finite",
-           "load_trace_json", "files_read", "forget_files_read"]
+__all__ = [
+    "check_finite",
+    "files_read",
+    "forget_files_read",
+    "load_document",
+    "load_trace_json",
+    "parse_document",
+    "parse_scalar",
+    "read_csv_text",
+    "read_text",
+]
 
 #: Every file this process has read through this module (its real path), in reading order: the inputs
 #: no output may replace (``simulator.outputs.files`` checks each output against them, before the work

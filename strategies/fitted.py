@@ -16,10 +16,11 @@ group at a time. The reader sits on the lowest floor (``strategies/``) because t
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from strategies.errors import ConfigError, brief
 
@@ -262,5 +263,14 @@ def resolve_fitted(entry: Mapping, table: Mapping[str, Any], where: str) -> dict
     return out
 
 
-__all__ = ["Fit", "Constant", "Search", "load_fits", "constants", "fitted_value", "catalog_values",
-           "resolve_fitted", "FITTED_PATH"]
+__all__ = [
+    "FITTED_PATH",
+    "Constant",
+    "Fit",
+    "Search",
+    "catalog_values",
+    "constants",
+    "fitted_value",
+    "load_fits",
+    "resolve_fitted",
+]

@@ -273,7 +273,7 @@ def parse_goodput(d: Any) -> GoodputSpec:
         per = fd.get("per")
         if per is not None and per not in PER:
             raise ConfigError(f"{where}.per = {per!r} must be one of {', '.join(PER)}")
-        opt = lambda k, get=get_float, **kw: get(fd, k, where, default=None, **kw) if k in fd else None  # noqa: E731
+        opt = lambda k, get=get_float, **kw: get(fd, k, where, default=None, **kw) if k in fd else None
         o = FailureOverride(str(name), opt("rate_per_device_hour"), per, opt("detection_s"),
                             opt("needs_repair", get_bool), opt("rate_per_hour"), opt("ref_gpus", get_int, minimum=1),
                             opt("size_exponent"), opt("shape", positive=True))
@@ -373,7 +373,7 @@ def _domains(v: Any) -> tuple[DomainSpec, ...]:
         fd = _section(fd, DOMAIN_KEYS, w)
         if "nodes" not in fd:
             raise ConfigError(f"missing required field '{w}.nodes': add it (the nodes one event takes down)")
-        opt = lambda k: get_float(fd, k, w, default=None) if k in fd else None  # noqa: E731
+        opt = lambda k: get_float(fd, k, w, default=None) if k in fd else None
         out.append(DomainSpec(str(name), get_int(fd, "nodes", w, minimum=1), opt("rate_per_domain_hour"),
                               opt("detection_s"), opt("repair_hours"),
                               get_float(fd, "shape", w, default=1.0, positive=True)))

@@ -271,7 +271,7 @@ class Fields:
     def has(self, key: str) -> bool:
         return self.data.get(key) is not None
 
-    def section(self, key: str) -> "Fields":
+    def section(self, key: str) -> Fields:
         """The sub-mapping ``key`` (absent or null: empty); anything else is refused."""
         v = self.data.get(key)
         if v is not None and not isinstance(v, dict):

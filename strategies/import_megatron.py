@@ -5,8 +5,15 @@ import re
 from typing import Any
 
 from strategies.errors import ConfigError
-from strategies.import_common import (TOKENIZER_VOCAB, Imported, moe_capacity_options, cluster_mapping, recompute_fields, named_tokenizer_vocab,
-                                      moe_dispatch_options)
+from strategies.import_common import (
+    TOKENIZER_VOCAB,
+    Imported,
+    cluster_mapping,
+    moe_capacity_options,
+    moe_dispatch_options,
+    named_tokenizer_vocab,
+    recompute_fields,
+)
 from strategies.megatron_log import is_megatron_log, measured_iteration_ms, read_megatron_log
 from strategies.shell_args import LaunchWords, launch_words, unset_error
 

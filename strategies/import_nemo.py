@@ -12,8 +12,17 @@ import re
 from typing import Any
 
 from strategies.errors import ConfigError
-from strategies.import_common import (Fields, Imported, moe_capacity_options, cluster_mapping, recompute_fields, named_tokenizer_vocab, walk_keys,
-                                      check_expanded_size, moe_dispatch_options)
+from strategies.import_common import (
+    Fields,
+    Imported,
+    check_expanded_size,
+    cluster_mapping,
+    moe_capacity_options,
+    moe_dispatch_options,
+    named_tokenizer_vocab,
+    recompute_fields,
+    walk_keys,
+)
 from strategies.limits import MAX_DOCUMENT_BYTES, MAX_GPUS
 
 W = "nemo recipe: "

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from strategies.errors import ConfigError
-from strategies.import_common import Imported, recompute_fields, named_tokenizer_vocab, moe_dispatch_options
+from strategies.import_common import Imported, moe_dispatch_options, named_tokenizer_vocab, recompute_fields
 from strategies.pyrecipe import Ref, Unknown, evaluate_recipe, parse_recipe, plain, recipe_functions, short
 
 #: Where each framework keeps the sections: model fields, parallel sizes, DDP, precision, data,
@@ -410,7 +410,7 @@ def layout_stages(layout: Any, layers: int, stages: int, where: str) -> list:
     else:
         text = str(layout).replace(",", "")
         for pattern in _UNROLL:
-            def unroll(mt: "re.Match") -> str:
+            def unroll(mt: re.Match) -> str:
                 n = int(mt.group(2))
                 if n * len(mt.group(1)) > 1_000_000:
                     raise ConfigError(f"{where}: pipeline_model_parallel_layout unrolls to over 1,000,000 characters")

@@ -14,7 +14,7 @@ import statistics
 
 from strategies.config import did_you_mean
 from strategies.errors import ConfigError
-from strategies.import_common import Fields, Imported, cluster_mapping, check_expanded_size
+from strategies.import_common import Fields, Imported, check_expanded_size, cluster_mapping
 from strategies.limits import MAX_GPUS
 
 # ------------------------------------------------------------------------------------------ torchtitan
@@ -156,7 +156,7 @@ def _no_datetimes(d: dict, prefix: str = "") -> None:
 #: mapping job.save_config_file writes as JSON
 LOG_MARKER = "Running with configs:"
 #: prefixes torchrun puts before each line of a rank's output (--tee / --local-ranks-filter)
-_RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]:", re.M)
+_RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]:", re.MULTILINE)
 
 
 #: where parse_torchtitan leaves a log's measured tokens/s per GPU for import_torchtitan (not a job field)

@@ -22,7 +22,8 @@ such as ``--ffn-hidden-size`` = 4h, or 8h/3 rounded down to a multiple of 64 wit
 (2, 'bf16', ('--lr',))
 """
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from strategies.config import did_you_mean
 from strategies.errors import ConfigError
@@ -30,7 +31,6 @@ from strategies.import_common import TOKENIZER_VOCAB, Imported  # noqa: F401  (r
 from strategies.import_megatron import import_megatron
 from strategies.import_nemo import import_nemo
 from strategies.import_torchtitan import TORCHTITAN_FLAVORS, TORCHTITAN_SCHEDULES, import_torchtitan  # noqa: F401
-
 
 #: source kind -> importer (text or mapping in, Imported out)
 IMPORTERS: dict[str, Callable[..., Imported]] = {"megatron": import_megatron, "nemo": import_nemo,
@@ -45,7 +45,7 @@ def parse_source(kind: str, text: str) -> Any:
     if kind == "megatron":
         return text
     if kind == "nemo":
-        from strategies.documents import parse_document   # duplicate keys, non-finite numbers refused
+        from strategies.documents import parse_document  # duplicate keys, non-finite numbers refused
         head = text.lstrip()[:4000]
         if head.startswith(("import ", "from ", "def ", "#!/usr/bin/env python")) or "nemo_run" in head \
                 or "from nemo.collections.llm" in head:
@@ -54,7 +54,7 @@ def parse_source(kind: str, text: str) -> Any:
                               "recipe is a program whose settings exist only when it runs: not supported. Write "
                               "its settings as a strategy file, or use the launcher's YAML")
         return parse_document(text, "nemo recipe")
-    from strategies.import_torchtitan import parse_torchtitan   # a TOML, or the job config a run logged
+    from strategies.import_torchtitan import parse_torchtitan  # a TOML, or the job config a run logged
     return parse_torchtitan(text)
 
 
@@ -63,7 +63,7 @@ def is_python(text: str, origin: str | None = None) -> bool:
     if origin and str(origin).endswith(".py"):
         return True
     import re
-    return re.search(r"^(import [\w.]+|from [\w.]+ import |def \w+\()", text[:20000], re.M) is not None
+    return re.search(r"^(import [\w.]+|from [\w.]+ import |def \w+\()", text[:20000], re.MULTILINE) is not None
 
 
 def import_config(kind: str, source: Any, *, cluster: str | None = None, nodes: int | None = None,
@@ -93,8 +93,8 @@ def import_config(kind: str, source: Any, *, cluster: str | None = None, nodes: 
         source = parse_source(kind, source) if isinstance(source, str) else dict(source)
         apply_sets(source, dotted_sets(sets, kind), origin or kind)
     elif sets:
-        raise ConfigError(f"--set sets fields of a configuration file or Python recipe; a Megatron launch script's "
-                          f"values are its flags and variables: use --env NAME=VALUE")
+        raise ConfigError("--set sets fields of a configuration file or Python recipe; a Megatron launch script's "
+                          "values are its flags and variables: use --env NAME=VALUE")
     if kind not in IMPORTERS:
         raise ConfigError(f"import kind {kind!r} is not one of {', '.join(IMPORTERS)}{did_you_mean(kind, IMPORTERS)}")
     if env and kind != "megatron":

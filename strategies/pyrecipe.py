@@ -42,11 +42,32 @@ from pathlib import Path
 from typing import Any
 
 from strategies.errors import ConfigError
-
-from strategies.pyrecipe_values import (BINOPS, BUILTINS, CMPOPS, MAX_AST_NODES, MAX_DEPTH,  # noqa: F401
-                                       MAX_FILES, MAX_TOTAL_BYTES, MAX_ITEMS, MAX_RECIPE_BYTES, MAX_STEPS, STR_METHODS, Library, Node,
-                                       Ref, Unknown, bounded, builtin_method, materialise, parse_recipe, plain, short)
-from strategies.pyrecipe_values import ClassInfo, FuncDef, Module  # noqa: F401 (the reader's records)
+from strategies.pyrecipe_values import (  # noqa: F401  # noqa: F401 (the reader's records)
+    BINOPS,
+    BUILTINS,
+    CMPOPS,
+    MAX_AST_NODES,
+    MAX_DEPTH,
+    MAX_FILES,
+    MAX_ITEMS,
+    MAX_RECIPE_BYTES,
+    MAX_STEPS,
+    MAX_TOTAL_BYTES,
+    STR_METHODS,
+    ClassInfo,
+    FuncDef,
+    Library,
+    Module,
+    Node,
+    Ref,
+    Unknown,
+    bounded,
+    builtin_method,
+    materialise,
+    parse_recipe,
+    plain,
+    short,
+)
 
 
 class _Return(Exception):
@@ -462,8 +483,7 @@ class Evaluator:
                 return
             except _Continue:
                 continue
-        else:
-            self.block(st.orelse, scope, mod)
+        self.block(st.orelse, scope, mod)
 
     def assign(self, target: ast.expr, value: Any, scope: dict, mod: Module) -> None:
         where = self.where(target, mod)
@@ -486,9 +506,7 @@ class Evaluator:
                                   f"configuration object")
         elif isinstance(target, ast.Subscript):
             obj, key = self.expr(target.value, scope, mod), self.expr(target.slice, scope, mod)
-            if isinstance(obj, dict) and isinstance(key, (str, int, float, bool)):
-                obj[key] = value
-            elif isinstance(obj, list) and isinstance(key, int) and -len(obj) <= key < len(obj):
+            if isinstance(obj, dict) and isinstance(key, (str, int, float, bool)) or isinstance(obj, list) and isinstance(key, int) and -len(obj) <= key < len(obj):
                 obj[key] = value
         else:
             raise ConfigError(f"{where}: cannot assign to {ast.unparse(target)[:60]} statically")

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import ast
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from strategies.errors import ConfigError
 
@@ -250,7 +251,7 @@ def builtin_method(obj: Any, name: str, args: list, kwargs: dict, where: str) ->
 @dataclass
 class FuncDef:
     node: ast.FunctionDef
-    module: "Module"
+    module: Module
 
 
 @dataclass
@@ -258,7 +259,7 @@ class ClassInfo:
     """A class defined in a file the reader has read (its dataclass field defaults are read from it)."""
 
     node: ast.ClassDef
-    module: "Module"
+    module: Module
     qualname: str
 
 

@@ -26,7 +26,7 @@ from strategies.errors import ScheduleError, cut
 from strategies.limits import MAX_ACTIONS
 from strategies.validate import entry_actions
 
-__all__ = ["read_schedule_csv", "write_schedule_csv", "infer_stage_to_rank"]
+__all__ = ["infer_stage_to_rank", "read_schedule_csv", "write_schedule_csv"]
 
 #: PyTorch's non-compute actions (``_ComputationType`` UNSHARD, RESHARD, SEND_F, RECV_F, SEND_B,
 #: RECV_B, REDUCE_GRAD), written by ``_dump_csv`` of runtime schedules ("compute_comms" format).

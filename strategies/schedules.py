@@ -3,7 +3,7 @@ looked up by name (a new schedule is one function in this dict)."""
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Callable
+from collections.abc import Callable
 
 from strategies.actions import Schedule
 from strategies.errors import ScheduleError, brief
@@ -51,7 +51,7 @@ def get_schedule(name: str, pp: int, microbatches: int, vpp: int = 1) -> Schedul
 
 #: Generated schedules kept, least recently used first: at most this many actions in all (about
 #: 150 bytes each); a schedule larger than that is not kept.
-_CACHE: "OrderedDict[tuple, tuple[Schedule, int]]" = OrderedDict()
+_CACHE: OrderedDict[tuple, tuple[Schedule, int]] = OrderedDict()
 _CACHE_MAX_ACTIONS = 1_000_000
 _cached_actions = 0
 
@@ -85,4 +85,4 @@ def clear_schedule_cache() -> None:
 
 
 # Schedule families register themselves on import (kept at the bottom: they import ``register``).
-from strategies import schedules_basic, schedules_dualpipe, schedules_zb  # noqa: E402,F401
+from strategies import schedules_basic, schedules_dualpipe, schedules_zb  # noqa: F401

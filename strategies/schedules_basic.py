@@ -25,10 +25,10 @@ from strategies.schedules import register
 
 __all__ = [
     "gpipe",
-    "one_f_one_b",
     "interleaved_1f1b",
     "interleaved_group_size",
     "interleaved_warmup",
+    "one_f_one_b",
 ]
 
 

@@ -24,13 +24,13 @@ use ``strategies.actions.flatten_order`` to get plain actions.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Callable
+from collections.abc import Callable
 
 from strategies.actions import Action, Overlap, Schedule, action, loop_placement, v_placement
 from strategies.errors import ScheduleError
 from strategies.schedules import register
 
-__all__ = ["zb_h1", "zb_v", "dualpipe_v", "looped_bfs"]
+__all__ = ["dualpipe_v", "looped_bfs", "zb_h1", "zb_v"]
 
 
 # --- shared helpers ---------------------------------------------------------------------------

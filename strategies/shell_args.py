@@ -59,10 +59,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from strategies.errors import ConfigError, cut
+from strategies.errors import ConfigError
 from strategies.shell_eval import ScriptExit, Shell, is_script
-from strategies.shell_words import Word
 from strategies.shell_parse import Lexer, Parser
+from strategies.shell_words import Word
 
 __all__ = ["MAX_SCRIPT_BYTES", "LaunchWords", "Word", "launch_words", "unset_error"]
 

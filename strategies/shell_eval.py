@@ -15,7 +15,7 @@ from strategies.errors import ConfigError, cut
 from strategies.shell_arith import Arith as ArithEval
 from strategies.shell_arith import ArithError, Unknown, glob_regex
 from strategies.shell_parse import DECLARE, AndOr, Arith, Case, Cmd, Func, If, Lexer, Loop, Not, Parser
-from strategies.shell_words import DEFAULT_FIELDS, Undecided, Word, ifs_split, marked, need, remark, eval_test
+from strategies.shell_words import DEFAULT_FIELDS, Undecided, Word, eval_test, ifs_split, marked, remark
 
 MAX_STEPS = 500_000
 """Commands a script may run (each loop turn and function call counts); a launch script runs hundreds."""

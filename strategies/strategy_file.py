@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from strategies.config import (check_keys, did_you_mean, get_bool, get_float, get_int, get_str, load_mapping)
+from strategies.config import check_keys, did_you_mean, get_bool, get_float, get_int, get_str, load_mapping
 from strategies.errors import ConfigError, brief
 from strategies.fitted import fitted_value
 from strategies.limits import MAX_GPUS, MAX_LAYERS, MAX_SEQ_LEN
@@ -628,5 +628,18 @@ def is_strategy(data: dict) -> bool:
     return "pipeline" not in data and any(k in data for k in ("model", "cluster", "parallel", "training"))
 
 
-__all__ = ["Strategy", "ParallelSpec", "TrainingSpec", "OptionsSpec", "parse_strategy", "load_strategy", "check_strategy",
-           "is_strategy", "did_you_mean", "example_path", "example_names", "example_summary", "EXAMPLES_DIR"]
+__all__ = [
+    "EXAMPLES_DIR",
+    "OptionsSpec",
+    "ParallelSpec",
+    "Strategy",
+    "TrainingSpec",
+    "check_strategy",
+    "did_you_mean",
+    "example_names",
+    "example_path",
+    "example_summary",
+    "is_strategy",
+    "load_strategy",
+    "parse_strategy",
+]

@@ -16,7 +16,7 @@ from strategies import actions as _actions
 from strategies.actions import Action, Schedule
 from strategies.errors import ScheduleError
 
-__all__ = ["validate_schedule", "check_deadlock", "entry_actions"]
+__all__ = ["check_deadlock", "entry_actions", "validate_schedule"]
 
 #: Backward kinds that carry the gradient to the previous stage (PyTorch FULL_BACKWARD / BACKWARD_INPUT).
 _GRAD_KINDS = ("B", "I")

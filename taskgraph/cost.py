@@ -195,7 +195,7 @@ class ProfileTable:
     measured_on: str = ""
 
     @classmethod
-    def load(cls, path) -> "ProfileTable":
+    def load(cls, path) -> ProfileTable:
         from strategies.documents import csv_rows, read_csv_text
         p = Path(path)
         name = brief(str(p), 120)
@@ -226,7 +226,7 @@ class ProfileTable:
         """The GPU names of the rows (lower case, sorted)."""
         return sorted({k[0] for k in self.entries})
 
-    def applied_to(self, gpu_name: str, measured_on: str | None = None) -> "ProfileTable":
+    def applied_to(self, gpu_name: str, measured_on: str | None = None) -> ProfileTable:
         """This table for a cluster of ``gpu_name``. A profile measured on another GPU (or on the CPU)
         applies only when the user says so (``measured_on``: ``options.profile_gpu``, the ``gpu`` of
         the rows to use, times not rescaled); otherwise one error names both."""

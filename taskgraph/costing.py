@@ -13,21 +13,21 @@ from functools import lru_cache
 
 from strategies.schedules import has_split_backward
 from taskgraph.coarse import coarse_stage_work
-from taskgraph.cost import NVFP4_ELEMENT_BYTES, OPTIMIZER_OP, ProfileTable, op_time, optimizer_shape
+from taskgraph.cost import NVFP4_ELEMENT_BYTES, OPTIMIZER_OP, ProfileTable, op_time
+from taskgraph.cpu_optimizer import cpu_offload_step_time
 from taskgraph.lower_model import Bucket, Comm, IterationWork, LayerWork, OpCost, StageWork
-from taskgraph.stage_records import named_stage, paced, stage_parts
 from taskgraph.operators import embedding_operators, head_operators, layer_operators
+from taskgraph.overheads import adam_step_s, host_bound, master_copy, step_overhead_s
+from taskgraph.overlap import bulk, chunk_op, pipelined, ring_exchange, ring_hbm_loss, sm_fraction, stream_shares
+from taskgraph.pipeline_p2p import activation_bytes, boundary_times
 from taskgraph.plan import DTYPE_BYTES, Plan
-from taskgraph.stacks import DEFAULT_STACK, get_stack
 from taskgraph.stack_costs import fsdp2_copy_times, hp_grad_accum_bytes, op_as_run, reduce_kind, serial_exchanges
+from taskgraph.stacks import DEFAULT_STACK, get_stack
+from taskgraph.stage_records import named_stage, paced, stage_parts
 from topologies.collectives import collective_time
+from topologies.comm_kernels import comm_kernels
 from topologies.placement import group_ranks, rank_of
 from topologies.stragglers import stage_pace
-from taskgraph.overheads import adam_step_s, host_bound, master_copy, step_overhead_s
-from taskgraph.cpu_optimizer import cpu_offload_step_time
-from taskgraph.pipeline_p2p import activation_bytes, boundary_times
-from taskgraph.overlap import bulk, chunk_op, pipelined, ring_exchange, ring_hbm_loss, sm_fraction, stream_shares
-from topologies.comm_kernels import comm_kernels
 
 #: Megatron-LM DDP bucket size: max(40M, 1M x dp) parameters (megatron/core/distributed/
 #: distributed_data_parallel.py, bucket_size default).
@@ -483,7 +483,7 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
 
     # Pipeline transfers, rank r -> r+1 representatives (taskgraph/pipeline_p2p.py)
     sched = plan.schedule
-    times = lambda: boundary_times(plan, _comm_time)  # noqa: E731
+    times = lambda: boundary_times(plan, _comm_time)
     pairs = times() if cid is None else dict(_memo(("p2p", cid, sched.stage_to_rank), times))
     if not opt.p2p_overlap and opt.p2p_host_gap_us:
         # Blocking exchanges synchronize the device (Megatron-LM p2p_communication._communicate:

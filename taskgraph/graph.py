@@ -132,9 +132,9 @@ class TaskGraph:
                 parts.append(f"{name}={v}")
         return f"task {t} [" + " ".join(parts) + f"] on {self.devices[self.device[t]].name}"
 
-    def with_durations(self, duration: np.ndarray) -> "TaskGraph":
+    def with_durations(self, duration: np.ndarray) -> TaskGraph:
         """A copy with new durations (other arrays shared)."""
-        g = TaskGraph(**{**self.__dict__})
+        g = TaskGraph(**self.__dict__)
         g.duration = np.asarray(duration, dtype=np.float64)
         return g
 
@@ -229,7 +229,7 @@ class TaskGraphBuilder:
         per-task, edge and memory lists)."""
         return self._n, len(self.duration), len(self.src), len(self.mem_task)
 
-    def block(self, start: tuple[int, int, int, int]) -> "Block":
+    def block(self, start: tuple[int, int, int, int]) -> Block:
         """The tasks, edges and memory events added (by ``add_task`` / ``add_edge`` /
         ``add_memory``) since ``start`` (a :meth:`mark`) as a template whose task ids are relative
         to its first task; every edge must stay inside the block."""
@@ -247,7 +247,7 @@ class TaskGraphBuilder:
                      f64(self.mem_bytes[m0:]), np.asarray(self.mem_at_end[m0:], np.int8),
                      np.asarray(self.mem_kind[m0:], np.int8))
 
-    def add_block(self, blk: "Block", mb: int) -> int:
+    def add_block(self, blk: Block, mb: int) -> int:
         """Append a copy of ``blk`` whose non-negative microbatch entries become ``mb``; returns the
         id of its first task. The built arrays are those of re-adding its tasks, edges and memory
         events one by one in recorded order; the copy is an array slice joined at :meth:`build`."""

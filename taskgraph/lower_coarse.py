@@ -74,7 +74,7 @@ _LAYOUT_TASK_BUDGET = 1_000_000
 #: by the frozen Schedule's value (hashing its orders costs a walk over every action), and an entry
 #: leaves when its schedule is collected (weakref.finalize, run before the id can be reused)
 _CACHES: dict[int, dict] = {}
-_LAYOUTS: "deque[tuple[dict, tuple, int]]" = deque()  # (schedule cache, key, tasks), oldest first
+_LAYOUTS: deque[tuple[dict, tuple, int]] = deque()  # (schedule cache, key, tasks), oldest first
 _layout_tasks = 0
 
 
@@ -379,7 +379,7 @@ def coarse_layout(schedule: Schedule, work: IterationWork, overlap_handoff: str 
     return lay
 
 
-def _remember(c: dict, key: tuple, lay: "Layout") -> None:
+def _remember(c: dict, key: tuple, lay: Layout) -> None:
     global _layout_tasks
     c[key] = lay
     _LAYOUTS.append((c, key, lay.n))

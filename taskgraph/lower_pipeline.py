@@ -19,8 +19,8 @@ in the operator-level lowering) and returns its entry and exit tasks. The skelet
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from strategies.actions import Action, Schedule
 from strategies.errors import ScheduleError
@@ -52,7 +52,7 @@ class StageCosts:
 
     @classmethod
     def uniform(cls, num_stages: int, tf: float, tb: float, p2p: float = 0.0,
-                ti: float | None = None, tw: float | None = None) -> "StageCosts":
+                ti: float | None = None, tw: float | None = None) -> StageCosts:
         """Same cost on every stage; I and W default to half of B each."""
         ti = tb / 2 if ti is None else ti
         tw = tb - ti if tw is None else tw

@@ -158,7 +158,7 @@ class ModelSpec:
     14B of MTP), but held and trained by the last pipeline stage."""
 
     def __post_init__(self) -> None:
-        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - frozen dataclass
+        set_ = lambda k, v: object.__setattr__(self, k, v)
         w = f"model {brief(self.name)}:"
         if not isinstance(self.name, str) or not self.name:
             raise ConfigError(f"model.name = {brief(self.name)} must be a non-empty string")

@@ -357,7 +357,7 @@ def _qk_projections(c: _Ctx, layer: int) -> tuple:
     # The Q, K, V the attention core keeps are the up-projections' outputs: counted on those ops, so
     # that selective recomputation drops them and re-runs the up-projections before the backward
     # (DeepSeek-V3 Section 3.2.3: "recompute ... MLA up-projections during back-propagation")
-    up = lambda o, out: dataclasses.replace(o, saved_activation_bytes=o.saved_activation_bytes + out,  # noqa: E731
+    up = lambda o, out: dataclasses.replace(o, saved_activation_bytes=o.saved_activation_bytes + out,
                                              selective_recompute_bytes=out)
     if qr:
         ops.append(_gemm("q_down", layer, c.T, qr, h, dt, params=h * qr, saved=0))
@@ -681,7 +681,7 @@ _LAYER_EDGES = [("input_norm", "qkv"), ("qkv", "attn_core"), ("attn_core", "attn
 def operator_graph(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int = 1, sp: bool = False,
                    cp: int = 1, ep: int = 1, dtype_bytes: int = 2, flash_attention: bool = True,
                    layer_index: int = 0, causal_halved: bool | None = None,
-                   include_embedding: bool = False, include_head: bool = False) -> "nx.DiGraph":
+                   include_embedding: bool = False, include_head: bool = False) -> nx.DiGraph:
     """Data-flow DiGraph of one layer (arguments as layer_operators); node = op name, attr 'op'.
 
     The layer input feeds input_norm and attn_residual (skip); optionally prepend the embedding

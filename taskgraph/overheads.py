@@ -159,5 +159,13 @@ def _allreduce_latency(cluster, n: int) -> float:
     return collective_time("all-reduce", 4.0, tuple(range(n)), cluster) if n > 1 else 0.0
 
 
-__all__ = ["op_kernels", "host_bound", "step_overhead_s", "adam_step_s", "master_copy", "FUSED_ADAM_BYTES_PER_PARAM",
-           "MASTER_COPY_BYTES_PER_PARAM", "GRAD_CAST_BYTES_PER_PARAM"]
+__all__ = [
+    "FUSED_ADAM_BYTES_PER_PARAM",
+    "GRAD_CAST_BYTES_PER_PARAM",
+    "MASTER_COPY_BYTES_PER_PARAM",
+    "adam_step_s",
+    "host_bound",
+    "master_copy",
+    "op_kernels",
+    "step_overhead_s",
+]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache, lru_cache
 
 from strategies.documents import load_document
 from strategies.errors import ConfigError
@@ -62,7 +62,7 @@ class Stack:
         return self.passes.get(op_name.rsplit(".", 1)[-1], 1)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _table(path: str = STACKS_PATH) -> tuple[dict, dict, dict]:
     data = load_document(path, "stack file") or {}
     known = attention_table().kernels()

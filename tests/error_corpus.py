@@ -410,7 +410,7 @@ add(
          "64 runs", bound=200_000),
     Case("limit-total-compare-files", ["compare"] + ["p.yaml"] * 8, {"p.yaml": pipe(pp=4, microbatches=150000)},
          r"these 8 runs together would build about", "8 runs", bound=1_200_000),
-    Case("limit-trace-tasks", f"simulate p.yaml --trace t.json", {"p.yaml": pipe(microbatches=300000)},
+    Case("limit-trace-tasks", "simulate p.yaml --trace t.json", {"p.yaml": pipe(microbatches=300000)},
          r"--trace: this run has about 2,400,000 tasks, over the limit of 1,000,000 for a trace", "--trace"),
     Case("limit-what-if-count", [*PSIM.split(), "--mode", "delta"] + ["--what-if", "F=1"] * 65, {},
          r"65 --what-if changes: give at most 64", "--what-if"),
@@ -496,11 +496,11 @@ add(
     Case("out-trace-input-csv", "simulate q.yaml --trace ok.csv", {"q.yaml": pipe(schedule="custom",
                                                                                   schedule_csv="ok.csv")},
          r"input file", "ok.csv"),
-    Case("out-trace-input-model", f"simulate s.yaml --trace m.yaml", {"s.yaml": strat(model="m.yaml")},
+    Case("out-trace-input-model", "simulate s.yaml --trace m.yaml", {"s.yaml": strat(model="m.yaml")},
          r"input file", "m.yaml"),
-    Case("out-trace-input-cluster", f"simulate s.yaml --trace c.yaml", {"s.yaml": strat(cluster="c.yaml")},
+    Case("out-trace-input-cluster", "simulate s.yaml --trace c.yaml", {"s.yaml": strat(cluster="c.yaml")},
          r"input file", "c.yaml"),
-    Case("out-trace-input-profile", f"simulate s.yaml --trace prof.csv",
+    Case("out-trace-input-profile", "simulate s.yaml --trace prof.csv",
          {"s.yaml": strat() + "options: {profile: prof.csv}\n"}, r"input file", "prof.csv"),
     Case("out-trace-input-hf", "simulate s.yaml --trace hf.json", {"s.yaml": strat(model="hf.json")},
          r"input file", "hf.json"),
@@ -667,7 +667,7 @@ add(
 )
 
 # --------------------------------------------------------------------------- schedule CSV
-CS = lambda csv: {"p.yaml": pipe(schedule="custom", schedule_csv="x.csv"), "x.csv": csv}  # noqa: E731
+CS = lambda csv: {"p.yaml": pipe(schedule="custom", schedule_csv="x.csv"), "x.csv": csv}
 add(
     Case("csv-bad-cell", PSIM, CS("0F0,0X0\n1F0,1B0\n"), r"cannot parse action '0X0'", "x.csv"),
     Case("csv-empty", PSIM, CS(""), r"empty", "x.csv"),

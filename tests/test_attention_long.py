@@ -8,7 +8,8 @@ import math
 import os
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from taskgraph.stacks import attention_efficiency, get_stack
 from topologies.gpus import get_gpu
@@ -80,7 +81,7 @@ def test_published_rows_extend_by_the_measured_ratio():
     # fa3: nothing measured past 16k, flat at its 16k figure
     assert attention_fraction("fa3", "hopper", "fwd", 128, 65536, causal=True) == pytest.approx(616 / PEAK)
     # A100's fwd_bwd rows: the ratio of FlashAttention-2's combined measured passes, 3.5 / (1/f + 2.5/b)
-    comb = lambda f, b: 3.5 / (1 / f + 2.5 / b)   # noqa: E731
+    comb = lambda f, b: 3.5 / (1 / f + 2.5 / b)
     assert attention_fraction("fa2", "ampere", "fwd", 128, 131072, causal=True) == \
         pytest.approx(189 * comb(329, 326) / comb(322, 307) / 312.0)
 

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.reports.breakdown import ideal_bubble_fraction, pipeline_bubble_total, time_breakdown
 from simulator.engine.core import simulate
+from simulator.reports.breakdown import ideal_bubble_fraction, pipeline_bubble_total, time_breakdown
 from simulator.reports.report import format_report, report
 from strategies.schedules import get_schedule
 from taskgraph.graph import Device, TaskGraphBuilder

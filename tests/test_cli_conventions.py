@@ -71,7 +71,7 @@ def test_progress_shows_when_forced(capsys):
 
 def test_readme_python_api_example_runs():
     text = open("README.md", encoding="utf-8").read()
-    m = re.search(r"## Python API.*?```python\n(.*?)```", text, re.S)
+    m = re.search(r"## Python API.*?```python\n(.*?)```", text, re.DOTALL)
     assert m, "README has a '## Python API' section with a python block"
     code = m.group(1)
     assert len(code.strip().splitlines()) <= 12

@@ -41,7 +41,7 @@ def _csv(tmp_path, text=CSV):
 
 def test_interpolation_in_log_size_is_exact(tmp_path):
     prof = load_collective_profile(_csv(tmp_path), "cpu")
-    t = lambda s: prof.time("all-reduce", s, 2)  # noqa: E731
+    t = lambda s: prof.time("all-reduce", s, 2)
     assert t(1000) == pytest.approx(100e-6, rel=1e-12)
     assert t(100000) == pytest.approx(300e-6, rel=1e-12)
     # 10 kB is halfway between 1 kB and 100 kB in log size: halfway between 100 and 300 us

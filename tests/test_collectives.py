@@ -8,8 +8,18 @@ import pytest
 from strategies.errors import ConfigError
 from topologies.cluster import get_cluster, load_cluster_yaml
 from topologies.collectives import (
-    COLLECTIVES, all_gather, all_reduce, all_reduce_algorithm, all_reduce_costs, all_to_all,
-    broadcast, collective_time, group_layout, normalize_kind, reduce_scatter, ring_bandwidth,
+    COLLECTIVES,
+    all_gather,
+    all_reduce,
+    all_reduce_algorithm,
+    all_reduce_costs,
+    all_to_all,
+    broadcast,
+    collective_time,
+    group_layout,
+    normalize_kind,
+    reduce_scatter,
+    ring_bandwidth,
     send_recv,
 )
 from topologies.placement import group_ranks

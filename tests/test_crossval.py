@@ -3,11 +3,11 @@ item 7): the refit machinery on hand-made rows whose errors are known closed for
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from benchmarks.crossval import Evaluator, argmin_unimodal, cross_validate, patch_strategy, refit
 from strategies.fitted import constants, load_fits
-
 
 SYNTHETIC = """
 fits:

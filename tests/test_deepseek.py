@@ -3,7 +3,8 @@ bidirectional DualPipe. Closed forms on constructed clusters and tiny schedules.
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from strategies.errors import ConfigError
 from topologies.cluster import load_cluster_yaml
@@ -276,6 +277,6 @@ def test_dualpipe_strategy_simulates(tmp_path):
                                          **kw))
     assert d.result.makespan > 0 and d2.result.makespan < d.result.makespan
     # same compute per rank as dualpipe-v (each rank runs every microbatch through half the layers)
-    comp = lambda sim: sorted(float(sim.graph.duration[sim.graph.category == c].sum())  # noqa: E731
+    comp = lambda sim: sorted(float(sim.graph.duration[sim.graph.category == c].sum())
                               for c in ("forward",))
     assert comp(d) == pytest.approx(comp(v), rel=1e-9)

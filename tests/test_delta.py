@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import simulator.engine.delta.params as delta_mod
-from simulator.engine.delta.simulator import DeltaSimulator
 from simulator.engine.core import simulate_arrays
+from simulator.engine.delta.simulator import DeltaSimulator
 from strategies.errors import SimulationError
 from taskgraph.graph import Device, TaskGraphBuilder, csr_from_edges
 

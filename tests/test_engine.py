@@ -331,6 +331,7 @@ def test_random_dag_generator():
 
 def test_benchmark_script_smoke(tmp_path, capsys):
     import json
+
     from benchmarks.engine import main
     out = tmp_path / "bench.json"
     assert main(["--sizes", "500", "--repeat", "1", "--json", str(out)]) == 0
@@ -344,6 +345,7 @@ def test_benchmark_script_smoke(tmp_path, capsys):
 def test_regression_start_before_ready_case():
     # Found by the delta-mode fuzzer against an intermediate engine edit: task 2 started before it was ready.
     import numpy as np
+
     from simulator.engine.core import simulate_arrays
     dur = np.array([1.02515665, 0.69150387, 1.1015235, 1.15739764, 1.0167961])
     dev = np.array([0, 1, 1, 0, 1], dtype=np.int32)

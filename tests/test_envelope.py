@@ -7,11 +7,19 @@ import json
 import math
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from simulator.cli.main import main
-from simulator.reports.envelope import (NEAR, CalibrationGroup, RunFeatures, assess, distance, load_envelope,
-                                        STACK_FAMILIES)
+from simulator.reports.envelope import (
+    NEAR,
+    STACK_FAMILIES,
+    CalibrationGroup,
+    RunFeatures,
+    assess,
+    distance,
+    load_envelope,
+)
 
 NEMO = CalibrationGroup("NeMo", "nemo", ("H100-SXM-80GB",), ("hopper",), ("dense",), ("fp8",), 8, 512, 5, 4.0, 13.3)
 ZB = CalibrationGroup("ZB", "megatron", ("A100-SXM-80GB",), ("ampere",), ("dense",), ("fp16",), 8, 32, 36, 2.7, 6.6)

@@ -10,17 +10,17 @@ the GPU's capacity (the examples are meant to be runnable layouts).
 from __future__ import annotations
 
 import time
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.helpers import assert_timeline_invariants
 from simulator.api import simulate_pipeline, simulate_strategy
 from strategies.config import load_mapping
 from strategies.pipeline_file import load_pipeline
 from strategies.strategy_file import is_strategy, load_strategy
+from tests.helpers import assert_timeline_invariants
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "strategies" / "examples"
 FILES = sorted(EXAMPLES.glob("*.yaml"))
@@ -44,7 +44,7 @@ STRATEGIES = [p for p in FILES if _kind(p) == "strategy"]
 COMPONENTS = [p for p in FILES if _kind(p) == "component"]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _simulate(path: Path):
     t0 = time.perf_counter()
     if _kind(path) == "pipeline":
@@ -89,6 +89,7 @@ def test_example_trace_well_formed(path: Path):
     examples with > 100k tasks: their first and last rank only (every thread of those ranks), to
     keep the suite fast; ``python -m benchmarks.trace`` checks the whole GPT-3 175B trace."""
     import json
+
     from simulator.outputs.trace import trace_text
     from tests.test_trace import check_trace
     sim, _ = _simulate(path)

@@ -21,8 +21,8 @@ import pytest
 
 import simulator.simulation.strategy as api
 from benchmarks.validate import CSV_PATH, NotExpressible, load_rows, strategy_for
-from strategies.strategy_file import is_strategy, load_strategy, parse_strategy
 from strategies.config import load_mapping
+from strategies.strategy_file import is_strategy, load_strategy, parse_strategy
 
 #: |coarse / operator - 1| allowed (issue 11: "within 2 %").
 TOLERANCE = 0.02

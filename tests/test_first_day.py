@@ -146,8 +146,8 @@ def test_an_example_runs_by_name_from_any_folder(tmp_path, monkeypatch, capsys):
 def test_every_module_that_needs_numba_is_left_out_of_collection_without_it():
     """`pip install '.[test]'` then pytest stopped with 4 collection errors (--doctest-modules imported
     the numba kernels); conftest.py now leaves exactly the modules that import numba at their top out."""
-    import importlib.util
     import ast
+    import importlib.util
     spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "conftest.py")
     conf = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(conf)

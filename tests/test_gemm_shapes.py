@@ -243,7 +243,8 @@ def test_moe_expert_operator_takes_the_grouped_table_in_every_pass():
         assert op_time(experts, pass_, h100) == pytest.approx(expect, rel=1e-12), pass_
 
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 @settings(max_examples=60, deadline=None)

@@ -1,7 +1,6 @@
 """Whole-run goodput model (simulator/goodput/): closed forms, exact small cases, invariants, errors."""
 import json
 import math
-from dataclasses import replace
 
 import pytest
 

@@ -8,9 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.goodput.closed_forms import (async_goodput, daly_goodput, domain_goodput, lemon_expected_failures,
-                                            optimal_interval_closed_form, weibull_renewal_count,
-                                            weibull_renewal_variance)
+from simulator.goodput.closed_forms import (
+    async_goodput,
+    daly_goodput,
+    domain_goodput,
+    lemon_expected_failures,
+    optimal_interval_closed_form,
+    weibull_renewal_count,
+    weibull_renewal_variance,
+)
 from simulator.goodput.fleets import cross_fleet, fit_job_level, fleet_components
 from simulator.goodput.model import Component, RunModel
 from simulator.goodput.replay import simulate_run

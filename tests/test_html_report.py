@@ -24,7 +24,7 @@ def pipe_sim(**kw):
 
 
 def embedded(page: str) -> dict:
-    m = re.search(r'<script type="application/json" id="data">(.*?)</script>', page, re.S)
+    m = re.search(r'<script type="application/json" id="data">(.*?)</script>', page, re.DOTALL)
     return json.loads(m.group(1).replace("<\\/", "</"))
 
 

@@ -6,7 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from strategies.errors import ConfigError
 from strategies.importers import import_config

@@ -380,7 +380,7 @@ def test_torchtitan_hf_assets_from_the_working_directory(tmp_path, monkeypatch):
     ("deepseek_v3", "236B", 235.7), ("deepseek_v3", "671B", 671.0), ("qwen3", "30B-A3B", 30.5),
 ])
 def test_every_torchtitan_moe_flavor(name, flavor, total_b):
-    from taskgraph.model import load_model_yaml, get_model
+    from taskgraph.model import get_model, load_model_yaml
     t = f"[model]\nname = '{name}'\nflavor = '{flavor}'\n[training]\nlocal_batch_size = 1\nseq_len = 4096\n"
     m = import_config("torchtitan", t, cluster="dgx-h100", nodes=8).strategy["model"]
     spec = get_model(m) if isinstance(m, str) else load_model_yaml(m)

@@ -56,8 +56,7 @@ def test_nemo_recipe_matches_shipped_example(tmp_path, capsys):
             assert s[sec][k] == example[sec].get(k, 1), (sec, k)
     assert s["cluster"] == {"preset": "dgx-h100", "nodes": 1}
     assert s["parallel"]["zero"] == 1 and s["options"]["overlap_param_gather"] is True
-    from taskgraph.model import get_model
-    from taskgraph.model import load_model_yaml
+    from taskgraph.model import get_model, load_model_yaml
     assert load_model_yaml(s["model"]).param_count() == get_model("llama3-8b").param_count()
 
 

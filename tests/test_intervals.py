@@ -11,14 +11,25 @@ import re
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.cli.main import main
 from simulator.reports.envelope import CalibrationGroup, RunFeatures, load_envelope
 from simulator.reports.interval_fields import overlaps, ranked_intervals
-from simulator.reports.intervals import (FIDELITY_WIDENING, Calibration, CalibrationRow, Interval, bundled,
-                                         check_level, conformal_bounds, coverage, coverage_table, interval_for,
-                                         memory_margin)
+from simulator.reports.intervals import (
+    FIDELITY_WIDENING,
+    Calibration,
+    CalibrationRow,
+    Interval,
+    bundled,
+    check_level,
+    conformal_bounds,
+    coverage,
+    coverage_table,
+    interval_for,
+    memory_margin,
+)
 from strategies.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -223,7 +234,7 @@ def test_simulate_json_and_text_state_the_interval(capsys):
     assert wide["interval_level"] == 0.95 and w_lo <= lo and hi <= w_hi and (w_hi - w_lo) > (hi - lo)
     out = _cli(capsys, "simulate", L8B, "--fidelity", "coarse")
     assert re.search(r"iteration time \d+\.\d{3} s \(80 %: \d+\.\d{3}–\d+\.\d{3} s\)", out)
-    assert re.search(r"^memory \(80 %\): peak .* measured peaks: (fits|too close to call)$", out, re.M)
+    assert re.search(r"^memory \(80 %\): peak .* measured peaks: (fits|too close to call)$", out, re.MULTILINE)
 
 
 def test_simulate_json_keys_on_a_pipeline_description(capsys):
@@ -280,7 +291,7 @@ def test_search_ranks_carry_intervals_and_overlaps(capsys):
         seen.append(r)
     assert out["best"]["iteration_time_interval_s"] == out["rows"][0]["iteration_time_interval_s"]
     text = _cli(capsys, "search", *args)
-    assert "80 % intervals (days_to_train" in text and re.search(r"^\s+1 iteration [\d.]+–[\d.]+ s", text, re.M)
+    assert "80 % intervals (days_to_train" in text and re.search(r"^\s+1 iteration [\d.]+–[\d.]+ s", text, re.MULTILINE)
 
 
 def test_spread_is_estimated_one_point_per_source():

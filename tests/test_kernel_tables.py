@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from strategies.errors import ConfigError
 from taskgraph.model import get_model
@@ -135,6 +136,7 @@ def _solve_main_loop_efficiency(gpu, kernel, f):
     """The GPU with the main-loop efficiency at which the model reproduces figure ``f`` exactly
     (bisection: the model's throughput rises with the efficiency)."""
     from dataclasses import replace
+
     from taskgraph.cost import gemm_efficiency
     lo, hi = 0.3, 1.0
     for _ in range(60):
@@ -195,6 +197,7 @@ def test_serial_epilogue_hand_computed():
     the fullest last wave wins: BLOCK_N 16, 2 x 16 = 32 tiles, one wave of
     2*128*16*512 / (1978.9e12 * 0.5 / 132) + 128*16*2 / (3350e9 * 0.85 / 132) seconds."""
     from dataclasses import replace
+
     from taskgraph.cost import gemm_efficiency
     from topologies.kernels import gemm_kernel
     h800 = get_gpu("h800")

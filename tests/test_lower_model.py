@@ -78,7 +78,7 @@ def test_param_gather_blocks_first_forward_when_overlapped():
 
 
 def test_two_stage_pipeline_with_transfers_is_consistent():
-    orders = (tuple(map(Action.parse, "0F0 0F1 0B0 0B1".split())), tuple(map(Action.parse, "1F0 1B0 1F1 1B1".split())))
+    orders = (tuple(map(Action.parse, ["0F0", "0F1", "0B0", "0B1"])), tuple(map(Action.parse, ["1F0", "1B0", "1F1", "1B1"])))
     s = Schedule("hand", 2, 2, 1, (0, 1), orders)
     ops = (OpCost("a", 1.0, 1.0, 1.0, saved_bytes=3.0),)
     st = StageWork((LayerWork("L0", ops),))

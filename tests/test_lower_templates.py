@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as hs
+from hypothesis import given, settings
+from hypothesis import strategies as hs
 
 from simulator.engine.core import simulate
 from strategies.errors import ScheduleError

@@ -1,5 +1,4 @@
 """Pipeline lowering on hand-written schedules: exact timelines and structure."""
-import numpy as np
 import pytest
 
 from simulator.engine.core import simulate

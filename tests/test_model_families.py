@@ -7,8 +7,7 @@ import pytest
 from strategies.errors import ConfigError
 from taskgraph.hf_config import load_hf_config
 from taskgraph.model import PRESETS, PUBLISHED_ACTIVE_PARAMS, PUBLISHED_PARAMS, ModelSpec, get_model
-from taskgraph.operators import (attention_pairs, head_operators, layer_operators, model_flops_per_token,
-                                 model_operators)
+from taskgraph.operators import attention_pairs, head_operators, layer_operators, model_flops_per_token, model_operators
 
 HF = json.loads((Path(__file__).parent / "data" / "hf_configs.json").read_text())
 
@@ -229,7 +228,7 @@ def test_moe_busiest_rank_sets_the_pace(tmp_path):
     skew = {o.name: o for o in layer_operators(m, **kw, moe_load=1.5)}
     assert skew["moe_experts"].fwd_flops == pytest.approx(1.5 * even["moe_experts"].fwd_flops)
     assert skew["moe_experts"].saved_activation_bytes == pytest.approx(1.5 * even["moe_experts"].saved_activation_bytes)
-    a2a = lambda ops: [x.bytes for x in ops["moe_experts"].comms if x.op == "all-to-all"]  # noqa: E731
+    a2a = lambda ops: [x.bytes for x in ops["moe_experts"].comms if x.op == "all-to-all"]
     assert a2a(skew) == [1.5 * b for b in a2a(even)]
     assert skew["qkv"] == even["qkv"] and skew["moe_router"] == even["moe_router"]
     base = simulate_strategy(_mixtral(tmp_path)).result.makespan
@@ -275,9 +274,7 @@ def test_causal_load_balancing_over_cp():
 def test_ring_attention_exposes_only_what_the_chunks_do_not_hide(tmp_path):
     from strategies.strategy_file import parse_strategy
     from taskgraph.costing import build_work
-    from taskgraph.cost import op_time
     from taskgraph.plan import resolve
-    from topologies.collectives import collective_time
 
     def core_cost(cp_comm):
         s = parse_strategy({"model": {"preset": "llama3-8b", "layers": 2}, "cluster": {"preset": "dgx-h100", "nodes": 1},

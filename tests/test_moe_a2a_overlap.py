@@ -5,7 +5,8 @@ to end (both fidelities, interference from the dispatcher's SMs)."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.engine.core import simulate
 from strategies.actions import Overlap, flatten_order
@@ -223,6 +224,7 @@ def test_nemo_moe_overlap_keys_import():
 
 def test_report_names_the_combined_steps(tmp_path, capsys):
     import yaml
+
     from simulator.cli.main import main
     f = tmp_path / "s.yaml"
     f.write_text(yaml.safe_dump({"model": {"preset": "mixtral-8x7b", "layers": 2}, "cluster": {"preset": "dgx-h100", "nodes": 1},
@@ -238,6 +240,7 @@ def test_delta_equals_a_full_run_on_combined_steps():
     # a what-if on the combined graph (every all-to-all twice as long) re-timed by delta mode is the
     # full run of the changed graph, start for start
     import numpy as np
+
     from simulator.engine.delta.simulator import DeltaSimulator
     g = lower_model(combined_1f1b(get_schedule("1f1b", 2, 6)), _work("ep", True, delay=True, stages=2))
     ds = DeltaSimulator(g, budget=None)

@@ -104,6 +104,7 @@ def test_no_all_to_all_no_pair():
 def test_delta_equals_a_full_run():
     # a what-if (every all-to-all twice as long) re-timed by delta mode is the full run of the changed graph
     import numpy as np
+
     from simulator.engine.delta.simulator import DeltaSimulator
     g = lower_model(get_schedule("1f1b", 2, 6), _work(1.5, True, stages=2))
     ds = DeltaSimulator(g, budget=None)

@@ -9,8 +9,16 @@ from strategies.errors import ConfigError
 from topologies.cluster import get_cluster, load_cluster_yaml
 from topologies.collectives import all_reduce, all_to_all, collective_time
 from topologies.fabric import fabric_of, max_min_rates, network_slowdown, ring_flows, tree_flows
-from topologies.nccl import (BASE_LAT_US, HW_LAT_NVLINK_US, bus_bandwidth, nccl_choice, nccl_run, nccl_table,
-                             nvls_chunk_size, nvls_pipeline_time)
+from topologies.nccl import (
+    BASE_LAT_US,
+    HW_LAT_NVLINK_US,
+    bus_bandwidth,
+    nccl_choice,
+    nccl_run,
+    nccl_table,
+    nvls_chunk_size,
+    nvls_pipeline_time,
+)
 from topologies.placement import ParallelSizes, group_ranks
 
 US = 1e-6
@@ -221,7 +229,8 @@ def test_tree_algorithm_needs_nccl_model():
 
 
 # --- max-min invariants (Hypothesis) -----------------------------------------------------------
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 @st.composite
@@ -285,6 +294,7 @@ def test_nccl_tests_nvls_mid_regime_mean_within_ten_percent():
 def test_ecmp_expected_max_load_matches_enumeration():
     import itertools
     from fractions import Fraction
+
     from topologies.fabric import expected_max_load
     for balls, bins in [(2, 2), (3, 2), (3, 3), (4, 2), (5, 3), (4, 20)]:
         exact = Fraction(sum(max(a.count(i) for i in range(bins))

@@ -6,9 +6,15 @@ import pytest
 
 from strategies.errors import ConfigError
 from taskgraph.model import ModelSpec, get_model
-from taskgraph.operators import (activation_bytes_per_layer, embedding_operators, head_operators,
-                                 layer_operators, model_flops_per_token, model_operators,
-                                 operator_graph)
+from taskgraph.operators import (
+    activation_bytes_per_layer,
+    embedding_operators,
+    head_operators,
+    layer_operators,
+    model_flops_per_token,
+    model_operators,
+    operator_graph,
+)
 
 
 def by_name(ops):
@@ -126,7 +132,7 @@ def test_tp_collectives_without_and_with_sp():
     b, s, h = 2, 2048, m.hidden
     msg = 2 * b * s * h
     ops = by_name(layer_operators(m, micro_batch=b, seq_len=s, tp=8))
-    sig = lambda o: [(c.op, c.phase, c.where, c.bytes) for c in o.tp_comm]  # noqa: E731
+    sig = lambda o: [(c.op, c.phase, c.where, c.bytes) for c in o.tp_comm]
     assert sig(ops["qkv"]) == [("all-reduce", "bwd", "after", msg)]
     assert sig(ops["mlp_up"]) == [("all-reduce", "bwd", "after", msg)]
     assert sig(ops["attn_out"]) == [("all-reduce", "fwd", "after", msg)]
@@ -149,7 +155,7 @@ K22 = get_model("k22-22b")  # a=64, h=6144, GELU 4h, dropout: Korthikanti's sett
 def test_korthikanti_table2_exact(b, s, t):
     a, h = K22.heads, K22.hidden
     sbh = s * b * h
-    act = lambda **kw: activation_bytes_per_layer(K22, b, s, tp=t, flash_attention=False, **kw)  # noqa
+    act = lambda **kw: activation_bytes_per_layer(K22, b, s, tp=t, flash_attention=False, **kw)
     if t == 1:
         assert act() == 34 * sbh + 5 * a * s * s * b
     assert act() == 10 * sbh + 24 * sbh // t + 5 * a * s * s * b // t          # TP

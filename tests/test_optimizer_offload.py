@@ -8,8 +8,8 @@ from types import SimpleNamespace as N
 import pytest
 
 from strategies.errors import ConfigError
-from taskgraph.overheads import adam_step_s
 from taskgraph.cpu_optimizer import CPU_ADAM_BYTES_PER_PARAM, cpu_offload_step_time
+from taskgraph.overheads import adam_step_s
 
 
 def _plan(f=1.0, overlap=False):

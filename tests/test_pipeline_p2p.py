@@ -82,8 +82,9 @@ def test_the_option_is_checked():
 
 
 def _cluster(preset: str, channels=None):
-    from topologies.cluster import get_cluster
     from dataclasses import replace
+
+    from topologies.cluster import get_cluster
     return replace(get_cluster(preset, nodes=2), p2p_net_channels=channels)
 
 

@@ -6,8 +6,16 @@ import pytest
 from matplotlib.image import imread
 
 from simulator.engine.core import simulate
-from simulator.outputs.plots import (GROUPS, LABEL_LIMIT, MEMORY_FIGURE_PX, _coverage, _time_unit, pipeline_figure_size,
-                             plot_memory, plot_pipelines)
+from simulator.outputs.plots import (
+    GROUPS,
+    LABEL_LIMIT,
+    MEMORY_FIGURE_PX,
+    _coverage,
+    _time_unit,
+    pipeline_figure_size,
+    plot_memory,
+    plot_pipelines,
+)
 from strategies.actions import Action, Schedule
 from strategies.schedules import get_schedule
 from taskgraph.lower_model import Bucket, Comm, IterationWork, LayerWork, OpCost, StageWork, lower_model

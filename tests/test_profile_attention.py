@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.profiling.torch_ops import attention_launches, launch_pairs, sdpa_calls
 from strategies.strategy_file import load_strategy

@@ -4,7 +4,6 @@ CPU self times), HTA's kernel breakdown on real traces, the alpha-beta fit, and 
 CPU profile end to end."""
 from __future__ import annotations
 
-import gzip
 import json
 import math
 from pathlib import Path
@@ -244,8 +243,9 @@ def test_cpu_profile_end_to_end(tmp_path, capsys):
     s2 = _tiny(tmp_path, "options: {profile: cpu.csv}\n")
     assert main(["simulate", str(s2)]) == 0   # every row matches an operator (check_all_used)
     with pytest.raises(ExecsimError, match="fp8|FP8"):
-        from simulator.profiling.measure import profile_plan
         from dataclasses import replace
+
+        from simulator.profiling.measure import profile_plan
         plan = resolve(load_strategy(s))
         strat = replace(plan.strategy, training=replace(plan.strategy.training, precision="fp8"))
         profile_plan(resolve(strat), "cpu", 1, 0)

@@ -27,8 +27,8 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 EX = "strategies/examples"
 GPT3 = f"{EX}/gpt3-175b-1024-a100.yaml"
 L70 = f"{EX}/llama3-70b-64-h100.yaml"
-DEADLINE = (f"--gpus-range 64:4096 --deadline-days 30 --train-tokens 1e12 --axis tp=2,4,8 --axis cp=1,2 "
-            f"--axis recompute=none,selective --axis zero=1 --axis micro_batch=1 --no-prune")
+DEADLINE = ("--gpus-range 64:4096 --deadline-days 30 --train-tokens 1e12 --axis tp=2,4,8 --axis cp=1,2 "
+            "--axis recompute=none,selective --axis zero=1 --axis micro_batch=1 --no-prune")
 #: README commands that these checks run (each must appear in the README, whitespace-normalised)
 COMMANDS = [f"execsim search {GPT3} --write-best best.yaml", "execsim simulate best.yaml",
             f"execsim search {L70} {DEADLINE}"]
@@ -143,7 +143,7 @@ def test_readme_figures_match_the_commands(runs):
 def test_every_figure_in_the_readme_is_checked(runs):
     """Every number in the checked sections (outside code) is part of a registered figure, a timing
     or an input the figures' sentences repeat; a new figure must be registered to be quoted."""
-    prose = re.sub(r"`[^`]*`", " ", re.sub(r"```.*?```", " ", CHECKED, flags=re.S))
+    prose = re.sub(r"`[^`]*`", " ", re.sub(r"```.*?```", " ", CHECKED, flags=re.DOTALL))
     known = set(_numbers(" ".join(figures(runs).values()) + " " + " ".join(TIMINGS)))
     inputs = {"175B", "1024", "300B", "70B", "64", "8K", "15T", "1T", "30", "80", "128", "3"}
     for tok, where in zip(_numbers(prose), re.finditer(NUMBER, prose)):
@@ -162,7 +162,7 @@ def _numbers(text: str) -> list[str]:
 
 def test_python_api_example_runs_from_any_folder(tmp_path):
     """The README's Python API block, run as is from a folder outside the repository."""
-    block = re.search(r"## Python API\s+```python\n(.*?)```", README, re.S).group(1)
+    block = re.search(r"## Python API\s+```python\n(.*?)```", README, re.DOTALL).group(1)
     p = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, capture_output=True, text=True, timeout=600,
                        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert p.returncode == 0, p.stderr[-2000:]
@@ -176,7 +176,7 @@ def test_the_cpu_chain_runs_as_the_readme_writes_it(tmp_path, monkeypatch, capsy
     pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch --index-url "
                                         "https://download.pytorch.org/whl/cpu): the README's CPU chain needs it")
     import shlex
-    block = re.search(r"## No GPU:.*?```bash\n.*?```.*?```bash\n(.*?)```", README, re.S).group(1)
+    block = re.search(r"## No GPU:.*?```bash\n.*?```.*?```bash\n(.*?)```", README, re.DOTALL).group(1)
     lines = [line.split("#")[0].strip() for line in block.strip().splitlines()]
     assert len(lines) == 6
     monkeypatch.chdir(tmp_path)

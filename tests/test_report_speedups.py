@@ -2,7 +2,8 @@
 ``training_report._measure_minus`` (two-pointer interval merge) and ``reports.critical_path``
 (step-by-step walk back, a running total per category)."""
 import numpy as np
-from hypothesis import given, settings, strategies as hs
+from hypothesis import given, settings
+from hypothesis import strategies as hs
 
 from simulator.engine.core import simulate
 from simulator.reports.report import critical_path, prev_on_device

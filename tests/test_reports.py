@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from simulator.engine.core import simulate
-from simulator.reports.report import critical_path, report
 from simulator.engine.timeline import timeline
+from simulator.reports.report import critical_path, report
 from taskgraph.graph import Device, TaskGraphBuilder
 
 

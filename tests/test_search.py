@@ -11,9 +11,9 @@ import pytest
 
 from simulator.api import simulate_strategy
 from simulator.engine.core import simulate
-from simulator.reports.memory import GB, memory_report
 from simulator.engine.dispatch import lower_and_simulate
 from simulator.engine.static_order import _layout_order, simulate_coarse, static_order_timeline
+from simulator.reports.memory import GB, memory_report
 from simulator.search.evaluate import evaluate, grid, sweep, vary
 from strategies.actions import Action, Schedule
 from strategies.errors import ConfigError, ScheduleError, SimulationError

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.engine.core import simulate
 from simulator.search.backends import Job, candidate_strategy, evaluate_row
@@ -156,7 +157,7 @@ def _bounds_hold(strategy, space, gpus, every=1):
         # transfers, no buckets or optimizer steps, so bounds on them hold too
         ops = build_work(plan, fidelity="coarse", compute_only=True)
         # (less the slowdown of each stage's last backward by its DP buckets, which it has none of)
-        plain = lambda w: [tuple(replace(l, ops=tuple(replace(o, last_bwd_extra=0.0) for o in l.ops))  # noqa: E731
+        plain = lambda w: [tuple(replace(l, ops=tuple(replace(o, last_bwd_extra=0.0) for o in l.ops))
                                  for l in st.layers) for st in w.stages]
         assert plain(ops) == plain(work)
         assert ops.p2p_pairs == work.p2p_pairs and all(st.optimizer_s == 0 and not st.buckets for st in ops.stages)

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from strategies.errors import ConfigError
-from strategies.shell_eval import MAX_EXPANDED, MAX_STEPS, Shell, ScriptExit
+from strategies.shell_eval import MAX_EXPANDED, MAX_STEPS, ScriptExit, Shell
 from strategies.shell_parse import Lexer, Parser
 
 

@@ -177,7 +177,7 @@ def test_fsdp2_copy_kernels_closed_form(tmp_path):
 def test_fsdp2_copies_join_the_zero3_collectives(tmp_path, monkeypatch):
     # the first layer's forward gather (nothing to hide behind) grows by copy-in + copy-out, every
     # reduce-scatter by its copy-in; a stack without FSDP2 (llm-foundry's FSDP1) has neither
-    import taskgraph.costing as costing
+    from taskgraph import costing
     from taskgraph.stack_costs import fsdp2_copy_times
     d = {"model": {"preset": "llama3-8b", "layers": 2}, "cluster": {"preset": "dgx-h100", "nodes": 1},
          "parallel": {"tp": 1, "pp": 1, "dp": 8, "zero": 3}, "schedule": "1f1b",
@@ -241,7 +241,7 @@ def test_torch_ring_attention_closed_form(tmp_path):
 
 
 def test_torch_ring_attention_lengthens_the_step(tmp_path, monkeypatch):
-    import taskgraph.costing as costing
+    from taskgraph import costing
     d = {"model": {"preset": "llama3-8b", "layers": 2}, "cluster": {"preset": "dgx-h100", "nodes": 1},
          "parallel": {"tp": 1, "pp": 1, "cp": 2}, "schedule": "1f1b",
          "training": {"micro_batch": 1, "global_batch": 4, "seq_len": 8192}, "options": {"stack": "torchtitan"}}

@@ -11,14 +11,22 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from simulator.search.backends import Job, candidate_strategy, evaluate_row, ray_available
 from simulator.cli.main import main
+from simulator.search.backends import Job, candidate_strategy, evaluate_row, ray_available
 from simulator.search.evaluate import evaluate
 from simulator.search.plots import pareto_front
-from simulator.search.space import (INFLIGHT_CLOSED_FORM, SearchSpace, context, enumerate_space, gpu_counts,
-                                    parse_axis, static_bound)
+from simulator.search.space import (
+    INFLIGHT_CLOSED_FORM,
+    SearchSpace,
+    context,
+    enumerate_space,
+    gpu_counts,
+    parse_axis,
+    static_bound,
+)
 from simulator.search.strategy_search import objective_value, search
 from strategies.errors import ConfigError
 from strategies.strategy_file import load_strategy
@@ -316,6 +324,7 @@ def test_moe_rules_and_expert_axis():
 def test_pareto_plot_has_colour_bars_for_headroom_and_gpus(l8):
     """Both panels' colours are explained: a colour bar for memory headroom and one for the GPU count."""
     import matplotlib.pyplot as plt
+
     from simulator.search.plots import pareto_figure
     sp = SearchSpace(tp=(1, 2), pp=(1,), vpp=(1,), cp=(1,), micro_batch=(1,), zero=(1,), recompute=("none",))
     r = search(l8, space=sp, gpus_range=(4, 8), jobs=1)

@@ -8,11 +8,22 @@ import yaml
 
 from strategies.errors import ConfigError
 from topologies.cluster import (
-    EXAMPLE_CLUSTER_PATH, ClusterSpec, get_cluster, list_presets, load_cluster_yaml,
+    EXAMPLE_CLUSTER_PATH,
+    ClusterSpec,
+    get_cluster,
+    list_presets,
+    load_cluster_yaml,
 )
 from topologies.gpus import GIB, GPUSpec, get_gpu, list_gpus, load_gpu_catalog
 from topologies.placement import (
-    ParallelSizes, all_groups, check_fits, coords_of, group_ranks, group_span, node_counts, rank_of,
+    ParallelSizes,
+    all_groups,
+    check_fits,
+    coords_of,
+    group_ranks,
+    group_span,
+    node_counts,
+    rank_of,
 )
 
 T = 1e12

@@ -3,7 +3,8 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.engine.core import simulate
 from simulator.outputs.trace import chrome_trace, parse_ranks, trace_text, write_chrome_trace

@@ -11,9 +11,14 @@ import pytest
 
 from simulator.api import simulate_pipeline
 from simulator.cli.main import main
-from simulator.outputs.timeline_export import parquet_available, timeline_table, write_timeline
-from simulator.outputs.trace_hta import (COMPUTE_STREAM, CORRELATION_BASE, hta_rank_text, idle_within_span_s,
-                                 write_hta_traces)
+from simulator.outputs.timeline_export import timeline_table, write_timeline
+from simulator.outputs.trace_hta import (
+    COMPUTE_STREAM,
+    CORRELATION_BASE,
+    hta_rank_text,
+    idle_within_span_s,
+    write_hta_traces,
+)
 from strategies.errors import ConfigError
 from strategies.pipeline_file import load_pipeline
 from tests.test_trace import _graph
@@ -126,6 +131,7 @@ def test_hta_overlap_and_breakdowns_match_simulator(tmp_path, hta_in_process):
     sees the communication (its overlap was NaN with ``nccl:`` names)."""
     pytest.importorskip("hta", reason="Holistic Trace Analysis is not installed (pip install 'execsim[hta]')")
     from hta.trace_analysis import TraceAnalysis
+
     from simulator.api import simulate_strategy
     from simulator.outputs.trace_hta import to_us
     from strategies.strategy_file import load_strategy

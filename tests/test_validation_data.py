@@ -14,8 +14,7 @@ from benchmarks import validate as V
 from strategies.strategy_file import parse_strategy
 from taskgraph.plan import resolve
 
-COLUMNS = ("id,source,table,model,params_b,layers,hidden,heads,kv_heads,ffn,vocab,seq_len,gpu,num_gpus,tp,pp,dp,"
-           "vpp,cp,ep,sp,zero,recompute,micro_batch,global_batch,schedule,precision,metric,value,unit,notes").split(",")
+COLUMNS = ["id", "source", "table", "model", "params_b", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "gpu", "num_gpus", "tp", "pp", "dp", "vpp", "cp", "ep", "sp", "zero", "recompute", "micro_batch", "global_batch", "schedule", "precision", "metric", "value", "unit", "notes"]
 
 
 @pytest.fixture(scope="module")

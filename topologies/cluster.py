@@ -16,18 +16,27 @@ from __future__ import annotations
 
 import math
 import os
-from numbers import Integral
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Mapping
-
+from numbers import Integral
+from typing import Any
 
 from strategies.errors import ConfigError, brief
 from strategies.fitted import catalog_values, fitted_value, resolve_fitted
 from strategies.limits import MAX_GPUS
 from topologies.gpus import (
-    DATA_DIR, GB_PER_S, GBIT_PER_S, US, GPUSpec, check_keys, did_you_mean, get_gpu, gpu_from_dict,
-    gpu_with_overrides, number,
+    DATA_DIR,
+    GB_PER_S,
+    GBIT_PER_S,
+    US,
+    GPUSpec,
+    check_keys,
+    did_you_mean,
+    get_gpu,
+    gpu_from_dict,
+    gpu_with_overrides,
+    number,
 )
 
 CLUSTER_PRESETS_PATH = os.path.join(DATA_DIR, "clusters.yaml")
@@ -592,6 +601,14 @@ def get_cluster(name: str | ClusterSpec, nodes: int = 1, **overrides) -> Cluster
 
 
 __all__ = [
-    "ClusterSpec", "get_cluster", "load_cluster_yaml", "cluster_from_dict", "list_presets",
-    "NETWORK_TOPOLOGIES", "ROUTINGS", "CLUSTER_FIELDS", "EXAMPLE_CLUSTER_PATH", "CLUSTER_PRESETS_PATH",
+    "CLUSTER_FIELDS",
+    "CLUSTER_PRESETS_PATH",
+    "EXAMPLE_CLUSTER_PATH",
+    "NETWORK_TOPOLOGIES",
+    "ROUTINGS",
+    "ClusterSpec",
+    "cluster_from_dict",
+    "get_cluster",
+    "list_presets",
+    "load_cluster_yaml",
 ]

@@ -82,8 +82,9 @@ stage boundary (``fabric.p2p_slowdown``). Without them each group is timed alone
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from strategies.errors import ConfigError
 from topologies.gpus import did_you_mean
@@ -442,7 +443,19 @@ def _measured(prof, name: str, nbytes, ranks, cluster) -> float | None:
 
 
 __all__ = [
-    "COLLECTIVES", "ALL_REDUCE_ALGORITHMS", "GroupLayout", "group_layout", "ring_bandwidth",
-    "all_reduce", "all_reduce_costs", "all_reduce_algorithm", "reduce_scatter", "all_gather",
-    "broadcast", "all_to_all", "send_recv", "collective_time", "normalize_kind",
+    "ALL_REDUCE_ALGORITHMS",
+    "COLLECTIVES",
+    "GroupLayout",
+    "all_gather",
+    "all_reduce",
+    "all_reduce_algorithm",
+    "all_reduce_costs",
+    "all_to_all",
+    "broadcast",
+    "collective_time",
+    "group_layout",
+    "normalize_kind",
+    "reduce_scatter",
+    "ring_bandwidth",
+    "send_recv",
 ]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 from strategies.documents import load_document
 from strategies.errors import ConfigError
@@ -42,7 +42,7 @@ def _positive_int(d: dict, key: str, where: str) -> int:
     return v
 
 
-@lru_cache(maxsize=None)
+@cache
 def comm_kernels(path: str = COMM_KERNELS_PATH) -> CommKernels:
     data = load_document(path, "communication-kernel file") or {}
     where = f"communication-kernel file {path!r}"

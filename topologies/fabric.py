@@ -41,9 +41,10 @@ fairness with demands, Bertsekas & Gallager 6.5.2).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -288,7 +289,7 @@ def ecmp_expected_slowdown(shapes: dict, floor: float, per_ball: float) -> float
     return float(np.dot(pmf, values))
 
 
-def _ecmp(fab: "Fabric", links: np.ndarray, floor: float, alone: float, qps: int) -> float:
+def _ecmp(fab: Fabric, links: np.ndarray, floor: float, alone: float, qps: int) -> float:
     """Expected slowdown of the slowest of ``links``' flows (elastic flows of one family) when each
     of a flow's ``qps`` queue pairs is hashed onto one port of every bundle (leaf or pod uplink /
     downlink) it crosses: a queue pair alone on its NIC runs at ``alone / qps``; ``m`` of them on one
@@ -588,7 +589,7 @@ def all_to_all_slowdown(cluster: Any, ranks: tuple[int, ...]) -> float:
     return worst
 
 
-def _all_to_all_ecmp(cluster: Any, fab: "Fabric", ranks: list, floor: float) -> float:
+def _all_to_all_ecmp(cluster: Any, fab: Fabric, ranks: list, floor: float) -> float:
     """ECMP part of :func:`all_to_all_slowdown`: every off-node pair of the group is one flow (from
     the sender's node GPU on the receiver's rail with PXN), routed and hashed by :func:`_ecmp`; the
     reference rate is the slowest flow on a non-blocking fabric (its NIC's fair share)."""
@@ -609,5 +610,17 @@ def _all_to_all_ecmp(cluster: Any, fab: "Fabric", ranks: list, floor: float) -> 
     return _ecmp(fab, routes, floor, alone, int(getattr(cluster, "qps_per_connection", 1)))
 
 
-__all__ = ["Fabric", "fabric_of", "max_min_rates", "ring_flows", "tree_flows", "PATTERNS", "network_slowdown",
-           "all_to_all_slowdown", "p2p_slowdown", "max_load_cdf", "expected_max_load", "ecmp_expected_slowdown"]
+__all__ = [
+    "PATTERNS",
+    "Fabric",
+    "all_to_all_slowdown",
+    "ecmp_expected_slowdown",
+    "expected_max_load",
+    "fabric_of",
+    "max_load_cdf",
+    "max_min_rates",
+    "network_slowdown",
+    "p2p_slowdown",
+    "ring_flows",
+    "tree_flows",
+]

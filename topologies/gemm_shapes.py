@@ -28,9 +28,9 @@ from __future__ import annotations
 import math
 import os
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Mapping
+from functools import cache, lru_cache
 
 from strategies.errors import ConfigError
 from topologies.gpus import DATA_DIR, check_keys
@@ -109,7 +109,7 @@ def gemm_shape_table(path: str = GEMM_SHAPES_PATH) -> GemmShapeTable:
     return _load(str(path))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load(path: str) -> GemmShapeTable:
     from strategies.documents import check_finite, load_document
     where = _where(path)

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from functools import lru_cache
-from typing import Any, Mapping
-
+from typing import Any
 
 from strategies.errors import ConfigError, brief
 
@@ -240,7 +240,7 @@ def _power_curve(data: Any, where: str) -> tuple[tuple[tuple[float, float], ...]
     return tuple((float(w), float(t)) for w, t in pts), str(data["source"])
 
 
-def power_scale(gpu: "GPUSpec", power_w: float) -> float:
+def power_scale(gpu: GPUSpec, power_w: float) -> float:
     """Factor on ``gpu``'s peak rates when its board power is capped at ``power_w`` watts.
 
     A power cap lowers the sustained clock (DVFS); peak FLOP/s scale with the clock. The curve is
@@ -479,6 +479,15 @@ def gpu_with_overrides(base: str | GPUSpec, overrides: Mapping, name: str | None
 
 
 __all__ = [
-    "GPUSpec", "GPUEfficiency", "get_gpu", "list_gpus", "load_gpu_catalog", "gpu_from_dict",
-    "gpu_to_dict", "gpu_with_overrides", "power_scale", "DTYPES", "GPU_CATALOG_PATH",
+    "DTYPES",
+    "GPU_CATALOG_PATH",
+    "GPUEfficiency",
+    "GPUSpec",
+    "get_gpu",
+    "gpu_from_dict",
+    "gpu_to_dict",
+    "gpu_with_overrides",
+    "list_gpus",
+    "load_gpu_catalog",
+    "power_scale",
 ]

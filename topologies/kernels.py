@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Mapping
+from functools import cache
 
 from strategies.errors import ConfigError
 from topologies.gpus import DATA_DIR, check_keys
@@ -58,7 +58,7 @@ def attention_table(path: str = KERNELS_PATH) -> AttentionTable:
     return _attention_table(str(path))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _attention_table(path: str) -> AttentionTable:
     from strategies.documents import check_finite, load_document
     where = _where(path)
@@ -218,7 +218,7 @@ def attention_fraction(kernel: str, architecture: str, pass_: str, head_dim: flo
     return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _gemm_section(path: str) -> Mapping | None:
     """The checked document's ``gemm`` mapping (None when absent), read once per path."""
     from strategies.documents import check_finite, load_document
@@ -246,7 +246,7 @@ class GemmFigure:
     source: str
 
 
-@lru_cache(maxsize=None)
+@cache
 def gemm_figures(path: str = KERNELS_PATH) -> tuple[GemmFigure, ...]:
     """The ``gemm.rows`` of ``path`` (published GEMM throughput by shape), checked."""
     where = _where(path)
@@ -292,7 +292,7 @@ def _int_list(v, w: str, key: str) -> tuple:
     return tuple(v)
 
 
-@lru_cache(maxsize=None)
+@cache
 def gemm_kernels(path: str = KERNELS_PATH) -> Mapping:
     """The ``gemm.kernels`` of ``path``: name -> :class:`GemmKernel`, checked. ``block_n`` is written
     ``[low, high, step]`` (every multiple of step from low to high)."""
@@ -328,7 +328,7 @@ def gemm_kernel(name: str, path: str = KERNELS_PATH) -> GemmKernel:
     return kernels[name]
 
 
-@lru_cache(maxsize=None)
+@cache
 def gemm_ceilings(path: str = KERNELS_PATH) -> Mapping:
     """``gemm.max_achievable`` of ``path``: (gpu, dtype) -> FLOP/s of the best shape of a search."""
     where = _where(path)

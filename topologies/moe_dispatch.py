@@ -31,7 +31,8 @@ with D = k it moves the same IB bytes as the plain all-to-all, (N-1)/N * S = (n-
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from strategies.errors import ConfigError
 from topologies.collectives import all_to_all, group_layout

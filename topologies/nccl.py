@@ -30,7 +30,7 @@ GPU per node).
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 #: ``tuning.cc`` ncclTunerConstantsDefaults.baseLatencies, microseconds, (LL, LL128, Simple).
 BASE_LAT_US = {"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4), "nvls": (0.0, 0.0, 0.0),
@@ -270,5 +270,13 @@ def bus_bandwidth(coll: str, nbytes: float, seconds: float, n: int) -> float:
     return nbytes / seconds * factor
 
 
-__all__ = ["ALGORITHMS", "PROTOCOLS", "nccl_table", "nccl_choice", "nccl_run", "nvls_chunk_size",
-           "nvls_pipeline_time", "bus_bandwidth"]
+__all__ = [
+    "ALGORITHMS",
+    "PROTOCOLS",
+    "bus_bandwidth",
+    "nccl_choice",
+    "nccl_run",
+    "nccl_table",
+    "nvls_chunk_size",
+    "nvls_pipeline_time",
+]

@@ -24,10 +24,11 @@ all-reduce group with context parallelism, ``"tp-cp"`` ...).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import product
 from numbers import Integral
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from strategies.errors import ConfigError
 from topologies.gpus import did_you_mean
@@ -266,6 +267,15 @@ def check_fits(sizes: Any, cluster: Any) -> ParallelSizes:
 
 
 __all__ = [
-    "ParallelSizes", "ORDER", "AXES", "as_sizes", "rank_of", "coords_of", "group_ranks",
-    "all_groups", "node_counts", "group_span", "check_fits",
+    "AXES",
+    "ORDER",
+    "ParallelSizes",
+    "all_groups",
+    "as_sizes",
+    "check_fits",
+    "coords_of",
+    "group_ranks",
+    "group_span",
+    "node_counts",
+    "rank_of",
 ]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import os
-from functools import lru_cache
+from functools import cache
 
 from strategies.documents import load_document
 from strategies.errors import ConfigError
@@ -28,13 +28,13 @@ from topologies.gpus import DATA_DIR, check_keys
 PRICES_PATH = os.path.join(DATA_DIR, "prices.yaml")
 
 
-@lru_cache(maxsize=None)
+@cache
 def price_table(path: str = PRICES_PATH) -> dict[str, float]:
     """GPU name -> US dollars per GPU-hour, checked (positive finite numbers, known fields)."""
     return {name: price for name, (price, _source) in _price_entries(path).items()}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _price_entries(path: str = PRICES_PATH) -> dict[str, tuple[float, str]]:
     """GPU name -> (US dollars per GPU-hour, the entry's source citation)."""
     data = load_document(path, "price file") or {}

@@ -128,4 +128,4 @@ def pace_summary(cluster: Any, sizes: Any) -> str:
     return "; ".join(parts)
 
 
-__all__ = ["expected_max_std_normal", "variation_factor", "stage_pace", "pace_summary"]
+__all__ = ["expected_max_std_normal", "pace_summary", "stage_pace", "variation_factor"]

@@ -3,8 +3,16 @@ to the strategy's operators, write the profile CSV and print measured vs simulat
 kernel class."""
 from __future__ import annotations
 
-from simulator.cli.common import input_file, trace_folder
-from simulator.cli.common import MKDIR_HELP, SET_HELP, input_files, load_strategy_arg, print_json, add_command
+from simulator.cli.common import (
+    MKDIR_HELP,
+    SET_HELP,
+    add_command,
+    input_file,
+    input_files,
+    load_strategy_arg,
+    print_json,
+    trace_folder,
+)
 
 
 def add_parser(sub) -> None:
@@ -33,8 +41,8 @@ def _calibrate_cmd(args) -> int:
     from simulator.profiling.kernels import CLASSES
     from simulator.profiling.kineto import read_trace_dir, trace_files
     from simulator.profiling.profile_csv import profile_text, report_lines, rows_json
-    from taskgraph.plan import resolve
     from simulator.profiling.trace_checks import check_ranks
+    from taskgraph.plan import resolve
     kind, spec = load_strategy_arg(args, "calibrate")
     inputs = input_files(args.file, kind, spec) + [str(f) for f in trace_files(args.trace_dir)]
     outs = check_outputs({"--output": args.output}, inputs=inputs, mkdir=args.mkdir)
@@ -43,6 +51,7 @@ def _calibrate_cmd(args) -> int:
     check_ranks(traces, plan.num_gpus, args.file)
     cal = calibrate(plan, traces)
     import sys
+
     from simulator.profiling.calibrate_cpu import calibrate_cpu, trace_warnings
     for w in trace_warnings(plan, traces):
         print(f"execsim: warning: {w}", file=sys.stderr)

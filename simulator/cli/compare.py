@@ -3,9 +3,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simulator.cli.common import input_file
-from simulator.cli.common import (EXAMPLE_NAME, FID_HELP, MKDIR_HELP, SET_HELP, check_command_outputs, input_files, pipeline_flags,
-                                 load_input, print_json, simulate_one, add_command)
+from simulator.cli.common import (
+    EXAMPLE_NAME,
+    FID_HELP,
+    MKDIR_HELP,
+    SET_HELP,
+    add_command,
+    check_command_outputs,
+    input_file,
+    input_files,
+    load_input,
+    pipeline_flags,
+    print_json,
+    simulate_one,
+)
 from strategies.errors import ExecsimError, brief
 
 

@@ -2,7 +2,7 @@
 of a path (``execsim simulate gpt3-175b-1024-a100``, :func:`simulator.cli.common.input_file`)."""
 from __future__ import annotations
 
-from simulator.cli.common import print_json, add_command
+from simulator.cli.common import add_command, print_json
 
 
 def add_parser(sub) -> None:
@@ -33,6 +33,7 @@ def example_kind(text: str) -> str:
 
 def _examples_cmd(args) -> int:
     from pathlib import Path
+
     from strategies.strategy_file import example_names, example_path, example_summary
     rows = []
     for name in example_names():

@@ -1,8 +1,14 @@
 """``execsim goodput``: a whole training run with failures, checkpoints and restarts."""
 from __future__ import annotations
 
-from simulator.cli.common import input_file
-from simulator.cli.common import check_command_outputs, input_files, load_strategy_arg, print_json, add_command
+from simulator.cli.common import (
+    add_command,
+    check_command_outputs,
+    input_file,
+    input_files,
+    load_strategy_arg,
+    print_json,
+)
 
 
 def add_parser(sub) -> None:
@@ -44,8 +50,8 @@ def _goodput_cmd(args) -> int:
     """A whole run with failures, checkpoints and restarts (simulator/goodput/)."""
     from simulator.goodput.replay import simulate_run
     from simulator.goodput.report import closed_form_curve, format_goodput, goodput_report
-    from strategies.goodput_file import check_seeds
     from simulator.goodput.setup import setup_from_strategy
+    from strategies.goodput_file import check_seeds
     if args.seeds is not None:
         check_seeds(args.seeds, "--seeds")
     kind, spec = load_strategy_arg(args, "goodput")

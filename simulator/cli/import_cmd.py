@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from simulator.cli.common import check_command_outputs, add_command, import_source
+from simulator.cli.common import add_command, check_command_outputs, import_source
 from strategies.errors import ExecsimError, brief
 
 
@@ -66,7 +66,7 @@ def _import_cmd(args) -> int:
                                f"e.g. --set num_nodes=4 or --set train.global_batch_size=256")
         if key in sets:
             raise ExecsimError(f"--set {key} is given twice; keep one")
-        from strategies.config import parse_set_value    # non-finite numbers refused, as simulate's --set
+        from strategies.config import parse_set_value  # non-finite numbers refused, as simulate's --set
         sets[key] = parse_set_value(value, key)
     outs = check_command_outputs(args, [] if args.source == "-" else [args.source], output=args.output)
     out, imp = import_strategy(args.kind, text, origin=origin, cluster=args.cluster, nodes=args.nodes,

@@ -15,9 +15,21 @@ import argparse
 import io
 import sys
 
-from simulator.cli import (calibrate, compare, examples, goodput, import_cmd, memory, plan_recompute, profile, report,
-                           schedule, search, simulate)
-from simulator.cli.common import EXAMPLES_HEADING, EXAMPLE_NAME, EXIT_INTERNAL, EXIT_USAGE
+from simulator.cli import (
+    calibrate,
+    compare,
+    examples,
+    goodput,
+    import_cmd,
+    memory,
+    plan_recompute,
+    profile,
+    report,
+    schedule,
+    search,
+    simulate,
+)
+from simulator.cli.common import EXAMPLE_NAME, EXAMPLES_HEADING, EXIT_INTERNAL, EXIT_USAGE
 from strategies.errors import ExecsimError, cut
 
 
@@ -89,7 +101,6 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI. Every refused input prints one ``execsim: error: ...`` line and returns 2; an
     unexpected exception prints one ``execsim: internal error`` line and returns 3 (set
     ``EXECSIM_DEBUG=1`` for the traceback)."""
-    import os
 
     from strategies.documents import forget_files_read
     forget_files_read()   # the inputs no output of this command may replace (simulator.outputs.files)

@@ -1,9 +1,19 @@
 """``execsim memory``: per-stage memory breakdown, OOM verdict and memory plot."""
 from __future__ import annotations
 
-from simulator.cli.common import input_file
-from simulator.cli.common import (EXAMPLE_NAME, FID_HELP, MKDIR_HELP, SET_HELP, check_command_outputs, input_files,
-                                 load_strategy_arg, print_json, simulate_one, add_command)
+from simulator.cli.common import (
+    EXAMPLE_NAME,
+    FID_HELP,
+    MKDIR_HELP,
+    SET_HELP,
+    add_command,
+    check_command_outputs,
+    input_file,
+    input_files,
+    load_strategy_arg,
+    print_json,
+    simulate_one,
+)
 
 
 def add_parser(sub) -> None:

@@ -1,8 +1,7 @@
 """``execsim plan-recompute``: per-layer recompute that fits, fastest."""
 from __future__ import annotations
 
-from simulator.cli.common import input_file
-from simulator.cli.common import EXAMPLE_NAME, FID_HELP, SET_HELP, load_input, print_json, add_command
+from simulator.cli.common import EXAMPLE_NAME, FID_HELP, SET_HELP, add_command, input_file, load_input, print_json
 from strategies.errors import ExecsimError
 
 

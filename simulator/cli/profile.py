@@ -2,8 +2,15 @@
 PyTorch and write the profile CSV ``options.profile`` reads, with measured vs modelled per operator."""
 from __future__ import annotations
 
-from simulator.cli.common import input_file
-from simulator.cli.common import MKDIR_HELP, SET_HELP, input_files, load_strategy_arg, print_json, add_command
+from simulator.cli.common import (
+    MKDIR_HELP,
+    SET_HELP,
+    add_command,
+    input_file,
+    input_files,
+    load_strategy_arg,
+    print_json,
+)
 
 _EX_FILE = "llama3-8b-8-h100"
 

@@ -1,10 +1,19 @@
 """``execsim report``: the self-contained HTML report of a file."""
 from __future__ import annotations
 
+from simulator.cli.common import (
+    EXAMPLE_NAME,
+    FID_HELP,
+    SET_HELP,
+    add_command,
+    check_command_outputs,
+    input_file,
+    input_files,
+    load_input,
+    pipeline_flags,
+    simulate_one,
+)
 from simulator.cli.simulate import write_html
-from simulator.cli.common import input_file
-from simulator.cli.common import (EXAMPLE_NAME, FID_HELP, SET_HELP, check_command_outputs, input_files, load_input, pipeline_flags,
-                                 simulate_one, add_command)
 
 
 def add_parser(sub) -> None:

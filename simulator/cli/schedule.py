@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
-from simulator.cli.common import MKDIR_HELP, check_command_outputs, add_command
+from simulator.cli.common import MKDIR_HELP, add_command, check_command_outputs
 
 
 def add_parser(sub) -> None:

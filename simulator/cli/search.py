@@ -166,10 +166,10 @@ def _prune_top(args) -> int | None:
 def run(args) -> int:
     from simulator.cli.common import check_command_outputs, input_files, load_strategy_arg
     from simulator.outputs.files import write_output
-    from simulator.search.space import SearchSpace, parse_axis
-    from simulator.search.backends import ROW_FIELDS
-    from simulator.search.strategy_search import format_table, search
     from simulator.reports.intervals import check_level
+    from simulator.search.backends import ROW_FIELDS
+    from simulator.search.space import SearchSpace, parse_axis
+    from simulator.search.strategy_search import format_table, search
     _check_flags(args)
     check_level(args.interval_level)
     axes = {}
@@ -212,7 +212,7 @@ def run(args) -> int:
     ivs = _ranked_intervals(base, shown, res.objective, args.fidelity or "coarse", level)
     if args.json:
         cols = list(ROW_FIELDS) + ["meets", "rank"]
-        from simulator.cli.common import print_json   # strict JSON: an infinite figure prints as null
+        from simulator.cli.common import print_json  # strict JSON: an infinite figure prints as null
         print_json({"objective": res.objective, "method": res.method, "gpus": res.gpus,
                           "train_tokens": res.train_tokens, "price_per_gpu_hour_usd": res.price,
                           "deadline_days": res.deadline_days, "simulated": res.evaluations,
@@ -306,8 +306,9 @@ def write_strategy(strategy, path: str, *, price: float | None = None, fidelity:
     """Write ``strategy`` (a parsed Strategy whose fields the search set) as a strategy file that
     ``execsim simulate`` reads back to the same strategy; relative model/cluster/profile paths are
     rewritten for ``path``'s folder (absolute when outside it)."""
-    import yaml
     from dataclasses import asdict
+
+    import yaml
     out_dir = Path(path).resolve().parent
     base_dir = Path(strategy.base_dir).resolve()
 

@@ -5,9 +5,20 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.cli.common import input_file
-from simulator.cli.common import (EXAMPLE_NAME, FID_HELP, MKDIR_HELP, SET_HELP, check_command_outputs, input_files,
-                                 load_input, pipeline_flags, print_json, simulate_one, add_command)
+from simulator.cli.common import (
+    EXAMPLE_NAME,
+    FID_HELP,
+    MKDIR_HELP,
+    SET_HELP,
+    add_command,
+    check_command_outputs,
+    input_file,
+    input_files,
+    load_input,
+    pipeline_flags,
+    print_json,
+    simulate_one,
+)
 from strategies.errors import ExecsimError
 from strategies.limits import MAX_TRACE_TASKS
 
@@ -210,8 +221,9 @@ def _run(args, checked: CheckedRun) -> SimulateSummary:
 def _delta_run(sim, what_ifs) -> DeltaRun:
     """Apply ``what_ifs`` in delta mode, then time one full simulation of the same graph."""
     import time
-    from simulator.simulation.what_if import what_if
+
     from simulator.engine.core import simulate as full_simulation
+    from simulator.simulation.what_if import what_if
     base, changes = what_if(sim.graph, what_ifs or [])
     t0 = time.perf_counter()
     full_simulation(sim.graph)
@@ -326,8 +338,8 @@ def oom_verdict(source: str, mem) -> str:
 
 def write_html(path: str, source: str, kind: str, sim, sets=None, level: float = 0.8) -> None:
     """The HTML report, written atomically (simulator.outputs.files)."""
-    from simulator.outputs.html_report import write_html_report
     from simulator.outputs.files import write_output
+    from simulator.outputs.html_report import write_html_report
     label = source + (" with --set " + " ".join(sets) if sets else "")
     text = Path(source).read_text(encoding="utf-8")
     write_output(path, lambda tmp: write_html_report(tmp, sim, source=label, strategy_text=text,

@@ -239,8 +239,17 @@ def simulate(graph, *, kernel: str = "auto") -> SimResult:
 class _Plan:
     """Successor tables for :func:`_run` (see :func:`_plan`)."""
 
-    __slots__ = ("code", "gptr", "gsucc", "indeg", "sources", "num_general", "chain_src", "chain_dst",
-                 "general")
+    __slots__ = (
+        "chain_dst",
+        "chain_src",
+        "code",
+        "general",
+        "gptr",
+        "gsucc",
+        "indeg",
+        "num_general",
+        "sources",
+    )
 
 
 def _plan(dur: np.ndarray, ptr: np.ndarray, idx: np.ndarray) -> _Plan:

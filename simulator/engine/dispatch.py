@@ -31,7 +31,7 @@ def lower_and_simulate(schedule, work, overlap_handoff: str = "pair-end", fideli
     graph, layout = _lower(schedule, work, overlap_handoff, fidelity)
     if layout is not None:
         from simulator.engine.static_order import simulate_coarse
-        run = lambda g: simulate_coarse(g, layout)  # noqa: E731
+        run = lambda g: simulate_coarse(g, layout)
     else:
         from simulator.engine.core import simulate as run
     # compute beside communication that holds SMs is slowed (taskgraph/overlap.py): the durations

@@ -62,7 +62,7 @@ def sweep_in_order(graph, pi) -> SimResult | None:
     return plan.run(graph.duration) if plan is not None else None
 
 
-def plan_for_guess(graph, pi) -> "SweepPlan | None":
+def plan_for_guess(graph, pi) -> SweepPlan | None:
     """:class:`SweepPlan` of ``graph`` in the guessed order ``pi``, or None when ``pi`` is not a
     permutation of the task ids.
 
@@ -91,8 +91,22 @@ class SweepPlan:
     that does not depend on the durations, so the interference fixed point re-times its rounds
     with :meth:`run` alone (the checks run every time: a plan is never trusted)."""
 
-    __slots__ = ("n", "pi", "tsk", "a_l", "b_l", "m", "src", "dst", "px", "py", "prevdev", "pair_lt",
-                 "edge_lt", "slot")
+    __slots__ = (
+        "a_l",
+        "b_l",
+        "dst",
+        "edge_lt",
+        "m",
+        "n",
+        "pair_lt",
+        "pi",
+        "prevdev",
+        "px",
+        "py",
+        "slot",
+        "src",
+        "tsk",
+    )
 
     def __init__(self, graph, pi: np.ndarray, src: np.ndarray | None = None):
         n = graph.num_tasks

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import numpy as np
 
-
 # --------------------------------------------------------------------------------------------------
 # Static-order timeline
 
@@ -24,8 +23,27 @@ import numpy as np
 class _Order:
     """Processing order and checks for one task structure (cached on a lowering layout)."""
 
-    __slots__ = ("n", "total", "pi", "pdev", "q1", "q2", "dsel", "prevdev", "pair_x", "pair_y", "psrc",
-                 "pstarts", "phas", "src", "dst", "ndev", "pair_lt", "edge_lt", "arrays")
+    __slots__ = (
+        "arrays",
+        "dsel",
+        "dst",
+        "edge_lt",
+        "n",
+        "ndev",
+        "pair_lt",
+        "pair_x",
+        "pair_y",
+        "pdev",
+        "phas",
+        "pi",
+        "prevdev",
+        "psrc",
+        "pstarts",
+        "q1",
+        "q2",
+        "src",
+        "total",
+    )
 
 
 def build_order(n: int, device: np.ndarray, src: np.ndarray, dst: np.ndarray, pi: np.ndarray,

@@ -65,9 +65,9 @@ def optimal_interval_closed_form(c: float, restart: float, mtbf: float, write: f
     lo, hi = math.log(max(c, 1e-3) * 1e-2 + 1e-9), math.log(50.0 * mtbf + write)
     g = (math.sqrt(5.0) - 1.0) / 2.0
     if write > 0:
-        f = lambda lt: -async_goodput(math.exp(lt), c, write, restart, mtbf)  # noqa: E731
+        f = lambda lt: -async_goodput(math.exp(lt), c, write, restart, mtbf)
     else:
-        f = lambda lt: -daly_goodput(math.exp(lt), c, restart, mtbf)  # noqa: E731
+        f = lambda lt: -daly_goodput(math.exp(lt), c, restart, mtbf)
     a, b = lo, hi
     x1, x2 = b - g * (b - a), a + g * (b - a)
     f1, f2 = f(x1), f(x2)

@@ -4,9 +4,9 @@ check of impossible parameters, and the constants (units, loss mechanisms, the d
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from strategies.errors import ConfigError
 

@@ -9,8 +9,17 @@ import math
 import numpy as np
 import simpy
 
-from simulator.goodput.model import (HOUR, MECHANISMS, STREAM_LEMON, STREAM_RESTART, STREAM_SAVE,
-                                     Component, RunModel, RunResult, check_run_model)
+from simulator.goodput.model import (
+    HOUR,
+    MECHANISMS,
+    STREAM_LEMON,
+    STREAM_RESTART,
+    STREAM_SAVE,
+    Component,
+    RunModel,
+    RunResult,
+    check_run_model,
+)
 
 
 class _Segment:

@@ -33,9 +33,10 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterable, Union
+from typing import Union
 
 from strategies.errors import ExecsimError, brief
 

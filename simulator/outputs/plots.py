@@ -43,9 +43,9 @@ state, works without a display).
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from os import PathLike
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 from matplotlib import colormaps

@@ -6,7 +6,8 @@ never. Results never go through the bar; it only writes to stderr.
 """
 from __future__ import annotations
 
-from typing import Iterable, Iterator, TypeVar
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
 
 T = TypeVar("T")
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pandas as pd
 
 from simulator.engine.core import SimResult
-from strategies.errors import ConfigError
 from simulator.engine.timeline import timeline
+from strategies.errors import ConfigError
 from taskgraph.graph import TaskGraph
 
 FORMATS = (".csv", ".parquet")

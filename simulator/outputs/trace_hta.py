@@ -181,6 +181,7 @@ def stale_rank_files(directory: Path, kept: set, flag: str = "--trace-dir", *, i
     never a folder or a read-only file); a symbolic link is removed, not what it points to."""
     import os
     import re
+
     from simulator.outputs.files import OutputError, check_output
     rx = re.compile(r"rank_\d+\.json")
     try:

@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from simulator.profiling.inventory import plan_operators, profile_items
-from simulator.profiling.kernels import CLASSES, _GEMM_OPS, gemm_key, instances, kernel_class, plan_gemm_index
+from simulator.profiling.kernels import _GEMM_OPS, CLASSES, gemm_key, instances, kernel_class, plan_gemm_index
 from simulator.profiling.profile_csv import ProfileRow
 from taskgraph.cost import PASSES
 

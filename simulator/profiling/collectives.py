@@ -88,16 +88,16 @@ def _worker(rank, world, port, backend, cases, repeats, warmup, out):
         t = torch.ones(elems, dtype=torch.float32, device=dev)
         g = groups[n]
         if kind == "all-reduce":
-            call = lambda: dist.all_reduce(t, group=g)  # noqa: E731
+            call = lambda: dist.all_reduce(t, group=g)
         elif kind == "all-gather":
             parts = [torch.empty(elems // n, device=dev) for _ in range(n)]
-            call = lambda: dist.all_gather(parts, t[: elems // n], group=g)  # noqa: E731
+            call = lambda: dist.all_gather(parts, t[: elems // n], group=g)
         elif kind == "reduce-scatter":
             o = torch.empty(elems // n, device=dev)
-            call = lambda: dist.reduce_scatter_tensor(o, t, group=g)  # noqa: E731
+            call = lambda: dist.reduce_scatter_tensor(o, t, group=g)
         elif kind == "all-to-all":
             o = torch.empty_like(t)
-            call = lambda: dist.all_to_all_single(o, t, group=g)  # noqa: E731
+            call = lambda: dist.all_to_all_single(o, t, group=g)
         else:  # send-recv ping-pong between ranks 0 and 1; half the round trip
             def call():
                 if rank == 0:

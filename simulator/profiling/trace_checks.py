@@ -26,7 +26,7 @@ from pathlib import Path
 from strategies.errors import ConfigError, brief
 from strategies.limits import MAX_GPUS, MAX_TRACE_FILES, MAX_TRACE_TOTAL_BYTES
 
-__all__ = ["list_trace_files", "complete_events", "trace_rank", "check_ranks"]
+__all__ = ["check_ranks", "complete_events", "list_trace_files", "trace_rank"]
 
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 

@@ -49,10 +49,10 @@ differs in stack, GPU, model family, scale), 4.0% mean error over 4 runs
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable
 
 from strategies.errors import ConfigError, brief
 
@@ -255,5 +255,17 @@ def _bundled() -> tuple[CalibrationGroup, ...]:
     return _load(ENVELOPE_PATH)
 
 
-__all__ = ["stack_name", "RunFeatures", "CalibrationGroup", "Envelope", "distance", "assess", "run_features", "plan_envelope",
-           "load_envelope", "ENVELOPE_PATH", "WEIGHTS", "NEAR"]
+__all__ = [
+    "ENVELOPE_PATH",
+    "NEAR",
+    "WEIGHTS",
+    "CalibrationGroup",
+    "Envelope",
+    "RunFeatures",
+    "assess",
+    "distance",
+    "load_envelope",
+    "plan_envelope",
+    "run_features",
+    "stack_name",
+]

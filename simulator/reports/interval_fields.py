@@ -8,8 +8,7 @@ only applies it to the figures each report prints (a quantity proportional to th
 from __future__ import annotations
 
 from simulator.reports.envelope import RunFeatures
-from simulator.reports.intervals import (DEFAULT_LEVEL, Calibration, Interval, interval_for, memory_margin,
-                                         sim_interval)
+from simulator.reports.intervals import DEFAULT_LEVEL, Calibration, Interval, interval_for, memory_margin, sim_interval
 
 #: JSON key of each interval -> (the training report's field, how it moves with the step time)
 TRAINING_INTERVALS = {"iteration_time_interval_s": ("iteration_time_s", "time"),
@@ -58,6 +57,7 @@ def ranked_intervals(rows: list[dict], base: RunFeatures, objective: str, fideli
     the searched file; a candidate differs in GPUs and ZeRO stage (hence, with ``options_stack``,
     perhaps in stack)."""
     from dataclasses import replace
+
     from simulator.reports.envelope import stack_name
     col, kind = OBJECTIVE_COLUMNS[objective]
     out: list[dict] = []
@@ -101,5 +101,13 @@ def simulation_fields(sim, mem=None, cost_usd: float | None = None, level: float
     return out
 
 
-__all__ = ["TRAINING_INTERVALS", "OBJECTIVE_COLUMNS", "NO_MODEL_NOTE", "interval_fields", "overlaps",
-           "ranked_intervals", "report_memory_margin", "simulation_fields"]
+__all__ = [
+    "NO_MODEL_NOTE",
+    "OBJECTIVE_COLUMNS",
+    "TRAINING_INTERVALS",
+    "interval_fields",
+    "overlaps",
+    "ranked_intervals",
+    "report_memory_margin",
+    "simulation_fields",
+]

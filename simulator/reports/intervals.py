@@ -49,10 +49,10 @@ with its whole source group left out (``python -m benchmarks.validate --interval
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable
 
 from simulator.reports.envelope import CalibrationGroup, RunFeatures, assess, distance, load_envelope
 from strategies.errors import ConfigError, brief
@@ -209,7 +209,7 @@ class Calibration:
     spread: float  # k of the normalization 1 + k d (spread_per_distance of the rows)
 
     @classmethod
-    def build(cls, rows: Iterable[CalibrationRow], groups: Iterable[CalibrationGroup]) -> "Calibration":
+    def build(cls, rows: Iterable[CalibrationRow], groups: Iterable[CalibrationGroup]) -> Calibration:
         rows, groups = tuple(rows), tuple(groups)
         source_of = {r.envelope_group: r.source_group for r in rows}
         dist = {r.id: _nearest_other(r.features, r.source_group, groups, source_of) for r in rows}
@@ -222,7 +222,7 @@ class Calibration:
         scores = {r.id: r.residual / (1.0 + k * dist[r.id]) if math.isfinite(dist[r.id]) else 0.0 for r in rows}
         return cls(rows, groups, scores, k)
 
-    def without_source(self, source: str) -> "Calibration":
+    def without_source(self, source: str) -> Calibration:
         """The calibration rebuilt without every row and group of ``source`` (coverage checks: the
         other rows' distances, hence their scores, as if the source had never been measured)."""
         names = {r.envelope_group for r in self.rows if r.source_group == source}
@@ -393,7 +393,24 @@ def bundled() -> Calibration:
 
 
 __all__ = [
-    "Interval", "CalibrationRow", "Calibration", "interval_for", "plan_interval", "sim_interval",
-    "conformal_bounds", "check_level", "memory_margin", "memory_errors", "coverage", "coverage_table",
-    "load_rows", "bundled", "INTERVALS_PATH", "DEFAULT_LEVEL", "MIN_GROUP_ROWS", "DEFAULT_SPREAD",
-    "spread_per_distance", "FIDELITY_WIDENING"]
+    "DEFAULT_LEVEL",
+    "DEFAULT_SPREAD",
+    "FIDELITY_WIDENING",
+    "INTERVALS_PATH",
+    "MIN_GROUP_ROWS",
+    "Calibration",
+    "CalibrationRow",
+    "Interval",
+    "bundled",
+    "check_level",
+    "conformal_bounds",
+    "coverage",
+    "coverage_table",
+    "interval_for",
+    "load_rows",
+    "memory_errors",
+    "memory_margin",
+    "plan_interval",
+    "sim_interval",
+    "spread_per_distance",
+]

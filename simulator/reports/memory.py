@@ -87,7 +87,7 @@ def memory_report(plan, graph: TaskGraph, result: SimResult) -> MemoryReport:
 
 
 def format_memory_report(mem: MemoryReport, layer_rows: list[dict] | None = None) -> str:
-    g = lambda x: f"{x / GB:8.2f}"  # noqa: E731
+    g = lambda x: f"{x / GB:8.2f}"
     lines = [f"{'rank':>4} {'stages':>8} {'weights':>8} {'grads':>8} {'optim':>8} {'activ':>8} {'temps':>8} "
              f"{'reserve':>8} {'total':>8} {'capacity':>8}  verdict (GiB)"]
     for s in mem.per_stage:

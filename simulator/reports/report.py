@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simulator.reports.breakdown import ideal_bubble_fraction, ready_binding, time_breakdown
 from simulator.engine.core import SimResult
+from simulator.reports.breakdown import ideal_bubble_fraction, ready_binding, time_breakdown
 from taskgraph.graph import CATEGORIES, TaskGraph
 
 

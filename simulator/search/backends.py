@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from simulator.search.space import CANDIDATE_FIELDS, Candidate, Context, cluster_for, static_bound
 from strategies.errors import ConfigError, ExecsimError
@@ -256,5 +256,14 @@ def _ray_rows(job: Job, cands, jobs, chunk, progress, address) -> list[dict]:
     return [r for rows in results for r in rows]
 
 
-__all__ = ["Job", "evaluate_row", "evaluate_rows", "candidate_strategy", "ROW_FIELDS", "METRIC_FIELDS", "BACKENDS",
-           "ray_available", "default_jobs"]
+__all__ = [
+    "BACKENDS",
+    "METRIC_FIELDS",
+    "ROW_FIELDS",
+    "Job",
+    "candidate_strategy",
+    "default_jobs",
+    "evaluate_row",
+    "evaluate_rows",
+    "ray_available",
+]

@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from simulator.search.space import Candidate
 from strategies.errors import ExecsimError
@@ -199,4 +199,4 @@ def branch_and_bound(job, cands: Sequence[Candidate], *, top: int, cost: Callabl
     return rows, stats
 
 
-__all__ = ["branch_and_bound", "BoundStats", "objective_bound", "compute_bounds"]
+__all__ = ["BoundStats", "branch_and_bound", "compute_bounds", "objective_bound"]

@@ -53,13 +53,14 @@ multiplies by the micro-batch count, and the two roundings may differ in the las
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 # Schedules whose backward is one fused B action per (stage, micro-batch) -- no W action -- so every
 # rank's tasks carry the input-gradient chain in their tails (checked in tests/test_search_bound.py),
 # and those that split backwards into I and W (the tail then holds only the optimizer step): the
 # schedule registry's tables.
-from strategies.schedules import FUSED_BACKWARD, SPLIT_BACKWARD as KNOWN_SPLIT
+from strategies.schedules import FUSED_BACKWARD
+from strategies.schedules import SPLIT_BACKWARD as KNOWN_SPLIT
 
 #: Relative margin for floating-point rounding (module doc).
 SLACK = 1.0 - 1e-6
@@ -385,4 +386,4 @@ def compute_bound(ctx, c, cluster=None) -> float:
     return SLACK * chain_bound(fwd, busy, bwd_in, ranks, first, m, fused)
 
 
-__all__ = ["SLACK", "records_bound", "path_bound", "compute_bound", "chain_bound", "stage_ranks", "FUSED_BACKWARD"]
+__all__ = ["FUSED_BACKWARD", "SLACK", "chain_bound", "compute_bound", "path_bound", "records_bound", "stage_ranks"]

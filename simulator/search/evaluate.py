@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
 from simulator.engine.static_order import _layout_order, static_order_timeline
 from strategies.errors import ExecsimError
-
 
 # --------------------------------------------------------------------------------------------------
 # Lean reports
@@ -286,6 +286,7 @@ def evaluate_prepared(plan, work, fid: str, t0: float | None = None) -> Evaluati
 
 def _field_names():
     from dataclasses import fields
+
     from strategies.strategy_file import OptionsSpec, ParallelSpec, TrainingSpec
     return {"parallel": {f.name for f in fields(ParallelSpec)}, "training": {f.name for f in fields(TrainingSpec)},
             "options": {f.name for f in fields(OptionsSpec)}}

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Callable, Sequence
 
 from simulator.search.space import RECOMPUTE, Candidate, Context, exceeds_memory, valid_variant
 from strategies.errors import ConfigError
@@ -186,4 +186,4 @@ def metropolis_hastings(cands: Sequence[Candidate], ctx: Context, evaluate: Call
     return rows
 
 
-__all__ = ["metropolis_hastings", "propose", "Neighbours", "AXES"]
+__all__ = ["AXES", "Neighbours", "metropolis_hastings", "propose"]

@@ -35,8 +35,8 @@ on the first rank); the bound takes the larger of the two.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
-from typing import Iterable
 
 from strategies.errors import ConfigError
 
@@ -549,8 +549,23 @@ def _rank_of_stage(c: Candidate, s: int) -> int:
     return s % c.pp
 
 
-__all__ = ["Candidate", "SearchSpace", "Context", "SpaceStats", "AXES", "CANDIDATE_FIELDS", "context", "check_gpus",
-           "gpu_counts", "cluster_for", "enumerate_space", "static_bound", "exceeds_memory", "valid_variant", "parse_axis"]
+__all__ = [
+    "AXES",
+    "CANDIDATE_FIELDS",
+    "Candidate",
+    "Context",
+    "SearchSpace",
+    "SpaceStats",
+    "check_gpus",
+    "cluster_for",
+    "context",
+    "enumerate_space",
+    "exceeds_memory",
+    "gpu_counts",
+    "parse_axis",
+    "static_bound",
+    "valid_variant",
+]
 
 
 def grid_points(ctx: Context, space: SearchSpace, gpus_list: Iterable[int]) -> int:

@@ -19,11 +19,20 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from simulator.search.backends import ROW_FIELDS, Job, evaluate_row, evaluate_rows
-from simulator.search.space import Candidate, SearchSpace, SpaceStats, check_gpus, context, enumerate_space, gpu_counts, static_bound
+from simulator.search.space import (
+    Candidate,
+    SearchSpace,
+    SpaceStats,
+    check_gpus,
+    context,
+    enumerate_space,
+    gpu_counts,
+    static_bound,
+)
 from strategies.errors import ConfigError
 
 OBJECTIVES = ("time", "cost", "tokens-per-dollar")
@@ -193,7 +202,7 @@ def search(base, *, gpus: int | None = None, gpus_range: tuple[int, int] | None 
         if start not in ("file", "random"):
             raise ConfigError(f"MCMC start {start!r} must be 'file' or 'random'")
         first = _file_candidate(ctx, base, cands) if start == "file" else None
-        cost = lambda r: objective_value(r, objective, deadline_days)  # noqa: E731
+        cost = lambda r: objective_value(r, objective, deadline_days)
         bound = None
         if fidelity == "coarse" and prune:
             from simulator.search.bnb import compute_bounds, objective_bound
@@ -223,8 +232,8 @@ def search(base, *, gpus: int | None = None, gpus_range: tuple[int, int] | None 
 def _gap(rows: list[dict], cands, bound, cost) -> float | None:
     """(best objective found - smallest bound of the grid candidates not simulated) / |that bound|;
     0.0 when no unsimulated candidate can beat what was found, None when nothing qualifies."""
-    from simulator.search.space import CANDIDATE_FIELDS
     from simulator.search.backends import _cell
+    from simulator.search.space import CANDIDATE_FIELDS
     found = min((cost(r) for r in rows), default=math.inf)
     if not math.isfinite(found):
         return None
@@ -338,5 +347,15 @@ def format_table(result: SearchResult, top: int = 10) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["search", "SearchResult", "objective_value", "rank_rows", "ranked_rows", "ranked_table", "row_candidate", "format_table", "OBJECTIVES",
-           "METHODS"]
+__all__ = [
+    "METHODS",
+    "OBJECTIVES",
+    "SearchResult",
+    "format_table",
+    "objective_value",
+    "rank_rows",
+    "ranked_rows",
+    "ranked_table",
+    "row_candidate",
+    "search",
+]

@@ -7,7 +7,6 @@ from simulator.simulation.pipeline import pipeline_schedule, with_vpp
 from strategies.schedules import SCHEDULES, get_schedule
 from taskgraph.estimate import estimate_tasks
 
-
 _PER_PAIR: dict = {}
 
 

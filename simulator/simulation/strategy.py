@@ -32,11 +32,10 @@ class StrategySimulation:
 def simulate_strategy(strategy, *, fidelity: str | None = None, schedule: str | None = None,
                       vpp: int | None = None) -> StrategySimulation:
     """Resolve, cost, lower and simulate a strategy (:class:`strategies.strategy_file.Strategy`)."""
+    from simulator.engine.dispatch import lower_and_simulate
     from simulator.reports.training import training_report
     from taskgraph.costing import build_work
-    from simulator.engine.dispatch import lower_and_simulate
-    from taskgraph.plan import resolve
-    from taskgraph.plan import rescheduled
+    from taskgraph.plan import rescheduled, resolve
     strategy = rescheduled(strategy, schedule, vpp)   # layers_per_stage regrouped for the new stage count
     t0 = time.perf_counter()
     plan = resolve(strategy)

@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from simulator.engine.delta.queues import QueueDump, DeviceQueue
+from simulator.engine.delta.queues import DeviceQueue, QueueDump
 from simulator.engine.delta.stats import NAN, SweepAbort
 
 
@@ -90,8 +90,8 @@ class CompiledSweepMixin:
         qh, qt, qn, qp = self._links()
         cur = self._cur
         cur.fill(-1)  # per change: the last entry the sweep placed on each device
-        f64 = lambda a: np.frombuffer(a, dtype=np.float64)  # noqa: E731 - views, dropped below
-        i64 = lambda a: np.frombuffer(a, dtype=np.int64)  # noqa: E731
+        f64 = lambda a: np.frombuffer(a, dtype=np.float64)
+        i64 = lambda a: np.frombuffer(a, dtype=np.int64)
         state = self._state
         R, S, E, lk, nr, oS, oE = (f64(a) for a in (state.ready_time, state.start_time, state.end_time, state.queue_key,
                                                     state.new_ready, state.old_start, state.old_end))

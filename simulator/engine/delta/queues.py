@@ -15,7 +15,7 @@ class DeviceGroups:
     """The tasks of a full run grouped by device, in pop order (shared by the device queues, which
     take their slice on first use)."""
 
-    __slots__ = ("order", "dev", "ready", "nd", "perm", "bounds")
+    __slots__ = ("bounds", "dev", "nd", "order", "perm", "ready")
 
     def __init__(self, order, dev, ready, nd):
         """``dev``: the device of each task at the time of the run (a copy, or an array that no
@@ -52,7 +52,7 @@ class DeviceQueue:
     appends its tasks the same way (:meth:`extend`). In a non-canonical timeline the queue
     holds the engine's device order instead (only ``ids()`` is used then)."""
 
-    __slots__ = ("R", "I", "fr", "fi", "src")
+    __slots__ = ("I", "R", "fi", "fr", "src")
 
     def __init__(self, src=None):
         self.src = src  # (DeviceGroups, device) or None
@@ -266,7 +266,7 @@ class QueueDump:
     """Device queues dumped from the compiled sweep's linked lists (``DeviceQueue`` source, like
     :class:`DeviceGroups`): ids of each device in key order and their ready times."""
 
-    __slots__ = ("ids", "rs", "bounds")
+    __slots__ = ("bounds", "ids", "rs")
 
     def __init__(self, ids, rs, bounds):
         self.ids, self.rs, self.bounds = ids, rs, bounds

@@ -10,7 +10,7 @@ import numpy as np
 
 from simulator.engine.core import simulate_arrays
 from simulator.engine.delta import params
-from simulator.engine.delta.queues import gather_rows, DeviceGroups, DeviceQueue
+from simulator.engine.delta.queues import DeviceGroups, DeviceQueue, gather_rows
 from simulator.engine.delta.stats import NAN, DeltaStats
 from strategies.errors import SimulationError
 
@@ -59,7 +59,7 @@ class ResumeMixin:
         st = np.frombuffer(state.sweep_status, dtype=np.int64)
         done = d[st[d] == 2]
         if undo and done.size:
-            f64 = lambda a: np.frombuffer(a, dtype=np.float64)  # noqa: E731
+            f64 = lambda a: np.frombuffer(a, dtype=np.float64)
             f64(state.start_time)[done] = f64(state.old_start)[done]
             f64(state.end_time)[done] = f64(state.old_end)[done]
         st[d] = 0

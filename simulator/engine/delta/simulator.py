@@ -122,7 +122,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
     @classmethod
     def from_arrays(cls, duration, device, succ_ptr, succ_idx, num_devices: int, *,
                     budget: float | str | None = "auto", max_work: int | None = None,
-                    kernel: str | None = None) -> "DeltaSimulator":
+                    kernel: str | None = None) -> DeltaSimulator:
         """Same inputs as :func:`simulator.engine.core.simulate_arrays`."""
         return cls(None, budget=budget, max_work=max_work, kernel=kernel,
                    _arrays=(duration, device, succ_ptr, succ_idx, num_devices))

@@ -12,7 +12,7 @@ from array import array
 import numpy as np
 
 from simulator.engine.delta import params
-from simulator.engine.delta.queues import QueueDump, DeviceQueue
+from simulator.engine.delta.queues import DeviceQueue, QueueDump
 
 
 def static_kernels():
@@ -99,7 +99,7 @@ class StaticResweepMixin:
         flt = np.array([-math.inf, self._makespan, 0.0, 0.0, -math.inf, -1.0, 0.0])
         sorted_ = False  # (only the dense walk checks whether the key order survives)
         heap_k = 0  # tasks the heap had re-timed when the dense walk took over (it re-times them again)
-        f64 = lambda a: np.frombuffer(a, dtype=np.float64)  # noqa: E731 - views, dropped below
+        f64 = lambda a: np.frombuffer(a, dtype=np.float64)
         state = self._state
         R, S, E, lk = (f64(a) for a in (state.ready_time, state.start_time, state.end_time, state.queue_key))
         st = np.frombuffer(state.sweep_status, dtype=np.int64)
