@@ -288,8 +288,8 @@ def format_cv(full: Refit, rows: list[GroupCV], fits: tuple[Fit, ...], *, markdo
     tot = GroupCV("overall", n, *(sum(getattr(g, k) * g.n for g in rows) / n
                                   for k in ("in_sample_mae", "refit_all_mae", "left_out_mae")), {}, {})
     if markdown:
-        lines += ["| group left out | rows | in-sample, declared constants | in-sample, refit on all rows | "
-                  "left out (refit without the group) | left out minus declared | left out minus refit on all |",
+        lines += [("| group left out | rows | in-sample, declared constants | in-sample, refit on all rows | "
+                  "left out (refit without the group) | left out minus declared | left out minus refit on all |"),
                   "|---|---:|---:|---:|---:|---:|---:|"]
         lines += [f"| {g.group} | {g.n} | {g.in_sample_mae:.1f}% | {g.refit_all_mae:.1f}% | {g.left_out_mae:.1f}% | "
                   f"{g.left_out_mae - g.in_sample_mae:+.1f} | {g.left_out_mae - g.refit_all_mae:+.1f} |"

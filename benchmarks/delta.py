@@ -454,9 +454,9 @@ def format_table(g, build_s, rows, title: str | None = None) -> str:
     title = title or (f"1F1B pipeline: {n} tasks, {g.meta['ranks']} ranks, {g.meta['microbatches']} "
                       f"microbatches, {g.meta['ops']} ops per block")
     lines = [f"{title}; DeltaSimulator build {build_s:.2f} s",
-             "| change | re-timed | % tasks | start/end changed (%) | delta ms | Python full ms | vs Python "
+             ("| change | re-timed | % tasks | start/end changed (%) | delta ms | Python full ms | vs Python "
              "full | compiled full ms | vs compiled full | result() ms | fallback | sweep alone: re-timed, ms, "
-             "vs Python full |",
+             "vs Python full |"),
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         pure = "-"

@@ -330,9 +330,10 @@ def main(argv=None) -> int:
     for layout in ("single", "pp2-1f1b"):
         base = out / f"profile-{layout}.yaml"
         base.write_text(yaml.safe_dump(strategy(layout, m)))
-        subprocess.run([sys.executable, "-m", "simulator.cli.main", "profile", str(base), "--device", "cpu",
-                        "--threads", "1", "--repeats", str(a.repeats), "-o", str(_profile_csv(out, layout))],
-                       check=True, cwd=ROOT, stdout=open(out / f"profile-{layout}.txt", "w"))
+        with open(out / f"profile-{layout}.txt", "w") as log:
+            subprocess.run([sys.executable, "-m", "simulator.cli.main", "profile", str(base), "--device", "cpu",
+                            "--threads", "1", "--repeats", str(a.repeats), "-o", str(_profile_csv(out, layout))],
+                           check=True, cwd=ROOT, stdout=log)
     # every run takes the same operator times (the single layout's); the PP layout adds its stages'
     # optimizer steps (other parameter counts)
     one, pp = (_profile_csv(out, x).read_text().splitlines() for x in ("single", "pp2"))

@@ -474,12 +474,11 @@ def delta_section(s) -> None:
     g = graph_from_layout(lay, work)
     o = _layout_order(lay)
     dur = g.duration
-    stage = np.asarray(g.stage)
     end = static_order_timeline(o, dur)[2]
     cases = {"one stage's backward x1.1 (a layer's recompute changed)":
              np.flatnonzero((np.asarray(g.stage) == 5) & (np.asarray(g.category) == 1)),
              "last-finishing task x1.1": np.array([int(np.argmax(end))])}
-    print("  delta vs full static-order sweep, GPT-3 example (%d tasks):" % g.num_tasks)
+    print(f"  delta vs full static-order sweep, GPT-3 example ({g.num_tasks} tasks):")
     for name, ids in cases.items():
         new = dur.copy()
         new[ids] *= 1.1

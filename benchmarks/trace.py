@@ -83,7 +83,7 @@ def main(argv=None) -> int:
         n_old, ov_old = overlaps(old_p)
         n_new, ov_new = overlaps(new_p)
         bo, bn = min(old_t), min(new_t)
-        ev_new = sum(1 for _ in open(new_p)) - 2
+        ev_new = len(new_p.read_text().splitlines()) - 2
         print(f"old writer  best {bo:6.2f} s of {a.repeat}  {old_p.stat().st_size / 1e6:7.1f} MB  "
               f"{ev_new / bo:10.0f} events/s  overlapping slices {ov_old} of {n_old}")
         print(f"new writer  best {bn:6.2f} s of {a.repeat}  {new_p.stat().st_size / 1e6:7.1f} MB  "

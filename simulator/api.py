@@ -93,7 +93,7 @@ __all__ = [
     "what_if",
     "with_vpp",
 ]
-__all__ = sorted(__all__ + list(_LAZY))
+__all__ += sorted(_LAZY)  # noqa: PLE0605 -- the lazy names, after the eager ones
 
 
 def __getattr__(name: str):

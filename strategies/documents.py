@@ -22,7 +22,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
@@ -135,7 +135,7 @@ class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
     """SafeLoader (C parser when available) that rejects duplicate keys in a mapping and reads plain
     scalars by the YAML 1.2 core schema (see ``_YAML12_RESOLVERS``)."""
 
-    yaml_implicit_resolvers: dict = {}
+    yaml_implicit_resolvers: ClassVar[dict] = {}
 
     def construct_yaml_int(self, node):
         """YAML 1.2 integers: decimal, ``0o`` octal, ``0x`` hexadecimal. A decimal with a leading zero
@@ -160,7 +160,7 @@ class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
                 try:
                     key = self.construct_object(key_node, deep=True)
                     hash(key)
-                except Exception:
+                except Exception:  # noqa: BLE001, S112 -- any unhashable key type
                     continue  # unhashable keys are reported by the base constructor
                 m = key_node.start_mark
                 where = f"line {m.line + 1} column {m.column + 1}"
@@ -177,8 +177,8 @@ class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
 _YAML12_RESOLVERS = (
     ("tag:yaml.org,2002:bool", r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF"),
     ("tag:yaml.org,2002:int", r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$", "-+0123456789"),
-    ("tag:yaml.org,2002:float", r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
-                                r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$", "-+0123456789."),
+    ("tag:yaml.org,2002:float", (r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+                                r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"), "-+0123456789."),
     ("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
     ("tag:yaml.org,2002:merge", r"^(?:<<)$", "<"),
 )

@@ -39,7 +39,7 @@ def brief(value, limit: int = 60) -> str:
     r.maxstring, r.maxother, r.maxlong = max(limit, 8), max(limit, 8), max(limit, 8)
     try:
         text = r.repr(value)
-    except Exception:  # e.g. an int beyond Python's int-to-str digit limit
+    except Exception:  # noqa: BLE001 -- e.g. an int beyond Python's int-to-str digit limit
         return f"<{type(value).__name__} too large to print>"
     if len(text) > 1.5 * limit:
         text = text[:int(1.5 * limit) - 3] + "..."

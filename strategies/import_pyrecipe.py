@@ -19,7 +19,8 @@ from typing import Any
 
 from strategies.errors import ConfigError
 from strategies.import_common import Imported, moe_dispatch_options, named_tokenizer_vocab, recompute_fields
-from strategies.pyrecipe import Ref, Unknown, evaluate_recipe, parse_recipe, plain, recipe_functions, short
+from strategies.pyrecipe import Ref, Unknown, evaluate_recipe, parse_recipe, recipe_functions, short
+from strategies.pyrecipe_values import plain
 
 #: Where each framework keeps the sections: model fields, parallel sizes, DDP, precision, data,
 #: optimizer, run size (dotted paths in the recipe's configuration tree).
@@ -377,13 +378,13 @@ def tree_to_strategy(tree: dict, kind: str, where: str, *, cluster: str | None, 
 
 #: model classes a recipe's fields cannot describe to execsim -> why (the model wrapper's or config's name)
 REFUSED_FAMILIES = (
-    (re.compile(r"Bert|T5|Mamba|Hyena|NemotronH|Nano\w*v2|Evo2"), "is not a decoder-only transformer execsim models "
-     "(BERT/T5 encoders, Mamba/Hyena state-space layers): not supported"),
-    (re.compile(r"Gemma[23]"), "alternates local and global attention, soft-caps logits and adds sandwich norms in "
+    (re.compile(r"Bert|T5|Mamba|Hyena|NemotronH|Nano\w*v2|Evo2"), ("is not a decoder-only transformer execsim models "
+     "(BERT/T5 encoders, Mamba/Hyena state-space layers): not supported")),
+    (re.compile(r"Gemma[23]"), ("alternates local and global attention, soft-caps logits and adds sandwich norms in "
      "its layer spec, which the recipe's fields do not show: write a strategy file with the model preset (e.g. "
-     "model: gemma2-27b) and the recipe's parallel settings"),
-    (re.compile(r"Llama4"), "uses chunked attention and no-RoPE layers set in its layer spec, which the recipe's fields "
-     "do not show: not supported from a recipe; write a strategy file"),
+     "model: gemma2-27b) and the recipe's parallel settings")),
+    (re.compile(r"Llama4"), ("uses chunked attention and no-RoPE layers set in its layer spec, which the recipe's fields "
+     "do not show: not supported from a recipe; write a strategy file")),
 )
 
 
@@ -420,7 +421,7 @@ def layout_stages(layout: Any, layers: int, stages: int, where: str) -> list:
                 raise ConfigError(f"{where}: pipeline_model_parallel_layout unrolls to over 1,000,000 characters")
         bad = set(text) - set("EtLm|")
         if bad:
-            raise ConfigError(f"{where}: pipeline_model_parallel_layout {str(layout)[:60]!r} has {sorted(bad)[0]!r}, not "
+            raise ConfigError(f"{where}: pipeline_model_parallel_layout {str(layout)[:60]!r} has {min(bad)!r}, not "
                               f"a layer Megatron knows (E, t, L, m)")
         counts = [st.count("t") for st in text.split("|")]
     if len(counts) % stages or sum(counts) != layers or min(counts) < 0:

@@ -17,7 +17,8 @@ from typing import Any
 
 from strategies.errors import ConfigError
 from strategies.import_common import Imported
-from strategies.pyrecipe import Unknown, evaluate_recipe, parse_recipe, plain, recipe_functions, short
+from strategies.pyrecipe import Unknown, evaluate_recipe, parse_recipe, recipe_functions, short
+from strategies.pyrecipe_values import plain
 
 #: TrainingConfig defaults (configs.py l. 37, 43, 51, 67)
 TRAINING_DEFAULTS = {"num_tokens_per_microbatch_per_dp_rank": 16384, "num_tokens_per_train_step": -1,

@@ -42,18 +42,16 @@ from pathlib import Path
 from typing import Any
 
 from strategies.errors import ConfigError
-from strategies.pyrecipe_values import (  # noqa: F401  # noqa: F401 (the reader's records)
+from strategies.pyrecipe_values import (
     BINOPS,
     BUILTINS,
     CMPOPS,
-    MAX_AST_NODES,
     MAX_DEPTH,
     MAX_FILES,
     MAX_ITEMS,
     MAX_RECIPE_BYTES,
     MAX_STEPS,
     MAX_TOTAL_BYTES,
-    STR_METHODS,
     ClassInfo,
     FuncDef,
     Library,
@@ -65,7 +63,6 @@ from strategies.pyrecipe_values import (  # noqa: F401  # noqa: F401 (the reader
     builtin_method,
     materialise,
     parse_recipe,
-    plain,
     short,
 )
 

@@ -138,7 +138,7 @@ def unset_error(w, flag: str) -> ConfigError:
     """The one error for a flag whose value the script leaves to the environment or a condition."""
     if getattr(w, "unset", None):
         line, name = w.unset
-        if name.startswith("$(") or name.startswith("${"):
+        if name.startswith(("$(", "${")):
             return ConfigError(f"megatron script line {line}: {flag} takes its value from {name}, which is not "
                                f"evaluated; write the value in the script")
         hint = f"--env {name}=VALUE" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*|[0-9]+", name) else "a literal value"

@@ -64,7 +64,7 @@ def parse_int(text: str) -> int:
         return wrap(value)
     if t[:2] in ("0x", "0X"):
         try:
-            return wrap(int(t[2:], 16))
+            return wrap(int(t, 0))
         except ValueError:
             raise ArithError(f"{text!r}: invalid hexadecimal constant") from None
     if len(t) > 1 and t[0] == "0":

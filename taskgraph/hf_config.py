@@ -100,10 +100,9 @@ def _hf_window(c: _HF, kw: dict, *, every: int = 0) -> None:
     w = c.int("sliding_window", 0, minimum=0)
     # HF: one of "full_attention" / "sliding_attention" per layer
     types = _layer_list(c, "layer_types", kw["layers"], ("full_attention", "sliding_attention"), empty_is_unset=False)
-    if types is not None:
-        if "sliding_attention" in types and not w:
-            raise ConfigError(f"{c.where} layer_types has sliding_attention layers but sliding_window is "
-                              f"{c.d.get('sliding_window')!r}; set the window size or make every layer full_attention")
+    if types is not None and "sliding_attention" in types and not w:
+        raise ConfigError(f"{c.where} layer_types has sliding_attention layers but sliding_window is "
+                          f"{c.d.get('sliding_window')!r}; set the window size or make every layer full_attention")
     if not w:
         return
     kw["sliding_window"] = w

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from strategies.config import check_keys, did_you_mean, get_bool, get_float, get_int, get_str, load_mapping
 from strategies.errors import ConfigError, brief
@@ -28,7 +28,7 @@ ATTENTION_KINDS = ("standard", "mla")   # mla: DeepSeek-V2 multi-head latent att
 NORM_KINDS = ("layernorm", "rmsnorm")   # layernorm: weight + bias (2h); rmsnorm: weight only (h)
 POSITION_KINDS = ("learned", "rope", "alibi")  # only "learned" has parameters (max_seq x h)
 
-MoeLayers = Union[str, int, tuple]
+MoeLayers = str | int | tuple
 
 
 def _divisors(n: int) -> list[int]:

@@ -128,9 +128,9 @@ def add(*cases: Case) -> None:
 
 
 # --------------------------------------------------------------------------- duplicate keys
-for sec, dup in [("parallel", "{tp: 2, pp: 2, tp: 4}"), ("training", "{micro_batch: 1, global_batch: 8, "
-                 "seq_len: 128, global_batch: 16}"), ("model", "{name: a, layers: 2, hidden: 64, heads: 4, "
-                 "vocab: 128, layers: 4}"), ("cluster", "{preset: dgx-h100, nodes: 1, nodes: 2}")]:
+for sec, dup in [("parallel", "{tp: 2, pp: 2, tp: 4}"), ("training", ("{micro_batch: 1, global_batch: 8, "
+                 "seq_len: 128, global_batch: 16}")), ("model", ("{name: a, layers: 2, hidden: 64, heads: 4, "
+                 "vocab: 128, layers: 4}")), ("cluster", "{preset: dgx-h100, nodes: 1, nodes: 2}")]:
     key = dup.split(", ")[-1].split(":")[0]
     add(Case(f"dup-{sec}-{key}", SIM, {"s.yaml": strat(**{sec: dup})}, r"given twice", f"{sec}.{key}"))
 add(

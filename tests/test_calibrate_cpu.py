@@ -57,7 +57,7 @@ def test_calibrating_on_the_shipped_cpu_trace_reproduces_the_median_step(capsys,
 
 
 def test_cpu_attention_rows_hold_the_flash_kernels_not_their_wrappers(capsys, tmp_path):
-    rc, out, err = run(capsys, "calibrate", "tiny-gpt-cpu", "tiny-gpt-cpu-trace", "-o", str(tmp_path / "m.csv"),
+    _rc, out, _err = run(capsys, "calibrate", "tiny-gpt-cpu", "tiny-gpt-cpu-trace", "-o", str(tmp_path / "m.csv"),
                        "--json")
     rows = {(r["op"], r["pass"]): r for r in json.loads(out)["rows"]}
     rt = read_trace_dir(TRACE)[0]

@@ -102,7 +102,7 @@ def test_a_file_read_after_the_check_is_still_never_replaced(tmp_path):
 ])
 def test_odd_event_fields_are_one_error(tmp_path, patch, words):
     _setup(tmp_path, [{**ADDMM, **patch}])
-    rc, out, err = _run(["calibrate", "s.yaml", "tr", "-o", "o.csv", "--no-simulate"], tmp_path)
+    rc, _out, err = _run(["calibrate", "s.yaml", "tr", "-o", "o.csv", "--no-simulate"], tmp_path)
     _one_error(rc, err, "event 0", *words)
     assert not (tmp_path / "o.csv").exists()
 
@@ -172,7 +172,7 @@ def test_trace_dir_removes_stale_ranks_of_an_earlier_run(tmp_path):
     for name in ("rank_0.json", "rank_7.json", "notes.json"):
         (d / name).write_text("old\n")
     os.mkfifo(d / "rank_1.json")     # a FIFO left there: replaced, never waited on
-    rc, out, err = _run(["simulate", "p.yaml", "--trace-dir", "d"], tmp_path)
+    rc, _out, err = _run(["simulate", "p.yaml", "--trace-dir", "d"], tmp_path)
     assert rc == 0, err
     assert sorted(p.name for p in d.iterdir()) == ["notes.json", "rank_0.json", "rank_1.json"]
     assert (d / "notes.json").read_text() == "old\n" and (d / "rank_1.json").is_file()
@@ -197,8 +197,8 @@ def test_stdout_that_cannot_be_written_is_one_line():
                             "strategies/examples/pipeline-1f1b.yaml"], cwd=root, stdout=full,
                            stderr=subprocess.PIPE, text=True)
     assert r.returncode == 2
-    assert r.stderr.splitlines() == ["execsim: error: cannot write to standard output (No space left on device): "
-                                     "redirect it to a file on a disk with free space"]
+    assert r.stderr.splitlines() == [("execsim: error: cannot write to standard output (No space left on device): "
+                                     "redirect it to a file on a disk with free space")]
 
 
 # ------------------------------------------------------------------ property: any JSON value anywhere

@@ -38,7 +38,7 @@ def test_simulate_pipeline_json(capsys):
 
 
 def test_simulate_strategy_json_keys(capsys):
-    rc, out, _ = run(capsys, "simulate", GPT3, "--json", "--fidelity", "coarse")
+    _rc, out, _ = run(capsys, "simulate", GPT3, "--json", "--fidelity", "coarse")
     d = json.loads(out)
     for k in ("iteration_time_s", "tokens_per_s", "mfu", "hfu", "bubble_fraction", "per_stage", "num_gpus",
               "num_tasks", "sim_wall_s", "peak_memory_gb", "capacity_gb", "fits"):

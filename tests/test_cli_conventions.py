@@ -2,6 +2,7 @@
 option, progress bars silent off a terminal, and the README's Python API example runs."""
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -59,7 +60,7 @@ def test_every_option_has_help_and_every_command_examples():
 def test_progress_is_silent_when_stderr_is_not_a_terminal(capsys):
     from simulator.outputs.progress import progress
     assert list(progress(range(3), desc="x")) == [0, 1, 2]
-    rc, out, err = run(capsys, "compare", P1F1B, "--schedules", "1f1b,zb-h1", "--json")
+    rc, _out, err = run(capsys, "compare", P1F1B, "--schedules", "1f1b,zb-h1", "--json")
     assert rc == 0 and err == ""  # pytest's captured stderr is not a TTY
 
 
@@ -70,10 +71,10 @@ def test_progress_shows_when_forced(capsys):
 
 
 def test_readme_python_api_example_runs():
-    text = open("README.md", encoding="utf-8").read()
+    text = Path("README.md").read_text(encoding="utf-8")
     m = re.search(r"## Python API.*?```python\n(.*?)```", text, re.DOTALL)
     assert m, "README has a '## Python API' section with a python block"
     code = m.group(1)
     assert len(code.strip().splitlines()) <= 12
     ns: dict = {}
-    exec(compile(code, "README.md", "exec"), ns)  # the example asserts its own results
+    exec(compile(code, "README.md", "exec"), ns)  # noqa: S102 -- the project's own README example; the example asserts its own results

@@ -277,7 +277,7 @@ def test_nan_duration_falls_back_to_plain_semantics():
     dur = np.array([1.0, np.nan, 2.0, 1.0])
     ptr, idx = csr_from_edges(4, np.array([0, 1, 2]), np.array([1, 2, 3]))
     res = simulate_arrays(dur, np.zeros(4, np.int32), ptr, idx, 1)
-    ready, start, end, order = plain_loop(dur, np.zeros(4, np.int32), ptr, idx, 1)
+    ready, start, _end, order = plain_loop(dur, np.zeros(4, np.int32), ptr, idx, 1)
     assert res.order.tolist() == order
     np.testing.assert_array_equal(res.start, np.asarray(start))
     np.testing.assert_array_equal(res.ready, np.asarray(ready))

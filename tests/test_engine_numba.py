@@ -32,7 +32,7 @@ def test_numba_kernel_matches_python_on_random_graphs(durations, avg_succ):
 def test_numba_kernel_matches_python_on_benchmark_shapes():
     from benchmarks.graphs import GENERATORS
 
-    for kind, build in GENERATORS.items():
+    for build in GENERATORS.values():
         g = build(3000, 1)
         assert_same(g.duration, g.device, g.succ_ptr, g.succ_idx, g.num_devices)
 

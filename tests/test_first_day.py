@@ -137,7 +137,7 @@ def test_examples_lists_every_shipped_example_one_line_each(capsys):
 
 def test_an_example_runs_by_name_from_any_folder(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    rc, out, err = run(capsys, "simulate", "pipeline-1f1b", "--json")
+    rc, _out, err = run(capsys, "simulate", "pipeline-1f1b", "--json")
     assert rc == 0, err
     rc, _, err = run(capsys, "simulate", "gpt3-175b")
     assert rc == 2 and "did you mean 'gpt3-175b-1024-a100'?" in err and "execsim examples" in err

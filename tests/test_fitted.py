@@ -3,6 +3,7 @@ strategies/fitted.py; issue 26, item 7)."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -24,7 +25,7 @@ def test_catalog_reads_the_fitted_values():
 
 
 def test_every_fitted_gpu_field_is_written_fitted_in_gpus_yaml_and_back():
-    text = open(GPU_CATALOG_PATH, encoding="utf-8").read()
+    text = Path(GPU_CATALOG_PATH).read_text(encoding="utf-8")
     written: dict[str, set] = {}
     gpu = None
     for line in text.splitlines():

@@ -199,8 +199,8 @@ def test_small_table_by_hand(tmp_path):
 
 
 @pytest.mark.parametrize("old, new, expect", [
-    ("[[0.5, 0.6], [0.7, 0.8]]]", "[[0.5, 0.6], [0.7, 1.8]]]", r"plain.bf16.fraction\[1\]\[1\]\[1\] = 1.8 must be a "
-                                                                r"fraction of the dense peak in \(0, 1.5\]"),
+    ("[[0.5, 0.6], [0.7, 0.8]]]", "[[0.5, 0.6], [0.7, 1.8]]]", (r"plain.bf16.fraction\[1\]\[1\]\[1\] = 1.8 must be a "
+                                                                r"fraction of the dense peak in \(0, 1.5\]")),
     ("[[0.5, 0.6], [0.7, 0.8]]]", "[[0.5, 0.6], [0.7]]]", r"plain.bf16.fraction\[1\]\[1\] must be a list of 2 entries"),
     ("    m: [1, 2]", "    m: [2, 1]", r"plain.bf16.m = \[2, 1\] must list at least two increasing positive integers"),
     ("plateau_min: {bf16: 2}", "plateau_min: {bf16: 4}", r"plateau_min.bf16 = 4 leaves no grid shape .* lower it"),

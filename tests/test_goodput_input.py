@@ -93,7 +93,7 @@ def test_any_value_in_any_goodput_field(tmp_path_factory, data):
             node = node.setdefault(part, {}) if isinstance(node, dict) else None
         if isinstance(node, dict):
             node[key] = value
-    rc, out, err = _run(root, doc)
+    rc, _out, err = _run(root, doc)
     assert rc in (0, 2), err
     if rc == 2:
         lines = err.splitlines()

@@ -328,8 +328,8 @@ def test_every_read_flag_with_odd_values_imports_or_is_one_error(pairs):
      r"launches -m examples.mimo.pretrain_mimo"),
     # examples/academic_paper_scripts/sc21/SRUN.sh: the arguments come from the environment
     ('CMD="python -u ${MEGATRON_CODE_DIR}/pretrain_gpt.py ${MEGATRON_PARAMS}"\nsrun -l sh -c "${CMD}"\n',
-     r"the pretrain_gpt.py argument list takes its value from \$MEGATRON_PARAMS, which the script never sets; "
-     r"give --env MEGATRON_PARAMS=VALUE"),
+     (r"the pretrain_gpt.py argument list takes its value from \$MEGATRON_PARAMS, which the script never sets; "
+     r"give --env MEGATRON_PARAMS=VALUE")),
     ("torchrun --nproc_per_node 8 ../../pretrain_hybrid.py ${options}\n", r"pretrain_hybrid.py, which trains a hybrid"),
 ])
 def test_scripts_that_launch_something_else_are_named(script, match):

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from strategies.errors import ConfigError
 from strategies.importers import import_config
-from strategies.pyrecipe import MAX_DEPTH, MAX_RECIPE_BYTES, evaluate_recipe, plain
+from strategies.pyrecipe import MAX_DEPTH, MAX_RECIPE_BYTES, evaluate_recipe
+from strategies.pyrecipe_values import plain
 from strategies.recipe_table import recipe_table
 from taskgraph.model import PUBLISHED_PARAMS, load_model_yaml
 

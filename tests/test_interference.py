@@ -142,7 +142,7 @@ def test_fixed_point_properties(compute, side, f):
     side = [(min(i, len(compute) - 1), s) for i, s in side]
     g = _graph(compute, side, f)
     base = g.duration.copy()
-    res, rounds = with_interference(g, simulate)
+    _res, rounds = with_interference(g, simulate)
     comp = np.flatnonzero(g.category == g.category[0])[: len(compute)]
     # never faster than without interference, never slower than if every task ran at 1 - f
     assert np.all(g.duration[comp] >= base[comp] - 1e-15)
@@ -155,7 +155,7 @@ def test_fixed_point_properties(compute, side, f):
 
 
 def test_fixed_point_stops_when_the_run_cannot_answer():
-    dur, res, rounds = fixed_point(np.ones(2), lambda d: None, np.zeros(2, dtype=np.int32), [], {"dp": 0.1})
+    _dur, res, rounds = fixed_point(np.ones(2), lambda d: None, np.zeros(2, dtype=np.int32), [], {"dp": 0.1})
     assert res is None and rounds == 1
 
 

@@ -4,6 +4,7 @@ context-parallel chunk presents, and the checks of the reader."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -109,7 +110,7 @@ def test_fractions_stay_inside_the_measured_range(kernel, pass_, hd, seq, causal
 
 
 def test_reader_names_the_bad_field(tmp_path):
-    text = open(KERNELS_PATH, encoding="utf-8").read()
+    text = Path(KERNELS_PATH).read_text(encoding="utf-8")
     bad = tmp_path / "k.yaml"
     row = "tflops: [282, 306, 318, 321, 322, 324, null, null, null]"
     bad.write_text(text.replace(row, "tflops: [282, 306]"), encoding="utf-8")
@@ -254,7 +255,7 @@ def test_gemm_kernel_table_and_ceilings(tmp_path):
     assert gemm_kernel("cublas").epilogue == "overlapped"
     with pytest.raises(ConfigError, match="GEMM kernel 'cutlass' is not in .* known: cublas, deepgemm"):
         gemm_kernel("cutlass")
-    text = open(KERNELS_PATH, encoding="utf-8").read()
+    text = Path(KERNELS_PATH).read_text(encoding="utf-8")
     bad = tmp_path / "k.yaml"
     bad.write_text(text.replace("deepgemm: {epilogue: serial,", "deepgemm: {epilogue: async,"), encoding="utf-8")
     with pytest.raises(ConfigError, match=r"gemm.kernels.deepgemm: epilogue = 'async' must be one of overlapped, serial"):

@@ -44,7 +44,8 @@ def test_1f1b_stage_i_holds_min_p_minus_i_m(p, m):
 def test_interleaved_first_stage_factor_korthikanti(p, v):
     # Korthikanti 2022 Section 4.2.3: interleaving raises stage 0's activation memory by 1 + (p-1)/(p*v)
     m = 2 * p
-    base = memory_curves(*(lambda g: (g, simulate(g)))(lower_model(get_schedule("1f1b", p, m), _uniform_work(p, layers=v))))
+    g0 = lower_model(get_schedule("1f1b", p, m), _uniform_work(p, layers=v))
+    base = memory_curves(g0, simulate(g0))
     g = lower_model(get_schedule("interleaved-1f1b", p, m, v), _uniform_work(p * v, layers=1))
     inter = memory_curves(g, simulate(g))
     assert inter[0].peak_bytes / base[0].peak_bytes == pytest.approx(1 + (p - 1) / (p * v))

@@ -138,7 +138,7 @@ def test_ring_simple_latency_and_bandwidth_one_node():
 
 
 def test_tuner_picks_low_latency_protocols_for_small_and_simple_for_large():
-    (alg_s, proto_s), _ = nccl_choice("all-reduce", 1024, 8, 1, 234e9, "ampere")
+    (_alg_s, proto_s), _ = nccl_choice("all-reduce", 1024, 8, 1, 234e9, "ampere")
     (alg_l, proto_l), _ = nccl_choice("all-reduce", 4e9, 8, 1, 234e9, "ampere")
     assert proto_s == "LL" and (alg_l, proto_l) == ("ring", "Simple")
 
@@ -179,7 +179,8 @@ def test_nvls_execution_keeps_the_tuners_choice_and_is_slower_than_its_estimate(
     def excess(s):
         return nccl_run("all-reduce", s, 8, 1, 360e9, "hopper", 450e9, algorithms=("nvls",))[1] / \
             nccl_choice("all-reduce", s, 8, 1, 360e9, "hopper", 450e9, algorithms=("nvls",))[1]
-    assert excess(8 << 20) > 1.3 > 1.05 > excess(8 << 30) > 1.0
+    assert excess(8 << 20) > 1.3
+    assert 1.05 > excess(8 << 30) > 1.0
     # a ring call is timed as the tuner predicts
     assert nccl_run("all-reduce", 4e9, 8, 1, 234e9, "ampere")[1] == nccl_choice("all-reduce", 4e9, 8, 1, 234e9, "ampere")[1]
 

@@ -48,7 +48,7 @@ def test_critical_path_and_split_by_category():
 def test_critical_path_follows_device_queue():
     b = TaskGraphBuilder()
     d = b.add_device(Device("rank0/compute", 0, "compute"))
-    t0 = b.add_task(1.0, d, "forward")
+    b.add_task(1.0, d, "forward")
     t1 = b.add_task(1.0, d, "forward")  # independent, waits for the device
     t2 = b.add_task(1.0, d, "backward")
     b.add_edge(t1, t2)

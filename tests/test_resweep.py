@@ -92,7 +92,7 @@ def test_several_cross_device_predecessors_fold_exactly():
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 120), nd=st.integers(1, 5),
        avg=st.sampled_from([0.5, 1.0, 2.5]), zeros=st.booleans(), scale=st.floats(0.5, 1.5))
 def test_whenever_it_answers_it_is_the_engine(seed, n, nd, avg, zeros, scale):
-    rng, g, dur, perm = _random_dag(seed, n, nd, avg, zeros)
+    rng, g, dur, _perm = _random_dag(seed, n, nd, avg, zeros)
     prev = _python(g)
     g.duration[:] = dur * np.where(rng.random(n) < 0.3, scale, 1.0)
     res = resweep(g, prev)
@@ -212,7 +212,7 @@ def test_guess_not_a_topological_permutation_is_refused(pi):
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 120), nd=st.integers(1, 5),
        avg=st.sampled_from([0.5, 1.0, 2.5]), zeros=st.booleans())
 def test_whenever_a_guess_is_accepted_it_is_the_engine(seed, n, nd, avg, zeros):
-    rng, g, dur, perm = _random_dag(seed, n, nd, avg, zeros)
+    _rng, g, _dur, perm = _random_dag(seed, n, nd, avg, zeros)
     ref = _python(g)
     guess = np.argsort(perm)  # a topological order (edges go up in perm rank), rarely the engine's
     res = sweep_in_order(g, guess)

@@ -116,7 +116,7 @@ def test_operator_level_work_falls_back_to_lower_model():
     with pytest.raises(NotCoarse):
         coarse_layout(sched, w)
     assert_same_graph(lower_model(sched, w), lower_coarse(sched, w))
-    g, r = lower_and_simulate(sched, w)
+    _g, r = lower_and_simulate(sched, w)
     assert_same_result(simulate(lower_model(sched, w)), r)
 
 

@@ -133,7 +133,7 @@ _STATEMENT = st.one_of(
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
-@settings(max_examples=int(os.environ.get('EXECSIM_BASH_EXAMPLES', 150)), derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=int(os.environ.get('EXECSIM_BASH_EXAMPLES', '150')), derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_STATEMENT, min_size=1, max_size=6))
 def test_against_bash(statements):
     """Generated scripts that only assign and print: our words equal bash's, line for line (bash runs with

@@ -66,7 +66,7 @@ def _error(path: Path) -> ExecsimError:
         resolve(load_strategy(path))
     except ExecsimError as exc:
         return exc
-    except Exception as exc:  # a raw Python exception is a bug: show it clearly
+    except Exception as exc:  # noqa: BLE001 -- a raw Python exception is a bug: show it clearly
         pytest.fail(f"{path.name}: raw {type(exc).__name__} instead of an ExecsimError: {exc}")
     pytest.fail(f"{path.name}: no error raised (expected: {_header(path)['expect']})")
 

@@ -1,4 +1,5 @@
 import gzip
+import itertools
 import json
 
 import numpy as np
@@ -46,7 +47,7 @@ def thread_spans_ns(trace: dict) -> dict:
     key, s, e_ = key[order], s[order], e_[order]
     cut = np.flatnonzero(np.any(key[1:] != key[:-1], axis=1)) + 1
     bounds = np.r_[0, cut, len(xs)]
-    return {tuple(key[a].tolist()): np.stack([s[a:b], e_[a:b]], axis=1) for a, b in zip(bounds[:-1], bounds[1:]) if b > a}
+    return {tuple(key[a].tolist()): np.stack([s[a:b], e_[a:b]], axis=1) for a, b in itertools.pairwise(bounds) if b > a}
 
 
 def check_nesting(spans: np.ndarray) -> int:

@@ -23,6 +23,7 @@ operator profile); otherwise one error names both.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,7 +65,7 @@ def interpolate(pts, s: float) -> float:
             return t1 * s / s1
         s0, t0 = pts[-2]
         return t1 + (s - s1) * (t1 - t0) / (s1 - s0)
-    for (s0, t0), (s1, t1) in zip(pts, pts[1:]):
+    for (s0, t0), (s1, t1) in itertools.pairwise(pts):
         if s0 <= s <= s1:
             return t0 + (t1 - t0) * math.log(s / s0) / math.log(s1 / s0)
     raise AssertionError("unreachable: s lies inside the measured range")

@@ -11,6 +11,7 @@ objects. Every figure in the YAML cites its NVIDIA datasheet/whitepaper source.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from collections.abc import Mapping
@@ -264,7 +265,7 @@ def power_scale(gpu: GPUSpec, power_w: float) -> float:
                           f"use a value in that range or give the tflops_* directly")
 
     def at(w: float) -> float:
-        for (w0, t0), (w1, t1) in zip(pts, pts[1:]):
+        for (w0, t0), (w1, t1) in itertools.pairwise(pts):
             if w0 <= w <= w1:
                 return t0 + (t1 - t0) * (w - w0) / (w1 - w0)
         raise ConfigError(f"gpu {brief(gpu.name)}: its own power_w {gpu.power_w:g} W is outside its curve")

@@ -16,8 +16,8 @@ def add_parser(sub) -> None:
              ["execsim goodput llama3-405b-16k-h100-goodput",
               "execsim goodput llama3-405b-16k-h100-goodput --seeds 50 --plot run.png",
               "execsim goodput llama3-405b-16k-h100-goodput --interval daly --no-sweep --json",
-              "execsim goodput llama3-405b-16k-h100-goodput --set goodput.spare_nodes=0 "
-              "--set goodput.elastic=true"])
+              ("execsim goodput llama3-405b-16k-h100-goodput --set goodput.spare_nodes=0 "
+              "--set goodput.elastic=true")])
     s.add_argument("file", type=input_file, help="strategy file; its goodput: section sets failure rates, recovery and checkpoints")
     g = s.add_mutually_exclusive_group()
     g.add_argument("--days", type=float, help="wall-clock horizon in days (overrides goodput.days)")

@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"execsim: error: out of {'memory' if isinstance(exc, MemoryError) else 'stack'}: the input is too "
               f"large for this machine; reduce its sizes (docs/strategy-file.md, Limits)", file=sys.stderr)
         return EXIT_USAGE
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 -- the CLI's last resort: one line naming the bug, no traceback
         return _internal(exc)
     finally:
         sys.stdout = stdout

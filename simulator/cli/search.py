@@ -21,8 +21,8 @@ def add_parser(sub) -> None:
         epilog="examples:\n  " + "\n  ".join([
             f"execsim search {ex} --write-best best.yaml",
             f"execsim search {ex} --method mcmc --budget 100 --seed 1",
-            "execsim search llama3-70b-64-h100 --gpus-range 64:4096 --deadline-days 30 "
-            "--train-tokens 1e12 --objective cost",
+            ("execsim search llama3-70b-64-h100 --gpus-range 64:4096 --deadline-days 30 "
+            "--train-tokens 1e12 --objective cost"),
             f"execsim search {ex} --axis tp=4,8 --csv all.csv --plot pareto.png"]),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("file", type=input_file, help="strategy file: fixes the model, cluster type and training settings")

@@ -425,8 +425,8 @@ def _deadlock_message(n, order, indeg, dev, describe) -> str:
     heads = {}
     for t in stuck.tolist():  # lowest unfinished id per device = its blocked head in program order
         heads.setdefault(dev[t], t)
-    lines = [f"simulation stuck: {len(stuck)} of {n} tasks can never start (a cycle in the task graph "
-             f"or a schedule whose per-device order deadlocks). Blocked head task of each device:"]
+    lines = [(f"simulation stuck: {len(stuck)} of {n} tasks can never start (a cycle in the task graph "
+             f"or a schedule whose per-device order deadlocks). Blocked head task of each device:")]
     for d in sorted(heads):
         t = heads[d]
         lines.append(f"  device {d}: {name(t)} waits for {indeg[t]} unfinished predecessor(s)")

@@ -186,12 +186,12 @@ def format_goodput(rep: dict, title: str) -> str:
     def pct(d, k=1.0, fmt=".2f"):
         return " / ".join(f"{d[q] * k:{fmt}}" for q in ("p10", "p50", "p90"))
     lines = [title,
-             f"iteration {rep['iteration_time_s']:.3f} s on {rep['num_gpus']} GPUs; checkpoint "
+             (f"iteration {rep['iteration_time_s']:.3f} s on {rep['num_gpus']} GPUs; checkpoint "
              f"{rep['checkpoint_gb']:.0f} GB ({rep['checkpoint_gb_per_gpu']:.2f} GB/GPU): job pauses "
              f"{rep['save_blocking_s']:.1f} s per save, durable after {rep['save_durable_after_s']:.1f} s; "
-             f"restart {rep['restart_s']:.0f} s + load {rep['load_s']:.1f} s",
-             f"fleet {rep['fleet']}: failures {rep['failure_rate_per_day']:.2f}/day (job MTBF {rep['mtbf_hours']:.2f} h); "
-             f"checkpoint every {rep['interval_s']:.0f} s ({rep['policy']}); {rep['seeds']} seeds",
+             f"restart {rep['restart_s']:.0f} s + load {rep['load_s']:.1f} s"),
+             (f"fleet {rep['fleet']}: failures {rep['failure_rate_per_day']:.2f}/day (job MTBF {rep['mtbf_hours']:.2f} h); "
+             f"checkpoint every {rep['interval_s']:.0f} s ({rep['policy']}); {rep['seeds']} seeds"),
              f"wall-clock days   {ci(rep['wall_days'])}; P10 / P50 / P90 {pct(rep['wall_days'])}",
              f"goodput (ETTR)    {ci(rep['goodput'], 100, '.1f')} %; P10 / P50 / P90 {pct(rep['goodput'], 100, '.1f')} %",
              _seed_spread(rep),
@@ -202,8 +202,8 @@ def format_goodput(rep: dict, title: str) -> str:
                                                        sorted(rep["interruptions_by_cause"].items(),
                                                               key=lambda kv: -kv[1]) if v > 0),
              f"tokens trained    {rep['tokens']['mean']:.4g}",
-             f"interruptions     {ci(rep['interruptions'], 1, '.1f')}   (failures {rep['failures']['mean']:.1f}, "
-             f"expected rate x time {rep['expected_failures']:.1f})",
+             (f"interruptions     {ci(rep['interruptions'], 1, '.1f')}   (failures {rep['failures']['mean']:.1f}, "
+             f"expected rate x time {rep['expected_failures']:.1f})"),
              "lost hours by mechanism: " + ", ".join(f"{k} {v:.1f}" for k, v in rep["lost_hours_by_mechanism"].items()
                                                      if v > 0),
              "lost hours by cause:     " + ", ".join(f"{k} {v:.1f}" for k, v in

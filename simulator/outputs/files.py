@@ -36,13 +36,12 @@ import stat
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Union
 
 from strategies.errors import ExecsimError, brief
 
 __all__ = ["OutputError", "check_output", "check_output_dir", "check_outputs", "write_output"]
 
-Writer = Union[str, bytes, Callable[[str], None]]
+Writer = str | bytes | Callable[[str], None]
 
 
 class OutputError(ExecsimError):

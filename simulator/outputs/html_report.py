@@ -181,9 +181,9 @@ def _summary_html(d: dict) -> str:
                         if iv["train_days_interval"] else "") + f"; {iv['interval']['summary']}"))
     if t:
         rows += [("model / cluster", f"{t['model']} on {t['gpus']} x {t['gpu']} ({t['cluster']})"),
-                 ("parallelism", f"tp={t['tp']} pp={t['pp']} dp={t['dp']} cp={t['cp']} ep={t['ep']} sp={t['sp']} "
+                 ("parallelism", (f"tp={t['tp']} pp={t['pp']} dp={t['dp']} cp={t['cp']} ep={t['ep']} sp={t['sp']} "
                                  f"zero={t['zero']} recompute={t['recompute']}; each simulated rank stands for "
-                                 f"{t['gpus_per_rank']} GPUs"),
+                                 f"{t['gpus_per_rank']} GPUs")),
                  ("throughput", f"{t['tokens_per_s']:,.0f} tokens/s, "
                                 f"{format_mfu(t['mfu'], t['hfu'], t.get('mfu_fp8_peak'))}"
                                 + (f", {t['train_days']:.1f} days to train" if t["train_days"] else ""))]
@@ -206,8 +206,8 @@ def _summary_html(d: dict) -> str:
     if mem["capacity_gib"] is not None and mem["curves"]:
         worst = max(mem["curves"], key=lambda c: c["peak_gib"])
         fits = all(c["peak_gib"] <= mem["capacity_gib"] for c in mem["curves"])
-        rows.append(("memory", f"peak {worst['peak_gib']:.1f} GiB on rank {worst['rank']} of "
-                               f"{mem['capacity_gib']:.1f} GiB: {'fits' if fits else 'OUT OF MEMORY'}"))
+        rows.append(("memory", (f"peak {worst['peak_gib']:.1f} GiB on rank {worst['rank']} of "
+                               f"{mem['capacity_gib']:.1f} GiB: {'fits' if fits else 'OUT OF MEMORY'}")))
     body = "".join(f"<tr><th>{html.escape(k)}</th><td>{v if k in ('pipeline bubble',) else html.escape(v)}</td></tr>"
                    for k, v in rows)
     return f"<table class='kv'>{body}</table>"
@@ -293,11 +293,11 @@ def html_report(sim, *, source: str = "", strategy_text: str = "", interval_leve
                                         "idle = the rest (docs/glossary.md). bubble / compute is Narayanan's "
                                         "t_pb / t_id.</p>"),
         ("Where the time goes", _split_svg(d)),
-        ("Timeline", "<div class='controls'><button id='reset'>reset zoom</button> <label><input type='checkbox' "
+        ("Timeline", ("<div class='controls'><button id='reset'>reset zoom</button> <label><input type='checkbox' "
                      "id='showcp' checked> outline critical path</label> <span class='note'>wheel: zoom, drag: pan, "
                      "double-click: reset. Chunks: darker = chunk 0, lighter = later chunks; numbers are "
                      f"microbatches.{note}</span></div><div id='legend' class='legend'></div>"
-                     "<div class='wrap'><canvas id='gantt'></canvas><div id='tip' class='tip'></div></div>"),
+                     "<div class='wrap'><canvas id='gantt'></canvas><div id='tip' class='tip'></div></div>")),
         *([("Memory", "<div class='memwrap'><canvas id='mem'></canvas><div id='memlegend' class='legend v'></div></div>")]
           if d["memory"]["has_events"] or d["memory"]["capacity_gib"] is not None else []),
         ("Critical path", _cp_html(d)),

@@ -107,9 +107,9 @@ def hta_rank_text(graph: TaskGraph, result: SimResult, rank: int, world_size: in
         lines.append(f'{{"cat":"ac2g","id":{cid},"name":"ac2g","ph":"s","pid":{host_pid},"tid":{host_tid},"ts":{r_l[k]}}}')
         lines.append(f'{{"bp":"e","cat":"ac2g","id":{cid},"name":"ac2g","ph":"f","pid":{gpu_pid},"tid":{strm[k]},'
                      f'"ts":{s_l[k]}}}')
-    head = ('{"distributedInfo": {"backend": "nccl", "rank": %d, "world_size": %d},\n'
+    head = (f'{{"distributedInfo": {{"backend": "nccl", "rank": {int(rank)}, "world_size": {int(world_size)}}},\n'
             '"schemaVersion": 1, "displayTimeUnit": "ms", "otherData": {"generator": "execsim", '
-            '"time_unit": "integer us"},\n"traceEvents": [\n' % (rank, world_size))
+            '"time_unit": "integer us"},\n"traceEvents": [\n')
     return head + ",\n".join(lines) + "\n]}\n"
 
 

@@ -36,8 +36,8 @@ def profile_text(rows, gpu: str, dtype: str) -> str:
 
 def report_lines(rows, title: str) -> list[str]:
     """Measured vs modelled per operator pass, then the totals of one micro-batch (count-weighted)."""
-    out = [title, f"{'operator':<22} {'pass':<10} {'shape':<28} {'how':<10} {'measured us':>12} "
-                  f"{'modelled us':>12} {'ratio':>6}"]
+    out = [title, (f"{'operator':<22} {'pass':<10} {'shape':<28} {'how':<10} {'measured us':>12} "
+                  f"{'modelled us':>12} {'ratio':>6}")]
     for r in rows:
         ratio = f"{r.measured_s / r.modelled_s:6.2f}" if r.modelled_s > 0 else "     -"
         out.append(f"{r.op[:22]:<22} {r.pass_:<10} {r.shape[:28]:<28} {r.how[:10]:<10} {r.measured_s * 1e6:12.1f} "

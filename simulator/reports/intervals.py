@@ -229,15 +229,15 @@ class Calibration:
         return Calibration.build((r for r in self.rows if r.source_group != source),
                                  (g for g in self.groups if g.name not in names))
 
-    @lru_cache(maxsize=64)
+    @lru_cache(maxsize=64)  # noqa: B019 -- one Calibration per shipped file, alive for the process
     def group_rows(self, group: str) -> int:
         return sum(1 for r in self.rows if r.envelope_group == group)
 
-    @lru_cache(maxsize=64)
+    @lru_cache(maxsize=64)  # noqa: B019 -- one Calibration per shipped file, alive for the process
     def sorted_scores(self, group: str | None) -> tuple[float, ...]:
         return tuple(sorted(self.scores[r.id] for r in self.rows if group is None or r.envelope_group == group))
 
-    @lru_cache(maxsize=64)
+    @lru_cache(maxsize=64)  # noqa: B019 -- one Calibration per shipped file, alive for the process
     def fidelities(self, group: str | None) -> frozenset:
         return frozenset(r.fidelity for r in self.rows if group is None or r.envelope_group == group)
 

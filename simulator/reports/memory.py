@@ -73,7 +73,6 @@ def memory_report(plan, graph: TaskGraph, result: SimResult) -> MemoryReport:
     curves, split = curves_and_split(graph, result)  # one sort of the events for both
     rank_stages = _stages_by_rank(plan.schedule)
     reserve = plan.strategy.options.memory_reserve_gb * GB
-    capacity = plan.cluster.gpu.hbm_capacity - reserve
     out = []
     for r in range(plan.schedule.pp):
         st = static[r]
@@ -88,8 +87,8 @@ def memory_report(plan, graph: TaskGraph, result: SimResult) -> MemoryReport:
 
 def format_memory_report(mem: MemoryReport, layer_rows: list[dict] | None = None) -> str:
     g = lambda x: f"{x / GB:8.2f}"
-    lines = [f"{'rank':>4} {'stages':>8} {'weights':>8} {'grads':>8} {'optim':>8} {'activ':>8} {'temps':>8} "
-             f"{'reserve':>8} {'total':>8} {'capacity':>8}  verdict (GiB)"]
+    lines = [(f"{'rank':>4} {'stages':>8} {'weights':>8} {'grads':>8} {'optim':>8} {'activ':>8} {'temps':>8} "
+             f"{'reserve':>8} {'total':>8} {'capacity':>8}  verdict (GiB)")]
     for s in mem.per_stage:
         verdict = "fits" if s.fits else f"OOM: short by {s.shortfall / GB:.2f} GiB"
         lines.append(f"{s.rank:>4} {','.join(map(str, s.stages)):>8} {g(s.weights)} {g(s.grads)} {g(s.optimizer)} "

@@ -205,7 +205,6 @@ def context(base) -> Context:
 
 def check_gpus(ctx: Context, gpus: int) -> None:
     """One clear error when the cluster type cannot have ``gpus`` GPUs."""
-    g = ctx.gpus_per_node
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
         raise ConfigError(f"--gpus {gpus!r} must be a positive integer")
     if gpus > 2 ** 20:

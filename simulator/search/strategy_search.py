@@ -326,9 +326,9 @@ def _gpus_text(gpus_list) -> str:
 
 def format_table(result: SearchResult, top: int = 10) -> str:
     """The ranked rows as text (the CLI's table)."""
-    lines = [f"{'#':>3} {'GPUs':>5} {'tp':>3} {'pp':>3} {'dp':>4} {'cp':>2} {'ep':>2} {'vpp':>3} {'schedule':<16} "
+    lines = [(f"{'#':>3} {'GPUs':>5} {'tp':>3} {'pp':>3} {'dp':>4} {'cp':>2} {'ep':>2} {'vpp':>3} {'schedule':<16} "
              f"{'mb':>2} {'recompute':<9} {'z':>1} {'iter s':>8} {'tok/s':>10} {'MFU':>6} {'mem GiB':>7} "
-             f"{'days':>7} {'GPU-h':>10} {'cost $':>12}"]
+             f"{'days':>7} {'GPU-h':>10} {'cost $':>12}")]
     for r in result.ranked[:top]:
         rec = "per-layer" if r["recompute_layers"] else r["recompute"]
         sched = r["schedule"] + ("*" if r["layers_per_stage"] else "")
