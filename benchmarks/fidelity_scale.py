@@ -26,7 +26,7 @@ Configurations (none is a published run; the shapes are chosen for size):
 * ``gpt3-256-stages-2048-few-mb``: the first with 64 micro-batches per pipeline, as few as pipeline
   ranks: the case that found the gap below.
 
-What this check found (docs/validation.md, "NVFP4, GB300 and coarse fidelity at hundreds of stages"):
+What this check found (docs/changelog-validation.md, "NVFP4, GB300 and coarse fidelity at hundreds of stages"):
 coarse fidelity used to charge the slowdown of a chunk's last backward by the DP buckets released during
 it (``taskgraph/coarse.py`` ``_bucket_tail``) to the buckets' tail, which is exact for the rank's own step
 end but let the gradient that backward sends to the previous stage leave early; the cooldown chained

@@ -26,7 +26,7 @@ per compute task: a lower bound on launches, so an upper bound on each kernel's 
 prints the largest lag at 10 and 25 us per kernel, beside the row's signed error with the fitted gap
 at 0, 500 (declared) and 1000 us, and the gap that would zero the row's error (linear between 0 and
 1000 us); then, for each interleaved row with a 1F1B row of the same model and batch, the gap that
-zeroes the difference of their errors (the pair shares its compute, so only the exchanges remain). docs/validation.md ("The zero-bubble group and p2p_host_gap_us") reports the result.
+zeroes the difference of their errors (the pair shares its compute, so only the exchanges remain). docs/changelog-validation.md ("The zero-bubble group and p2p_host_gap_us") reports the result.
 """
 from __future__ import annotations
 
