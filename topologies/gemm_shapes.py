@@ -1,5 +1,7 @@
-"""Measured GEMM throughput by shape (``data/gemm_shapes.yaml``, [EXECSIM-H200]): the shape factor
-taskgraph/cost.py multiplies a Hopper GPU's calibrated large-GEMM efficiency by.
+"""Measured GEMM throughput by shape: the shape factor taskgraph/cost.py multiplies a GPU's calibrated
+large-GEMM efficiency by, one table per architecture (:data:`GEMM_SHAPE_TABLES`): Hopper's
+``data/gemm_shapes.yaml`` ([EXECSIM-H200], plain and grouped) and Blackwell's
+``data/gemm_shapes_blackwell.yaml`` ([XLA-B200], plain only).
 
     S(m, n, k)              = measured(m, n, k) / plateau                        (plain GEMMs)
     S_grouped(g, r, n, k)   = measured_grouped(g groups of r rows, n, k) / plateau
@@ -36,11 +38,16 @@ from strategies.errors import ConfigError
 from topologies.gpus import DATA_DIR, check_keys
 
 GEMM_SHAPES_PATH = os.path.join(DATA_DIR, "gemm_shapes.yaml")
-#: GPU architectures whose GEMMs are priced from the table (taskgraph/cost.py): the table was measured
-#: on an H200, and every Hopper part of the catalog (H100 SXM / PCIe / NVL / HBM2e, H800, H200, H20)
-#: has the same SM design (GH100: 4th-generation tensor cores, WGMMA, TMA; NVIDIA Hopper architecture
-#: whitepaper); they differ in SM count, clocks and memory (docs/cost-model.md says what is assumed).
-MEASURED_ARCHITECTURES = ("hopper",)
+GEMM_SHAPES_BLACKWELL_PATH = os.path.join(DATA_DIR, "gemm_shapes_blackwell.yaml")
+#: GPU architecture -> the measured table its GEMMs are priced from (taskgraph/cost.py).
+#: hopper: measured on an H200 ([EXECSIM-H200]); every Hopper part of the catalog (H100 SXM / PCIe /
+#: NVL / HBM2e, H800, H200, H20) has the same SM design (GH100: 4th-generation tensor cores, WGMMA,
+#: TMA; NVIDIA Hopper architecture whitepaper). blackwell: OpenXLA's B200 table ([XLA-B200],
+#: gemm_shapes_blackwell.yaml); GB200 and GB300 take it too (the same 5th-generation tensor cores,
+#: tcgen05; NVIDIA Blackwell / Blackwell Ultra technical briefs). Parts differ in SM count, clocks and
+#: memory (docs/cost-model.md says what is assumed). Ampere has no table: the tile/wave model.
+GEMM_SHAPE_TABLES = {"hopper": GEMM_SHAPES_PATH, "blackwell": GEMM_SHAPES_BLACKWELL_PATH}
+MEASURED_ARCHITECTURES = tuple(GEMM_SHAPE_TABLES)
 
 
 @dataclass(frozen=True)
@@ -139,9 +146,11 @@ def _load(path: str) -> GemmShapeTable:
             raise ConfigError(f"{where}: plateau_min.{dtype} = {lo} leaves no grid shape with m, n and k all "
                               f">= it; lower it to at most {min(m[-1], n[-1], k[-1])}")
         grids[str(dtype)] = PlainGrid(m, n, k, frac, plateau)
+    if "grouped" not in doc:   # no grouped measurement (Blackwell): grouped launches keep the tile model
+        return GemmShapeTable(str(doc.get("gpu")), grids, (), (), grids["bf16"].plateau)
     grouped = (doc.get("grouped") or {}).get("bf16") if isinstance(doc.get("grouped"), Mapping) else None
     if not isinstance(grouped, Mapping):
-        raise ConfigError(f"{where}: grouped.bf16 must be a mapping of rows and shapes")
+        raise ConfigError(f"{where}: grouped.bf16 must be a mapping of rows and shapes (or leave grouped out)")
     check_keys(grouped, ("rows", "shapes"), f"{where}: grouped.bf16")
     rows = _axis(grouped.get("rows"), f"{where}: grouped.bf16.rows")
     shapes, seen = [], set()
@@ -206,17 +215,27 @@ def _grouped_fraction(s: GroupedShape, rows: tuple, groups: float, r: float) -> 
 @lru_cache(maxsize=65536)
 def shape_factor(m: float, n: float, k: float, dtype: str = "bf16", path: str = GEMM_SHAPES_PATH) -> float:
     """Measured throughput of an (m, n, k) GEMM relative to the table's large-shape plateau (module
-    docstring). ``dtype`` without a grid of its own (fp16) takes bf16's (same tensor-core rate)."""
+    docstring). ``dtype`` without a grid of its own takes bf16's (fp16: the same tensor-core rate),
+    except fp4, which takes fp8's where there is one (gpus.yaml [FP4EFF]: NVFP4 GEMMs are assumed to
+    reach the FP8 share of their peak; no per-shape FP4 figure was found)."""
     table = _load(path)
-    grid = table.plain.get(dtype) or table.plain["bf16"]
+    grid = table.plain.get(dtype) or (table.plain.get("fp8") if dtype == "fp4" else None) or table.plain["bf16"]
     return _plain_fraction(grid, m, n, k) / grid.plateau
+
+
+def has_grouped(path: str = GEMM_SHAPES_PATH) -> bool:
+    """Whether the table of ``path`` measured grouped GEMMs (Blackwell's does not)."""
+    return bool(_load(path).grouped)
 
 
 @lru_cache(maxsize=65536)
 def grouped_shape_factor(groups: float, rows: float, n: float, k: float, path: str = GEMM_SHAPES_PATH) -> float:
     """Measured throughput of a grouped GEMM (``groups`` groups of ``rows`` rows, each against its own
-    [n, k] weight) relative to the bf16 plateau (module docstring)."""
+    [n, k] weight) relative to the bf16 plateau (module docstring). Only for a table with grouped
+    shapes (:func:`has_grouped`)."""
     table = _load(path)
+    if not table.grouped:
+        raise ConfigError(f"{_where(path)} has no grouped GEMM measurement; price grouped launches otherwise")
     ln, lk = math.log2(n), math.log2(k)
     num = den = 0.0
     for s in table.grouped:
