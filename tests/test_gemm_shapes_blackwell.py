@@ -57,8 +57,13 @@ def test_interpolation_and_clamps():
     # halfway (log2) from k = 1024 to 2048: the mean of 0.4050 and 1172.847 / 2250 -> 0.5213
     assert shape_factor(2048, 4096, 2 ** 10.5, "bf16", P) == pytest.approx((0.4050 + 0.5213) / 2 / BF16_PLATEAU,
                                                                             rel=1e-12)
-    # above the grid: the edge's fraction; below: the edge's time (fraction x size / smallest)
-    assert shape_factor(65536, 8192, 8192, "bf16", P) == shape_factor(16384, 4096, 4096, "bf16", P)
+    # above the grid (beyond_grid: plateau): the edge's fraction, at most the plateau's (S <= 1): the
+    # measured 16384 x 4096 x 4096 keeps its S = 0.7424 / 0.6518 = 1.14, a larger GEMM gets 1
+    assert shape_factor(16384, 4096, 4096, "bf16", P) > 1.13
+    assert shape_factor(65536, 8192, 8192, "bf16", P) == 1.0
+    assert shape_factor(16384, 4096, 8192, "bf16", P) == 1.0
+    assert shape_factor(65536, 2048, 1024, "bf16", P) == shape_factor(16384, 2048, 1024, "bf16", P) < 1.0
+    # below: the edge's time (fraction x size / smallest)
     assert shape_factor(128, 4096, 4096, "bf16", P) == pytest.approx(shape_factor(256, 4096, 4096, "bf16", P) / 2,
                                                                        rel=1e-12)
 
@@ -81,6 +86,13 @@ def test_blackwell_gemms_take_the_table_grouped_ones_the_tile_model():
     assert b200.gemm_efficiency("bf16") == 0.63
     assert gemm_efficiency(2048, 4096, 1024, 1, b200) == pytest.approx(0.63 * 0.4050 / 0.6518, rel=1e-12)
     assert math.isclose(tile_gemm_efficiency(2048, 4096, 1024, 1, b200), 0.5448648648648649, rel_tol=1e-12)
+
+
+def test_beyond_grid_must_be_a_known_choice(tmp_path):
+    p = tmp_path / "t.yaml"
+    p.write_text(Path(P).read_text().replace("beyond_grid: plateau", "beyond_grid: cap"))
+    with pytest.raises(ConfigError, match=r"beyond_grid = 'cap' must be 'edge' .* or 'plateau'"):
+        gemm_shape_table(str(p))
 
 
 def test_table_without_grouped_section(tmp_path):

@@ -10,7 +10,8 @@ large-GEMM efficiency by, one table per architecture (:data:`GEMM_SHAPE_TABLES`)
 ``plateau_min`` (the YAML header gives the values). Between grid points a plain GEMM interpolates
 linearly in log2(m), log2(n), log2(k) (the grid is log-spaced: each step doubles a dimension, and a
 kernel's fixed per-tile and per-launch costs amortise over the doubled work). Outside the grid it is
-clamped: above the largest size the edge's fraction (the plateau holds), below the smallest the edge's
+clamped: above the largest size the edge's fraction (the plateau holds; a table with ``beyond_grid:
+plateau`` -- Blackwell's, whose grid stops below the power-limited sizes -- at most the plateau), below the smallest the edge's
 TIME (the fraction scales by size / smallest size: a GEMM narrower than the smallest measured one still
 fills a whole tile and pays the same per-call floor -- e.g. a router GEMM of n = 8 experts takes the
 time of n = 128). A grouped GEMM interpolates each measured expert shape's grid linearly in
@@ -59,6 +60,9 @@ class PlainGrid:
     k: tuple
     fraction: tuple
     plateau: float
+    #: past the grid's largest m, n or k: False = the edge's fraction (Hopper: the grid reaches the
+    #: power-limited sizes); True = at most the plateau (Blackwell: the grid stops below them)
+    cap_beyond: bool = False
 
 
 @dataclass(frozen=True)
@@ -124,7 +128,11 @@ def _load(path: str) -> GemmShapeTable:
     check_finite(doc, where)
     if not isinstance(doc, Mapping):
         raise ConfigError(f"{where}: expected a mapping with gpu, peak_tflops, plateau_min, plain and grouped")
-    check_keys(doc, ("gpu", "source", "peak_tflops", "plateau_min", "plain", "grouped"), where)
+    check_keys(doc, ("gpu", "source", "peak_tflops", "plateau_min", "beyond_grid", "plain", "grouped"), where)
+    beyond = doc.get("beyond_grid", "edge")
+    if beyond not in ("edge", "plateau"):
+        raise ConfigError(f"{where}: beyond_grid = {beyond!r} must be 'edge' (the edge's fraction past the grid) "
+                          f"or 'plateau' (at most the plateau there)")
     if not doc.get("source"):
         raise ConfigError(f"{where}: source is empty; the table names where it was measured")
     plain, pmin = doc.get("plain"), doc.get("plateau_min")
@@ -145,7 +153,7 @@ def _load(path: str) -> GemmShapeTable:
         if plateau <= 0:
             raise ConfigError(f"{where}: plateau_min.{dtype} = {lo} leaves no grid shape with m, n and k all "
                               f">= it; lower it to at most {min(m[-1], n[-1], k[-1])}")
-        grids[str(dtype)] = PlainGrid(m, n, k, frac, plateau)
+        grids[str(dtype)] = PlainGrid(m, n, k, frac, plateau, beyond == "plateau")
     if "grouped" not in doc:   # no grouped measurement (Blackwell): grouped launches keep the tile model
         return GemmShapeTable(str(doc.get("gpu")), grids, (), (), grids["bf16"].plateau)
     grouped = (doc.get("grouped") or {}).get("bf16") if isinstance(doc.get("grouped"), Mapping) else None
@@ -220,7 +228,10 @@ def shape_factor(m: float, n: float, k: float, dtype: str = "bf16", path: str = 
     reach the FP8 share of their peak; no per-shape FP4 figure was found)."""
     table = _load(path)
     grid = table.plain.get(dtype) or (table.plain.get("fp8") if dtype == "fp4" else None) or table.plain["bf16"]
-    return _plain_fraction(grid, m, n, k) / grid.plateau
+    s = _plain_fraction(grid, m, n, k) / grid.plateau
+    if grid.cap_beyond and (m > grid.m[-1] or n > grid.n[-1] or k > grid.k[-1]):
+        return min(s, 1.0)
+    return s
 
 
 def has_grouped(path: str = GEMM_SHAPES_PATH) -> bool:
