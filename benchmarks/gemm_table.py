@@ -99,7 +99,8 @@ def _list(v) -> str:
     return "[" + ", ".join(_num(x) for x in v) + "]"
 
 
-def _table(out: io.StringIO, t: dict) -> None:
+def write_grid(out: io.StringIO, t: dict) -> None:
+    """A plain grid (m, n, k axes and the nested fractions) in the table's YAML layout."""
     out.writelines(f"    {a}: {_list(t[a])}\n" for a in ("m", "n", "k"))
     out.write("    fraction:\n")
     for block in t["fraction"]:
@@ -119,7 +120,7 @@ def generate() -> str:
     out.write("plain:\n")
     for dtype, name in (("bf16", "gemm_grid.csv"), ("fp8", "gemm_fp8_grid.csv")):
         out.write(f"  {dtype}:\n")
-        _table(out, _plain(name, dtype))
+        write_grid(out, _plain(name, dtype))
     out.write("grouped:\n  bf16:\n")
     g = _grouped()
     out.write(f"    rows: {_list(g['rows'])}\n    shapes:\n")

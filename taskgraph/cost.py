@@ -21,7 +21,9 @@ share (~2%) stays folded into the calibrated ``gemm_efficiency_max``.
 GEMM efficiency on Hopper GPUs (architecture ``hopper``) = gemm_efficiency_max x S(m, n, k), the
 MEASURED shape factor of ``topologies/data/gemm_shapes.yaml`` ([EXECSIM-H200]: cuBLAS on an H200,
 throughput at the shape / throughput of the grid's large shapes; grouped GEMMs of MoE experts from the
-``torch._grouped_mm`` grid; topologies/gemm_shapes.py). On other GPUs (Ampere, Blackwell: not measured)
+``torch._grouped_mm`` grid; topologies/gemm_shapes.py). On Blackwell GPUs (B200, GB200, GB300) the same
+with ``topologies/data/gemm_shapes_blackwell.yaml`` ([XLA-B200]: OpenXLA's B200 GEMM table, CUPTI kernel
+times; plain GEMMs only). Elsewhere (Ampere), and for grouped expert GEMMs on Blackwell (not measured),
 GEMM efficiency = gemm_efficiency_max x tile quantization x wave quantization
 (NVIDIA Deep Learning Performance Guide, "Matrix Multiplication Background": tile quantization =
 useful fraction of the output tiles; wave quantization = useful fraction of the last wave of
@@ -40,7 +42,7 @@ from pathlib import Path
 
 from strategies.errors import ConfigError, brief
 from taskgraph.stacks import attention_efficiency, get_stack
-from topologies.gemm_shapes import MEASURED_ARCHITECTURES, grouped_shape_factor, shape_factor
+from topologies.gemm_shapes import GEMM_SHAPE_TABLES, grouped_shape_factor, has_grouped, shape_factor
 from topologies.kernels import gemm_kernel as get_gemm_kernel
 
 PASSES = ("fwd", "bwd_input", "bwd_weight")
@@ -121,22 +123,26 @@ def gemm_efficiency(m: int, n: int, k: int, batch: int, gpu, dtype: str = "bf16"
                     grouped: tuple | None = None) -> float:
     """Achieved fraction of dense peak for one (batched) GEMM (see module docstring). ``kernel`` (a
     ``topologies.kernels.GemmKernel``; None: the catalog's overlapped-epilogue cuBLAS / CUTLASS kernels)
-    with a serial epilogue: :func:`serial_epilogue_efficiency`. Otherwise, on a Hopper GPU the measured
-    shape factor (:func:`measured_gemm_efficiency`), elsewhere :func:`tile_gemm_efficiency`.
+    with a serial epilogue: :func:`serial_epilogue_efficiency`. Otherwise, on a GPU whose architecture
+    has a measured table (Hopper, Blackwell) the measured shape factor (:func:`measured_gemm_efficiency`;
+    a grouped launch only where the table measured grouped GEMMs), elsewhere :func:`tile_gemm_efficiency`.
     ``grouped``: the ``batch`` GEMMs are one grouped launch of MoE experts, each against its own
     weight (``torch._grouped_mm``, Megatron's grouped GEMM), and this is the forward layout's
     (rows per group, n, k) of that launch; None: a strided batched GEMM (the QK^T and PV of unfused
     attention) or a plain one."""
     if kernel is not None and kernel.epilogue == "serial":
         return serial_epilogue_efficiency(m, n, k, batch, gpu, dtype, kernel)
-    if gpu.architecture in MEASURED_ARCHITECTURES:
-        return measured_gemm_efficiency(m, n, k, batch, gpu, dtype, grouped)
+    path = GEMM_SHAPE_TABLES.get(gpu.architecture)
+    if path is not None and (grouped is None or batch <= 1 or has_grouped(path)):
+        return measured_gemm_efficiency(m, n, k, batch, gpu, dtype, grouped, path)
     return tile_gemm_efficiency(m, n, k, batch, gpu, dtype)
 
 
 def measured_gemm_efficiency(m: int, n: int, k: int, batch: int, gpu, dtype: str = "bf16",
-                             grouped: tuple | None = None) -> float:
-    """gemm_efficiency_max(dtype) x the measured shape factor ([EXECSIM-H200], topologies/gemm_shapes.py).
+                             grouped: tuple | None = None, path: str = GEMM_SHAPE_TABLES["hopper"]) -> float:
+    """gemm_efficiency_max(dtype) x the measured shape factor of the table at ``path`` ([EXECSIM-H200]
+    for Hopper, [XLA-B200] for Blackwell; topologies/gemm_shapes.py). fp8 takes the table's fp8 grid,
+    fp4 too (gpus.yaml [FP4EFF]: the FP8 share is assumed), the others its bf16 grid.
 
     A grouped launch of ``batch`` > 1 experts takes the grouped table at (batch groups, and the forward
     layout's ``grouped`` = (rows per group, n, k)) in every pass: only the forward layout was measured,
@@ -150,9 +156,9 @@ def measured_gemm_efficiency(m: int, n: int, k: int, batch: int, gpu, dtype: str
     the forward-layout table: the measured pass layouts differ by a few % (gemm.csv), inside the noise
     of its use (docs/cost-model.md)."""
     if grouped is not None and batch > 1:
-        s = grouped_shape_factor(batch, *grouped)
+        s = grouped_shape_factor(batch, *grouped, path)
     else:
-        s = shape_factor(m * batch, n, k, "fp8" if dtype == "fp8" else "bf16")
+        s = shape_factor(m * batch, n, k, dtype if dtype in ("fp8", "fp4") else "bf16", path)
     return gpu.gemm_efficiency(dtype) * s
 
 
@@ -303,7 +309,7 @@ OPTIMIZER_OP = "optimizer"
 
 
 def optimizer_shape(params: float) -> str:
-    return f"params={int(round(params))}"
+    return f"params={round(params)}"
 
 
 def op_shape_key(op) -> str:

@@ -72,7 +72,7 @@ def test_grouped_between_expert_shapes_stays_between_them():
 
 
 def test_hopper_prices_from_the_table_other_gpus_from_the_tile_model():
-    from taskgraph.cost import gemm_efficiency, tile_gemm_efficiency
+    from taskgraph.cost import gemm_efficiency
     for name in ("h100", "h200", "h800", "h20", "h100-pcie"):
         g = get_gpu(name)
         assert gemm_efficiency(2048, 6144, 4096, 1, g) == \
@@ -84,14 +84,13 @@ def test_hopper_prices_from_the_table_other_gpus_from_the_tile_model():
     assert gemm_efficiency(256, 2048, 7168, 8, h100, grouped=(256, 2048, 7168)) == \
         pytest.approx(0.65 * grouped_shape_factor(8, 256, 2048, 7168), rel=1e-12)
     assert gemm_efficiency(2048, 2048, 128, 32, h100) == pytest.approx(0.65 * shape_factor(65536, 2048, 128), rel=1e-12)
-    # Ampere and Blackwell keep the tile/wave model: pinned values (computed on main before this change;
-    # A100 4096^3: 0.80 x 1024 tiles of 128 x 128 over 10 waves of 108 SMs)
+    # Ampere keeps the tile/wave model: pinned values (computed on main before this change;
+    # A100 4096^3: 0.80 x 1024 tiles of 128 x 128 over 10 waves of 108 SMs). Blackwell has its own
+    # measured table since issue 38 (tests/test_gemm_shapes_blackwell.py).
     a100 = get_gpu("a100")
     assert gemm_efficiency(4096, 4096, 4096, 1, a100) == 0.7585185185185186 == 0.8 * 1024 / 1080
     assert gemm_efficiency(100, 768, 2048, 8, a100, grouped=(100, 768, 2048)) == 0.37037037037037035
     assert gemm_efficiency(2048, 4608, 12288, 1, a100) == 0.7111111111111111
-    b200 = get_gpu("b200")
-    assert gemm_efficiency(2048, 4096, 1024, 1, b200) == 0.5448648648648649 == tile_gemm_efficiency(2048, 4096, 1024, 1, b200)
 
 
 def _rows(name: str):

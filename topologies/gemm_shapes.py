@@ -1,5 +1,7 @@
-"""Measured GEMM throughput by shape (``data/gemm_shapes.yaml``, [EXECSIM-H200]): the shape factor
-taskgraph/cost.py multiplies a Hopper GPU's calibrated large-GEMM efficiency by.
+"""Measured GEMM throughput by shape: the shape factor taskgraph/cost.py multiplies a GPU's calibrated
+large-GEMM efficiency by, one table per architecture (:data:`GEMM_SHAPE_TABLES`): Hopper's
+``data/gemm_shapes.yaml`` ([EXECSIM-H200], plain and grouped) and Blackwell's
+``data/gemm_shapes_blackwell.yaml`` ([XLA-B200], plain only).
 
     S(m, n, k)              = measured(m, n, k) / plateau                        (plain GEMMs)
     S_grouped(g, r, n, k)   = measured_grouped(g groups of r rows, n, k) / plateau
@@ -8,7 +10,8 @@ taskgraph/cost.py multiplies a Hopper GPU's calibrated large-GEMM efficiency by.
 ``plateau_min`` (the YAML header gives the values). Between grid points a plain GEMM interpolates
 linearly in log2(m), log2(n), log2(k) (the grid is log-spaced: each step doubles a dimension, and a
 kernel's fixed per-tile and per-launch costs amortise over the doubled work). Outside the grid it is
-clamped: above the largest size the edge's fraction (the plateau holds), below the smallest the edge's
+clamped: above the largest size the edge's fraction (the plateau holds; a table with ``beyond_grid:
+plateau`` -- Blackwell's, whose grid stops below the power-limited sizes -- at most the plateau), below the smallest the edge's
 TIME (the fraction scales by size / smallest size: a GEMM narrower than the smallest measured one still
 fills a whole tile and pays the same per-call floor -- e.g. a router GEMM of n = 8 experts takes the
 time of n = 128). A grouped GEMM interpolates each measured expert shape's grid linearly in
@@ -36,11 +39,16 @@ from strategies.errors import ConfigError
 from topologies.gpus import DATA_DIR, check_keys
 
 GEMM_SHAPES_PATH = os.path.join(DATA_DIR, "gemm_shapes.yaml")
-#: GPU architectures whose GEMMs are priced from the table (taskgraph/cost.py): the table was measured
-#: on an H200, and every Hopper part of the catalog (H100 SXM / PCIe / NVL / HBM2e, H800, H200, H20)
-#: has the same SM design (GH100: 4th-generation tensor cores, WGMMA, TMA; NVIDIA Hopper architecture
-#: whitepaper); they differ in SM count, clocks and memory (docs/cost-model.md says what is assumed).
-MEASURED_ARCHITECTURES = ("hopper",)
+GEMM_SHAPES_BLACKWELL_PATH = os.path.join(DATA_DIR, "gemm_shapes_blackwell.yaml")
+#: GPU architecture -> the measured table its GEMMs are priced from (taskgraph/cost.py).
+#: hopper: measured on an H200 ([EXECSIM-H200]); every Hopper part of the catalog (H100 SXM / PCIe /
+#: NVL / HBM2e, H800, H200, H20) has the same SM design (GH100: 4th-generation tensor cores, WGMMA,
+#: TMA; NVIDIA Hopper architecture whitepaper). blackwell: OpenXLA's B200 table ([XLA-B200],
+#: gemm_shapes_blackwell.yaml); GB200 and GB300 take it too (the same 5th-generation tensor cores,
+#: tcgen05; NVIDIA Blackwell / Blackwell Ultra technical briefs). Parts differ in SM count, clocks and
+#: memory (docs/cost-model.md says what is assumed). Ampere has no table: the tile/wave model.
+GEMM_SHAPE_TABLES = {"hopper": GEMM_SHAPES_PATH, "blackwell": GEMM_SHAPES_BLACKWELL_PATH}
+MEASURED_ARCHITECTURES = tuple(GEMM_SHAPE_TABLES)
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,9 @@ class PlainGrid:
     k: tuple
     fraction: tuple
     plateau: float
+    #: past the grid's largest m, n or k: False = the edge's fraction (Hopper: the grid reaches the
+    #: power-limited sizes); True = at most the plateau (Blackwell: the grid stops below them)
+    cap_beyond: bool = False
 
 
 @dataclass(frozen=True)
@@ -117,7 +128,11 @@ def _load(path: str) -> GemmShapeTable:
     check_finite(doc, where)
     if not isinstance(doc, Mapping):
         raise ConfigError(f"{where}: expected a mapping with gpu, peak_tflops, plateau_min, plain and grouped")
-    check_keys(doc, ("gpu", "source", "peak_tflops", "plateau_min", "plain", "grouped"), where)
+    check_keys(doc, ("gpu", "source", "peak_tflops", "plateau_min", "beyond_grid", "plain", "grouped"), where)
+    beyond = doc.get("beyond_grid", "edge")
+    if beyond not in ("edge", "plateau"):
+        raise ConfigError(f"{where}: beyond_grid = {beyond!r} must be 'edge' (the edge's fraction past the grid) "
+                          f"or 'plateau' (at most the plateau there)")
     if not doc.get("source"):
         raise ConfigError(f"{where}: source is empty; the table names where it was measured")
     plain, pmin = doc.get("plain"), doc.get("plateau_min")
@@ -138,10 +153,12 @@ def _load(path: str) -> GemmShapeTable:
         if plateau <= 0:
             raise ConfigError(f"{where}: plateau_min.{dtype} = {lo} leaves no grid shape with m, n and k all "
                               f">= it; lower it to at most {min(m[-1], n[-1], k[-1])}")
-        grids[str(dtype)] = PlainGrid(m, n, k, frac, plateau)
+        grids[str(dtype)] = PlainGrid(m, n, k, frac, plateau, beyond == "plateau")
+    if "grouped" not in doc:   # no grouped measurement (Blackwell): grouped launches keep the tile model
+        return GemmShapeTable(str(doc.get("gpu")), grids, (), (), grids["bf16"].plateau)
     grouped = (doc.get("grouped") or {}).get("bf16") if isinstance(doc.get("grouped"), Mapping) else None
     if not isinstance(grouped, Mapping):
-        raise ConfigError(f"{where}: grouped.bf16 must be a mapping of rows and shapes")
+        raise ConfigError(f"{where}: grouped.bf16 must be a mapping of rows and shapes (or leave grouped out)")
     check_keys(grouped, ("rows", "shapes"), f"{where}: grouped.bf16")
     rows = _axis(grouped.get("rows"), f"{where}: grouped.bf16.rows")
     shapes, seen = [], set()
@@ -206,17 +223,30 @@ def _grouped_fraction(s: GroupedShape, rows: tuple, groups: float, r: float) -> 
 @lru_cache(maxsize=65536)
 def shape_factor(m: float, n: float, k: float, dtype: str = "bf16", path: str = GEMM_SHAPES_PATH) -> float:
     """Measured throughput of an (m, n, k) GEMM relative to the table's large-shape plateau (module
-    docstring). ``dtype`` without a grid of its own (fp16) takes bf16's (same tensor-core rate)."""
+    docstring). ``dtype`` without a grid of its own takes bf16's (fp16: the same tensor-core rate),
+    except fp4, which takes fp8's where there is one (gpus.yaml [FP4EFF]: NVFP4 GEMMs are assumed to
+    reach the FP8 share of their peak; no per-shape FP4 figure was found)."""
     table = _load(path)
-    grid = table.plain.get(dtype) or table.plain["bf16"]
-    return _plain_fraction(grid, m, n, k) / grid.plateau
+    grid = table.plain.get(dtype) or (table.plain.get("fp8") if dtype == "fp4" else None) or table.plain["bf16"]
+    s = _plain_fraction(grid, m, n, k) / grid.plateau
+    if grid.cap_beyond and (m > grid.m[-1] or n > grid.n[-1] or k > grid.k[-1]):
+        return min(s, 1.0)
+    return s
+
+
+def has_grouped(path: str = GEMM_SHAPES_PATH) -> bool:
+    """Whether the table of ``path`` measured grouped GEMMs (Blackwell's does not)."""
+    return bool(_load(path).grouped)
 
 
 @lru_cache(maxsize=65536)
 def grouped_shape_factor(groups: float, rows: float, n: float, k: float, path: str = GEMM_SHAPES_PATH) -> float:
     """Measured throughput of a grouped GEMM (``groups`` groups of ``rows`` rows, each against its own
-    [n, k] weight) relative to the bf16 plateau (module docstring)."""
+    [n, k] weight) relative to the bf16 plateau (module docstring). Only for a table with grouped
+    shapes (:func:`has_grouped`)."""
     table = _load(path)
+    if not table.grouped:
+        raise ConfigError(f"{_where(path)} has no grouped GEMM measurement; price grouped launches otherwise")
     ln, lk = math.log2(n), math.log2(k)
     num = den = 0.0
     for s in table.grouped:
