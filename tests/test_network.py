@@ -138,7 +138,7 @@ def test_ring_simple_latency_and_bandwidth_one_node():
 
 
 def test_tuner_picks_low_latency_protocols_for_small_and_simple_for_large():
-    (alg_s, proto_s), _ = nccl_choice("all-reduce", 1024, 8, 1, 234e9, "ampere")
+    (_, proto_s), _ = nccl_choice("all-reduce", 1024, 8, 1, 234e9, "ampere")
     (alg_l, proto_l), _ = nccl_choice("all-reduce", 4e9, 8, 1, 234e9, "ampere")
     assert proto_s == "LL" and (alg_l, proto_l) == ("ring", "Simple")
 
@@ -179,7 +179,7 @@ def test_nvls_execution_keeps_the_tuners_choice_and_is_slower_than_its_estimate(
     def excess(s):
         return nccl_run("all-reduce", s, 8, 1, 360e9, "hopper", 450e9, algorithms=("nvls",))[1] / \
             nccl_choice("all-reduce", s, 8, 1, 360e9, "hopper", 450e9, algorithms=("nvls",))[1]
-    assert excess(8 << 20) > 1.3 > 1.05 > excess(8 << 30) > 1.0
+    assert excess(8 << 20) > 1.3 and 1.05 > excess(8 << 30) > 1.0
     # a ring call is timed as the tuner predicts
     assert nccl_run("all-reduce", 4e9, 8, 1, 234e9, "ampere")[1] == nccl_choice("all-reduce", 4e9, 8, 1, 234e9, "ampere")[1]
 
@@ -191,6 +191,28 @@ def test_tree_latency_grows_with_log_nodes_ring_with_ranks():
     assert lat("tree", 64) - lat("tree", 32) == pytest.approx(lat("tree", 32) - lat("tree", 16))
     assert lat("ring", 64) - lat("ring", 32) > 1.9 * (lat("ring", 32) - lat("ring", 16))
     assert lat("tree", 128) < lat("ring", 128)
+
+
+def test_pat_latency_is_tuning_cc_and_only_with_one_gpu_per_node():
+    # NVIDIA/nccl src/graph/tuning.cc at 5067397: PAT latency = 8 + log2i(nNodes) * 14 / 3.5 + 2.8 nRanks us,
+    # bandwidth 0.75 busBw used as algBw; reduce-scatter / all-gather only, one GPU per node only
+    for n in (2, 64, 1024):
+        t = nccl_table("reduce-scatter", 0.0, n, n, 40e9, "hopper", algorithms=("pat",))[("pat", "Simple")]
+        assert t == pytest.approx((8.0 + (n.bit_length() - 1) * 14.0 / 3.5 + 2.8 * n) * 1e-6)
+    t1 = nccl_table("all-gather", 1e9, 16, 16, 40e9, "hopper", algorithms=("pat",))[("pat", "Simple")]
+    t0 = nccl_table("all-gather", 0.0, 16, 16, 40e9, "hopper", algorithms=("pat",))[("pat", "Simple")]
+    assert t1 - t0 == pytest.approx(1e9 / (0.75 * 40e9))
+    assert nccl_table("reduce-scatter", 1e6, 16, 2, 40e9, "hopper", algorithms=("pat",)) == {}   # 8 GPUs per node
+    assert nccl_table("all-reduce", 1e6, 16, 16, 40e9, "hopper", algorithms=("pat",)) == {}
+
+
+def test_at_thousands_of_ranks_pat_beats_the_rings_linear_latency():
+    # one GPU per node (a DP group at tp 8): the ring pays a network step per rank, PAT log2 + 2.8 us per rank
+    (alg, _), t = nccl_choice("reduce-scatter", 64e6, 1024, 1024, 40e9, "hopper")
+    ring = nccl_table("reduce-scatter", 64e6, 1024, 1024, 40e9, "hopper", algorithms=("ring",))
+    assert alg == "pat" and t < 0.65 * min(ring.values())   # 5.0 ms vs the ring LL 8.3 ms, Simple 15.9 ms
+    # a huge message on few ranks still goes over the ring (its bandwidth is 1/0.75 of PAT's)
+    assert nccl_choice("reduce-scatter", 4e9, 8, 8, 40e9, "hopper")[0][0] == "ring"
 
 
 def test_nccl_model_is_the_preset_default_and_alpha_beta_stays_available():
