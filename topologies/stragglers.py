@@ -29,7 +29,8 @@ NSDI 2024 Section 5, built straggler detection for exactly this):
   matters for eviction (a persistent slow GPU can be drained: goodput), not for the expected step.
   Rare broken GPUs (Sinha et al.: outliers up to 1.5x slower than the median; Falcon, arXiv
   2410.12588: fail-slow episodes of tens of seconds to ten hours) are not a per-step draw: name them
-  with ``cluster.slow`` below, or price their episodes in the goodput model.
+  with ``cluster.slow`` below, or price their episodes with the goodput model's slow-node source
+  (``simulator/goodput``: ``slow_nodes`` rate, slowdown and detection time).
 * **Named slow nodes** (``cluster.slow: {node: speed}``): every GPU of that node runs at ``speed``
   (e.g. 0.8). That breaks the symmetry; the replica holding the slow node is the one the step
   waits for (its peers finish earlier and wait at the DP reduction), so the simulated pipeline is
