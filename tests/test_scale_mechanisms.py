@@ -3,9 +3,12 @@ at scale). Each direction is a small simulate() run; the closed forms are checke
 from __future__ import annotations
 
 import copy
+import math
 from statistics import NormalDist
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.api import simulate_strategy
 from strategies.strategy_file import parse_strategy
@@ -13,15 +16,51 @@ from taskgraph.lower_model import Comm, OpCost
 from taskgraph.overheads import host_bound
 from topologies.cluster import get_cluster
 from topologies.placement import ParallelSizes
-from topologies.stragglers import expected_max_std_normal, pace_summary, stage_pace, variation_factor
+from topologies.stragglers import (
+    expected_max_std_normal,
+    pace_summary,
+    stage_pace,
+    synchronised_gpus,
+    variation_factor,
+)
 
 
 # --- order statistics ---------------------------------------------------------------------------
-def test_blom_expected_maximum():
-    assert expected_max_std_normal(1) == 0.0
-    assert expected_max_std_normal(2) == pytest.approx(NormalDist().inv_cdf(1.625 / 2.25))
-    vals = [expected_max_std_normal(n) for n in (2, 8, 64, 1024, 16384)]
-    assert vals == sorted(vals)  # the expected slowest of more GPUs is slower
+def test_expected_maximum_of_normals_matches_closed_forms_and_tables():
+    assert expected_max_std_normal(1) == 0.0            # one GPU waits for nobody
+    # closed forms: E[max of 2] = 1/sqrt(pi), E[max of 3] = 3/(2 sqrt(pi)) (David & Nagaraja 2003, 3.2)
+    assert expected_max_std_normal(2) == pytest.approx(1 / math.sqrt(math.pi), abs=1e-9)
+    assert expected_max_std_normal(3) == pytest.approx(1.5 / math.sqrt(math.pi), abs=1e-9)
+    # Harter 1961, Biometrika 48, Table 1 (six decimals)
+    for n, table in ((10, 1.538753), (100, 2.507594), (1000, 3.241436)):
+        assert expected_max_std_normal(n) == pytest.approx(table, abs=1e-6)
+    # the tail: E[max of n] grows like sqrt(2 ln n) (Cramer 1946; within 0.6 of it up to 10^6)
+    for n in (10**4, 10**6):
+        assert 0 < math.sqrt(2 * math.log(n)) - expected_max_std_normal(n) < 0.6
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(min_value=1, max_value=200_000), st.integers(min_value=1, max_value=200_000))
+def test_expected_maximum_is_monotone_in_the_number_of_gpus(a, b):
+    lo, hi = sorted((a, b))
+    assert expected_max_std_normal(lo) <= expected_max_std_normal(hi)
+    # ... and against the quantile bracket: Phi^-1(1 - 1/n) - 1 < E[max] < sqrt(2 ln n) for n >= 2
+    if hi >= 2:
+        assert NormalDist().inv_cdf(1 - 1 / hi) - 1 < expected_max_std_normal(hi) <= math.sqrt(2 * math.log(hi))
+
+
+def test_the_step_waits_for_the_slowest_gpu_of_the_whole_job():
+    c = get_cluster("dgx-h100", nodes=64)
+    # tp 8, pp 8, dp 8: 512 GPUs; every pipeline rank is paced by the slowest of the 512, not of its 64
+    sizes = ParallelSizes(tp=8, pp=8, dp=8)
+    assert synchronised_gpus(sizes) == 512
+    want = variation_factor(0.01, 512, reference=8)
+    assert [stage_pace(c, sizes, p) for p in range(8)] == [pytest.approx(want)] * 8
+    assert want > variation_factor(0.01, 64, reference=8) > 1.0
+    # one node of 8 GPUs at tp 8 is the calibration group: no charge; gpu_speed_cv 0 turns it off
+    assert stage_pace(get_cluster("dgx-h100", nodes=1), ParallelSizes(tp=8), 0) == 1.0
+    assert stage_pace(get_cluster("dgx-h100", nodes=64, gpu_speed_cv=0), sizes, 3) == 1.0
+    assert "the 512 GPUs the step waits for" in pace_summary(c, sizes)
 
 
 def test_variation_factor_closed_form():
@@ -31,11 +70,11 @@ def test_variation_factor_closed_form():
 
 
 def test_named_slow_node_paces_its_pipeline_rank():
-    c = get_cluster("dgx-h100", nodes=4, slow={3: 0.8})
+    c = get_cluster("dgx-h100", nodes=4, slow={3: 0.8}, gpu_speed_cv=0)
     sizes = ParallelSizes(tp=8, pp=4)  # pipeline rank p lives on node p
     assert [stage_pace(c, sizes, p) for p in range(4)] == [1.0, 1.0, 1.0, pytest.approx(1.25)]
     assert pace_summary(c, sizes) == "slow node 3 (speed 0.8) paces pipeline rank 3"
-    assert pace_summary(get_cluster("dgx-h100", nodes=4), sizes) == ""
+    assert pace_summary(get_cluster("dgx-h100", nodes=4, gpu_speed_cv=0), sizes) == ""
 
 
 # --- host dispatch -------------------------------------------------------------------------------
@@ -161,13 +200,13 @@ def test_tensor_parallel_traffic_across_nodes_slows_the_dp_reduction():
 
 
 def test_a_node_of_a_slower_gpu_model_paces_like_a_slow_node():
-    c = get_cluster("dgx-h100", nodes=4, node_gpus={1: "A100-SXM-80GB"})
+    c = get_cluster("dgx-h100", nodes=4, node_gpus={1: "A100-SXM-80GB"}, gpu_speed_cv=0)
     sizes = ParallelSizes(tp=8, pp=4)
     ratio = c.gpu.peak_flops("bf16") / c.node_gpus[0][1].peak_flops("bf16")
     assert stage_pace(c, sizes, 1) == pytest.approx(ratio) and stage_pace(c, sizes, 0) == 1.0
     assert "slow node 1" in pace_summary(c, sizes)
     # a faster GPU in the mix does not speed its peers up
-    c2 = get_cluster("dgx-a100-80g", nodes=4, node_gpus={1: "H100-SXM-80GB"})
+    c2 = get_cluster("dgx-a100-80g", nodes=4, node_gpus={1: "H100-SXM-80GB"}, gpu_speed_cv=0)
     assert stage_pace(c2, sizes, 1) == 1.0
 
 

@@ -77,7 +77,7 @@ traffic; the network bandwidth B_net of the formulas is divided by the resulting
 slowdown (>= 1); with ``routing: ecmp`` by the expected slowdown of the busiest hashed port. A
 send-recv with ``axis: "pp"`` shares the links with every replica's transfer across the same
 stage boundary (``fabric.p2p_slowdown``). Without them each group is timed alone on idle links. Not modelled: IB SHARP
-(CollNet), PAT, topology-aware ring ordering beyond "one NIC per ring".
+(CollNet), topology-aware ring ordering beyond "one NIC per ring".
 """
 from __future__ import annotations
 
@@ -171,7 +171,9 @@ def _nccl(coll: str, s: float, lay: GroupLayout, cluster: Any, slow: float,
     from topologies.nccl import ALGORITHMS, nccl_table
     arch, best = cluster.gpu.architecture, None
     algos = algorithms or tuple(ALGORITHMS)
-    for sl, group in ((slow, ("ring", "nvls")), (slow if slow_tree is None else slow_tree, ("tree", "nvls_tree"))):
+    # PAT exchanges along log-distance trees, so it shares links like the tree
+    for sl, group in ((slow, ("ring", "nvls")),
+                      (slow if slow_tree is None else slow_tree, ("tree", "nvls_tree", "pat"))):
         use = tuple(a for a in algos if a in group)
         if not use:
             continue

@@ -23,10 +23,17 @@ all-reduce as NCCL's three-stage chunk pipeline with NCCL's chunk schedule
 
 Algorithms (one function each in :data:`ALGORITHMS`): ``ring`` (every collective), ``tree``
 (double binary tree, all-reduce only; latency grows with log2 of the nodes), ``nvls`` (NVLink
-SHARP inside one NVSwitch domain, Hopper and newer; multicast reduction in the switch), and
-``nvls_tree`` (NVLS inside nodes + tree across nodes, all-reduce, Hopper and newer).
-CollNet (IB SHARP) and PAT are not modelled (CollNet needs the SHARP plugin; PAT only runs with one
-GPU per node).
+SHARP inside one NVSwitch domain, Hopper and newer; multicast reduction in the switch),
+``nvls_tree`` (NVLS inside nodes + tree across nodes, all-reduce, Hopper and newer) and ``pat``
+(Parallel Aggregated Trees, NCCL 2.23+: reduce-scatter and all-gather with one GPU per node, whose
+latency grows with log2 of the nodes plus 2.8 us per rank, where the ring's grows by a network step
+per rank: at thousands of ranks the tuner takes it for all but the largest messages).
+CollNet (IB SHARP) is not modelled (it needs the SHARP plugin).
+
+Latency at thousands of ranks, per call (``tuning.cc`` at 5067397, Simple protocol, one GPU per node,
+where the network latency is the tree's 14 us): ring all-reduce ``1.4 x (8.4 + 2(n-1) x 14)`` us
+(40 ms at n = 1024), tree all-reduce ``8.4 + 2 log2(n) x 14`` us (0.29 ms), ring reduce-scatter /
+all-gather ``8.4 + (n-1) x 14`` us (14 ms), PAT ``8 + log2(n) x 14 / 3.5 + 2.8 n`` us (2.9 ms).
 """
 from __future__ import annotations
 
@@ -34,12 +41,17 @@ from collections.abc import Callable
 
 #: ``tuning.cc`` ncclTunerConstantsDefaults.baseLatencies, microseconds, (LL, LL128, Simple).
 BASE_LAT_US = {"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4), "nvls": (0.0, 0.0, 0.0),
-               "nvls_tree": (0.0, 0.0, 0.0)}
+               "nvls_tree": (0.0, 0.0, 0.0), "pat": (8.0, 8.0, 8.0)}
 #: ``tuning.cc`` hwLatencies[NVLINK] and [NET], microseconds, (LL, LL128, Simple).
 HW_LAT_NVLINK_US = {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4), "nvls": (0.0, 0.0, 25.0),
                     "nvls_tree": (0.0, 0.0, 25.0)}
 HW_LAT_NET_US = {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0), "nvls": (0.0, 0.0, 18.0),
-                 "nvls_tree": (0.0, 0.0, 20.9)}
+                 "nvls_tree": (0.0, 0.0, 20.9), "pat": (0.0, 0.0, 14.0)}
+#: ``tuning.cc`` (5067397) PAT: bus bandwidth x0.75 ("busBw *= .75"), and a latency of
+#: ``log2i(nNodes) * interLat / 3.5 + nRanks * 2.8`` us ("Still a linear part") on top of the base.
+PAT_BW_FACTOR = 0.75
+PAT_LOG_DIVISOR = 3.5
+PAT_US_PER_RANK = 2.8
 PROTOCOLS = ("LL", "LL128", "Simple")
 #: ``tuning.cc`` llMaxBws (GB/s): row by GPU generation for one node, by CPU vendor across nodes;
 #: column by node count (1, 2, >2).
@@ -169,6 +181,18 @@ def _nvls_tree(coll, n, nodes, bus_net, arch, nvlink_raw):
     return {"Simple": (lat * US, busbw * n / _nsteps(coll, n))}
 
 
+def _pat(coll, n, nodes, bus, arch, nvlink_raw):
+    # tuning.cc ncclPatEnable: one GPU per node only (nNodes == nRanks), SM60+, host network (no device
+    # offload); reduce-scatter / all-gather only, Simple only. With ppn = 1 the network latency is the
+    # tree's ("With ppn=1 latencies are fully exposed, use the Tree network latency"). RS / AG on
+    # non-ring algorithms keep busBw as algBw (no nRanks / nsteps conversion).
+    if coll not in ("reduce-scatter", "all-gather") or nodes != n or n < 2:
+        return {}
+    inter = HW_LAT_NET_US["tree"][2]
+    lat = BASE_LAT_US["pat"][2] + _log2i(nodes) * inter / PAT_LOG_DIVISOR + n * PAT_US_PER_RANK
+    return {"Simple": (lat * US, bus * PAT_BW_FACTOR)}
+
+
 def nvls_chunk_size(nbytes: float, concurrent_ops: int) -> int:
     """NCCL's NVLS chunk schedule (``src/enqueue.cc``, the ``NCCL_ALGO_NVLS`` branch of the chunk-size
     computation; unchanged from 2.18.5 to 2.30.7): 128 KiB, halved to 64 / 32 / 16 KiB when the message
@@ -203,7 +227,7 @@ def nvls_pipeline_time(nbytes: float, heads: int, lat: float, algbw: float) -> f
 
 #: algorithm name -> fn(coll, n, nodes, simple_ring_bus_bw, arch, nvlink_raw) -> {proto: (lat, algbw)}
 ALGORITHMS: dict[str, Callable[..., dict]] = {"ring": _ring, "tree": _tree, "nvls": _nvls,
-                                              "nvls_tree": _nvls_tree}
+                                              "nvls_tree": _nvls_tree, "pat": _pat}
 
 
 def nccl_table(coll: str, nbytes: float, n: int, nodes: int, bus: float, arch: str,
