@@ -724,7 +724,7 @@ def test_pace_rule_of_either_sweep_gives_up_and_stays_exact(monkeypatch):
     monkeypatch.setattr(delta_mod, "PACE_MIN_ALT", 0.0)
     monkeypatch.setattr(delta_mod, "RESUME_MAX_SHARE", 1.0)
     chain, ds = _chain_sim()
-    ds._t_full, ds._res_fix, ds._res_per = 1e-9, 1e-12, 1e-15  # every alternative "free"
+    ds._cost.full_run_s, ds._cost.resume_fixed_s, ds._cost.resume_per_task_s = 1e-9, 1e-12, 1e-15  # every alternative "free"
     stats = ds.set_durations([chain[0]], [2.0])
     assert stats.fallback and "at that pace" in stats.reason and stats.resumed > 0
     assert_matches_full(ds)
@@ -740,7 +740,7 @@ def test_pace_rule_below_its_threshold_lets_the_sweep_finish(monkeypatch):
     monkeypatch.setattr(delta_mod, "PACE_ABORT", 1e300)
     monkeypatch.setattr(delta_mod, "PACE_ABORT_PYTHON", 1e300)
     chain, ds = _chain_sim()
-    ds._t_full, ds._res_fix, ds._res_per = 1e3, 1e-12, 1e-15  # the resume "free", a full run dear
+    ds._cost.full_run_s, ds._cost.resume_fixed_s, ds._cost.resume_per_task_s = 1e3, 1e-12, 1e-15  # the resume "free", a full run dear
     stats = ds.set_durations([chain[0]], [2.0])
     assert not stats.fallback and stats.retimed == 400 and stats.changed == 400
     assert_matches_full(ds)

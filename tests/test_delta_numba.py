@@ -131,7 +131,7 @@ def test_pace_rule_gives_up_early_and_stays_exact(monkeypatch):
     order = ds.pop_order
     gave_up = 0
     for t in (int(order[0]), int(order[len(order) // 3]), int(order[len(order) // 2])):
-        ds._t_full, ds._res_fix, ds._res_per = 1e-9, 1e-12, 1e-15  # every alternative "free"
+        ds._cost.full_run_s, ds._cost.resume_fixed_s, ds._cost.resume_per_task_s = 1e-9, 1e-12, 1e-15  # every alternative "free"
         stats = ds.set_durations([t], [float(g.duration[t]) * 3.0])
         gave_up += "at that pace" in stats.reason
         assert stats.fallback
@@ -267,7 +267,7 @@ def test_resume_takes_the_pace_rules_count(monkeypatch):
     monkeypatch.setattr(DeltaSimulator, "_resume", resume_spy)
     order = ds.pop_order
     for t in (int(order[0]), int(order[len(order) // 2])):
-        ds._t_full, ds._res_fix, ds._res_per = 1e-9, 1e-12, 1e-15  # every alternative "free"
+        ds._cost.full_run_s, ds._cost.resume_fixed_s, ds._cost.resume_per_task_s = 1e-9, 1e-12, 1e-15  # every alternative "free"
         stats = ds.set_durations([t], [float(g.duration[t]) * 3.0])
         assert "at that pace" in stats.reason
         assert_matches_full(ds)

@@ -44,7 +44,7 @@ class CompiledSweepMixin:
         if self._q_rekey:  # a Python static re-sweep changed keys, not orders
             self._requeue()
         if self._q_stale:
-            qh, qt, qn, qp = self._ll
+            qh, _, qn, _ = self._ll
             where = np.frombuffer(self._state.queue_device, dtype=np.int64)
             count = int(np.count_nonzero(where != -1))
             del where
@@ -90,13 +90,8 @@ class CompiledSweepMixin:
         qh, qt, qn, qp = self._links()
         cur = self._cur
         cur.fill(-1)  # per change: the last entry the sweep placed on each device
-        f64 = lambda a: np.frombuffer(a, dtype=np.float64)
-        i64 = lambda a: np.frombuffer(a, dtype=np.int64)
-        state = self._state
-        R, S, E, lk, nr, oS, oE = (f64(a) for a in (state.ready_time, state.start_time, state.end_time, state.queue_key,
-                                                    state.new_ready, state.old_start, state.old_end))
-        where, st, pend = i64(state.queue_device), i64(state.sweep_status), i64(state.pending_preds)
-        del state
+        views = self._state.views()  # the state's arrays, in the kernel's order
+        st = views[5]  # sweep_status (read after the loop)
         n = len(self._dur)
         hs = len(heap)
         ptr, idx = self._csr_arrays()
@@ -117,15 +112,15 @@ class CompiledSweepMixin:
         timed = deadline != math.inf
         lim = -1 if limit is None else int(limit)
         step = 256  # a pause costs a call (~10 us): fewer checks than the Python loop's every 32
+        # every argument that stays the same between pauses, in the kernel's order
+        fixed = (*views, self._dur_np, self._dev_np, ptr, idx, pptr, pidx, qh, qt, qn, qp, cur, hr, hx)
         clock = time.perf_counter
         t_k = clock()  # the race counts from here: the set-up above is paid whoever wins
         deadline += t_k - self._t_change
         try:
             while True:
                 stop = int(cnt[nb.C_WORK]) + step if timed else 1 << 62
-                status, hs = nb.sweep(R, S, E, self._dur_np, self._dev_np, lk, where, st, nr,
-                                              pend, oS, oE, ptr, idx, pptr, pidx, qh, qt, qn, qp, cur,
-                                              hr, hx, hs, dirt, cnt, flt, stop, lim, guard, rr)
+                status, hs = nb.sweep(*fixed, hs, dirt, cnt, flt, stop, lim, guard, rr)
                 if status == nb.DONE:
                     break
                 at = (float(flt[nb.F_AT_R]), int(flt[nb.F_AT_X]))
@@ -157,7 +152,7 @@ class CompiledSweepMixin:
             self._q_stale = True
             self._nb_marked = dirt[:int(cnt[nb.C_DIRT])]  # every marked task (the caller's list first)
             self._swept_moved = rr[:int(cnt[nb.C_RR])]  # (kept for the resume if the sweep gives up)
-            del R, S, E, lk, nr, oS, oE, where, st, pend
+            del views, fixed, st
             if flt[nb.F_LOSSY]:  # a positive duration lost to rounding: guard later changes too
                 self._lossy = True
         mk0 = self._makespan

@@ -103,11 +103,12 @@ class ResumeMixin:
         predecessors, on a private device, ending at that task's ready time so far. Sources pop
         first (key (0, lowest ids)), so the real tasks see exactly the engine's state.
 
-        Cost: a few vectorized passes over the id space (the final / rest split), then work in the
-        resumed tasks only: their edges are gathered from the CSR arrays, and the delta state is
-        patched in place (times written back; each device queue cut at the sweep point and the
-        resumed tasks appended in key order, all of them after it), not rebuilt. So the fallback
-        costs the sweep so far plus about one engine pop per task after the sweep point.
+        Cost: a few vectorized passes over the id space (the final / rest split,
+        :meth:`_final_upto`), then work in the resumed tasks only: their edges are gathered from the
+        CSR arrays (:meth:`_resume_graph`), and the delta state is patched in place (times written
+        back; each device queue cut at the sweep point and the resumed tasks appended in key order,
+        all of them after it: :meth:`_resume_patch`), not rebuilt. So the fallback costs the sweep so
+        far plus about one engine pop per task after the sweep point.
 
         ``guard`` (zero or rounding-lossy durations): the guarded sweep's invariant is checked here
         instead of assumed (package doc, "Zero durations and the resume"): no dirty task left at or
@@ -115,46 +116,115 @@ class ResumeMixin:
         after the sweep point in key order, no edge at a processed task backwards in key order, and
         the resumed tasks popped in key order; if one check fails, the plain full run is used."""
         t_in = time.perf_counter()
-        n, nd = len(self._dur), self._n_devices
-        alive = self._alive_np
-        where = np.frombuffer(self._state.queue_device, dtype=np.int64)
-        lk = np.frombuffer(self._state.queue_key, dtype=np.float64)
         kr, kx = at
         share = params.RESUME_MAX_SHARE
         seen = self._rest_seen  # the pace rule's count when it gave up at this point (_delta)
         rest = seen[2] if seen is not None and seen[:2] == (kr, kx) else None
         self._rest_seen = None
-        if share < 1.0 and self._resume_costs_more(int(np.count_nonzero(lk > kr)) if rest is None else rest):
+        if share < 1.0 and self._resume_costs_more(int(np.count_nonzero(
+                np.frombuffer(self._state.queue_key, dtype=np.float64) > kr)) if rest is None else rest):
             # (at least that many tasks after the sweep point: decided before building any mask)
             return self._fallback(t0, reason, dirtied, new_ids, removed)
-        st, oS, oE = self._state.sweep_status, self._state.old_start, self._state.old_end
-        R = np.frombuffer(self._state.ready_time, dtype=np.float64)
-        S = np.frombuffer(self._state.start_time, dtype=np.float64)
-        E = np.frombuffer(self._state.end_time, dtype=np.float64)
-        ptr, idx = self._csr_arrays()
-        pptr, pidx = self._pred_csr()
+        f64 = lambda a: np.frombuffer(a, dtype=np.float64)
+        state = self._state
+        S, E = f64(state.start_time), f64(state.end_time)
         # tasks whose times may change: the ones the sweep processed, and the resumed ones
         dirtied = np.asarray(dirtied, dtype=np.int64).reshape(-1)
-        sw = dirtied[np.frombuffer(st, dtype=np.int64)[dirtied] == 2]
+        sw = dirtied[np.frombuffer(state.sweep_status, dtype=np.int64)[dirtied] == 2]
+        final = self._final_upto(kr, kx, dirtied, sw, guard)
+        if final is None:
+            return self._fallback(t0, f"{reason}; a zero-duration tie at or before the sweep point",
+                                  dirtied, new_ids, removed)
+        rest = self._alive_np & ~final
+        sub = np.flatnonzero(rest)
+        if share < 1.0 and self._resume_costs_more(int(sub.size)):
+            return self._fallback(t0, reason, dirtied, new_ids, removed)
+        old_sw = (f64(state.old_start)[sw], f64(state.old_end)[sw])
+        self._clear_scratch(dirtied, undo=False)
+        old_S, old_E = S[sub].copy(), E[sub].copy()
+        graph = self._resume_graph(kr, kx, final, sub)
+        if graph is None:  # an edge into a final task: cannot happen with durations > 0 (package doc)
+            return self._fallback(t0, reason, (), new_ids, removed)
+        sdur, sdev, sptr, sidx, n_dev, k, devs, lasts = graph
+        # the cost model learns the compiled resume whole: its set-up (masks over the id space, gathers,
+        # the sub-graph's CSR: 0.2-0.3 us per resumed task on the random DAG of benchmarks/delta.py) is
+        # as large as its engine (~0.2 us), and learning the engine alone (0.17 us against 0.38-0.47
+        # measured) chose a resume of half that graph (19-21 ms) over a full run (11-12 ms). The Python
+        # resume keeps the model its pace thresholds were measured against (PACE_ABORT_PYTHON,
+        # STATIC_PACE_PYTHON*: from the engine call on; its set-up is a small share of a Python engine)
+        t_res = t_in if self._engine == "numba" else time.perf_counter()
+        try:
+            res = simulate_arrays(sdur, sdev, sptr, sidx, n_dev, kernel=self._engine)
+        except SimulationError:  # a cycle after the sweep point: the full run reports it by task name
+            return self._fallback(t0, reason, (), new_ids, removed)
+        nR, nS, nE = res.ready[k:], res.start[k:], res.end[k:]
+        lossy = bool(np.any((nE == nS) & (self._dur_np[sub] > 0.0)))
+        if lossy and not guard:
+            # a duration lost to rounding after the sweep point: the timeline may not be canonical
+            return self._fallback(t0, f"{reason}; a positive duration was lost to rounding after the sweep point",
+                                  (), new_ids, removed)
+        ko = res.order[res.order >= k].astype(np.int64) - k  # pop order of the resumed tasks
+        if sub.size:
+            rk, xk = nR[ko], sub[ko]
+            # every resumed task after the sweep point (it cannot have been popped before it), and
+            # (with zero durations) popped in key order, so the new timeline is canonical
+            if nR.min() < kr or bool(np.any((nR == kr) & (sub < kx))) or (guard and not bool(np.all(
+                    (rk[1:] > rk[:-1]) | ((rk[1:] == rk[:-1]) & (xk[1:] > xk[:-1]))))):
+                return self._fallback(t0, f"{reason}; a resumed task was not after the sweep point in "
+                                          f"key order (a zero duration, or one lost to rounding, ties)",
+                                      (), new_ids, removed)
+        if lossy:
+            self._lossy = True
+        self._resume_patch(kr, kx, sub, nR, nS, nE, ko, devs, lasts)
+        self._makespan = self._recompute_makespan()
+        changed = int(np.count_nonzero((old_S != nS) | (old_E != nE)))
+        if sw.size:
+            keep = ~rest[sw]  # swept tasks that stayed final (the others are counted above)
+            changed += int(np.count_nonzero(((S[sw] != old_sw[0]) | (E[sw] != old_sw[1])) & keep))
+        self._cost.learn_resume(int(sub.size), time.perf_counter() - t_res)
+        return DeltaStats(retimed=processed + int(sub.size), fallback=True,
+                          reason=f"{reason}; the engine resumed from the sweep point ({sub.size} of "
+                                 f"{self._n_live} tasks)", wall_s=time.perf_counter() - t0,
+                          new_ids=new_ids, removed=removed, changed=changed, resumed=int(sub.size))
+
+    def _final_upto(self, kr, kx, dirtied, sw, guard):
+        """The final tasks of a resume at the sweep point ``(kr, kx)``: a boolean mask over the id
+        space of the queue entries with a key up to it; None when, with ``guard``, the guarded
+        sweep's prefix fails its checks (:meth:`_guarded_prefix_ok`: then the plain full run).
+        ``dirtied``: the tasks the sweep marked; ``sw``: those it processed."""
+        where = np.frombuffer(self._state.queue_device, dtype=np.int64)
+        lk = np.frombuffer(self._state.queue_key, dtype=np.float64)
 
         def final_of(ids):  # a queue entry up to the sweep point (ready, id) <= (kr, kx)
             k = lk[ids]
             return (where[ids] != -1) & ((k < kr) | ((k == kr) & (ids <= kx)))
 
         # (checked on the few tasks it concerns, before any pass over the id space)
-        if guard and not self._guarded_prefix_ok(final_of, dirtied, sw, R, ptr, idx, pptr, pidx):
-            return self._fallback(t0, f"{reason}; a zero-duration tie at or before the sweep point",
-                                  dirtied, new_ids, removed)
+        if guard:
+            R = np.frombuffer(self._state.ready_time, dtype=np.float64)
+            ptr, idx = self._csr_arrays()
+            pptr, pidx = self._pred_csr()
+            if not self._guarded_prefix_ok(final_of, dirtied, sw, R, ptr, idx, pptr, pidx):
+                return None
         final = (where != -1) & (lk <= kr)
         tie = np.flatnonzero((lk == kr) & (where != -1))  # entries at the sweep point's ready time:
         final[tie[tie > kx]] = False                       # final up to the sweep point's id
-        rest = alive & ~final
-        sub = np.flatnonzero(rest)
-        if share < 1.0 and self._resume_costs_more(int(sub.size)):
-            return self._fallback(t0, reason, dirtied, new_ids, removed)
-        old_sw = (np.frombuffer(oS, dtype=np.float64)[sw], np.frombuffer(oE, dtype=np.float64)[sw])
-        self._clear_scratch(dirtied, undo=False)
-        old_S, old_E = S[sub].copy(), E[sub].copy()
+        return final
+
+    def _resume_graph(self, kr, kx, final, sub):
+        """The graph the engine resumes on (see :meth:`_resume`): the resumed tasks ``sub`` (the
+        live tasks not ``final``) renumbered after the source tasks that stand for the engine's state
+        at the sweep point ``(kr, kx)`` -- one per device still busy then, one per resumed task with
+        final predecessors. Returns ``(duration, device, succ_ptr, succ_idx, num_devices, k, devs,
+        lasts)`` (``k`` sources first; ``devs``: the devices of the resumed tasks and of their queue
+        entries; ``lasts``: per such device, its last final entry in the compiled sweep's linked lists),
+        or None when an edge goes from a resumed task into a final one."""
+        n, nd = len(self._dur), self._n_devices
+        where = np.frombuffer(self._state.queue_device, dtype=np.int64)
+        lk = np.frombuffer(self._state.queue_key, dtype=np.float64)
+        E = np.frombuffer(self._state.end_time, dtype=np.float64)
+        ptr, idx = self._csr_arrays()
+        pptr, pidx = self._pred_csr()
         dev = self._dev_np
         # edges inside the resumed part (a resumed task's successors are all resumed: they come
         # later in key order) and edges into it from final tasks
@@ -185,44 +255,28 @@ class ResumeMixin:
         a, b = pdev.size, pready.size
         k = a + b
         new_id[sub] = k + np.arange(sub.size)
-        if s_dst.size and int(new_id[s_dst].min()) < 0:  # an edge into a final task: cannot happen
-            return self._fallback(t0, reason, (), new_ids, removed)  # with durations > 0 (package doc)
+        if s_dst.size and int(new_id[s_dst].min()) < 0:  # an edge into a final task
+            return None
         sdur = np.concatenate([free[pdev], inj[pready], self._dur_np[sub]])
         sdev = np.concatenate([pdev, nd + np.arange(b), dev[sub]])
         esrc = np.concatenate([a + np.arange(b), k + s_src])
         edst = np.concatenate([k + pready, new_id[s_dst]])
         from taskgraph.graph import csr_from_edges
         sptr, sidx = csr_from_edges(k + sub.size, esrc, edst)
-        # the cost model learns the compiled resume whole: its set-up (masks over the id space, gathers,
-        # the sub-graph's CSR: 0.2-0.3 us per resumed task on the random DAG of benchmarks/delta.py) is
-        # as large as its engine (~0.2 us), and learning the engine alone (0.17 us against 0.38-0.47
-        # measured) chose a resume of half that graph (19-21 ms) over a full run (11-12 ms). The Python
-        # resume keeps the model its pace thresholds were measured against (PACE_ABORT_PYTHON,
-        # STATIC_PACE_PYTHON*: from the engine call on; its set-up is a small share of a Python engine)
-        t_res = t_in if self._engine == "numba" else time.perf_counter()
-        try:
-            res = simulate_arrays(sdur, sdev, sptr, sidx, nd + b, kernel=self._engine)
-        except SimulationError:  # a cycle after the sweep point: the full run reports it by task name
-            return self._fallback(t0, reason, (), new_ids, removed)
-        nR, nS, nE = res.ready[k:], res.start[k:], res.end[k:]
-        lossy = bool(np.any((nE == nS) & (self._dur_np[sub] > 0.0)))
-        if lossy and not guard:
-            # a duration lost to rounding after the sweep point: the timeline may not be canonical
-            return self._fallback(t0, f"{reason}; a positive duration was lost to rounding after the sweep point",
-                                  (), new_ids, removed)
-        ko = res.order[res.order >= k].astype(np.int64) - k  # pop order of the resumed tasks
-        if sub.size:
-            rk, xk = nR[ko], sub[ko]
-            # every resumed task after the sweep point (it cannot have been popped before it), and
-            # (with zero durations) popped in key order, so the new timeline is canonical
-            if nR.min() < kr or bool(np.any((nR == kr) & (sub < kx))) or (guard and not bool(np.all(
-                    (rk[1:] > rk[:-1]) | ((rk[1:] == rk[:-1]) & (xk[1:] > xk[:-1]))))):
-                return self._fallback(t0, f"{reason}; a resumed task was not after the sweep point in "
-                                          f"key order (a zero duration, or one lost to rounding, ties)",
-                                      (), new_ids, removed)
-        if lossy:
-            self._lossy = True
-        # patch the state: times, queue entries (cut at the sweep point, resumed tasks appended)
+        return sdur, sdev, sptr, sidx, nd + b, k, devs, lasts
+
+    def _resume_patch(self, kr, kx, sub, nR, nS, nE, ko, devs, lasts) -> None:
+        """Patch the state with the resumed run: the times of the resumed tasks ``sub`` (``nR``,
+        ``nS``, ``nE``, popped in the order ``ko``), and each device queue in ``devs`` cut at the
+        sweep point ``(kr, kx)`` with the resumed tasks appended in key order (the compiled sweep's
+        linked lists after ``lasts``, else the ``DeviceQueue`` objects); the tasks whose key changed
+        are recorded for the key order."""
+        nd = self._n_devices
+        f64 = lambda a: np.frombuffer(a, dtype=np.float64)
+        state = self._state
+        R, S, E, lk = f64(state.ready_time), f64(state.start_time), f64(state.end_time), f64(state.queue_key)
+        where = np.frombuffer(state.queue_device, dtype=np.int64)
+        dev = self._dev_np
         key_changed = R[sub] != nR
         R[sub], S[sub], E[sub] = nR, nS, nE
         lk[sub] = nR
@@ -232,6 +286,7 @@ class ResumeMixin:
         r_sorted = nR[ko][by_dev]
         bounds = np.searchsorted(kd[by_dev], devs, side="left")
         ends = np.searchsorted(kd[by_dev], devs, side="right")
+        links = self._ll
         if links is not None:  # one call per device: cut at the sweep point, append the resumed tasks
             self._q_stale = True
             for d, lo, hi in zip(devs.tolist(), bounds.tolist(), ends.tolist()):
@@ -244,16 +299,6 @@ class ResumeMixin:
         where[sub] = dev[sub]
         if self._order_cache is not None:  # tasks whose key changed: swept ones, resumed ones
             self._order_moved += [self._swept_moved, sub[key_changed]]
-        self._makespan = self._recompute_makespan()
-        changed = int(np.count_nonzero((old_S != nS) | (old_E != nE)))
-        if sw.size:
-            keep = ~rest[sw]  # swept tasks that stayed final (the others are counted above)
-            changed += int(np.count_nonzero(((S[sw] != old_sw[0]) | (E[sw] != old_sw[1])) & keep))
-        self._learn_resume(int(sub.size), time.perf_counter() - t_res)
-        return DeltaStats(retimed=processed + int(sub.size), fallback=True,
-                          reason=f"{reason}; the engine resumed from the sweep point ({sub.size} of "
-                                 f"{self._n_live} tasks)", wall_s=time.perf_counter() - t0,
-                          new_ids=new_ids, removed=removed, changed=changed, resumed=int(sub.size))
 
     def _guarded_prefix_ok(self, final_of, dirtied, sw, R, ptr, idx, pptr, pidx) -> bool:
         """With zero durations, the checks that make the guarded sweep's tasks up to the sweep point
@@ -279,17 +324,7 @@ class ResumeMixin:
         """Is the plain full run the better fallback than resuming the engine on ``tasks`` tasks? When
         they are more than ``params.RESUME_MAX_SHARE`` of the live tasks, or the resume's cost model
         expects more than a full run (with ``RESUME_MAX_SHARE = 1`` the resume is always taken)."""
-        return (tasks > params.RESUME_MAX_SHARE * self._n_live
-                or self._res_fix + (self._res_per or 0.0) * tasks > self._t_full)
-
-    def _learn_resume(self, tasks: int, seconds: float) -> None:
-        """Refine the resumed engine's cost model from one measured resume (half-life of one
-        resume): the per-task part from large resumes, the fixed part from small ones."""
-        per = self._res_per or 0.0
-        if tasks * per > self._res_fix:
-            self._res_per = 0.5 * per + 0.5 * max(seconds - self._res_fix, 0.0) / tasks
-        else:
-            self._res_fix = 0.5 * self._res_fix + 0.5 * max(seconds - tasks * per, 0.0)
+        return self._cost.resume_costs_more(tasks, self._n_live)
 
     def _warm(self) -> None:
         """Load (or compile) :func:`~simulator.engine.delta.kernels_numba.full_run` on a one-task graph,
@@ -322,14 +357,7 @@ class ResumeMixin:
                 raise
             changed = self._adopt(res.order.astype(np.int64), res.ready, res.start, res.end,
                                   float(res.makespan), count_changed)
-        t = time.perf_counter() - t0
-        if abs(n - self._t_full_n) * 10 > n:  # the graph changed size: forget older timings
-            self._t_full = t
-            self._t_full_n = n
-        else:  # the fastest run seen: a slow (loaded) run must not inflate the budget
-            self._t_full = min(self._t_full, t)
-        if self._res_per is None and self._n_live:
-            self._res_per = 1.5 * self._t_full / self._n_live
+        self._cost.record_full_run(time.perf_counter() - t0, n, self._n_live)
         return changed
 
     def _full_nb(self, ptr, idx, count_changed: bool):

@@ -7,7 +7,6 @@ budget and its race with the resumed engine, and runs a sweep. The algorithm is 
 from __future__ import annotations
 
 import heapq
-import math
 import time
 from array import array
 from itertools import chain
@@ -17,7 +16,9 @@ import numpy as np
 from simulator.engine.core import SimResult
 from simulator.engine.delta import params
 from simulator.engine.delta.compiled import CompiledSweepMixin, delta_kernel
+from simulator.engine.delta.cost import CostModel
 from simulator.engine.delta.queues import DeviceQueue
+from simulator.engine.delta.race import SweepRace
 from simulator.engine.delta.resume import ResumeMixin
 from simulator.engine.delta.state import DeltaState
 from simulator.engine.delta.static import StaticResweepMixin
@@ -67,13 +68,9 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         self._ll = None  # the compiled sweep's device queues (qh, qt, qn, qp), see _links
         self._ll_spare = None  # their arrays, kept for the next full run to fill (_full_nb)
         self._q_stale = False  # True while _ll is newer than _device_queues
-        self._t_full = math.inf
-        # the resumed engine's cost model (seconds): fixed part + per task after the sweep point;
-        # seeded from the full run (per task x 1.5) and refined from every resume (_resume)
-        self._res_fix = 3e-4
+        # what a full run and the resumed engine cost, measured as changes run
+        self._cost = CostModel()
         self._rest_seen = None  # (r, x, tasks after (r, x)) at the sweep's last deadline check (_delta)
-        self._res_per: float | None = None
-        self._t_full_n = 0
         self._n_devices = max(int(num_devices), 1)
         dur_np = np.array(duration, dtype=np.float64).reshape(-1)
         n = int(dur_np.shape[0])
@@ -392,12 +389,31 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         if not direct:
             self._queues()
         self._groups.freeze()
+        touched, dev_marks, mk_lost = self._remove_tasks(rem, direct)
+        self._add_tasks(new_ids, len(reused), durs, devs)
+        self._n_live += k - len(rem)
+        self._change_edges(add, drop, new_set, touched)
+        self._csr_dirty.update(new_ids)
+        self._csr_dirty.update(rem)
+        touched -= new_set
+        dev_marks = [z for z in dev_marks if alive[z] and z not in new_set]  # next entry may be removed too
+        if direct:  # the full run rebuilds the queues and the key order
+            self._t_change = t0
+            return self._fallback(t0, direct, (), tuple(new_ids), len(rem))
+        return self._delta(t0, [], 0, dev_marks, new_ids, touched, tuple(add), len(rem), tuple(new_ids),
+                           mk_lost)
+
+    def _remove_tasks(self, rem, direct):
+        """Step 1 of :meth:`replace_tasks`: the tasks ``rem`` become tombstones -- out of their device
+        queues (unless ``direct``: a full run follows, or the timeline is not canonical), their edges
+        dropped, NaN times. Returns the live tasks whose predecessor set changed, the queue entries
+        after removed ones (dirty: their queue predecessor changed), and whether a removed task
+        ended at the makespan."""
         R, S, E, where = self._state.ready_time, self._state.start_time, self._state.end_time, self._state.queue_device
-        dur, dev, succ, pred = self._dur, self._dev, self._succ, self._pred
+        dur, dev, succ, pred, alive = self._dur, self._dev, self._succ, self._pred, self._alive
         alive_np, dur_np, dev_np = self._alive_np, self._dur_np, self._dev_np
         canonical = self._canonical
         mk_lost = False
-        # 1. remove tasks: out of their device queues, edges dropped; successors' predecessor sets change
         touched: set[int] = set()
         dev_marks: list[int] = []
         for x in rem:
@@ -428,8 +444,15 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             dur_np[x] = 0.0
             dev[x] = 0
             dev_np[x] = 0
-        # 2. new tasks
-        grow = len(new_ids) - len(reused)
+        return touched, dev_marks, mk_lost
+
+    def _add_tasks(self, new_ids, reused: int, durs, devs) -> None:
+        """Step 2 of :meth:`replace_tasks`: the new tasks ``new_ids`` (the first ``reused`` of them
+        reuse removed ids, the rest are appended to the id space) with their durations and devices;
+        no edges and no times yet."""
+        dur, dev, succ, pred, alive = self._dur, self._dev, self._succ, self._pred, self._alive
+        alive_np, dur_np, dev_np = self._alive_np, self._dur_np, self._dev_np
+        grow = len(new_ids) - reused
         if grow:
             self._state.grow(grow)
             extend_array(dur, zeros_array("d", grow))
@@ -446,8 +469,12 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             alive[x] = True
             alive_np[x] = True
             self._n_zero += durs[j] == 0.0
-        self._n_live += k - len(rem)
-        # 3. edges
+
+    def _change_edges(self, add, drop, new_set, touched: set) -> None:
+        """Step 3 of :meth:`replace_tasks`: the edges ``drop`` removed and ``add`` added (resolved
+        ids); their heads join ``touched`` unless they are new tasks (``new_set``), and their tails'
+        successor rows are marked for the CSR."""
+        succ, pred = self._succ, self._pred
         for u, v in drop:
             succ[u].remove(v)
             pred[v].remove(u)
@@ -457,16 +484,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             pred[v].append(u)
             if v not in new_set:
                 touched.add(v)
-        self._csr_dirty.update(new_ids)
-        self._csr_dirty.update(rem)
         self._csr_dirty.update(u for u, _ in chain(add, drop))
-        touched -= new_set
-        dev_marks = [z for z in dev_marks if alive[z] and z not in new_set]  # next entry may be removed too
-        if direct:  # the full run rebuilds the queues and the key order
-            self._t_change = t0
-            return self._fallback(t0, direct, (), tuple(new_ids), len(rem))
-        return self._delta(t0, [], 0, dev_marks, new_ids, touched, tuple(add), len(rem), tuple(new_ids),
-                           mk_lost)
 
     # ------------------------------------------------------------------ internals
     def _replacement_runs_in_full(self, rem, add, drop, new_ids) -> str:
@@ -521,16 +539,12 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         if self._broken is not None:
             raise SimulationError("DeltaSimulator is unusable after a failed change: " + self._broken)
 
-    def _delta(self, t0, seeds, n_dev_moves, dev_marks, new_tasks, touched, new_edges, removed, new_ids,
-               mk_lost) -> DeltaStats:
-        """Run the sweep from the given dirty sets; fall back to a full run when it gives up."""
-        if dev_marks or new_tasks or touched or removed:  # a task replacement: the key order is sorted anew
-            self._order_cache = None
-            self._order_moved = []
-        self._t_change = t0
-        if not self._canonical:
-            return self._fallback(t0, "timeline before the change was not canonical (a zero duration, or one lost to rounding, ties an edge)",
-                                  (), new_ids, removed)
+    def _mark_dirty(self, seeds, dev_marks, new_tasks, touched):
+        """The change's dirty tasks (package doc, "Delta algorithm"): ``seeds`` (own duration or
+        device changed) and ``dev_marks`` (the entry after a removed one) at their keys, ``new_tasks``
+        unresolved from the start (their successors pend on them), ``touched`` (predecessor set
+        changed) at their new ready time. Returns the event heap (a list, not yet heapified) and the
+        tasks marked, in marking order."""
         state = self._state
         R, E, where = state.ready_time, state.end_time, state.queue_device
         st, nr, pend = state.sweep_status, state.new_ready, state.pending_preds
@@ -568,6 +582,24 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
                         m = E[p]
                 nr[y] = m
                 heap.append((m, y))
+        return heap, dirtied
+
+    def _delta(self, t0, seeds, n_dev_moves, dev_marks, new_tasks, touched, new_edges, removed, new_ids,
+               mk_lost) -> DeltaStats:
+        """Run the sweep from the given dirty sets; fall back to a full run when it gives up. Marks
+        the dirty tasks (:meth:`_mark_dirty`), sets the budget and the race with the resume
+        (:class:`~simulator.engine.delta.race.SweepRace`), picks a sweep (the static re-sweep first
+        for duration changes, then the compiled or the Python one) and routes its outcome
+        (:meth:`_sweep_outcome`)."""
+        replacement = bool(dev_marks or new_tasks or touched or removed)
+        if replacement:  # a task replacement: the key order is sorted anew
+            self._order_cache = None
+            self._order_moved = []
+        self._t_change = t0
+        if not self._canonical:
+            return self._fallback(t0, "timeline before the change was not canonical (a zero duration, or one lost to rounding, ties an edge)",
+                                  (), new_ids, removed)
+        heap, dirtied = self._mark_dirty(seeds, dev_marks, new_tasks, touched)
         stats = DeltaStats(removed=removed, new_ids=new_ids)
         if not dirtied:
             if mk_lost:
@@ -576,123 +608,45 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             stats.changed = 0
             return stats
         heapq.heapify(heap)
-        r0 = heap[0][0] if heap else 0.0  # the sweep's first key
-        ahead: list[int] = []
         # a positive duration lost to rounding (start + dur == start) acts as a zero duration
         guard = self._n_zero > 0 or self._lossy
         # the compiled sweep (simulator/engine/delta/kernels_numba.py) takes duration and device changes,
         # with the guards when needed; task replacements (new ids, removed entries) keep the Python sweep
-        compiled = self._nb is not None and not (dev_marks or new_tasks or touched or removed)
-        budget, project = self.budget, False
-        if budget == "auto":
-            budget = params.AUTO_BUDGET_COMPILED if compiled else params.AUTO_BUDGET_PYTHON
-            project = True  # the pace rule (package doc, "Fallback"), with each sweep's threshold
-        if budget is None:
-            deadline = math.inf
-        else:
-            cap = t0 + budget * self._t_full
-            # first look at the resume's cost once the sweep has spent a share of its fixed part
-            deadline = min(cap, t0 + params.RESUME_RACE * self._res_fix)
-
-        began = [t0]  # when the ordinary sweep began (after a static re-sweep that gave the change back)
-
-        def replan(r, x, processed, work, since=None):
-            """:func:`plan`; its count of the tasks after (r, x) is kept for the resume only when it
-            gives up there (the sweep going on changes the state)."""
-            nxt = plan(r, x, processed, work, since)
-            self._rest_seen = None
-            return nxt
-
-        def plan(r, x, processed, work, since=None):
-            """The sweep passed its deadline at (r, x): give up (the engine resumes from here, or runs
-            in full) or set the next deadline, from the measured cost model (package doc, "Fallback").
-            ``since``: when the sweep itself started (the compiled sweep's set-up is not part of the
-            race)."""
-            now = time.perf_counter()
-            if since is None:  # the Python sweep: its own time, not a static re-sweep's before it
-                since = began[0]
-            lkv = np.frombuffer(self._state.queue_key, dtype=np.float64)
-            if self._nb is not None:  # both counts in one pass, no temporary (the first check needs both)
-                first, rest = self._nb.count_after(lkv, r0, r)
-                if not ahead:  # the tasks after the sweep's first key (counted once)
-                    ahead.append(int(first))
-                rest = int(rest)
-            else:
-                rest = int(np.count_nonzero(lkv > r))
-                if not ahead:
-                    ahead.append(int(np.count_nonzero(lkv > r0)))
-            del lkv
-            # an abort from here leaves the sweep at (r, x) with the state as counted: the resume
-            # takes this count instead of counting again (_resume)
-            self._rest_seen = (r, x, rest)
-            swept = max(ahead[0] - rest, 1)  # tasks the sweep point has passed
-            # the alternative if the sweep gives up now: the engine resumed on the tasks after the
-            # sweep point, or a full run, whichever is expected to be cheaper
-            t_full = self._t_full
-            est = t_full
-            if rest <= params.RESUME_MAX_SHARE * self._n_live:
-                est = min(est, self._res_fix + self._res_per * rest)
-            if project and processed and (now - since) / processed * rest <= est:
-                # the compiled sweep: even if every task after its point moves, at the rate measured
-                # so far it finishes before the alternative would, so it goes on (checked again later)
-                return now + 0.1 * est
-            if project and swept >= params.PACE_MIN_SWEPT and est >= params.PACE_MIN_ALT * t_full:
-                # the compiled sweep's pace through the timeline: it has passed ``swept`` tasks in key
-                # order (re-timing some of them) in ``now - since``; at that pace the rest costs
-                # ``pace``. Slower than the alternative: a change that re-times densely, give up now
-                # rather than after a fixed share of a full run; faster: go on, within a bound
-                pace = (now - since) * rest / swept
-                k = params.PACE_ABORT if compiled else params.PACE_ABORT_PYTHON
-                if pace > k * est:
-                    raise SweepAbort(f"the sweep had passed {swept} tasks in {1e3 * (now - since):.2f} ms: at that "
-                                 f"pace the {rest} tasks after its point would take {1e3 * pace:.2f} ms, more than "
-                                 f"{k:g} x the {1e3 * est:.2f} ms the engine is expected to take on "
-                                 f"them", (r, x), processed)
-                if now < cap and now - t0 + est <= (1.0 + params.PACE_WASTE) * t_full:
-                    return now + 0.1 * est
-            if now >= cap:
-                raise SweepAbort(f"time budget spent after {work} tasks", (r, x), processed)
-            if now - since >= params.RESUME_RACE * est:
-                raise SweepAbort(f"the sweep had cost {1e3 * (now - since):.2f} ms after {work} tasks, more than "
-                             f"{params.RESUME_RACE} x the {1e3 * est:.2f} ms the engine is expected to take on the "
-                             f"{rest} tasks after its point", (r, x), processed)
-            # never more than (1 + FALLBACK_WASTE) full runs in all: the sweep so far plus the alternative
-            limit = (1.0 + params.FALLBACK_WASTE) * t_full - est
-            if now - t0 >= limit:
-                raise SweepAbort(f"the sweep had cost {1e3 * (now - t0):.2f} ms after {work} tasks: with the "
-                             f"{1e3 * est:.2f} ms the engine is expected to take on the {rest} tasks after its "
-                             f"point, more than {1 + params.FALLBACK_WASTE:g} full runs", (r, x), processed)
-            nxt = min(cap, since + params.RESUME_RACE * est, t0 + limit)
-            if project and swept < params.PACE_MIN_SWEPT:  # too few tasks passed to judge the pace yet:
-                nxt = min(nxt, now + (now - since))        # look again once it has run as long again
-            return nxt
-
-        if self._canonical and not (n_dev_moves or dev_marks or new_tasks or touched or removed) \
+        compiled = self._nb is not None and not replacement
+        race = SweepRace(self, t0, heap[0][0] if heap else 0.0, compiled)
+        if self._canonical and not (n_dev_moves or replacement) \
                 and self._static_wanted():  # duration changes: the static re-sweep first
             done = (self._resweep_nb if compiled else self._resweep_py)(t0, heap, dirtied, guard, stats, mk_lost)
             if done is not None:
                 return done
-            began[0] = time.perf_counter()
+            race.began = time.perf_counter()
         self._static_orders_stale()  # the ordinary sweep may reorder device queues
         if not compiled:
             self._queues()
         self._rest_seen = None
         try:
-            if compiled:
-                processed, changed, moved, vacated, retimed_r, emax, lost = self._sweep_nb(
-                    heap, dirtied, self.max_work, deadline, guard, replan)
-            else:
-                processed, changed, moved, vacated, retimed_r, emax, lost = self._sweep(
-                    heap, dirtied, self.max_work, deadline, guard, replan)
+            sweep = self._sweep_nb if compiled else self._sweep
+            outcome = sweep(heap, dirtied, self.max_work, race.deadline, guard, race.replan)
         except SweepAbort as exc:
             if compiled:
                 dirtied = self._nb_marked
             if exc.at is not None:
                 return self._resume(t0, str(exc), exc.at, exc.processed, dirtied, new_ids, removed, guard)
             return self._fallback(t0, str(exc), dirtied, new_ids, removed)
-        clean = compiled and self._nb_clean  # the compiled sweep cleared its scratch itself
         if compiled:
             dirtied = self._nb_marked
+        return self._sweep_outcome(t0, outcome, stats, dirtied, compiled, guard, new_edges, new_ids, removed,
+                                   n_dev_moves, mk_lost)
+
+    def _sweep_outcome(self, t0, outcome, stats, dirtied, compiled, guard, new_edges, new_ids, removed,
+                       n_dev_moves, mk_lost) -> DeltaStats:
+        """A sweep that ran to its end: check that every marked task was processed (else a cycle)
+        and, with the guards, that no edge goes backwards in key order (else the full run); clear the
+        sweep's scratch; record the makespan, the tasks whose key changed and the stats."""
+        processed, changed, moved, vacated, retimed_r, emax, lost = outcome
+        st = self._state.sweep_status
+        clean = compiled and self._nb_clean  # the compiled sweep cleared its scratch itself
+        if compiled:
             left = 0 if clean else int(np.count_nonzero(np.frombuffer(st, dtype=np.int64)[dirtied] != 2))
         elif len(dirtied) >= params.VECTOR_MIN:
             dirtied = np.array(dirtied, dtype=np.int64)  # one numpy pass here and for the clearing below

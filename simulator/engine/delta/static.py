@@ -85,7 +85,7 @@ class StaticResweepMixin:
         the check refused it or its time ran out: the state is then as it was (the changed tasks
         still marked), for the ordinary sweep."""
         ks = static_kernels()
-        qh, qt, qn, qp = self._links()
+        _, _, qn, qp = self._links()
         n = len(self._dur)
         hx, hr, marks, done, oR, oS, oE, rr = self._scratch(n)
         hs = len(heap)
@@ -105,7 +105,7 @@ class StaticResweepMixin:
         st = np.frombuffer(state.sweep_status, dtype=np.int64)
         ptr, idx = self._csr_arrays()
         pptr, pidx = self._pred_csr()
-        deadline = t0 + params.STATIC_BUDGET * self._t_full
+        deadline = t0 + params.STATIC_BUDGET * self._cost.full_run_s
         r0 = float(hr[0]) if hs else 0.0  # the first key re-timed
         stop = params.STATIC_DENSE_CHECK  # a pause after this many tasks: is the change dense?
         clock = time.perf_counter
@@ -217,15 +217,54 @@ class StaticResweepMixin:
             return None
         _, _, qp, qn = self._py_links()
         since = time.perf_counter()  # the pace counts from here (the lists are built once per full run)
+        marks = list(dirtied)
+        n0 = len(marks)
+        log: list = []  # (task, old ready, old start, old end) per re-timed task, to put back
+        rr: list[int] = []  # re-timed tasks whose ready time (key) changed
+        ok, paced, changed, emax, lost, lossy = self._resweep_py_loop(
+            t0, since, list(heap), marks, log, rr, qp, qn, guard)
+        state = self._state
+        R, S, E, lk, st = state.ready_time, state.start_time, state.end_time, state.queue_key, state.sweep_status
+        if not ok:
+            for x, r, s0, e0 in reversed(log):
+                R[x] = lk[x] = r
+                S[x] = s0
+                E[x] = e0
+            for i, x in enumerate(marks):
+                st[x] = 1 if i < n0 else 0
+            if not paced:
+                self._static_failed()
+            return None
+        for x in marks:
+            st[x] = 0
+        self._static_fails = 0
+        self._q_rekey = True  # the DeviceQueue objects hold the old keys (_queues rebuilds them)
+        if lossy:
+            self._lossy = True
+        if self._order_cache is not None and rr:
+            self._order_moved.append(np.array(rr, dtype=np.int64))
+        self._makespan = self._recompute_makespan() if (lost or mk_lost) else max(emax, self._makespan)
+        stats.retimed = len(log)
+        stats.changed = changed
+        stats.moved = len(rr)
+        stats.static = True
+        stats.wall_s = time.perf_counter() - t0
+        return stats
+
+    def _resweep_py_loop(self, t0, since, heap, marks, log, rr, qp, qn, guard):
+        """The loop of :meth:`_resweep_py`: re-time the tasks of ``heap`` in the old key order on the
+        device lists ``qp`` / ``qn`` (previous / next task on its device), marking (``marks``) the
+        successors and device successors of each whose end changed, and checking as it goes that
+        every device keeps its order and (``guard``) that the edges it passes go forward in key order.
+        Every value it overwrites goes to ``log``; the re-timed tasks whose key changed to ``rr``.
+        Returns ``(ok, paced, changed, emax, lost, lossy)``: ``ok`` False when a check refused the
+        change or (``paced``) the pace rule stopped it; the count of tasks whose start or end changed,
+        the largest new end, whether an end that was the makespan decreased, and whether a positive
+        duration was lost to rounding."""
         state = self._state
         R, S, E, lk, st = state.ready_time, state.start_time, state.end_time, state.queue_key, state.sweep_status
         dur = self._dur
         pred, succ = self._pred, self._succ
-        heap = list(heap)
-        marks = list(dirtied)
-        n0 = len(marks)
-        log = []
-        rr = []
         push, pop = heapq.heappush, heapq.heappop
         mk0 = self._makespan
         emax = -math.inf
@@ -306,31 +345,7 @@ class StaticResweepMixin:
                     ok = False
                     paced = True
                     break
-        if not ok:
-            for x, r, s0, e0 in reversed(log):
-                R[x] = lk[x] = r
-                S[x] = s0
-                E[x] = e0
-            for i, x in enumerate(marks):
-                st[x] = 1 if i < n0 else 0
-            if not paced:
-                self._static_failed()
-            return None
-        for x in marks:
-            st[x] = 0
-        self._static_fails = 0
-        self._q_rekey = True  # the DeviceQueue objects hold the old keys (_queues rebuilds them)
-        if lossy:
-            self._lossy = True
-        if self._order_cache is not None and rr:
-            self._order_moved.append(np.array(rr, dtype=np.int64))
-        self._makespan = self._recompute_makespan() if (lost or mk_lost) else max(emax, mk0)
-        stats.retimed = len(log)
-        stats.changed = changed
-        stats.moved = len(rr)
-        stats.static = True
-        stats.wall_s = time.perf_counter() - t0
-        return stats
+        return ok, paced, changed, emax, lost, lossy
 
     def _py_pace_ok(self, t0, since, k, r0, r) -> bool:
         """Go on after ``k`` tasks? Within ``params.STATIC_BUDGET_PYTHON`` full runs, and while the pace since
@@ -341,14 +356,12 @@ class StaticResweepMixin:
         ``params.STATIC_JUDGE_PYTHON`` tasks (the first whose sample judges a change that re-times
         every task it passes, and the last before a change whose pace slows down later has cost much)."""
         now = time.perf_counter()
-        if now - t0 > params.STATIC_BUDGET_PYTHON * self._t_full:
+        if now - t0 > params.STATIC_BUDGET_PYTHON * self._cost.full_run_s:
             return False
         lkv = np.frombuffer(self._state.queue_key, dtype=np.float64)
         first, rest = int(np.count_nonzero(lkv > r0)), int(np.count_nonzero(lkv > r))
         del lkv
-        est = self._t_full
-        if rest <= params.RESUME_MAX_SHARE * self._n_live:
-            est = min(est, self._res_fix + (self._res_per or 0.0) * rest)
+        est = self._cost.alternative_s(rest, self._n_live)
         limit = params.STATIC_PACE_PYTHON if k == params.STATIC_JUDGE_PYTHON else params.STATIC_PACE_PYTHON_LATE
         # giving up costs the alternative plus about what was spent (the ordinary sweep starts over)
         return (now - since) * rest / max(first - rest, 1) <= limit * (est + now - since)
