@@ -7,6 +7,8 @@ No timing assertions (shared, noisy machines): only counts of re-timed tasks.
 """
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -291,7 +293,7 @@ def test_change_absorbed_by_slack_retimes_few_tasks():
     # a long 1F1B-like chain on three devices plus a side task with lots of slack
     b = _builder(3)
     chain = [b.add_task(1.0, i % 3, "forward") for i in range(3000)]
-    for u, v in zip(chain, chain[1:]):
+    for u, v in itertools.pairwise(chain):
         b.add_edge(u, v)
     side = b.add_task(1.0, 2, "forward")  # ready at 0 on dev 2, which is idle until chain[2] at 2
     b.add_edge(side, chain[2])
@@ -334,7 +336,7 @@ def test_zero_duration_change_that_creates_a_tie_falls_back():
 def test_work_limit_and_budget_fall_back_exactly():
     b = _builder(2)
     chain = [b.add_task(1.0, i % 2, "forward") for i in range(500)]
-    for u, v in zip(chain, chain[1:]):
+    for u, v in itertools.pairwise(chain):
         b.add_edge(u, v)
     g = b.build()
     ds = DeltaSimulator(g, budget=None, max_work=10)
@@ -370,7 +372,7 @@ def test_cycle_after_the_sweep_point_raises_and_poisons(monkeypatch):
     monkeypatch.setattr(delta_mod, "RESUME_MAX_SHARE", 1.0)
     b = _builder(2)
     chain = [b.add_task(1.0, i % 2, "forward") for i in range(40)]
-    for u, v in zip(chain, chain[1:]):
+    for u, v in itertools.pairwise(chain):
         b.add_edge(u, v)
     ds = DeltaSimulator(b.build(), budget=None, max_work=3)
     with pytest.raises(SimulationError, match="stuck"):
@@ -418,7 +420,7 @@ def test_empty_graph_and_removing_everything():
 
 def test_benchmark_graph_changes_are_exact():
     bench = pytest.importorskip("benchmarks.delta")
-    g, _, rows = bench.run(tasks=3000, ranks=4, ops=4, reps=1, check=True)  # asserts exactness
+    _g, _, rows = bench.run(tasks=3000, ranks=4, ops=4, reps=1, check=True)  # asserts exactness
     assert {r["change"] for r in rows} >= {"early slack", "middle crit+", "late split", "late dp"}
 
 
@@ -464,7 +466,7 @@ def test_work_limit_resumes_the_engine_from_the_sweep_point(monkeypatch):
     monkeypatch.setattr(delta_mod, "RESUME_MAX_SHARE", 1.0)  # resume whatever the share
     b = _builder(2)
     chain = [b.add_task(1.0, i % 2, "forward") for i in range(500)]
-    for u, v in zip(chain, chain[1:]):
+    for u, v in itertools.pairwise(chain):
         b.add_edge(u, v)
     ds = DeltaSimulator(b.build(), budget=None, max_work=10)
     stats = ds.set_durations([chain[0]], [3.0])
@@ -519,7 +521,7 @@ def test_resumed_fallbacks_with_structural_changes_equal_full_runs(monkeypatch):
             t = int(rng.choice(live))
             kind = rng.random()
             if kind < 0.4:  # split t into two tasks in a chain (FlexFlow's operator replacement)
-                preds, succs, d = ds.predecessors(t), ds.successors(t), ds._dev[t]
+                preds, succs, d = ds.predecessors(t), ds.successors(t), ds._device_of[t]
                 e = [(u, ~0) for u in preds] + [(~0, ~1)] + [(~1, v) for v in succs]
                 stats = ds.replace_tasks([t], [1.5, 2.5], [d, int(rng.integers(0, nd))], e)
             elif kind < 0.6 and len(live) > 2:  # remove t
@@ -541,7 +543,7 @@ def test_sweep_hands_over_when_the_resumed_engine_is_cheaper(monkeypatch):
     monkeypatch.setattr(delta_mod, "RESUME_MAX_SHARE", 1.0)
     b = _builder(2)
     chain = [b.add_task(1.0, i % 2, "forward") for i in range(400)]
-    for u, v in zip(chain, chain[1:]):
+    for u, v in itertools.pairwise(chain):
         b.add_edge(u, v)
     ds = DeltaSimulator(b.build(), budget=1e9)
     stats = ds.set_durations([chain[100]], [2.0])
@@ -572,7 +574,7 @@ def test_race_hand_overs_equal_full_runs(monkeypatch):
             t = int(rng.choice(ds.live_ids()))
             kind = rng.random()
             if kind < 0.3:
-                preds, succs, d = ds.predecessors(t), ds.successors(t), ds._dev[t]
+                preds, succs, d = ds.predecessors(t), ds.successors(t), ds._device_of[t]
                 e = [(u, ~0) for u in preds] + [(~0, ~1)] + [(~1, v) for v in succs]
                 stats = ds.replace_tasks([t], [0.7, 0.9], [d, int(rng.integers(0, nd))], e)
             elif kind < 0.7:
@@ -639,7 +641,7 @@ def test_zero_duration_resumes_happen_and_stay_exact(monkeypatch):
                 stats = ds.set_durations([t], [float(rng.choice([0.0, 1.0, 2.0, 3.0]))])
             else:
                 stats = ds.set_devices([t], [int(rng.integers(0, nd))])
-            resumed += stats.resumed > 0 and ds._n_zero > 0
+            resumed += stats.resumed > 0 and ds._zero_durations > 0
             assert_matches_full(ds)
     assert resumed >= 100, resumed
 
@@ -690,7 +692,7 @@ def test_zero_duration_chain_takes_the_sweep_hand_checked():
     # ready then with a higher id, key (1.0, 2) > (1.0, 1): the edge goes forward, canonical
     arrays = graph_arrays_from(3, 1, [(0, 1), (1, 2)], [1.0, 0.0, 1.0], [0, 0, 0])
     ds = DeltaSimulator.from_arrays(*arrays, budget=None)
-    assert ds.canonical and ds._n_zero == 1
+    assert ds.canonical and ds._zero_durations == 1
     stats = ds.set_durations([0], [2.0])
     assert not stats.fallback and stats.retimed == 3  # the guarded sweep, no full run
     assert ds.end.tolist() == [2.0, 2.0, 3.0] and ds.ready.tolist() == [0.0, 2.0, 2.0]
@@ -702,7 +704,7 @@ def test_full_runs_use_the_engine_of_the_sweep(sweep_kernel):
     compiled engine when the compiled sweep is in use (numba installed)."""
     arrays = graph_arrays_from(2, 1, [(0, 1)], [1.0, 2.0], [0, 0])
     ds = DeltaSimulator.from_arrays(*arrays)
-    assert ds._engine == ("python" if ds._nb is None else "numba")
+    assert ds._engine == ("python" if ds._kernels is None else "numba")
     if sweep_kernel == "python":
         assert ds._engine == "python"
 
@@ -710,7 +712,7 @@ def test_full_runs_use_the_engine_of_the_sweep(sweep_kernel):
 def _chain_sim(n=400):
     b = _builder(2)
     chain = [b.add_task(1.0, i % 2, "forward") for i in range(n)]
-    for u, v in zip(chain, chain[1:]):
+    for u, v in itertools.pairwise(chain):
         b.add_edge(u, v)
     return chain, DeltaSimulator(b.build())
 
@@ -756,7 +758,7 @@ def test_first_backward_edge_equals_the_loop(arrays, data):
     from simulator.engine.delta.queues import gather_rows
     from simulator.engine.delta.sweep import _first_backward_edge
 
-    dur, dev, ptr, idx, nd = arrays
+    dur, _dev, ptr, idx, _nd = arrays
     n = len(dur)
     R = np.array(data.draw(st.lists(st.sampled_from([0.0, 1.0, 2.0]), min_size=n, max_size=n)))
     tasks = np.array(data.draw(st.lists(st.integers(0, n - 1), max_size=2 * n)), dtype=np.int64)

@@ -55,8 +55,8 @@ class SweepRace:
         """The tasks whose queue key is after ``r`` (and, at the first check, after the first key)."""
         sim = self.sim
         lkv = np.frombuffer(sim._state.queue_key, dtype=np.float64)
-        if sim._nb is not None:  # both counts in one pass, no temporary (the first check needs both)
-            first, rest = sim._nb.count_after(lkv, self.first_key, r)
+        if sim._kernels is not None:  # both counts in one pass, no temporary (the first check needs both)
+            first, rest = sim._kernels.count_after(lkv, self.first_key, r)
             if self.tasks_ahead is None:
                 self.tasks_ahead = int(first)
             rest = int(rest)

@@ -21,12 +21,12 @@ class ResumeMixin:
     def _csr_arrays(self):
         """Successor CSR of the whole id space for the engine, patched from the last one: unchanged
         tasks' segments are block-copied, changed ones rewritten from the successor lists."""
-        dirty = self._csr_dirty
+        dirty = self._succ_rows_changed
         if not dirty:
-            return self._csr
+            return self._succ_csr
         succ = self._succ
         n = len(succ)
-        ptr0, idx0 = self._csr
+        ptr0, idx0 = self._succ_csr
         n0 = ptr0.shape[0] - 1
         dl = sorted(dirty)
         counts = np.zeros(n, dtype=np.int64)
@@ -43,9 +43,9 @@ class ResumeMixin:
             prev = t + 1
         if prev < n0:
             idx[ptr[prev]:] = idx0[ptr0[prev]:]
-        self._csr = (ptr, idx)
+        self._succ_csr = (ptr, idx)
         dirty.clear()
-        return self._csr
+        return self._succ_csr
 
     def _clear_scratch(self, dirtied, undo: bool) -> np.ndarray:
         """Leave the sweep scratch (st, pend) all zero for the tasks in ``dirtied`` (a list, or the
@@ -76,17 +76,17 @@ class ResumeMixin:
         """Predecessor CSR (ptr, idx) of the whole id space, rebuilt from the successor CSR when the
         edges changed (numpy; used by the resumed fallback to find the edges into the resumed part)."""
         ptr, idx = self._csr_arrays()
-        if self._pcsr is None or self._pcsr[0] is not ptr:
-            if self._nb is not None:  # the same arrays in one counting sort (kernels_numba.transpose_csr)
-                self._pcsr = (ptr, *self._nb.transpose_csr(ptr, idx))
+        if self._pred_csr_cache is None or self._pred_csr_cache[0] is not ptr:
+            if self._kernels is not None:  # the same arrays in one counting sort (kernels_numba.transpose_csr)
+                self._pred_csr_cache = (ptr, *self._kernels.transpose_csr(ptr, idx))
             else:
                 n = ptr.shape[0] - 1
                 order = np.argsort(idx, kind="stable")
                 src = np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr))[order]
                 pp = np.zeros(n + 1, dtype=np.int64)
                 np.cumsum(np.bincount(idx, minlength=n), out=pp[1:])
-                self._pcsr = (ptr, pp, src)
-        return self._pcsr[1], self._pcsr[2]
+                self._pred_csr_cache = (ptr, pp, src)
+        return self._pred_csr_cache[1], self._pred_csr_cache[2]
 
     def _resume(self, t0, reason, at, processed, dirtied, new_ids, removed, guard=False) -> DeltaStats:
         """The sweep stopped at point ``at`` (budget or work limit, durations > 0): hand the rest to
@@ -158,7 +158,7 @@ class ResumeMixin:
         except SimulationError:  # a cycle after the sweep point: the full run reports it by task name
             return self._fallback(t0, reason, (), new_ids, removed)
         nR, nS, nE = res.ready[k:], res.start[k:], res.end[k:]
-        lossy = bool(np.any((nE == nS) & (self._dur_np[sub] > 0.0)))
+        lossy = bool(np.any((nE == nS) & (self._duration_np[sub] > 0.0)))
         if lossy and not guard:
             # a duration lost to rounding after the sweep point: the timeline may not be canonical
             return self._fallback(t0, f"{reason}; a positive duration was lost to rounding after the sweep point",
@@ -219,13 +219,13 @@ class ResumeMixin:
         lasts)`` (``k`` sources first; ``devs``: the devices of the resumed tasks and of their queue
         entries; ``lasts``: per such device, its last final entry in the compiled sweep's linked lists),
         or None when an edge goes from a resumed task into a final one."""
-        n, nd = len(self._dur), self._n_devices
+        n, nd = len(self._duration), self._n_devices
         where = np.frombuffer(self._state.queue_device, dtype=np.int64)
         lk = np.frombuffer(self._state.queue_key, dtype=np.float64)
         E = np.frombuffer(self._state.end_time, dtype=np.float64)
         ptr, idx = self._csr_arrays()
         pptr, pidx = self._pred_csr()
-        dev = self._dev_np
+        dev = self._device_np
         # edges inside the resumed part (a resumed task's successors are all resumed: they come
         # later in key order) and edges into it from final tasks
         new_id = np.full(n, -1, dtype=np.int64)
@@ -242,11 +242,11 @@ class ResumeMixin:
         has[w_sub[w_sub != -1]] = True
         devs = np.flatnonzero(has)
         free = np.zeros(nd)
-        links = self._ll  # the compiled sweep's queues are patched instead of the DeviceQueue objects
+        links = self._linked_queues  # the compiled sweep's queues are patched instead of the DeviceQueue objects
         lasts = {}
         for d in devs.tolist():
             if links is not None:
-                last = lasts[d] = int(self._nb.last_upto(links[1], links[3], lk, d, kr, kx))
+                last = lasts[d] = int(self._kernels.last_upto(links[1], links[3], lk, d, kr, kx))
             else:
                 last = self._device_queues[d].last_upto(kr, kx)
             if last != -1:
@@ -257,7 +257,7 @@ class ResumeMixin:
         new_id[sub] = k + np.arange(sub.size)
         if s_dst.size and int(new_id[s_dst].min()) < 0:  # an edge into a final task
             return None
-        sdur = np.concatenate([free[pdev], inj[pready], self._dur_np[sub]])
+        sdur = np.concatenate([free[pdev], inj[pready], self._duration_np[sub]])
         sdev = np.concatenate([pdev, nd + np.arange(b), dev[sub]])
         esrc = np.concatenate([a + np.arange(b), k + s_src])
         edst = np.concatenate([k + pready, new_id[s_dst]])
@@ -276,7 +276,7 @@ class ResumeMixin:
         state = self._state
         R, S, E, lk = f64(state.ready_time), f64(state.start_time), f64(state.end_time), f64(state.queue_key)
         where = np.frombuffer(state.queue_device, dtype=np.int64)
-        dev = self._dev_np
+        dev = self._device_np
         key_changed = R[sub] != nR
         R[sub], S[sub], E[sub] = nR, nS, nE
         lk[sub] = nR
@@ -286,11 +286,11 @@ class ResumeMixin:
         r_sorted = nR[ko][by_dev]
         bounds = np.searchsorted(kd[by_dev], devs, side="left")
         ends = np.searchsorted(kd[by_dev], devs, side="right")
-        links = self._ll
+        links = self._linked_queues
         if links is not None:  # one call per device: cut at the sweep point, append the resumed tasks
-            self._q_stale = True
+            self._queue_objects_stale = True
             for d, lo, hi in zip(devs.tolist(), bounds.tolist(), ends.tolist()):
-                self._nb.cut_and_append(*links, d, lasts[d], ids_sorted[lo:hi])
+                self._kernels.cut_and_append(*links, d, lasts[d], ids_sorted[lo:hi])
         else:
             for d, lo, hi in zip(devs.tolist(), bounds.tolist(), ends.tolist()):
                 self._device_queues[d].cut_after(kr, kx)
@@ -298,7 +298,7 @@ class ResumeMixin:
                     self._device_queues[d].extend(r_sorted[lo:hi], ids_sorted[lo:hi])
         where[sub] = dev[sub]
         if self._order_cache is not None:  # tasks whose key changed: swept ones, resumed ones
-            self._order_moved += [self._swept_moved, sub[key_changed]]
+            self._order_moved += [self._swept_rekeyed, sub[key_changed]]
 
     def _guarded_prefix_ok(self, final_of, dirtied, sw, R, ptr, idx, pptr, pidx) -> bool:
         """With zero durations, the checks that make the guarded sweep's tasks up to the sweep point
@@ -331,7 +331,7 @@ class ResumeMixin:
         with the argument types of :meth:`_full`, so that the first timed full run measures the run
         and not the loading."""
         one, i64 = np.zeros(1), np.zeros(1, dtype=np.int64)
-        self._nb.full_run(one, np.zeros(1, dtype=np.int32), np.zeros(2, dtype=np.int64),
+        self._kernels.full_run(one, np.zeros(1, dtype=np.int32), np.zeros(2, dtype=np.int64),
                           np.zeros(0, dtype=np.int64), 1, np.ones(1, dtype=bool), one.copy(), one.copy(),
                           one.copy(), one.copy(), i64.copy(), i64.copy(), i64.copy(), i64.copy(), i64.copy(),
                           False)
@@ -343,14 +343,14 @@ class ResumeMixin:
         whose result is copied in (:meth:`_adopt`). With ``count_changed``, returns the live tasks
         whose start or end differ from the state before (new tasks count)."""
         t0 = time.perf_counter()
-        n = len(self._dur)
+        n = len(self._duration)
         ptr, idx = self._csr_arrays()
         changed = self._full_nb(ptr, idx, count_changed) if self._engine == "numba" else None
         if changed is None:  # the Python engine, or a cycle (reported by task name)
             g = self._describe_graph
             describe = g.describe if (g is not None and n == g.num_tasks and self._n_live == n) else None
             try:
-                res = simulate_arrays(self._dur_np, self._dev_np, ptr, idx, self._n_devices, describe=describe,
+                res = simulate_arrays(self._duration_np, self._device_np, ptr, idx, self._n_devices, describe=describe,
                                       kernel=self._engine)
             except SimulationError as exc:
                 self._broken = str(exc)
@@ -365,9 +365,9 @@ class ResumeMixin:
         times, queue devices and linked-list queues written into the state by the engine loop itself;
         the ``DeviceQueue`` objects are rebuilt from the lists when a Python path needs them. Returns the
         changed count, or None on a cycle."""
-        n = len(self._dur)
+        n = len(self._duration)
         self._state.allocate(n, count_changed)
-        links = self._ll or self._ll_spare
+        links = self._linked_queues or self._linked_queues_spare
         if links is None or links[0].shape[0] != self._n_devices or links[2].shape[0] != n:
             links = tuple(np.empty(k, dtype=np.int64) for k in (self._n_devices, self._n_devices, n, n))
         state = self._state
@@ -375,11 +375,11 @@ class ResumeMixin:
                        for a in (state.ready_time, state.start_time, state.end_time, state.queue_key))
         where = np.frombuffer(state.queue_device, dtype=np.int64)
         alive = self._alive_np
-        order, changed, lossy, canonical, makespan = self._nb.full_run(
-            self._dur_np, self._dev_np, ptr, idx, self._n_devices, alive, R, S, E, lk, where, *links, count_changed)
+        order, changed, lossy, canonical, makespan = self._kernels.full_run(
+            self._duration_np, self._device_np, ptr, idx, self._n_devices, alive, R, S, E, lk, where, *links, count_changed)
         del R, S, E, lk, where
-        self._ll = self._ll_spare = links
-        self._cur = np.full(self._n_devices, -1, dtype=np.int64)
+        self._linked_queues = self._linked_queues_spare = links
+        self._last_placed = np.full(self._n_devices, -1, dtype=np.int64)
         if order.shape[0] != n:
             return None
         if self._n_live < n:
@@ -387,10 +387,10 @@ class ResumeMixin:
         self._lossy = bool(lossy)
         # the linked lists are the queues now (_queues rebuilds the DeviceQueue objects from them); the
         # groups keep the run's order and devices for _links
-        self._groups = DeviceGroups(order, self._dev_np, None, self._n_devices)
+        self._groups = DeviceGroups(order, self._device_np, None, self._n_devices)
         self._device_queues = None
-        self._q_fresh = True
-        self._q_stale = True
+        self._queues_as_full_run = True
+        self._queue_objects_stale = True
         self._ran(order, makespan, canonical)
         return int(changed)
 
@@ -400,15 +400,15 @@ class ResumeMixin:
         self._canonical = bool(canonical)
         self._order_cache = order
         self._order_moved = []
-        self._walk = self._pl = None  # (the static re-sweep's orders: taken again when needed)
-        self._q_rekey = False
+        self._dense_walk = self._py_device_lists = None  # (the static re-sweep's orders: taken again when needed)
+        self._queue_keys_stale = False
 
     def _adopt(self, order, ready, start, end, makespan, count_changed: bool = False) -> int:
         """Rebuild the delta state from a full run of the Python engine (pop ``order`` of all ids,
         tombstones included: isolated zero-duration tasks that changed nothing): the per-task arrays
         are overwritten in place when the id space kept its size (one copy each). With
         ``count_changed``, returns the live tasks whose start or end differ from the state before."""
-        n = len(self._dur)
+        n = len(self._duration)
         alive = self._alive_np
         self._state.allocate(n, count_changed)
         if self._n_live < n:
@@ -425,25 +425,25 @@ class ResumeMixin:
         if count_changed:  # NaN before (new, reused ids) != anything
             changed = int(np.count_nonzero(alive & ((start != S) | (end != E))))
         # start + dur == start with dur > 0: a duration lost to rounding, a zero duration in effect
-        lossy = bool(np.any((end == start) & (self._dur_np > 0.0)))
+        lossy = bool(np.any((end == start) & (self._duration_np > 0.0)))
         canonical = True
-        if (self._n_zero or lossy) and order.size > 1:
+        if (self._zero_durations or lossy) and order.size > 1:
             r = ready[order]
             canonical = bool(np.all((r[1:] > r[:-1]) | ((r[1:] == r[:-1]) & (order[1:] > order[:-1]))))
         R[:] = ready
         lk[:] = ready
         S[:] = start
         E[:] = end
-        where[:] = self._dev_np
+        where[:] = self._device_np
         if self._n_live < n:
             where[~alive] = -1
-        self._ll = None
+        self._linked_queues = None
         del R, S, E, lk, where
         self._lossy = bool(lossy)
-        groups = DeviceGroups(order, self._dev_np, ready, self._n_devices)  # (set_devices, replace_tasks: freeze)
+        groups = DeviceGroups(order, self._device_np, ready, self._n_devices)  # (set_devices, replace_tasks: freeze)
         self._device_queues = [DeviceQueue((groups, d)) for d in range(self._n_devices)]
         self._groups = groups
-        self._q_fresh = True  # no queue changed since this run
-        self._q_stale = False
+        self._queues_as_full_run = True  # no queue changed since this run
+        self._queue_objects_stale = False
         self._ran(order, makespan, canonical)
         return int(changed)

@@ -45,6 +45,33 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         :mod:`simulator.engine.delta.kernels_numba`: the same loop, guards and IEEE operations, so the
         same bits; tests/test_delta_numba.py compares them), and its full runs and resumes on the
         compiled engine; ``"python"`` always the Python loop and engine, ``"numba"`` requires numba.
+
+    What the modules of this package share, by job (private attributes; the per-task times and the
+    sweep's scratch are one :class:`~simulator.engine.delta.state.DeltaState`, ``_state``):
+
+    * the graph: ``_duration`` / ``_duration_np`` and ``_device_of`` / ``_device_np`` (per id, as a
+      Python buffer for the loops and as numpy for the kernels), ``_alive`` / ``_alive_np``,
+      ``_succ`` / ``_pred`` (lists per id), ``_succ_csr`` (patched from ``_succ`` for the rows in
+      ``_succ_rows_changed``), ``_pred_csr_cache``, ``_n_live``, ``_n_devices``,
+      ``_zero_durations`` (how many tasks have a zero duration);
+    * the timeline's facts: ``_makespan``, ``_canonical``, ``_lossy`` (a positive duration was lost
+      to rounding), ``_broken`` (why the simulator is unusable), and the key order for
+      :meth:`result` (``_order_cache`` plus the tasks whose key changed since, ``_order_moved``);
+    * the device queues: ``_device_queues`` (``DeviceQueue`` objects, the Python sweep's),
+      ``_linked_queues`` (the compiled sweep's linked lists; ``_linked_queues_spare`` kept for the next
+      full run), ``_queue_objects_stale`` (the linked lists are newer), ``_queue_keys_stale`` (a Python
+      static re-sweep changed keys, not orders), ``_queues_as_full_run`` (no queue changed since the
+      last full run, whose device groups are ``_groups``), ``_last_placed`` (the compiled sweep's
+      last entry placed per device);
+    * the kernels and the costs: ``_kernels`` (:mod:`~simulator.engine.delta.kernels_numba` or None),
+      ``_engine``, ``_cost`` (:class:`~simulator.engine.delta.cost.CostModel`);
+    * one change: ``_change_began``, ``_rest_seen`` (the race's count of the tasks after its last
+      check, :class:`~simulator.engine.delta.race.SweepRace`), ``_swept_rekeyed`` (the swept tasks
+      whose key changed), ``_compiled_marked`` / ``_compiled_cleared`` (the compiled sweep's marked
+      tasks, and whether it cleared their scratch);
+    * the static re-sweep (:mod:`~simulator.engine.delta.static`): ``_static_skip`` /
+      ``_static_fails`` (its back-off), ``_static_scratch``, ``_dense_walk`` (the dense walk's order)
+      and ``_py_device_lists`` (the Python re-sweep's device lists).
     """
 
     def __init__(self, graph=None, *, budget: float | str | None = "auto", max_work: int | None = None,
@@ -61,13 +88,13 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             raise ValueError(f"budget {budget!r}: give a fraction of a full run (e.g. 0.05), None or 'auto'")
         self.budget = budget
         self.max_work = max_work
-        self._nb = delta_kernel(params.DEFAULT_KERNEL if kernel is None else kernel)
+        self._kernels = delta_kernel(params.DEFAULT_KERNEL if kernel is None else kernel)
         # full runs and resumes run the engine of the same kind as the sweep: compiled with the
         # compiled sweep, the Python loop with the Python sweep (never slower than a full run of it)
-        self._engine = "python" if self._nb is None else "numba"
-        self._ll = None  # the compiled sweep's device queues (qh, qt, qn, qp), see _links
-        self._ll_spare = None  # their arrays, kept for the next full run to fill (_full_nb)
-        self._q_stale = False  # True while _ll is newer than _device_queues
+        self._engine = "python" if self._kernels is None else "numba"
+        self._linked_queues = None  # the compiled sweep's device queues (qh, qt, qn, qp), see _links
+        self._linked_queues_spare = None  # their arrays, kept for the next full run to fill (_full_nb)
+        self._queue_objects_stale = False  # True while _linked_queues are newer than _device_queues
         # what a full run and the resumed engine cost, measured as changes run
         self._cost = CostModel()
         self._rest_seen = None  # (r, x, tasks after (r, x)) at the sweep's last deadline check (_delta)
@@ -94,17 +121,17 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         np.cumsum(np.bincount(idx, minlength=n), out=pp_np[1:])
         src, pp = src_np.tolist(), pp_np.tolist()
         self._pred = [src[pp[i]:pp[i + 1]] for i in range(n)]
-        self._csr = (ptr, idx)
-        self._pcsr = (ptr, pp_np, src_np)  # predecessor CSR for the resumed fallback (_pred_csr)
-        self._csr_dirty: set[int] = set()  # tasks whose successor list changed since _csr was built
-        self._dur_np = dur_np
-        self._dev_np = dev_np
+        self._succ_csr = (ptr, idx)
+        self._pred_csr_cache = (ptr, pp_np, src_np)  # predecessor CSR for the resumed fallback (_pred_csr)
+        self._succ_rows_changed: set[int] = set()  # tasks whose successor list changed since _succ_csr was built
+        self._duration_np = dur_np
+        self._device_np = dev_np
         self._alive_np = np.ones(n, dtype=bool)
-        self._dur = array("d", dur_np.tobytes())
-        self._dev = dev_np.tolist()
+        self._duration = array("d", dur_np.tobytes())
+        self._device_of = dev_np.tolist()
         self._alive = [True] * n
         self._n_live = n
-        self._n_zero = int(np.count_nonzero(dur_np == 0.0))
+        self._zero_durations = int(np.count_nonzero(dur_np == 0.0))
         self._lossy = False  # some positive duration was lost to rounding (start + dur == start)
         self._broken: str | None = None
         self._state = DeltaState()  # the per-task times, queue keys and sweep scratch (allocated by _full)
@@ -144,7 +171,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
     @property
     def num_ids(self) -> int:
         """Size of the id space (live tasks + tombstones)."""
-        return len(self._dur)
+        return len(self._duration)
 
     @property
     def num_devices(self) -> int:
@@ -173,11 +200,11 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
 
     @property
     def duration(self) -> np.ndarray:
-        return self._dur_np.copy()
+        return self._duration_np.copy()
 
     @property
     def device(self) -> np.ndarray:
-        return self._dev_np.copy()
+        return self._device_np.copy()
 
     def alive(self, task: int) -> bool:
         return 0 <= task < len(self._alive) and self._alive[task]
@@ -217,7 +244,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             # many keys changed (a static re-sweep of most of the graph): the old order is nearly
             # sorted, which numpy's stable sort exploits, then equal ready times by id; without numba
             # one sort by (ready, id)
-            if self._nb is not None:
+            if self._kernels is not None:
                 from simulator.engine.delta.static import static_kernels
                 order = order[np.argsort(R[order], kind="stable")]
                 static_kernels().fix_ties(order, R)
@@ -226,10 +253,10 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         elif self._order_moved:
             moved = np.unique(np.concatenate([np.asarray(m, dtype=np.int64) for m in self._order_moved]))
             moved = moved[np.lexsort((moved, R[moved]))]
-            mark = np.zeros(len(self._dur), dtype=bool)
+            mark = np.zeros(len(self._duration), dtype=bool)
             mark[moved] = True
-            if self._nb is not None:
-                order = self._nb.merge_order(order, moved, R, mark)
+            if self._kernels is not None:
+                order = self._kernels.merge_order(order, moved, R, mark)
             else:
                 keep = order[~mark[order]]
                 rk, rm = R[keep], R[moved]
@@ -250,7 +277,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         """The current live graph, renumbered densely (order kept): ``(duration, device, succ_ptr,
         succ_idx, num_devices)``, the inputs of :func:`simulator.engine.core.simulate_arrays`."""
         live = self.live_ids()
-        remap = np.full(len(self._dur), -1, dtype=np.int64)
+        remap = np.full(len(self._duration), -1, dtype=np.int64)
         remap[live] = np.arange(live.size)
         succ = self._succ
         lv = live.tolist()
@@ -259,7 +286,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         np.cumsum(counts, out=ptr[1:])
         flat = np.fromiter(chain.from_iterable(succ[x] for x in lv), dtype=np.int64, count=int(ptr[-1]))
         idx = remap[flat].astype(np.int32)
-        return self._dur_np[live].copy(), self._dev_np[live].copy(), ptr, idx, self._n_devices
+        return self._duration_np[live].copy(), self._device_np[live].copy(), ptr, idx, self._n_devices
 
     def result(self) -> SimResult:
         """The timeline as a :class:`SimResult` over the compact numbering (equal to a full run of
@@ -268,11 +295,11 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         order = self._current_order()
         state = self._state
         R, S, E = (np.frombuffer(a, dtype=np.float64) for a in (state.ready_time, state.start_time, state.end_time))
-        if self._n_live == len(self._dur):  # no tombstones: the compact numbering is the id space
+        if self._n_live == len(self._duration):  # no tombstones: the compact numbering is the id space
             return SimResult(ready=R.copy(), start=S.copy(), end=E.copy(), order=order.astype(np.int32),
                              makespan=self._makespan)
         live = self.live_ids()
-        remap = np.full(len(self._dur), -1, dtype=np.int64)
+        remap = np.full(len(self._duration), -1, dtype=np.int64)
         remap[live] = np.arange(live.size)
         return SimResult(ready=R[live], start=S[live], end=E[live], order=remap[order].astype(np.int32),
                          makespan=self._makespan)
@@ -288,11 +315,11 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             raise ValueError("task_ids and new_durations differ in length")
         self._check_durations(vals_np)
         self._check_live(ids)
-        dur, dur_np = self._dur, self._dur_np
+        dur, dur_np = self._duration, self._duration_np
         seeds = []
         for x, v in zip(ids, vals_np.tolist()):
             if dur[x] != v:
-                self._n_zero += (v == 0.0) - (dur[x] == 0.0)
+                self._zero_durations += (v == 0.0) - (dur[x] == 0.0)
                 dur[x] = v
                 dur_np[x] = v
                 seeds.append(x)
@@ -310,13 +337,13 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         for d in vals:
             if not 0 <= d < self._n_devices:
                 raise ValueError(f"device index {d} out of range [0, {self._n_devices}); add_devices() first")
-        dev = self._dev
+        dev = self._device_of
         self._groups.freeze()  # the last full run's device groups keep its devices
         seeds = []
         for x, d in zip(ids, vals):
             if dev[x] != d:
                 dev[x] = d
-                self._dev_np[x] = d
+                self._device_np[x] = d
                 seeds.append(x)
         return self._delta(t0, seeds, len(seeds), [], [], set(), (), 0, (), False)
 
@@ -362,7 +389,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         k = len(durs)
         rem_set = set(rem)
         alive = self._alive
-        n_ids = len(self._dur)
+        n_ids = len(self._duration)
         reused = rem[:k] if reuse_ids else []
         new_ids = reused + list(range(n_ids, n_ids + k - len(reused)))
 
@@ -393,12 +420,12 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         self._add_tasks(new_ids, len(reused), durs, devs)
         self._n_live += k - len(rem)
         self._change_edges(add, drop, new_set, touched)
-        self._csr_dirty.update(new_ids)
-        self._csr_dirty.update(rem)
+        self._succ_rows_changed.update(new_ids)
+        self._succ_rows_changed.update(rem)
         touched -= new_set
         dev_marks = [z for z in dev_marks if alive[z] and z not in new_set]  # next entry may be removed too
         if direct:  # the full run rebuilds the queues and the key order
-            self._t_change = t0
+            self._change_began = t0
             return self._fallback(t0, direct, (), tuple(new_ids), len(rem))
         return self._delta(t0, [], 0, dev_marks, new_ids, touched, tuple(add), len(rem), tuple(new_ids),
                            mk_lost)
@@ -410,8 +437,8 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         after removed ones (dirty: their queue predecessor changed), and whether a removed task
         ended at the makespan."""
         R, S, E, where = self._state.ready_time, self._state.start_time, self._state.end_time, self._state.queue_device
-        dur, dev, succ, pred, alive = self._dur, self._dev, self._succ, self._pred, self._alive
-        alive_np, dur_np, dev_np = self._alive_np, self._dur_np, self._dev_np
+        dur, dev, succ, pred, alive = self._duration, self._device_of, self._succ, self._pred, self._alive
+        alive_np, dur_np, dev_np = self._alive_np, self._duration_np, self._device_np
         canonical = self._canonical
         mk_lost = False
         touched: set[int] = set()
@@ -433,10 +460,10 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             for p in pred[x]:
                 if alive[p]:
                     succ[p] = [s for s in succ[p] if s != x]
-                    self._csr_dirty.add(p)
+                    self._succ_rows_changed.add(p)
             succ[x] = []
             pred[x] = []
-            self._n_zero -= dur[x] == 0.0
+            self._zero_durations -= dur[x] == 0.0
             R[x] = S[x] = E[x] = self._state.queue_key[x] = NAN
             where[x] = -1
             alive_np[x] = False
@@ -450,8 +477,8 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         """Step 2 of :meth:`replace_tasks`: the new tasks ``new_ids`` (the first ``reused`` of them
         reuse removed ids, the rest are appended to the id space) with their durations and devices;
         no edges and no times yet."""
-        dur, dev, succ, pred, alive = self._dur, self._dev, self._succ, self._pred, self._alive
-        alive_np, dur_np, dev_np = self._alive_np, self._dur_np, self._dev_np
+        dur, dev, succ, pred, alive = self._duration, self._device_of, self._succ, self._pred, self._alive
+        alive_np, dur_np, dev_np = self._alive_np, self._duration_np, self._device_np
         grow = len(new_ids) - reused
         if grow:
             self._state.grow(grow)
@@ -460,15 +487,15 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             alive.extend([False] * grow)
             succ.extend([] for _ in range(grow))
             pred.extend([] for _ in range(grow))
-            self._dur_np = dur_np = np.concatenate([dur_np, np.zeros(grow)])
-            self._dev_np = dev_np = np.concatenate([dev_np, np.zeros(grow, dtype=np.int32)])
+            self._duration_np = dur_np = np.concatenate([dur_np, np.zeros(grow)])
+            self._device_np = dev_np = np.concatenate([dev_np, np.zeros(grow, dtype=np.int32)])
             self._alive_np = alive_np = np.concatenate([alive_np, np.zeros(grow, dtype=bool)])
         for j, x in enumerate(new_ids):
             dur[x] = dur_np[x] = durs[j]
             dev[x] = dev_np[x] = devs[j]
             alive[x] = True
             alive_np[x] = True
-            self._n_zero += durs[j] == 0.0
+            self._zero_durations += durs[j] == 0.0
 
     def _change_edges(self, add, drop, new_set, touched: set) -> None:
         """Step 3 of :meth:`replace_tasks`: the edges ``drop`` removed and ``add`` added (resolved
@@ -484,7 +511,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             pred[v].append(u)
             if v not in new_set:
                 touched.add(v)
-        self._csr_dirty.update(u for u, _ in chain(add, drop))
+        self._succ_rows_changed.update(u for u, _ in chain(add, drop))
 
     # ------------------------------------------------------------------ internals
     def _replacement_runs_in_full(self, rem, add, drop, new_ids) -> str:
@@ -499,7 +526,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         tasks, 9.5-10.5 ms against a 5.2-6 ms compiled full run), so the full run starts at once.
         Returns the reason, or '' to sweep. Only with the default budget (``"auto"``): an explicit
         budget or None asks for the sweep."""
-        if self._nb is None or self.budget != "auto" or not self._canonical or not self._n_live:
+        if self._kernels is None or self.budget != "auto" or not self._canonical or not self._n_live:
             return ""
         R, E, alive = self._state.ready_time, self._state.end_time, self._alive
         new_set = set(new_ids)
@@ -515,7 +542,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         if not keys:
             return ""
         r = min(keys)
-        _, rest = self._nb.count_after(np.frombuffer(self._state.queue_key, dtype=np.float64), r, r)
+        _, rest = self._kernels.count_after(np.frombuffer(self._state.queue_key, dtype=np.float64), r, r)
         if params.RESUME_MAX_SHARE >= 1.0 or not self._resume_costs_more(rest):
             return ""
         return (f"task replacement at ready time {r:.6g}: {rest} of the {self._n_live} live tasks come after it, "
@@ -595,7 +622,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         if replacement:  # a task replacement: the key order is sorted anew
             self._order_cache = None
             self._order_moved = []
-        self._t_change = t0
+        self._change_began = t0
         if not self._canonical:
             return self._fallback(t0, "timeline before the change was not canonical (a zero duration, or one lost to rounding, ties an edge)",
                                   (), new_ids, removed)
@@ -609,10 +636,10 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             return stats
         heapq.heapify(heap)
         # a positive duration lost to rounding (start + dur == start) acts as a zero duration
-        guard = self._n_zero > 0 or self._lossy
+        guard = self._zero_durations > 0 or self._lossy
         # the compiled sweep (simulator/engine/delta/kernels_numba.py) takes duration and device changes,
         # with the guards when needed; task replacements (new ids, removed entries) keep the Python sweep
-        compiled = self._nb is not None and not replacement
+        compiled = self._kernels is not None and not replacement
         race = SweepRace(self, t0, heap[0][0] if heap else 0.0, compiled)
         if self._canonical and not (n_dev_moves or replacement) \
                 and self._static_wanted():  # duration changes: the static re-sweep first
@@ -629,12 +656,12 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             outcome = sweep(heap, dirtied, self.max_work, race.deadline, guard, race.replan)
         except SweepAbort as exc:
             if compiled:
-                dirtied = self._nb_marked
+                dirtied = self._compiled_marked
             if exc.at is not None:
                 return self._resume(t0, str(exc), exc.at, exc.processed, dirtied, new_ids, removed, guard)
             return self._fallback(t0, str(exc), dirtied, new_ids, removed)
         if compiled:
-            dirtied = self._nb_marked
+            dirtied = self._compiled_marked
         return self._sweep_outcome(t0, outcome, stats, dirtied, compiled, guard, new_edges, new_ids, removed,
                                    n_dev_moves, mk_lost)
 
@@ -645,7 +672,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         sweep's scratch; record the makespan, the tasks whose key changed and the stats."""
         processed, changed, moved, vacated, retimed_r, emax, lost = outcome
         st = self._state.sweep_status
-        clean = compiled and self._nb_clean  # the compiled sweep cleared its scratch itself
+        clean = compiled and self._compiled_cleared  # the compiled sweep cleared its scratch itself
         if compiled:
             left = 0 if clean else int(np.count_nonzero(np.frombuffer(st, dtype=np.int64)[dirtied] != 2))
         elif len(dirtied) >= params.VECTOR_MIN:

@@ -26,10 +26,10 @@ class StaticResweepMixin:
 
     _static_skip = 0  # changes left before the next try (after failures: 1, 2, 4, ... up to 64)
     _static_fails = 0
-    _rs_scratch = None
-    _walk = None  # (order, inverse) for the dense walk, see _walk_order; None: taken when needed
-    _pl = None  # the Python re-sweep's device lists, see _py_links; None: taken when needed
-    _q_rekey = False  # True while the DeviceQueue objects hold keys older than a Python re-sweep's
+    _static_scratch = None
+    _dense_walk = None  # (order, inverse) for the dense walk, see _walk_order; None: taken when needed
+    _py_device_lists = None  # the Python re-sweep's device lists, see _py_links; None: taken when needed
+    _queue_keys_stale = False  # True while the DeviceQueue objects hold keys older than a Python re-sweep's
 
     def _static_wanted(self) -> bool:
         """Try the static re-sweep on this change? Not with a work limit or a budget other than
@@ -50,7 +50,7 @@ class StaticResweepMixin:
     def _scratch(self, n: int):
         """Per-task scratch of the compiled re-sweep, kept between changes (fresh pages cost ~1 ms
         on 346 k tasks when a change touches them all)."""
-        sc = self._rs_scratch
+        sc = self._static_scratch
         if sc is None or sc[0].shape[0] != n:
             # heap, marks, rr: a task at most once; the log (done, old R, S, E) of n more: the dense
             # walk re-times again (same values) the tasks the heap took before it
@@ -58,7 +58,7 @@ class StaticResweepMixin:
             hr = np.empty(n, dtype=np.float64)
             done = np.empty(2 * n, dtype=np.int64)
             oR, oS, oE = (np.empty(2 * n, dtype=np.float64) for _ in range(3))
-            sc = self._rs_scratch = (hx, hr, marks, done, oR, oS, oE, rr)
+            sc = self._static_scratch = (hx, hr, marks, done, oR, oS, oE, rr)
         return sc
 
     def _walk_order(self, R, done, oR, k):
@@ -67,16 +67,16 @@ class StaticResweepMixin:
         graph's timing, which keep the queues and edges), its inverse, and whether it is the key order
         before this change (the ``k`` tasks re-timed so far get their old ready times back while the
         key order is merged, :meth:`_current_order`)."""
-        if self._walk is None:
+        if self._dense_walk is None:
             ids = done[:k]
             new = R[ids]  # (a copy: fancy indexing)
             R[ids] = oR[:k]
             order = self._current_order()
             R[ids] = new
-            rank = np.empty(len(self._dur), dtype=np.int64)
+            rank = np.empty(len(self._duration), dtype=np.int64)
             rank[order] = np.arange(order.size, dtype=np.int64)
-            self._walk = (order, rank)
-        order, rank = self._walk
+            self._dense_walk = (order, rank)
+        order, rank = self._dense_walk
         return order, rank, order is self._order_cache and not self._order_moved
 
     def _resweep_nb(self, t0, heap, dirtied, guard, stats, mk_lost):
@@ -86,7 +86,7 @@ class StaticResweepMixin:
         still marked), for the ordinary sweep."""
         ks = static_kernels()
         _, _, qn, qp = self._links()
-        n = len(self._dur)
+        n = len(self._duration)
         hx, hr, marks, done, oR, oS, oE, rr = self._scratch(n)
         hs = len(heap)
         if hs:
@@ -110,12 +110,12 @@ class StaticResweepMixin:
         stop = params.STATIC_DENSE_CHECK  # a pause after this many tasks: is the change dense?
         clock = time.perf_counter
         while True:
-            status, hs = ks.resweep(R, S, E, self._dur_np, lk, st, ptr, idx, pptr, pidx, qn, qp, hr, hx, hs,
+            status, hs = ks.resweep(R, S, E, self._duration_np, lk, st, ptr, idx, pptr, pidx, qn, qp, hr, hx, hs,
                                     marks, done, oR, oS, oE, rr, cnt, flt, stop, guard)
             if status != ks.PAUSED or clock() > deadline:
                 break
             k = int(cnt[ks.S_PROC])
-            first, rest = self._nb.count_after(lk, r0, float(hr[0]))
+            first, rest = self._kernels.count_after(lk, r0, float(hr[0]))
             if k >= params.STATIC_DENSE * max(int(first) - int(rest), 1):
                 # it re-times most of the tasks it passes: walk all the rest in the old key order
                 order, rank, is_key = self._walk_order(R, done, oR, k)
@@ -126,7 +126,7 @@ class StaticResweepMixin:
                 if pos:
                     flt[ks.G_PR], flt[ks.G_PX] = R[order[pos - 1]], order[pos - 1]
                 while True:
-                    status, pos = ks.resweep_all(R, S, E, self._dur_np, self._dev_np, lk, pptr, pidx, qp, order,
+                    status, pos = ks.resweep_all(R, S, E, self._duration_np, self._device_np, lk, pptr, pidx, qp, order,
                                                  pos, pos + 65536, last, done, oR, oS, oE, rr, cnt, flt, guard)
                     if status != ks.PAUSED or clock() > deadline:
                         break
@@ -141,7 +141,7 @@ class StaticResweepMixin:
         ks.clear(st, marks, int(cnt[ks.S_MARK]))
         del R, S, E, lk, st
         self._static_fails = 0
-        self._q_stale = True  # the DeviceQueue objects hold the old keys; the linked lists are current
+        self._queue_objects_stale = True  # the DeviceQueue objects hold the old keys; the linked lists are current
         if flt[ks.G_LOSSY]:
             self._lossy = True
         nrr = int(cnt[ks.S_RR])
@@ -161,19 +161,19 @@ class StaticResweepMixin:
     def _static_orders_stale(self) -> None:
         """Something other than a static re-sweep changes the timeline (device queues may move):
         drop the orders the re-sweeps keep (after bringing the ``DeviceQueue`` keys up to date)."""
-        if self._q_rekey:
+        if self._queue_keys_stale:
             self._requeue()
-        self._walk = self._pl = None
+        self._dense_walk = self._py_device_lists = None
 
     # ------------------------------------------------------------------ Python
     def _py_links(self):
         """The Python re-sweep's device queues as lists: ids grouped by device in key order, the
         bounds of each device's group, and per task the one before and after it on its device (-1:
         none). Valid while only static re-sweeps change the timeline (no queue entry moves); dropped
-        with the dense walk's order (``_walk``)."""
-        if self._pl is None:
-            n, nd = len(self._dur), self._n_devices
-            if self._q_fresh and not self._q_rekey and nd:  # a full run's groups: one gather
+        with the dense walk's order (``_dense_walk``)."""
+        if self._py_device_lists is None:
+            n, nd = len(self._duration), self._n_devices
+            if self._queues_as_full_run and not self._queue_keys_stale and nd:  # a full run's groups: one gather
                 groups = self._groups
                 groups.device(0)  # (groups them)
                 ids = groups.order[groups.perm].astype(np.int64)
@@ -191,16 +191,16 @@ class StaticResweepMixin:
                 same[inner[(inner > 0) & (inner < ids.size)] - 1] = False
                 qp[ids[1:][same]] = ids[:-1][same]
                 qn[ids[:-1][same]] = ids[1:][same]
-            self._pl = (ids, bounds, array("q", qp.tobytes()), array("q", qn.tobytes()))  # (fast scalar reads)
-        return self._pl
+            self._py_device_lists = (ids, bounds, array("q", qp.tobytes()), array("q", qn.tobytes()))  # (fast scalar reads)
+        return self._py_device_lists
 
     def _requeue(self) -> None:
         """The ``DeviceQueue`` objects from the Python re-sweep's lists with the current keys (the device
         orders did not change; only keys did)."""
-        ids, bounds = self._pl[0], self._pl[1]
+        ids, bounds = self._py_device_lists[0], self._py_device_lists[1]
         dump = QueueDump(ids, np.frombuffer(self._state.queue_key, dtype=np.float64)[ids], bounds)
         self._device_queues = [DeviceQueue((dump, d)) for d in range(self._n_devices)]
-        self._q_rekey = False
+        self._queue_keys_stale = False
 
     def _resweep_py(self, t0, heap, dirtied, guard, stats, mk_lost):
         """:meth:`_resweep_nb` in Python, the heap only (the dense walk, one Python step per task,
@@ -209,7 +209,7 @@ class StaticResweepMixin:
         ``params.RESUME_MAX_SHARE`` of the tasks come after the change while its device lists are
         still to be built (after a full run). Returns the change's :class:`DeltaStats`, or None
         (state as it was, for the ordinary sweep)."""
-        if self._pl is None and heap and int(np.count_nonzero(
+        if self._py_device_lists is None and heap and int(np.count_nonzero(
                 np.frombuffer(self._state.queue_key, dtype=np.float64) > heap[0][0])) > (
                     params.RESUME_MAX_SHARE * self._n_live):
             # most of the graph after the change, whose alternative is a full run, and the lists to build
@@ -238,7 +238,7 @@ class StaticResweepMixin:
         for x in marks:
             st[x] = 0
         self._static_fails = 0
-        self._q_rekey = True  # the DeviceQueue objects hold the old keys (_queues rebuilds them)
+        self._queue_keys_stale = True  # the DeviceQueue objects hold the old keys (_queues rebuilds them)
         if lossy:
             self._lossy = True
         if self._order_cache is not None and rr:
@@ -263,7 +263,7 @@ class StaticResweepMixin:
         duration was lost to rounding."""
         state = self._state
         R, S, E, lk, st = state.ready_time, state.start_time, state.end_time, state.queue_key, state.sweep_status
-        dur = self._dur
+        dur = self._duration
         pred, succ = self._pred, self._succ
         push, pop = heapq.heappush, heapq.heappop
         mk0 = self._makespan

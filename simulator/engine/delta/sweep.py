@@ -52,14 +52,14 @@ class SweepMixin:
             if tasks.size:
                 ptr, idx = self._csr_arrays()
                 pptr, pidx = self._pred_csr()
-                u, v = self._nb.backward_edge(tasks, np.frombuffer(R, dtype=np.float64), ptr, idx, pptr, pidx)
+                u, v = self._kernels.backward_edge(tasks, np.frombuffer(R, dtype=np.float64), ptr, idx, pptr, pidx)
                 if u != -1:
                     return int(u), int(v)
             tasks = ()
-        elif (len(tasks) >= params.VECTOR_MIN and not self._csr_dirty and self._pcsr is not None
-              and self._pcsr[0] is self._csr[0]):  # the CSRs are current: check all edges at once
+        elif (len(tasks) >= params.VECTOR_MIN and not self._succ_rows_changed and self._pred_csr_cache is not None
+              and self._pred_csr_cache[0] is self._succ_csr[0]):  # the CSRs are current: check all edges at once
             found = _first_backward_edge(np.array(tasks, dtype=np.int64), np.frombuffer(R, dtype=np.float64),
-                                         *self._csr, self._pcsr[1], self._pcsr[2])
+                                         *self._succ_csr, self._pred_csr_cache[1], self._pred_csr_cache[2])
             if found is not None:
                 return found
             tasks = ()
@@ -87,7 +87,7 @@ class SweepMixin:
         state = self._state
         R, E, lk, where = state.ready_time, state.end_time, state.queue_key, state.queue_device
         st, nr, pend = state.sweep_status, state.new_ready, state.pending_preds
-        dev, succ, pred = self._dev, self._succ, self._pred
+        dev, succ, pred = self._device_of, self._succ, self._pred
         Q = self._device_queues
         push = heapq.heappush
 
@@ -206,7 +206,7 @@ class SweepMixin:
         state = self._state
         R, S, E, lk, where = state.ready_time, state.start_time, state.end_time, state.queue_key, state.queue_device
         st, nr, pend, oS, oE = state.sweep_status, state.new_ready, state.pending_preds, state.old_start, state.old_end
-        dur, dev = self._dur, self._dev
+        dur, dev = self._duration, self._device_of
         Q = self._device_queues
         pop = heapq.heappop
         mark_queue, block_successors, release, propagate = self._sweep_steps(heap, dirtied.append, guard)
@@ -216,7 +216,7 @@ class SweepMixin:
         clock = time.perf_counter
         timed = deadline != math.inf
         retimed_r: list[int] = []  # processed tasks whose ready time (key) changed
-        self._swept_moved = retimed_r  # (kept for the resume if the sweep gives up)
+        self._swept_rekeyed = retimed_r  # (kept for the resume if the sweep gives up)
         mk0 = self._makespan
         emax = -math.inf
         lost = False
