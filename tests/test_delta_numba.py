@@ -32,7 +32,7 @@ def test_kernel_argument():
         DeltaSimulator.from_arrays(*arrays, kernel="gpu")
     ds = DeltaSimulator.from_arrays(*arrays, kernel="numba", budget=None)
     stats = ds.set_durations([0], [3.0])
-    assert ds._linked_queues is not None and not stats.fallback  # the compiled sweep ran
+    assert ds._queue_set.links is not None and not stats.fallback  # the compiled sweep ran
     assert ds.end.tolist() == [3.0, 5.0]  # hand-computed: 1 starts when 0 ends
     assert ds.device_order(0) == [0, 1]
 
@@ -59,7 +59,7 @@ def test_compiled_sweep_equals_python_sweep_on_random_graphs(seed, monkeypatch):
                 ts = rng.choice(live, size=min(k, len(live)), replace=False).tolist()
                 vals = (rng.integers(1, 9, len(ts)) * 0.5).tolist()
                 sa, sb = a.set_durations(ts, vals), b.set_durations(ts, vals)
-                compiled += a._linked_queues is not None
+                compiled += a._queue_set.links is not None
             elif kind < 0.75:
                 d = int(rng.integers(0, nd))
                 sa, sb = a.set_devices([t], [d]), b.set_devices([t], [d])
@@ -178,7 +178,7 @@ def test_compiled_sweep_with_zero_durations_equals_python_sweep(arrays, data):
                 d = data.draw(st.integers(0, nd - 1))
                 sa, sb = a.set_devices([t], [d]), b.set_devices([t], [d])
             assert_same(a, b, sa, sb)
-            event("compiled sweep" if a._linked_queues is not None and not sa.fallback else "other")
+            event("compiled sweep" if a._queue_set.links is not None and not sa.fallback else "other")
         assert_matches_full(a)
     finally:
         delta_mod.RESUME_MAX_SHARE = old
@@ -190,7 +190,7 @@ def test_compiled_sweep_runs_with_zero_durations():
     arrays = graph_arrays_from(3, 1, [(0, 1), (1, 2)], [1.0, 0.0, 1.0], [0, 0, 0])
     ds = DeltaSimulator.from_arrays(*arrays, budget=None, kernel="numba")
     stats = ds.set_durations([0], [2.0])
-    assert ds._linked_queues is not None and not stats.fallback and stats.moved == 2
+    assert ds._queue_set.links is not None and not stats.fallback and stats.moved == 2
     assert ds.end.tolist() == [2.0, 2.0, 3.0]
     assert_matches_full(ds)
 

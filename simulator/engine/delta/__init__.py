@@ -171,8 +171,8 @@ arrays. It pauses every 256-1,024 units of work so that the deadline checks and 
 unchanged. Resumes patch the linked lists (:func:`simulator.engine.delta.kernels_numba.last_upto`,
 :func:`~simulator.engine.delta.kernels_numba.cut_and_append`); a change that takes the Python path
 (task replacements) first rebuilds the ``DeviceQueue`` objects from them
-(:meth:`~simulator.engine.delta.compiled.CompiledSweepMixin._queues`), and the next compiled sweep
-rebuilds the lists (:meth:`~simulator.engine.delta.compiled.CompiledSweepMixin._links`). With the
+(:meth:`~simulator.engine.delta.device_queues.DeviceQueueSet.as_objects`), and the next compiled sweep
+rebuilds the lists (:meth:`~simulator.engine.delta.device_queues.DeviceQueueSet.as_links`). With the
 default budget a task replacement skips that path when more than ``params.RESUME_MAX_SHARE`` of the
 tasks come after the earliest key it touches, or the resume's cost model expects more than a full run
 on them (an up-front count, ``DeltaSimulator._replacement_runs_in_full``): the full run is then the
@@ -252,7 +252,7 @@ Layout
 This ``__init__`` holds this doc only: import the modules by name. :class:`DeltaSimulator` is
 assembled from mixins, one per seam named above, and holds collaborators for the jobs that own their
 data; imports run one way (``simulator`` imports the mixin modules, they import ``queues``, ``stats``,
-``state``, ``cost`` and ``params``, never ``simulator``). The per-task arrays every mixin reads are
+``state``, ``cost``, ``device_queues`` and ``params``, never ``simulator``). The per-task arrays every mixin reads are
 one :class:`~simulator.engine.delta.state.DeltaState` (``self._state``), named for what they hold;
 the other attributes the modules share are listed by job in ``DeltaSimulator``'s docstring.
 
@@ -279,8 +279,10 @@ the other attributes the modules share are listed by job in ``DeltaSimulator``'s
   reach other tasks than the one at the sweep point are the closures of ``_sweep_steps``), the
   backward-edge check of the guarded sweep and the makespan recomputation.
 * ``compiled``: ``CompiledSweepMixin`` -- the kernel choice (``delta_kernel``), the compiled sweep's
-  driver (``_sweep_nb``: pauses, deadline checks, outcome) and its linked-list queues (``_links``,
-  ``_queues``: to and from ``DeviceQueue``), "Compiled sweep" above.
+  driver (``_sweep_nb``: pauses, deadline checks, outcome), "Compiled sweep" above.
+* ``device_queues``: :class:`~simulator.engine.delta.device_queues.DeviceQueueSet` -- the device queues
+  in both forms (``DeviceQueue`` objects for the Python sweep, linked lists for the compiled one), which
+  of them is current, and the conversions (``as_objects``, ``as_links``).
 * ``kernels_numba``: the compiled loop and its linked-list helpers (numba, extra ``fast``).
 * ``static``: ``StaticResweepMixin`` -- the static re-sweep's driver (when to try, the heap and the
   dense walk, the log put back on a refusal; the Python loop is ``_resweep_py_loop``), "Static

@@ -10,7 +10,6 @@ import time
 
 import numpy as np
 
-from simulator.engine.delta.queues import DeviceQueue, QueueDump
 from simulator.engine.delta.stats import NAN, SweepAbort
 
 
@@ -34,52 +33,9 @@ def delta_kernel(kernel: str):
 
 
 class CompiledSweepMixin:
-    """The compiled sweep of :class:`~simulator.engine.delta.simulator.DeltaSimulator` and its device
-    queues (``self._kernels``: :mod:`simulator.engine.delta.kernels_numba`, or None)."""
-
-    def _queues(self, keep_links: bool = False) -> list:
-        """The device queues as ``DeviceQueue`` objects, brought up to date from the compiled sweep's
-        linked lists when those are newer; unless ``keep_links`` (read only), the caller changes
-        them, so the linked lists are dropped (rebuilt by the next compiled sweep)."""
-        if self._queue_keys_stale:  # a Python static re-sweep changed keys, not orders
-            self._requeue()
-        if self._queue_objects_stale:
-            qh, _, qn, _ = self._linked_queues
-            where = np.frombuffer(self._state.queue_device, dtype=np.int64)
-            count = int(np.count_nonzero(where != -1))
-            del where
-            ids, bounds = self._kernels.dump_links(qh, qn, self._n_devices, count)
-            rs = np.frombuffer(self._state.queue_key, dtype=np.float64)[ids]
-            dump = QueueDump(ids, rs, bounds)
-            self._device_queues = [DeviceQueue((dump, d)) for d in range(self._n_devices)]
-            self._queue_objects_stale = False
-        if not keep_links:
-            self._linked_queues = None
-            self._queues_as_full_run = False
-        return self._device_queues
-
-    def _links(self):
-        """The compiled sweep's device queues: linked lists in key order (``qh``/``qt`` head and
-        tail per device, ``qn``/``qp`` next and previous per task), built from the last full run's
-        device groups when no queue changed since, else by sorting the entries by (device, key)."""
-        if self._linked_queues is None:
-            n, nd = len(self._duration), self._n_devices
-            if self._queues_as_full_run:  # a canonical full run's pop order is key order: one pass
-                where = np.frombuffer(self._state.queue_device, dtype=np.int64)  # the queue entries' devices
-                self._linked_queues = self._kernels.links_from_order(self._groups.order, where, n, nd)
-                del where
-            else:
-                where = np.frombuffer(self._state.queue_device, dtype=np.int64)
-                lk = np.frombuffer(self._state.queue_key, dtype=np.float64)
-                e = np.flatnonzero(where != -1)
-                ids = e[np.lexsort((e, lk[e], where[e]))]
-                bounds = np.zeros(nd + 1, dtype=np.int64)
-                np.cumsum(np.bincount(where[e], minlength=nd), out=bounds[1:])
-                del where, lk
-                self._linked_queues = self._kernels.build_links(np.ascontiguousarray(ids, dtype=np.int64),
-                                                np.ascontiguousarray(bounds, dtype=np.int64), n, nd)
-            self._last_placed = np.full(nd, -1, dtype=np.int64)
-        return self._linked_queues
+    """The compiled sweep of :class:`~simulator.engine.delta.simulator.DeltaSimulator`
+    (``self._kernels``: :mod:`simulator.engine.delta.kernels_numba`, or None) on the linked-list
+    device queues of ``self._queue_set`` (:class:`~simulator.engine.delta.device_queues.DeviceQueueSet`)."""
 
     def _sweep_nb(self, heap, dirtied, limit, deadline, guard, replan):
         """:meth:`_sweep` compiled (:func:`simulator.engine.delta.kernels_numba.sweep`; duration and
@@ -87,8 +43,8 @@ class CompiledSweepMixin:
         that the processed tasks whose ready time changed come as a numpy array. The kernel pauses
         every ``step`` units of work so the deadline is checked here (the Python loop checks every 32)."""
         nb = self._kernels
-        qh, qt, qn, qp = self._links()
-        cur = self._last_placed
+        qh, qt, qn, qp = self._queue_set.as_links(len(self._duration), self._n_devices)
+        cur = self._queue_set.last_placed
         cur.fill(-1)  # per change: the last entry the sweep placed on each device
         views = self._state.views()  # the state's arrays, in the kernel's order
         st = views[5]  # sweep_status (read after the loop)
@@ -149,7 +105,7 @@ class CompiledSweepMixin:
             self._compiled_cleared = False
             raise
         finally:
-            self._queue_objects_stale = True
+            self._queue_set.links_changed()
             self._compiled_marked = dirt[:int(cnt[nb.C_DIRT])]  # every marked task (the caller's list first)
             self._swept_rekeyed = rr[:int(cnt[nb.C_RR])]  # (kept for the resume if the sweep gives up)
             del views, fixed, st

@@ -10,7 +10,7 @@ import numpy as np
 
 from simulator.engine.core import simulate_arrays
 from simulator.engine.delta import params
-from simulator.engine.delta.queues import DeviceGroups, DeviceQueue, gather_rows
+from simulator.engine.delta.queues import gather_rows
 from simulator.engine.delta.stats import NAN, DeltaStats
 from strategies.errors import SimulationError
 
@@ -242,13 +242,13 @@ class ResumeMixin:
         has[w_sub[w_sub != -1]] = True
         devs = np.flatnonzero(has)
         free = np.zeros(nd)
-        links = self._linked_queues  # the compiled sweep's queues are patched instead of the DeviceQueue objects
+        links = self._queue_set.links  # the compiled sweep's queues are patched instead of the DeviceQueue objects
         lasts = {}
         for d in devs.tolist():
             if links is not None:
                 last = lasts[d] = int(self._kernels.last_upto(links[1], links[3], lk, d, kr, kx))
             else:
-                last = self._device_queues[d].last_upto(kr, kx)
+                last = self._queue_set.objects[d].last_upto(kr, kx)
             if last != -1:
                 free[d] = E[last]
         pdev = np.flatnonzero(free > 0.0)
@@ -286,16 +286,17 @@ class ResumeMixin:
         r_sorted = nR[ko][by_dev]
         bounds = np.searchsorted(kd[by_dev], devs, side="left")
         ends = np.searchsorted(kd[by_dev], devs, side="right")
-        links = self._linked_queues
+        queues = self._queue_set
+        links = queues.links
         if links is not None:  # one call per device: cut at the sweep point, append the resumed tasks
-            self._queue_objects_stale = True
+            queues.links_changed()
             for d, lo, hi in zip(devs.tolist(), bounds.tolist(), ends.tolist()):
                 self._kernels.cut_and_append(*links, d, lasts[d], ids_sorted[lo:hi])
         else:
             for d, lo, hi in zip(devs.tolist(), bounds.tolist(), ends.tolist()):
-                self._device_queues[d].cut_after(kr, kx)
+                queues.objects[d].cut_after(kr, kx)
                 if hi > lo:
-                    self._device_queues[d].extend(r_sorted[lo:hi], ids_sorted[lo:hi])
+                    queues.objects[d].extend(r_sorted[lo:hi], ids_sorted[lo:hi])
         where[sub] = dev[sub]
         if self._order_cache is not None:  # tasks whose key changed: swept ones, resumed ones
             self._order_moved += [self._swept_rekeyed, sub[key_changed]]
@@ -367,9 +368,7 @@ class ResumeMixin:
         changed count, or None on a cycle."""
         n = len(self._duration)
         self._state.allocate(n, count_changed)
-        links = self._linked_queues or self._linked_queues_spare
-        if links is None or links[0].shape[0] != self._n_devices or links[2].shape[0] != n:
-            links = tuple(np.empty(k, dtype=np.int64) for k in (self._n_devices, self._n_devices, n, n))
+        links = self._queue_set.links_for_full_run(n, self._n_devices)
         state = self._state
         R, S, E, lk = (np.frombuffer(a, dtype=np.float64)
                        for a in (state.ready_time, state.start_time, state.end_time, state.queue_key))
@@ -378,19 +377,13 @@ class ResumeMixin:
         order, changed, lossy, canonical, makespan = self._kernels.full_run(
             self._duration_np, self._device_np, ptr, idx, self._n_devices, alive, R, S, E, lk, where, *links, count_changed)
         del R, S, E, lk, where
-        self._linked_queues = self._linked_queues_spare = links
-        self._last_placed = np.full(self._n_devices, -1, dtype=np.int64)
+        self._queue_set.filled_by_full_run(links, self._n_devices)
         if order.shape[0] != n:
             return None
         if self._n_live < n:
             order = order[alive[order]]
         self._lossy = bool(lossy)
-        # the linked lists are the queues now (_queues rebuilds the DeviceQueue objects from them); the
-        # groups keep the run's order and devices for _links
-        self._groups = DeviceGroups(order, self._device_np, None, self._n_devices)
-        self._device_queues = None
-        self._queues_as_full_run = True
-        self._queue_objects_stale = True
+        self._queue_set.from_compiled_run(order, self._device_np, self._n_devices)
         self._ran(order, makespan, canonical)
         return int(changed)
 
@@ -401,7 +394,6 @@ class ResumeMixin:
         self._order_cache = order
         self._order_moved = []
         self._dense_walk = self._py_device_lists = None  # (the static re-sweep's orders: taken again when needed)
-        self._queue_keys_stale = False
 
     def _adopt(self, order, ready, start, end, makespan, count_changed: bool = False) -> int:
         """Rebuild the delta state from a full run of the Python engine (pop ``order`` of all ids,
@@ -437,13 +429,8 @@ class ResumeMixin:
         where[:] = self._device_np
         if self._n_live < n:
             where[~alive] = -1
-        self._linked_queues = None
         del R, S, E, lk, where
         self._lossy = bool(lossy)
-        groups = DeviceGroups(order, self._device_np, ready, self._n_devices)  # (set_devices, replace_tasks: freeze)
-        self._device_queues = [DeviceQueue((groups, d)) for d in range(self._n_devices)]
-        self._groups = groups
-        self._queues_as_full_run = True  # no queue changed since this run
-        self._queue_objects_stale = False
+        self._queue_set.from_python_run(order, self._device_np, ready, self._n_devices)
         self._ran(order, makespan, canonical)
         return int(changed)

@@ -17,6 +17,7 @@ from simulator.engine.core import SimResult
 from simulator.engine.delta import params
 from simulator.engine.delta.compiled import CompiledSweepMixin, delta_kernel
 from simulator.engine.delta.cost import CostModel
+from simulator.engine.delta.device_queues import DeviceQueueSet
 from simulator.engine.delta.queues import DeviceQueue
 from simulator.engine.delta.race import SweepRace
 from simulator.engine.delta.resume import ResumeMixin
@@ -57,12 +58,9 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
     * the timeline's facts: ``_makespan``, ``_canonical``, ``_lossy`` (a positive duration was lost
       to rounding), ``_broken`` (why the simulator is unusable), and the key order for
       :meth:`result` (``_order_cache`` plus the tasks whose key changed since, ``_order_moved``);
-    * the device queues: ``_device_queues`` (``DeviceQueue`` objects, the Python sweep's),
-      ``_linked_queues`` (the compiled sweep's linked lists; ``_linked_queues_spare`` kept for the next
-      full run), ``_queue_objects_stale`` (the linked lists are newer), ``_queue_keys_stale`` (a Python
-      static re-sweep changed keys, not orders), ``_queues_as_full_run`` (no queue changed since the
-      last full run, whose device groups are ``_groups``), ``_last_placed`` (the compiled sweep's
-      last entry placed per device);
+    * the device queues: ``_queue_set``
+      (:class:`~simulator.engine.delta.device_queues.DeviceQueueSet`: the Python sweep's
+      ``DeviceQueue`` objects and the compiled sweep's linked lists, and which of them is current);
     * the kernels and the costs: ``_kernels`` (:mod:`~simulator.engine.delta.kernels_numba` or None),
       ``_engine``, ``_cost`` (:class:`~simulator.engine.delta.cost.CostModel`);
     * one change: ``_change_began``, ``_rest_seen`` (the race's count of the tasks after its last
@@ -92,9 +90,6 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         # full runs and resumes run the engine of the same kind as the sweep: compiled with the
         # compiled sweep, the Python loop with the Python sweep (never slower than a full run of it)
         self._engine = "python" if self._kernels is None else "numba"
-        self._linked_queues = None  # the compiled sweep's device queues (qh, qt, qn, qp), see _links
-        self._linked_queues_spare = None  # their arrays, kept for the next full run to fill (_full_nb)
-        self._queue_objects_stale = False  # True while _linked_queues are newer than _device_queues
         # what a full run and the resumed engine cost, measured as changes run
         self._cost = CostModel()
         self._rest_seen = None  # (r, x, tasks after (r, x)) at the sweep's last deadline check (_delta)
@@ -135,6 +130,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         self._lossy = False  # some positive duration was lost to rounding (start + dur == start)
         self._broken: str | None = None
         self._state = DeltaState()  # the per-task times, queue keys and sweep scratch (allocated by _full)
+        self._queue_set = DeviceQueueSet(self._state, self._kernels)  # the device queues, in both forms
         self._order_cache, self._order_moved = None, []  # key order of the live tasks (_current_order)
         if self._engine == "numba":
             # load the compiled engine and state rebuild first: a full run's time is a cost model
@@ -224,7 +220,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
     def device_order(self, d: int) -> list[int]:
         """Ids of device ``d``'s tasks in the order it runs them (FIFO by (ready, id))."""
         self._check_ok()
-        return self._queues(keep_links=True)[d].ids()
+        return self._queue_set.as_objects(self._n_devices, keep_links=True)[d].ids()
 
     @property
     def pop_order(self) -> np.ndarray:
@@ -338,7 +334,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             if not 0 <= d < self._n_devices:
                 raise ValueError(f"device index {d} out of range [0, {self._n_devices}); add_devices() first")
         dev = self._device_of
-        self._groups.freeze()  # the last full run's device groups keep its devices
+        self._queue_set.groups.freeze()  # the last full run's device groups keep its devices
         seeds = []
         for x, d in zip(ids, vals):
             if dev[x] != d:
@@ -349,7 +345,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
 
     def add_devices(self, k: int = 1) -> int:
         """Append ``k`` empty devices; returns the index of the first."""
-        queues = self._queues()  # before the count changes (the linked lists have one head per device)
+        queues = self._queue_set.as_objects(self._n_devices)  # before the count changes (the linked lists have one head per device)
         self._static_orders_stale()
         first = self._n_devices
         self._n_devices += int(k)
@@ -414,8 +410,8 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
 
         direct = self._replacement_runs_in_full(rem, add, drop, new_ids)
         if not direct:
-            self._queues()
-        self._groups.freeze()
+            self._queue_set.as_objects(self._n_devices)
+        self._queue_set.groups.freeze()
         touched, dev_marks, mk_lost = self._remove_tasks(rem, direct)
         self._add_tasks(new_ids, len(reused), durs, devs)
         self._n_live += k - len(rem)
@@ -448,7 +444,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         for x in rem:
             w = where[x]
             if w != -1 and canonical and not direct:
-                nxt = self._device_queues[w].remove(R[x], x)
+                nxt = self._queue_set.objects[w].remove(R[x], x)
                 if nxt != -1:
                     dev_marks.append(nxt)
             if E[x] >= self._makespan:
@@ -649,7 +645,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             race.began = time.perf_counter()
         self._static_orders_stale()  # the ordinary sweep may reorder device queues
         if not compiled:
-            self._queues()
+            self._queue_set.as_objects(self._n_devices)
         self._rest_seen = None
         try:
             sweep = self._sweep_nb if compiled else self._sweep

@@ -12,7 +12,6 @@ from array import array
 import numpy as np
 
 from simulator.engine.delta import params
-from simulator.engine.delta.queues import DeviceQueue, QueueDump
 
 
 def static_kernels():
@@ -29,7 +28,6 @@ class StaticResweepMixin:
     _static_scratch = None
     _dense_walk = None  # (order, inverse) for the dense walk, see _walk_order; None: taken when needed
     _py_device_lists = None  # the Python re-sweep's device lists, see _py_links; None: taken when needed
-    _queue_keys_stale = False  # True while the DeviceQueue objects hold keys older than a Python re-sweep's
 
     def _static_wanted(self) -> bool:
         """Try the static re-sweep on this change? Not with a work limit or a budget other than
@@ -85,7 +83,7 @@ class StaticResweepMixin:
         the check refused it or its time ran out: the state is then as it was (the changed tasks
         still marked), for the ordinary sweep."""
         ks = static_kernels()
-        _, _, qn, qp = self._links()
+        _, _, qn, qp = self._queue_set.as_links(len(self._duration), self._n_devices)
         n = len(self._duration)
         hx, hr, marks, done, oR, oS, oE, rr = self._scratch(n)
         hs = len(heap)
@@ -141,7 +139,7 @@ class StaticResweepMixin:
         ks.clear(st, marks, int(cnt[ks.S_MARK]))
         del R, S, E, lk, st
         self._static_fails = 0
-        self._queue_objects_stale = True  # the DeviceQueue objects hold the old keys; the linked lists are current
+        self._queue_set.links_changed()  # the DeviceQueue objects hold the old keys; the linked lists are current
         if flt[ks.G_LOSSY]:
             self._lossy = True
         nrr = int(cnt[ks.S_RR])
@@ -161,8 +159,7 @@ class StaticResweepMixin:
     def _static_orders_stale(self) -> None:
         """Something other than a static re-sweep changes the timeline (device queues may move):
         drop the orders the re-sweeps keep (after bringing the ``DeviceQueue`` keys up to date)."""
-        if self._queue_keys_stale:
-            self._requeue()
+        self._queue_set.settle_keys(self._n_devices)
         self._dense_walk = self._py_device_lists = None
 
     # ------------------------------------------------------------------ Python
@@ -173,13 +170,14 @@ class StaticResweepMixin:
         with the dense walk's order (``_dense_walk``)."""
         if self._py_device_lists is None:
             n, nd = len(self._duration), self._n_devices
-            if self._queues_as_full_run and not self._queue_keys_stale and nd:  # a full run's groups: one gather
-                groups = self._groups
+            queues = self._queue_set
+            if queues.as_full_run and not queues.keys_stale and nd:  # a full run's groups: one gather
+                groups = queues.groups
                 groups.device(0)  # (groups them)
                 ids = groups.order[groups.perm].astype(np.int64)
                 bounds = groups.bounds.copy()
             else:
-                parts = [q.ids_np() for q in self._queues()]
+                parts = [q.ids_np() for q in queues.as_objects(nd)]
                 ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
                 bounds = np.zeros(nd + 1, dtype=np.int64)
                 np.cumsum([p.size for p in parts], out=bounds[1:])
@@ -193,14 +191,6 @@ class StaticResweepMixin:
                 qn[ids[:-1][same]] = ids[1:][same]
             self._py_device_lists = (ids, bounds, array("q", qp.tobytes()), array("q", qn.tobytes()))  # (fast scalar reads)
         return self._py_device_lists
-
-    def _requeue(self) -> None:
-        """The ``DeviceQueue`` objects from the Python re-sweep's lists with the current keys (the device
-        orders did not change; only keys did)."""
-        ids, bounds = self._py_device_lists[0], self._py_device_lists[1]
-        dump = QueueDump(ids, np.frombuffer(self._state.queue_key, dtype=np.float64)[ids], bounds)
-        self._device_queues = [DeviceQueue((dump, d)) for d in range(self._n_devices)]
-        self._queue_keys_stale = False
 
     def _resweep_py(self, t0, heap, dirtied, guard, stats, mk_lost):
         """:meth:`_resweep_nb` in Python, the heap only (the dense walk, one Python step per task,
@@ -238,7 +228,8 @@ class StaticResweepMixin:
         for x in marks:
             st[x] = 0
         self._static_fails = 0
-        self._queue_keys_stale = True  # the DeviceQueue objects hold the old keys (_queues rebuilds them)
+        ids, bounds = self._py_device_lists[0], self._py_device_lists[1]
+        self._queue_set.keys_changed(ids, bounds)  # the DeviceQueue objects hold the old keys (rebuilt when needed)
         if lossy:
             self._lossy = True
         if self._order_cache is not None and rr:

@@ -88,7 +88,7 @@ class SweepMixin:
         R, E, lk, where = state.ready_time, state.end_time, state.queue_key, state.queue_device
         st, nr, pend = state.sweep_status, state.new_ready, state.pending_preds
         dev, succ, pred = self._device_of, self._succ, self._pred
-        Q = self._device_queues
+        Q = self._queue_set.objects
         push = heapq.heappush
 
         def mark_queue(z):
@@ -207,7 +207,7 @@ class SweepMixin:
         R, S, E, lk, where = state.ready_time, state.start_time, state.end_time, state.queue_key, state.queue_device
         st, nr, pend, oS, oE = state.sweep_status, state.new_ready, state.pending_preds, state.old_start, state.old_end
         dur, dev = self._duration, self._device_of
-        Q = self._device_queues
+        Q = self._queue_set.objects
         pop = heapq.heappop
         mark_queue, block_successors, release, propagate = self._sweep_steps(heap, dirtied.append, guard)
         processed = changed = moved = vacated = work = 0
