@@ -243,7 +243,7 @@ def _set_durs(ts, news):
     ts, news = [int(t) for t in ts], [float(x) for x in news]
 
     def apply(ds):
-        old = [ds._dur[t] for t in ts]
+        old = [ds._duration[t] for t in ts]
         st = ds.set_durations(ts, news)
         return st, lambda d: d.set_durations(ts, old)
     return apply
@@ -253,7 +253,7 @@ def _set_devs(ts, new):
     ts = [int(t) for t in ts]
 
     def apply(ds):
-        old = [ds._dev[t] for t in ts]
+        old = [ds._device_of[t] for t in ts]
         st = ds.set_devices(ts, [int(new)] * len(ts))
         return st, lambda d: d.set_devices(ts, old)
     return apply
@@ -261,7 +261,7 @@ def _set_devs(ts, new):
 
 def _set_dur(t, new):
     def apply(ds):
-        old = ds._dur[t]
+        old = ds._duration[t]
         st = ds.set_durations([t], [new])
         return st, lambda d: d.set_durations([t], [old])
     return apply
@@ -269,7 +269,7 @@ def _set_dur(t, new):
 
 def _set_dev(t, new):
     def apply(ds):
-        old = ds._dev[t]
+        old = ds._device_of[t]
         st = ds.set_devices([t], [new])
         return st, lambda d: d.set_devices([t], [old])
     return apply
@@ -277,7 +277,7 @@ def _set_dev(t, new):
 
 def _split(t, g):
     def apply(ds):
-        preds, succs, dur, dev = ds.predecessors(t), ds.successors(t), ds._dur[t], ds._dev[t]
+        preds, succs, dur, dev = ds.predecessors(t), ds.successors(t), ds._duration[t], ds._device_of[t]
         edges = [(u, ~0) for u in preds] + [(~0, ~1)] + [(~1, v) for v in succs]
         st = ds.replace_tasks([t], [0.55 * dur, 0.55 * dur], [dev, dev], edges)
         new = st.new_ids
@@ -380,7 +380,7 @@ def run_changes(g: TaskGraph, base, changes, reps: int = 5, check: bool = True, 
     nb_engine = _has_numba()  # also time the compiled engine's full run
     if nb_engine:
         simulate_arrays(g.duration, g.device, g.succ_ptr, g.succ_idx, g.num_devices, kernel="numba")
-    if ds._nb is not None:  # compile (or load from numba's cache) outside the timings
+    if ds._kernels is not None:  # compile (or load from numba's cache) outside the timings
         t = int(base.order[-1])
         ds.set_durations([t], [float(g.duration[t]) * 2.0])
         ds.set_durations([t], [float(g.duration[t])])

@@ -521,7 +521,7 @@ def test_resumed_fallbacks_with_structural_changes_equal_full_runs(monkeypatch):
             t = int(rng.choice(live))
             kind = rng.random()
             if kind < 0.4:  # split t into two tasks in a chain (FlexFlow's operator replacement)
-                preds, succs, d = ds.predecessors(t), ds.successors(t), ds._dev[t]
+                preds, succs, d = ds.predecessors(t), ds.successors(t), ds._device_of[t]
                 e = [(u, ~0) for u in preds] + [(~0, ~1)] + [(~1, v) for v in succs]
                 stats = ds.replace_tasks([t], [1.5, 2.5], [d, int(rng.integers(0, nd))], e)
             elif kind < 0.6 and len(live) > 2:  # remove t
@@ -574,7 +574,7 @@ def test_race_hand_overs_equal_full_runs(monkeypatch):
             t = int(rng.choice(ds.live_ids()))
             kind = rng.random()
             if kind < 0.3:
-                preds, succs, d = ds.predecessors(t), ds.successors(t), ds._dev[t]
+                preds, succs, d = ds.predecessors(t), ds.successors(t), ds._device_of[t]
                 e = [(u, ~0) for u in preds] + [(~0, ~1)] + [(~1, v) for v in succs]
                 stats = ds.replace_tasks([t], [0.7, 0.9], [d, int(rng.integers(0, nd))], e)
             elif kind < 0.7:
@@ -641,7 +641,7 @@ def test_zero_duration_resumes_happen_and_stay_exact(monkeypatch):
                 stats = ds.set_durations([t], [float(rng.choice([0.0, 1.0, 2.0, 3.0]))])
             else:
                 stats = ds.set_devices([t], [int(rng.integers(0, nd))])
-            resumed += stats.resumed > 0 and ds._n_zero > 0
+            resumed += stats.resumed > 0 and ds._zero_durations > 0
             assert_matches_full(ds)
     assert resumed >= 100, resumed
 
@@ -692,7 +692,7 @@ def test_zero_duration_chain_takes_the_sweep_hand_checked():
     # ready then with a higher id, key (1.0, 2) > (1.0, 1): the edge goes forward, canonical
     arrays = graph_arrays_from(3, 1, [(0, 1), (1, 2)], [1.0, 0.0, 1.0], [0, 0, 0])
     ds = DeltaSimulator.from_arrays(*arrays, budget=None)
-    assert ds.canonical and ds._n_zero == 1
+    assert ds.canonical and ds._zero_durations == 1
     stats = ds.set_durations([0], [2.0])
     assert not stats.fallback and stats.retimed == 3  # the guarded sweep, no full run
     assert ds.end.tolist() == [2.0, 2.0, 3.0] and ds.ready.tolist() == [0.0, 2.0, 2.0]
@@ -704,7 +704,7 @@ def test_full_runs_use_the_engine_of_the_sweep(sweep_kernel):
     compiled engine when the compiled sweep is in use (numba installed)."""
     arrays = graph_arrays_from(2, 1, [(0, 1)], [1.0, 2.0], [0, 0])
     ds = DeltaSimulator.from_arrays(*arrays)
-    assert ds._engine == ("python" if ds._nb is None else "numba")
+    assert ds._engine == ("python" if ds._kernels is None else "numba")
     if sweep_kernel == "python":
         assert ds._engine == "python"
 
@@ -726,7 +726,7 @@ def test_pace_rule_of_either_sweep_gives_up_and_stays_exact(monkeypatch):
     monkeypatch.setattr(delta_mod, "PACE_MIN_ALT", 0.0)
     monkeypatch.setattr(delta_mod, "RESUME_MAX_SHARE", 1.0)
     chain, ds = _chain_sim()
-    ds._t_full, ds._res_fix, ds._res_per = 1e-9, 1e-12, 1e-15  # every alternative "free"
+    ds._cost.full_run_s, ds._cost.resume_fixed_s, ds._cost.resume_per_task_s = 1e-9, 1e-12, 1e-15  # every alternative "free"
     stats = ds.set_durations([chain[0]], [2.0])
     assert stats.fallback and "at that pace" in stats.reason and stats.resumed > 0
     assert_matches_full(ds)
@@ -742,7 +742,7 @@ def test_pace_rule_below_its_threshold_lets_the_sweep_finish(monkeypatch):
     monkeypatch.setattr(delta_mod, "PACE_ABORT", 1e300)
     monkeypatch.setattr(delta_mod, "PACE_ABORT_PYTHON", 1e300)
     chain, ds = _chain_sim()
-    ds._t_full, ds._res_fix, ds._res_per = 1e3, 1e-12, 1e-15  # the resume "free", a full run dear
+    ds._cost.full_run_s, ds._cost.resume_fixed_s, ds._cost.resume_per_task_s = 1e3, 1e-12, 1e-15  # the resume "free", a full run dear
     stats = ds.set_durations([chain[0]], [2.0])
     assert not stats.fallback and stats.retimed == 400 and stats.changed == 400
     assert_matches_full(ds)

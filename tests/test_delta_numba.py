@@ -32,7 +32,7 @@ def test_kernel_argument():
         DeltaSimulator.from_arrays(*arrays, kernel="gpu")
     ds = DeltaSimulator.from_arrays(*arrays, kernel="numba", budget=None)
     stats = ds.set_durations([0], [3.0])
-    assert ds._ll is not None and not stats.fallback  # the compiled sweep ran
+    assert ds._queue_set.links is not None and not stats.fallback  # the compiled sweep ran
     assert ds.end.tolist() == [3.0, 5.0]  # hand-computed: 1 starts when 0 ends
     assert ds.device_order(0) == [0, 1]
 
@@ -59,12 +59,12 @@ def test_compiled_sweep_equals_python_sweep_on_random_graphs(seed, monkeypatch):
                 ts = rng.choice(live, size=min(k, len(live)), replace=False).tolist()
                 vals = (rng.integers(1, 9, len(ts)) * 0.5).tolist()
                 sa, sb = a.set_durations(ts, vals), b.set_durations(ts, vals)
-                compiled += a._ll is not None
+                compiled += a._queue_set.links is not None
             elif kind < 0.75:
                 d = int(rng.integers(0, nd))
                 sa, sb = a.set_devices([t], [d]), b.set_devices([t], [d])
             elif kind < 0.9:  # split t (new ids, tombstones): back to the Python queues
-                preds, succs, d = a.predecessors(t), a.successors(t), a._dev[t]
+                preds, succs, d = a.predecessors(t), a.successors(t), a._device_of[t]
                 e = [(u, ~0) for u in preds] + [(~0, ~1)] + [(~1, v) for v in succs]
                 sa = a.replace_tasks([t], [1.5, 2.5], [d, d], e)
                 sb = b.replace_tasks([t], [1.5, 2.5], [d, d], e)
@@ -131,7 +131,7 @@ def test_pace_rule_gives_up_early_and_stays_exact(monkeypatch):
     order = ds.pop_order
     gave_up = 0
     for t in (int(order[0]), int(order[len(order) // 3]), int(order[len(order) // 2])):
-        ds._t_full, ds._res_fix, ds._res_per = 1e-9, 1e-12, 1e-15  # every alternative "free"
+        ds._cost.full_run_s, ds._cost.resume_fixed_s, ds._cost.resume_per_task_s = 1e-9, 1e-12, 1e-15  # every alternative "free"
         stats = ds.set_durations([t], [float(g.duration[t]) * 3.0])
         gave_up += "at that pace" in stats.reason
         assert stats.fallback
@@ -178,7 +178,7 @@ def test_compiled_sweep_with_zero_durations_equals_python_sweep(arrays, data):
                 d = data.draw(st.integers(0, nd - 1))
                 sa, sb = a.set_devices([t], [d]), b.set_devices([t], [d])
             assert_same(a, b, sa, sb)
-            event("compiled sweep" if a._ll is not None and not sa.fallback else "other")
+            event("compiled sweep" if a._queue_set.links is not None and not sa.fallback else "other")
         assert_matches_full(a)
     finally:
         delta_mod.RESUME_MAX_SHARE = old
@@ -190,7 +190,7 @@ def test_compiled_sweep_runs_with_zero_durations():
     arrays = graph_arrays_from(3, 1, [(0, 1), (1, 2)], [1.0, 0.0, 1.0], [0, 0, 0])
     ds = DeltaSimulator.from_arrays(*arrays, budget=None, kernel="numba")
     stats = ds.set_durations([0], [2.0])
-    assert ds._ll is not None and not stats.fallback and stats.moved == 2
+    assert ds._queue_set.links is not None and not stats.fallback and stats.moved == 2
     assert ds.end.tolist() == [2.0, 2.0, 3.0]
     assert_matches_full(ds)
 
@@ -267,7 +267,7 @@ def test_resume_takes_the_pace_rules_count(monkeypatch):
     monkeypatch.setattr(DeltaSimulator, "_resume", resume_spy)
     order = ds.pop_order
     for t in (int(order[0]), int(order[len(order) // 2])):
-        ds._t_full, ds._res_fix, ds._res_per = 1e-9, 1e-12, 1e-15  # every alternative "free"
+        ds._cost.full_run_s, ds._cost.resume_fixed_s, ds._cost.resume_per_task_s = 1e-9, 1e-12, 1e-15  # every alternative "free"
         stats = ds.set_durations([t], [float(g.duration[t]) * 3.0])
         assert "at that pace" in stats.reason
         assert_matches_full(ds)

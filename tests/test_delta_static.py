@@ -231,9 +231,9 @@ def test_python_resweep_waits_for_its_lists_on_an_early_change():
     g = pipeline_1f1b(3, 6, 3, 0)
     ds = DeltaSimulator(g, kernel="python")
     t = int(ds.pop_order[0])
-    assert not ds.set_durations([t], [float(g.duration[t]) * 1.5]).static and ds._pl is None
+    assert not ds.set_durations([t], [float(g.duration[t]) * 1.5]).static and ds._py_device_lists is None
     late = int(ds.pop_order[-2])
-    assert ds.set_durations([late], [float(g.duration[late]) * 1.5]).static and ds._pl is not None
+    assert ds.set_durations([late], [float(g.duration[late]) * 1.5]).static and ds._py_device_lists is not None
     assert ds.set_durations([t], [float(g.duration[t])]).static
     assert_matches_full(ds)
 

@@ -152,8 +152,9 @@ they are more than ``params.RESUME_MAX_SHARE`` of the graph. The resume costs ab
 remaining task plus a fixed part (it patches the state in place), against several pops per task for the
 sweep, so with durations > 0 the sweep also races the resume (ski rental, a measured cost model): at its
 deadline checks it counts the tasks after its point (one vectorized pass), estimates the resumed
-engine's time on them (``_res_fix + _res_per * tasks``, seeded from the full run and refined from every
-resume, :meth:`~simulator.engine.delta.resume.ResumeMixin._learn_resume`; the compiled resume is
+engine's time on them (:meth:`~simulator.engine.delta.cost.CostModel.resume_s`, a fixed part plus a part
+per task, seeded from the full run and refined from every resume,
+:meth:`~simulator.engine.delta.cost.CostModel.learn_resume`; the compiled resume is
 learned whole, its set-up included, the Python one from its engine call on), and hands over once it has
 itself cost ``params.RESUME_RACE`` of that estimate. A change late in the timeline then costs at most
 about (1 + RESUME_RACE) x the engine on what follows it, while a change that re-times few tasks finishes
@@ -170,8 +171,8 @@ arrays. It pauses every 256-1,024 units of work so that the deadline checks and 
 unchanged. Resumes patch the linked lists (:func:`simulator.engine.delta.kernels_numba.last_upto`,
 :func:`~simulator.engine.delta.kernels_numba.cut_and_append`); a change that takes the Python path
 (task replacements) first rebuilds the ``DeviceQueue`` objects from them
-(:meth:`~simulator.engine.delta.compiled.CompiledSweepMixin._queues`), and the next compiled sweep
-rebuilds the lists (:meth:`~simulator.engine.delta.compiled.CompiledSweepMixin._links`). With the
+(:meth:`~simulator.engine.delta.device_queues.DeviceQueueSet.as_objects`), and the next compiled sweep
+rebuilds the lists (:meth:`~simulator.engine.delta.device_queues.DeviceQueueSet.as_links`). With the
 default budget a task replacement skips that path when more than ``params.RESUME_MAX_SHARE`` of the
 tasks come after the earliest key it touches, or the resume's cost model expects more than a full run
 on them (an up-front count, ``DeltaSimulator._replacement_runs_in_full``): the full run is then the
@@ -249,34 +250,45 @@ keeping their relative order, so ties break the same way and ``result()`` equals
 Layout
 ------
 This ``__init__`` holds this doc only: import the modules by name. :class:`DeltaSimulator` is
-assembled from mixins, one per seam named above; imports run one way (``simulator`` imports the mixin
-modules, they import ``queues``, ``stats``, ``state`` and ``params``, never ``simulator``). The
-per-task arrays every mixin reads are one :class:`~simulator.engine.delta.state.DeltaState`
-(``self._state``), named for what they hold:
+assembled from mixins, one per seam named above, and holds collaborators for the jobs that own their
+data; imports run one way (``simulator`` imports the mixin modules, they import ``queues``, ``stats``,
+``state``, ``cost``, ``device_queues`` and ``params``, never ``simulator``). The per-task arrays every mixin reads are
+one :class:`~simulator.engine.delta.state.DeltaState` (``self._state``), named for what they hold;
+the other attributes the modules share are listed by job in ``DeltaSimulator``'s docstring.
 
 * ``simulator``: :class:`~simulator.engine.delta.simulator.DeltaSimulator` -- the public API
   (construction, accessors, ``set_durations`` / ``set_devices`` / ``add_devices`` /
-  ``replace_tasks``), their argument checks, and ``_delta``: marks the dirty tasks, sets the budget and
-  the race with the resume (``replan``), picks a sweep and routes its outcome.
+  ``replace_tasks``, the last in three steps: ``_remove_tasks``, ``_add_tasks``, ``_change_edges``),
+  their argument checks, and ``_delta``: marks the dirty tasks (``_mark_dirty``), sets up the race
+  with the resume, picks a sweep and routes its outcome (``_sweep_outcome``).
+* ``race``: :class:`~simulator.engine.delta.race.SweepRace` -- one change's deadline checks: the
+  budget, the race with the resume and the pace rule, "Fallback" above (``replan``, which the sweeps
+  call when they pass a deadline).
+* ``cost``: :class:`~simulator.engine.delta.cost.CostModel` -- the measured cost of a full run and of
+  the resumed engine, and the choice between them.
 * ``params``: the tunable constants (``RESUME_MAX_SHARE``, ``RESUME_RACE``, ``FALLBACK_WASTE``, the pace
   rule's ``PACE_*``, ``DEFAULT_KERNEL``, ``AUTO_BUDGET_PYTHON`` / ``AUTO_BUDGET_COMPILED``, ``_LOAD``), read at call time as ``params.NAME``.
 * ``state``: :class:`~simulator.engine.delta.state.DeltaState` -- the per-task times, queue keys and
-  queue devices, and the sweep's scratch; their allocation and growth (through ``extend_array``).
+  queue devices, and the sweep's scratch; their allocation and growth (through ``extend_array``), and
+  their numpy views in the compiled sweep's argument order (``views``).
 * ``stats``: :class:`~simulator.engine.delta.stats.DeltaStats` (what a change cost), ``SweepAbort`` (a
   sweep gives up) and small shared helpers.
 * ``queues``: the Python sweep's device queues (``DeviceQueue``), their lazy sources (``DeviceGroups``, a full
   run's grouping; ``QueueDump``, the compiled sweep's lists) and ``gather_rows`` (CSR rows, vectorized).
-* ``sweep``: ``SweepMixin`` -- the Python event loop (``_sweep``, "Delta algorithm" above), the
+* ``sweep``: ``SweepMixin`` -- the Python event loop (``_sweep``, "Delta algorithm" above; the steps that
+  reach other tasks than the one at the sweep point are the closures of ``_sweep_steps``), the
   backward-edge check of the guarded sweep and the makespan recomputation.
 * ``compiled``: ``CompiledSweepMixin`` -- the kernel choice (``delta_kernel``), the compiled sweep's
-  driver (``_sweep_nb``: pauses, deadline checks, outcome) and its linked-list queues (``_links``,
-  ``_queues``: to and from ``DeviceQueue``), "Compiled sweep" above.
+  driver (``_sweep_nb``: pauses, deadline checks, outcome), "Compiled sweep" above.
+* ``device_queues``: :class:`~simulator.engine.delta.device_queues.DeviceQueueSet` -- the device queues
+  in both forms (``DeviceQueue`` objects for the Python sweep, linked lists for the compiled one), which
+  of them is current, and the conversions (``as_objects``, ``as_links``).
 * ``kernels_numba``: the compiled loop and its linked-list helpers (numba, extra ``fast``).
 * ``static``: ``StaticResweepMixin`` -- the static re-sweep's driver (when to try, the heap and the
-  dense walk, the log put back on a refusal), "Static re-sweep" above; ``kernels_static``: its
-  compiled loops (numba).
+  dense walk, the log put back on a refusal; the Python loop is ``_resweep_py_loop``), "Static
+  re-sweep" above; ``kernels_static``: its compiled loops (numba).
 * ``resume``: ``ResumeMixin`` -- full runs and the state rebuilt from them (``_full``, ``_adopt``),
-  the fallback, the engine resumed from the sweep point and its cost model (``_resume``,
-  ``_learn_resume``), and the CSR arrays handed to the engine (``_csr_arrays``, ``_pred_csr``),
-  "Fallback" above.
+  the fallback, the engine resumed from the sweep point (``_resume``: the final / rest split
+  ``_final_upto``, the resumed graph ``_resume_graph``, the state patched ``_resume_patch``), and the
+  CSR arrays handed to the engine (``_csr_arrays``, ``_pred_csr``), "Fallback" above.
 """

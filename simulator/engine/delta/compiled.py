@@ -10,7 +10,6 @@ import time
 
 import numpy as np
 
-from simulator.engine.delta.queues import DeviceQueue, QueueDump
 from simulator.engine.delta.stats import NAN, SweepAbort
 
 
@@ -34,70 +33,22 @@ def delta_kernel(kernel: str):
 
 
 class CompiledSweepMixin:
-    """The compiled sweep of :class:`~simulator.engine.delta.simulator.DeltaSimulator` and its device
-    queues (``self._nb``: :mod:`simulator.engine.delta.kernels_numba`, or None)."""
-
-    def _queues(self, keep_links: bool = False) -> list:
-        """The device queues as ``DeviceQueue`` objects, brought up to date from the compiled sweep's
-        linked lists when those are newer; unless ``keep_links`` (read only), the caller changes
-        them, so the linked lists are dropped (rebuilt by the next compiled sweep)."""
-        if self._q_rekey:  # a Python static re-sweep changed keys, not orders
-            self._requeue()
-        if self._q_stale:
-            qh, qt, qn, qp = self._ll
-            where = np.frombuffer(self._state.queue_device, dtype=np.int64)
-            count = int(np.count_nonzero(where != -1))
-            del where
-            ids, bounds = self._nb.dump_links(qh, qn, self._n_devices, count)
-            rs = np.frombuffer(self._state.queue_key, dtype=np.float64)[ids]
-            dump = QueueDump(ids, rs, bounds)
-            self._device_queues = [DeviceQueue((dump, d)) for d in range(self._n_devices)]
-            self._q_stale = False
-        if not keep_links:
-            self._ll = None
-            self._q_fresh = False
-        return self._device_queues
-
-    def _links(self):
-        """The compiled sweep's device queues: linked lists in key order (``qh``/``qt`` head and
-        tail per device, ``qn``/``qp`` next and previous per task), built from the last full run's
-        device groups when no queue changed since, else by sorting the entries by (device, key)."""
-        if self._ll is None:
-            n, nd = len(self._dur), self._n_devices
-            if self._q_fresh:  # a canonical full run's pop order is key order: one pass
-                where = np.frombuffer(self._state.queue_device, dtype=np.int64)  # the queue entries' devices
-                self._ll = self._nb.links_from_order(self._groups.order, where, n, nd)
-                del where
-            else:
-                where = np.frombuffer(self._state.queue_device, dtype=np.int64)
-                lk = np.frombuffer(self._state.queue_key, dtype=np.float64)
-                e = np.flatnonzero(where != -1)
-                ids = e[np.lexsort((e, lk[e], where[e]))]
-                bounds = np.zeros(nd + 1, dtype=np.int64)
-                np.cumsum(np.bincount(where[e], minlength=nd), out=bounds[1:])
-                del where, lk
-                self._ll = self._nb.build_links(np.ascontiguousarray(ids, dtype=np.int64),
-                                                np.ascontiguousarray(bounds, dtype=np.int64), n, nd)
-            self._cur = np.full(nd, -1, dtype=np.int64)
-        return self._ll
+    """The compiled sweep of :class:`~simulator.engine.delta.simulator.DeltaSimulator`
+    (``self._kernels``: :mod:`simulator.engine.delta.kernels_numba`, or None) on the linked-list
+    device queues of ``self._queue_set`` (:class:`~simulator.engine.delta.device_queues.DeviceQueueSet`)."""
 
     def _sweep_nb(self, heap, dirtied, limit, deadline, guard, replan):
         """:meth:`_sweep` compiled (:func:`simulator.engine.delta.kernels_numba.sweep`; duration and
         device changes; with the zero-duration guards when ``guard``); same returns and aborts, except
         that the processed tasks whose ready time changed come as a numpy array. The kernel pauses
         every ``step`` units of work so the deadline is checked here (the Python loop checks every 32)."""
-        nb = self._nb
-        qh, qt, qn, qp = self._links()
-        cur = self._cur
+        nb = self._kernels
+        qh, qt, qn, qp = self._queue_set.as_links(len(self._duration), self._n_devices)
+        cur = self._queue_set.last_placed
         cur.fill(-1)  # per change: the last entry the sweep placed on each device
-        f64 = lambda a: np.frombuffer(a, dtype=np.float64)
-        i64 = lambda a: np.frombuffer(a, dtype=np.int64)
-        state = self._state
-        R, S, E, lk, nr, oS, oE = (f64(a) for a in (state.ready_time, state.start_time, state.end_time, state.queue_key,
-                                                    state.new_ready, state.old_start, state.old_end))
-        where, st, pend = i64(state.queue_device), i64(state.sweep_status), i64(state.pending_preds)
-        del state
-        n = len(self._dur)
+        views = self._state.views()  # the state's arrays, in the kernel's order
+        st = views[5]  # sweep_status (read after the loop)
+        n = len(self._duration)
         hs = len(heap)
         ptr, idx = self._csr_arrays()
         pptr, pidx = self._pred_csr()
@@ -117,15 +68,15 @@ class CompiledSweepMixin:
         timed = deadline != math.inf
         lim = -1 if limit is None else int(limit)
         step = 256  # a pause costs a call (~10 us): fewer checks than the Python loop's every 32
+        # every argument that stays the same between pauses, in the kernel's order
+        fixed = (*views, self._duration_np, self._device_np, ptr, idx, pptr, pidx, qh, qt, qn, qp, cur, hr, hx)
         clock = time.perf_counter
         t_k = clock()  # the race counts from here: the set-up above is paid whoever wins
-        deadline += t_k - self._t_change
+        deadline += t_k - self._change_began
         try:
             while True:
                 stop = int(cnt[nb.C_WORK]) + step if timed else 1 << 62
-                status, hs = nb.sweep(R, S, E, self._dur_np, self._dev_np, lk, where, st, nr,
-                                              pend, oS, oE, ptr, idx, pptr, pidx, qh, qt, qn, qp, cur,
-                                              hr, hx, hs, dirt, cnt, flt, stop, lim, guard, rr)
+                status, hs = nb.sweep(*fixed, hs, dirt, cnt, flt, stop, lim, guard, rr)
                 if status == nb.DONE:
                     break
                 at = (float(flt[nb.F_AT_R]), int(flt[nb.F_AT_X]))
@@ -139,7 +90,7 @@ class CompiledSweepMixin:
                     raise SweepAbort(f"work limit of {limit} tasks reached", at, processed)
                 if status == nb.LOSSY:
                     x = int(flt[nb.F_BAD])
-                    raise SweepAbort(f"positive duration lost to rounding: task {x} ({self._dur[x]!r} s) "
+                    raise SweepAbort(f"positive duration lost to rounding: task {x} ({self._duration[x]!r} s) "
                                  f"ends when it starts")
                 if status == nb.OVERFLOW:  # cannot happen (heap_capacity is a bound); be safe
                     raise SweepAbort("the compiled sweep's event heap is full")
@@ -147,17 +98,17 @@ class CompiledSweepMixin:
             # done: every marked task processed (else a cycle: the caller falls back with the list)
             # -> clear the scratch here, vectorized, instead of the caller's loop over ``dirtied``
             marked = dirt[:int(cnt[nb.C_DIRT])]
-            self._nb_clean = not np.any(st[marked] != 2)
-            if self._nb_clean and not guard:  # (guarded: after the backward-edge check, _delta)
+            self._compiled_cleared = not np.any(st[marked] != 2)
+            if self._compiled_cleared and not guard:  # (guarded: after the backward-edge check, _delta)
                 st[marked] = 0
         except BaseException:
-            self._nb_clean = False
+            self._compiled_cleared = False
             raise
         finally:
-            self._q_stale = True
-            self._nb_marked = dirt[:int(cnt[nb.C_DIRT])]  # every marked task (the caller's list first)
-            self._swept_moved = rr[:int(cnt[nb.C_RR])]  # (kept for the resume if the sweep gives up)
-            del R, S, E, lk, nr, oS, oE, where, st, pend
+            self._queue_set.links_changed()
+            self._compiled_marked = dirt[:int(cnt[nb.C_DIRT])]  # every marked task (the caller's list first)
+            self._swept_rekeyed = rr[:int(cnt[nb.C_RR])]  # (kept for the resume if the sweep gives up)
+            del views, fixed, st
             if flt[nb.F_LOSSY]:  # a positive duration lost to rounding: guard later changes too
                 self._lossy = True
         mk0 = self._makespan

@@ -220,10 +220,24 @@ def cut_and_append(qh, qt, qn, qp, d, last, ids):
 
 
 @numba.njit(cache=True)
-def sweep(R, S, E, dur, dev, lk, where, st, nr, pend, oS, oE, sptr, sidx, pptr, pidx,
+def sweep(R, S, E, lk, where, st, nr, pend, oS, oE, dur, dev, sptr, sidx, pptr, pidx,
           qh, qt, qn, qp, cur, hr, hx, hs, dirt, cnt, flt, stop_work, limit, guard, rr):
     """``DeltaSimulator._sweep``. Returns (status, hs); the heap arrays hold :func:`heap_capacity`
     entries.
+
+    Arguments, in groups: the state's ten arrays in :class:`~simulator.engine.delta.state.DeltaState`'s
+    field order (``R`` ready_time, ``S`` start_time, ``E`` end_time, ``lk`` queue_key, ``where``
+    queue_device, ``st`` sweep_status, ``nr`` new_ready, ``pend`` pending_preds, ``oS`` / ``oE``
+    old_start / old_end: :meth:`DeltaState.views` gives them in this order); the graph (durations,
+    devices, successor and predecessor CSR); the linked-list queues (``qh``/``qt`` head and tail per
+    device, ``qn``/``qp`` next and previous per task) and ``cur``; the event heap (``hr``, ``hx``,
+    size ``hs``); then the per-call counters and limits. The driver
+    (``CompiledSweepMixin._sweep_nb``) builds the fixed groups once per change and passes them as
+    one tuple.
+
+    One long function on purpose: numba compiles it as one loop, and the Python loop's helpers
+    (``mark_queue``, ``block_successors``, ``relocate``) are written out where they occur (see the
+    last paragraph), so it keeps the ~120-line limit's exemption for compiled kernels.
 
     guard: the timeline has zero (or rounding-lossy) durations: the Python loop's guards run (an
     event behind the sweep point, a task behind it relocated, an input change of a processed task:
@@ -410,11 +424,11 @@ def sweep(R, S, E, dur, dev, lk, where, st, nr, pend, oS, oE, sptr, sidx, pptr, 
                     if not ok:
                         z1 = _unlink(qh, qt, qn, qp, dy, y)
                         start = p0 if p0 != -1 else n0
-                        pv2, z2 = _insert(qh, qt, qn, qp, lk, dy, new, y, start)
+                        _, z2 = _insert(qh, qt, qn, qp, lk, dy, new, y, start)
                 else:
                     if wy != -1:
                         z1 = _unlink(qh, qt, qn, qp, wy, y)
-                    pv2, z2 = _insert(qh, qt, qn, qp, lk, dy, new, y, cur[dy])
+                    _, z2 = _insert(qh, qt, qn, qp, lk, dy, new, y, cur[dy])
                     where[y] = dy
                 for z in (z1, z2):
                     if z >= 0:

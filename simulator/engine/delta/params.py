@@ -12,7 +12,7 @@ setting one on this module (a test, a benchmark) changes the simulators that run
 RESUME_MAX_SHARE = 0.75
 #: Ski rental between the sweep and the resumed engine: the sweep gives up once it has cost this share
 #: of the engine's expected time on the tasks after the current sweep point (the cost model
-#: ``_res_fix + _res_per * tasks``, measured on this machine as changes run), so a change costs at most
+#: ``CostModel.resume_s``: a fixed part + a part per task, measured as changes run), so a change costs at most
 #: about (1 + RESUME_RACE) x the resumed engine, and a small change is never handed to it.
 RESUME_RACE = 0.3
 #: Ski rental against a full run: the sweep gives up once what it has cost plus the expected cost of

@@ -10,7 +10,7 @@ import numpy as np
 
 from simulator.engine.core import simulate_arrays
 from simulator.engine.delta import params
-from simulator.engine.delta.queues import DeviceGroups, DeviceQueue, gather_rows
+from simulator.engine.delta.queues import gather_rows
 from simulator.engine.delta.stats import NAN, DeltaStats
 from strategies.errors import SimulationError
 
@@ -21,12 +21,12 @@ class ResumeMixin:
     def _csr_arrays(self):
         """Successor CSR of the whole id space for the engine, patched from the last one: unchanged
         tasks' segments are block-copied, changed ones rewritten from the successor lists."""
-        dirty = self._csr_dirty
+        dirty = self._succ_rows_changed
         if not dirty:
-            return self._csr
+            return self._succ_csr
         succ = self._succ
         n = len(succ)
-        ptr0, idx0 = self._csr
+        ptr0, idx0 = self._succ_csr
         n0 = ptr0.shape[0] - 1
         dl = sorted(dirty)
         counts = np.zeros(n, dtype=np.int64)
@@ -43,9 +43,9 @@ class ResumeMixin:
             prev = t + 1
         if prev < n0:
             idx[ptr[prev]:] = idx0[ptr0[prev]:]
-        self._csr = (ptr, idx)
+        self._succ_csr = (ptr, idx)
         dirty.clear()
-        return self._csr
+        return self._succ_csr
 
     def _clear_scratch(self, dirtied, undo: bool) -> np.ndarray:
         """Leave the sweep scratch (st, pend) all zero for the tasks in ``dirtied`` (a list, or the
@@ -76,17 +76,17 @@ class ResumeMixin:
         """Predecessor CSR (ptr, idx) of the whole id space, rebuilt from the successor CSR when the
         edges changed (numpy; used by the resumed fallback to find the edges into the resumed part)."""
         ptr, idx = self._csr_arrays()
-        if self._pcsr is None or self._pcsr[0] is not ptr:
-            if self._nb is not None:  # the same arrays in one counting sort (kernels_numba.transpose_csr)
-                self._pcsr = (ptr, *self._nb.transpose_csr(ptr, idx))
+        if self._pred_csr_cache is None or self._pred_csr_cache[0] is not ptr:
+            if self._kernels is not None:  # the same arrays in one counting sort (kernels_numba.transpose_csr)
+                self._pred_csr_cache = (ptr, *self._kernels.transpose_csr(ptr, idx))
             else:
                 n = ptr.shape[0] - 1
                 order = np.argsort(idx, kind="stable")
                 src = np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr))[order]
                 pp = np.zeros(n + 1, dtype=np.int64)
                 np.cumsum(np.bincount(idx, minlength=n), out=pp[1:])
-                self._pcsr = (ptr, pp, src)
-        return self._pcsr[1], self._pcsr[2]
+                self._pred_csr_cache = (ptr, pp, src)
+        return self._pred_csr_cache[1], self._pred_csr_cache[2]
 
     def _resume(self, t0, reason, at, processed, dirtied, new_ids, removed, guard=False) -> DeltaStats:
         """The sweep stopped at point ``at`` (budget or work limit, durations > 0): hand the rest to
@@ -103,11 +103,12 @@ class ResumeMixin:
         predecessors, on a private device, ending at that task's ready time so far. Sources pop
         first (key (0, lowest ids)), so the real tasks see exactly the engine's state.
 
-        Cost: a few vectorized passes over the id space (the final / rest split), then work in the
-        resumed tasks only: their edges are gathered from the CSR arrays, and the delta state is
-        patched in place (times written back; each device queue cut at the sweep point and the
-        resumed tasks appended in key order, all of them after it), not rebuilt. So the fallback
-        costs the sweep so far plus about one engine pop per task after the sweep point.
+        Cost: a few vectorized passes over the id space (the final / rest split,
+        :meth:`_final_upto`), then work in the resumed tasks only: their edges are gathered from the
+        CSR arrays (:meth:`_resume_graph`), and the delta state is patched in place (times written
+        back; each device queue cut at the sweep point and the resumed tasks appended in key order,
+        all of them after it: :meth:`_resume_patch`), not rebuilt. So the fallback costs the sweep so
+        far plus about one engine pop per task after the sweep point.
 
         ``guard`` (zero or rounding-lossy durations): the guarded sweep's invariant is checked here
         instead of assumed (package doc, "Zero durations and the resume"): no dirty task left at or
@@ -115,84 +116,36 @@ class ResumeMixin:
         after the sweep point in key order, no edge at a processed task backwards in key order, and
         the resumed tasks popped in key order; if one check fails, the plain full run is used."""
         t_in = time.perf_counter()
-        n, nd = len(self._dur), self._n_devices
-        alive = self._alive_np
-        where = np.frombuffer(self._state.queue_device, dtype=np.int64)
-        lk = np.frombuffer(self._state.queue_key, dtype=np.float64)
         kr, kx = at
         share = params.RESUME_MAX_SHARE
         seen = self._rest_seen  # the pace rule's count when it gave up at this point (_delta)
         rest = seen[2] if seen is not None and seen[:2] == (kr, kx) else None
         self._rest_seen = None
-        if share < 1.0 and self._resume_costs_more(int(np.count_nonzero(lk > kr)) if rest is None else rest):
+        if share < 1.0 and self._resume_costs_more(int(np.count_nonzero(
+                np.frombuffer(self._state.queue_key, dtype=np.float64) > kr)) if rest is None else rest):
             # (at least that many tasks after the sweep point: decided before building any mask)
             return self._fallback(t0, reason, dirtied, new_ids, removed)
-        st, oS, oE = self._state.sweep_status, self._state.old_start, self._state.old_end
-        R = np.frombuffer(self._state.ready_time, dtype=np.float64)
-        S = np.frombuffer(self._state.start_time, dtype=np.float64)
-        E = np.frombuffer(self._state.end_time, dtype=np.float64)
-        ptr, idx = self._csr_arrays()
-        pptr, pidx = self._pred_csr()
+        f64 = lambda a: np.frombuffer(a, dtype=np.float64)
+        state = self._state
+        S, E = f64(state.start_time), f64(state.end_time)
         # tasks whose times may change: the ones the sweep processed, and the resumed ones
         dirtied = np.asarray(dirtied, dtype=np.int64).reshape(-1)
-        sw = dirtied[np.frombuffer(st, dtype=np.int64)[dirtied] == 2]
-
-        def final_of(ids):  # a queue entry up to the sweep point (ready, id) <= (kr, kx)
-            k = lk[ids]
-            return (where[ids] != -1) & ((k < kr) | ((k == kr) & (ids <= kx)))
-
-        # (checked on the few tasks it concerns, before any pass over the id space)
-        if guard and not self._guarded_prefix_ok(final_of, dirtied, sw, R, ptr, idx, pptr, pidx):
+        sw = dirtied[np.frombuffer(state.sweep_status, dtype=np.int64)[dirtied] == 2]
+        final = self._final_upto(kr, kx, dirtied, sw, guard)
+        if final is None:
             return self._fallback(t0, f"{reason}; a zero-duration tie at or before the sweep point",
                                   dirtied, new_ids, removed)
-        final = (where != -1) & (lk <= kr)
-        tie = np.flatnonzero((lk == kr) & (where != -1))  # entries at the sweep point's ready time:
-        final[tie[tie > kx]] = False                       # final up to the sweep point's id
-        rest = alive & ~final
+        rest = self._alive_np & ~final
         sub = np.flatnonzero(rest)
         if share < 1.0 and self._resume_costs_more(int(sub.size)):
             return self._fallback(t0, reason, dirtied, new_ids, removed)
-        old_sw = (np.frombuffer(oS, dtype=np.float64)[sw], np.frombuffer(oE, dtype=np.float64)[sw])
+        old_sw = (f64(state.old_start)[sw], f64(state.old_end)[sw])
         self._clear_scratch(dirtied, undo=False)
         old_S, old_E = S[sub].copy(), E[sub].copy()
-        dev = self._dev_np
-        # edges inside the resumed part (a resumed task's successors are all resumed: they come
-        # later in key order) and edges into it from final tasks
-        new_id = np.full(n, -1, dtype=np.int64)
-        s_src, s_dst = gather_rows(ptr, idx, sub)
-        p_dst, p_src = gather_rows(pptr, pidx, sub)
-        fin = final[p_src]
-        p_dst, p_src = p_dst[fin], p_src[fin]
-        inj = np.zeros(sub.size)
-        np.maximum.at(inj, p_dst, E[p_src])
-        pready = np.flatnonzero(inj > 0.0)  # rows of sub
-        # each device's free time at the sweep point: the end of its last final entry
-        w_sub = where[sub]
-        has = np.bincount(dev[sub], minlength=nd) > 0
-        has[w_sub[w_sub != -1]] = True
-        devs = np.flatnonzero(has)
-        free = np.zeros(nd)
-        links = self._ll  # the compiled sweep's queues are patched instead of the DeviceQueue objects
-        lasts = {}
-        for d in devs.tolist():
-            if links is not None:
-                last = lasts[d] = int(self._nb.last_upto(links[1], links[3], lk, d, kr, kx))
-            else:
-                last = self._device_queues[d].last_upto(kr, kx)
-            if last != -1:
-                free[d] = E[last]
-        pdev = np.flatnonzero(free > 0.0)
-        a, b = pdev.size, pready.size
-        k = a + b
-        new_id[sub] = k + np.arange(sub.size)
-        if s_dst.size and int(new_id[s_dst].min()) < 0:  # an edge into a final task: cannot happen
-            return self._fallback(t0, reason, (), new_ids, removed)  # with durations > 0 (package doc)
-        sdur = np.concatenate([free[pdev], inj[pready], self._dur_np[sub]])
-        sdev = np.concatenate([pdev, nd + np.arange(b), dev[sub]])
-        esrc = np.concatenate([a + np.arange(b), k + s_src])
-        edst = np.concatenate([k + pready, new_id[s_dst]])
-        from taskgraph.graph import csr_from_edges
-        sptr, sidx = csr_from_edges(k + sub.size, esrc, edst)
+        graph = self._resume_graph(kr, kx, final, sub)
+        if graph is None:  # an edge into a final task: cannot happen with durations > 0 (package doc)
+            return self._fallback(t0, reason, (), new_ids, removed)
+        sdur, sdev, sptr, sidx, n_dev, k, devs, lasts = graph
         # the cost model learns the compiled resume whole: its set-up (masks over the id space, gathers,
         # the sub-graph's CSR: 0.2-0.3 us per resumed task on the random DAG of benchmarks/delta.py) is
         # as large as its engine (~0.2 us), and learning the engine alone (0.17 us against 0.38-0.47
@@ -201,11 +154,11 @@ class ResumeMixin:
         # STATIC_PACE_PYTHON*: from the engine call on; its set-up is a small share of a Python engine)
         t_res = t_in if self._engine == "numba" else time.perf_counter()
         try:
-            res = simulate_arrays(sdur, sdev, sptr, sidx, nd + b, kernel=self._engine)
+            res = simulate_arrays(sdur, sdev, sptr, sidx, n_dev, kernel=self._engine)
         except SimulationError:  # a cycle after the sweep point: the full run reports it by task name
             return self._fallback(t0, reason, (), new_ids, removed)
         nR, nS, nE = res.ready[k:], res.start[k:], res.end[k:]
-        lossy = bool(np.any((nE == nS) & (self._dur_np[sub] > 0.0)))
+        lossy = bool(np.any((nE == nS) & (self._duration_np[sub] > 0.0)))
         if lossy and not guard:
             # a duration lost to rounding after the sweep point: the timeline may not be canonical
             return self._fallback(t0, f"{reason}; a positive duration was lost to rounding after the sweep point",
@@ -222,7 +175,108 @@ class ResumeMixin:
                                       (), new_ids, removed)
         if lossy:
             self._lossy = True
-        # patch the state: times, queue entries (cut at the sweep point, resumed tasks appended)
+        self._resume_patch(kr, kx, sub, nR, nS, nE, ko, devs, lasts)
+        self._makespan = self._recompute_makespan()
+        changed = int(np.count_nonzero((old_S != nS) | (old_E != nE)))
+        if sw.size:
+            keep = ~rest[sw]  # swept tasks that stayed final (the others are counted above)
+            changed += int(np.count_nonzero(((S[sw] != old_sw[0]) | (E[sw] != old_sw[1])) & keep))
+        self._cost.learn_resume(int(sub.size), time.perf_counter() - t_res)
+        return DeltaStats(retimed=processed + int(sub.size), fallback=True,
+                          reason=f"{reason}; the engine resumed from the sweep point ({sub.size} of "
+                                 f"{self._n_live} tasks)", wall_s=time.perf_counter() - t0,
+                          new_ids=new_ids, removed=removed, changed=changed, resumed=int(sub.size))
+
+    def _final_upto(self, kr, kx, dirtied, sw, guard):
+        """The final tasks of a resume at the sweep point ``(kr, kx)``: a boolean mask over the id
+        space of the queue entries with a key up to it; None when, with ``guard``, the guarded
+        sweep's prefix fails its checks (:meth:`_guarded_prefix_ok`: then the plain full run).
+        ``dirtied``: the tasks the sweep marked; ``sw``: those it processed."""
+        where = np.frombuffer(self._state.queue_device, dtype=np.int64)
+        lk = np.frombuffer(self._state.queue_key, dtype=np.float64)
+
+        def final_of(ids):  # a queue entry up to the sweep point (ready, id) <= (kr, kx)
+            k = lk[ids]
+            return (where[ids] != -1) & ((k < kr) | ((k == kr) & (ids <= kx)))
+
+        # (checked on the few tasks it concerns, before any pass over the id space)
+        if guard:
+            R = np.frombuffer(self._state.ready_time, dtype=np.float64)
+            ptr, idx = self._csr_arrays()
+            pptr, pidx = self._pred_csr()
+            if not self._guarded_prefix_ok(final_of, dirtied, sw, R, ptr, idx, pptr, pidx):
+                return None
+        final = (where != -1) & (lk <= kr)
+        tie = np.flatnonzero((lk == kr) & (where != -1))  # entries at the sweep point's ready time:
+        final[tie[tie > kx]] = False                       # final up to the sweep point's id
+        return final
+
+    def _resume_graph(self, kr, kx, final, sub):
+        """The graph the engine resumes on (see :meth:`_resume`): the resumed tasks ``sub`` (the
+        live tasks not ``final``) renumbered after the source tasks that stand for the engine's state
+        at the sweep point ``(kr, kx)`` -- one per device still busy then, one per resumed task with
+        final predecessors. Returns ``(duration, device, succ_ptr, succ_idx, num_devices, k, devs,
+        lasts)`` (``k`` sources first; ``devs``: the devices of the resumed tasks and of their queue
+        entries; ``lasts``: per such device, its last final entry in the compiled sweep's linked lists),
+        or None when an edge goes from a resumed task into a final one."""
+        n, nd = len(self._duration), self._n_devices
+        where = np.frombuffer(self._state.queue_device, dtype=np.int64)
+        lk = np.frombuffer(self._state.queue_key, dtype=np.float64)
+        E = np.frombuffer(self._state.end_time, dtype=np.float64)
+        ptr, idx = self._csr_arrays()
+        pptr, pidx = self._pred_csr()
+        dev = self._device_np
+        # edges inside the resumed part (a resumed task's successors are all resumed: they come
+        # later in key order) and edges into it from final tasks
+        new_id = np.full(n, -1, dtype=np.int64)
+        s_src, s_dst = gather_rows(ptr, idx, sub)
+        p_dst, p_src = gather_rows(pptr, pidx, sub)
+        fin = final[p_src]
+        p_dst, p_src = p_dst[fin], p_src[fin]
+        inj = np.zeros(sub.size)
+        np.maximum.at(inj, p_dst, E[p_src])
+        pready = np.flatnonzero(inj > 0.0)  # rows of sub
+        # each device's free time at the sweep point: the end of its last final entry
+        w_sub = where[sub]
+        has = np.bincount(dev[sub], minlength=nd) > 0
+        has[w_sub[w_sub != -1]] = True
+        devs = np.flatnonzero(has)
+        free = np.zeros(nd)
+        links = self._queue_set.links  # the compiled sweep's queues are patched instead of the DeviceQueue objects
+        lasts = {}
+        for d in devs.tolist():
+            if links is not None:
+                last = lasts[d] = int(self._kernels.last_upto(links[1], links[3], lk, d, kr, kx))
+            else:
+                last = self._queue_set.objects[d].last_upto(kr, kx)
+            if last != -1:
+                free[d] = E[last]
+        pdev = np.flatnonzero(free > 0.0)
+        a, b = pdev.size, pready.size
+        k = a + b
+        new_id[sub] = k + np.arange(sub.size)
+        if s_dst.size and int(new_id[s_dst].min()) < 0:  # an edge into a final task
+            return None
+        sdur = np.concatenate([free[pdev], inj[pready], self._duration_np[sub]])
+        sdev = np.concatenate([pdev, nd + np.arange(b), dev[sub]])
+        esrc = np.concatenate([a + np.arange(b), k + s_src])
+        edst = np.concatenate([k + pready, new_id[s_dst]])
+        from taskgraph.graph import csr_from_edges
+        sptr, sidx = csr_from_edges(k + sub.size, esrc, edst)
+        return sdur, sdev, sptr, sidx, nd + b, k, devs, lasts
+
+    def _resume_patch(self, kr, kx, sub, nR, nS, nE, ko, devs, lasts) -> None:
+        """Patch the state with the resumed run: the times of the resumed tasks ``sub`` (``nR``,
+        ``nS``, ``nE``, popped in the order ``ko``), and each device queue in ``devs`` cut at the
+        sweep point ``(kr, kx)`` with the resumed tasks appended in key order (the compiled sweep's
+        linked lists after ``lasts``, else the ``DeviceQueue`` objects); the tasks whose key changed
+        are recorded for the key order."""
+        nd = self._n_devices
+        f64 = lambda a: np.frombuffer(a, dtype=np.float64)
+        state = self._state
+        R, S, E, lk = f64(state.ready_time), f64(state.start_time), f64(state.end_time), f64(state.queue_key)
+        where = np.frombuffer(state.queue_device, dtype=np.int64)
+        dev = self._device_np
         key_changed = R[sub] != nR
         R[sub], S[sub], E[sub] = nR, nS, nE
         lk[sub] = nR
@@ -232,28 +286,20 @@ class ResumeMixin:
         r_sorted = nR[ko][by_dev]
         bounds = np.searchsorted(kd[by_dev], devs, side="left")
         ends = np.searchsorted(kd[by_dev], devs, side="right")
+        queues = self._queue_set
+        links = queues.links
         if links is not None:  # one call per device: cut at the sweep point, append the resumed tasks
-            self._q_stale = True
+            queues.links_changed()
             for d, lo, hi in zip(devs.tolist(), bounds.tolist(), ends.tolist()):
-                self._nb.cut_and_append(*links, d, lasts[d], ids_sorted[lo:hi])
+                self._kernels.cut_and_append(*links, d, lasts[d], ids_sorted[lo:hi])
         else:
             for d, lo, hi in zip(devs.tolist(), bounds.tolist(), ends.tolist()):
-                self._device_queues[d].cut_after(kr, kx)
+                queues.objects[d].cut_after(kr, kx)
                 if hi > lo:
-                    self._device_queues[d].extend(r_sorted[lo:hi], ids_sorted[lo:hi])
+                    queues.objects[d].extend(r_sorted[lo:hi], ids_sorted[lo:hi])
         where[sub] = dev[sub]
         if self._order_cache is not None:  # tasks whose key changed: swept ones, resumed ones
-            self._order_moved += [self._swept_moved, sub[key_changed]]
-        self._makespan = self._recompute_makespan()
-        changed = int(np.count_nonzero((old_S != nS) | (old_E != nE)))
-        if sw.size:
-            keep = ~rest[sw]  # swept tasks that stayed final (the others are counted above)
-            changed += int(np.count_nonzero(((S[sw] != old_sw[0]) | (E[sw] != old_sw[1])) & keep))
-        self._learn_resume(int(sub.size), time.perf_counter() - t_res)
-        return DeltaStats(retimed=processed + int(sub.size), fallback=True,
-                          reason=f"{reason}; the engine resumed from the sweep point ({sub.size} of "
-                                 f"{self._n_live} tasks)", wall_s=time.perf_counter() - t0,
-                          new_ids=new_ids, removed=removed, changed=changed, resumed=int(sub.size))
+            self._order_moved += [self._swept_rekeyed, sub[key_changed]]
 
     def _guarded_prefix_ok(self, final_of, dirtied, sw, R, ptr, idx, pptr, pidx) -> bool:
         """With zero durations, the checks that make the guarded sweep's tasks up to the sweep point
@@ -279,24 +325,14 @@ class ResumeMixin:
         """Is the plain full run the better fallback than resuming the engine on ``tasks`` tasks? When
         they are more than ``params.RESUME_MAX_SHARE`` of the live tasks, or the resume's cost model
         expects more than a full run (with ``RESUME_MAX_SHARE = 1`` the resume is always taken)."""
-        return (tasks > params.RESUME_MAX_SHARE * self._n_live
-                or self._res_fix + (self._res_per or 0.0) * tasks > self._t_full)
-
-    def _learn_resume(self, tasks: int, seconds: float) -> None:
-        """Refine the resumed engine's cost model from one measured resume (half-life of one
-        resume): the per-task part from large resumes, the fixed part from small ones."""
-        per = self._res_per or 0.0
-        if tasks * per > self._res_fix:
-            self._res_per = 0.5 * per + 0.5 * max(seconds - self._res_fix, 0.0) / tasks
-        else:
-            self._res_fix = 0.5 * self._res_fix + 0.5 * max(seconds - tasks * per, 0.0)
+        return self._cost.resume_costs_more(tasks, self._n_live)
 
     def _warm(self) -> None:
         """Load (or compile) :func:`~simulator.engine.delta.kernels_numba.full_run` on a one-task graph,
         with the argument types of :meth:`_full`, so that the first timed full run measures the run
         and not the loading."""
         one, i64 = np.zeros(1), np.zeros(1, dtype=np.int64)
-        self._nb.full_run(one, np.zeros(1, dtype=np.int32), np.zeros(2, dtype=np.int64),
+        self._kernels.full_run(one, np.zeros(1, dtype=np.int32), np.zeros(2, dtype=np.int64),
                           np.zeros(0, dtype=np.int64), 1, np.ones(1, dtype=bool), one.copy(), one.copy(),
                           one.copy(), one.copy(), i64.copy(), i64.copy(), i64.copy(), i64.copy(), i64.copy(),
                           False)
@@ -308,28 +344,21 @@ class ResumeMixin:
         whose result is copied in (:meth:`_adopt`). With ``count_changed``, returns the live tasks
         whose start or end differ from the state before (new tasks count)."""
         t0 = time.perf_counter()
-        n = len(self._dur)
+        n = len(self._duration)
         ptr, idx = self._csr_arrays()
         changed = self._full_nb(ptr, idx, count_changed) if self._engine == "numba" else None
         if changed is None:  # the Python engine, or a cycle (reported by task name)
             g = self._describe_graph
             describe = g.describe if (g is not None and n == g.num_tasks and self._n_live == n) else None
             try:
-                res = simulate_arrays(self._dur_np, self._dev_np, ptr, idx, self._n_devices, describe=describe,
+                res = simulate_arrays(self._duration_np, self._device_np, ptr, idx, self._n_devices, describe=describe,
                                       kernel=self._engine)
             except SimulationError as exc:
                 self._broken = str(exc)
                 raise
             changed = self._adopt(res.order.astype(np.int64), res.ready, res.start, res.end,
                                   float(res.makespan), count_changed)
-        t = time.perf_counter() - t0
-        if abs(n - self._t_full_n) * 10 > n:  # the graph changed size: forget older timings
-            self._t_full = t
-            self._t_full_n = n
-        else:  # the fastest run seen: a slow (loaded) run must not inflate the budget
-            self._t_full = min(self._t_full, t)
-        if self._res_per is None and self._n_live:
-            self._res_per = 1.5 * self._t_full / self._n_live
+        self._cost.record_full_run(time.perf_counter() - t0, n, self._n_live)
         return changed
 
     def _full_nb(self, ptr, idx, count_changed: bool):
@@ -337,32 +366,24 @@ class ResumeMixin:
         times, queue devices and linked-list queues written into the state by the engine loop itself;
         the ``DeviceQueue`` objects are rebuilt from the lists when a Python path needs them. Returns the
         changed count, or None on a cycle."""
-        n = len(self._dur)
+        n = len(self._duration)
         self._state.allocate(n, count_changed)
-        links = self._ll or self._ll_spare
-        if links is None or links[0].shape[0] != self._n_devices or links[2].shape[0] != n:
-            links = tuple(np.empty(k, dtype=np.int64) for k in (self._n_devices, self._n_devices, n, n))
+        links = self._queue_set.links_for_full_run(n, self._n_devices)
         state = self._state
         R, S, E, lk = (np.frombuffer(a, dtype=np.float64)
                        for a in (state.ready_time, state.start_time, state.end_time, state.queue_key))
         where = np.frombuffer(state.queue_device, dtype=np.int64)
         alive = self._alive_np
-        order, changed, lossy, canonical, makespan = self._nb.full_run(
-            self._dur_np, self._dev_np, ptr, idx, self._n_devices, alive, R, S, E, lk, where, *links, count_changed)
+        order, changed, lossy, canonical, makespan = self._kernels.full_run(
+            self._duration_np, self._device_np, ptr, idx, self._n_devices, alive, R, S, E, lk, where, *links, count_changed)
         del R, S, E, lk, where
-        self._ll = self._ll_spare = links
-        self._cur = np.full(self._n_devices, -1, dtype=np.int64)
+        self._queue_set.filled_by_full_run(links, self._n_devices)
         if order.shape[0] != n:
             return None
         if self._n_live < n:
             order = order[alive[order]]
         self._lossy = bool(lossy)
-        # the linked lists are the queues now (_queues rebuilds the DeviceQueue objects from them); the
-        # groups keep the run's order and devices for _links
-        self._groups = DeviceGroups(order, self._dev_np, None, self._n_devices)
-        self._device_queues = None
-        self._q_fresh = True
-        self._q_stale = True
+        self._queue_set.from_compiled_run(order, self._device_np, self._n_devices)
         self._ran(order, makespan, canonical)
         return int(changed)
 
@@ -372,15 +393,14 @@ class ResumeMixin:
         self._canonical = bool(canonical)
         self._order_cache = order
         self._order_moved = []
-        self._walk = self._pl = None  # (the static re-sweep's orders: taken again when needed)
-        self._q_rekey = False
+        self._dense_walk = self._py_device_lists = None  # (the static re-sweep's orders: taken again when needed)
 
     def _adopt(self, order, ready, start, end, makespan, count_changed: bool = False) -> int:
         """Rebuild the delta state from a full run of the Python engine (pop ``order`` of all ids,
         tombstones included: isolated zero-duration tasks that changed nothing): the per-task arrays
         are overwritten in place when the id space kept its size (one copy each). With
         ``count_changed``, returns the live tasks whose start or end differ from the state before."""
-        n = len(self._dur)
+        n = len(self._duration)
         alive = self._alive_np
         self._state.allocate(n, count_changed)
         if self._n_live < n:
@@ -397,25 +417,20 @@ class ResumeMixin:
         if count_changed:  # NaN before (new, reused ids) != anything
             changed = int(np.count_nonzero(alive & ((start != S) | (end != E))))
         # start + dur == start with dur > 0: a duration lost to rounding, a zero duration in effect
-        lossy = bool(np.any((end == start) & (self._dur_np > 0.0)))
+        lossy = bool(np.any((end == start) & (self._duration_np > 0.0)))
         canonical = True
-        if (self._n_zero or lossy) and order.size > 1:
+        if (self._zero_durations or lossy) and order.size > 1:
             r = ready[order]
             canonical = bool(np.all((r[1:] > r[:-1]) | ((r[1:] == r[:-1]) & (order[1:] > order[:-1]))))
         R[:] = ready
         lk[:] = ready
         S[:] = start
         E[:] = end
-        where[:] = self._dev_np
+        where[:] = self._device_np
         if self._n_live < n:
             where[~alive] = -1
-        self._ll = None
         del R, S, E, lk, where
         self._lossy = bool(lossy)
-        groups = DeviceGroups(order, self._dev_np, ready, self._n_devices)  # (set_devices, replace_tasks: freeze)
-        self._device_queues = [DeviceQueue((groups, d)) for d in range(self._n_devices)]
-        self._groups = groups
-        self._q_fresh = True  # no queue changed since this run
-        self._q_stale = False
+        self._queue_set.from_python_run(order, self._device_np, ready, self._n_devices)
         self._ran(order, makespan, canonical)
         return int(changed)

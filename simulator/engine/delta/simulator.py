@@ -7,7 +7,6 @@ budget and its race with the resumed engine, and runs a sweep. The algorithm is 
 from __future__ import annotations
 
 import heapq
-import math
 import time
 from array import array
 from itertools import chain
@@ -17,7 +16,10 @@ import numpy as np
 from simulator.engine.core import SimResult
 from simulator.engine.delta import params
 from simulator.engine.delta.compiled import CompiledSweepMixin, delta_kernel
+from simulator.engine.delta.cost import CostModel
+from simulator.engine.delta.device_queues import DeviceQueueSet
 from simulator.engine.delta.queues import DeviceQueue
+from simulator.engine.delta.race import SweepRace
 from simulator.engine.delta.resume import ResumeMixin
 from simulator.engine.delta.state import DeltaState
 from simulator.engine.delta.static import StaticResweepMixin
@@ -44,6 +46,30 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         :mod:`simulator.engine.delta.kernels_numba`: the same loop, guards and IEEE operations, so the
         same bits; tests/test_delta_numba.py compares them), and its full runs and resumes on the
         compiled engine; ``"python"`` always the Python loop and engine, ``"numba"`` requires numba.
+
+    What the modules of this package share, by job (private attributes; the per-task times and the
+    sweep's scratch are one :class:`~simulator.engine.delta.state.DeltaState`, ``_state``):
+
+    * the graph: ``_duration`` / ``_duration_np`` and ``_device_of`` / ``_device_np`` (per id, as a
+      Python buffer for the loops and as numpy for the kernels), ``_alive`` / ``_alive_np``,
+      ``_succ`` / ``_pred`` (lists per id), ``_succ_csr`` (patched from ``_succ`` for the rows in
+      ``_succ_rows_changed``), ``_pred_csr_cache``, ``_n_live``, ``_n_devices``,
+      ``_zero_durations`` (how many tasks have a zero duration);
+    * the timeline's facts: ``_makespan``, ``_canonical``, ``_lossy`` (a positive duration was lost
+      to rounding), ``_broken`` (why the simulator is unusable), and the key order for
+      :meth:`result` (``_order_cache`` plus the tasks whose key changed since, ``_order_moved``);
+    * the device queues: ``_queue_set``
+      (:class:`~simulator.engine.delta.device_queues.DeviceQueueSet`: the Python sweep's
+      ``DeviceQueue`` objects and the compiled sweep's linked lists, and which of them is current);
+    * the kernels and the costs: ``_kernels`` (:mod:`~simulator.engine.delta.kernels_numba` or None),
+      ``_engine``, ``_cost`` (:class:`~simulator.engine.delta.cost.CostModel`);
+    * one change: ``_change_began``, ``_rest_seen`` (the race's count of the tasks after its last
+      check, :class:`~simulator.engine.delta.race.SweepRace`), ``_swept_rekeyed`` (the swept tasks
+      whose key changed), ``_compiled_marked`` / ``_compiled_cleared`` (the compiled sweep's marked
+      tasks, and whether it cleared their scratch);
+    * the static re-sweep (:mod:`~simulator.engine.delta.static`): ``_static_skip`` /
+      ``_static_fails`` (its back-off), ``_static_scratch``, ``_dense_walk`` (the dense walk's order)
+      and ``_py_device_lists`` (the Python re-sweep's device lists).
     """
 
     def __init__(self, graph=None, *, budget: float | str | None = "auto", max_work: int | None = None,
@@ -60,20 +86,13 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             raise ValueError(f"budget {budget!r}: give a fraction of a full run (e.g. 0.05), None or 'auto'")
         self.budget = budget
         self.max_work = max_work
-        self._nb = delta_kernel(params.DEFAULT_KERNEL if kernel is None else kernel)
+        self._kernels = delta_kernel(params.DEFAULT_KERNEL if kernel is None else kernel)
         # full runs and resumes run the engine of the same kind as the sweep: compiled with the
         # compiled sweep, the Python loop with the Python sweep (never slower than a full run of it)
-        self._engine = "python" if self._nb is None else "numba"
-        self._ll = None  # the compiled sweep's device queues (qh, qt, qn, qp), see _links
-        self._ll_spare = None  # their arrays, kept for the next full run to fill (_full_nb)
-        self._q_stale = False  # True while _ll is newer than _device_queues
-        self._t_full = math.inf
-        # the resumed engine's cost model (seconds): fixed part + per task after the sweep point;
-        # seeded from the full run (per task x 1.5) and refined from every resume (_resume)
-        self._res_fix = 3e-4
+        self._engine = "python" if self._kernels is None else "numba"
+        # what a full run and the resumed engine cost, measured as changes run
+        self._cost = CostModel()
         self._rest_seen = None  # (r, x, tasks after (r, x)) at the sweep's last deadline check (_delta)
-        self._res_per: float | None = None
-        self._t_full_n = 0
         self._n_devices = max(int(num_devices), 1)
         dur_np = np.array(duration, dtype=np.float64).reshape(-1)
         n = int(dur_np.shape[0])
@@ -97,20 +116,21 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         np.cumsum(np.bincount(idx, minlength=n), out=pp_np[1:])
         src, pp = src_np.tolist(), pp_np.tolist()
         self._pred = [src[pp[i]:pp[i + 1]] for i in range(n)]
-        self._csr = (ptr, idx)
-        self._pcsr = (ptr, pp_np, src_np)  # predecessor CSR for the resumed fallback (_pred_csr)
-        self._csr_dirty: set[int] = set()  # tasks whose successor list changed since _csr was built
-        self._dur_np = dur_np
-        self._dev_np = dev_np
+        self._succ_csr = (ptr, idx)
+        self._pred_csr_cache = (ptr, pp_np, src_np)  # predecessor CSR for the resumed fallback (_pred_csr)
+        self._succ_rows_changed: set[int] = set()  # tasks whose successor list changed since _succ_csr was built
+        self._duration_np = dur_np
+        self._device_np = dev_np
         self._alive_np = np.ones(n, dtype=bool)
-        self._dur = array("d", dur_np.tobytes())
-        self._dev = dev_np.tolist()
+        self._duration = array("d", dur_np.tobytes())
+        self._device_of = dev_np.tolist()
         self._alive = [True] * n
         self._n_live = n
-        self._n_zero = int(np.count_nonzero(dur_np == 0.0))
+        self._zero_durations = int(np.count_nonzero(dur_np == 0.0))
         self._lossy = False  # some positive duration was lost to rounding (start + dur == start)
         self._broken: str | None = None
         self._state = DeltaState()  # the per-task times, queue keys and sweep scratch (allocated by _full)
+        self._queue_set = DeviceQueueSet(self._state, self._kernels)  # the device queues, in both forms
         self._order_cache, self._order_moved = None, []  # key order of the live tasks (_current_order)
         if self._engine == "numba":
             # load the compiled engine and state rebuild first: a full run's time is a cost model
@@ -147,7 +167,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
     @property
     def num_ids(self) -> int:
         """Size of the id space (live tasks + tombstones)."""
-        return len(self._dur)
+        return len(self._duration)
 
     @property
     def num_devices(self) -> int:
@@ -176,11 +196,11 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
 
     @property
     def duration(self) -> np.ndarray:
-        return self._dur_np.copy()
+        return self._duration_np.copy()
 
     @property
     def device(self) -> np.ndarray:
-        return self._dev_np.copy()
+        return self._device_np.copy()
 
     def alive(self, task: int) -> bool:
         return 0 <= task < len(self._alive) and self._alive[task]
@@ -200,7 +220,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
     def device_order(self, d: int) -> list[int]:
         """Ids of device ``d``'s tasks in the order it runs them (FIFO by (ready, id))."""
         self._check_ok()
-        return self._queues(keep_links=True)[d].ids()
+        return self._queue_set.as_objects(self._n_devices, keep_links=True)[d].ids()
 
     @property
     def pop_order(self) -> np.ndarray:
@@ -220,7 +240,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             # many keys changed (a static re-sweep of most of the graph): the old order is nearly
             # sorted, which numpy's stable sort exploits, then equal ready times by id; without numba
             # one sort by (ready, id)
-            if self._nb is not None:
+            if self._kernels is not None:
                 from simulator.engine.delta.static import static_kernels
                 order = order[np.argsort(R[order], kind="stable")]
                 static_kernels().fix_ties(order, R)
@@ -229,10 +249,10 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         elif self._order_moved:
             moved = np.unique(np.concatenate([np.asarray(m, dtype=np.int64) for m in self._order_moved]))
             moved = moved[np.lexsort((moved, R[moved]))]
-            mark = np.zeros(len(self._dur), dtype=bool)
+            mark = np.zeros(len(self._duration), dtype=bool)
             mark[moved] = True
-            if self._nb is not None:
-                order = self._nb.merge_order(order, moved, R, mark)
+            if self._kernels is not None:
+                order = self._kernels.merge_order(order, moved, R, mark)
             else:
                 keep = order[~mark[order]]
                 rk, rm = R[keep], R[moved]
@@ -253,7 +273,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         """The current live graph, renumbered densely (order kept): ``(duration, device, succ_ptr,
         succ_idx, num_devices)``, the inputs of :func:`simulator.engine.core.simulate_arrays`."""
         live = self.live_ids()
-        remap = np.full(len(self._dur), -1, dtype=np.int64)
+        remap = np.full(len(self._duration), -1, dtype=np.int64)
         remap[live] = np.arange(live.size)
         succ = self._succ
         lv = live.tolist()
@@ -262,7 +282,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         np.cumsum(counts, out=ptr[1:])
         flat = np.fromiter(chain.from_iterable(succ[x] for x in lv), dtype=np.int64, count=int(ptr[-1]))
         idx = remap[flat].astype(np.int32)
-        return self._dur_np[live].copy(), self._dev_np[live].copy(), ptr, idx, self._n_devices
+        return self._duration_np[live].copy(), self._device_np[live].copy(), ptr, idx, self._n_devices
 
     def result(self) -> SimResult:
         """The timeline as a :class:`SimResult` over the compact numbering (equal to a full run of
@@ -271,11 +291,11 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         order = self._current_order()
         state = self._state
         R, S, E = (np.frombuffer(a, dtype=np.float64) for a in (state.ready_time, state.start_time, state.end_time))
-        if self._n_live == len(self._dur):  # no tombstones: the compact numbering is the id space
+        if self._n_live == len(self._duration):  # no tombstones: the compact numbering is the id space
             return SimResult(ready=R.copy(), start=S.copy(), end=E.copy(), order=order.astype(np.int32),
                              makespan=self._makespan)
         live = self.live_ids()
-        remap = np.full(len(self._dur), -1, dtype=np.int64)
+        remap = np.full(len(self._duration), -1, dtype=np.int64)
         remap[live] = np.arange(live.size)
         return SimResult(ready=R[live], start=S[live], end=E[live], order=remap[order].astype(np.int32),
                          makespan=self._makespan)
@@ -291,11 +311,11 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             raise ValueError("task_ids and new_durations differ in length")
         self._check_durations(vals_np)
         self._check_live(ids)
-        dur, dur_np = self._dur, self._dur_np
+        dur, dur_np = self._duration, self._duration_np
         seeds = []
         for x, v in zip(ids, vals_np.tolist()):
             if dur[x] != v:
-                self._n_zero += (v == 0.0) - (dur[x] == 0.0)
+                self._zero_durations += (v == 0.0) - (dur[x] == 0.0)
                 dur[x] = v
                 dur_np[x] = v
                 seeds.append(x)
@@ -313,19 +333,19 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         for d in vals:
             if not 0 <= d < self._n_devices:
                 raise ValueError(f"device index {d} out of range [0, {self._n_devices}); add_devices() first")
-        dev = self._dev
-        self._groups.freeze()  # the last full run's device groups keep its devices
+        dev = self._device_of
+        self._queue_set.groups.freeze()  # the last full run's device groups keep its devices
         seeds = []
         for x, d in zip(ids, vals):
             if dev[x] != d:
                 dev[x] = d
-                self._dev_np[x] = d
+                self._device_np[x] = d
                 seeds.append(x)
         return self._delta(t0, seeds, len(seeds), [], [], set(), (), 0, (), False)
 
     def add_devices(self, k: int = 1) -> int:
         """Append ``k`` empty devices; returns the index of the first."""
-        queues = self._queues()  # before the count changes (the linked lists have one head per device)
+        queues = self._queue_set.as_objects(self._n_devices)  # before the count changes (the linked lists have one head per device)
         self._static_orders_stale()
         first = self._n_devices
         self._n_devices += int(k)
@@ -365,7 +385,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         k = len(durs)
         rem_set = set(rem)
         alive = self._alive
-        n_ids = len(self._dur)
+        n_ids = len(self._duration)
         reused = rem[:k] if reuse_ids else []
         new_ids = reused + list(range(n_ids, n_ids + k - len(reused)))
 
@@ -390,14 +410,33 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
 
         direct = self._replacement_runs_in_full(rem, add, drop, new_ids)
         if not direct:
-            self._queues()
-        self._groups.freeze()
+            self._queue_set.as_objects(self._n_devices)
+        self._queue_set.groups.freeze()
+        touched, dev_marks, mk_lost = self._remove_tasks(rem, direct)
+        self._add_tasks(new_ids, len(reused), durs, devs)
+        self._n_live += k - len(rem)
+        self._change_edges(add, drop, new_set, touched)
+        self._succ_rows_changed.update(new_ids)
+        self._succ_rows_changed.update(rem)
+        touched -= new_set
+        dev_marks = [z for z in dev_marks if alive[z] and z not in new_set]  # next entry may be removed too
+        if direct:  # the full run rebuilds the queues and the key order
+            self._change_began = t0
+            return self._fallback(t0, direct, (), tuple(new_ids), len(rem))
+        return self._delta(t0, [], 0, dev_marks, new_ids, touched, tuple(add), len(rem), tuple(new_ids),
+                           mk_lost)
+
+    def _remove_tasks(self, rem, direct):
+        """Step 1 of :meth:`replace_tasks`: the tasks ``rem`` become tombstones -- out of their device
+        queues (unless ``direct``: a full run follows, or the timeline is not canonical), their edges
+        dropped, NaN times. Returns the live tasks whose predecessor set changed, the queue entries
+        after removed ones (dirty: their queue predecessor changed), and whether a removed task
+        ended at the makespan."""
         R, S, E, where = self._state.ready_time, self._state.start_time, self._state.end_time, self._state.queue_device
-        dur, dev, succ, pred = self._dur, self._dev, self._succ, self._pred
-        alive_np, dur_np, dev_np = self._alive_np, self._dur_np, self._dev_np
+        dur, dev, succ, pred, alive = self._duration, self._device_of, self._succ, self._pred, self._alive
+        alive_np, dur_np, dev_np = self._alive_np, self._duration_np, self._device_np
         canonical = self._canonical
         mk_lost = False
-        # 1. remove tasks: out of their device queues, edges dropped; successors' predecessor sets change
         touched: set[int] = set()
         dev_marks: list[int] = []
         for x in rem:
@@ -405,7 +444,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         for x in rem:
             w = where[x]
             if w != -1 and canonical and not direct:
-                nxt = self._device_queues[w].remove(R[x], x)
+                nxt = self._queue_set.objects[w].remove(R[x], x)
                 if nxt != -1:
                     dev_marks.append(nxt)
             if E[x] >= self._makespan:
@@ -417,10 +456,10 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             for p in pred[x]:
                 if alive[p]:
                     succ[p] = [s for s in succ[p] if s != x]
-                    self._csr_dirty.add(p)
+                    self._succ_rows_changed.add(p)
             succ[x] = []
             pred[x] = []
-            self._n_zero -= dur[x] == 0.0
+            self._zero_durations -= dur[x] == 0.0
             R[x] = S[x] = E[x] = self._state.queue_key[x] = NAN
             where[x] = -1
             alive_np[x] = False
@@ -428,8 +467,15 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             dur_np[x] = 0.0
             dev[x] = 0
             dev_np[x] = 0
-        # 2. new tasks
-        grow = len(new_ids) - len(reused)
+        return touched, dev_marks, mk_lost
+
+    def _add_tasks(self, new_ids, reused: int, durs, devs) -> None:
+        """Step 2 of :meth:`replace_tasks`: the new tasks ``new_ids`` (the first ``reused`` of them
+        reuse removed ids, the rest are appended to the id space) with their durations and devices;
+        no edges and no times yet."""
+        dur, dev, succ, pred, alive = self._duration, self._device_of, self._succ, self._pred, self._alive
+        alive_np, dur_np, dev_np = self._alive_np, self._duration_np, self._device_np
+        grow = len(new_ids) - reused
         if grow:
             self._state.grow(grow)
             extend_array(dur, zeros_array("d", grow))
@@ -437,17 +483,21 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             alive.extend([False] * grow)
             succ.extend([] for _ in range(grow))
             pred.extend([] for _ in range(grow))
-            self._dur_np = dur_np = np.concatenate([dur_np, np.zeros(grow)])
-            self._dev_np = dev_np = np.concatenate([dev_np, np.zeros(grow, dtype=np.int32)])
+            self._duration_np = dur_np = np.concatenate([dur_np, np.zeros(grow)])
+            self._device_np = dev_np = np.concatenate([dev_np, np.zeros(grow, dtype=np.int32)])
             self._alive_np = alive_np = np.concatenate([alive_np, np.zeros(grow, dtype=bool)])
         for j, x in enumerate(new_ids):
             dur[x] = dur_np[x] = durs[j]
             dev[x] = dev_np[x] = devs[j]
             alive[x] = True
             alive_np[x] = True
-            self._n_zero += durs[j] == 0.0
-        self._n_live += k - len(rem)
-        # 3. edges
+            self._zero_durations += durs[j] == 0.0
+
+    def _change_edges(self, add, drop, new_set, touched: set) -> None:
+        """Step 3 of :meth:`replace_tasks`: the edges ``drop`` removed and ``add`` added (resolved
+        ids); their heads join ``touched`` unless they are new tasks (``new_set``), and their tails'
+        successor rows are marked for the CSR."""
+        succ, pred = self._succ, self._pred
         for u, v in drop:
             succ[u].remove(v)
             pred[v].remove(u)
@@ -457,16 +507,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             pred[v].append(u)
             if v not in new_set:
                 touched.add(v)
-        self._csr_dirty.update(new_ids)
-        self._csr_dirty.update(rem)
-        self._csr_dirty.update(u for u, _ in chain(add, drop))
-        touched -= new_set
-        dev_marks = [z for z in dev_marks if alive[z] and z not in new_set]  # next entry may be removed too
-        if direct:  # the full run rebuilds the queues and the key order
-            self._t_change = t0
-            return self._fallback(t0, direct, (), tuple(new_ids), len(rem))
-        return self._delta(t0, [], 0, dev_marks, new_ids, touched, tuple(add), len(rem), tuple(new_ids),
-                           mk_lost)
+        self._succ_rows_changed.update(u for u, _ in chain(add, drop))
 
     # ------------------------------------------------------------------ internals
     def _replacement_runs_in_full(self, rem, add, drop, new_ids) -> str:
@@ -481,7 +522,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         tasks, 9.5-10.5 ms against a 5.2-6 ms compiled full run), so the full run starts at once.
         Returns the reason, or '' to sweep. Only with the default budget (``"auto"``): an explicit
         budget or None asks for the sweep."""
-        if self._nb is None or self.budget != "auto" or not self._canonical or not self._n_live:
+        if self._kernels is None or self.budget != "auto" or not self._canonical or not self._n_live:
             return ""
         R, E, alive = self._state.ready_time, self._state.end_time, self._alive
         new_set = set(new_ids)
@@ -497,7 +538,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         if not keys:
             return ""
         r = min(keys)
-        _, rest = self._nb.count_after(np.frombuffer(self._state.queue_key, dtype=np.float64), r, r)
+        _, rest = self._kernels.count_after(np.frombuffer(self._state.queue_key, dtype=np.float64), r, r)
         if params.RESUME_MAX_SHARE >= 1.0 or not self._resume_costs_more(rest):
             return ""
         return (f"task replacement at ready time {r:.6g}: {rest} of the {self._n_live} live tasks come after it, "
@@ -521,16 +562,12 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         if self._broken is not None:
             raise SimulationError("DeltaSimulator is unusable after a failed change: " + self._broken)
 
-    def _delta(self, t0, seeds, n_dev_moves, dev_marks, new_tasks, touched, new_edges, removed, new_ids,
-               mk_lost) -> DeltaStats:
-        """Run the sweep from the given dirty sets; fall back to a full run when it gives up."""
-        if dev_marks or new_tasks or touched or removed:  # a task replacement: the key order is sorted anew
-            self._order_cache = None
-            self._order_moved = []
-        self._t_change = t0
-        if not self._canonical:
-            return self._fallback(t0, "timeline before the change was not canonical (a zero duration, or one lost to rounding, ties an edge)",
-                                  (), new_ids, removed)
+    def _mark_dirty(self, seeds, dev_marks, new_tasks, touched):
+        """The change's dirty tasks (package doc, "Delta algorithm"): ``seeds`` (own duration or
+        device changed) and ``dev_marks`` (the entry after a removed one) at their keys, ``new_tasks``
+        unresolved from the start (their successors pend on them), ``touched`` (predecessor set
+        changed) at their new ready time. Returns the event heap (a list, not yet heapified) and the
+        tasks marked, in marking order."""
         state = self._state
         R, E, where = state.ready_time, state.end_time, state.queue_device
         st, nr, pend = state.sweep_status, state.new_ready, state.pending_preds
@@ -568,6 +605,24 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
                         m = E[p]
                 nr[y] = m
                 heap.append((m, y))
+        return heap, dirtied
+
+    def _delta(self, t0, seeds, n_dev_moves, dev_marks, new_tasks, touched, new_edges, removed, new_ids,
+               mk_lost) -> DeltaStats:
+        """Run the sweep from the given dirty sets; fall back to a full run when it gives up. Marks
+        the dirty tasks (:meth:`_mark_dirty`), sets the budget and the race with the resume
+        (:class:`~simulator.engine.delta.race.SweepRace`), picks a sweep (the static re-sweep first
+        for duration changes, then the compiled or the Python one) and routes its outcome
+        (:meth:`_sweep_outcome`)."""
+        replacement = bool(dev_marks or new_tasks or touched or removed)
+        if replacement:  # a task replacement: the key order is sorted anew
+            self._order_cache = None
+            self._order_moved = []
+        self._change_began = t0
+        if not self._canonical:
+            return self._fallback(t0, "timeline before the change was not canonical (a zero duration, or one lost to rounding, ties an edge)",
+                                  (), new_ids, removed)
+        heap, dirtied = self._mark_dirty(seeds, dev_marks, new_tasks, touched)
         stats = DeltaStats(removed=removed, new_ids=new_ids)
         if not dirtied:
             if mk_lost:
@@ -576,123 +631,45 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             stats.changed = 0
             return stats
         heapq.heapify(heap)
-        r0 = heap[0][0] if heap else 0.0  # the sweep's first key
-        ahead: list[int] = []
         # a positive duration lost to rounding (start + dur == start) acts as a zero duration
-        guard = self._n_zero > 0 or self._lossy
+        guard = self._zero_durations > 0 or self._lossy
         # the compiled sweep (simulator/engine/delta/kernels_numba.py) takes duration and device changes,
         # with the guards when needed; task replacements (new ids, removed entries) keep the Python sweep
-        compiled = self._nb is not None and not (dev_marks or new_tasks or touched or removed)
-        budget, project = self.budget, False
-        if budget == "auto":
-            budget = params.AUTO_BUDGET_COMPILED if compiled else params.AUTO_BUDGET_PYTHON
-            project = True  # the pace rule (package doc, "Fallback"), with each sweep's threshold
-        if budget is None:
-            deadline = math.inf
-        else:
-            cap = t0 + budget * self._t_full
-            # first look at the resume's cost once the sweep has spent a share of its fixed part
-            deadline = min(cap, t0 + params.RESUME_RACE * self._res_fix)
-
-        began = [t0]  # when the ordinary sweep began (after a static re-sweep that gave the change back)
-
-        def replan(r, x, processed, work, since=None):
-            """:func:`plan`; its count of the tasks after (r, x) is kept for the resume only when it
-            gives up there (the sweep going on changes the state)."""
-            nxt = plan(r, x, processed, work, since)
-            self._rest_seen = None
-            return nxt
-
-        def plan(r, x, processed, work, since=None):
-            """The sweep passed its deadline at (r, x): give up (the engine resumes from here, or runs
-            in full) or set the next deadline, from the measured cost model (package doc, "Fallback").
-            ``since``: when the sweep itself started (the compiled sweep's set-up is not part of the
-            race)."""
-            now = time.perf_counter()
-            if since is None:  # the Python sweep: its own time, not a static re-sweep's before it
-                since = began[0]
-            lkv = np.frombuffer(self._state.queue_key, dtype=np.float64)
-            if self._nb is not None:  # both counts in one pass, no temporary (the first check needs both)
-                first, rest = self._nb.count_after(lkv, r0, r)
-                if not ahead:  # the tasks after the sweep's first key (counted once)
-                    ahead.append(int(first))
-                rest = int(rest)
-            else:
-                rest = int(np.count_nonzero(lkv > r))
-                if not ahead:
-                    ahead.append(int(np.count_nonzero(lkv > r0)))
-            del lkv
-            # an abort from here leaves the sweep at (r, x) with the state as counted: the resume
-            # takes this count instead of counting again (_resume)
-            self._rest_seen = (r, x, rest)
-            swept = max(ahead[0] - rest, 1)  # tasks the sweep point has passed
-            # the alternative if the sweep gives up now: the engine resumed on the tasks after the
-            # sweep point, or a full run, whichever is expected to be cheaper
-            t_full = self._t_full
-            est = t_full
-            if rest <= params.RESUME_MAX_SHARE * self._n_live:
-                est = min(est, self._res_fix + self._res_per * rest)
-            if project and processed and (now - since) / processed * rest <= est:
-                # the compiled sweep: even if every task after its point moves, at the rate measured
-                # so far it finishes before the alternative would, so it goes on (checked again later)
-                return now + 0.1 * est
-            if project and swept >= params.PACE_MIN_SWEPT and est >= params.PACE_MIN_ALT * t_full:
-                # the compiled sweep's pace through the timeline: it has passed ``swept`` tasks in key
-                # order (re-timing some of them) in ``now - since``; at that pace the rest costs
-                # ``pace``. Slower than the alternative: a change that re-times densely, give up now
-                # rather than after a fixed share of a full run; faster: go on, within a bound
-                pace = (now - since) * rest / swept
-                k = params.PACE_ABORT if compiled else params.PACE_ABORT_PYTHON
-                if pace > k * est:
-                    raise SweepAbort(f"the sweep had passed {swept} tasks in {1e3 * (now - since):.2f} ms: at that "
-                                 f"pace the {rest} tasks after its point would take {1e3 * pace:.2f} ms, more than "
-                                 f"{k:g} x the {1e3 * est:.2f} ms the engine is expected to take on "
-                                 f"them", (r, x), processed)
-                if now < cap and now - t0 + est <= (1.0 + params.PACE_WASTE) * t_full:
-                    return now + 0.1 * est
-            if now >= cap:
-                raise SweepAbort(f"time budget spent after {work} tasks", (r, x), processed)
-            if now - since >= params.RESUME_RACE * est:
-                raise SweepAbort(f"the sweep had cost {1e3 * (now - since):.2f} ms after {work} tasks, more than "
-                             f"{params.RESUME_RACE} x the {1e3 * est:.2f} ms the engine is expected to take on the "
-                             f"{rest} tasks after its point", (r, x), processed)
-            # never more than (1 + FALLBACK_WASTE) full runs in all: the sweep so far plus the alternative
-            limit = (1.0 + params.FALLBACK_WASTE) * t_full - est
-            if now - t0 >= limit:
-                raise SweepAbort(f"the sweep had cost {1e3 * (now - t0):.2f} ms after {work} tasks: with the "
-                             f"{1e3 * est:.2f} ms the engine is expected to take on the {rest} tasks after its "
-                             f"point, more than {1 + params.FALLBACK_WASTE:g} full runs", (r, x), processed)
-            nxt = min(cap, since + params.RESUME_RACE * est, t0 + limit)
-            if project and swept < params.PACE_MIN_SWEPT:  # too few tasks passed to judge the pace yet:
-                nxt = min(nxt, now + (now - since))        # look again once it has run as long again
-            return nxt
-
-        if self._canonical and not (n_dev_moves or dev_marks or new_tasks or touched or removed) \
+        compiled = self._kernels is not None and not replacement
+        race = SweepRace(self, t0, heap[0][0] if heap else 0.0, compiled)
+        if self._canonical and not (n_dev_moves or replacement) \
                 and self._static_wanted():  # duration changes: the static re-sweep first
             done = (self._resweep_nb if compiled else self._resweep_py)(t0, heap, dirtied, guard, stats, mk_lost)
             if done is not None:
                 return done
-            began[0] = time.perf_counter()
+            race.began = time.perf_counter()
         self._static_orders_stale()  # the ordinary sweep may reorder device queues
         if not compiled:
-            self._queues()
+            self._queue_set.as_objects(self._n_devices)
         self._rest_seen = None
         try:
-            if compiled:
-                processed, changed, moved, vacated, retimed_r, emax, lost = self._sweep_nb(
-                    heap, dirtied, self.max_work, deadline, guard, replan)
-            else:
-                processed, changed, moved, vacated, retimed_r, emax, lost = self._sweep(
-                    heap, dirtied, self.max_work, deadline, guard, replan)
+            sweep = self._sweep_nb if compiled else self._sweep
+            outcome = sweep(heap, dirtied, self.max_work, race.deadline, guard, race.replan)
         except SweepAbort as exc:
             if compiled:
-                dirtied = self._nb_marked
+                dirtied = self._compiled_marked
             if exc.at is not None:
                 return self._resume(t0, str(exc), exc.at, exc.processed, dirtied, new_ids, removed, guard)
             return self._fallback(t0, str(exc), dirtied, new_ids, removed)
-        clean = compiled and self._nb_clean  # the compiled sweep cleared its scratch itself
         if compiled:
-            dirtied = self._nb_marked
+            dirtied = self._compiled_marked
+        return self._sweep_outcome(t0, outcome, stats, dirtied, compiled, guard, new_edges, new_ids, removed,
+                                   n_dev_moves, mk_lost)
+
+    def _sweep_outcome(self, t0, outcome, stats, dirtied, compiled, guard, new_edges, new_ids, removed,
+                       n_dev_moves, mk_lost) -> DeltaStats:
+        """A sweep that ran to its end: check that every marked task was processed (else a cycle)
+        and, with the guards, that no edge goes backwards in key order (else the full run); clear the
+        sweep's scratch; record the makespan, the tasks whose key changed and the stats."""
+        processed, changed, moved, vacated, retimed_r, emax, lost = outcome
+        st = self._state.sweep_status
+        clean = compiled and self._compiled_cleared  # the compiled sweep cleared its scratch itself
+        if compiled:
             left = 0 if clean else int(np.count_nonzero(np.frombuffer(st, dtype=np.int64)[dirtied] != 2))
         elif len(dirtied) >= params.VECTOR_MIN:
             dirtied = np.array(dirtied, dtype=np.int64)  # one numpy pass here and for the clearing below

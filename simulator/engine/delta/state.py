@@ -46,6 +46,17 @@ class DeltaState:
     old_start: array | None = None
     old_end: array | None = None
 
+    def views(self) -> tuple:
+        """numpy views of the ten arrays, in field order (float64 for times and keys, int64 for
+        ``queue_device``, ``sweep_status`` and ``pending_preds``): the first ten arguments of the
+        compiled sweep (:func:`simulator.engine.delta.kernels_numba.sweep`), and the one place that
+        orders them. Delete the views after the call (a live view blocks :meth:`grow`)."""
+        f64 = lambda a: np.frombuffer(a, dtype=np.float64)
+        i64 = lambda a: np.frombuffer(a, dtype=np.int64)
+        return (f64(self.ready_time), f64(self.start_time), f64(self.end_time), f64(self.queue_key),
+                i64(self.queue_device), i64(self.sweep_status), f64(self.new_ready), i64(self.pending_preds),
+                f64(self.old_start), f64(self.old_end))
+
     def allocate(self, n: int, count_changed: bool) -> None:
         """Arrays for an id space of ``n`` (kept when it kept its size). With ``count_changed`` new
         times are NaN: the old values are unknown here, so every task counts as changed."""

@@ -12,7 +12,6 @@ from array import array
 import numpy as np
 
 from simulator.engine.delta import params
-from simulator.engine.delta.queues import DeviceQueue, QueueDump
 
 
 def static_kernels():
@@ -26,10 +25,9 @@ class StaticResweepMixin:
 
     _static_skip = 0  # changes left before the next try (after failures: 1, 2, 4, ... up to 64)
     _static_fails = 0
-    _rs_scratch = None
-    _walk = None  # (order, inverse) for the dense walk, see _walk_order; None: taken when needed
-    _pl = None  # the Python re-sweep's device lists, see _py_links; None: taken when needed
-    _q_rekey = False  # True while the DeviceQueue objects hold keys older than a Python re-sweep's
+    _static_scratch = None
+    _dense_walk = None  # (order, inverse) for the dense walk, see _walk_order; None: taken when needed
+    _py_device_lists = None  # the Python re-sweep's device lists, see _py_links; None: taken when needed
 
     def _static_wanted(self) -> bool:
         """Try the static re-sweep on this change? Not with a work limit or a budget other than
@@ -50,7 +48,7 @@ class StaticResweepMixin:
     def _scratch(self, n: int):
         """Per-task scratch of the compiled re-sweep, kept between changes (fresh pages cost ~1 ms
         on 346 k tasks when a change touches them all)."""
-        sc = self._rs_scratch
+        sc = self._static_scratch
         if sc is None or sc[0].shape[0] != n:
             # heap, marks, rr: a task at most once; the log (done, old R, S, E) of n more: the dense
             # walk re-times again (same values) the tasks the heap took before it
@@ -58,7 +56,7 @@ class StaticResweepMixin:
             hr = np.empty(n, dtype=np.float64)
             done = np.empty(2 * n, dtype=np.int64)
             oR, oS, oE = (np.empty(2 * n, dtype=np.float64) for _ in range(3))
-            sc = self._rs_scratch = (hx, hr, marks, done, oR, oS, oE, rr)
+            sc = self._static_scratch = (hx, hr, marks, done, oR, oS, oE, rr)
         return sc
 
     def _walk_order(self, R, done, oR, k):
@@ -67,16 +65,16 @@ class StaticResweepMixin:
         graph's timing, which keep the queues and edges), its inverse, and whether it is the key order
         before this change (the ``k`` tasks re-timed so far get their old ready times back while the
         key order is merged, :meth:`_current_order`)."""
-        if self._walk is None:
+        if self._dense_walk is None:
             ids = done[:k]
             new = R[ids]  # (a copy: fancy indexing)
             R[ids] = oR[:k]
             order = self._current_order()
             R[ids] = new
-            rank = np.empty(len(self._dur), dtype=np.int64)
+            rank = np.empty(len(self._duration), dtype=np.int64)
             rank[order] = np.arange(order.size, dtype=np.int64)
-            self._walk = (order, rank)
-        order, rank = self._walk
+            self._dense_walk = (order, rank)
+        order, rank = self._dense_walk
         return order, rank, order is self._order_cache and not self._order_moved
 
     def _resweep_nb(self, t0, heap, dirtied, guard, stats, mk_lost):
@@ -85,8 +83,8 @@ class StaticResweepMixin:
         the check refused it or its time ran out: the state is then as it was (the changed tasks
         still marked), for the ordinary sweep."""
         ks = static_kernels()
-        qh, qt, qn, qp = self._links()
-        n = len(self._dur)
+        _, _, qn, qp = self._queue_set.as_links(len(self._duration), self._n_devices)
+        n = len(self._duration)
         hx, hr, marks, done, oR, oS, oE, rr = self._scratch(n)
         hs = len(heap)
         if hs:
@@ -105,17 +103,17 @@ class StaticResweepMixin:
         st = np.frombuffer(state.sweep_status, dtype=np.int64)
         ptr, idx = self._csr_arrays()
         pptr, pidx = self._pred_csr()
-        deadline = t0 + params.STATIC_BUDGET * self._t_full
+        deadline = t0 + params.STATIC_BUDGET * self._cost.full_run_s
         r0 = float(hr[0]) if hs else 0.0  # the first key re-timed
         stop = params.STATIC_DENSE_CHECK  # a pause after this many tasks: is the change dense?
         clock = time.perf_counter
         while True:
-            status, hs = ks.resweep(R, S, E, self._dur_np, lk, st, ptr, idx, pptr, pidx, qn, qp, hr, hx, hs,
+            status, hs = ks.resweep(R, S, E, self._duration_np, lk, st, ptr, idx, pptr, pidx, qn, qp, hr, hx, hs,
                                     marks, done, oR, oS, oE, rr, cnt, flt, stop, guard)
             if status != ks.PAUSED or clock() > deadline:
                 break
             k = int(cnt[ks.S_PROC])
-            first, rest = self._nb.count_after(lk, r0, float(hr[0]))
+            first, rest = self._kernels.count_after(lk, r0, float(hr[0]))
             if k >= params.STATIC_DENSE * max(int(first) - int(rest), 1):
                 # it re-times most of the tasks it passes: walk all the rest in the old key order
                 order, rank, is_key = self._walk_order(R, done, oR, k)
@@ -126,7 +124,7 @@ class StaticResweepMixin:
                 if pos:
                     flt[ks.G_PR], flt[ks.G_PX] = R[order[pos - 1]], order[pos - 1]
                 while True:
-                    status, pos = ks.resweep_all(R, S, E, self._dur_np, self._dev_np, lk, pptr, pidx, qp, order,
+                    status, pos = ks.resweep_all(R, S, E, self._duration_np, self._device_np, lk, pptr, pidx, qp, order,
                                                  pos, pos + 65536, last, done, oR, oS, oE, rr, cnt, flt, guard)
                     if status != ks.PAUSED or clock() > deadline:
                         break
@@ -141,7 +139,7 @@ class StaticResweepMixin:
         ks.clear(st, marks, int(cnt[ks.S_MARK]))
         del R, S, E, lk, st
         self._static_fails = 0
-        self._q_stale = True  # the DeviceQueue objects hold the old keys; the linked lists are current
+        self._queue_set.links_changed()  # the DeviceQueue objects hold the old keys; the linked lists are current
         if flt[ks.G_LOSSY]:
             self._lossy = True
         nrr = int(cnt[ks.S_RR])
@@ -161,25 +159,25 @@ class StaticResweepMixin:
     def _static_orders_stale(self) -> None:
         """Something other than a static re-sweep changes the timeline (device queues may move):
         drop the orders the re-sweeps keep (after bringing the ``DeviceQueue`` keys up to date)."""
-        if self._q_rekey:
-            self._requeue()
-        self._walk = self._pl = None
+        self._queue_set.settle_keys(self._n_devices)
+        self._dense_walk = self._py_device_lists = None
 
     # ------------------------------------------------------------------ Python
     def _py_links(self):
         """The Python re-sweep's device queues as lists: ids grouped by device in key order, the
         bounds of each device's group, and per task the one before and after it on its device (-1:
         none). Valid while only static re-sweeps change the timeline (no queue entry moves); dropped
-        with the dense walk's order (``_walk``)."""
-        if self._pl is None:
-            n, nd = len(self._dur), self._n_devices
-            if self._q_fresh and not self._q_rekey and nd:  # a full run's groups: one gather
-                groups = self._groups
+        with the dense walk's order (``_dense_walk``)."""
+        if self._py_device_lists is None:
+            n, nd = len(self._duration), self._n_devices
+            queues = self._queue_set
+            if queues.as_full_run and not queues.keys_stale and nd:  # a full run's groups: one gather
+                groups = queues.groups
                 groups.device(0)  # (groups them)
                 ids = groups.order[groups.perm].astype(np.int64)
                 bounds = groups.bounds.copy()
             else:
-                parts = [q.ids_np() for q in self._queues()]
+                parts = [q.ids_np() for q in queues.as_objects(nd)]
                 ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
                 bounds = np.zeros(nd + 1, dtype=np.int64)
                 np.cumsum([p.size for p in parts], out=bounds[1:])
@@ -191,16 +189,8 @@ class StaticResweepMixin:
                 same[inner[(inner > 0) & (inner < ids.size)] - 1] = False
                 qp[ids[1:][same]] = ids[:-1][same]
                 qn[ids[:-1][same]] = ids[1:][same]
-            self._pl = (ids, bounds, array("q", qp.tobytes()), array("q", qn.tobytes()))  # (fast scalar reads)
-        return self._pl
-
-    def _requeue(self) -> None:
-        """The ``DeviceQueue`` objects from the Python re-sweep's lists with the current keys (the device
-        orders did not change; only keys did)."""
-        ids, bounds = self._pl[0], self._pl[1]
-        dump = QueueDump(ids, np.frombuffer(self._state.queue_key, dtype=np.float64)[ids], bounds)
-        self._device_queues = [DeviceQueue((dump, d)) for d in range(self._n_devices)]
-        self._q_rekey = False
+            self._py_device_lists = (ids, bounds, array("q", qp.tobytes()), array("q", qn.tobytes()))  # (fast scalar reads)
+        return self._py_device_lists
 
     def _resweep_py(self, t0, heap, dirtied, guard, stats, mk_lost):
         """:meth:`_resweep_nb` in Python, the heap only (the dense walk, one Python step per task,
@@ -209,7 +199,7 @@ class StaticResweepMixin:
         ``params.RESUME_MAX_SHARE`` of the tasks come after the change while its device lists are
         still to be built (after a full run). Returns the change's :class:`DeltaStats`, or None
         (state as it was, for the ordinary sweep)."""
-        if self._pl is None and heap and int(np.count_nonzero(
+        if self._py_device_lists is None and heap and int(np.count_nonzero(
                 np.frombuffer(self._state.queue_key, dtype=np.float64) > heap[0][0])) > (
                     params.RESUME_MAX_SHARE * self._n_live):
             # most of the graph after the change, whose alternative is a full run, and the lists to build
@@ -217,15 +207,55 @@ class StaticResweepMixin:
             return None
         _, _, qp, qn = self._py_links()
         since = time.perf_counter()  # the pace counts from here (the lists are built once per full run)
-        state = self._state
-        R, S, E, lk, st = state.ready_time, state.start_time, state.end_time, state.queue_key, state.sweep_status
-        dur = self._dur
-        pred, succ = self._pred, self._succ
-        heap = list(heap)
         marks = list(dirtied)
         n0 = len(marks)
-        log = []
-        rr = []
+        log: list = []  # (task, old ready, old start, old end) per re-timed task, to put back
+        rr: list[int] = []  # re-timed tasks whose ready time (key) changed
+        ok, paced, changed, emax, lost, lossy = self._resweep_py_loop(
+            t0, since, list(heap), marks, log, rr, qp, qn, guard)
+        state = self._state
+        R, S, E, lk, st = state.ready_time, state.start_time, state.end_time, state.queue_key, state.sweep_status
+        if not ok:
+            for x, r, s0, e0 in reversed(log):
+                R[x] = lk[x] = r
+                S[x] = s0
+                E[x] = e0
+            for i, x in enumerate(marks):
+                st[x] = 1 if i < n0 else 0
+            if not paced:
+                self._static_failed()
+            return None
+        for x in marks:
+            st[x] = 0
+        self._static_fails = 0
+        ids, bounds = self._py_device_lists[0], self._py_device_lists[1]
+        self._queue_set.keys_changed(ids, bounds)  # the DeviceQueue objects hold the old keys (rebuilt when needed)
+        if lossy:
+            self._lossy = True
+        if self._order_cache is not None and rr:
+            self._order_moved.append(np.array(rr, dtype=np.int64))
+        self._makespan = self._recompute_makespan() if (lost or mk_lost) else max(emax, self._makespan)
+        stats.retimed = len(log)
+        stats.changed = changed
+        stats.moved = len(rr)
+        stats.static = True
+        stats.wall_s = time.perf_counter() - t0
+        return stats
+
+    def _resweep_py_loop(self, t0, since, heap, marks, log, rr, qp, qn, guard):
+        """The loop of :meth:`_resweep_py`: re-time the tasks of ``heap`` in the old key order on the
+        device lists ``qp`` / ``qn`` (previous / next task on its device), marking (``marks``) the
+        successors and device successors of each whose end changed, and checking as it goes that
+        every device keeps its order and (``guard``) that the edges it passes go forward in key order.
+        Every value it overwrites goes to ``log``; the re-timed tasks whose key changed to ``rr``.
+        Returns ``(ok, paced, changed, emax, lost, lossy)``: ``ok`` False when a check refused the
+        change or (``paced``) the pace rule stopped it; the count of tasks whose start or end changed,
+        the largest new end, whether an end that was the makespan decreased, and whether a positive
+        duration was lost to rounding."""
+        state = self._state
+        R, S, E, lk, st = state.ready_time, state.start_time, state.end_time, state.queue_key, state.sweep_status
+        dur = self._duration
+        pred, succ = self._pred, self._succ
         push, pop = heapq.heappush, heapq.heappop
         mk0 = self._makespan
         emax = -math.inf
@@ -306,31 +336,7 @@ class StaticResweepMixin:
                     ok = False
                     paced = True
                     break
-        if not ok:
-            for x, r, s0, e0 in reversed(log):
-                R[x] = lk[x] = r
-                S[x] = s0
-                E[x] = e0
-            for i, x in enumerate(marks):
-                st[x] = 1 if i < n0 else 0
-            if not paced:
-                self._static_failed()
-            return None
-        for x in marks:
-            st[x] = 0
-        self._static_fails = 0
-        self._q_rekey = True  # the DeviceQueue objects hold the old keys (_queues rebuilds them)
-        if lossy:
-            self._lossy = True
-        if self._order_cache is not None and rr:
-            self._order_moved.append(np.array(rr, dtype=np.int64))
-        self._makespan = self._recompute_makespan() if (lost or mk_lost) else max(emax, mk0)
-        stats.retimed = len(log)
-        stats.changed = changed
-        stats.moved = len(rr)
-        stats.static = True
-        stats.wall_s = time.perf_counter() - t0
-        return stats
+        return ok, paced, changed, emax, lost, lossy
 
     def _py_pace_ok(self, t0, since, k, r0, r) -> bool:
         """Go on after ``k`` tasks? Within ``params.STATIC_BUDGET_PYTHON`` full runs, and while the pace since
@@ -341,14 +347,12 @@ class StaticResweepMixin:
         ``params.STATIC_JUDGE_PYTHON`` tasks (the first whose sample judges a change that re-times
         every task it passes, and the last before a change whose pace slows down later has cost much)."""
         now = time.perf_counter()
-        if now - t0 > params.STATIC_BUDGET_PYTHON * self._t_full:
+        if now - t0 > params.STATIC_BUDGET_PYTHON * self._cost.full_run_s:
             return False
         lkv = np.frombuffer(self._state.queue_key, dtype=np.float64)
         first, rest = int(np.count_nonzero(lkv > r0)), int(np.count_nonzero(lkv > r))
         del lkv
-        est = self._t_full
-        if rest <= params.RESUME_MAX_SHARE * self._n_live:
-            est = min(est, self._res_fix + (self._res_per or 0.0) * rest)
+        est = self._cost.alternative_s(rest, self._n_live)
         limit = params.STATIC_PACE_PYTHON if k == params.STATIC_JUDGE_PYTHON else params.STATIC_PACE_PYTHON_LATE
         # giving up costs the alternative plus about what was spent (the ordinary sweep starts over)
         return (now - since) * rest / max(first - rest, 1) <= limit * (est + now - since)

@@ -52,14 +52,14 @@ class SweepMixin:
             if tasks.size:
                 ptr, idx = self._csr_arrays()
                 pptr, pidx = self._pred_csr()
-                u, v = self._nb.backward_edge(tasks, np.frombuffer(R, dtype=np.float64), ptr, idx, pptr, pidx)
+                u, v = self._kernels.backward_edge(tasks, np.frombuffer(R, dtype=np.float64), ptr, idx, pptr, pidx)
                 if u != -1:
                     return int(u), int(v)
             tasks = ()
-        elif (len(tasks) >= params.VECTOR_MIN and not self._csr_dirty and self._pcsr is not None
-              and self._pcsr[0] is self._csr[0]):  # the CSRs are current: check all edges at once
+        elif (len(tasks) >= params.VECTOR_MIN and not self._succ_rows_changed and self._pred_csr_cache is not None
+              and self._pred_csr_cache[0] is self._succ_csr[0]):  # the CSRs are current: check all edges at once
             found = _first_backward_edge(np.array(tasks, dtype=np.int64), np.frombuffer(R, dtype=np.float64),
-                                         *self._csr, self._pcsr[1], self._pcsr[2])
+                                         *self._succ_csr, self._pred_csr_cache[1], self._pred_csr_cache[2])
             if found is not None:
                 return found
             tasks = ()
@@ -76,33 +76,20 @@ class SweepMixin:
                 return (u, v)
         return None
 
-    def _sweep(self, heap, dirtied, limit, deadline, guard, replan):
-        """The event loop (see package doc). Returns counters, the processed tasks whose ready time
-        changed, the largest new end and whether an end that was the makespan decreased.
-
-        st[x]: 0 clean, 1 dirty, 3 dirty and unresolved (vacated, new, or moved to a key not below
-        its end: its successors pend on it), 2 done. nr[x]: x's new ready time when st is odd and
-        pend[x] == 0. pend[x]: unresolved predecessors. lk[x]: the ready time of x's queue entry on
-        device where[x] (-1: no entry). Ids whose st left 0 are appended to ``dirtied``.
-        """
+    def _sweep_steps(self, heap, mark, guard):
+        """The steps of :meth:`_sweep` that change other tasks than the one at the sweep point, as
+        closures over the state (one set per sweep; a closure call is cheaper than a method's attribute
+        reads in the loop): ``mark_queue(z)`` (z's queue predecessor changed), ``block_successors(y)``
+        (y's successors pend on it), ``relocate(y, new, sy, Kr, Kx)`` (y's entry moves to its new
+        ready time now), ``release(x, Kr, Kx)`` (x, unresolved, was processed: its successors'
+        pending counts drop) and ``propagate(x, e, oe, Kr, Kx)`` (x's end changed from ``oe`` to
+        ``e``: its successors' ready times follow). ``(Kr, Kx)``: the sweep point, for the guards."""
         state = self._state
-        R, S, E, lk, where = state.ready_time, state.start_time, state.end_time, state.queue_key, state.queue_device
-        st, nr, pend, oS, oE = state.sweep_status, state.new_ready, state.pending_preds, state.old_start, state.old_end
-        dur, dev, succ, pred = self._dur, self._dev, self._succ, self._pred
-        Q = self._device_queues
-        pop, push = heapq.heappop, heapq.heappush
-        mark = dirtied.append
-        processed = changed = moved = vacated = work = 0
-        if limit is None:
-            limit = -1
-        clock = time.perf_counter
-        timed = deadline != math.inf
-        retimed_r: list[int] = []  # processed tasks whose ready time (key) changed
-        self._swept_moved = retimed_r  # (kept for the resume if the sweep gives up)
-        mk0 = self._makespan
-        emax = -math.inf
-        lost = False
-        Kr, Kx = -math.inf, -1
+        R, E, lk, where = state.ready_time, state.end_time, state.queue_key, state.queue_device
+        st, nr, pend = state.sweep_status, state.new_ready, state.pending_preds
+        dev, succ, pred = self._device_of, self._succ, self._pred
+        Q = self._queue_set.objects
+        push = heapq.heappush
 
         def mark_queue(z):
             """z's queue predecessor changed."""
@@ -128,7 +115,7 @@ class SweepMixin:
                 elif sv == 2:
                     raise SweepAbort("zero-duration tie: a processed task's predecessor changed")
 
-        def relocate(y, new, sy):
+        def relocate(y, new, sy, Kr, Kx):
             """y (pend 0) gets the new ready time ``new``: move its entry there now."""
             nr[y] = new
             w = where[y]
@@ -158,6 +145,82 @@ class SweepMixin:
             if sy != 3 and new >= E[y]:
                 st[y] = 3
                 block_successors(y)
+
+        def release(x, Kr, Kx):
+            """x was unresolved: release its successors."""
+            for y in succ[x]:
+                c = pend[y] - 1
+                pend[y] = c
+                if not c:
+                    m = 0.0
+                    for p in pred[y]:
+                        if E[p] > m:
+                            m = E[p]
+                    if where[y] != -1 and lk[y] != m:
+                        relocate(y, m, st[y], Kr, Kx)
+                    else:
+                        nr[y] = m
+                        push(heap, (m, y))
+
+        def propagate(x, e, oe, Kr, Kx):
+            """x's end changed from ``oe`` to ``e``: update its successors' ready times incrementally."""
+            for y in succ[x]:
+                if pend[y]:
+                    continue  # its ready time is computed when it is released
+                sy = st[y]
+                if sy == 0:
+                    cur = R[y]
+                elif sy == 2:
+                    raise SweepAbort("zero-duration tie: a processed task's predecessor changed")
+                else:
+                    cur = nr[y]
+                if e > cur:
+                    new = e
+                elif e == cur or oe != cur:
+                    continue  # ready time unchanged
+                else:  # the old maximum decreased: recompute
+                    new = 0.0
+                    for p in pred[y]:
+                        if E[p] > new:
+                            new = E[p]
+                    if new == cur:
+                        continue
+                if sy == 0:
+                    st[y] = 1
+                    mark(y)
+                relocate(y, new, sy, Kr, Kx)
+
+        return mark_queue, block_successors, release, propagate
+
+    def _sweep(self, heap, dirtied, limit, deadline, guard, replan):
+        """The event loop (see package doc): pops events in key order and, for each, processes the
+        task at its final key or vacates its entry; the steps that reach other tasks are
+        :meth:`_sweep_steps`. Returns counters, the processed tasks whose ready time changed, the
+        largest new end and whether an end that was the makespan decreased.
+
+        st[x]: 0 clean, 1 dirty, 3 dirty and unresolved (vacated, new, or moved to a key not below
+        its end: its successors pend on it), 2 done. nr[x]: x's new ready time when st is odd and
+        pend[x] == 0. pend[x]: unresolved predecessors. lk[x]: the ready time of x's queue entry on
+        device where[x] (-1: no entry). Ids whose st left 0 are appended to ``dirtied``.
+        """
+        state = self._state
+        R, S, E, lk, where = state.ready_time, state.start_time, state.end_time, state.queue_key, state.queue_device
+        st, nr, pend, oS, oE = state.sweep_status, state.new_ready, state.pending_preds, state.old_start, state.old_end
+        dur, dev = self._duration, self._device_of
+        Q = self._queue_set.objects
+        pop = heapq.heappop
+        mark_queue, block_successors, release, propagate = self._sweep_steps(heap, dirtied.append, guard)
+        processed = changed = moved = vacated = work = 0
+        if limit is None:
+            limit = -1
+        clock = time.perf_counter
+        timed = deadline != math.inf
+        retimed_r: list[int] = []  # processed tasks whose ready time (key) changed
+        self._swept_rekeyed = retimed_r  # (kept for the resume if the sweep gives up)
+        mk0 = self._makespan
+        emax = -math.inf
+        lost = False
+        Kr, Kx = -math.inf, -1
 
         while heap:
             r, x = pop(heap)
@@ -219,45 +282,9 @@ class SweepMixin:
                 if mark_next and z != -1:
                     mark_queue(z)
                 if sx == 3:  # x was unresolved: release its successors
-                    for y in succ[x]:
-                        c = pend[y] - 1
-                        pend[y] = c
-                        if not c:
-                            m = 0.0
-                            for p in pred[y]:
-                                if E[p] > m:
-                                    m = E[p]
-                            if where[y] != -1 and lk[y] != m:
-                                relocate(y, m, st[y])
-                            else:
-                                nr[y] = m
-                                push(heap, (m, y))
+                    release(x, Kr, Kx)
                 elif e != oe:
-                    for y in succ[x]:
-                        if pend[y]:
-                            continue  # its ready time is computed when it is released
-                        sy = st[y]
-                        if sy == 0:
-                            cur = R[y]
-                        elif sy == 2:
-                            raise SweepAbort("zero-duration tie: a processed task's predecessor changed")
-                        else:
-                            cur = nr[y]
-                        if e > cur:
-                            new = e
-                        elif e == cur or oe != cur:
-                            continue  # ready time unchanged
-                        else:  # the old maximum decreased: recompute
-                            new = 0.0
-                            for p in pred[y]:
-                                if E[p] > new:
-                                    new = E[p]
-                            if new == cur:
-                                continue
-                        if sy == 0:
-                            st[y] = 1
-                            mark(y)
-                        relocate(y, new, sy)
+                    propagate(x, e, oe, Kr, Kx)
             elif where[x] != -1 and lk[x] == r:
                 # ---- vacate: x's entry is at the sweep point but x cannot be processed here
                 z = Q[where[x]].remove(r, x)
