@@ -112,6 +112,20 @@ def moe_capacity_options(options: dict, factor: float | None, pad: bool) -> None
         options["moe_imbalance"] = max(1.0, factor)
 
 
+def moe_routing_option(options: dict, force_balance: bool, expert_bias: bool) -> None:
+    """Megatron's routing switches -> options.moe_routing (taskgraph/moe_routing.py), unless padding to
+    capacity already fixed the load: --moe-router-force-load-balancing (NeMo / Bridge
+    moe_router_force_load_balancing) replaces the router's logits by random ones (router.py
+    apply_random_logits): 'random'; --moe-router-enable-expert-bias is DeepSeek-V3's
+    auxiliary-loss-free bias: 'aux_loss_free'. Neither: the model's learned routing (the default)."""
+    if "moe_imbalance" in options:
+        return
+    if force_balance:
+        options["moe_routing"] = "random"
+    elif expert_bias:
+        options["moe_routing"] = "aux_loss_free"
+
+
 def _int_value(v: Any, name: str) -> int:
     if isinstance(v, bool) or not str(v).strip().isdigit():
         raise ConfigError(f"{name} = {str(v)[:40]!r} must be a non-negative integer")

@@ -11,6 +11,7 @@ from strategies.import_common import (
     cluster_mapping,
     moe_capacity_options,
     moe_dispatch_options,
+    moe_routing_option,
     named_tokenizer_vocab,
     recompute_fields,
 )
@@ -153,6 +154,7 @@ MEGATRON_READ = {
     "multi-latent-attention", "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim",
     "moe-layer-freq", "mtp-num-layers", "quick-geglu", "window-size", "window-attn-skip-freq",
     "fp4-format", "fp4-recipe", "first-last-layers-bf16", "num-layers-at-start-in-bf16", "num-layers-at-end-in-bf16",
+    "moe-router-force-load-balancing", "moe-router-enable-expert-bias",
 }
 #: Megatron-LM training scripts other than GPT (their models are not decoder-only GPTs) -> what they train
 OTHER_MODELS = {"pretrain_mamba.py": "a Mamba / hybrid Mamba-Transformer model",
@@ -417,6 +419,8 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
             options["num_layers_at_end_in_bf16"] = _int(flags, "num-layers-at-end-in-bf16", 1) if both else 0
     if experts:
         moe_capacity_options(options, _float(flags, "moe-expert-capacity-factor"), flags.get("moe-pad-expert-input-to-capacity") is True)
+        moe_routing_option(options, flags.get("moe-router-force-load-balancing") is True,
+                           flags.get("moe-router-enable-expert-bias") is True)
     if flags.get("optimizer-cpu-offload") is True:
         # optimizer_config.py: optimizer_offload_fraction defaults to 0.0 (nothing offloaded); arguments.py
         # asserts --use-precision-aware-optimizer (whose default fp32 states change nothing here)

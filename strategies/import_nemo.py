@@ -19,6 +19,7 @@ from strategies.import_common import (
     cluster_mapping,
     moe_capacity_options,
     moe_dispatch_options,
+    moe_routing_option,
     named_tokenizer_vocab,
     recompute_fields,
     walk_keys,
@@ -234,6 +235,7 @@ _NEMO_READ = {
     "model.delay_wgrad_compute", "model.moe_enable_deepep", "model.moe_flex_dispatcher_backend",
     "model.moe_flex_dispatcher_num_sms", "model.moe_deepep_num_sms", "model.moe_router_group_topk",
     "model.moe_shared_expert_intermediate_size", "model.moe_shared_expert_overlap", "model.window_size",
+    "model.moe_router_force_load_balancing", "model.moe_router_enable_expert_bias",
 }
 
 
@@ -413,6 +415,8 @@ def _options(m: Fields, optim: Fields, dist: bool, moe: bool, shared: bool, extr
     if moe:
         moe_capacity_options(options, m.number("moe_expert_capacity_factor", None, lo=-1.0, hi=1e6),
                   m.flag("moe_pad_expert_input_to_capacity", False))
+        moe_routing_option(options, m.flag("moe_router_force_load_balancing", False),
+                           m.flag("moe_router_enable_expert_bias", False))
         disp = m.choice("moe_token_dispatcher_type", "allgather", ("allgather", "alltoall", "alltoall_seq", "flex"))
         if ep and disp not in ("alltoall", "flex"):
             extra.append(f"model.moe_token_dispatcher_type {disp} (simulated as the all-to-all dispatcher)")

@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from strategies.errors import ConfigError
-from strategies.import_common import Imported, moe_dispatch_options, named_tokenizer_vocab, recompute_fields
+from strategies.import_common import (
+    Imported,
+    moe_dispatch_options,
+    moe_routing_option,
+    named_tokenizer_vocab,
+    recompute_fields,
+)
 from strategies.pyrecipe import Ref, Unknown, evaluate_recipe, parse_recipe, recipe_functions, short
 from strategies.pyrecipe_values import plain
 
@@ -344,6 +350,8 @@ def tree_to_strategy(tree: dict, kind: str, where: str, *, cluster: str | None, 
         return f"{m}.{k}"
     moe_dispatch_options(lambda k: t.get(moe_key(k), None, None), moe_key, options, notes,
                          bool(model.get("experts")) and ep > 1, f"{where}: ", shared=bool(model.get("shared_experts")))
+    if model.get("experts"):   # the expert bias already sets model.router_bias ('learned' follows it)
+        moe_routing_option(options, t.get(f"{m}.moe_router_force_load_balancing", bool, False) is True, False)
     batch = lay["batch"]
     seq = t.get(lay["seq"], int, None) or t.get(f"{m}.seq_length", int, None)
     if not seq:

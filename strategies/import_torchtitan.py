@@ -107,7 +107,7 @@ _TT_READ = {"model.name", "model.flavor", "training.local_batch_size", "training
             "activation_checkpoint.selective_ac_option", "model.hf_assets_path", "hf_assets_path",
             "model.converters", "parallelism.expert_tensor_parallel_degree", "training.compile", "compile.enable",
             "compile.components", "compile", "model_spec.name", "model_spec.flavor",
-            "activation_checkpoint.force_recompute_mm_shapes_by_fqns"}
+            "activation_checkpoint.force_recompute_mm_shapes_by_fqns", "debug.moe_force_load_balance"}
 #: float8 keys read when a float8 / mx converter is on (otherwise listed as set but not in effect)
 _TT_FLOAT8 = {"float8.recipe_name", "float8.enable_fsdp_float8_all_gather", "float8.filter_fqns",
               "quantize.linear.float8.recipe_name", "quantize.linear.float8.enable_fsdp_float8_all_gather",
@@ -408,6 +408,8 @@ def import_torchtitan(data: dict, *, cluster: str | None = None, nodes: int | No
                      # the software stack (taskgraph/data/stacks.yaml): PyTorch eager unless torch.compile is on
                      "stack": "torchtitan-compile" if _compiled(data, tr) else "torchtitan"}
     fp8 = _converters(mdl, data, options, notes)
+    if "debug" in data and Fields(data, W).section("debug").flag("moe_force_load_balance", False):
+        options["moe_routing"] = "balanced"   # moe/moe.py: tokens dealt round-robin to the experts
     reshard = RESHARD[par.choice("fsdp_reshard_after_forward", "default", tuple(RESHARD))]
     if reshard is not None:
         if parallel["zero"] == 3:

@@ -30,7 +30,7 @@ TRAINING_KEYS = ("micro_batch", "global_batch", "seq_len", "precision", "recompu
                  "recompute_layers")
 OPTION_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_bucket_mb", "flash_attention",
                "overlap_handoff", "memory_reserve_gb", "fidelity", "profile", "profile_gpu", "collective_profile", "collective_profile_gpu", "fp32_grad_accum",
-               "tp_comm_overlap", "p2p_overlap", "tp_async_backward", "p2p_host_gap_us", "pipeline_scatter_gather", "moe_imbalance", "moe_capacity_factor",
+               "tp_comm_overlap", "p2p_overlap", "tp_async_backward", "p2p_host_gap_us", "pipeline_scatter_gather", "moe_imbalance", "moe_routing", "moe_capacity_factor",
                "moe_max_nodes", "pair_overlap", "pair_comm_sms", "overlap_moe_expert_parallel_comm",
                "delay_wgrad_compute", "moe_flex_dispatcher_num_sms", "moe_shared_expert_overlap", "optimizer_cpu_offload",
                "optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d", "fp8_recipe", "fp8_param_gather",
@@ -46,6 +46,18 @@ FP4_RECIPES = ("nvfp4",)
 FP8_RECIPES = ("tensorwise", "delayed", "rowwise", "blockwise", "mxfp8")
 RECOMPUTE = ("none", "selective", "full")
 FIDELITIES = ("operator", "coarse")
+#: options.moe_routing values (taskgraph/moe_routing.py; 'learned' picks aux_loss_free or aux_loss by the model)
+MOE_ROUTINGS = ("learned", "aux_loss", "aux_loss_free", "random", "balanced")
+
+
+@dataclass(frozen=True)
+class MoeRouting:
+    """The busiest expert-parallel rank's load left to the routing (``options.moe_routing``): the
+    operator builder resolves it with the layer's experts, top-k, ep and tokens per micro-batch, then
+    caps it at ``capacity_factor`` (tokens past capacity dropped; None = dropless)."""
+
+    routing: str
+    capacity_factor: float | None = None
 #: Host gap after each blocking pipeline exchange, microseconds: fitted on the 12 zero-bubble-paper
 #: 1F1B rows (Qi 2024, Megatron-LM fork; mean signed error 0): topologies/data/fitted.yaml,
 #: docs/validation.md.
@@ -153,7 +165,13 @@ class OptionsSpec:
     moe_imbalance: MoE routing skew: tokens routed to the busiest expert-parallel rank over the
         mean (>= 1; 1 = perfectly balanced). The busiest rank sets the pace of the EP group's
         all-to-all and of the layer (GShard, Lepikhin 2020 Section 2.2; measured expert loads in
-        DeepSeek-V3 Section 4.5 / Mixtral Section 5).
+        DeepSeek-V3 Section 4.5 / Mixtral Section 5). None = the expected load of ``moe_routing``.
+    moe_routing: how tokens are routed when moe_imbalance is not given, which sets the busiest
+        rank's expected load (taskgraph/moe_routing.py): 'learned' (default: 'aux_loss_free' for a
+        model with a router bias, else 'aux_loss'), 'aux_loss' (a router trained with a load-balancing
+        loss; Wang et al. 2024 Table 2), 'aux_loss_free' (DeepSeek-V3's expert bias), 'random'
+        (Megatron --moe-router-force-load-balancing: random logits) or 'balanced' (torchtitan
+        debug.moe_force_load_balance: round-robin, exactly the mean).
     moe_capacity_factor: expert capacity as a multiple of the mean load (Switch Transformer, Fedus
         2021 Section 2.2; Megatron --moe-expert-capacity-factor); tokens past it are dropped, so the
         busiest rank processes min(imbalance, factor) x mean. None = dropless (MegaBlocks, Gale 2023).
@@ -238,7 +256,8 @@ class OptionsSpec:
     tp_async_backward: bool = True
     p2p_host_gap_us: float = P2P_HOST_GAP_US
     pipeline_scatter_gather: bool = False
-    moe_imbalance: float = 1.0
+    moe_imbalance: float | None = None
+    moe_routing: str = "learned"
     moe_capacity_factor: float | None = None
     moe_max_nodes: int | None = None
     pair_overlap: str = "serial"
@@ -263,8 +282,12 @@ class OptionsSpec:
     stack: str | None = None
 
     @property
-    def moe_load(self) -> float:
-        """Load of the busiest expert-parallel rank relative to the mean (see moe_imbalance)."""
+    def moe_load(self) -> float | MoeRouting:
+        """Load of the busiest expert-parallel rank relative to the mean (see moe_imbalance), or, without
+        moe_imbalance, the routing whose expected load the operator builder derives from the layer's
+        shape (taskgraph/operators.py, taskgraph/moe_routing.py)."""
+        if self.moe_imbalance is None:
+            return MoeRouting(self.moe_routing, self.moe_capacity_factor)
         if self.moe_capacity_factor is None:
             return self.moe_imbalance
         return min(self.moe_imbalance, self.moe_capacity_factor)
@@ -417,7 +440,9 @@ def parse_strategy(data: dict, base_dir: str | Path = ".", *, written: bool = Tr
         tp_async_backward=get_bool(o, "tp_async_backward", "options", default=True),
         p2p_host_gap_us=get_float(o, "p2p_host_gap_us", "options", default=P2P_HOST_GAP_US),
         pipeline_scatter_gather=get_bool(o, "pipeline_scatter_gather", "options", default=False),
-        moe_imbalance=get_float(o, "moe_imbalance", "options", default=1.0, minimum=1.0),
+        moe_imbalance=None if o.get("moe_imbalance") is None else get_float(o, "moe_imbalance", "options",
+                                                                             minimum=1.0),
+        moe_routing=get_str(o, "moe_routing", "options", default="learned", choices=MOE_ROUTINGS),
         moe_capacity_factor=None if o.get("moe_capacity_factor") is None else get_float(
             o, "moe_capacity_factor", "options", minimum=1.0),
         moe_max_nodes=None if o.get("moe_max_nodes") is None else get_int(
@@ -539,6 +564,9 @@ def _check_option_scope(o: dict, par: ParallelSpec, tr: TrainingSpec, opt: Optio
         if o.get(key) is not None and getattr(opt, src) is None:
             refuse(key, f"says which GPU the rows of options.{src} were measured on, but no {src} is given",
                    f"give options.{src} or drop {key}")
+    if o.get("moe_imbalance") is not None and o.get("moe_routing") is not None:
+        refuse("moe_routing", f"derives the busiest expert rank's load, which options.moe_imbalance = "
+               f"{brief(opt.moe_imbalance)} already gives", "keep one of the two")
     if o.get("cp_comm") is not None and par.cp == 1:
         refuse("cp_comm", "chooses the context-parallel attention exchange, but parallel.cp = 1",
                "set cp > 1 or drop cp_comm")

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from strategies.errors import ConfigError, brief
+from taskgraph.float8_casts import TORCHAO_CASTS, torchao_cast_cost
 from taskgraph.stacks import attention_efficiency, get_stack
 from topologies.gemm_shapes import GEMM_SHAPE_TABLES, grouped_shape_factor, has_grouped, shape_factor
 from topologies.kernels import gemm_kernel as get_gemm_kernel
@@ -419,6 +420,18 @@ def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True,
     if dtype == "fp4" and quantize and op.kind == "gemm" and op.gemms:
         return _nvfp4_time(op, pass_, gpu, flash=flash, profile=profile, grad_accum_bytes=grad_accum_bytes,
                            stack=stack, gemm_kernel=gemm_kernel)
+    if dtype == "fp8" and quantize and stack is not None and stack.float8_casts and fp8_recipe in TORCHAO_CASTS and \
+            op.kind == "gemm" and op.gemms and not op.name.endswith(("lm_head", "moe_router", "moe_experts")):
+        # torchao Float8Linear (torchtitan): its amax / cast kernels (taskgraph/float8_casts.py); the output
+        # head stays bf16 (torchtitan filter_fqns), the experts are not nn.Linear modules
+        base = op_time(op, pass_, gpu, dtype, flash=flash, profile=profile, grad_accum_bytes=grad_accum_bytes,
+                       stack=stack, gemm_kernel=gemm_kernel, grad_accum_unfused_bytes=grad_accum_unfused_bytes,
+                       quantize=False)
+        if profile is not None and profile.lookup(gpu, dtype, op, pass_) is not None:
+            return base   # a measured time includes whatever the kernels did
+        nbytes, kernels = torchao_cast_cost(op.gemms, pass_, fp8_recipe, stack.float8_casts == "torchao-fused")
+        eff = gpu.efficiency
+        return base + nbytes / (gpu.hbm_bandwidth * eff.elementwise_efficiency) + kernels * eff.launch_overhead
     if dtype == "fp8" and FP8_RECIPE_COSTS.get(fp8_recipe, (0.0,))[0] and op.kind == "gemm" and op.gemms:
         if op.name.endswith("lm_head"):   # the output head stays BF16 (DeepSeek-V3 3.3.1; torchtitan filter_fqns)
             return op_time(op, pass_, gpu, "bf16", flash=flash, profile=profile, grad_accum_bytes=grad_accum_bytes,

@@ -262,11 +262,12 @@ def _shard_share(plan: Plan, dp_group: tuple):
     return ("dp-cp", plan.sizes, ()) if len(shard) == len(dp_group) else None
 
 
-def _grad_reduce_time(plan: Plan, gbytes: float, dp_group: tuple, share=None) -> float:
+def _grad_reduce_time(plan: Plan, gbytes: float, dp_group: tuple, share=None, groups: tuple | None = None) -> float:
     """Reduce-scatter of gradients over the shard group, then (HSDP) all-reduce of the shard over the
     replica group (PyTorch HSDP: reduce-scatter intra-shard-group, all-reduce inter); DeepSpeed's
-    BF16_Optimizer all-reduces at ZeRO-1 (taskgraph/stack_costs.py reduce_kind)."""
-    shard, rep = shard_groups(plan, dp_group)
+    BF16_Optimizer all-reduces at ZeRO-1 (taskgraph/stack_costs.py reduce_kind). ``groups``: (shard,
+    replica) other than the dense parameters' (the routed experts': :func:`expert_shard_groups`)."""
+    shard, rep = groups or shard_groups(plan, dp_group)
     t = _comm_time(plan.cluster, reduce_kind(plan), gbytes, shard, share) if len(shard) > 1 else 0.0
     if len(rep) > 1:
         t += _comm_time(plan.cluster, "all-reduce", gbytes / len(shard), rep)
@@ -293,26 +294,52 @@ def fsdp_layer_comms(plan: Plan) -> tuple[bool, bool, bool]:
     return reshard, reshard, False
 
 
-def _zero3_comms(ctx: CostContext, ops, dp_group, fwd_hide: float, bwd_hide: float) -> tuple[tuple, tuple, tuple]:
+def expert_shard_groups(plan: Plan, edp_group: tuple) -> tuple[tuple, tuple] | None:
+    """(shard group, replica group) of the routed experts under ZeRO-3 / FSDP with ep > 1, or None when
+    they are sharded with the dense parameters (ep 1, expert TP folding, a shard group ep does not
+    divide). torchtitan apply_fsdp (torchtitan/models/llama4/infra/parallelize.py, deepseek_v3 likewise):
+    ``fully_shard(transformer_block.moe.experts, mesh=dp_mod_ep_mesh)``, a separate FSDP unit on the
+    ``dp_shard_mod_ep`` mesh of dp_shard * cp / ep ranks (the ranks holding the same experts: the
+    expert-data-parallel group), prefetched beside its block (set_modules_to_forward_prefetch); with
+    dp_shard * cp == ep the experts are not sharded at all. NeMo AutoModel's MoE parallelizer
+    (nemo_automodel/components/moe/parallelizer.py) shards them the same way; DeepSpeed ZeRO-3 MoE
+    partitions them over its expert-data-parallel group."""
+    k = plan.shard_size
+    if plan.sizes.ep == 1 or plan.sizes.etp is not None or k % plan.sizes.ep or not edp_group:
+        return None
+    ke = k // plan.sizes.ep
+    return tuple(edp_group[:ke]), tuple(edp_group[::ke])
+
+
+def _zero3_comms(ctx: CostContext, ops, dp_group, fwd_hide: float, bwd_hide: float,
+                 edp_group: tuple = ()) -> tuple[tuple, tuple, tuple]:
     """ZeRO-3 / FSDP collectives of one layer (see :func:`fsdp_layer_comms`), on the dp stream.
 
     Prefetch (FSDP2 forward/backward prefetch; DeepSpeed ZeRO-3 prefetch, Rajbhandari 2020 Section 5.3):
     a layer's all-gather is issued while the previous layer computes, so only max(0, t_gather -
     t_hide) is exposed, ``t_hide`` being the compute of the layer before it in that pass (0 for the
     first layer a stage runs in the pass). The gathered buffer lives from the gather to the end of
-    the layer's pass (``Comm.mem_bytes``)."""
+    the layer's pass (``Comm.mem_bytes``). With ep > 1 the routed experts are a unit of their own over
+    the expert shard group (:func:`expert_shard_groups`): their gather and reduce-scatter follow the
+    block's on the same stream, each with its own FSDP2 copies."""
     plan = ctx.plan
-    params = sum(op.params for op in ops)  # this TP shard's layer parameters, gathered over dp
-    wbytes = param_bytes(plan) * params
-    gbytes = grad_bytes_per_param(plan) * params
+    egroups = expert_shard_groups(plan, edp_group)
+    eparams = sum(op.params for op in ops if op.name == "moe_experts") if egroups else 0
+    params = sum(op.params for op in ops) - eparams  # this TP shard's layer parameters, gathered over dp
+    pb, gb = param_bytes(plan), grad_bytes_per_param(plan)
+    wbytes = pb * (params + eparams)
     shard, _ = shard_groups(plan, dp_group)
     g_fwd, g_bwd, rs_each = fsdp_layer_comms(plan)
-    ag = _comm_time(plan.cluster, "all-gather", wbytes, shard, _shard_share(plan, dp_group)) if len(shard) > 1 else 0.0
-    copy_in, copy_out, rs_copy_in = (fsdp2_copy_times(plan.cluster.gpu, params, len(shard), param_bytes(plan),
-                                                      grad_bytes_per_param(plan))
-                                     if ctx.stack is not None and ctx.stack.fsdp2_copies and len(shard) > 1
-                                     else (0.0, 0.0, 0.0))
-    ag += copy_in    # FSDP2's copy-in runs before its all-gather on the copy-in stream: prefetched with it
+    ag, copy_out, rs = 0.0, 0.0, 0.0
+    for n, group, unit in ((params, shard, None),) + (((eparams, egroups[0], egroups),) if eparams else ()):
+        share = _shard_share(plan, dp_group) if unit is None else None
+        cin, cout, rs_copy_in = (fsdp2_copy_times(plan.cluster.gpu, n, len(group), pb, gb)
+                                 if ctx.stack is not None and ctx.stack.fsdp2_copies and len(group) > 1
+                                 else (0.0, 0.0, 0.0))
+        if len(group) > 1:   # FSDP2's copy-in runs before its all-gather on the copy-in stream: prefetched with it
+            ag += _comm_time(plan.cluster, "all-gather", pb * n, group, share) + cin
+        copy_out += cout
+        rs += rs_copy_in + _grad_reduce_time(plan, gb * n, dp_group, share, unit)
     # the prefetched gather holds its NCCL channels' SMs while the previous layer computes and shares
     # HBM with it (taskgraph/overlap.py): the pair takes bulk(hide, gather, f, g); the excess is charged here
     f = stream_shares(plan, {"dp": shard}).get("dp", 0.0)
@@ -323,8 +350,7 @@ def _zero3_comms(ctx: CostContext, ops, dp_group, fwd_hide: float, bwd_hide: flo
                  mem_bytes=wbytes),) if g_fwd else ()
     bpre = (Comm("dp-comm", "zero3-param-gather", bulk(bwd_hide, ag, f, g) - bwd_hide + copy_out, "dp",
                  mem_bytes=wbytes),) if g_bwd else ()
-    bpost = (Comm("dp-comm", "zero3-grad-reduce-scatter", rs_copy_in + _grad_reduce_time(
-        plan, gbytes, dp_group, _shard_share(plan, dp_group)), "dp"),) if rs_each else ()
+    bpost = (Comm("dp-comm", "zero3-grad-reduce-scatter", rs, "dp"),) if rs_each else ()
     return fpre, bpre, bpost
 
 
@@ -557,7 +583,7 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
                 fwd_c = sum(c.fwd for c in costs)
                 bwd_c = sum(c.bwd_input + c.bwd_weight for c in costs)
                 fpre, bpre, bpost = _zero3_comms(lctx, ops, groups["dp"], 0.0 if edge[0] else fwd_c,
-                                                 0.0 if edge[1] else bwd_c)
+                                                 0.0 if edge[1] else bwd_c, groups.get("edp", ()))
                 costs[0] = _with(costs[0], fwd_pre=fpre + costs[0].fwd_pre, bwd_post=costs[0].bwd_post + bpost)
                 costs[-1] = _with(costs[-1], bwd_pre=bpre + costs[-1].bwd_pre)
             if off:

@@ -37,6 +37,7 @@ HF_IRRELEVANT_KEYS = frozenset({
     "boi_token_index", "eoi_token_index", "image_token_index", "initializer_factor",
     "attn_temperature_tuning", "floor_scale", "attn_scale", "intermediate_size_mlp", "interleave_moe_layer_step",
     "moe_layers", "use_qk_norm", "no_rope_layers", "no_rope_layer_interval", "attention_chunk_size",
+    "swiglu_limit", "initial_context_length",
 })
 # Keys that only some families use: the family parser marks what it reads (``_HF.used``) and the
 # rest of the file, minus HF_IRRELEVANT_KEYS, is reported. HF_IRRELEVANT_KEYS lists the family keys
@@ -135,6 +136,21 @@ def _hf_mistral(c: _HF) -> dict:
 def _hf_mixtral(c: _HF) -> dict:
     kw = _hf_mistral(c)
     kw.update(experts=c.int("num_local_experts"), top_k=c.int("num_experts_per_tok"), expert_ffn=kw["ffn"])
+    return kw
+
+
+def _hf_gpt_oss(c: _HF) -> dict:
+    """GPT-OSS (OpenAI gpt-oss model card, arXiv:2508.10925, Section 2.1; HF modeling_gpt_oss.py): banded
+    128-token windows on alternate layers (layer_types), every linear layer with a bias (attention,
+    experts, router), MoE in every layer. The per-head attention-sink logits (``sinks``, one scalar per
+    head: one more softmax column) hold 64 parameters a layer and no GEMM work: not modeled."""
+    kw = _hf_common(c)
+    c.act("hidden_act", ("silu",))
+    _hf_window(c, kw)
+    top_k = c.int("num_experts_per_tok", None)
+    top_k = c.int("experts_per_token") if top_k is None else top_k
+    c.used.add("experts_per_token")
+    kw.update(experts=c.int("num_local_experts"), top_k=top_k, expert_ffn=kw["ffn"], bias=True)
     return kw
 
 
@@ -333,6 +349,7 @@ HF_ARCHITECTURES = {
     "DeepseekV2ForCausalLM": _hf_deepseek,
     "DeepseekV3ForCausalLM": _hf_deepseek,
     "Llama4ForCausalLM": _hf_llama4,
+    "GptOssForCausalLM": _hf_gpt_oss,
     "Llama4ForConditionalGeneration": _hf_llama4,
 }
 _HF_MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "mixtral": "MixtralForCausalLM",
@@ -340,7 +357,7 @@ _HF_MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
                    "phi3": "Phi3ForCausalLM", "gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
                    "gemma3": "Gemma3ForConditionalGeneration", "deepseek_v2": "DeepseekV2ForCausalLM",
                    "deepseek_v3": "DeepseekV3ForCausalLM", "llama4_text": "Llama4ForCausalLM",
-                   "llama4": "Llama4ForConditionalGeneration"}
+                   "llama4": "Llama4ForConditionalGeneration", "gpt_oss": "GptOssForCausalLM"}
 
 
 def load_hf_config(path_or_dict: Any, name: str | None = None, *, unused: list | None = None) -> ModelSpec:

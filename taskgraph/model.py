@@ -440,6 +440,8 @@ PUBLISHED_PARAMS = {
     "gemma3-1b": 1.0e9,      # Gemma 3 report (arXiv:2503.19786) Table 1 / HF google/gemma-3-1b-pt (999,885,952)
     "phi3-mini": 3.8e9,      # Phi-3 report (arXiv:2404.14219) Section 2: phi-3-mini 3.8B (HF 3,821,079,552)
     "phi3-medium": 14e9,     # Phi-3 report Section 2: phi-3-medium 14B (HF 13,960,238,080)
+    "gpt-oss-120b": 116.83e9,  # gpt-oss model card (arXiv:2508.10925) Table 1: 116.83B total
+    "gpt-oss-20b": 20.91e9,    # gpt-oss model card Table 1: 20.91B total
 }
 PUBLISHED_ACTIVE_PARAMS = {
     "mixtral-8x7b": 12.9e9,      # Jiang 2024 Section 2
@@ -499,6 +501,14 @@ PRESETS: dict[str, ModelSpec] = {
     "gemma3-1b": _llama("gemma3-1b", 26, 1152, 4, 1, 6912, 262144, 32768, head_dim=256, mlp="geglu",
                         tied_embeddings=True, sandwich_norm=True, qk_norm=True, sliding_window=512,
                         global_attention_every=6),
+    # gpt-oss model card (OpenAI, arXiv:2508.10925) Section 2.1 / Table 1 + HF openai/gpt-oss-120b and -20b
+    # config.json: h 2880, 64 heads of 64, 8 KV heads, 128 (20b: 32) experts of 2880, top-4, biases on every
+    # linear layer, banded 128-token window on alternate layers from layer 0 (layer_types), vocab 201088.
+    # The per-head attention sinks (a learned logit per head) are 64 parameters a layer: not modeled.
+    "gpt-oss-120b": _llama("gpt-oss-120b", 36, 2880, 64, 8, 2880, 201088, 131072, head_dim=64, bias=True,
+                           experts=128, top_k=4, expert_ffn=2880, sliding_window=128, global_attention_every=2),
+    "gpt-oss-20b": _llama("gpt-oss-20b", 24, 2880, 64, 8, 2880, 201088, 131072, head_dim=64, bias=True,
+                          experts=32, top_k=4, expert_ffn=2880, sliding_window=128, global_attention_every=2),
     # Phi-3 report (arXiv:2404.14219) Section 2 + HF config.json: Llama-style, vocab 32064, window 2047.
     "phi3-mini": _llama("phi3-mini", 32, 3072, 32, 32, 8192, 32064, 4096, sliding_window=2047),
     "phi3-medium": _llama("phi3-medium", 40, 5120, 40, 10, 17920, 32064, 4096, sliding_window=2047),

@@ -30,8 +30,10 @@ from dataclasses import dataclass, field
 
 from strategies.config import did_you_mean
 from strategies.errors import ConfigError
+from strategies.strategy_file import MoeRouting
 from taskgraph.attention_shape import AttentionShape, attention_pairs, kernel_attention_shape, unfused_score_bytes
 from taskgraph.model import ModelSpec
+from taskgraph.moe_routing import routed_load
 
 KINDS = ("gemm", "attention", "elementwise", "norm", "embedding", "loss", "router",
          "collective")  # "collective": reserved for passes that turn comms into graph nodes
@@ -209,7 +211,7 @@ def _choices(n: int, limit: int = 8) -> str:
 
 
 def _context(model: ModelSpec, micro_batch: int, seq_len: int, tp: int, sp: bool, cp: int, ep: int,
-             dtype_bytes: int, flash_attention: bool, causal_halved: bool | None, moe_load: float = 1.0,
+             dtype_bytes: int, flash_attention: bool, causal_halved: bool | None, moe_load: float | MoeRouting = 1.0,
              cp_comm: str = "allgather", cp_balance: bool = True, etp: int | None = None) -> _Ctx:
     for name, v in (("micro_batch", micro_batch), ("seq_len", seq_len), ("parallel.tp", tp),
                     ("parallel.cp", cp), ("parallel.ep", ep), ("dtype_bytes", dtype_bytes)):
@@ -242,6 +244,8 @@ def _context(model: ModelSpec, micro_batch: int, seq_len: int, tp: int, sp: bool
                           f"set parallel.sp: true (Megatron requires it) or tp: 1")
     sq = seq_len // cp
     T = micro_batch * sq
+    if isinstance(moe_load, MoeRouting):
+        moe_load = routed_load(model, moe_load, tokens=(T // tp if sp else T), tp=etp or tp, ep=ep)
     if isinstance(moe_load, bool) or not isinstance(moe_load, (int, float)) or not 1.0 <= moe_load < float("inf"):
         raise ConfigError(f"options.moe_imbalance = {moe_load!r} must be a finite number >= 1 (1 = balanced)")
     if cp_comm not in CP_COMMS:
@@ -536,13 +540,14 @@ def _moe_ops(c: _Ctx, layer: int) -> list:
 def layer_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int = 1,
                     sp: bool = False, cp: int = 1, ep: int = 1, dtype_bytes: int = 2,
                     flash_attention: bool = True, layer_index: int = 0,
-                    causal_halved: bool | None = None, moe_load: float = 1.0, cp_comm: str = "allgather",
+                    causal_halved: bool | None = None, moe_load: float | MoeRouting = 1.0, cp_comm: str = "allgather",
                     cp_balance: bool = True, etp: int | None = None) -> list:
     """Operators of decoder layer ``layer_index`` on one GPU, in forward order.
 
     ``causal_halved``: count only the unmasked s(s+1)/2 attention pairs; default (None) = what
     the kernel executes: True with flash attention, False for the unfused kernel.
-    ``moe_load``: routed tokens of the busiest expert-parallel rank over the mean (MoE layers).
+    ``moe_load``: routed tokens of the busiest expert-parallel rank over the mean (MoE layers), or a
+    :class:`MoeRouting` whose expected load :func:`routed_load` derives.
     """
     c = _context(model, micro_batch, seq_len, tp, sp, cp, ep, dtype_bytes, flash_attention,
                  causal_halved, moe_load, cp_comm, cp_balance, etp)
@@ -603,7 +608,7 @@ def embedding_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp:
 
 def head_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int = 1,
                    sp: bool = False, cp: int = 1, dtype_bytes: int = 2, ep: int = 1,
-                   flash_attention: bool = True, moe_load: float = 1.0, cp_comm: str = "allgather",
+                   flash_attention: bool = True, moe_load: float | MoeRouting = 1.0, cp_comm: str = "allgather",
                    cp_balance: bool = True, etp: int | None = None) -> list:
     """Final norm, vocab-parallel LM head (+ Gemma's logit soft-capping) and vocab-parallel
     cross-entropy loss, then the multi-token-prediction modules (DeepSeek-V3 Section 2.2) if any,
@@ -617,7 +622,7 @@ def head_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int 
     return ops
 
 
-def _mtp_ops(model: ModelSpec, k: int, *, ep: int, flash_attention: bool, moe_load: float = 1.0,
+def _mtp_ops(model: ModelSpec, k: int, *, ep: int, flash_attention: bool, moe_load: float | MoeRouting = 1.0,
              cp_comm: str = "allgather", cp_balance: bool = True, etp: int | None = None, **kw) -> list:
     """MTP module k (DeepSeek-V3 Section 2.2, eqs. 21-23): RMSNorm of the previous depth's hidden
     state and of the shifted token embedding (the embedding lookup is shared: its cost is one more
@@ -721,7 +726,7 @@ def operator_graph(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int 
 def activation_bytes_per_layer(model: ModelSpec, micro_batch: int, seq_len: int, tp: int = 1,
                                sp: bool = False, recompute: str = "none", flash_attention: bool = True,
                                *, cp: int = 1, ep: int = 1, dtype_bytes: int = 2,
-                               layer_index: int = 0, moe_load: float = 1.0, cp_comm: str = "allgather",
+                               layer_index: int = 0, moe_load: float | MoeRouting = 1.0, cp_comm: str = "allgather",
                                etp: int | None = None) -> int:
     """Bytes one layer keeps for backward per micro-batch on one GPU (Korthikanti 2022 Table 2).
 

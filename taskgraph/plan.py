@@ -278,7 +278,7 @@ def resolve(strategy: Strategy) -> Plan:
         raise ConfigError(f"parallel.ep = {ep} but model {brief(model.name)} has no experts; set ep: 1")
     written = strategy.raw.get("options") if isinstance(strategy.raw, dict) else None
     written = written if isinstance(written, dict) else {}
-    moe_opts = [k for k in ("moe_imbalance", "moe_capacity_factor", "moe_max_nodes") if written.get(k) is not None]
+    moe_opts = [k for k in ("moe_imbalance", "moe_routing", "moe_capacity_factor", "moe_max_nodes") if written.get(k) is not None]
     if moe_opts and not model.experts:
         raise ConfigError(f"options.{moe_opts[0]} = {brief(written[moe_opts[0]])} applies to MoE models, but model "
                           f"{brief(model.name)} has no experts; drop {', '.join('options.' + k for k in moe_opts)}")

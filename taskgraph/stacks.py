@@ -45,7 +45,10 @@ class Stack:
     (``taskgraph/costing.py`` build_work); fsdp2_copies: under ZeRO-3 the stack is PyTorch FSDP2, whose
     per-parameter all-gathers and reduce-scatters copy into and out of flat buffers
     (``taskgraph/costing.py`` fsdp2_copy_times); torch_cp: context parallelism is PyTorch's ring attention,
-    one SDPA launch per step with fp32 merges (``taskgraph/torch_cp.py``)."""
+    one SDPA launch per step with fp32 merges (``taskgraph/torch_cp.py``); float8_casts: FP8 linear layers
+    are torchao's Float8Linear, whose amax and cast kernels run apart from the GEMMs ('torchao'; with
+    torch.compile fusing their first read into the producer: 'torchao-fused'; ``taskgraph/float8_casts.py``),
+    '' = Transformer Engine's casts fused into the producing kernels."""
 
     name: str
     attention: str
@@ -56,6 +59,7 @@ class Stack:
     p2p_serial: bool = False
     fsdp2_copies: bool = False
     torch_cp: bool = False
+    float8_casts: str = ""
 
     def passes_of(self, op_name: str) -> int:
         """Passes of an operator by its role (the name after a layer prefix, e.g. ``mtp0.final_norm``)."""
@@ -103,8 +107,12 @@ def _table(path: str = STACKS_PATH) -> tuple[dict, dict, dict]:
         tcp = d.get("torch_cp", False)
         if not isinstance(tcp, bool):
             raise ConfigError(f"stack file {path!r}: stack {name!r} torch_cp = {tcp!r} must be true or false")
+        f8 = d.get("float8_casts", "")
+        if f8 not in ("", "torchao", "torchao-fused"):
+            raise ConfigError(f"stack file {path!r}: stack {name!r} float8_casts = {f8!r} must be 'torchao', "
+                              f"'torchao-fused' or left out")
         stacks[str(name)] = Stack(str(name), att, passes, None if host is None else float(host), copy, acc, serial,
-                                  fsdp2, tcp)
+                                  fsdp2, tcp, f8)
     cat = data.get("catalog_attention") or {}
     catalog = {"kernel": {str(a): str(k) for a, k in (cat.get("kernel") or {}).items()},
                "reference": {str(a): (float(r["head_dim"]), float(r["seq_len"]))

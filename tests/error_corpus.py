@@ -874,6 +874,15 @@ add(
     Case("r2-moe-capacity-below-1", SIM, {"s.yaml": strat(model=MOE, parallel="{tp: 2, pp: 2, sp: true}") +
                                           "options: {moe_capacity_factor: 0.5}\n"},
          r"options\.moe_capacity_factor = 0\.5 must be >= 1", "moe_capacity_factor"),
+    Case("r2-dense-moe_routing", SIM, {"s.yaml": strat() + "options: {moe_routing: random}\n"},
+         r"options\.moe_routing = 'random' applies to MoE models, but model 'tiny' has no experts", "moe_routing"),
+    Case("r2-moe-routing-unknown", SIM, {"s.yaml": strat(model=MOE, parallel="{tp: 2, pp: 2, sp: true}") +
+                                         "options: {moe_routing: even}\n"},
+         r"options\.moe_routing = 'even' .*learned, aux_loss, aux_loss_free, random, balanced", "moe_routing"),
+    Case("r2-moe-routing-and-imbalance", SIM, {"s.yaml": strat(model=MOE, parallel="{tp: 2, pp: 2, sp: true}") +
+                                               "options: {moe_routing: random, moe_imbalance: 1.2}\n"},
+         r"options\.moe_routing = 'random' derives .* options\.moe_imbalance = 1\.2 already gives; keep one",
+         "moe_routing"),
     Case("r2-ok-moe-options", SIM, {"s.yaml": strat(model=MOE, parallel="{tp: 2, pp: 2, sp: true}") +
                                     "options: {moe_imbalance: 1.5, moe_capacity_factor: 1.25}\n"}, code=0, bound=5000),
     Case("r2-fp8-recipe-fp16", SIM, {"s.yaml": strat(training="{micro_batch: 1, global_batch: 8, seq_len: 128, "

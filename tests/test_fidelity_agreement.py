@@ -109,6 +109,25 @@ NEW_FIELDS = {
                                 "parallel": {"tp": 2, "pp": 1, "zero": 1, "sp": True},
                                 "training": {"micro_batch": 1, "global_batch": 200, "seq_len": 8192},
                                 "options": {"activation_offload_layers": 4, "overlap_grad_reduce": False}}),
+    # issue 38: learned MoE routing's expected busiest-rank load (moe_routing), FSDP2 + EP (experts as
+    # their own FSDP unit over the expert-data-parallel ranks), torchao's FP8 casts, GPT-OSS's windows
+    "moe-aux-loss-routing": ({"model": "qwen3-30b-a3b", "cluster": {"preset": "dgx-h100", "nodes": 4},
+                              "parallel": {"tp": 1, "pp": 4, "ep": 8, "zero": 1},
+                              "training": {"micro_batch": 1, "global_batch": 32, "seq_len": 4096},
+                              "options": {"moe_routing": "aux_loss", "moe_capacity_factor": 1.1}}),
+    "fsdp2-ep-two-nodes": ({"model": {"preset": "mixtral-8x7b", "layers": 8},
+                            "cluster": {"preset": "dgx-h100", "nodes": 2},
+                            "parallel": {"tp": 1, "pp": 1, "ep": 8, "zero": 3},
+                            "training": {"micro_batch": 1, "global_batch": 32, "seq_len": 4096, "recompute": "full"},
+                            "options": {"stack": "torchtitan"}}),
+    "torchao-fp8-tensorwise": ({"model": "llama3-8b", "cluster": {"preset": "dgx-h100", "nodes": 1},
+                                "parallel": {"tp": 1, "pp": 1, "zero": 3},
+                                "training": {"micro_batch": 1, "global_batch": 8, "seq_len": 8192,
+                                             "precision": "fp8", "recompute": "selective"},
+                                "options": {"stack": "torchtitan-compile"}}),
+    "gpt-oss-120b": ({"model": "gpt-oss-120b", "cluster": {"preset": "dgx-h100", "nodes": 8},
+                      "parallel": {"tp": 1, "pp": 4, "ep": 8, "zero": 1},
+                      "training": {"micro_batch": 1, "global_batch": 64, "seq_len": 4096}}),
 }
 
 

@@ -66,6 +66,7 @@ OPTION_VALUES = {
     "fp4_recipe": ["nvfp4"],
     "num_layers_at_start_in_bf16": [0, 1],
     "num_layers_at_end_in_bf16": [0, 1, 2],
+    "moe_routing": ["aux_loss", "aux_loss_free", "random", "balanced"],
 }
 #: NVFP4 training on B200 and the BF16 first / last layers of fp8 / fp4 recipes, drawn by _draw_fp4 from
 #: its own generator (same reason)
@@ -82,7 +83,19 @@ NEEDS = {"moe_imbalance": "moe", "moe_capacity_factor": "moe", "moe_max_nodes": 
          "pair_overlap": "dualpipe", "pair_comm_sms": "dualpipe", "overlap_handoff": "dualpipe",
          "fp8_param_gather": "fp8", **{k: "a2a-overlap" for k in A2A_KEYS}, **{k: "cpu-offload" for k in OFFLOAD_KEYS},
          "moe_shared_expert_overlap": "shared-overlap", "pipeline_scatter_gather": "tp-pp",
-         **{k: "low-precision" for k in FP4_KEYS}, "activation_offload_layers": "activation-offload"}
+         **{k: "low-precision" for k in FP4_KEYS}, "activation_offload_layers": "activation-offload",
+         "moe_routing": "moe-routing"}
+
+
+def _draw_moe_routing(data: dict, on: set, i: int) -> None:
+    """Name the routing (options.moe_routing) in half of the MoE draws that leave moe_imbalance to it
+    (the rest run the default 'learned'); its own generator keeps the other draws as they were."""
+    rng = np.random.default_rng((20261201, i))
+    if "experts" not in data["model"] or "moe_imbalance" in data["options"] or rng.random() < 0.5:
+        return
+    values = OPTION_VALUES["moe_routing"]
+    data["options"]["moe_routing"] = values[int(rng.integers(len(values)))]
+    on.add("moe_routing")
 
 
 def _draw_shared_overlap(data: dict, on: set, i: int) -> None:
@@ -287,6 +300,7 @@ def _draw(rng: np.random.Generator, i: int) -> tuple[dict, set]:
     _draw_scatter_gather(data, on, i)
     _draw_stack_mechanisms(data, on, i)
     _draw_fp4(data, on, i)
+    _draw_moe_routing(data, on, i)
     return data, on
 
 

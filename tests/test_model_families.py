@@ -212,9 +212,9 @@ def _mixtral(tmp_path, **options):
                            "options": options}, tmp_path)
 
 
-def test_moe_imbalance_one_is_todays_balanced_routing(tmp_path):
+def test_moe_imbalance_one_is_balanced_routing(tmp_path):
     from simulator.api import simulate_strategy
-    base = simulate_strategy(_mixtral(tmp_path))
+    base = simulate_strategy(_mixtral(tmp_path, moe_routing="balanced"))
     same = simulate_strategy(_mixtral(tmp_path, moe_imbalance=1.0))
     assert same.result.makespan == base.result.makespan
     assert list(same.graph.duration) == list(base.graph.duration)
@@ -231,7 +231,7 @@ def test_moe_busiest_rank_sets_the_pace(tmp_path):
     a2a = lambda ops: [x.bytes for x in ops["moe_experts"].comms if x.op == "all-to-all"]
     assert a2a(skew) == [1.5 * b for b in a2a(even)]
     assert skew["qkv"] == even["qkv"] and skew["moe_router"] == even["moe_router"]
-    base = simulate_strategy(_mixtral(tmp_path)).result.makespan
+    base = simulate_strategy(_mixtral(tmp_path, moe_imbalance=1.0)).result.makespan
     slow = simulate_strategy(_mixtral(tmp_path, moe_imbalance=1.5)).result.makespan
     capped = simulate_strategy(_mixtral(tmp_path, moe_imbalance=1.5, moe_capacity_factor=1.25)).result.makespan
     at_cap = simulate_strategy(_mixtral(tmp_path, moe_imbalance=1.25)).result.makespan
