@@ -94,9 +94,6 @@ def objective_value(row: dict, objective: str, deadline_days: float | None = Non
     return -row["tokens_per_dollar"]
 
 
-#: the search space when none is given: every axis at its default values
-DEFAULT_SPACE = SearchSpace()
-
 
 def _no_price_error(ctx, objective) -> ConfigError:
     return ConfigError(f"--objective {objective} needs a price for {ctx.cluster.gpu.name}, which "
@@ -105,7 +102,7 @@ def _no_price_error(ctx, objective) -> ConfigError:
 
 
 def search(base, *, gpus: int | None = None, gpus_range: tuple[int, int] | None = None,
-           space: SearchSpace = DEFAULT_SPACE, objective: str | None = None, deadline_days: float | None = None,
+           space: SearchSpace = SearchSpace(), objective: str | None = None, deadline_days: float | None = None,
            train_tokens: float | None = None, method: str = "exhaustive", budget: int | None = None, seed: int = 0,
            backend: str = "local", jobs: int | None = None, price: float | None = None, fidelity: str = "coarse",
            nonuniform: bool = False, beta: float = 100.0, progress: Callable[[list[dict]], None] | None = None,
@@ -276,13 +273,13 @@ def _mcmc_rows(job, ctx, base, cands: list[Candidate], objective: str, deadline_
 def _gap(rows: list[dict], cands, bound, cost) -> float | None:
     """(best objective found - smallest bound of the grid candidates not simulated) / |that bound|;
     0.0 when no unsimulated candidate can beat what was found, None when nothing qualifies."""
-    from simulator.search.backends import _cell
+    from simulator.search.backends import candidate_cells
     from simulator.search.space import CANDIDATE_FIELDS
     found = min((cost(r) for r in rows), default=math.inf)
     if not math.isfinite(found):
         return None
     done = {tuple(r[k] for k in CANDIDATE_FIELDS) for r in rows}
-    left = min((bound(c) for c in cands if tuple(_cell(c)[k] for k in CANDIDATE_FIELDS) not in done),
+    left = min((bound(c) for c in cands if tuple(candidate_cells(c)[k] for k in CANDIDATE_FIELDS) not in done),
                default=math.inf)
     if left >= found:
         return 0.0
@@ -370,9 +367,9 @@ def _gpus_text(gpus_list) -> str:
 
 def format_table(result: SearchResult, top: int = 10) -> str:
     """The ranked rows as text (the CLI's table)."""
-    lines = [(f"{'#':>3} {'GPUs':>5} {'tp':>3} {'pp':>3} {'dp':>4} {'cp':>2} {'ep':>2} {'vpp':>3} {'schedule':<16} "
-              f"{'mb':>2} {'recompute':<9} {'z':>1} {'iter s':>8} {'tok/s':>10} {'MFU':>6} {'mem GiB':>7} "
-              f"{'days':>7} {'GPU-h':>10} {'cost $':>12}")]
+    lines = [f"{'#':>3} {'GPUs':>5} {'tp':>3} {'pp':>3} {'dp':>4} {'cp':>2} {'ep':>2} {'vpp':>3} {'schedule':<16} "
+             f"{'mb':>2} {'recompute':<9} {'z':>1} {'iter s':>8} {'tok/s':>10} {'MFU':>6} {'mem GiB':>7} "
+             f"{'days':>7} {'GPU-h':>10} {'cost $':>12}"]
     for r in result.ranked[:top]:
         rec = "per-layer" if r["recompute_layers"] else r["recompute"]
         sched = r["schedule"] + ("*" if r["layers_per_stage"] else "")
