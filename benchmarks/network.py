@@ -34,7 +34,7 @@ CONFIGS = (("off", OFF), ("on", {}), ("ecmp", {"routing": "ecmp"}))
 def _clear():
     from topologies import fabric
     clear_cost_cache()
-    for fn in (fabric.network_slowdown, fabric.fabric_of, fabric._family_flows, fabric._background_flows):
+    for fn in (fabric.network_slowdown, fabric.fabric_of, fabric.family_flows, fabric.background_flows):
         fn.cache_clear()
 
 

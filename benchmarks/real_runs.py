@@ -176,11 +176,11 @@ class _Null:
 def run_real(mode, world, m, steps, out: Path) -> dict:
     import torch.multiprocessing as mp
 
-    from simulator.profiling.collectives import _free_port
+    from simulator.profiling.collectives import free_port
     trace_dir = out / f"traces-{mode}"
     trace_dir.mkdir(parents=True, exist_ok=True)
     res = out / f"times-{mode}"
-    mp.spawn(_worker, args=(world, _free_port(), mode, m, steps, out, trace_dir, res), nprocs=world, join=True)
+    mp.spawn(_worker, args=(world, free_port(), mode, m, steps, out, trace_dir, res), nprocs=world, join=True)
     per_rank = [json.loads(res.with_suffix(f".{r}.json").read_text())["times"] for r in range(world)]
     step_times = [max(ts) for ts in zip(*per_rank)]  # a step ends when its slowest rank does
     return {"mode": mode, "median_s": statistics.median(step_times), "steps": step_times, "trace_dir": str(trace_dir)}
@@ -255,7 +255,7 @@ def trace_account(trace_file) -> dict:
     ``copy/fill``; the rest (views, autograd nodes, allocation) ``framework``."""
     import re
 
-    from simulator.profiling.kineto import _leaf_ops
+    from simulator.profiling.kineto import leaf_ops
     from strategies.documents import load_trace_json
     doc = load_trace_json(Path(trace_file), "trace")
     host = [(e, e.get("args") or {}, float(e["ts"]), float(e.get("dur", 0.0))) for e in doc["traceEvents"]
@@ -266,7 +266,7 @@ def trace_account(trace_file) -> dict:
     within = lambda spans, t: any(a <= t < b for a, b in spans)
     logits, params = MICRO_BATCH * SEQ * MODEL["vocab"], _param_shapes()
     out: dict = {}
-    for k in _leaf_ops(host, None, False):
+    for k in leaf_ops(host, None, False):
         if not within(steps, k.ts):
             continue
         n, first = k.name, (k.dims[0] if k.dims else ())

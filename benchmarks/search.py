@@ -88,7 +88,7 @@ def breakdown(strategy, reps: int = 31) -> dict[str, float]:
     """Median milliseconds of each step of one warm evaluation."""
     import numpy as np
 
-    from simulator.engine.static_order import _layout_order, static_order_timeline
+    from simulator.engine.static_order import layout_order, static_order_timeline
     from simulator.search.evaluate import _layout_busy, _metrics, _peaks
     from taskgraph.costing import build_work
     from taskgraph.lower_coarse import coarse_layout
@@ -97,7 +97,7 @@ def breakdown(strategy, reps: int = 31) -> dict[str, float]:
     work = build_work(plan, fidelity="coarse")
     lay = coarse_layout(plan.schedule, work, strategy.options.overlap_handoff)
     dur = lay.durations(work)
-    o = _layout_order(lay)
+    o = layout_order(lay)
     _, _, end = static_order_timeline(o, dur)
     task = lay.mem_task.astype(np.int64)
     steps = {
@@ -464,7 +464,7 @@ def delta_section(s) -> None:
     import numpy as np
 
     from simulator.engine.delta.simulator import DeltaSimulator
-    from simulator.engine.static_order import _layout_order, static_order_timeline
+    from simulator.engine.static_order import layout_order, static_order_timeline
     from taskgraph.costing import build_work
     from taskgraph.lower_coarse import coarse_layout, graph_from_layout
     from taskgraph.plan import resolve
@@ -472,7 +472,7 @@ def delta_section(s) -> None:
     work = build_work(plan, fidelity="coarse")
     lay = coarse_layout(plan.schedule, work, s.options.overlap_handoff)
     g = graph_from_layout(lay, work)
-    o = _layout_order(lay)
+    o = layout_order(lay)
     dur = g.duration
     end = static_order_timeline(o, dur)[2]
     cases = {"one stage's backward x1.1 (a layer's recompute changed)":

@@ -57,7 +57,7 @@ def main(argv=None) -> int:
 
     from benchmarks.trace_reference import write_chrome_trace as old_write
     from simulator.cli.common import load_input, simulate_one
-    from simulator.cli.simulate import _memory_counters
+    from simulator.cli.simulate import memory_counters
     from simulator.outputs.trace import write_chrome_trace as new_write
     from simulator.reports.memory import memory_report
 
@@ -67,7 +67,7 @@ def main(argv=None) -> int:
     kind, spec = load_input(a.file, [])
     sim = simulate_one(kind, spec)
     mem = memory_report(sim.plan, sim.graph, sim.result) if kind == "strategy" else None
-    counters = _memory_counters(sim, mem)
+    counters = memory_counters(sim, mem)
     sim_s = time.perf_counter() - t0
     g, r = sim.graph, sim.result
     print(f"{a.file}: {g.num_tasks} tasks, {g.num_devices} devices, simulated in {sim_s:.2f} s (load + lower + run)")

@@ -212,7 +212,51 @@ FP8_RECIPES = {"delayed": "delayed", "tensorwise": "tensorwise", "blockwise": "b
 def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None = None,
                     vocab: int | None = None, env: dict | None = None) -> Imported:
     """Map a Megatron-LM launch script (or the ``pretrain_gpt.py`` arguments pasted alone) to a
-    strategy: the words bash would pass (:mod:`strategies.shell_args`), read as argparse would."""
+    strategy: the words bash would pass (:mod:`strategies.shell_args`), read as argparse would.
+
+    The steps, in the order their errors are raised: the words (:func:`_launch_source`), the flags
+    that refuse the run (:func:`_check_flags`), the sizes, then each section of the strategy —
+    model (:func:`_model_section`), parallel (:func:`_parallel_section`), training
+    (:func:`_training_section`), options (:func:`_options_section`) — and the cluster."""
+    words, world, measured = _launch_source(text, env)
+    flags, order = _flags(words.args)
+    launcher, _ = _flags(words.launcher)
+    _check_flags(flags, words)
+    tp, pp, layers, h, heads, vpp = _sizes(flags)
+    model, experts = _model_section(flags, order, layers, h, heads, vocab)
+    parallel, ep = _parallel_section(flags, order, experts, tp, pp, layers, vpp)
+    training, precision = _training_section(flags, layers, pp, vpp)
+    options = _options_section(flags, order, precision, experts, ep, model, parallel["cp"])
+    # --nodes / --cluster given: the launcher's counts are not needed (they may come from $NNODES unset here)
+    nn_ = None if nodes is not None or world is not None else \
+        (_int(launcher, "nnodes") if "nnodes" in launcher else _int(flags, "nnodes"))
+    src = launcher if "nproc-per-node" in launcher else flags
+    npn = _maybe(src, "nproc-per-node") if cluster else _int(src, "nproc-per-node")
+    if npn is not None:
+        npn = _int({"nproc-per-node": npn}, "nproc-per-node")
+    strategy = {"model": model, "cluster": cluster_mapping(cluster, nodes if nodes is not None else (nn_ or (1 if world else None)),
+                                                    "megatron arguments"),
+                "parallel": parallel, "schedule": "interleaved-1f1b" if vpp > 1 else "1f1b",
+                "training": training, "options": options}
+    if npn is not None:
+        strategy["_gpus_per_node"] = npn
+    if world is not None:
+        strategy["_world_size"] = world
+        strategy["_nodes_from_world"] = nodes is None
+    if measured is not None:
+        strategy["_measured_iteration_ms"] = measured
+    unmodeled = tuple("--" + f if " " not in f else f for f in dict.fromkeys(order) if f not in MEGATRON_READ)
+    for f in unmodeled:   # a typo of a flag this importer reads would silently drop that setting
+        near = _near_miss(f[2:]) if f.startswith("--") else None
+        if near:
+            raise ConfigError(f"megatron argument {f} is not a flag this importer knows, and it is one letter from "
+                              f"--{near}, which it reads; fix the spelling (or remove it)")
+    return Imported(strategy, unmodeled, "megatron")
+
+
+def _launch_source(text: str, env: dict | None) -> tuple[LaunchWords, int | None, float | None]:
+    """The words bash would pass, the world size a training log printed (or None) and the iteration
+    time it measured (or None); a script that trains a model other than a GPT is refused here."""
     world, measured = None, None
     if is_megatron_log(text):        # a training log: the argument dump the run printed
         if env:
@@ -227,8 +271,12 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
         name = words.script.rsplit("/", 1)[-1]
         raise ConfigError(f"megatron script launches {name}, which trains {OTHER_MODELS[name]}; execsim models "
                           f"decoder-only GPT models (pretrain_gpt.py): not supported")
-    flags, order = _flags(words.args)
-    launcher, _ = _flags(words.launcher)
+    return words, world, measured
+
+
+def _check_flags(flags: _Flags, words: LaunchWords) -> None:
+    """Flags that refuse the run: another model's, refused ones, none at all, contradictions, missing
+    required ones."""
     for f in flags:
         if f in OTHER_MODEL_FLAGS:
             raise ConfigError(f"megatron argument --{f} configures {OTHER_MODEL_FLAGS[f]}; execsim models "
@@ -257,6 +305,10 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
     for req in ("num-layers", "hidden-size", "num-attention-heads", "seq-length", "global-batch-size"):
         if req not in flags:
             raise ConfigError(f"megatron arguments: --{req} is missing; add it (pretrain_gpt.py requires it)")
+
+
+def _sizes(flags: _Flags) -> tuple[int, int, int, int, int, int]:
+    """``(tp, pp, layers, hidden, heads, vpp)``; vpp from either of Megatron's two flags for it."""
     tp = _int(flags, "tensor-model-parallel-size", 1)
     pp = _int(flags, "pipeline-model-parallel-size", 1)
     layers = _int(flags, "num-layers")
@@ -273,6 +325,13 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
             raise ConfigError(f"megatron arguments: --num-layers-per-virtual-pipeline-stage {per_chunk} gives "
                               f"{v} chunks per rank but --virtual-pipeline-model-parallel-size is {vpp}; keep one")
         vpp = v
+    return tp, pp, layers, h, heads, vpp
+
+
+def _model_section(flags: _Flags, order: list, layers: int, h: int, heads: int,
+                   vocab: int | None) -> tuple[dict, int | None]:
+    """The strategy's ``model`` mapping and the expert count (None for a dense model); ``vocab`` is
+    the user's ``--vocab``, which wins over the tokenizer's."""
     swiglu = flags.get("swiglu") is True
     geglu = flags.get("quick-geglu") is True
     if swiglu and geglu:
@@ -321,6 +380,12 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
                 model["moe_layers"] = [i for i, v in enumerate(pattern) if v]
     elif "moe-layer-freq" in flags:
         order.append("moe-layer-freq (no effect without --num-experts)")
+    return model, experts
+
+
+def _parallel_section(flags: _Flags, order: list, experts: int | None, tp: int, pp: int, layers: int,
+                      vpp: int) -> tuple[dict, int]:
+    """The strategy's ``parallel`` mapping and the expert-parallel size."""
     ep = _int(flags, "expert-model-parallel-size", 1)
     if experts and ep > 1:
         # transformer_config.py moe_token_dispatcher_type: 'allgather' (default), 'alltoall', 'flex' (DeepEP)
@@ -360,6 +425,11 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
             lps = [first] if first is not None else []
         lps += [last] if last is not None else []
         parallel["layers_per_stage"] = lps
+    return parallel, ep
+
+
+def _training_section(flags: _Flags, layers: int, pp: int, vpp: int) -> tuple[dict, str]:
+    """The strategy's ``training`` mapping and its GEMM precision."""
     seq = _int(flags, "seq-length")
     gb = _int(flags, "global-batch-size")
     # --fp4-format e2m1 (dest fp4) with --fp4-recipe nvfp4, Megatron-LM arguments.py _add_transformer_engine_args
@@ -379,6 +449,13 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
         training["train_tokens"] = float(_int(flags, "train-samples") * seq)
     elif "train-iters" in flags:
         training["train_tokens"] = float(_int(flags, "train-iters") * gb * seq)
+    return training, precision
+
+
+def _options_section(flags: _Flags, order: list, precision: str, experts: int | None, ep: int, model: dict,
+                     cp: int) -> dict:
+    """The strategy's ``options`` mapping: overlaps, attention kernel, low-precision recipe, MoE
+    dispatch and capacity, offloads, the context-parallel exchange."""
     backend = flags.get("attention-backend", "auto")
     impl = flags.get("transformer-impl", "transformer_engine")
     flash = backend in ("flash", "fused", "auto") and (impl == "transformer_engine" or flags.get("use-flash-attn") is True)
@@ -441,33 +518,9 @@ def import_megatron(text: str, *, cluster: str | None = None, nodes: int | None 
     offload = _int(flags, "cpu-offloading-num-layers", 0)
     if offload:   # activations of that many layers to host memory (transformer_config.cpu_offloading_num_layers)
         options["activation_offload_layers"] = offload
-    if parallel["cp"] > 1:
+    if cp > 1:
         options["cp_comm"] = cp_map.get(cp_type, "ring")
-    # --nodes / --cluster given: the launcher's counts are not needed (they may come from $NNODES unset here)
-    nn_ = None if nodes is not None or world is not None else \
-        (_int(launcher, "nnodes") if "nnodes" in launcher else _int(flags, "nnodes"))
-    src = launcher if "nproc-per-node" in launcher else flags
-    npn = _maybe(src, "nproc-per-node") if cluster else _int(src, "nproc-per-node")
-    if npn is not None:
-        npn = _int({"nproc-per-node": npn}, "nproc-per-node")
-    strategy = {"model": model, "cluster": cluster_mapping(cluster, nodes if nodes is not None else (nn_ or (1 if world else None)),
-                                                    "megatron arguments"),
-                "parallel": parallel, "schedule": "interleaved-1f1b" if vpp > 1 else "1f1b",
-                "training": training, "options": options}
-    if npn is not None:
-        strategy["_gpus_per_node"] = npn
-    if world is not None:
-        strategy["_world_size"] = world
-        strategy["_nodes_from_world"] = nodes is None
-    if measured is not None:
-        strategy["_measured_iteration_ms"] = measured
-    unmodeled = tuple("--" + f if " " not in f else f for f in dict.fromkeys(order) if f not in MEGATRON_READ)
-    for f in unmodeled:   # a typo of a flag this importer reads would silently drop that setting
-        near = _near_miss(f[2:]) if f.startswith("--") else None
-        if near:
-            raise ConfigError(f"megatron argument {f} is not a flag this importer knows, and it is one letter from "
-                              f"--{near}, which it reads; fix the spelling (or remove it)")
-    return Imported(strategy, unmodeled, "megatron")
+    return options
 
 
 def _check_source(text: str) -> None:

@@ -334,7 +334,11 @@ def parse_strategy(data: dict, base_dir: str | Path = ".", *, written: bool = Tr
 
     ``written``: ``data`` is what a user wrote (a file, ``--set``), so a setting given where it does
     not apply is refused too (:func:`_check_applies`); False for a mapping rebuilt from a
-    :class:`Strategy` with every field filled in (:func:`check_strategy`)."""
+    :class:`Strategy` with every field filled in (:func:`check_strategy`).
+
+    The sections are read in the order their errors are raised: ``parallel``
+    (:func:`_parallel_spec`), ``schedule`` (:func:`_schedule_field`), ``training``
+    (:func:`_training_spec`), ``options`` (:func:`_options_spec`)."""
     check_keys(data, TOP_KEYS, "")
     if "goodput" in data:  # a whole run with failures (execsim goodput); schema in strategies/goodput_file.py
         from strategies.goodput_file import parse_goodput
@@ -346,6 +350,17 @@ def parse_strategy(data: dict, base_dir: str | Path = ".", *, written: bool = Tr
         if not isinstance(data[req], (str, dict)):
             raise ConfigError(f"{req} = {brief(data[req])} must be a preset name, a file path or a mapping")
 
+    par = _parallel_spec(data)
+    sched, csv = _schedule_field(data, par, base_dir)
+    t, tr = _training_spec(data)
+    o, opt = _options_spec(data, base_dir)
+    if written:
+        _check_applies(t, o, par, tr, opt)
+    return Strategy(data["model"], data["cluster"], par, sched, csv, tr, opt, str(base_dir), data)
+
+
+def _parallel_spec(data: dict) -> ParallelSpec:
+    """The ``parallel`` section."""
     p = _section(data, "parallel", PARALLEL_KEYS)
     dp = p.get("dp")
     if dp is not None:
@@ -375,7 +390,11 @@ def parse_strategy(data: dict, base_dir: str | Path = ".", *, written: bool = Tr
     if par.dp_shard is not None and par.zero == 0:
         raise ConfigError(f"parallel.dp_shard = {par.dp_shard} shards ZeRO states, but parallel.zero = 0; set zero "
                           f">= 1 (3 for HSDP) or drop dp_shard")
+    return par
 
+
+def _schedule_field(data: dict, par: ParallelSpec, base_dir: str | Path) -> tuple[str, str | None]:
+    """The ``schedule`` field: its name and the path of a custom schedule's CSV (or None)."""
     sched = data.get("schedule", "1f1b" if par.vpp == 1 else "interleaved-1f1b")
     csv = None
     if isinstance(sched, dict):
@@ -395,7 +414,11 @@ def parse_strategy(data: dict, base_dir: str | Path = ".", *, written: bool = Tr
         raise ConfigError(f"schedule = {brief(sched)} must be a schedule name or {{name: custom, csv: FILE}}")
     elif sched == "custom":
         raise ConfigError("schedule = 'custom' needs its CSV: write schedule: {name: custom, csv: FILE}")
+    return sched, csv
 
+
+def _training_spec(data: dict) -> tuple[dict, TrainingSpec]:
+    """The ``training`` section as written and as a :class:`TrainingSpec`."""
     t = _section(data, "training", TRAINING_KEYS)
     rl = t.get("recompute_layers")
     if rl is not None:
@@ -416,7 +439,11 @@ def parse_strategy(data: dict, base_dir: str | Path = ".", *, written: bool = Tr
         recompute_layers=rl,
         train_tokens=tt,
     )
+    return t, tr
 
+
+def _options_spec(data: dict, base_dir: str | Path) -> tuple[dict, OptionsSpec]:
+    """The ``options`` section as written and as an :class:`OptionsSpec`."""
     o = _section(data, "options", OPTION_KEYS)
     prof, cprof = (_csv_path(o, key, base_dir) for key in ("profile", "collective_profile"))
     opt = OptionsSpec(
@@ -472,9 +499,7 @@ def parse_strategy(data: dict, base_dir: str | Path = ".", *, written: bool = Tr
             o, "reshard_after_forward", "options"),
         price_per_gpu_hour_usd=get_float(o, "price_per_gpu_hour_usd", "options", default=None, positive=True),
     )
-    if written:
-        _check_applies(t, o, par, tr, opt)
-    return Strategy(data["model"], data["cluster"], par, sched, csv, tr, opt, str(base_dir), data)
+    return o, opt
 
 
 def _needs_switch(o: dict, opt, keys: tuple, switch: str, why: str = "") -> None:
@@ -537,7 +562,6 @@ def _check_option_scope(o: dict, par: ParallelSpec, tr: TrainingSpec, opt: Optio
     def refuse(key: str, why: str, fix: str) -> None:
         v = getattr(opt, key)
         raise ConfigError(f"options.{key} = {str(v).lower() if isinstance(v, bool) else brief(v)} {why}; {fix}")
-    n = opt.activation_offload_layers
     if given("activation_offload_layers"):
         # Megatron-core transformer_config.py __post_init__ (cpu_offloading): "Currently there is no
         # support for Pipeline parallelism with CPU offloading", "CPU offloading does not work when
@@ -548,7 +572,7 @@ def _check_option_scope(o: dict, par: ParallelSpec, tr: TrainingSpec, opt: Optio
         pols = set(tr.recompute_layers or (tr.recompute,)) - {"none"}
         if pols:
             refuse("activation_offload_layers", f"offloads activations, which Megatron-core refuses with activation "
-                   f"recomputation ({sorted(pols)[0]})", "set training.recompute: none or drop it")
+                   f"recomputation ({min(pols)})", "set training.recompute: none or drop it")
     if given("pipeline_scatter_gather") and (par.sp or par.tp == 1 or par.pp == 1):
         why = ("parallel.sp = true already sends 1/tp of each activation" if par.sp else
                f"parallel.{'tp' if par.tp == 1 else 'pp'} = 1 leaves nothing to scatter")

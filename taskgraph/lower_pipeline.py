@@ -90,10 +90,36 @@ def lower_schedule(schedule: Schedule, emit: Emitter, transfer: TransferTime, *,
     if overlap_handoff not in ("pair-end", "each"):
         raise ScheduleError(f"overlap_handoff = {overlap_handoff!r} must be 'pair-end' or 'each'")
     b = builder or TaskGraphBuilder()
-    s2r = schedule.stage_to_rank
-    S = schedule.num_stages
     for r in range(schedule.pp):
         b.add_device(Device(f"rank{r}/compute", r, "compute"))
+    walk = _program_order(b, schedule, emit, concurrent_pairs)
+    _stage_edges(b, schedule, walk, transfer, overlap_handoff, link_represents, p2p_overlap)
+    b.meta.update(schedule=schedule.name, pp=schedule.pp, vpp=schedule.vpp, microbatches=schedule.microbatches,
+                  num_stages=schedule.num_stages)
+    return b, walk.tasks
+
+
+@dataclass(frozen=True)
+class _OrderWalk:
+    """What walking the rank orders leaves for the data edges between stages.
+
+    tasks: ``(stage, mb, kind) -> (entry, exit)`` of every action.
+    next_entry: action -> entry task of its rank's next action.
+    pair_exit: ``(rank, pair-id) ->`` exit of the pair's last action (the join when concurrent).
+    pair_of: action -> ``(rank, pair-id)`` of the overlapped pair it belongs to.
+    pair_last: ``(rank, pair-id) ->`` its last action.
+    """
+
+    tasks: dict
+    next_entry: dict
+    pair_exit: dict
+    pair_of: dict
+    pair_last: dict
+
+
+def _program_order(b: TaskGraphBuilder, schedule: Schedule, emit: Emitter, concurrent_pairs: bool) -> _OrderWalk:
+    """Emit each rank's actions in its order and add the program-order edges between them."""
+    s2r = schedule.stage_to_rank
     tasks: dict[tuple[int, int, str], tuple[int, int]] = {}
     next_entry: dict[tuple[int, int, str], int] = {}  # action -> entry task of its rank's next action
     pair_exit: dict[tuple[int, int], int] = {}  # (rank, pair-id) -> exit of the pair's last action
@@ -145,6 +171,16 @@ def lower_schedule(schedule: Schedule, emit: Emitter, transfer: TransferTime, *,
                     pair_exit[(r, i)] = exit_
                     pair_of[key] = (r, i)
                     pair_last[(r, i)] = key
+
+    return _OrderWalk(tasks, next_entry, pair_exit, pair_of, pair_last)
+
+
+def _stage_edges(b: TaskGraphBuilder, schedule: Schedule, walk: _OrderWalk, transfer: TransferTime,
+                 overlap_handoff: str, link_represents: int, p2p_overlap: bool) -> None:
+    """The data edges between stages, through a transfer task on a link when the stages' ranks differ."""
+    s2r = schedule.stage_to_rank
+    tasks, next_entry, pair_exit, pair_of, pair_last = (walk.tasks, walk.next_entry, walk.pair_exit, walk.pair_of,
+                                                        walk.pair_last)
 
     def out_task(key):  # the task whose end releases this action's output
         if overlap_handoff == "pair-end" and key in pair_of:
@@ -201,9 +237,6 @@ def lower_schedule(schedule: Schedule, emit: Emitter, transfer: TransferTime, *,
             ikey = (s, m, "I")
             need(ikey, f"{s}W{m}")
             b.add_edge(tasks[ikey][1], tasks[key][0])
-    b.meta.update(schedule=schedule.name, pp=schedule.pp, vpp=schedule.vpp, microbatches=schedule.microbatches,
-                  num_stages=S)
-    return b, tasks
 
 
 def lower_uniform(schedule: Schedule, costs: StageCosts, *, overlap_handoff: str = "pair-end") -> TaskGraph:

@@ -182,7 +182,6 @@ def resolve_cluster(spec, base_dir: str) -> ClusterSpec:
 
 def even_layers(layers: int, stages: int, pp: int, vpp: int) -> tuple[int, ...]:
     if layers % stages:
-        ok = [d for d in _divisors(layers) if d % vpp == 0 or vpp == 1]
         raise ConfigError(
             f"model.layers = {layers} does not split evenly over pp*vpp = {pp}*{vpp} = {stages} stages; "
             f"choose pp*vpp in {_divisors(layers)}, or give parallel.layers_per_stage (a list of {stages} "
@@ -241,16 +240,42 @@ def rescheduled(strategy: Strategy, schedule: str | None = None, vpp: int | None
 
 
 def resolve(strategy: Strategy) -> Plan:
-    """Cross-check ``strategy`` with its model and cluster and build the schedule."""
+    """Cross-check ``strategy`` with its model and cluster and build the schedule.
+
+    The steps, in the order their errors are raised: the model and the cluster
+    (:func:`_resolved_cluster`), what the model admits (:func:`_check_model_fit`), the data-parallel
+    size (:func:`_parallel_sizes`), the microbatch count (:func:`_microbatch_count`), the layers of
+    each stage (:func:`_stage_layers`), precision and options (:func:`_check_precision_options`),
+    then the schedule."""
     unused: list = []
     model = resolve_model(strategy.model, strategy.base_dir, unused)
+    cluster = _resolved_cluster(strategy)
+    par = strategy.parallel
+    tp, pp, ep, vpp = par.tp, par.pp, par.ep, par.vpp
+    written = _check_model_fit(strategy, model, cluster)
+    sizes = _parallel_sizes(strategy, model, cluster)
+    microbatches = _microbatch_count(strategy, model, sizes.dp)
+    lps = _stage_layers(strategy, model)
+    _check_precision_options(strategy, model, cluster, written)
+    schedule = _schedule(strategy, pp, microbatches, vpp)
+    if strategy.options.overlap_moe_expert_parallel_comm:
+        _check_a2a_overlap(strategy, model, cluster, ep)
+        schedule = combined_1f1b(schedule)
+    if strategy.schedule == "dualpipe":
+        lps = tuple(lps) + tuple(lps)   # virtual stage pp + s is direction 1's copy of model stage s
+    warnings = ((f"model config keys not modeled (ignored): {', '.join(unused[:20])}"
+                 f"{' ...' if len(unused) > 20 else ''}"),) if unused else ()
+    return Plan(strategy, model, cluster, sizes, vpp, par.sp and tp > 1, par.zero, microbatches, tuple(lps), schedule,
+                warnings)
+
+
+def _resolved_cluster(strategy: Strategy):
+    """The strategy's cluster with its collective profile and its stack's host dispatch applied."""
     cluster = resolve_cluster(strategy.cluster, strategy.base_dir)
     if strategy.options.collective_profile:
         from topologies.collective_profile import load_collective_profile
         cluster = replace(cluster, collective_profile=load_collective_profile(
             strategy.options.collective_profile, cluster.gpu.name, strategy.options.collective_profile_gpu))
-    par, tr = strategy.parallel, strategy.training
-    tp, pp, cp, ep, vpp = par.tp, par.pp, par.cp, par.ep, par.vpp
     if strategy.options.stack is not None:
         from taskgraph.stacks import get_stack
         stack = get_stack(strategy.options.stack)  # one clear error for an unknown stack, listing the known ones
@@ -258,7 +283,13 @@ def resolve(strategy: Strategy) -> Plan:
             # the stack's measured host dispatch replaces the cluster default (stacks.yaml [HOST-TT]);
             # a cluster file's own host_us_per_kernel (measured on its CPU) wins
             cluster = replace(cluster, host_us_per_kernel=stack.host_us_per_kernel)
+    return cluster
 
+
+def _check_model_fit(strategy: Strategy, model, cluster) -> dict:
+    """The parallel sizes and MoE options the model admits; returns the options the file wrote."""
+    par, tr = strategy.parallel, strategy.training
+    tp, pp, cp, ep, vpp = par.tp, par.pp, par.cp, par.ep, par.vpp
     if model.heads % tp:
         raise ConfigError(f"parallel.tp = {tp} must divide model.heads = {model.heads} ({model.name}); "
                           f"choose tp in {_divisors(model.heads)}")
@@ -291,7 +322,13 @@ def resolve(strategy: Strategy) -> Plan:
     if vpp > 1 and pp == 1:
         raise ConfigError(f"parallel.vpp = {vpp} needs parallel.pp > 1 (virtual stages interleave over pipeline "
                           f"ranks); set vpp: 1 or pp > 1")
+    return written
 
+
+def _parallel_sizes(strategy: Strategy, model, cluster) -> ParallelSizes:
+    """The sizes of every axis, dp from the world size when the file leaves it out."""
+    par = strategy.parallel
+    tp, pp, cp, ep = par.tp, par.pp, par.cp, par.ep
     world = cluster.num_gpus
     mp = tp * pp * cp
     if par.dp is None:
@@ -316,7 +353,14 @@ def resolve(strategy: Strategy) -> Plan:
     if par.dp_shard is not None and (dp * cp) % par.dp_shard:
         raise ConfigError(f"parallel.dp_shard = {par.dp_shard} must divide dp*cp = {dp}*{cp} = {dp * cp} (the ranks "
                           f"that hold the same weights); choose dp_shard in {_divisors(dp * cp)[:16]}")
+    return sizes
 
+
+def _microbatch_count(strategy: Strategy, model, dp: int) -> int:
+    """Microbatches per iteration (global_batch / (micro_batch * dp)), checked with the tokens per
+    microbatch, the model's longest sequence and the schedule's bounds."""
+    par, tr = strategy.parallel, strategy.training
+    pp, vpp = par.pp, par.vpp
     if tr.global_batch % (tr.micro_batch * dp):
         step = tr.micro_batch * dp
         lo, hi = tr.global_batch // step * step, (tr.global_batch // step + 1) * step
@@ -336,7 +380,13 @@ def resolve(strategy: Strategy) -> Plan:
     check_actions(pp, max(vpp, 2) if strategy.schedule in ("zb-v", "dualpipe-v", "dualpipe") else vpp, microbatches,
                   f"schedule {brief(strategy.schedule)} (microbatches = global_batch / (micro_batch * dp) = "
                   f"{tr.global_batch} / ({tr.micro_batch} * {dp}))")
+    return microbatches
 
+
+def _stage_layers(strategy: Strategy, model) -> list | tuple:
+    """Layers per model stage: the file's ``parallel.layers_per_stage`` checked, or an even split."""
+    par = strategy.parallel
+    pp, vpp = par.pp, par.vpp
     # DualPipe (two directions): the model is cut into pp stages, each held twice (once per direction)
     stages = pp if strategy.schedule == "dualpipe" else pp * vpp
     if par.layers_per_stage is not None:
@@ -350,6 +400,13 @@ def resolve(strategy: Strategy) -> Plan:
                               f"make the counts add up")
     else:
         lps = even_layers(model.layers, stages, pp, 1 if strategy.schedule == "dualpipe" else vpp)
+    return lps
+
+
+def _check_precision_options(strategy: Strategy, model, cluster, written: dict) -> None:
+    """Per-layer recompute, the precision the GPU must support, and options that need a precision,
+    SMs or shared experts."""
+    tr = strategy.training
     if tr.recompute_layers is not None and len(tr.recompute_layers) != model.layers:
         raise ConfigError(f"training.recompute_layers has {len(tr.recompute_layers)} entries but the model has "
                           f"{model.layers} layers; give one policy per layer")
@@ -381,16 +438,6 @@ def resolve(strategy: Strategy) -> Plan:
         raise ConfigError(f"options.moe_shared_expert_overlap = true overlaps the shared experts with the expert "
                           f"all-to-alls, but model {brief(model.name)} has no shared experts (model.shared_experts = 0); "
                           f"drop it or use a model with shared experts")
-    schedule = _schedule(strategy, pp, microbatches, vpp)
-    if opt.overlap_moe_expert_parallel_comm:
-        _check_a2a_overlap(strategy, model, cluster, ep)
-        schedule = combined_1f1b(schedule)
-    if strategy.schedule == "dualpipe":
-        lps = tuple(lps) + tuple(lps)   # virtual stage pp + s is direction 1's copy of model stage s
-    warnings = (f"model config keys not modeled (ignored): {', '.join(unused[:20])}"
-                f"{' ...' if len(unused) > 20 else ''}",) if unused else ()
-    return Plan(strategy, model, cluster, sizes, vpp, par.sp and tp > 1, par.zero, microbatches, tuple(lps), schedule,
-                warnings)
 
 
 #: schedules whose rank orders hold overlapped forward/backward pairs (strategies/schedules_dualpipe.py)

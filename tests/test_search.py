@@ -12,7 +12,7 @@ import pytest
 from simulator.api import simulate_strategy
 from simulator.engine.core import simulate
 from simulator.engine.dispatch import lower_and_simulate
-from simulator.engine.static_order import _layout_order, simulate_coarse, static_order_timeline
+from simulator.engine.static_order import layout_order, simulate_coarse, static_order_timeline
 from simulator.reports.memory import GB, memory_report
 from simulator.search.evaluate import evaluate, grid, sweep, vary
 from strategies.actions import Action, Schedule
@@ -92,7 +92,7 @@ def test_lower_coarse_equals_lower_model_and_engine(case, handoff):
         assert_same_graph(g1, g2)
         r1 = simulate(g1)
         lay = coarse_layout(sched, w, handoff)
-        assert static_order_timeline(_layout_order(lay), g2.duration) is not None, name  # no fallback
+        assert static_order_timeline(layout_order(lay), g2.duration) is not None, name  # no fallback
         assert_same_result(r1, simulate_coarse(g2, lay))
 
 

@@ -15,7 +15,9 @@ from taskgraph.graph import Device, TaskGraphBuilder
 from taskgraph.lower_pipeline import StageCosts, lower_uniform
 
 
-def _graph():
+def simulated_pipeline():
+    """A 2-rank 1F1B pipeline of 3 microbatches (1 ms F, 2 ms B, 0.1 ms p2p) and its simulation; the
+    trace-export tests use it too."""
     rows = ["0F0 0F1 0B0 0F2 0B1 0B2", "1F0 1B0 1F1 1B1 1F2 1B2"]
     orders = tuple(tuple(Action.parse(x) for x in r.split()) for r in rows)
     g = lower_uniform(Schedule("1f1b", 2, 3, 1, (0, 1), orders), StageCosts.uniform(2, 1e-3, 2e-3, p2p=1e-4))
@@ -86,7 +88,7 @@ def check_trace(trace: dict) -> None:
 
 
 def test_trace_structure_and_determinism(tmp_path):
-    g, r = _graph()
+    g, r = simulated_pipeline()
     p1, p2 = tmp_path / "a.json", tmp_path / "b.json"
     write_chrome_trace(p1, g, r)
     write_chrome_trace(p2, g, r)
@@ -114,10 +116,10 @@ def test_trace_structure_and_determinism(tmp_path):
 
 def test_exact_timestamps_integer_ns():
     # 1 ms forward on stage 0 starts at 0, p2p 0.1 ms, stage 1 forward starts at 1.1 ms
-    t = chrome_trace(*_graph())
+    t = chrome_trace(*simulated_pipeline())
     fwd = sorted((e["pid"], e["ts"], e["dur"]) for e in t["traceEvents"] if e["ph"] == "X" and e["name"] == "F s1 mb0")
     assert fwd == [(1, 1100.0, 1000.0)]
-    text = trace_text(*_graph())
+    text = trace_text(*simulated_pipeline())
     assert '"dur":1000.000,"name":"F s1 mb0","ph":"X","pid":1,"tid":0,"ts":1100.000}' in text
 
 
@@ -148,14 +150,14 @@ def test_property_no_overlap_and_ns_precision(durations, devs):
 
 
 def test_counter_track_in_gib():
-    g, r = _graph()
+    g, r = simulated_pipeline()
     t = chrome_trace(g, r, counters={0: ([0.0, 1e-3], [1.5, 2.5])})
     cs = [e for e in t["traceEvents"] if e["ph"] == "C"]
     assert [(c["name"], c["ts"], c["args"]["GiB"]) for c in cs] == [("memory GiB", 0.0, 1.5), ("memory GiB", 1000.0, 2.5)]
 
 
 def test_gz_is_compressed_and_deterministic(tmp_path):
-    g, r = _graph()
+    g, r = simulated_pipeline()
     write_chrome_trace(tmp_path / "t.json", g, r)
     write_chrome_trace(tmp_path / "t.json.gz", g, r)
     write_chrome_trace(tmp_path / "u.json.gz", g, r)
@@ -165,7 +167,7 @@ def test_gz_is_compressed_and_deterministic(tmp_path):
 
 
 def test_rank_filter():
-    g, r = _graph()
+    g, r = simulated_pipeline()
     t = chrome_trace(g, r, ranks=(1,), counters={0: ([0.0], [1.0]), 1: ([0.0], [2.0])})
     evs = t["traceEvents"]
     assert {e["pid"] for e in evs} == {1}

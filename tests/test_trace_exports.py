@@ -21,14 +21,14 @@ from simulator.outputs.trace_hta import (
 )
 from strategies.errors import ConfigError
 from strategies.pipeline_file import load_pipeline
-from tests.test_trace import _graph
+from tests.test_trace import simulated_pipeline
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "strategies" / "examples"
 P1F1B = str(EXAMPLES / "pipeline-1f1b.yaml")
 
 
 def test_hta_layout_exact():
-    g, r = _graph()  # 2 ranks, 1 ms F, 2 ms B, 0.1 ms p2p on links
+    g, r = simulated_pipeline()  # 2 ranks, 1 ms F, 2 ms B, 0.1 ms p2p on links
     text = hta_rank_text(g, r, 1, 2)
     first = text.splitlines()[0]
     assert re.search(r'"rank":\s+(\d+)', first).group(1) == "1"  # HTA's own regex, on the first line
@@ -52,7 +52,7 @@ def test_hta_layout_exact():
 
 
 def test_hta_files_and_rank_filter(tmp_path):
-    g, r = _graph()
+    g, r = simulated_pipeline()
     paths = write_hta_traces(tmp_path / "d", g, r)
     assert [p.name for p in paths] == ["rank_0.json", "rank_1.json"]
     again = write_hta_traces(tmp_path / "e", g, r, ranks=[1])
@@ -61,7 +61,7 @@ def test_hta_files_and_rank_filter(tmp_path):
 
 def test_idle_within_span_exact():
     from simulator.reports.report import report
-    g, r = _graph()
+    g, r = simulated_pipeline()
     # rank 0 compute: F0 F1 [0, 2], B0 [4.2, 6.2], F2 B1 [6.2, 9.2], B2 [10.4, 12.4] ms: gaps 2.2 + 1.2
     # rank 1 compute: [1.1, 7.1], [7.3, 10.3]: one 0.2 ms gap; the report's 3.4 ms idle less the
     # 1.1 ms lead-in and the 2.1 ms tail (makespan 12.4)
@@ -178,7 +178,7 @@ def test_hta_overlap_and_breakdowns_match_simulator(tmp_path, hta_in_process):
 
 
 def test_timeline_csv_exact(tmp_path):
-    g, r = _graph()
+    g, r = simulated_pipeline()
     p = tmp_path / "t.csv"
     write_timeline(p, g, r)
     df = pd.read_csv(p)
@@ -197,7 +197,7 @@ def test_timeline_csv_exact(tmp_path):
 
 def test_timeline_parquet_roundtrip(tmp_path):
     pytest.importorskip("pyarrow", reason="pyarrow is not installed (pip install 'execsim[parquet]')")
-    g, r = _graph()
+    g, r = simulated_pipeline()
     write_timeline(tmp_path / "t.parquet", g, r)
     back = pd.read_parquet(tmp_path / "t.parquet")
     pd.testing.assert_frame_equal(back, timeline_table(g, r), check_dtype=False)
@@ -206,7 +206,7 @@ def test_timeline_parquet_roundtrip(tmp_path):
 def test_timeline_parquet_without_pyarrow_is_one_clear_error(tmp_path, monkeypatch):
     import simulator.outputs.timeline_export as te
     monkeypatch.setattr(te, "parquet_available", lambda: False)
-    g, r = _graph()
+    g, r = simulated_pipeline()
     with pytest.raises(ConfigError, match=r"needs pyarrow.*execsim\[parquet\].*or write \.csv"):
         te.write_timeline(tmp_path / "t.parquet", g, r)
 

@@ -426,7 +426,7 @@ def _axis_flows(axis: str, sizes, gpus_per_node: int):
 
 
 @lru_cache(maxsize=64)
-def _family_flows(axis: str, sizes: Any, gpus_per_node: int, pattern: str):
+def family_flows(axis: str, sizes: Any, gpus_per_node: int, pattern: str):
     """Flows of every group of ``axis`` (cached: a strategy sweep asks for the same family many
     times) and, per global rank, the index of its group."""
     groups = all_groups(axis, sizes)
@@ -439,7 +439,8 @@ def _family_flows(axis: str, sizes: Any, gpus_per_node: int, pattern: str):
 
 
 @lru_cache(maxsize=64)
-def _background_flows(axis: str, sizes: Any, gpus_per_node: int):
+def background_flows(axis: str, sizes: Any, gpus_per_node: int):
+    """Sources and destinations of every group of ``axis`` (cached like :func:`family_flows`)."""
     return _axis_flows(axis, sizes, gpus_per_node)[:2]
 
 
@@ -453,7 +454,7 @@ def _max_nic_demand(background, sizes, g: int, n: int) -> float:
     tx = np.zeros(n)
     rx = np.zeros(n)
     for axis, dem in background:
-        bs, bd = _background_flows(axis, sizes, g)
+        bs, bd = background_flows(axis, sizes, g)
         np.add.at(tx, bs, dem)
         np.add.at(rx, bd, dem)
     return float(max(tx.max(initial=0.0), rx.max(initial=0.0)))
@@ -482,7 +483,7 @@ def network_slowdown(cluster: Any, ranks: tuple[int, ...], axis: str | None = No
     fabric) / (slowest rate with everything else on the real one); 1.0 inside one node.
     """
     g = cluster.gpus_per_node
-    background = tuple((a, d) for a, d in background if d > 0 and len(_background_flows(a, sizes, g)[0]))
+    background = tuple((a, d) for a, d in background if d > 0 and len(background_flows(a, sizes, g)[0]))
     if background and _max_nic_demand(background, sizes, g, cluster.num_gpus) < NEGLIGIBLE * cluster.nic_bandwidth:
         # below 1% of a NIC in total: it can slow the collective's flows by less than 1% (they keep
         # at least the rest of the NIC); skipping it saves a progressive filling per collective
@@ -506,7 +507,7 @@ def network_slowdown(cluster: Any, ranks: tuple[int, ...], axis: str | None = No
     alone = max_min_rates(fab.routes(s1, d1), nonblocking).min()
     src, dst = s1, d1
     if axis:
-        groups, fs, fd, fg, of_rank = _family_flows(axis, sizes, g, pattern)
+        groups, fs, fd, fg, of_rank = family_flows(axis, sizes, g, pattern)
         mine = of_rank.get(ranks[0], -1)
         if mine >= 0 and sorted(groups[mine]) == sorted(ranks):
             keep = fg != mine  # the family minus this group (its flows are s1, d1)
@@ -517,7 +518,7 @@ def network_slowdown(cluster: Any, ranks: tuple[int, ...], axis: str | None = No
     n_family = len(src)
     demand = [np.full(len(src), np.inf)]
     for bax, dem in background:
-        bs, bd = _background_flows(bax, sizes, g)
+        bs, bd = background_flows(bax, sizes, g)
         if len(bs):
             src, dst = np.concatenate([src, bs]), np.concatenate([dst, bd])
             demand.append(np.full(len(bs), float(dem)))

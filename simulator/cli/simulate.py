@@ -364,7 +364,7 @@ def _write_trace_outputs(args, sim, mem, outs: dict, inputs=()) -> list[str]:
     from simulator.outputs.files import write_output
     if args.trace:
         from simulator.outputs.trace import write_chrome_trace
-        counters = _memory_counters(sim, mem)
+        counters = memory_counters(sim, mem)
         write_output(outs["--trace"], lambda tmp: write_chrome_trace(
             tmp, sim.graph, sim.result, counters=counters, ranks=ranks, level=args.trace_level or "operator"), "--trace")
         out.append(f"trace written to {args.trace} (open in https://ui.perfetto.dev or chrome://tracing)")
@@ -381,7 +381,7 @@ def _write_trace_outputs(args, sim, mem, outs: dict, inputs=()) -> list[str]:
     return out
 
 
-def _memory_counters(sim, mem):
+def memory_counters(sim, mem):
     """Per-rank memory counter tracks (GiB): static states + reserve + the simulated curve."""
     from simulator.reports.memory_timeline import memory_curves
     curves = memory_curves(sim.graph, sim.result)

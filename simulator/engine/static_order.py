@@ -200,7 +200,7 @@ def static_order_timeline(o: _Order, duration: np.ndarray, kernel: str = "auto")
     return ready, start, end
 
 
-def _layout_order(lay) -> _Order | None:
+def layout_order(lay) -> _Order | None:
     """The sweep order of a coarse lowering layout: DP parameter gathers first (ready at 0), then
     actions in a topological order, each followed by the transfers its exit releases; then each
     rank's epilogue."""
@@ -227,11 +227,16 @@ def _layout_order(lay) -> _Order | None:
     return o
 
 
+#: the old private name, still imported by simulator/search/evaluate.py (the fidelity dispatcher's rework
+#: moves it to layout_order; drop this alias then)
+_layout_order = layout_order
+
+
 def simulate_coarse(graph, layout=None):
     """:class:`simulator.engine.core.SimResult` of a coarse graph (from :mod:`taskgraph.lower_coarse`),
     by the static-order sweep when ``layout`` is given and the check passes, else by the engine."""
     from simulator.engine.core import SimResult, simulate
-    o = _layout_order(layout) if layout is not None else None
+    o = layout_order(layout) if layout is not None else None
     res = static_order_timeline(o, graph.duration) if o is not None else None
     if res is None:
         return simulate(graph)

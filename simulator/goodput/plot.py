@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.outputs.plots import FIG_WIDTH_IN, _figure, _save
+from simulator.outputs.plots import FIG_WIDTH_IN, new_figure, save_figure
 
 MAX_CHECKPOINT_MARKS = 400
 DAY = 86400.0
@@ -22,7 +22,7 @@ def plot_run(run, report: dict, path, *, title: str = "", closed_form=None) -> N
     :func:`simulator.goodput.report.goodput_report`'s dict; ``closed_form``: tau -> goodput (Daly 2006) for
     the bottom panel, or None."""
     sweep = report.get("sweep") or []
-    fig, canvas = _figure(FIG_WIDTH_IN, 8.0 if sweep else 5.0)
+    fig, canvas = new_figure(FIG_WIDTH_IN, 8.0 if sweep else 5.0)
     ax = fig.add_axes((0.07, 0.42 if sweep else 0.12, 0.9, 0.5 if sweep else 0.78))
     t = np.array([p[0] for p in run.progress]) / DAY
     y = np.array([p[1] for p in run.progress])
@@ -62,4 +62,4 @@ def plot_run(run, report: dict, path, *, title: str = "", closed_form=None) -> N
         ax2.set_ylabel("goodput %")
         ax2.grid(alpha=0.3)
         ax2.legend(loc="lower center", fontsize=8)
-    _save(fig, canvas, path)
+    save_figure(fig, canvas, path)

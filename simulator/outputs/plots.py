@@ -142,7 +142,7 @@ def plot_pipelines(runs: Sequence[tuple[str, TaskGraph, SimResult]], path: str |
     heights = _panel_heights(layouts, memory)
     fig_h = _inches_for_px(_HEADER_IN + sum(_TITLE_IN + h for h in heights) + _XAXIS_IN
                            + _memory_legend_in(len(runs), capacity_bytes, memory))
-    fig, canvas = _figure(FIG_WIDTH_IN, fig_h)
+    fig, canvas = new_figure(FIG_WIDTH_IN, fig_h)
     axes_w_px = (FIG_WIDTH_IN - _LEFT_IN - _RIGHT_IN) * DPI
 
     top = fig_h - _HEADER_IN
@@ -182,7 +182,7 @@ def plot_pipelines(runs: Sequence[tuple[str, TaskGraph, SimResult]], path: str |
     if handles:
         fig.legend(handles=handles, loc="center right", bbox_to_anchor=(1.0 - _RIGHT_IN / FIG_WIDTH_IN, header_y),
                    ncol=len(handles), fontsize=8, frameon=False, handlelength=1.2, columnspacing=1.0)
-    _save(fig, canvas, path)
+    save_figure(fig, canvas, path)
     return fig
 
 
@@ -229,7 +229,7 @@ def plot_memory(graph: TaskGraph, result: SimResult, path: str | PathLike, *, st
     (scalar or ``{rank: bytes}``) added, each rank's peak marked, and the capacity line if given."""
     fig_h = _inches_for_px(MEMORY_FIGURE_PX[1] / DPI)
     legend_in = 2.3
-    fig, canvas = _figure(FIG_WIDTH_IN, fig_h)
+    fig, canvas = new_figure(FIG_WIDTH_IN, fig_h)
     ax = fig.add_axes((_LEFT_IN / FIG_WIDTH_IN, _XAXIS_IN / fig_h,
                        (FIG_WIDTH_IN - _LEFT_IN - legend_in) / FIG_WIDTH_IN,
                        (fig_h - _XAXIS_IN - 0.45) / fig_h))
@@ -268,19 +268,21 @@ def plot_memory(graph: TaskGraph, result: SimResult, path: str | PathLike, *, st
               ncol=1 if len(ranks) <= 16 else 2)
     ax.set_title(title or "memory over time (static + activations), peak of each rank marked", loc="left",
                  fontsize=10)
-    _save(fig, canvas, path)
+    save_figure(fig, canvas, path)
 
 
 # --------------------------------------------------------------------------------------------------
 # Helpers
 
-def _figure(w_in: float, h_in: float):
+def new_figure(w_in: float, h_in: float):
+    """A white figure of ``w_in`` x ``h_in`` inches at the plots' DPI, with its Agg canvas."""
     fig = Figure(figsize=(w_in, h_in), dpi=DPI, facecolor="white")
     canvas = FigureCanvasAgg(fig)
     return fig, canvas
 
 
-def _save(fig: Figure, canvas: FigureCanvasAgg, path) -> None:
+def save_figure(fig: Figure, canvas: FigureCanvasAgg, path) -> None:
+    """Write ``fig`` as a PNG without the software tag (byte-identical across runs)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(p, format="png", dpi=DPI, metadata={"Software": None}, facecolor="white")

@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from simulator.profiling.inventory import plan_operators, profile_items
-from simulator.profiling.kernels import _GEMM_OPS, CLASSES, gemm_key, instances, kernel_class, plan_gemm_index
+from simulator.profiling.kernels import CLASSES, GEMM_OPS, gemm_key, instances, kernel_class, plan_gemm_index
 from simulator.profiling.profile_csv import ProfileRow
 from taskgraph.cost import PASSES
 
@@ -69,7 +69,7 @@ def calibrate(plan, traces) -> Calibration:
         total += sum(totals.values()) * 1e-6 / steps
         for name, cls, op, dims, dur in instances(rt.kernels):
             hits = []
-            if cls == "gemm" and op in _GEMM_OPS:
+            if cls == "gemm" and op in GEMM_OPS:
                 hits = index.get(gemm_key(op, dims), [])
             elif cls == "attention" and len(attn_shapes) == 1:
                 p = "bwd_input" if ("bwd" in name.lower() or "backward" in (name + op).lower()) else "fwd"

@@ -2,7 +2,7 @@
 
 On a CPU trace every operator runs on the host thread and nests (``aten::linear`` holds
 ``aten::addmm``; ``aten::scaled_dot_product_attention`` holds the flash kernel), so the time is the
-operators' self times (``kineto._leaf_ops``), each tagged with the part of the step it ran in
+operators' self times (``kineto.leaf_ops``), each tagged with the part of the step it ran in
 (forward, backward, optimizer: ``kineto.PHASES``). The rows describe ONE step, the median of the kept
 ``ProfilerStep`` spans (HTA drops the last; ``calibrate --include-last-step`` keeps it), so that the
 simulation of the traced strategy with them gives that step back:

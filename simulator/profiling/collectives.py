@@ -66,7 +66,8 @@ def plan_cases(plan) -> list[tuple[str, int, int]]:
     return sorted(cases)
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 for a local process group's rendezvous."""
     with socket.socket() as so:
         so.bind(("127.0.0.1", 0))
         return so.getsockname()[1]
@@ -141,7 +142,7 @@ def sweep(cases, backend: str = "gloo", world: int | None = None, repeats: int =
     world = world or max(c[1] for c in cases)
     with mp.Manager() as man:
         out = man.list()
-        mp.spawn(_worker, args=(world, _free_port(), backend, cases, repeats, warmup, out), nprocs=world, join=True)
+        mp.spawn(_worker, args=(world, free_port(), backend, cases, repeats, warmup, out), nprocs=world, join=True)
         return list(out)
 
 

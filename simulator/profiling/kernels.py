@@ -37,7 +37,8 @@ _CPU_COMM = re.compile(r"^(c10d::|gloo:|nccl:)")
 _ATTN = re.compile(r"flash|fmha|attention|sdpa|scaled_dot_product|_attn_|attn_fwd|attn_bwd", re.IGNORECASE)
 _GEMM = re.compile(r"gemm|cublas|nvjet|xmma|s1688|s884|h884|h1688|wgmma|matmul|^aten::(mm|addmm|bmm|baddbmm|_addmm_activation)$",
                    re.IGNORECASE)
-_GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_addmm_activation"}
+#: the aten operators that run one GEMM (the calibration matches them to the plan's GEMMs)
+GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_addmm_activation"}
 
 
 def kernel_class(name: str) -> str:

@@ -96,7 +96,7 @@ def read_trace(path: Path, index: int = 0, include_last_step: bool = False) -> R
         kernels = _device_kernels(host, dev, cut, include_last_step)
         kind = "gpu"
     else:
-        kernels = _leaf_ops(host, cut, include_last_step)
+        kernels = leaf_ops(host, cut, include_last_step)
         kind = "cpu"
     return RankTrace(trace_rank(doc, Path(path), index), str(path), tuple(kernels), kept_steps, kind, spans,
                      _threads(doc, host))
@@ -214,7 +214,7 @@ def _dims(args) -> tuple:
                  for t in d)
 
 
-def _leaf_ops(host, cut, include_last) -> list[Kernel]:
+def leaf_ops(host, cut, include_last) -> list[Kernel]:
     """Every cpu_op with its self time (its span less the spans of the cpu_ops directly inside it on
     the same thread: the profiler's "self CPU time"), so that summing them counts each microsecond
     of the thread once and ``aten::addmm`` keeps the GEMM it ran."""

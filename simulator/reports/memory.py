@@ -67,11 +67,11 @@ class MemoryReport:
 
 
 def memory_report(plan, graph: TaskGraph, result: SimResult) -> MemoryReport:
-    from simulator.reports.training import _stages_by_rank
+    from simulator.reports.training import stages_by_rank
     from taskgraph.memory import static_memory
     static = static_memory(plan)
     curves, split = curves_and_split(graph, result)  # one sort of the events for both
-    rank_stages = _stages_by_rank(plan.schedule)
+    rank_stages = stages_by_rank(plan.schedule)
     reserve = plan.strategy.options.memory_reserve_gb * GB
     out = []
     for r in range(plan.schedule.pp):

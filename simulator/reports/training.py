@@ -144,7 +144,7 @@ def training_report(plan, work, graph: TaskGraph, result: SimResult, rep: Report
     fp8 = plan.cluster.gpu.peak_flops_fp8
     per_stage = []
     busy = {r.rank: r for r in rep.per_rank}  # the split of simulator.reports.breakdown.time_breakdown
-    rank_stages = _stages_by_rank(plan.schedule)
+    rank_stages = stages_by_rank(plan.schedule)
     for r in range(plan.schedule.pp):
         stages = rank_stages[r]
         rr = busy.get(r)
@@ -169,7 +169,7 @@ def training_report(plan, work, graph: TaskGraph, result: SimResult, rep: Report
     )
 
 
-def _stages_by_rank(schedule) -> list[tuple[int, ...]]:
+def stages_by_rank(schedule) -> list[tuple[int, ...]]:
     """The stages of each pipeline rank, in one pass over the stages (not one per rank)."""
     out: list[list[int]] = [[] for _ in range(schedule.pp)]
     for st, r in enumerate(schedule.stage_to_rank):

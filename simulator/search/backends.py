@@ -58,7 +58,8 @@ def candidate_strategy(ctx: Context, c: Candidate):
     return vary(ctx.base, var)
 
 
-def _cell(c: Candidate) -> dict:
+def candidate_cells(c: Candidate) -> dict:
+    """The candidate's columns of a table row (per-stage and per-layer lists joined as text)."""
     d = {k: getattr(c, k) for k in CANDIDATE_FIELDS}
     d["layers_per_stage"] = "/".join(map(str, c.layers_per_stage)) if c.layers_per_stage else ""
     d["recompute_layers"] = ",".join(c.recompute_layers) if c.recompute_layers else ""
@@ -67,7 +68,7 @@ def _cell(c: Candidate) -> dict:
 
 def invalid_row(c: Candidate, error: str, static_gb: float = NAN) -> dict:
     """The table row of a candidate the strategy checks reject (``status`` ``invalid``)."""
-    row = _cell(c)
+    row = candidate_cells(c)
     row.update({k: NAN for k in METRIC_FIELDS})
     row.update(status="invalid", error=error, microbatches=0, num_tasks=0, timeline="", static_bound_gb=static_gb)
     return row

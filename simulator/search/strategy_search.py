@@ -94,6 +94,7 @@ def objective_value(row: dict, objective: str, deadline_days: float | None = Non
     return -row["tokens_per_dollar"]
 
 
+
 def _no_price_error(ctx, objective) -> ConfigError:
     return ConfigError(f"--objective {objective} needs a price for {ctx.cluster.gpu.name}, which "
                        f"topologies/data/prices.yaml does not list; pass --price USD_PER_GPU_HOUR or set "
@@ -118,8 +119,49 @@ def search(base, *, gpus: int | None = None, gpus_range: tuple[int, int] | None 
     counted in ``skipped``; ``None`` simulates every candidate. ``prune`` (MCMC, coarse): reject
     proposals early by their compute bound (:func:`simulator.search.mcmc.metropolis_hastings`) and
     report the optimality gap against the smallest bound of the candidates not simulated."""
-    from topologies.pricing import check_price, price_per_gpu_hour
     t0 = time.perf_counter()
+    objective = _checked_objective(method, objective, deadline_days, train_tokens, nonuniform)
+    ctx = context(base)
+    tokens, price = _budget_and_price(ctx, base, objective, deadline_days, train_tokens, price)
+    gpus_list = _world_sizes(ctx, gpus, gpus_range)
+    job = Job(ctx, price, tokens, fidelity)
+    cands, stats = _candidates(ctx, space, gpus_list, candidates)
+    if progress is not None and hasattr(progress, "start"):
+        progress.start(len(cands) if method == "exhaustive" else (budget or min(200, len(cands))))
+    skipped, gap, evaluations = 0, None, None
+    if method == "exhaustive" and top is not None:
+        from simulator.search.bnb import branch_and_bound
+        if backend != "local":
+            raise ConfigError("branch and bound runs in this process: use --backend local, or --no-prune to "
+                              "simulate every candidate on Ray")
+        rows, bstats = branch_and_bound(job, cands, top=top, cost=lambda r: objective_value(r, objective, deadline_days),
+                                        budget=budget, progress=progress)
+        skipped, gap, evaluations = bstats.skipped, bstats.gap, bstats.simulated
+    elif method == "exhaustive":
+        rows = evaluate_rows(job, cands, backend=backend, jobs=jobs, progress=progress, ray_address=ray_address,
+                             chunk=chunk)
+        gap = 0.0
+    else:
+        rows, gap = _mcmc_rows(job, ctx, base, cands, objective, deadline_days, budget=budget, seed=seed, beta=beta,
+                               nonuniform=nonuniform, start=start, progress=progress, fidelity=fidelity, prune=prune)
+    ranked = ranked_rows(rows, objective, deadline_days)
+    best = best_strategy = None
+    message, closest = "", None
+    if ranked and bool(ranked[0]["meets"]):
+        best = row_candidate(ranked[0])
+        from simulator.search.backends import candidate_strategy
+        best_strategy = candidate_strategy(ctx, best)
+    else:
+        message, closest = _no_answer(ranked_table(ranked), objective, deadline_days, tokens, gpus_list)
+    return SearchResult(ranked, best, best_strategy, objective, method, tokens, price, deadline_days, gpus_list, stats,
+                        evaluations if evaluations is not None else len(rows),
+                        time.perf_counter() - t0, message, closest, skipped, gap)
+
+
+def _checked_objective(method: str, objective: str | None, deadline_days: float | None,
+                       train_tokens: float | None, nonuniform: bool) -> str:
+    """The objective (``cost`` with a deadline, else ``time``, unless named), with the method and
+    the budget's numbers checked."""
     if method not in METHODS:
         raise ConfigError(f"--method {method!r} must be one of {', '.join(METHODS)}")
     if objective is None:
@@ -133,7 +175,13 @@ def search(base, *, gpus: int | None = None, gpus_range: tuple[int, int] | None 
     if nonuniform and method != "mcmc":
         raise ConfigError("--nonuniform (layers per stage and per-layer recompute) needs --method mcmc: that space is "
                           "too large to enumerate")
-    ctx = context(base)
+    return objective
+
+
+def _budget_and_price(ctx, base, objective: str, deadline_days: float | None, train_tokens: float | None,
+                      price: float | None) -> tuple[float, float | None]:
+    """The token budget and the price per GPU-hour (None when unknown and not needed)."""
+    from topologies.pricing import check_price, price_per_gpu_hour
     tokens = train_tokens or base.training.train_tokens
     if deadline_days is not None and tokens is None:
         raise ConfigError("--deadline-days needs a token budget: pass --train-tokens T or set training.train_tokens")
@@ -144,6 +192,11 @@ def search(base, *, gpus: int | None = None, gpus_range: tuple[int, int] | None 
         price = price_per_gpu_hour(ctx.cluster.gpu.name, base.options.price_per_gpu_hour_usd)
     if price is None and objective != "time":
         raise _no_price_error(ctx, objective)
+    return tokens, price
+
+
+def _world_sizes(ctx, gpus: int | None, gpus_range: tuple[int, int] | None) -> list[int]:
+    """The GPU counts to search: ``gpus``, the counts in ``gpus_range``, or the file's cluster."""
     if gpus is not None and gpus_range is not None:
         raise ConfigError("give --gpus N or --gpus-range A:B, not both")
     if gpus_range is not None:
@@ -151,7 +204,13 @@ def search(base, *, gpus: int | None = None, gpus_range: tuple[int, int] | None 
     else:
         gpus_list = [gpus if gpus is not None else ctx.cluster.num_gpus]
         check_gpus(ctx, gpus_list[0])
-    job = Job(ctx, price, tokens, fidelity)
+    return gpus_list
+
+
+def _candidates(ctx, space: SearchSpace, gpus_list: list[int],
+                candidates: list[Candidate] | None) -> tuple[list[Candidate], SpaceStats]:
+    """The candidates (the enumerated grid, bounded before it is built, or the ones given) and the
+    grid's counts; an empty space is one error naming the closest misses."""
     if candidates is None:
         from simulator.search.backends import gc_paused
         from simulator.search.space import grid_points
@@ -176,69 +235,51 @@ def search(base, *, gpus: int | None = None, gpus_range: tuple[int, int] | None 
                                                            for b, c in closest)) if closest else ""
         raise ConfigError(f"empty search space on {', '.join(map(str, gpus_list))} GPUs: {why}{hint}. Widen the axes "
                           f"(--axis), add GPUs (--gpus / --gpus-range), or recompute activations")
-    if progress is not None and hasattr(progress, "start"):
-        progress.start(len(cands) if method == "exhaustive" else (budget or min(200, len(cands))))
-    skipped, gap, evaluations = 0, None, None
-    if method == "exhaustive" and top is not None:
-        from simulator.search.bnb import branch_and_bound
-        if backend != "local":
-            raise ConfigError("branch and bound runs in this process: use --backend local, or --no-prune to "
-                              "simulate every candidate on Ray")
-        rows, bstats = branch_and_bound(job, cands, top=top, cost=lambda r: objective_value(r, objective, deadline_days),
-                                        budget=budget, progress=progress)
-        skipped, gap, evaluations = bstats.skipped, bstats.gap, bstats.simulated
-    elif method == "exhaustive":
-        rows = evaluate_rows(job, cands, backend=backend, jobs=jobs, progress=progress, ray_address=ray_address,
-                             chunk=chunk)
-        gap = 0.0
-    else:
-        from simulator.search.mcmc import metropolis_hastings
-        if budget is None:
-            budget = min(200, len(cands))
-        if budget > len(cands):
-            raise ConfigError(f"--budget {budget} is more than the {len(cands)} candidates of this space (each "
-                              f"simulation is a distinct candidate): give at most {len(cands)}, or --method "
-                              f"exhaustive to simulate them all")
-        if start not in ("file", "random"):
-            raise ConfigError(f"MCMC start {start!r} must be 'file' or 'random'")
-        first = _file_candidate(ctx, base, cands) if start == "file" else None
-        cost = lambda r: objective_value(r, objective, deadline_days)
-        bound = None
-        if fidelity == "coarse" and prune:
-            from simulator.search.bnb import compute_bounds, objective_bound
-            lbs = dict(zip(cands, compute_bounds(job, cands)))
+    return cands, stats
 
-            def bound(c):
-                t = lbs.get(c)
-                return objective_bound(job, c, compute_bounds(job, [c])[0] if t is None else t, cost)
-        rows = metropolis_hastings(cands, ctx, lambda c: evaluate_row(job, c), cost, budget=budget, seed=seed,
-                                   beta=beta, nonuniform=nonuniform, start=first, progress=progress, bound=bound)
-        if bound is not None:
-            gap = _gap(rows, cands, bound, cost)
-    ranked = ranked_rows(rows, objective, deadline_days)
-    best = best_strategy = None
-    message, closest = "", None
-    if ranked and bool(ranked[0]["meets"]):
-        best = row_candidate(ranked[0])
-        from simulator.search.backends import candidate_strategy
-        best_strategy = candidate_strategy(ctx, best)
-    else:
-        message, closest = _no_answer(ranked_table(ranked), objective, deadline_days, tokens, gpus_list)
-    return SearchResult(ranked, best, best_strategy, objective, method, tokens, price, deadline_days, gpus_list, stats,
-                        evaluations if evaluations is not None else len(rows),
-                        time.perf_counter() - t0, message, closest, skipped, gap)
+
+def _mcmc_rows(job, ctx, base, cands: list[Candidate], objective: str, deadline_days: float | None, *,
+               budget: int | None, seed: int, beta: float, nonuniform: bool, start: str, progress,
+               fidelity: str, prune: bool) -> tuple[list[dict], float | None]:
+    """The rows of a Metropolis-Hastings chain over ``cands`` and its optimality gap (None when the
+    chain was not pruned by bounds)."""
+    from simulator.search.mcmc import metropolis_hastings
+    gap = None
+    if budget is None:
+        budget = min(200, len(cands))
+    if budget > len(cands):
+        raise ConfigError(f"--budget {budget} is more than the {len(cands)} candidates of this space (each "
+                          f"simulation is a distinct candidate): give at most {len(cands)}, or --method "
+                          f"exhaustive to simulate them all")
+    if start not in ("file", "random"):
+        raise ConfigError(f"MCMC start {start!r} must be 'file' or 'random'")
+    first = _file_candidate(ctx, base, cands) if start == "file" else None
+    cost = lambda r: objective_value(r, objective, deadline_days)
+    bound = None
+    if fidelity == "coarse" and prune:
+        from simulator.search.bnb import compute_bounds, objective_bound
+        lbs = dict(zip(cands, compute_bounds(job, cands)))
+
+        def bound(c):
+            t = lbs.get(c)
+            return objective_bound(job, c, compute_bounds(job, [c])[0] if t is None else t, cost)
+    rows = metropolis_hastings(cands, ctx, lambda c: evaluate_row(job, c), cost, budget=budget, seed=seed,
+                               beta=beta, nonuniform=nonuniform, start=first, progress=progress, bound=bound)
+    if bound is not None:
+        gap = _gap(rows, cands, bound, cost)
+    return rows, gap
 
 
 def _gap(rows: list[dict], cands, bound, cost) -> float | None:
     """(best objective found - smallest bound of the grid candidates not simulated) / |that bound|;
     0.0 when no unsimulated candidate can beat what was found, None when nothing qualifies."""
-    from simulator.search.backends import _cell
+    from simulator.search.backends import candidate_cells
     from simulator.search.space import CANDIDATE_FIELDS
     found = min((cost(r) for r in rows), default=math.inf)
     if not math.isfinite(found):
         return None
     done = {tuple(r[k] for k in CANDIDATE_FIELDS) for r in rows}
-    left = min((bound(c) for c in cands if tuple(_cell(c)[k] for k in CANDIDATE_FIELDS) not in done),
+    left = min((bound(c) for c in cands if tuple(candidate_cells(c)[k] for k in CANDIDATE_FIELDS) not in done),
                default=math.inf)
     if left >= found:
         return 0.0
