@@ -126,9 +126,9 @@ def test_delta_equals_full_after_successive_changes(g, data):
     kind, arrays = g
     small_chunks = data.draw(st.booleans())
     max_work = data.draw(st.one_of(st.none(), st.integers(1, 8)))  # small limits force fallbacks
-    old_load = delta_mod._LOAD
+    old_load = delta_mod.QUEUE_CHUNK
     if small_chunks:
-        delta_mod._LOAD = 2  # exercise chunk splits and chunk boundaries on small graphs
+        delta_mod.QUEUE_CHUNK = 2  # exercise chunk splits and chunk boundaries on small graphs
     try:
         ds = DeltaSimulator.from_arrays(*arrays, budget=None, max_work=max_work)
         assert_matches_full(ds)
@@ -142,7 +142,7 @@ def test_delta_equals_full_after_successive_changes(g, data):
             if reordered(before, device_orders(ds)):
                 event("a device's FIFO order changed")
     finally:
-        delta_mod._LOAD = old_load
+        delta_mod.QUEUE_CHUNK = old_load
 
 
 def test_random_changes_reorder_fifo_queues_and_stay_exact():

@@ -258,7 +258,7 @@ def test_queue_ids_np_equals_ids():
     ids of ids(), in order, with chunks unmaterialized, materialized and changed."""
     from simulator.engine.delta.queues import DeviceQueue
     rng = np.random.default_rng(0)
-    n = 5 * delta_mod._LOAD + 7
+    n = 5 * delta_mod.QUEUE_CHUNK + 7
     rs = np.sort(rng.random(n))
     ids = rng.permutation(n).astype(np.int64)
     q = DeviceQueue()

@@ -156,10 +156,6 @@ LONG_FUNCTIONS_BEING_SPLIT = {
     "taskgraph/lower_model.py::lower_model", "taskgraph/lower_model.py::emit",
     # the one fidelity dispatcher (issue 43 item 2)
     "taskgraph/lower_coarse.py::_build_layout",
-    # the delta wing (issue 43 item 3)
-    "simulator/engine/delta/resume.py::_resume", "simulator/engine/delta/simulator.py::replace_tasks",
-    "simulator/engine/delta/simulator.py::_delta", "simulator/engine/delta/static.py::_resweep_py",
-    "simulator/engine/delta/sweep.py::_sweep",
 }
 
 
@@ -209,13 +205,6 @@ PRIVATE_CHECKED = PACKAGES + ("benchmarks",)
 #: private names still reached across modules by code another helper of issue 43 is reworking right now,
 #: by "path: module.name"; the lead empties this list when their branches merge
 PRIVATE_BEING_MOVED = {
-    # the delta wing (issue 43 item 3): the static kernels share the compiled heap helpers and the queue
-    # record its load flag
-    "simulator/engine/delta/kernels_static.py: simulator.engine.delta.kernels_numba._before",
-    "simulator/engine/delta/kernels_static.py: simulator.engine.delta.kernels_numba._pop",
-    "simulator/engine/delta/kernels_static.py: simulator.engine.delta.kernels_numba._push",
-    "simulator/engine/delta/kernels_static.py: simulator.engine.delta.kernels_numba._ready_of",
-    "simulator/engine/delta/queues.py: simulator.engine.delta.params._LOAD",
     # the one fidelity dispatcher (issue 43 item 2): search/evaluate.py still imports the old name
     # (static_order keeps an alias), and the search benchmark times evaluate's lean path by its parts
     "simulator/search/evaluate.py: simulator.engine.static_order._layout_order",

@@ -267,7 +267,7 @@ the other attributes the modules share are listed by job in ``DeltaSimulator``'s
 * ``cost``: :class:`~simulator.engine.delta.cost.CostModel` -- the measured cost of a full run and of
   the resumed engine, and the choice between them.
 * ``params``: the tunable constants (``RESUME_MAX_SHARE``, ``RESUME_RACE``, ``FALLBACK_WASTE``, the pace
-  rule's ``PACE_*``, ``DEFAULT_KERNEL``, ``AUTO_BUDGET_PYTHON`` / ``AUTO_BUDGET_COMPILED``, ``_LOAD``), read at call time as ``params.NAME``.
+  rule's ``PACE_*``, ``DEFAULT_KERNEL``, ``AUTO_BUDGET_PYTHON`` / ``AUTO_BUDGET_COMPILED``, ``QUEUE_CHUNK``), read at call time as ``params.NAME``.
 * ``state``: :class:`~simulator.engine.delta.state.DeltaState` -- the per-task times, queue keys and
   queue devices, and the sweep's scratch; their allocation and growth (through ``extend_array``), and
   their numpy views in the compiled sweep's argument order (``views``).

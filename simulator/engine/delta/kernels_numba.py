@@ -43,12 +43,12 @@ F_EMAX, F_MK0, F_LOST, F_AT_R, F_AT_X, F_BAD, F_KR, F_KX, F_LOSSY = 0, 1, 2, 3, 
 
 
 @numba.njit(cache=True, inline="always")
-def _before(r1, x1, r2, x2):
+def before(r1, x1, r2, x2):
     return r1 < r2 or (r1 == r2 and x1 < x2)
 
 
 @numba.njit(cache=True, inline="always")
-def _push(hr, hx, hs, r, x):
+def heap_push(hr, hx, hs, r, x):
     """Push (r, x); returns the new size. The caller sizes the arrays for every push of a sweep
     (:func:`heap_capacity`), so nothing is reallocated (no array is returned: no reference counting
     in the loop). Past the capacity nothing is written and the size still grows, so the loop sees
@@ -58,7 +58,7 @@ def _push(hr, hx, hs, r, x):
     i = hs
     while i > 0:
         p = (i - 1) >> 1
-        if _before(r, x, hr[p], hx[p]):
+        if before(r, x, hr[p], hx[p]):
             hr[i] = hr[p]
             hx[i] = hx[p]
             i = p
@@ -77,7 +77,7 @@ def heap_capacity(initial: int, tasks: int, edges: int) -> int:
 
 
 @numba.njit(cache=True, inline="always")
-def _pop(hr, hx, hs):
+def heap_pop(hr, hx, hs):
     """Remove the root; returns the new size (the root must be read before)."""
     hs -= 1
     if hs > 0:
@@ -88,9 +88,9 @@ def _pop(hr, hx, hs):
             c = 2 * i + 1
             if c >= hs:
                 break
-            if c + 1 < hs and _before(hr[c + 1], hx[c + 1], hr[c], hx[c]):
+            if c + 1 < hs and before(hr[c + 1], hx[c + 1], hr[c], hx[c]):
                 c += 1
-            if _before(hr[c], hx[c], lr, lx):
+            if before(hr[c], hx[c], lr, lx):
                 hr[i] = hr[c]
                 hx[i] = hx[c]
                 i = c
@@ -122,10 +122,10 @@ def _insert(qh, qt, qn, qp, lk, d, r, x, start):
     """Put x at key (r, x) in device d's list, searching from entry ``start`` of d (-1: the head);
     returns (id before, id after), -1 = none. lk[x] is not written."""
     p = start
-    while p != -1 and not _before(lk[p], p, r, x):
+    while p != -1 and not before(lk[p], p, r, x):
         p = qp[p]
     c = qh[d] if p == -1 else qn[p]
-    while c != -1 and _before(lk[c], c, r, x):
+    while c != -1 and before(lk[c], c, r, x):
         p = c
         c = qn[c]
     if p == -1:
@@ -142,7 +142,7 @@ def _insert(qh, qt, qn, qp, lk, d, r, x, start):
 
 
 @numba.njit(cache=True, inline="always")
-def _ready_of(y, pptr, pidx, E):
+def ready_of(y, pptr, pidx, E):
     """Ready time of y: the latest end of its predecessors (0.0 without any)."""
     new = 0.0
     for j in range(pptr[y], pptr[y + 1]):
@@ -193,7 +193,7 @@ def dump_links(qh, qn, nd, count):
 def last_upto(qt, qp, lk, d, kr, kx):
     """Id of device d's last entry with key <= (kr, kx), or -1 (walks back from the tail)."""
     x = qt[d]
-    while x != -1 and _before(kr, kx, lk[x], x):
+    while x != -1 and before(kr, kx, lk[x], x):
         x = qp[x]
     return x
 
@@ -277,12 +277,12 @@ def sweep(R, S, E, lk, where, st, nr, pend, oS, oE, dur, dev, sptr, sidx, pptr, 
             break
         r = hr[0]
         x = hx[0]
-        hs = _pop(hr, hx, hs)
+        hs = heap_pop(hr, hx, hs)
         sx = st[x]
         if not sx & 1:
             continue  # clean or done: a stale event
         if guard:
-            if _before(r, x, kr, kx):  # zero-duration tie: an event fell behind the sweep
+            if before(r, x, kr, kx):  # zero-duration tie: an event fell behind the sweep
                 status = TIE
                 break
             kr = r
@@ -300,7 +300,7 @@ def sweep(R, S, E, lk, where, st, nr, pend, oS, oE, dur, dev, sptr, sidx, pptr, 
                         dirt[nmark] = z
                         nmark += 1
                         nr[z] = R[z]
-                        hs = _push(hr, hx, hs, R[z], z)
+                        hs = heap_push(hr, hx, hs, R[z], z)
                     elif sz == 2:
                         status = TIE
                         break
@@ -357,7 +357,7 @@ def sweep(R, S, E, lk, where, st, nr, pend, oS, oE, dur, dev, sptr, sidx, pptr, 
                     dirt[nmark] = z
                     nmark += 1
                     nr[z] = R[z]
-                    hs = _push(hr, hx, hs, R[z], z)
+                    hs = heap_push(hr, hx, hs, R[z], z)
                 elif sz == 2:
                     status = TIE
                     break
@@ -371,10 +371,10 @@ def sweep(R, S, E, lk, where, st, nr, pend, oS, oE, dur, dev, sptr, sidx, pptr, 
                     pend[y] = c
                     if c != 0:
                         continue
-                    new = _ready_of(y, pptr, pidx, E)
+                    new = ready_of(y, pptr, pidx, E)
                     if not (where[y] != -1 and lk[y] != new):
                         nr[y] = new
-                        hs = _push(hr, hx, hs, new, y)
+                        hs = heap_push(hr, hx, hs, new, y)
                         continue
                     sy = st[y]
                 elif e != oe:
@@ -393,7 +393,7 @@ def sweep(R, S, E, lk, where, st, nr, pend, oS, oE, dur, dev, sptr, sidx, pptr, 
                     elif e == cur_r or oe != cur_r:
                         continue  # ready time unchanged
                     else:  # the old maximum decreased: recompute
-                        new = _ready_of(y, pptr, pidx, E)
+                        new = ready_of(y, pptr, pidx, E)
                         if new == cur_r:
                             continue
                     if sy == 0:
@@ -407,9 +407,9 @@ def sweep(R, S, E, lk, where, st, nr, pend, oS, oE, dur, dev, sptr, sidx, pptr, 
                 wy = where[y]
                 dy = dev[y]
                 if wy == dy and lk[y] == new:
-                    hs = _push(hr, hx, hs, new, y)
+                    hs = heap_push(hr, hx, hs, new, y)
                     continue
-                if guard and wy != -1 and _before(lk[y], y, kr, kx):
+                if guard and wy != -1 and before(lk[y], y, kr, kx):
                     bad = True  # zero-duration tie: a task behind the sweep changed
                     break
                 z1 = -1
@@ -418,9 +418,9 @@ def sweep(R, S, E, lk, where, st, nr, pend, oS, oE, dur, dev, sptr, sidx, pptr, 
                     # Q.move: rewrite the key when the neighbours stay, else remove and insert
                     p0 = qp[y]
                     n0 = qn[y]
-                    ok = p0 == -1 or _before(lk[p0], p0, new, y)
+                    ok = p0 == -1 or before(lk[p0], p0, new, y)
                     if ok:
-                        ok = n0 == -1 or _before(new, y, lk[n0], n0)
+                        ok = n0 == -1 or before(new, y, lk[n0], n0)
                     if not ok:
                         z1 = _unlink(qh, qt, qn, qp, dy, y)
                         start = p0 if p0 != -1 else n0
@@ -438,13 +438,13 @@ def sweep(R, S, E, lk, where, st, nr, pend, oS, oE, dur, dev, sptr, sidx, pptr, 
                             dirt[nmark] = z
                             nmark += 1
                             nr[z] = R[z]
-                            hs = _push(hr, hx, hs, R[z], z)
+                            hs = heap_push(hr, hx, hs, R[z], z)
                         elif sz == 2:
                             bad = True
                 if bad:
                     break
                 lk[y] = new
-                hs = _push(hr, hx, hs, new, y)
+                hs = heap_push(hr, hx, hs, new, y)
                 if sy != 3 and new >= E[y]:
                     st[y] = 3
                     # block_successors(y): y may be processed after its successors' keys
@@ -457,7 +457,7 @@ def sweep(R, S, E, lk, where, st, nr, pend, oS, oE, dur, dev, sptr, sidx, pptr, 
                             dirt[nmark] = v
                             nmark += 1
                             if where[v] != -1:
-                                hs = _push(hr, hx, hs, lk[v], v)
+                                hs = heap_push(hr, hx, hs, lk[v], v)
                         elif sv == 2:
                             bad = True
                             break
@@ -477,7 +477,7 @@ def sweep(R, S, E, lk, where, st, nr, pend, oS, oE, dur, dev, sptr, sidx, pptr, 
                     dirt[nmark] = z
                     nmark += 1
                     nr[z] = R[z]
-                    hs = _push(hr, hx, hs, R[z], z)
+                    hs = heap_push(hr, hx, hs, R[z], z)
                 elif sz == 2:
                     status = TIE
                     break
@@ -500,7 +500,7 @@ def sweep(R, S, E, lk, where, st, nr, pend, oS, oE, dur, dev, sptr, sidx, pptr, 
                         dirt[nmark] = v
                         nmark += 1
                         if where[v] != -1:
-                            hs = _push(hr, hx, hs, lk[v], v)
+                            hs = heap_push(hr, hx, hs, lk[v], v)
                     elif sv == 2:
                         bad = True
                         break
@@ -531,11 +531,11 @@ def backward_edge(tasks, R, sptr, sidx, pptr, pidx):
         rx = R[x]
         for j in range(sptr[x], sptr[x + 1]):
             v = sidx[j]
-            if _before(R[v], v, rx, x):
+            if before(R[v], v, rx, x):
                 return x, v
         for j in range(pptr[x], pptr[x + 1]):
             u = pidx[j]
-            if _before(rx, x, R[u], u):
+            if before(rx, x, R[u], u):
                 return u, x
     return -1, -1
 
@@ -594,7 +594,7 @@ def key_sorted(order, ready):
     for k in range(1, order.shape[0]):
         a = order[k - 1]
         b = order[k]
-        if not _before(ready[a], a, ready[b], b):
+        if not before(ready[a], a, ready[b], b):
             return False
     return True
 
@@ -703,7 +703,7 @@ def merge_order(order, moved, R, mark):
         if mark[x]:
             continue
         rx = R[x]
-        while j < m and _before(R[moved[j]], moved[j], rx, x):
+        while j < m and before(R[moved[j]], moved[j], rx, x):
             out[k] = moved[j]
             k += 1
             j += 1

@@ -21,7 +21,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("the compiled delta sweep needs numba: pip install 'execsim[fast]'") from exc
 
-from simulator.engine.delta.kernels_numba import _before, _pop, _push, _ready_of
+from simulator.engine.delta.kernels_numba import before, heap_pop, heap_push, ready_of
 
 DONE, PAUSED, FAIL, LOSSY = 0, 1, 2, 3
 # cnt slots (int64): tasks marked (``marks``), processed (``done``), changed, tasks whose key changed
@@ -40,7 +40,7 @@ def _mark(st, marks, hr, hx, hs, nm, R, z):
         st[z] = 1
         marks[nm] = z
         nm += 1
-        hs = _push(hr, hx, hs, R[z], z)
+        hs = heap_push(hr, hx, hs, R[z], z)
     return hs, nm
 
 
@@ -50,7 +50,7 @@ def _tied(R, E, pptr, pidx, x, nrx):
     predecessor that ends at ``nrx`` and is ready then (a zero or lost duration) can tie."""
     for j in range(pptr[x], pptr[x + 1]):
         u = pidx[j]
-        if E[u] == nrx and not _before(R[u], u, nrx, x):
+        if E[u] == nrx and not before(R[u], u, nrx, x):
             return True
     return False
 
@@ -63,7 +63,7 @@ def lower_bound(order, R, r, x):
     while lo < hi:
         mid = (lo + hi) >> 1
         y = order[mid]
-        if _before(R[y], y, r, x):
+        if before(R[y], y, r, x):
             lo = mid + 1
         else:
             hi = mid
@@ -93,16 +93,16 @@ def resweep(R, S, E, dur, lk, st, sptr, sidx, pptr, pidx, qn, qp, hr, hx, hs, ma
             break
         r = hr[0]
         x = hx[0]
-        hs = _pop(hr, hx, hs)
+        hs = heap_pop(hr, hx, hs)
         # the model equations with the old device predecessor (Lemma 1's, if the keys agree)
-        nrx = _ready_of(x, pptr, pidx, E)
+        nrx = ready_of(x, pptr, pidx, E)
         if guard and _tied(R, E, pptr, pidx, x, nrx):
             status = FAIL
             break
         pv = qp[x]
         pe = 0.0
         if pv != -1:
-            if not _before(lk[pv], pv, nrx, x):  # the device's order would change
+            if not before(lk[pv], pv, nrx, x):  # the device's order would change
                 status = FAIL
                 break
             pe = E[pv]
@@ -143,13 +143,13 @@ def resweep(R, S, E, dur, lk, st, sptr, sidx, pptr, pidx, qn, qp, hr, hx, hs, ma
         else:
             # nothing propagates; the keys of the unqueued neighbours are final unless one is
             # queued later (then its own check covers the pair): check the pairs now
-            if z != -1 and st[z] == 0 and not _before(nrx, x, lk[z], z):
+            if z != -1 and st[z] == 0 and not before(nrx, x, lk[z], z):
                 status = FAIL
                 break
             if guard:
                 for j in range(sptr[x], sptr[x + 1]):
                     v = sidx[j]
-                    if st[v] == 0 and not _before(nrx, x, R[v], v):
+                    if st[v] == 0 and not before(nrx, x, R[v], v):
                         status = FAIL
                         break
                 if status == FAIL:
@@ -190,7 +190,7 @@ def resweep_all(R, S, E, dur, dev, lk, pptr, pidx, qp, order, pos, stop, last, d
     while pos < end:
         x = order[pos]
         r = R[x]
-        nrx = _ready_of(x, pptr, pidx, E)
+        nrx = ready_of(x, pptr, pidx, E)
         if guard and _tied(R, E, pptr, pidx, x, nrx):
             status = FAIL
             break
@@ -200,7 +200,7 @@ def resweep_all(R, S, E, dur, dev, lk, pptr, pidx, qp, order, pos, stop, last, d
             pv = qp[x]
         pe = 0.0
         if pv != -1:
-            if not _before(lk[pv], pv, nrx, x):
+            if not before(lk[pv], pv, nrx, x):
                 status = FAIL
                 break
             pe = E[pv]
@@ -223,7 +223,7 @@ def resweep_all(R, S, E, dur, dev, lk, pptr, pidx, qp, order, pos, stop, last, d
         S[x] = s
         E[x] = e
         last[d] = x
-        if not _before(pr, px, nrx, x):
+        if not before(pr, px, nrx, x):
             flt[G_UNSORTED] = 1.0
         pr = nrx
         px = x
@@ -252,7 +252,7 @@ def key_sorted_range(order, R, lo, hi):
     for i in range(lo + 1, hi):
         a = order[i - 1]
         b = order[i]
-        if not _before(R[a], a, R[b], b):
+        if not before(R[a], a, R[b], b):
             return False
     return True
 

@@ -108,4 +108,4 @@ VECTOR_MIN = 1024
 AUTO_BUDGET_PYTHON = 1.0
 AUTO_BUDGET_COMPILED = 1.0
 
-_LOAD = 256  # entries per chunk of a device queue (split at 2x): bounded memmoves on insert/delete
+QUEUE_CHUNK = 256  # entries per chunk of a device queue (split at 2x): bounded memmoves on insert/delete

@@ -1,5 +1,5 @@
 """The Python sweep's device queues: :class:`DeviceQueue` (one device's tasks sorted by key, in chunks
-of ``params._LOAD``), the lazy sources a queue is filled from (:class:`DeviceGroups`, a full run's tasks
+of ``params.QUEUE_CHUNK``), the lazy sources a queue is filled from (:class:`DeviceGroups`, a full run's tasks
 grouped by device; :class:`QueueDump`, the compiled sweep's linked lists dumped), and :func:`gather_rows`
 (CSR rows, vectorized). The algorithm is in the package doc, :mod:`simulator.engine.delta`."""
 from __future__ import annotations
@@ -43,7 +43,7 @@ class DeviceGroups:
 class DeviceQueue:
     """One device's tasks sorted by key (ready, id): a list of chunks (parallel lists of ready times and
     ids) plus each chunk's first key, so a lookup is two bisects and an insert / delete moves at most
-    2 * _LOAD entries (one flat list would memmove O(n) per change).
+    2 * QUEUE_CHUNK entries (one flat list would memmove O(n) per change).
 
     After a full run a queue starts as a slice of the run's arrays (``src``); on first use it gets
     its chunk index (``fr``, ``fi``), and each chunk becomes Python lists only when it is touched
@@ -70,7 +70,7 @@ class DeviceQueue:
 
     def _append_np(self, rs: np.ndarray, ids: np.ndarray) -> None:
         """Append key-sorted entries (all after the last one) as unmaterialized chunks."""
-        L = params._LOAD
+        L = params.QUEUE_CHUNK
         m = ids.shape[0]
         self.R.extend((a, min(a + L, m), ids, rs) for a in range(0, m, L))
         self.I.extend([None] * ((m + L - 1) // L))
@@ -251,7 +251,7 @@ class DeviceQueue:
         j = i + 1
         L = len(Ic)
         nxt = Ic[j] if j < L else (self.fi[c + 1] if c + 1 < len(self.fi) else -1)
-        if L > 2 * params._LOAD:
+        if L > 2 * params.QUEUE_CHUNK:
             h = L // 2
             self.R.insert(c + 1, Rc[h:])
             self.I.insert(c + 1, Ic[h:])
