@@ -88,7 +88,7 @@ def breakdown(strategy, reps: int = 31) -> dict[str, float]:
     """Median milliseconds of each step of one warm evaluation."""
     import numpy as np
 
-    from simulator.engine.static_order import _layout_order, static_order_timeline
+    from simulator.engine.static_order import layout_order, static_order_timeline
     from simulator.search.evaluate import _layout_busy, _metrics, _peaks
     from taskgraph.costing import build_work
     from taskgraph.lower_coarse import coarse_layout
@@ -97,7 +97,7 @@ def breakdown(strategy, reps: int = 31) -> dict[str, float]:
     work = build_work(plan, fidelity="coarse")
     lay = coarse_layout(plan.schedule, work, strategy.options.overlap_handoff)
     dur = lay.durations(work)
-    o = _layout_order(lay)
+    o = layout_order(lay)
     _, _, end = static_order_timeline(o, dur)
     task = lay.mem_task.astype(np.int64)
     steps = {
@@ -365,7 +365,7 @@ def search_section(s, args) -> None:
     for kernels in ("compiled", "python") if compiled else ("python",):
         pure_python_kernels(kernels == "python")  # forked workers inherit the choice
         for jobs in (1, 2):
-            dt, cpu, res = _best_wall_cpu(lambda: first(jobs), rep)
+            dt, cpu, res = _best_wall_cpu(lambda jobs=jobs: first(jobs), rep)
             tables[kernels, jobs] = res.table.to_csv(index=False)
             tasks = int(res.table["num_tasks"].sum())
             print(f"  first pass, {jobs} process{'es' if jobs > 1 else ''}, {kernels} sweep: {res.evaluations} simulated "
@@ -464,7 +464,7 @@ def delta_section(s) -> None:
     import numpy as np
 
     from simulator.engine.delta.simulator import DeltaSimulator
-    from simulator.engine.static_order import _layout_order, static_order_timeline
+    from simulator.engine.static_order import layout_order, static_order_timeline
     from taskgraph.costing import build_work
     from taskgraph.lower_coarse import coarse_layout, graph_from_layout
     from taskgraph.plan import resolve
@@ -472,18 +472,17 @@ def delta_section(s) -> None:
     work = build_work(plan, fidelity="coarse")
     lay = coarse_layout(plan.schedule, work, s.options.overlap_handoff)
     g = graph_from_layout(lay, work)
-    o = _layout_order(lay)
+    o = layout_order(lay)
     dur = g.duration
-    stage = np.asarray(g.stage)
     end = static_order_timeline(o, dur)[2]
     cases = {"one stage's backward x1.1 (a layer's recompute changed)":
              np.flatnonzero((np.asarray(g.stage) == 5) & (np.asarray(g.category) == 1)),
              "last-finishing task x1.1": np.array([int(np.argmax(end))])}
-    print("  delta vs full static-order sweep, GPT-3 example (%d tasks):" % g.num_tasks)
+    print(f"  delta vs full static-order sweep, GPT-3 example ({g.num_tasks} tasks):")
     for name, ids in cases.items():
         new = dur.copy()
         new[ids] *= 1.1
-        full, _ = _best_time(lambda: static_order_timeline(o, new), 5)
+        full, _ = _best_time(lambda new=new: static_order_timeline(o, new), 5)
         ds = DeltaSimulator(g, budget=None)
         t = time.perf_counter()
         st = ds.set_durations(ids, new[ids])

@@ -1,7 +1,7 @@
 """Vectorized lowering of a schedule with *coarse* cost records (``taskgraph/coarse.py``).
 
-:func:`lower_coarse` returns the same :class:`~taskgraph.graph.TaskGraph` as
-``lower_model(schedule, coarsen(work))`` -- the same task ids, devices, categories, keys, operator
+:func:`coarse_layout` + :func:`graph_from_layout` return the same :class:`~taskgraph.graph.TaskGraph`
+as ``lower_model(schedule, coarsen(work))`` -- the same task ids, devices, categories, keys, operator
 names, successor lists (in the same order), memory events and meta -- built with numpy instead of
 one ``TaskGraphBuilder`` call per task. Identical arrays give identical simulations.
 
@@ -27,8 +27,9 @@ strategy sweep) only gathers numbers.
 
 Anything this fast path does not cover (operator-level work, malformed schedules: missing or
 duplicated actions, actions on the wrong rank, empty ranks, deadlocks) raises :class:`NotCoarse`
-from :func:`coarse_layout`; :func:`lower_coarse` then falls back to the generic lowering, which
-produces the usual errors.
+from :func:`coarse_layout`. Which lowering runs is decided in one place,
+``simulator.engine.dispatch`` (``lower`` / ``run_iteration``): it falls back to the generic
+lowering, which produces the usual errors.
 """
 from __future__ import annotations
 
@@ -640,16 +641,3 @@ def graph_from_layout(lay: Layout, work: IterationWork) -> TaskGraph:
         op_names=lay.op_names, mem_task=lay.mem_task.copy(), mem_bytes=lay.memory_bytes(work),
         mem_at_end=np.ones(nm, dtype=np.int8), mem_kind=np.zeros(nm, dtype=np.int8), meta=meta,
     )
-
-
-def lower_coarse(schedule: Schedule, work: IterationWork, *, overlap_handoff: str = "pair-end") -> TaskGraph:
-    """``lower_model(schedule, work, overlap_handoff=...)`` for coarse ``work``, vectorized.
-
-    Work that is not coarse falls back to :func:`taskgraph.lower_model.lower_model`.
-    """
-    try:
-        lay = coarse_layout(schedule, work, overlap_handoff)
-    except NotCoarse:
-        from taskgraph.lower_model import lower_model
-        return lower_model(schedule, work, overlap_handoff=overlap_handoff)
-    return graph_from_layout(lay, work)

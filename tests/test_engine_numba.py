@@ -32,7 +32,7 @@ def test_numba_kernel_matches_python_on_random_graphs(durations, avg_succ):
 def test_numba_kernel_matches_python_on_benchmark_shapes():
     from benchmarks.graphs import GENERATORS
 
-    for kind, build in GENERATORS.items():
+    for build in GENERATORS.values():
         g = build(3000, 1)
         assert_same(g.duration, g.device, g.succ_ptr, g.succ_idx, g.num_devices)
 
@@ -97,17 +97,18 @@ def test_compiled_topological_order_matches_python(monkeypatch):
 
 
 def test_compiled_static_sweep_matches_python():
-    from simulator.engine.static_order import _layout_order, static_order_timeline
+    from simulator.engine.dispatch import lower
+    from simulator.engine.static_order import layout_order, static_order_timeline
     from strategies.schedules import get_schedule
-    from taskgraph.lower_coarse import coarse_layout, lower_coarse
+    from taskgraph.lower_coarse import coarse_layout
     from tests.test_search import SCHEDULE_CASES, WORK_CASES, coarse_work
     rng = np.random.default_rng(3)
     for case in SCHEDULE_CASES:
         sched = get_schedule(*case)
         for kw in WORK_CASES.values():
             w = coarse_work(sched.num_stages, **kw)
-            g = lower_coarse(sched, w)
-            o = _layout_order(coarse_layout(sched, w))
+            g = lower(sched, w)
+            o = layout_order(coarse_layout(sched, w))
             for dur in (g.duration, g.duration * rng.uniform(0.5, 2.0, g.duration.size),
                         np.where(rng.random(g.duration.size) < 0.2, 0.0, g.duration)):
                 a = static_order_timeline(o, dur, kernel="python")

@@ -200,7 +200,7 @@ def static_order_timeline(o: _Order, duration: np.ndarray, kernel: str = "auto")
     return ready, start, end
 
 
-def _layout_order(lay) -> _Order | None:
+def layout_order(lay) -> _Order | None:
     """The sweep order of a coarse lowering layout: DP parameter gathers first (ready at 0), then
     actions in a topological order, each followed by the transfers its exit releases; then each
     rank's epilogue."""
@@ -230,11 +230,15 @@ def _layout_order(lay) -> _Order | None:
 def simulate_coarse(graph, layout=None):
     """:class:`simulator.engine.core.SimResult` of a coarse graph (from :mod:`taskgraph.lower_coarse`),
     by the static-order sweep when ``layout`` is given and the check passes, else by the engine."""
-    from simulator.engine.core import SimResult, simulate
-    o = _layout_order(layout) if layout is not None else None
+    from simulator.engine.core import simulate
+    o = layout_order(layout) if layout is not None else None
     res = static_order_timeline(o, graph.duration) if o is not None else None
-    if res is None:
-        return simulate(graph)
-    ready, start, end = res
-    order = np.lexsort((np.arange(graph.num_tasks), ready)).astype(np.int32)  # = the engine's pop order
+    return simulate(graph) if res is None else sweep_result(*res)
+
+
+def sweep_result(ready: np.ndarray, start: np.ndarray, end: np.ndarray):
+    """The :class:`simulator.engine.core.SimResult` of a verified sweep's arrays, with the engine's
+    pop order (ready times, ties by id)."""
+    from simulator.engine.core import SimResult
+    order = np.lexsort((np.arange(ready.size), ready)).astype(np.int32)  # = the engine's pop order
     return SimResult(ready=ready, start=start, end=end, order=order, makespan=float(end.max()))
