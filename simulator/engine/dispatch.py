@@ -79,28 +79,22 @@ class IterationRun:
         return self._result
 
     @property
+    def _tasks(self):
+        """The layout, else the graph: both hold the task arrays under the same names."""
+        return self.layout if self.layout is not None else self._graph
+
+    @property
     def num_tasks(self) -> int:
         return self.layout.n if self.layout is not None else self._graph.num_tasks
 
     @property
-    def device(self) -> np.ndarray:
-        return (self.layout if self.layout is not None else self._graph).device
-
-    @property
-    def category(self) -> np.ndarray:
-        return (self.layout if self.layout is not None else self._graph).category
-
-    @property
-    def succ_ptr(self) -> np.ndarray:
-        return (self.layout if self.layout is not None else self._graph).succ_ptr
-
-    @property
-    def succ_idx(self) -> np.ndarray:
-        return (self.layout if self.layout is not None else self._graph).succ_idx
-
-    @property
     def devices(self) -> tuple:
         return self.layout.devices(self.work.represents) if self.layout is not None else self._graph.devices
+
+    device = property(lambda self: self._tasks.device, doc="Per task: its device index.")
+    category = property(lambda self: self._tasks.category, doc="Per task: its category code.")
+    succ_ptr = property(lambda self: self._tasks.succ_ptr, doc="Successors in CSR form: offsets.")
+    succ_idx = property(lambda self: self._tasks.succ_idx, doc="Successors in CSR form: task ids.")
 
 
 def run_iteration(schedule, work, overlap_handoff: str = "pair-end", fidelity: str | None = None) -> IterationRun:
