@@ -50,7 +50,7 @@ def clear_caches() -> None:
     clear_schedule_cache()
     clear_cost_cache()
     clear_layout_cache()
-    search._MEMO.clear()
+    search.MEMO.clear()
 
 
 def _rate(fn, runs: int, per_run: int, before=None) -> tuple[float, list[float]]:
@@ -89,7 +89,7 @@ def breakdown(strategy, reps: int = 31) -> dict[str, float]:
     import numpy as np
 
     from simulator.engine.static_order import layout_order, static_order_timeline
-    from simulator.search.evaluate import _layout_busy, _metrics, _peaks
+    from simulator.search.evaluate import layout_busy, memory_peaks, search_metrics
     from taskgraph.costing import build_work
     from taskgraph.lower_coarse import coarse_layout
     from taskgraph.plan import resolve
@@ -106,9 +106,9 @@ def breakdown(strategy, reps: int = 31) -> dict[str, float]:
         "lowering (layout lookup + durations)": lambda: (coarse_layout(plan.schedule, work, "pair-end"),
                                                          lay.durations(work)),
         "timeline (sweep + verification)": lambda: static_order_timeline(o, dur),
-        "reports (busy, memory peaks, MFU)": lambda: _metrics(
-            plan, float(end.max()), _layout_busy(lay, dur),
-            _peaks(lay.pp, task, lay.memory_bytes(work), end[task], lay.rank[task].astype(np.int64)),
+        "reports (busy, memory peaks, MFU)": lambda: search_metrics(
+            plan, float(end.max()), layout_busy(lay, dur),
+            memory_peaks(lay.pp, task, lay.memory_bytes(work), end[task], lay.rank[task].astype(np.int64)),
             lay.n, "coarse", "static-order", time.perf_counter()),
     }
     out = {}
@@ -365,7 +365,7 @@ def search_section(s, args) -> None:
     for kernels in ("compiled", "python") if compiled else ("python",):
         pure_python_kernels(kernels == "python")  # forked workers inherit the choice
         for jobs in (1, 2):
-            dt, cpu, res = _best_wall_cpu(lambda: first(jobs), rep)
+            dt, cpu, res = _best_wall_cpu(lambda jobs=jobs: first(jobs), rep)
             tables[kernels, jobs] = res.table.to_csv(index=False)
             tasks = int(res.table["num_tasks"].sum())
             print(f"  first pass, {jobs} process{'es' if jobs > 1 else ''}, {kernels} sweep: {res.evaluations} simulated "
@@ -482,7 +482,7 @@ def delta_section(s) -> None:
     for name, ids in cases.items():
         new = dur.copy()
         new[ids] *= 1.1
-        full, _ = _best_time(lambda: static_order_timeline(o, new), 5)
+        full, _ = _best_time(lambda new=new: static_order_timeline(o, new), 5)
         ds = DeltaSimulator(g, budget=None)
         t = time.perf_counter()
         st = ds.set_durations(ids, new[ids])

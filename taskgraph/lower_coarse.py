@@ -1,7 +1,7 @@
 """Vectorized lowering of a schedule with *coarse* cost records (``taskgraph/coarse.py``).
 
-:func:`lower_coarse` returns the same :class:`~taskgraph.graph.TaskGraph` as
-``lower_model(schedule, coarsen(work))`` -- the same task ids, devices, categories, keys, operator
+:func:`coarse_layout` + :func:`graph_from_layout` return the same :class:`~taskgraph.graph.TaskGraph`
+as ``lower_model(schedule, coarsen(work))`` -- the same task ids, devices, categories, keys, operator
 names, successor lists (in the same order), memory events and meta -- built with numpy instead of
 one ``TaskGraphBuilder`` call per task. Identical arrays give identical simulations.
 
@@ -27,8 +27,9 @@ strategy sweep) only gathers numbers.
 
 Anything this fast path does not cover (operator-level work, malformed schedules: missing or
 duplicated actions, actions on the wrong rank, empty ranks, deadlocks) raises :class:`NotCoarse`
-from :func:`coarse_layout`; :func:`lower_coarse` then falls back to the generic lowering, which
-produces the usual errors.
+from :func:`coarse_layout`. Which lowering runs is decided in one place,
+``simulator.engine.dispatch`` (``lower`` / ``run_iteration``): it falls back to the generic
+lowering, which produces the usual errors.
 """
 from __future__ import annotations
 
@@ -214,8 +215,7 @@ def _build_actions(schedule: Schedule, handoff: str) -> ActionIndex:
     np.maximum.at(rank_last, rank, ar)
 
     topo = _topo_order(A, prev, data_out, same_src)
-    chunks = np.asarray(schedule._chunks, dtype=np.int64)
-    return ActionIndex(stage, kind, mb, rank, chunks[stage], prev, data_src, data_out, cross, same_src,
+    return ActionIndex(stage, kind, mb, rank, _stage_chunks(schedule)[stage], prev, data_src, data_out, cross, same_src,
                        last_bwd, first_fwd, rank_last, topo, S, P)
 
 
@@ -410,146 +410,259 @@ def _segments(counts: np.ndarray):
     return owner, local, off
 
 
+@dataclass(frozen=True)
+class _Slots:
+    """Where each value sits in :meth:`Layout.values`' table (S stages, P ranks, NB buckets): F at
+    ``[0, S)``, then I, W and B's wgrad per stage, one 0, the last backward's own slot per stage, the
+    buckets' reduce and gather times, the optimizer per rank, two per link."""
+
+    bwd_input: int              # I, and B's dgrad
+    bwd_weight: int             # W's wgrad
+    bwd_wgrad: int              # B's wgrad (W's less OpCost.wgrad_overlap)
+    zero: int                   # the empty W of a stage without weight gradient
+    last_bwd: int               # per stage: its last backward task before its DP buckets
+    reduce: int                 # per bucket
+    gather: int                 # per bucket
+    optimizer: int              # per rank
+    link: int                   # per link: activation, gradient
+    bucket_offset: np.ndarray   # per stage: its first bucket among all stages' buckets
+    nbuckets: int
+
+    @staticmethod
+    def of(S: int, P: int, nb_s: np.ndarray) -> _Slots:
+        boff = np.zeros(S, dtype=np.int64)
+        np.cumsum(nb_s[:-1], out=boff[1:])
+        NB = int(nb_s.sum())
+        ORED = 5 * S + 1
+        return _Slots(S, 2 * S, 3 * S, 4 * S, 4 * S + 1, ORED, ORED + NB, ORED + 2 * NB, ORED + 2 * NB + P, boff, NB)
+
+
+def _stage_chunks(schedule: Schedule) -> np.ndarray:
+    """Per stage: its chunk on its rank (:meth:`strategies.actions.Schedule.chunk_of`)."""
+    return np.asarray([schedule.chunk_of(s) for s in range(schedule.num_stages)], dtype=np.int64)
+
+
 def _build_layout(schedule: Schedule, ax: ActionIndex, shape: tuple) -> Layout:
+    """The :class:`Layout` of ``ax`` (the schedule's actions) for a work ``shape`` (:func:`work_shape`):
+    the three phases of the module doc, then the task arrays, edges and memory events."""
     names, has_w_t, nb_t, gat_t, memf_t, ogr, opg, p2p_overlap = shape
     S, P = ax.num_stages, ax.pp
-    A = ax.stage.size
-    s2r = schedule.stage_to_rank
-    chunk_of = np.asarray(schedule._chunks, dtype=np.int64)
-    st, kd, rk = ax.stage, ax.kind, ax.rank
-    hw_s = np.asarray(has_w_t, dtype=bool)
+    chunk_of = _stage_chunks(schedule)
     nb_s = np.asarray(nb_t, dtype=np.int64)
-    boff = np.zeros(S, dtype=np.int64)
-    np.cumsum(nb_s[:-1], out=boff[1:])
-    NB = int(nb_s.sum())
-    OBI, OBW, OBWB, OZERO = S, 2 * S, 3 * S, 4 * S
-    OLB = 4 * S + 1
-    ORED = 5 * S + 1
-    OGAT = ORED + NB
-    OOPT = OGAT + NB
-    OLINK = OOPT + P
+    slots = _Slots.of(S, P, nb_s)
+    em = _emission(ax, np.asarray(has_w_t, dtype=bool), nb_s, ogr, slots)
+    xf = _transfers(ax, em.n)
+    ep = _Epilogue(em.n + xf.dst_action.size, chunk_of, slots)
+    _epilogue(ep, schedule, ax, em, (nb_t, gat_t, ogr, opg))
+    n = ep.next_id
+    src1, dst1 = _action_edges(ax, em)
+    src2, dst2 = _data_edges(ax, em, xf, p2p_overlap)
+    src = np.concatenate([src1, src2, np.asarray(ep.src, dtype=np.int64)])
+    dst = np.concatenate([dst1, dst2, np.asarray(ep.dst, dtype=np.int64)])
+    succ_ptr, succ_idx = csr_from_edges(n, src, dst)
+    roles = np.concatenate([em.role, np.where(xf.fwd, R_TF, R_TB), np.asarray(ep.role, dtype=np.int64)])
+    op, op_names = _op_codes(roles, names)
+    # memory events (emission order): F allocates the stage's activations, the task that ends its backward frees them
+    sign1 = _ROLE_MEM[em.role]
+    mem_task = np.flatnonzero((sign1 != 0) & np.asarray(memf_t, dtype=bool)[em.stage])
+    lay = Layout(n=n, device=_tasks(em.device, xf.device(P), ep.device).astype(np.int32),
+                 category=_ROLE_CAT[roles], op=op,
+                 stage=_tasks(em.stage, ax.stage[xf.src_action], ep.stage).astype(np.int32),
+                 chunk=_tasks(chunk_of[em.stage], chunk_of[ax.stage[xf.src_action]], ep.chunk).astype(np.int32),
+                 mb=np.concatenate([em.mb, ax.mb[xf.dst_action], np.full(n - ep.first_id, -1, dtype=np.int64)]
+                                   ).astype(np.int32),
+                 rank=_tasks(ax.rank[em.action], xf.src_rank, ep.rank).astype(np.int32),
+                 src=src, dst=dst, succ_ptr=succ_ptr, succ_idx=succ_idx, op_names=op_names, links=xf.links,
+                 vidx=_tasks(em.vidx, slots.link + 2 * xf.link + np.where(xf.fwd, 0, 1), ep.vidx),
+                 mem_task=mem_task.astype(np.int32), mem_sign=sign1[mem_task], mem_stage=em.stage[mem_task],
+                 num_stages=S, pp=P, nbuckets=slots.nbuckets,
+                 schedule_meta=dict(schedule=schedule.name, pp=schedule.pp, vpp=schedule.vpp,
+                                    microbatches=schedule.microbatches, num_stages=S))
+    lay.extra.update(stage_to_rank=tuple(schedule.stage_to_rank), last_bwd_value=em.last_bwd_value, ogr=ogr,
+                     entry=em.entry, exit=em.exit, actions=ax, n_phase1=em.n, phase1_action=em.action,
+                     transfer_dst=xf.dst_action, roles=roles, overlap_param_gather=opg)
+    return lay
 
-    # ---- phase 1: emission -----------------------------------------------------------------------
+
+def _tasks(phase1: np.ndarray, transfers: np.ndarray, epilogue: list) -> np.ndarray:
+    """One per-task array: the three phases' values in task order."""
+    return np.concatenate([phase1, transfers, np.asarray(epilogue, dtype=np.int64)])
+
+
+@dataclass(frozen=True)
+class _Emission:
+    """Phase 1 (module doc): per action its compute tasks then (``overlap_grad_reduce``) its DP
+    buckets; per task the action, role, value slot, device, stage and microbatch."""
+
+    n: int                      # phase-1 tasks
+    action: np.ndarray          # per task: its action
+    local: np.ndarray           # per task: its index among its action's tasks
+    role: np.ndarray
+    vidx: np.ndarray
+    device: np.ndarray
+    stage: np.ndarray
+    mb: np.ndarray
+    base: np.ndarray            # per action: compute tasks (2 for a B split into dgrad -> wgrad)
+    buckets: np.ndarray         # per action: DP bucket tasks after it
+    split: np.ndarray           # per action: a B split into dgrad -> wgrad
+    entry: np.ndarray           # per action: its first task
+    exit: np.ndarray            # per action: its last compute task
+    last_bwd_value: np.ndarray  # per stage: the value slot its last backward task adds last_bwd_extra to
+
+
+def _emission(ax: ActionIndex, hw_s: np.ndarray, nb_s: np.ndarray, ogr: bool, slots: _Slots) -> _Emission:
+    st, kd = ax.stage, ax.kind
+    A = st.size
     hw = hw_s[st]
     isB = kd == B
-    base = np.where(isB & hw, 2, 1)
+    split = isB & hw
+    base = np.where(split, 2, 1)
     called = isB | ((kd == I) & ~hw) | ((kd == W) & hw)
     is_lb = np.zeros(A, dtype=bool)
     is_lb[ax.last_bwd[ax.last_bwd >= 0]] = True
     bk = np.where(is_lb & called, nb_s[st], 0) if ogr else np.zeros(A, dtype=np.int64)
     cnt = base + bk
     aid, local, off = _segments(cnt)
-    N1 = int(cnt.sum())
-    entry = off
-    exit_ = off + (isB & hw)
-    a_st, a_kd, a_hw = st[aid], kd[aid], hw[aid]
+    a_st = st[aid]
     is_comp = local < base[aid]
-    role = np.full(N1, R_RED, dtype=np.int64)
+    role = _phase1_roles(kd[aid], hw[aid], is_comp, local)
+    vtab = np.array([0, slots.bwd_input, slots.bwd_wgrad, slots.bwd_input, slots.bwd_input, slots.bwd_input,
+                     slots.bwd_weight, slots.zero], dtype=np.int64)
+    vidx = np.where(is_comp, vtab[np.minimum(role, 7)] + np.where(role == R_WE, 0, a_st),
+                    slots.reduce + slots.bucket_offset[a_st] + (local - base[aid]))
+    # the last compute task of each stage's last backward-ish action (what its buckets follow,
+    # lower_model's bucket_after) reads its own slot: its plain value + OpCost.last_bwd_extra
+    lb_task = is_comp & is_lb[aid] & called[aid] & (local == base[aid] - 1)
+    last_bwd_value = np.full(ax.num_stages, slots.zero, dtype=np.int64)
+    last_bwd_value[a_st[lb_task]] = vidx[lb_task]
+    vidx = np.where(lb_task, slots.last_bwd + a_st, vidx)
+    return _Emission(n=int(cnt.sum()), action=aid, local=local, role=role, vidx=vidx,
+                     device=3 * ax.rank[aid] + np.where(is_comp, 0, 2), stage=a_st,
+                     mb=np.where(is_comp, ax.mb[aid], -1), base=base, buckets=bk, split=split, entry=off,
+                     exit=off + split, last_bwd_value=last_bwd_value)
+
+
+def _phase1_roles(a_kd: np.ndarray, a_hw: np.ndarray, is_comp: np.ndarray, local: np.ndarray) -> np.ndarray:
+    """Per phase-1 task its role (``_ROLES``) from its action's kind, whether the stage has a weight
+    gradient, and the task's place in its action (compute tasks first, then buckets)."""
+    role = np.full(local.size, R_RED, dtype=np.int64)
     role = np.where(is_comp & (a_kd == F), R_F, role)
     role = np.where(is_comp & (a_kd == B) & a_hw, np.where(local == 0, R_BD, R_BW), role)
     role = np.where(is_comp & (a_kd == B) & ~a_hw, R_B1, role)
     role = np.where(is_comp & (a_kd == I), np.where(a_hw, R_ID, R_I1), role)
-    role = np.where(is_comp & (a_kd == W), np.where(a_hw, R_WW, R_WE), role)
-    vtab = np.array([0, OBI, OBWB, OBI, OBI, OBI, OBW, OZERO], dtype=np.int64)
-    vidx1 = np.where(is_comp, vtab[np.minimum(role, 7)] + np.where(role == R_WE, 0, a_st),
-                     ORED + boff[a_st] + (local - base[aid]))
-    # the last compute task of each stage's last backward-ish action (what its buckets follow,
-    # lower_model's bucket_after) reads its own slot: its plain value + OpCost.last_bwd_extra
-    lb_task = is_comp & is_lb[aid] & called[aid] & (local == base[aid] - 1)
-    last_bwd_value = np.full(S, OZERO, dtype=np.int64)
-    last_bwd_value[a_st[lb_task]] = vidx1[lb_task]
-    vidx1 = np.where(lb_task, OLB + a_st, vidx1)
-    dev1 = 3 * rk[aid] + np.where(is_comp, 0, 2)
-    mb1 = np.where(is_comp, ax.mb[aid], -1)
+    return np.where(is_comp & (a_kd == W), np.where(a_hw, R_WW, R_WE), role)
 
-    # ---- phase 2: transfers ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Transfers:
+    """Phase 2 (module doc): one transfer task per data dependency that crosses ranks, in action
+    order, on the link of its (sender, receiver) ranks (links numbered as they first appear)."""
+
+    dst_action: np.ndarray      # per transfer: the action that receives it
+    src_action: np.ndarray      # per transfer: the action whose output it carries
+    src_rank: np.ndarray
+    link: np.ndarray            # per transfer: its link's number
+    links: tuple                # (a, b) per link number
+    fwd: np.ndarray             # per transfer: an activation (else a gradient)
+    task_of_action: np.ndarray  # per action: the task id of the transfer it receives, -1: none
+
+    def device(self, P: int) -> np.ndarray:
+        return 3 * P + self.link
+
+
+def _transfers(ax: ActionIndex, first_id: int) -> _Transfers:
+    P = ax.pp
     X = np.flatnonzero(ax.cross)
-    NX = X.size
     xsrc = ax.data_src[X]
-    ra, rb = rk[xsrc], rk[X]
+    ra, rb = ax.rank[xsrc], ax.rank[X]
     lkey = ra * P + rb
     uk, first_i = np.unique(lkey, return_index=True)
     lorder = np.argsort(first_i, kind="stable")
     link_num = np.empty(uk.size, dtype=np.int64)
     link_num[lorder] = np.arange(uk.size)
-    links = tuple((int(uk[i] // P), int(uk[i] % P)) for i in lorder)
-    xdev = 3 * P + link_num[np.searchsorted(uk, lkey)]
-    xfwd = kd[X] == F
-    xid = N1 + np.arange(NX)
-    xfer_of = np.full(A, -1, dtype=np.int64)
-    xfer_of[X] = xid
+    xfer_of = np.full(ax.stage.size, -1, dtype=np.int64)
+    xfer_of[X] = first_id + np.arange(X.size)
+    return _Transfers(dst_action=X, src_action=xsrc, src_rank=ra, link=link_num[np.searchsorted(uk, lkey)],
+                      links=tuple((int(uk[i] // P), int(uk[i] % P)) for i in lorder), fwd=ax.kind[X] == F,
+                      task_of_action=xfer_of)
 
-    # ---- phase 3: epilogue (per rank, plain Python: a few hundred tasks) ---------------------------
-    N2 = N1 + NX
-    e_role, e_vidx, e_dev, e_stage, e_chunk, e_rank = [], [], [], [], [], []
-    e3_src, e3_dst = [], []
-    bucket_tasks = np.flatnonzero(role == R_RED)
-    bucket_rank = rk[aid[bucket_tasks]]
-    nxt = N2
 
-    def add(r_, v_, d_, s_, c_, k_):
-        nonlocal nxt
-        e_role.append(r_)
-        e_vidx.append(v_)
-        e_dev.append(d_)
-        e_stage.append(s_)
-        e_chunk.append(c_)
-        e_rank.append(k_)
-        nxt += 1
-        return nxt - 1
+class _Epilogue:
+    """Phase 3 (module doc): tasks appended one by one (ids from ``first_id``) with their edges."""
 
-    for r in range(P):
+    def __init__(self, first_id: int, chunk_of: np.ndarray, slots: _Slots):
+        self.first_id = self.next_id = first_id
+        self.chunk_of, self.slots = chunk_of, slots
+        self.role, self.vidx, self.device, self.stage, self.chunk, self.rank = [], [], [], [], [], []
+        self.src, self.dst = [], []
+
+    def add(self, role: int, vidx: int, device: int, stage: int, chunk: int, rank: int) -> int:
+        self.role.append(role)
+        self.vidx.append(vidx)
+        self.device.append(device)
+        self.stage.append(stage)
+        self.chunk.append(chunk)
+        self.rank.append(rank)
+        self.next_id += 1
+        return self.next_id - 1
+
+    def add_bucket(self, role: int, first_slot: int, stage: int, j: int, rank: int) -> int:
+        """A reduce (``first_slot`` = slots.reduce) or gather of bucket ``j`` of ``stage`` on the
+        rank's DP stream."""
+        return self.add(role, first_slot + int(self.slots.bucket_offset[stage]) + j, 3 * rank + 2, stage,
+                        int(self.chunk_of[stage]), rank)
+
+    def edge(self, u: int, v: int) -> None:
+        self.src.append(u)
+        self.dst.append(v)
+
+
+def _epilogue(ep: _Epilogue, schedule: Schedule, ax: ActionIndex, em: _Emission, flags: tuple) -> None:
+    """Per rank (plain Python: a few hundred tasks): the DP gradient reductions chained after its last
+    action (unless they overlapped the backward), the optimizer step after them, then the parameter
+    gathers (chained after the step, or, overlapped, each stage's gathers last bucket first, the last
+    bucket's before the stage's first forward)."""
+    nb_t, gat_t, ogr, opg = flags
+    slots = ep.slots
+    bucket_tasks = np.flatnonzero(em.role == R_RED)
+    bucket_rank = ax.rank[em.action[bucket_tasks]]
+    for r in range(ax.pp):
         stages = schedule.rank_stages[r]
-        last = int(exit_[ax.rank_last[r]])
-        dp_dev = 3 * r + 2
-        if not ogr:
-            prev = last
-            dp_tasks = []
+        last = int(em.exit[ax.rank_last[r]])
+        if ogr:
+            dp_tasks = bucket_tasks[bucket_rank == r].tolist()
+        else:
+            dp_tasks, prev = [], last
             for s in stages:
                 for j in range(nb_t[s]):
-                    x = add(R_RED, ORED + int(boff[s]) + j, dp_dev, s, int(chunk_of[s]), r)
-                    e3_src.append(prev)
-                    e3_dst.append(x)
+                    x = ep.add_bucket(R_RED, slots.reduce, s, j, r)
+                    ep.edge(prev, x)
                     prev = x
                     dp_tasks.append(x)
-        else:
-            dp_tasks = bucket_tasks[bucket_rank == r].tolist()
-        opt = add(R_OPT, OOPT + r, 3 * r, -1, -1, r)
-        e3_src.append(last)
-        e3_dst.append(opt)
-        e3_src.extend(dp_tasks)
-        e3_dst.extend([opt] * len(dp_tasks))
+        opt = ep.add(R_OPT, slots.optimizer + r, 3 * r, -1, -1, r)
+        for x in [last, *dp_tasks]:
+            ep.edge(x, opt)
         if not opg:
             prev = opt
             for s in stages:
                 for j in range(nb_t[s]):
                     if gat_t[s][j]:
-                        x = add(R_GAT, OGAT + int(boff[s]) + j, dp_dev, s, int(chunk_of[s]), r)
-                        e3_src.append(prev)
-                        e3_dst.append(x)
+                        x = ep.add_bucket(R_GAT, slots.gather, s, j, r)
+                        ep.edge(prev, x)
                         prev = x
         else:
             for s in stages:
                 fa = int(ax.first_fwd[s])
                 for j in range(nb_t[s] - 1, -1, -1):
-                    if not gat_t[s][j]:
-                        continue
-                    x = add(R_GAT, OGAT + int(boff[s]) + j, dp_dev, s, int(chunk_of[s]), r)
-                    if fa >= 0 and j == nb_t[s] - 1:
-                        e3_src.append(x)
-                        e3_dst.append(int(entry[fa]))
-    n = nxt
+                    if gat_t[s][j]:
+                        x = ep.add_bucket(R_GAT, slots.gather, s, j, r)
+                        if fa >= 0 and j == nb_t[s] - 1:
+                            ep.edge(x, int(em.entry[fa]))
 
-    # ---- task arrays ----------------------------------------------------------------------------------
-    roles = np.concatenate([role, np.where(xfwd, R_TF, R_TB), np.asarray(e_role, dtype=np.int64)])
-    xlink = link_num[np.searchsorted(uk, lkey)]
-    vidx = np.concatenate([vidx1, OLINK + 2 * xlink + np.where(xfwd, 0, 1), np.asarray(e_vidx, dtype=np.int64)])
-    device = np.concatenate([dev1, xdev, np.asarray(e_dev, dtype=np.int64)]).astype(np.int32)
-    stage = np.concatenate([a_st, st[xsrc], np.asarray(e_stage, dtype=np.int64)]).astype(np.int32)
-    chunk = np.concatenate([chunk_of[a_st], chunk_of[st[xsrc]], np.asarray(e_chunk, dtype=np.int64)]).astype(np.int32)
-    mbv = np.concatenate([mb1, ax.mb[X], np.full(n - N2, -1, dtype=np.int64)]).astype(np.int32)
-    rank = np.concatenate([rk[aid], ra, np.asarray(e_rank, dtype=np.int64)]).astype(np.int32)
-    category = _ROLE_CAT[roles]
+
+def _op_codes(roles: np.ndarray, names: str) -> tuple[np.ndarray, tuple]:
+    """Per task its operator-name code, names numbered as they first appear (``TaskGraphBuilder``'s
+    op_code), and the names."""
     role_names = [t.format(n=names) for _, t in _ROLES]
     uniq_names: dict[str, int] = {}
     role_code = np.array([uniq_names.setdefault(nm, len(uniq_names)) for nm in role_names], dtype=np.int64)
@@ -558,24 +671,34 @@ def _build_layout(schedule: Schedule, ax: ActionIndex, shape: tuple) -> Layout:
     by_first = used[np.argsort(first_at, kind="stable")]
     remap = np.full(len(uniq_names), -1, dtype=np.int64)
     remap[by_first] = np.arange(by_first.size)
-    op = remap[name_code].astype(np.int32)
     inv_names = {v: k for k, v in uniq_names.items()}
-    op_names = tuple(inv_names[int(c)] for c in by_first)
+    return remap[name_code].astype(np.int32), tuple(inv_names[int(c)] for c in by_first)
 
-    # ---- edges in insertion order ---------------------------------------------------------------------
-    # phase 1, per action: dgrad->wgrad, exit->bucket tasks, previous action's exit->entry
-    has_chain = (isB & hw).astype(np.int64)
+
+def _action_edges(ax: ActionIndex, em: _Emission) -> tuple[np.ndarray, np.ndarray]:
+    """Phase-1 edges in insertion order, per action: dgrad -> wgrad, exit -> its bucket tasks, the
+    previous action's exit -> its entry."""
+    has_chain = em.split.astype(np.int64)
     has_prev = (ax.prev >= 0).astype(np.int64)
+    bk = em.buckets
     eo, el, _ = _segments(has_chain + bk + has_prev)
     is_chain_e = (has_chain[eo] == 1) & (el == 0)
     bj = el - has_chain[eo]
     is_bucket_e = ~is_chain_e & (bj < bk[eo])
+    entry, exit_ = em.entry, em.exit
     prev_exit = exit_[np.maximum(ax.prev[eo], 0)]
-    src1 = np.where(is_chain_e, entry[eo], np.where(is_bucket_e, exit_[eo], prev_exit))
-    dst1 = np.where(is_chain_e, entry[eo] + 1, np.where(is_bucket_e, entry[eo] + base[eo] + bj, entry[eo]))
-    # phase 2, per action: same-stage edge (B/I: F's exit, W: I's exit), then the data connection:
-    # exit -> entry on one rank, else exit -> transfer -> entry, plus (blocking p2p) transfer -> the
-    # entry of the sender's next action
+    src = np.where(is_chain_e, entry[eo], np.where(is_bucket_e, exit_[eo], prev_exit))
+    dst = np.where(is_chain_e, entry[eo] + 1, np.where(is_bucket_e, entry[eo] + em.base[eo] + bj, entry[eo]))
+    return src, dst
+
+
+def _data_edges(ax: ActionIndex, em: _Emission, xf: _Transfers, p2p_overlap: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Phase-2 edges in insertion order, per action: the same-stage edge (B/I: F's exit, W: I's
+    exit), then the data connection: exit -> entry on one rank, else exit -> transfer -> entry, plus
+    (blocking p2p) transfer -> the entry of the sender's next action."""
+    A = ax.stage.size
+    rk = ax.rank
+    entry, exit_ = em.entry, em.exit
     has_same = (ax.same_src >= 0).astype(np.int64)
     has_data = (ax.data_src >= 0).astype(np.int64)
     crs = ax.cross.astype(np.int64)
@@ -587,39 +710,12 @@ def _build_layout(schedule: Schedule, ax: ActionIndex, shape: tuple) -> Layout:
     is_same_e = (has_same[eo] == 1) & (el == 0)
     k = el - has_same[eo]
     u = exit_[sender[eo]]
-    t = xfer_of[eo]
+    t = xf.task_of_action[eo]
     v = entry[eo]
     c_ = crs[eo] == 1
-    src2 = np.where(is_same_e, exit_[np.maximum(ax.same_src[eo], 0)], np.where(c_ & (k >= 1), t, u))
-    dst2 = np.where(is_same_e, v, np.where(c_ & (k == 0), t, np.where(c_ & (k == 2), entry[nxt_a[eo]], v)))
-    src = np.concatenate([src1, src2, np.asarray(e3_src, dtype=np.int64)])
-    dst = np.concatenate([dst1, dst2, np.asarray(e3_dst, dtype=np.int64)])
-    succ_ptr, succ_idx = csr_from_edges(n, src, dst)
-
-    # ---- memory events (emission order) -------------------------------------------------------------
-    memf = np.asarray(memf_t, dtype=bool)
-    sign1 = _ROLE_MEM[role]
-    mm = (sign1 != 0) & memf[a_st]
-    mem_task = np.flatnonzero(mm)
-
-    lay = Layout(n=n, device=device, category=category, op=op, stage=stage, chunk=chunk, mb=mbv, rank=rank,
-                 src=src, dst=dst, succ_ptr=succ_ptr, succ_idx=succ_idx, op_names=op_names, links=links,
-                 vidx=vidx, mem_task=mem_task.astype(np.int32), mem_sign=sign1[mem_task],
-                 mem_stage=a_st[mem_task], num_stages=S, pp=P, nbuckets=NB,
-                 schedule_meta=dict(schedule=schedule.name, pp=schedule.pp, vpp=schedule.vpp,
-                                    microbatches=schedule.microbatches, num_stages=S))
-    lay.extra["stage_to_rank"] = tuple(s2r)
-    lay.extra["last_bwd_value"] = last_bwd_value
-    lay.extra["ogr"] = ogr
-    lay.extra["entry"] = entry
-    lay.extra["exit"] = exit_
-    lay.extra["actions"] = ax
-    lay.extra["n_phase1"] = N1
-    lay.extra["phase1_action"] = aid
-    lay.extra["transfer_dst"] = X
-    lay.extra["roles"] = roles
-    lay.extra["overlap_param_gather"] = opg
-    return lay
+    src = np.where(is_same_e, exit_[np.maximum(ax.same_src[eo], 0)], np.where(c_ & (k >= 1), t, u))
+    dst = np.where(is_same_e, v, np.where(c_ & (k == 0), t, np.where(c_ & (k == 2), entry[nxt_a[eo]], v)))
+    return src, dst
 
 
 # --------------------------------------------------------------------------------------------------
@@ -640,16 +736,3 @@ def graph_from_layout(lay: Layout, work: IterationWork) -> TaskGraph:
         op_names=lay.op_names, mem_task=lay.mem_task.copy(), mem_bytes=lay.memory_bytes(work),
         mem_at_end=np.ones(nm, dtype=np.int8), mem_kind=np.zeros(nm, dtype=np.int8), meta=meta,
     )
-
-
-def lower_coarse(schedule: Schedule, work: IterationWork, *, overlap_handoff: str = "pair-end") -> TaskGraph:
-    """``lower_model(schedule, work, overlap_handoff=...)`` for coarse ``work``, vectorized.
-
-    Work that is not coarse falls back to :func:`taskgraph.lower_model.lower_model`.
-    """
-    try:
-        lay = coarse_layout(schedule, work, overlap_handoff)
-    except NotCoarse:
-        from taskgraph.lower_model import lower_model
-        return lower_model(schedule, work, overlap_handoff=overlap_handoff)
-    return graph_from_layout(lay, work)

@@ -97,16 +97,17 @@ def test_compiled_topological_order_matches_python(monkeypatch):
 
 
 def test_compiled_static_sweep_matches_python():
+    from simulator.engine.dispatch import lower
     from simulator.engine.static_order import layout_order, static_order_timeline
     from strategies.schedules import get_schedule
-    from taskgraph.lower_coarse import coarse_layout, lower_coarse
+    from taskgraph.lower_coarse import coarse_layout
     from tests.test_search import SCHEDULE_CASES, WORK_CASES, coarse_work
     rng = np.random.default_rng(3)
     for case in SCHEDULE_CASES:
         sched = get_schedule(*case)
         for kw in WORK_CASES.values():
             w = coarse_work(sched.num_stages, **kw)
-            g = lower_coarse(sched, w)
+            g = lower(sched, w)
             o = layout_order(coarse_layout(sched, w))
             for dur in (g.duration, g.duration * rng.uniform(0.5, 2.0, g.duration.size),
                         np.where(rng.random(g.duration.size) < 0.2, 0.0, g.duration)):

@@ -154,8 +154,6 @@ def _compiled_kernel(path: Path) -> bool:
 LONG_FUNCTIONS_BEING_SPLIT = {
     # the costing/lowering contract and emitter (issue 43 item 1)
     "taskgraph/lower_model.py::lower_model", "taskgraph/lower_model.py::emit",
-    # the one fidelity dispatcher (issue 43 item 2)
-    "taskgraph/lower_coarse.py::_build_layout",
 }
 
 
@@ -204,15 +202,7 @@ def test_the_length_check_counts_nested_functions_and_skips_compiled_kernels():
 PRIVATE_CHECKED = PACKAGES + ("benchmarks",)
 #: private names still reached across modules by code another helper of issue 43 is reworking right now,
 #: by "path: module.name"; the lead empties this list when their branches merge
-PRIVATE_BEING_MOVED = {
-    # the one fidelity dispatcher (issue 43 item 2): search/evaluate.py still imports the old name
-    # (static_order keeps an alias), and the search benchmark times evaluate's lean path by its parts
-    "simulator/search/evaluate.py: simulator.engine.static_order._layout_order",
-    "benchmarks/search.py: simulator.search.evaluate._layout_busy",
-    "benchmarks/search.py: simulator.search.evaluate._metrics",
-    "benchmarks/search.py: simulator.search.evaluate._peaks",
-    "benchmarks/search.py: simulator.search.evaluate._MEMO",
-}
+PRIVATE_BEING_MOVED: set[str] = set()
 
 
 def _private(name: str) -> bool:

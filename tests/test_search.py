@@ -11,7 +11,7 @@ import pytest
 
 from simulator.api import simulate_strategy
 from simulator.engine.core import simulate
-from simulator.engine.dispatch import lower_and_simulate
+from simulator.engine.dispatch import lower, lower_and_simulate
 from simulator.engine.static_order import layout_order, simulate_coarse, static_order_timeline
 from simulator.reports.memory import GB, memory_report
 from simulator.search.evaluate import evaluate, grid, sweep, vary
@@ -19,7 +19,7 @@ from strategies.actions import Action, Schedule
 from strategies.errors import ConfigError, ScheduleError, SimulationError
 from strategies.schedules import SCHEDULES, get_schedule
 from strategies.strategy_file import load_strategy
-from taskgraph.lower_coarse import NotCoarse, coarse_layout, lower_coarse
+from taskgraph.lower_coarse import NotCoarse, coarse_layout
 from taskgraph.lower_model import Bucket, Comm, IterationWork, LayerWork, OpCost, StageWork, lower_model
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "strategies" / "examples"
@@ -88,7 +88,7 @@ def test_lower_coarse_equals_lower_model_and_engine(case, handoff):
         w = coarse_work(sched.num_stages, **kw)
         coarse_layout(sched, w, handoff)  # the fast path applies (raises NotCoarse otherwise)
         g1 = lower_model(sched, w, overlap_handoff=handoff)
-        g2 = lower_coarse(sched, w, overlap_handoff=handoff)
+        g2 = lower(sched, w, overlap_handoff=handoff)
         assert_same_graph(g1, g2)
         r1 = simulate(g1)
         lay = coarse_layout(sched, w, handoff)
@@ -103,7 +103,7 @@ def test_zero_durations_fall_back_to_the_engine_exactly(case):
     sched = get_schedule(*case)
     for w in (coarse_work(sched.num_stages, p2p=(0.0, 0.0)), coarse_work(sched.num_stages, zero_stages=(1,)),
               coarse_work(sched.num_stages, p2p=(0.0, 0.0), p2p_overlap=False, nb=0)):
-        g = lower_coarse(sched, w)
+        g = lower(sched, w)
         assert_same_graph(lower_model(sched, w), g)
         assert_same_result(simulate(g), simulate_coarse(g, coarse_layout(sched, w)))
 
@@ -115,8 +115,8 @@ def test_operator_level_work_falls_back_to_lower_model():
     w = IterationWork((StageWork((LayerWork("L0", ops),)),) * 2, 0.1, 0.1)
     with pytest.raises(NotCoarse):
         coarse_layout(sched, w)
-    assert_same_graph(lower_model(sched, w), lower_coarse(sched, w))
-    _g, r = lower_and_simulate(sched, w)
+    assert_same_graph(lower_model(sched, w), lower(sched, w))
+    _, r = lower_and_simulate(sched, w)
     assert_same_result(simulate(lower_model(sched, w)), r)
 
 
@@ -135,7 +135,7 @@ def test_malformed_schedules_raise_the_generic_errors(orders):
     with pytest.raises(ScheduleError) as generic:
         lower_model(sched, w)
     with pytest.raises(ScheduleError) as fast:
-        lower_coarse(sched, w)
+        lower(sched, w)
     assert str(fast.value) == str(generic.value)
 
 
@@ -144,7 +144,7 @@ def test_deadlocking_schedule_still_raises_simulation_error():
     sched = _bad(("0B0 0F0 0F1 0B1", "1F0 1B0 1F1 1B1"))  # B before its own F: a cycle
     with pytest.raises(NotCoarse):
         coarse_layout(sched, w)
-    g = lower_coarse(sched, w)
+    g = lower(sched, w)
     with pytest.raises(SimulationError):
         simulate(g)
 
@@ -156,9 +156,9 @@ def test_layout_is_cached_on_the_schedule_and_shared_by_equal_shapes():
     w2 = coarse_work(8, p2p=(0.5, 0.7))  # other times, same structure
     assert coarse_layout(sched, w1) is coarse_layout(sched, w2)
     assert coarse_layout(sched, w1) is not coarse_layout(sched, coarse_work(8, nb=2))
-    g = lower_coarse(sched, w1)
+    g = lower(sched, w1)
     g.device[:] = 0  # graphs own their arrays: the cache is not affected
-    assert_same_graph(lower_model(sched, w2), lower_coarse(sched, w2))
+    assert_same_graph(lower_model(sched, w2), lower(sched, w2))
 
 
 def test_get_schedule_cache_keeps_validation():

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.engine.core import simulate
+from simulator.engine.dispatch import lower
 from simulator.search.backends import Job, candidate_strategy, evaluate_row
 from simulator.search.bnb import branch_and_bound, compute_bounds
 from simulator.search.bound import FUSED_BACKWARD, SLACK, chain_bound, compute_bound, path_bound, records_bound
@@ -23,7 +24,6 @@ from strategies.errors import ScheduleError
 from strategies.schedules import get_schedule
 from strategies.strategy_file import load_strategy
 from taskgraph.costing import build_work
-from taskgraph.lower_coarse import lower_coarse
 from taskgraph.lower_model import IterationWork, LayerWork, OpCost, StageWork
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "strategies" / "examples"
@@ -90,11 +90,11 @@ def test_records_bound_never_exceeds_the_engine(shape, seed, zero_frac):
     pairs = {(a, b): t() for a in range(pp) for b in range(pp) if a != b}
     work = IterationWork(tuple(stages), p2p_fwd_s=t(), p2p_bwd_s=t(), p2p_pairs=pairs,
                          p2p_overlap=bool(rng.random() < 0.5))
-    graph = lower_coarse(sched, work)
+    graph = lower(sched, work)
     span = simulate(graph).makespan
     assert records_bound(sched, work) <= span
     for handoff in ("pair-end", "each"):
-        assert path_bound(sched, work, handoff) <= simulate(lower_coarse(sched, work, overlap_handoff=handoff)).makespan
+        assert path_bound(sched, work, handoff) <= simulate(lower(sched, work, overlap_handoff=handoff)).makespan
 
 
 @settings(max_examples=60, deadline=None)
@@ -114,7 +114,7 @@ def test_path_bound_holds_when_durations_grow(shape, seed, grow):
         stages.append(StageWork((LayerWork("chunk", (op,)),), (), float(rng.uniform(0, 1))))
     work = IterationWork(tuple(stages), p2p_fwd_s=float(rng.uniform(0, 1)), p2p_bwd_s=float(rng.uniform(0, 1)),
                          p2p_overlap=bool(rng.random() < 0.5))
-    graph = lower_coarse(sched, work)
+    graph = lower(sched, work)
     graph.duration[:] = graph.duration * rng.uniform(1.0, grow, graph.num_tasks)
     assert path_bound(sched, work) <= simulate(graph).makespan
 
@@ -131,7 +131,7 @@ def test_path_bound_is_the_longest_path_of_a_tiny_pipeline():
         work = IterationWork(tuple(StageWork((LayerWork("chunk", (op,)),), (), 0.25) for _ in range(2)),
                              p2p_fwd_s=0.5, p2p_bwd_s=0.5, p2p_overlap=overlap)
         assert path_bound(sched, work) == SLACK * want
-        assert simulate(lower_coarse(sched, work)).makespan == want
+        assert simulate(lower(sched, work)).makespan == want
 
 
 @pytest.fixture(scope="module")

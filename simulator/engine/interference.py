@@ -169,16 +169,18 @@ def _comm_slowdown(start, end, side: dict, comp: dict, extra: np.ndarray, at_end
         # busy(t) is 1 on the disjoint [s_k, e_k): its integral from 0 is the busy time of the tasks
         # before k plus the part of task k before t
         before = np.concatenate([[0.0], np.cumsum(e0 - s0)])
-
-        def busy_to(x):
-            k = np.searchsorted(s0, x, side="right") - 1
-            kk = np.maximum(k, 0)
-            return np.where(k >= 0, before[kk] + np.clip(x - s0[kk], 0.0, e0[kk] - s0[kk]), 0.0)
-
-        extra[ss] = loss * (busy_to(b) - busy_to(a))
+        extra[ss] = loss * (_busy_to(b, s0, e0, before) - _busy_to(a, s0, e0, before))
         k = np.searchsorted(s0, b, side="left") - 1   # the task running just before the end
         kk = np.maximum(k, 0)
         at_end[ss] = loss * ((k >= 0) & (e0[kk] >= b))
+
+
+def _busy_to(x: np.ndarray, s0: np.ndarray, e0: np.ndarray, before: np.ndarray) -> np.ndarray:
+    """The integral from 0 to each ``x`` of busy(t), 1 on the disjoint sorted intervals ``[s0, e0)``
+    (``before[k]``: the busy time of the intervals before k)."""
+    k = np.searchsorted(s0, x, side="right") - 1
+    kk = np.maximum(k, 0)
+    return np.where(k >= 0, before[kk] + np.clip(x - s0[kk], 0.0, e0[kk] - s0[kk]), 0.0)
 
 
 def device_losses(devices, losses: dict) -> np.ndarray:
@@ -256,10 +258,16 @@ def with_interference(graph, run, shares: dict | None = None, *, resweep: bool =
         return res
 
     dur, res, rounds = fixed_point(base, once, graph.device, graph.devices, shares, losses)
-    if rounds > 1:
-        graph.meta["interference_rounds"] = rounds
-        graph.meta["interference_s"] = float(np.sum(dur - base))
+    record_rounds(graph.meta, base, dur, rounds)
     return res, rounds
+
+
+def record_rounds(meta: dict, base: np.ndarray, dur: np.ndarray, rounds: int) -> None:
+    """Note a fixed point that slowed anything in a graph's ``meta``: its timeline runs
+    (``interference_rounds``) and the seconds it added over all tasks (``interference_s``)."""
+    if rounds > 1:
+        meta["interference_rounds"] = rounds
+        meta["interference_s"] = float(np.sum(dur - base))
 
 
 def _resweep(graph, prev, plans: list):

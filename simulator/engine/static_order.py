@@ -227,19 +227,18 @@ def layout_order(lay) -> _Order | None:
     return o
 
 
-#: the old private name, still imported by simulator/search/evaluate.py (the fidelity dispatcher's rework
-#: moves it to layout_order; drop this alias then)
-_layout_order = layout_order
-
-
 def simulate_coarse(graph, layout=None):
     """:class:`simulator.engine.core.SimResult` of a coarse graph (from :mod:`taskgraph.lower_coarse`),
     by the static-order sweep when ``layout`` is given and the check passes, else by the engine."""
-    from simulator.engine.core import SimResult, simulate
+    from simulator.engine.core import simulate
     o = layout_order(layout) if layout is not None else None
     res = static_order_timeline(o, graph.duration) if o is not None else None
-    if res is None:
-        return simulate(graph)
-    ready, start, end = res
-    order = np.lexsort((np.arange(graph.num_tasks), ready)).astype(np.int32)  # = the engine's pop order
+    return simulate(graph) if res is None else sweep_result(*res)
+
+
+def sweep_result(ready: np.ndarray, start: np.ndarray, end: np.ndarray):
+    """The :class:`simulator.engine.core.SimResult` of a verified sweep's arrays, with the engine's
+    pop order (ready times, ties by id)."""
+    from simulator.engine.core import SimResult
+    order = np.lexsort((np.arange(ready.size), ready)).astype(np.int32)  # = the engine's pop order
     return SimResult(ready=ready, start=start, end=end, order=order, makespan=float(end.max()))

@@ -7,10 +7,13 @@ bit-for-bit the iteration time, bubble, MFU and peak memory of :func:`simulator.
 (tested); GPT-3 175B on 1024 GPUs takes ~2-3 ms with warm caches against ~55 ms for resolve + costs +
 ``lower_model`` + engine + reports (``python -m benchmarks.search``):
 
-* lowering: :mod:`taskgraph.lower_coarse` (structure cached on the schedule, durations gathered);
-* timeline: :func:`static_order_timeline`, a sweep over a precomputed task order instead of the
-  engine's heap, *verified* after the fact to be exactly the engine's timeline (else the engine runs);
-* reports: only the fields above, with the same arithmetic as the full reports.
+* lowering and timeline: :func:`simulator.engine.dispatch.run_iteration`, the one dispatcher
+  ``simulate_strategy`` also runs -- at coarse fidelity the layout of :mod:`taskgraph.lower_coarse`
+  (structure cached on the schedule, durations gathered) and a sweep over a precomputed task order
+  instead of the engine's heap, *verified* after the fact to be exactly the engine's timeline (else
+  the engine runs);
+* reports: only the fields above, read from the run record with the same arithmetic as the full
+  reports (at coarse fidelity from the layout's arrays, without building the task graph).
 """
 from __future__ import annotations
 
@@ -22,7 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from simulator.engine.static_order import _layout_order, static_order_timeline
 from strategies.errors import ExecsimError
 
 # --------------------------------------------------------------------------------------------------
@@ -69,18 +71,18 @@ class Evaluation:
         return d
 
 
-_MEMO: dict = {}
+MEMO: dict = {}
 
 
 def _memo(key, fn):
     try:
-        v = _MEMO.get(key)
+        v = MEMO.get(key)
     except TypeError:  # unhashable (a model spec holding a list, say)
         return fn()
     if v is None:
-        if len(_MEMO) >= 4096:
-            _MEMO.clear()
-        v = _MEMO[key] = fn()
+        if len(MEMO) >= 4096:
+            MEMO.clear()
+        v = MEMO[key] = fn()
     return v
 
 
@@ -108,7 +110,7 @@ def _static_totals(plan) -> tuple[float, ...]:
     return _memo(key, lambda: tuple(st.total for _, st in sorted(static_memory(plan).items())))
 
 
-def _peaks(pp: int, task: np.ndarray, delta: np.ndarray, t: np.ndarray, erank: np.ndarray) -> list[float]:
+def memory_peaks(pp: int, task: np.ndarray, delta: np.ndarray, t: np.ndarray, erank: np.ndarray) -> list[float]:
     """Peak dynamic memory per rank: ``memory_timeline.memory_curves``' event order and sums."""
     out = [0.0] * pp
     if task.size == 0:
@@ -123,17 +125,16 @@ def _peaks(pp: int, task: np.ndarray, delta: np.ndarray, t: np.ndarray, erank: n
     return out
 
 
-def _bubble(graph_like, start: np.ndarray, end: np.ndarray, makespan: float, busy: list[float],
-            ready: np.ndarray | None = None) -> float:
-    """Report.bubble_fraction: sum of pipeline bubble (simulator.reports.breakdown) / sum of busy. ``ready``:
-    the static-order sweep's ready times (the maximum of the predecessors' ends, exactly what
-    time_breakdown would recompute), or None."""
+def _bubble(run, busy: list[float]) -> float:
+    """Report.bubble_fraction of a :class:`simulator.engine.dispatch.IterationRun`: sum of pipeline
+    bubble (simulator.reports.breakdown) / sum of busy, with the run's ready times (the maximum of the
+    predecessors' ends, exactly what time_breakdown would recompute)."""
     from simulator.reports.breakdown import pipeline_bubble_total
     comp = sum(busy)
-    return pipeline_bubble_total(graph_like, start, end, ready, makespan) / comp if comp > 0 else 0.0
+    return pipeline_bubble_total(run, run.start, run.end, run.ready, run.makespan) / comp if comp > 0 else 0.0
 
 
-def _metrics(plan, makespan: float, busy: list[float], peaks: list[float], num_tasks: int, fidelity: str,
+def search_metrics(plan, makespan: float, busy: list[float], peaks: list[float], num_tasks: int, fidelity: str,
              timeline: str, t0: float, bubble: float = 0.0) -> Evaluation:
     """The report() / training_report() / memory_report() formulas on the needed numbers only."""
     from simulator.reports.memory import GB
@@ -167,20 +168,27 @@ def _metrics(plan, makespan: float, busy: list[float], peaks: list[float], num_t
         wall_s=time.perf_counter() - t0)
 
 
-def _graph_numbers(graph, start: np.ndarray, end: np.ndarray) -> tuple[list[float], list[float]]:
-    """(busy per rank, peak dynamic memory per rank) of any graph: compute_busy and memory_curves."""
+def _busy_and_peaks(run) -> tuple[list[float], list[float]]:
+    """(busy per rank, peak dynamic memory per rank) of a run: compute_busy and memory_curves, at
+    coarse fidelity from the layout's arrays."""
+    lay = run.layout
+    if lay is not None:
+        task = lay.mem_task.astype(np.int64)
+        peaks = memory_peaks(lay.pp, task, lay.memory_bytes(run.work), run.end[task], lay.rank[task].astype(np.int64))
+        return layout_busy(lay, run.duration), peaks
     from simulator.reports.report import compute_busy
+    graph, start, end = run.graph, run.start, run.end
     busy_d = compute_busy(graph)
     ranks = sorted(busy_d)
     dev_rank = np.array([d.rank for d in graph.devices], dtype=np.int64)
     task = graph.mem_task.astype(np.int64)
     t = np.where(graph.mem_at_end == 1, end[task], start[task])
     pp = max(ranks) + 1 if ranks else 0
-    peaks = _peaks(pp, task, graph.mem_bytes, t, dev_rank[graph.device[task]])
+    peaks = memory_peaks(pp, task, graph.mem_bytes, t, dev_rank[graph.device[task]])
     return [busy_d[r] for r in ranks], [peaks[r] for r in ranks]
 
 
-def _layout_busy(lay, dur: np.ndarray) -> list[float]:
+def layout_busy(lay, dur: np.ndarray) -> list[float]:
     """compute_busy on a coarse layout (compute devices are 3r; arrays cached)."""
     c = lay.extra.get("busy")
     if c is None:
@@ -229,55 +237,12 @@ def prepare(strategy, fidelity: str | None = "coarse"):
 def evaluate_prepared(plan, work, fid: str, t0: float | None = None) -> Evaluation:
     """The second half of :func:`evaluate`: lower and simulate ``plan`` with ``work`` (from
     :func:`prepare`); the same numbers as :func:`evaluate`."""
-    from simulator.engine.core import simulate
-    from taskgraph.lower_coarse import NotCoarse, coarse_layout, graph_from_layout
+    from simulator.engine.dispatch import run_iteration
     t0 = time.perf_counter() if t0 is None else t0
-    strategy = plan.strategy
-    handoff = strategy.options.overlap_handoff
-    lay = None
-    if fid == "coarse":
-        try:
-            lay = coarse_layout(plan.schedule, work, handoff)
-        except NotCoarse:
-            lay = None
-    shares = work.meta.get("sm_share", {})
-    if lay is not None:
-        from types import SimpleNamespace
-
-        from simulator.engine.interference import fixed_point
-        o = _layout_order(lay)
-
-        def run(d):
-            res = static_order_timeline(o, d) if o is not None else None
-            if res is not None:
-                ready, start, end = res
-                return SimpleNamespace(ready=ready, start=start, end=end, timeline="static-order",
-                                       makespan=float(end.max()) if end.size else 0.0)
-            g = graph_from_layout(lay, work)
-            g.duration[:] = d
-            r = simulate(g)
-            return SimpleNamespace(ready=None, start=r.start, end=r.end, timeline="engine", makespan=r.makespan)
-
-        # compute slowed beside SM-holding communication, as simulate_strategy does (dispatch.py)
-        dur, res, _rounds = fixed_point(lay.durations(work), run, lay.device, lay.devices(1), shares,
-                                        work.meta.get("hbm_loss", {}))
-        ready, start, end, timeline = res.ready, res.start, res.end, res.timeline
-        makespan = float(end.max()) if end.size else 0.0
-        busy = _layout_busy(lay, dur)
-        task = lay.mem_task.astype(np.int64)
-        peaks = _peaks(lay.pp, task, lay.memory_bytes(work), end[task], lay.rank[task].astype(np.int64))
-        shape = SimpleNamespace(num_tasks=lay.n, succ_ptr=lay.succ_ptr, succ_idx=lay.succ_idx, device=lay.device,
-                                category=lay.category, devices=lay.devices(1))
-        return _metrics(plan, makespan, busy, peaks, lay.n, fid, timeline, t0,
-                        _bubble(shape, start, end, makespan, busy, ready))
-    from taskgraph.lower_model import lower_model
-    graph = lower_model(plan.schedule, work, overlap_handoff=handoff)
-    from simulator.engine.interference import with_interference
-    # rounds after the first re-sweep the previous device order when provably the engine's result
-    r = with_interference(graph, simulate, resweep=True)[0]
-    busy, peaks = _graph_numbers(graph, r.start, r.end)
-    return _metrics(plan, float(r.makespan), busy, peaks, graph.num_tasks, fid, "engine", t0,
-                    _bubble(graph, r.start, r.end, float(r.makespan), busy))
+    # the one dispatcher simulate_strategy runs (compute slowed beside SM-holding communication)
+    run = run_iteration(plan.schedule, work, plan.strategy.options.overlap_handoff, fid)
+    busy, peaks = _busy_and_peaks(run)
+    return search_metrics(plan, run.makespan, busy, peaks, run.num_tasks, fid, run.timeline, t0, _bubble(run, busy))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ class StrategySimulation:
 def simulate_strategy(strategy, *, fidelity: str | None = None, schedule: str | None = None,
                       vpp: int | None = None) -> StrategySimulation:
     """Resolve, cost, lower and simulate a strategy (:class:`strategies.strategy_file.Strategy`)."""
-    from simulator.engine.dispatch import lower_and_simulate
+    from simulator.engine.dispatch import run_iteration
     from simulator.reports.training import training_report
     from taskgraph.costing import build_work
     from taskgraph.plan import rescheduled, resolve
@@ -43,10 +43,11 @@ def simulate_strategy(strategy, *, fidelity: str | None = None, schedule: str | 
     coarse = (fidelity or strategy.options.fidelity) == "coarse"
     check_tasks(estimate_tasks(plan.schedule, None if coarse else work),
                 f"this strategy ({'coarse' if coarse else 'operator'} fidelity)")
-    # coarse: vectorized layout + verified static-order timeline; operator: template lowering +
-    # engine -- the same graph and result arrays as the per-task path (simulator/engine/dispatch.py)
-    graph, result = lower_and_simulate(plan.schedule, work, strategy.options.overlap_handoff,
-                                       fidelity=fidelity or strategy.options.fidelity)
+    # the one fidelity dispatcher: coarse = vectorized layout + verified static-order timeline;
+    # operator = template lowering + engine -- the same graph and result arrays as the per-task path
+    run = run_iteration(plan.schedule, work, strategy.options.overlap_handoff,
+                        fidelity=fidelity or strategy.options.fidelity)
+    graph, result = run.graph, run.result
     rep = report(graph, result, plan.schedule)
     wall = time.perf_counter() - t0
     tr = training_report(plan, work, graph, result, rep)
