@@ -8,8 +8,9 @@ import pytest
 from simulator.engine.core import simulate
 from simulator.reports.memory_timeline import memory_curves
 from strategies.schedules import get_schedule
-from taskgraph.lower_model import IterationWork, LayerWork, OpCost, StageWork, lower_model
+from taskgraph.lower_model import lower_model
 from taskgraph.memory import model_state_bytes
+from taskgraph.work import IterationWork, LayerWork, OpCost, StageWork
 
 PSI, N = 1e9, 64
 
@@ -44,7 +45,8 @@ def test_1f1b_stage_i_holds_min_p_minus_i_m(p, m):
 def test_interleaved_first_stage_factor_korthikanti(p, v):
     # Korthikanti 2022 Section 4.2.3: interleaving raises stage 0's activation memory by 1 + (p-1)/(p*v)
     m = 2 * p
-    base = memory_curves(*(lambda g: (g, simulate(g)))(lower_model(get_schedule("1f1b", p, m), _uniform_work(p, layers=v))))
+    g0 = lower_model(get_schedule("1f1b", p, m), _uniform_work(p, layers=v))
+    base = memory_curves(g0, simulate(g0))
     g = lower_model(get_schedule("interleaved-1f1b", p, m, v), _uniform_work(p * v, layers=1))
     inter = memory_curves(g, simulate(g))
     assert inter[0].peak_bytes / base[0].peak_bytes == pytest.approx(1 + (p - 1) / (p * v))
@@ -93,7 +95,7 @@ def test_memory_report_on_gpt3_example():
 
 def test_gathered_buffers_live_between_gather_and_layer_end():
     from taskgraph.graph import MEM_KINDS
-    from taskgraph.lower_model import Comm
+    from taskgraph.work import Comm
     gather = Comm("dp-comm", "zero3-param-gather", 0.5, "dp", mem_bytes=100.0)
     ops = (OpCost("a", 1.0, 1.0, 1.0, fwd_pre=(gather,), saved_bytes=1.0), OpCost("b", 1.0, 1.0, 1.0))
     w = IterationWork((StageWork((LayerWork("L0", ops), LayerWork("L1", ops))),))

@@ -11,7 +11,8 @@ from simulator.engine.core import simulate
 from simulator.engine.interference import with_interference
 from strategies.schedules import get_schedule
 from taskgraph.coarse import coarsen
-from taskgraph.lower_model import Comm, IterationWork, LayerWork, OpCost, StageWork, lower_model, shared_pair
+from taskgraph.lower_model import lower_model
+from taskgraph.work import Comm, IterationWork, LayerWork, OpCost, StageWork, shared_pair
 
 
 def _work(A: float, on: bool, recompute: str = "none", stages: int = 1, f_ep: float = 0.0) -> IterationWork:
@@ -166,8 +167,8 @@ def test_megatron_flag_imports():
 
 
 @pytest.mark.parametrize("edit,match", [
-    (("--moe-token-dispatcher-type alltoall ", ""), r"--moe-shared-expert-overlap needs moe-token-dispatcher-type "
-                                                    r"alltoall or flex"),
+    (("--moe-token-dispatcher-type alltoall ", ""), (r"--moe-shared-expert-overlap needs moe-token-dispatcher-type "
+                                                     r"alltoall or flex")),
     (("--moe-shared-expert-overlap", "--moe-shared-expert-overlap --overlap-moe-expert-parallel-comm"),
      r"--moe-shared-expert-overlap with overlap-moe-expert-parallel-comm: Megatron refuses the pair"),
 ])

@@ -18,8 +18,9 @@ from simulator.outputs.plots import (
 )
 from strategies.actions import Action, Schedule
 from strategies.schedules import get_schedule
-from taskgraph.lower_model import Bucket, Comm, IterationWork, LayerWork, OpCost, StageWork, lower_model
+from taskgraph.lower_model import lower_model
 from taskgraph.lower_pipeline import StageCosts, lower_uniform
+from taskgraph.work import Bucket, Comm, IterationWork, LayerWork, OpCost, StageWork
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -147,7 +148,7 @@ def test_dense_panel_is_rasterized_deterministically(tmp_path):
     plot_pipelines([run, uniform_run("gpipe", get_schedule("gpipe", 4, 8))], b, memory=False)
     assert a.read_bytes() == b.read_bytes()
     # steady state is 2/3 backward: the dense rows show the backward color
-    assert color_pixels(a, dict((n.split()[0], c) for n, c, _ in GROUPS)["B"]) > 10000
+    assert color_pixels(a, {n.split()[0]: c for n, c, _ in GROUPS}["B"]) > 10000
 
 
 def test_coverage_is_exact_busy_time_per_pixel():

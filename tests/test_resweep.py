@@ -92,7 +92,7 @@ def test_several_cross_device_predecessors_fold_exactly():
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 120), nd=st.integers(1, 5),
        avg=st.sampled_from([0.5, 1.0, 2.5]), zeros=st.booleans(), scale=st.floats(0.5, 1.5))
 def test_whenever_it_answers_it_is_the_engine(seed, n, nd, avg, zeros, scale):
-    rng, g, dur, perm = _random_dag(seed, n, nd, avg, zeros)
+    rng, g, dur, _perm = _random_dag(seed, n, nd, avg, zeros)
     prev = _python(g)
     g.duration[:] = dur * np.where(rng.random(n) < 0.3, scale, 1.0)
     res = resweep(g, prev)
@@ -212,7 +212,7 @@ def test_guess_not_a_topological_permutation_is_refused(pi):
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 120), nd=st.integers(1, 5),
        avg=st.sampled_from([0.5, 1.0, 2.5]), zeros=st.booleans())
 def test_whenever_a_guess_is_accepted_it_is_the_engine(seed, n, nd, avg, zeros):
-    rng, g, dur, perm = _random_dag(seed, n, nd, avg, zeros)
+    _rng, g, _dur, perm = _random_dag(seed, n, nd, avg, zeros)
     ref = _python(g)
     guess = np.argsort(perm)  # a topological order (edges go up in perm rank), rarely the engine's
     res = sweep_in_order(g, guess)
@@ -244,7 +244,8 @@ def test_lowering_order_hint_is_the_engines_order(example):
 def test_no_guess_for_concurrent_pairs():
     # DualPipe's concurrent halves interleave on a rank's devices: no id-order guess is made
     from strategies.actions import Action, Schedule
-    from taskgraph.lower_model import IterationWork, LayerWork, OpCost, StageWork, lower_model
+    from taskgraph.lower_model import lower_model
+    from taskgraph.work import IterationWork, LayerWork, OpCost, StageWork
 
     rows = ["0F0 0F1 0B0 0B1", "1F0 1B0 1F1 1B1"]
     s = Schedule("1f1b", 2, 2, 1, (0, 1), tuple(tuple(map(Action.parse, r.split())) for r in rows))

@@ -20,7 +20,8 @@ from strategies.errors import ConfigError, ScheduleError, SimulationError
 from strategies.schedules import SCHEDULES, get_schedule
 from strategies.strategy_file import load_strategy
 from taskgraph.lower_coarse import NotCoarse, coarse_layout, lower_coarse
-from taskgraph.lower_model import Bucket, Comm, IterationWork, LayerWork, OpCost, StageWork, lower_model
+from taskgraph.lower_model import lower_model
+from taskgraph.work import Bucket, Comm, IterationWork, LayerWork, OpCost, StageWork
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "strategies" / "examples"
 GPT3 = EXAMPLES / "gpt3-175b-1024-a100.yaml"
@@ -116,7 +117,7 @@ def test_operator_level_work_falls_back_to_lower_model():
     with pytest.raises(NotCoarse):
         coarse_layout(sched, w)
     assert_same_graph(lower_model(sched, w), lower_coarse(sched, w))
-    g, r = lower_and_simulate(sched, w)
+    _g, r = lower_and_simulate(sched, w)
     assert_same_result(simulate(lower_model(sched, w)), r)
 
 
