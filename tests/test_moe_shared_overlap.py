@@ -168,7 +168,7 @@ def test_megatron_flag_imports():
 
 @pytest.mark.parametrize("edit,match", [
     (("--moe-token-dispatcher-type alltoall ", ""), (r"--moe-shared-expert-overlap needs moe-token-dispatcher-type "
-                                                     r"alltoall or flex")),
+                                                    r"alltoall or flex")),
     (("--moe-shared-expert-overlap", "--moe-shared-expert-overlap --overlap-moe-expert-parallel-comm"),
      r"--moe-shared-expert-overlap with overlap-moe-expert-parallel-comm: Megatron refuses the pair"),
 ])
