@@ -20,13 +20,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from taskgraph.lower_model import Bucket, IterationWork, LayerWork, OpCost, StageWork, shared_pair
 from taskgraph.overlap import bulk
+from taskgraph.work import Bucket, IterationWork, LayerWork, OpCost, StageWork, shared_pair
 
 
 def _shared_beside(e: OpCost, sh: OpCost, r: float, f_ep: float, split_backward: bool) -> tuple:
     """(forward, input-gradient, wgrad_overlap) seconds the shared experts ``sh`` add to their layer
-    when they run beside the experts' all-to-alls (lower_model.shared_pair; the all-to-alls themselves
+    when they run beside the experts' all-to-alls (taskgraph.work.shared_pair; the all-to-alls themselves
     are counted with the experts ``e``): each half of the shared experts and its all-to-all start
     together and take bulk(half, all-to-all, f_ep) (taskgraph/overlap.py), the TP collectives blocking."""
     a1, a2 = e.fwd_pre[0].seconds, e.fwd_post[-1].seconds       # dispatch, combine

@@ -15,7 +15,6 @@ from strategies.schedules import has_split_backward
 from taskgraph.coarse import coarse_stage_work
 from taskgraph.cost import NVFP4_ELEMENT_BYTES, OPTIMIZER_OP, ProfileTable, op_time
 from taskgraph.cpu_optimizer import cpu_offload_step_time
-from taskgraph.lower_model import Bucket, Comm, IterationWork, LayerWork, OpCost, StageWork
 from taskgraph.operators import embedding_operators, head_operators, layer_operators
 from taskgraph.overheads import adam_step_s, host_bound, master_copy, step_overhead_s
 from taskgraph.overlap import bulk, chunk_op, pipelined, ring_exchange, ring_hbm_loss, sm_fraction, stream_shares
@@ -24,6 +23,7 @@ from taskgraph.plan import DTYPE_BYTES, Plan
 from taskgraph.stack_costs import fsdp2_copy_times, hp_grad_accum_bytes, op_as_run, reduce_kind, serial_exchanges
 from taskgraph.stacks import DEFAULT_STACK, get_stack
 from taskgraph.stage_records import named_stage, paced, stage_parts
+from taskgraph.work import Bucket, Comm, IterationWork, LayerWork, OpCost, StageWork
 from topologies.collectives import collective_time
 from topologies.comm_kernels import comm_kernels
 from topologies.placement import group_ranks, rank_of

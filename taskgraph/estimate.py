@@ -11,7 +11,8 @@ number of microbatches, so ``simulator.api`` calls it before building anything
 (``strategies.limits.check_tasks``).
 
 >>> from strategies.schedules import get_schedule
->>> from taskgraph.lower_model import IterationWork, LayerWork, OpCost, StageWork, lower_model
+>>> from taskgraph.lower_model import lower_model
+>>> from taskgraph.work import IterationWork, LayerWork, OpCost, StageWork
 >>> st = StageWork((LayerWork("l0", (OpCost("mlp", 1.0, 1.0, 1.0),)),))
 >>> sched, work = get_schedule("1f1b", 2, 4), IterationWork((st, st))
 >>> estimate_tasks(sched, work), lower_model(sched, work).num_tasks

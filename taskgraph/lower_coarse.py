@@ -41,7 +41,7 @@ import numpy as np
 
 from strategies.actions import Schedule
 from taskgraph.graph import CAT, Device, TaskGraph, csr_from_edges, kahn_order
-from taskgraph.lower_model import IterationWork
+from taskgraph.work import IterationWork
 
 #: action kind codes
 F, B, I, W = 0, 1, 2, 3

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from taskgraph.lower_model import LayerWork, OpCost, StageWork
+from taskgraph.work import LayerWork, OpCost, StageWork
 
 
 def paced(st: StageWork, f: float) -> StageWork:

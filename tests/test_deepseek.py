@@ -99,7 +99,8 @@ def _pair_case(concurrent: bool, scale: float = 1.0):
     backward: b (1 s), the all-to-all (1 s), a (1 s). Order 0F0 1F0 (0F1;1B0) 1F1 1B1 0B0 0B1."""
     from simulator.engine.core import simulate
     from strategies.actions import Action, Overlap, Schedule
-    from taskgraph.lower_model import Comm, IterationWork, LayerWork, OpCost, StageWork, lower_model
+    from taskgraph.lower_model import lower_model
+    from taskgraph.work import Comm, IterationWork, LayerWork, OpCost, StageWork
     a2a = (Comm("ep-comm", "ep-all-to-all", 1.0),)
     layer = LayerWork("layer0", (OpCost("a", 1.0, 1.0, fwd_post=a2a, bwd_pre=a2a), OpCost("b", 1.0, 1.0)))
     work = IterationWork((StageWork((layer,)), StageWork((layer,))), overlap_grad_reduce=False,

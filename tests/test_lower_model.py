@@ -5,7 +5,8 @@ import pytest
 from simulator.engine.core import simulate
 from strategies.actions import Action, Schedule
 from taskgraph.graph import CATEGORIES
-from taskgraph.lower_model import Bucket, Comm, IterationWork, LayerWork, OpCost, StageWork, lower_model
+from taskgraph.lower_model import lower_model
+from taskgraph.work import Bucket, Comm, IterationWork, LayerWork, OpCost, StageWork
 from tests.helpers import assert_timeline_invariants
 
 

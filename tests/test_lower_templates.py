@@ -14,7 +14,8 @@ from simulator.engine.core import simulate
 from strategies.errors import ScheduleError
 from strategies.schedules import get_schedule
 from taskgraph.graph import Device, TaskGraphBuilder
-from taskgraph.lower_model import Bucket, Comm, IterationWork, LayerWork, OpCost, StageWork, lower_model
+from taskgraph.lower_model import lower_model
+from taskgraph.work import Bucket, Comm, IterationWork, LayerWork, OpCost, StageWork
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "strategies" / "examples"
 SCHEDULE_VPP = {"gpipe": 1, "1f1b": 1, "interleaved-1f1b": 2, "zb-h1": 1, "zb-v": 2, "dualpipe-v": 2,

@@ -8,8 +8,9 @@ import pytest
 from simulator.engine.core import simulate
 from simulator.reports.memory_timeline import memory_curves
 from strategies.schedules import get_schedule
-from taskgraph.lower_model import IterationWork, LayerWork, OpCost, StageWork, lower_model
+from taskgraph.lower_model import lower_model
 from taskgraph.memory import model_state_bytes
+from taskgraph.work import IterationWork, LayerWork, OpCost, StageWork
 
 PSI, N = 1e9, 64
 
@@ -94,7 +95,7 @@ def test_memory_report_on_gpt3_example():
 
 def test_gathered_buffers_live_between_gather_and_layer_end():
     from taskgraph.graph import MEM_KINDS
-    from taskgraph.lower_model import Comm
+    from taskgraph.work import Comm
     gather = Comm("dp-comm", "zero3-param-gather", 0.5, "dp", mem_bytes=100.0)
     ops = (OpCost("a", 1.0, 1.0, 1.0, fwd_pre=(gather,), saved_bytes=1.0), OpCost("b", 1.0, 1.0, 1.0))
     w = IterationWork((StageWork((LayerWork("L0", ops), LayerWork("L1", ops))),))

@@ -3,7 +3,8 @@ import numpy as np
 from simulator.engine.core import simulate
 from simulator.reports.memory_timeline import memory_curves
 from strategies.actions import Action, Schedule
-from taskgraph.lower_model import IterationWork, LayerWork, OpCost, StageWork, lower_model
+from taskgraph.lower_model import lower_model
+from taskgraph.work import IterationWork, LayerWork, OpCost, StageWork
 
 
 def test_1f1b_peak_holds_min_p_minus_i_m_microbatches():

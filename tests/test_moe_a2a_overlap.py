@@ -14,7 +14,8 @@ from strategies.errors import ScheduleError
 from strategies.schedules import get_schedule
 from strategies.schedules_combined import combined_1f1b
 from strategies.validate import check_deadlock, validate_schedule
-from taskgraph.lower_model import Comm, IterationWork, LayerWork, OpCost, StageWork, lower_model
+from taskgraph.lower_model import lower_model
+from taskgraph.work import Comm, IterationWork, LayerWork, OpCost, StageWork
 
 
 # --- the schedule transform (Megatron schedules.py get_pp_rank_microbatches: warm-up + 1) --------

@@ -11,7 +11,8 @@ from simulator.engine.core import simulate
 from simulator.engine.interference import with_interference
 from strategies.schedules import get_schedule
 from taskgraph.coarse import coarsen
-from taskgraph.lower_model import Comm, IterationWork, LayerWork, OpCost, StageWork, lower_model, shared_pair
+from taskgraph.lower_model import lower_model
+from taskgraph.work import Comm, IterationWork, LayerWork, OpCost, StageWork, shared_pair
 
 
 def _work(A: float, on: bool, recompute: str = "none", stages: int = 1, f_ep: float = 0.0) -> IterationWork:

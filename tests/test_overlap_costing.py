@@ -130,7 +130,7 @@ def test_dp_stream_hbm_loss_is_the_ring_traffic_over_hbm(tmp_path):
 
 def test_coarse_bucket_tail_with_hbm_loss_closed_form():
     from taskgraph.coarse import _bucket_tail
-    from taskgraph.lower_model import Bucket
+    from taskgraph.work import Bucket
     # backward: 4 s closing a 4 s bucket, then 10 s; f = 0.25, g = 0.2: the bucket runs at 0.8 for
     # 5 s beside the compute, which takes 10 + 0.25 x 5 = 11.25 s: the 14 s backward is 1.25 s longer,
     # and the bucket is done inside it (no tail)

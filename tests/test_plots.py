@@ -18,8 +18,9 @@ from simulator.outputs.plots import (
 )
 from strategies.actions import Action, Schedule
 from strategies.schedules import get_schedule
-from taskgraph.lower_model import Bucket, Comm, IterationWork, LayerWork, OpCost, StageWork, lower_model
+from taskgraph.lower_model import lower_model
 from taskgraph.lower_pipeline import StageCosts, lower_uniform
+from taskgraph.work import Bucket, Comm, IterationWork, LayerWork, OpCost, StageWork
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -244,7 +244,8 @@ def test_lowering_order_hint_is_the_engines_order(example):
 def test_no_guess_for_concurrent_pairs():
     # DualPipe's concurrent halves interleave on a rank's devices: no id-order guess is made
     from strategies.actions import Action, Schedule
-    from taskgraph.lower_model import IterationWork, LayerWork, OpCost, StageWork, lower_model
+    from taskgraph.lower_model import lower_model
+    from taskgraph.work import IterationWork, LayerWork, OpCost, StageWork
 
     rows = ["0F0 0F1 0B0 0B1", "1F0 1B0 1F1 1B1"]
     s = Schedule("1f1b", 2, 2, 1, (0, 1), tuple(tuple(map(Action.parse, r.split())) for r in rows))

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from simulator.api import simulate_strategy
 from strategies.strategy_file import parse_strategy
-from taskgraph.lower_model import Comm, OpCost
 from taskgraph.overheads import host_bound
+from taskgraph.work import Comm, OpCost
 from topologies.cluster import get_cluster
 from topologies.placement import ParallelSizes
 from topologies.stragglers import (

@@ -20,7 +20,8 @@ from strategies.errors import ConfigError, ScheduleError, SimulationError
 from strategies.schedules import SCHEDULES, get_schedule
 from strategies.strategy_file import load_strategy
 from taskgraph.lower_coarse import NotCoarse, coarse_layout
-from taskgraph.lower_model import Bucket, Comm, IterationWork, LayerWork, OpCost, StageWork, lower_model
+from taskgraph.lower_model import lower_model
+from taskgraph.work import Bucket, Comm, IterationWork, LayerWork, OpCost, StageWork
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "strategies" / "examples"
 GPT3 = EXAMPLES / "gpt3-175b-1024-a100.yaml"

@@ -24,7 +24,7 @@ from strategies.errors import ScheduleError
 from strategies.schedules import get_schedule
 from strategies.strategy_file import load_strategy
 from taskgraph.costing import build_work
-from taskgraph.lower_model import IterationWork, LayerWork, OpCost, StageWork
+from taskgraph.work import IterationWork, LayerWork, OpCost, StageWork
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "strategies" / "examples"
 L8 = EXAMPLES / "llama3-8b-8-h100.yaml"

@@ -6,7 +6,8 @@ from simulator.engine.core import simulate
 from simulator.engine.dispatch import lower, lower_and_simulate
 from strategies.schedules import get_schedule
 from taskgraph.coarse import coarsen
-from taskgraph.lower_model import Comm, IterationWork, LayerWork, OpCost, StageWork, lower_model
+from taskgraph.lower_model import lower_model
+from taskgraph.work import Comm, IterationWork, LayerWork, OpCost, StageWork
 from tests.test_lower_templates import assert_same_graph
 
 

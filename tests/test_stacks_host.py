@@ -11,12 +11,12 @@ import pytest
 
 from strategies.errors import ConfigError
 from strategies.strategy_file import parse_strategy
-from taskgraph.lower_model import OpCost
 from taskgraph.model import ModelSpec
 from taskgraph.operators import layer_operators
 from taskgraph.overheads import host_bound, op_kernels
 from taskgraph.plan import resolve
 from taskgraph.stacks import _table, get_stack
+from taskgraph.work import OpCost
 
 HOST_LLAMA = Path(__file__).resolve().parents[1] / "benchmarks/kernel_data/h200-2026-11-26/host_llama.csv"
 

@@ -119,7 +119,7 @@ def chain_bound(fwd: Sequence[float], busy: Sequence[float], bwd_in: Sequence[fl
 
 def records_bound(schedule, work) -> float:
     """Lower bound (s) on the makespan of ``schedule`` lowered with coarse records ``work``
-    (:class:`taskgraph.lower_model.IterationWork` from ``build_work(..., fidelity="coarse")``); 0.0
+    (:class:`taskgraph.work.IterationWork` from ``build_work(..., fidelity="coarse")``); 0.0
     when ``work`` is not coarse (one operator per stage) or its pairs run concurrently."""
     S = schedule.num_stages
     if len(work.stages) != S or work.concurrent_pairs or \
