@@ -25,8 +25,10 @@ reproduces their Table 2.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from strategies.config import did_you_mean
 from strategies.errors import ConfigError
@@ -34,6 +36,9 @@ from strategies.strategy_file import MoeRouting
 from taskgraph.attention_shape import AttentionShape, attention_pairs, kernel_attention_shape, unfused_score_bytes
 from taskgraph.model import ModelSpec
 from taskgraph.moe_routing import routed_load
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 KINDS = ("gemm", "attention", "elementwise", "norm", "embedding", "loss", "router",
          "collective")  # "collective": reserved for passes that turn comms into graph nodes
@@ -709,7 +714,7 @@ def operator_graph(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int 
     if include_embedding:
         emb = embedding_operators(model, **common)
         ops = emb + ops
-        edges += [(a.name, b.name) for a, b in zip(emb, emb[1:])]
+        edges += [(a.name, b.name) for a, b in itertools.pairwise(emb)]
         edges += [(emb[-1].name, "input_norm"), (emb[-1].name, "attn_residual")]
     if include_head:
         head = head_operators(model, **common)
