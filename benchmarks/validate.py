@@ -5,7 +5,7 @@
                                   [--write-envelope [PATH]] [--write-intervals [PATH]]
                                   [--check-intervals] [--interval-coverage [--level L]]
 
-Reads ``benchmarks/validation/published_runs.csv`` (a copy of the shared table of measured runs; the
+Reads ``benchmarks/validation/published_runs.csv`` (measured iteration times of published runs; the
 ``source`` column says where each figure comes from), builds a strategy mapping per row
 (:func:`strategy_for`), simulates it (:func:`simulator.api.simulate_strategy`), converts the measured
 metric to seconds per iteration with the conventions of ``benchmarks/validation/README.md``

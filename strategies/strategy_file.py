@@ -58,9 +58,9 @@ class MoeRouting:
 
     routing: str
     capacity_factor: float | None = None
-#: Host gap after each blocking pipeline exchange, microseconds: fitted on the 12 zero-bubble-paper
-#: 1F1B rows (Qi 2024, Megatron-LM fork; mean signed error 0): topologies/data/fitted.yaml,
-#: docs/validation.md.
+#: Host gap after each blocking pipeline exchange, microseconds: fitted on the pairs of runs that differ
+#: only in their number of exchanges (Qi 2024's 1F1B / ZB pairs and Narayanan 2021 Figure 12's), the fit
+#: and its history in topologies/data/fitted.yaml; docs/validation.md.
 P2P_HOST_GAP_US = float(fitted_value("p2p_host_gap_us"))
 _GPUS_WHY = " GPUs (docs/strategy-file.md, Limits)"
 
@@ -199,7 +199,7 @@ class OptionsSpec:
     moe_shared_expert_overlap: Megatron-LM --moe-shared-expert-overlap: an MoE layer's shared experts
         run on their own stream beside the token dispatcher's all-to-alls, fc1 + activation beside the
         dispatch and fc2 beside the combine, the backward mirrored (shared_experts.py SharedExpertMLP,
-        token_dispatcher.py MoEAlltoAllTokenDispatcher; taskgraph/lower_model.py shared_pair). Needs
+        token_dispatcher.py MoEAlltoAllTokenDispatcher; taskgraph/work.py shared_pair). Needs
         shared experts; Megatron refuses it with overlap_moe_expert_parallel_comm.
     optimizer_cpu_offload: Megatron-LM --optimizer-cpu-offload (HybridDeviceOptimizer,
         megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py): the optimizer states (fp32 master

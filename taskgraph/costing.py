@@ -107,7 +107,7 @@ def _comm_stream(plan: Plan, group: str) -> str:
     and moe_combine on that stream, model_chunk_schedule_plan.py _build_callable_nodes), so one
     micro-batch's all-to-all runs beside the other's compute; likewise with
     ``options.moe_shared_expert_overlap`` (the all-to-all beside the shared experts' stream,
-    taskgraph/lower_model.py shared_pair); every other collective on ``tp``."""
+    taskgraph/work.py shared_pair); every other collective on ``tp``."""
     opt = plan.strategy.options
     return "ep" if group == "ep" and (opt.overlap_moe_expert_parallel_comm or opt.moe_shared_expert_overlap) else "tp"
 

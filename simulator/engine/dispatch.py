@@ -31,7 +31,7 @@ FIDELITIES = ("coarse", "operator")
 class IterationRun:
     """One lowered and simulated iteration, whichever fidelity ran.
 
-    work: the cost records (:class:`taskgraph.plan.IterationWork`).
+    work: the cost records (:class:`taskgraph.work.IterationWork`).
     layout: the coarse :class:`taskgraph.lower_coarse.Layout` when the block-wise path ran, else None.
     duration: seconds per task the final timeline ran with (compute slowed beside SM-holding
         communication, ``simulator/engine/interference.py``).
@@ -98,7 +98,7 @@ class IterationRun:
 
 
 def run_iteration(schedule, work, overlap_handoff: str = "pair-end", fidelity: str | None = None) -> IterationRun:
-    """Lower ``schedule`` with cost records ``work`` (a :class:`taskgraph.plan.IterationWork`) and
+    """Lower ``schedule`` with cost records ``work`` (a :class:`taskgraph.work.IterationWork`) and
     run its timeline. ``fidelity="operator"`` skips the coarse layout; ``None`` / ``"coarse"`` use it
     when ``work`` is coarse (one operator per stage) and the schedule is one it covers."""
     layout, graph = _lowering(schedule, work, overlap_handoff, fidelity)
@@ -107,7 +107,7 @@ def run_iteration(schedule, work, overlap_handoff: str = "pair-end", fidelity: s
 
 def lower(schedule, work, overlap_handoff: str = "pair-end", fidelity: str | None = None):
     """The task graph of ``schedule`` with cost records ``work`` (a
-    :class:`taskgraph.plan.IterationWork`), lowered as :func:`run_iteration` would (no timeline)."""
+    :class:`taskgraph.work.IterationWork`), lowered as :func:`run_iteration` would (no timeline)."""
     layout, graph = _lowering(schedule, work, overlap_handoff, fidelity)
     if layout is None:
         return graph
