@@ -235,6 +235,11 @@ def topo_order(A: int, *preds: np.ndarray) -> np.ndarray:
     return order
 
 
+def cached_schedule_ids() -> frozenset[int]:
+    """``id()`` of every schedule object holding a cache now (an entry leaves with its schedule)."""
+    return frozenset(_CACHES)
+
+
 def _cache(schedule: Schedule) -> dict:
     """The cache of this schedule object (:data:`_CACHES`); the frozen Schedule itself is not written."""
     key = id(schedule)
