@@ -28,7 +28,7 @@ Configurations (none is a published run; the shapes are chosen for size):
 
 What this check found (docs/changelog-validation.md, "NVFP4, GB300 and coarse fidelity at hundreds of stages"):
 coarse fidelity used to charge the slowdown of a chunk's last backward by the DP buckets released during
-it (``taskgraph/coarse.py`` ``_bucket_tail``) to the buckets' tail, which is exact for the rank's own step
+it (``taskgraph/coarse.py`` ``bucket_tail``) to the buckets' tail, which is exact for the rank's own step
 end but let the gradient that backward sends to the previous stage leave early; the cooldown chained
 that over the stages: -2.84 % on the few-micro-batch configuration, -4.1 % with 1F1B at pp 16. The
 chunk's last backward now carries that slowdown itself (``OpCost.last_bwd_extra``, in the three

@@ -82,7 +82,7 @@ GGRID_NK = ((512, 2048), (768, 2048), (2048, 768), (1536, 4096), (4096, 1536), (
 FP8_GRID = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
 
-def _rows_to_csv(rows: list[dict]) -> str:
+def rows_to_csv(rows: list[dict]) -> str:
     if not rows:
         return ""
     cols = list(rows[0])
@@ -139,7 +139,7 @@ class Timer:
         return statistics.median(trials)
 
 
-def _gemm_shapes(quick: bool) -> list[tuple]:
+def gemm_shapes(quick: bool) -> list[tuple]:
     """(family, label, pass, m, n, k) where (m, n, k) is the executed GEMM: out [m, n], reduction k."""
     out = []
     models = LAYER_MODELS[:2] if quick else LAYER_MODELS
@@ -176,7 +176,7 @@ def _gemm_call(torch, dev, dtype, pass_, m, n, k):
 
 def run_gemm(torch, dev, timer, quick, deadline) -> list[dict]:
     rows = []
-    for fam, label, pass_, m, n, k in _gemm_shapes(quick):
+    for fam, label, pass_, m, n, k in gemm_shapes(quick):
         if time.perf_counter() > deadline:
             break
         f = _gemm_call(torch, dev, torch.bfloat16, pass_, m, n, k)
@@ -192,7 +192,7 @@ def run_fp8(torch, dev, timer, quick, deadline) -> list[dict]:
         return []
     rows = []
     shapes = [(s, s, s) for s in ((4096, 8192) if quick else (2048, 4096, 8192, 16384))]
-    shapes += [(m, n, k) for _, label, p, m, n, k in _gemm_shapes(quick) if p == "fwd" and "." in label
+    shapes += [(m, n, k) for _, label, p, m, n, k in gemm_shapes(quick) if p == "fwd" and "." in label
                and m in (2048, 8192)][: (4 if quick else 64)]
     one = torch.ones((), device=dev, dtype=torch.float32)
     for m, n, k in shapes:
@@ -649,7 +649,7 @@ def main(argv=None) -> int:
         finally:
             if a.device == "cuda":
                 torch.cuda.empty_cache()
-        write_output(out / FILES[part], _rows_to_csv(rows), "--out")
+        write_output(out / FILES[part], rows_to_csv(rows), "--out")
         print(f"{part}: {len(rows)} rows in {time.perf_counter() - t0:.1f} s -> {out / FILES[part]}", flush=True)
     return 0
 

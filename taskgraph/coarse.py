@@ -10,7 +10,7 @@ SMs, the TP stream's ``sm_share``; max(dgrad, all-gather) when f = 0); in a fuse
 input-gradient reduction beside wgrad takes bulk(wgrad, reduction, f), recorded as ``wgrad_overlap``
 = wgrad + reduction - bulk(...) off the wgrad task; a split backward (I) leaves the reduction exposed. DP buckets all close at the end of the chunk's
 backward; with ``overlap_grad_reduce`` the chunk's last backward is lengthened by what the buckets
-released op by op during it slow it (``_bucket_tail``; its W pass when the schedule splits backwards,
+released op by op during it slow it (``bucket_tail``; its W pass when the schedule splits backwards,
 ``meta["split_backward"]``; the DP stream's SM fraction) and the buckets' durations are scaled so that
 they end when the operator lowering's would, so the two fidelities agree by construction, for the
 rank's step end and for what that backward sends to the previous stage. Memory keeps the saved activations; the
@@ -76,7 +76,7 @@ def coarse_stage_work(st: StageWork, f_tp: float = 0.0, f_dp: float = 0.0, overl
     reduce = [b.reduce_s for b in st.buckets]
     slow = 0.0
     if overlap_grad_reduce and st.buckets:
-        slow, tail = _bucket_tail([x for layer in steps[::-1] for x in layer], st.buckets, f_dp, g_dp)
+        slow, tail = bucket_tail([x for layer in steps[::-1] for x in layer], st.buckets, f_dp, g_dp)
         total = sum(reduce)
         reduce = [r * tail / total for r in reduce] if total > 0 else reduce
     op = OpCost("chunk", fwd, bi, bw, saved_bytes=saved, grad_bytes=grad, wgrad_overlap=wov, last_bwd_extra=slow)
@@ -84,7 +84,7 @@ def coarse_stage_work(st: StageWork, f_tp: float = 0.0, f_dp: float = 0.0, overl
     return StageWork((LayerWork("chunk", (op,)),), buckets, st.optimizer_s)
 
 
-def _bucket_tail(steps, buckets, f_dp: float, g_dp: float = 0.0) -> tuple[float, float]:
+def bucket_tail(steps, buckets, f_dp: float, g_dp: float = 0.0) -> tuple[float, float]:
     """(slowdown, tail) of a stage's last backward and its gradient buckets, as the operator lowering
     runs them: each bucket released when the backward passes its closing operator, the DP stream
     taking them in order, the compute slowed to ``1 - f_dp`` while the stream is busy and the stream

@@ -35,7 +35,7 @@ SWITCH_COST_S = 1.5
 #: Environment variable that forces a kernel choice (module doc).
 ENV = "EXECSIM_KERNEL"
 KERNEL_CHOICES = ("auto", "python", "numba")
-_SPENT: dict = {}
+SPENT: dict = {}
 
 
 def kernel_mode() -> str:
@@ -64,9 +64,9 @@ def compiled_kernel(name: str, module: str = "taskgraph.kernels_numba", work: fl
     if mode == "python":
         return None
     if mode == "auto" and "numba" not in sys.modules:
-        spent = _SPENT.get(key, 0.0) + work
+        spent = SPENT.get(key, 0.0) + work
         if spent < SWITCH_COST_S:
-            _SPENT[key] = spent
+            SPENT[key] = spent
             return None
     try:
         kernels = importlib.import_module(module)
@@ -80,4 +80,4 @@ def compiled_kernel(name: str, module: str = "taskgraph.kernels_numba", work: fl
 def reset() -> None:
     """Forget loaded helpers and the work counted so far (tests, benchmarks)."""
     COMPILED.clear()
-    _SPENT.clear()
+    SPENT.clear()

@@ -54,7 +54,7 @@ class CostContext:
         return None if name in (None, DEFAULT_STACK) else get_stack(name)
 
 
-def _comm_time(cluster, kind: str, nbytes: float, ranks: tuple[int, ...], share: tuple | None = None) -> float:
+def comm_time(cluster, kind: str, nbytes: float, ranks: tuple[int, ...], share: tuple | None = None) -> float:
     """Collective time on the representative's group ``ranks``; ``share = (axis, sizes, background)``
     says every group of ``axis`` runs it at once, with ``background`` traffic of other axes, so the
     network leg shares links (``topologies/fabric.py``; ignored when ``cluster.contention`` is off)."""
@@ -170,7 +170,7 @@ def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bo
             secs = _node_limited(cluster, float(nbytes), ranks, c.copies, max_nodes,
                                  bool(getattr(cluster, "contention", False)))
         else:
-            secs = _comm_time(cluster, c.op, nbytes, ranks, (_FAMILY_AXIS.get(c.group), plan.sizes, ()))
+            secs = comm_time(cluster, c.op, nbytes, ranks, (_FAMILY_AXIS.get(c.group), plan.sizes, ()))
         overlaps = c.overlaps if async_bwd else ""
         if c.overlaps == "attn":
             # ring attention (Liu 2023 Section 3): cp-1 exchanges, each hidden behind one chunk's
@@ -268,9 +268,9 @@ def _grad_reduce_time(plan: Plan, gbytes: float, dp_group: tuple, share=None, gr
     BF16_Optimizer all-reduces at ZeRO-1 (taskgraph/stack_costs.py reduce_kind). ``groups``: (shard,
     replica) other than the dense parameters' (the routed experts': :func:`expert_shard_groups`)."""
     shard, rep = groups or shard_groups(plan, dp_group)
-    t = _comm_time(plan.cluster, reduce_kind(plan), gbytes, shard, share) if len(shard) > 1 else 0.0
+    t = comm_time(plan.cluster, reduce_kind(plan), gbytes, shard, share) if len(shard) > 1 else 0.0
     if len(rep) > 1:
-        t += _comm_time(plan.cluster, "all-reduce", gbytes / len(shard), rep)
+        t += comm_time(plan.cluster, "all-reduce", gbytes / len(shard), rep)
     return t
 
 
@@ -337,7 +337,7 @@ def _zero3_comms(ctx: CostContext, ops, dp_group, fwd_hide: float, bwd_hide: flo
                                  if ctx.stack is not None and ctx.stack.fsdp2_copies and len(group) > 1
                                  else (0.0, 0.0, 0.0))
         if len(group) > 1:   # FSDP2's copy-in runs before its all-gather on the copy-in stream: prefetched with it
-            ag += _comm_time(plan.cluster, "all-gather", pb * n, group, share) + cin
+            ag += comm_time(plan.cluster, "all-gather", pb * n, group, share) + cin
         copy_out += cout
         rs += rs_copy_in + _grad_reduce_time(plan, gb * n, dp_group, share, unit)
     # the prefetched gather holds its NCCL channels' SMs while the previous layer computes and shares
@@ -356,7 +356,7 @@ def _zero3_comms(ctx: CostContext, ops, dp_group, fwd_hide: float, bwd_hide: flo
 
 #: Memo of cost records shared by every build_work call (a strategy sweep re-costs the same layers
 #: and stages many times). Keys start with a context id standing for every plan input the costs read
-#: (see ``_context_id``); plans with a measured profile are not memoized (the file could change).
+#: (see ``context_id``); plans with a measured profile are not memoized (the file could change).
 _MEMO: dict = {}
 _CONTEXTS: dict = {}
 _MEMO_MAX = 8192
@@ -368,7 +368,7 @@ def clear_cost_cache() -> None:
     _CONTEXTS.clear()
     _cached_comm.cache_clear()
     _node_limited.cache_clear()
-    _rep_groups.cache_clear()
+    representative_groups.cache_clear()
     _groups_sig.cache_clear()
 
 
@@ -381,7 +381,7 @@ def _memo(key, fn):
     return v
 
 
-def _context_id(plan: Plan) -> int | None:
+def context_id(plan: Plan) -> int | None:
     """A small int for the plan inputs stage costs depend on besides the stage's own layers."""
     strat = plan.strategy
     tr, opt = strat.training, strat.options
@@ -424,11 +424,11 @@ def _groups_sig(cluster, sizes, prank: int) -> tuple:
     GPUs per node; tested in tests/test_strategy_search.py), so stages on pipeline ranks with equal
     signatures have equal cost records (a stage memo key; identical middle stages collapse)."""
     from topologies.collectives import group_layout
-    return tuple((axis, group_layout(ranks, cluster)) for axis, ranks in _rep_groups(sizes, prank))
+    return tuple((axis, group_layout(ranks, cluster)) for axis, ranks in representative_groups(sizes, prank))
 
 
 @lru_cache(maxsize=1024)
-def _rep_groups(sizes, prank: int) -> tuple:
+def representative_groups(sizes, prank: int) -> tuple:
     """(axis, ranks) of the representative of pipeline rank ``prank``: tp, cp, dp (= dp x cp) and ep."""
     rep = rank_of(0, 0, 0, prank, sizes)
     groups = {g: group_ranks(g, sizes, rep) for g in ("tp", "cp", "dp", "ep", "etp")}
@@ -465,18 +465,19 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
     profile = ProfileTable.load(opt.profile).applied_to(plan.cluster.gpu.name, opt.profile_gpu) \
         if opt.profile else None
     ctx = CostContext(plan, profile)
-    cid = _context_id(plan)
+    cid = context_id(plan)
     s = plan.sizes
     dt = DTYPE_BYTES[tr.precision]
     kw = dict(micro_batch=tr.micro_batch, seq_len=tr.seq_len, tp=s.tp, sp=plan.sp, cp=s.cp)
     stages = []
     # SM fractions of the side streams (taskgraph/overlap.py); coarse records fold the TP one in
-    shares = stream_shares(plan, dict(_rep_groups(s, 0)))
+    shares = stream_shares(plan, dict(representative_groups(s, 0)))
     f_tp, f_dp = shares.get("tp", 0.0), shares.get("dp", 0.0)
     # the DP stream slowed by the compute beside it (HBM shared; taskgraph/overlap.py hbm_loss)
-    g_dp = ring_hbm_loss(plan.cluster, tuple(dict(_rep_groups(s, 0)).get("dp", ()))) if "dp" in shares else 0.0
+    g_dp = (ring_hbm_loss(plan.cluster, tuple(dict(representative_groups(s, 0)).get("dp", ())))
+            if "dp" in shares else 0.0)
     shared = (opt.moe_shared_expert_overlap, shared_fc1_share(plan.model), shares.get("ep", 0.0))
-    # schedules with W actions reduce gradients during the W pass (taskgraph/coarse.py _bucket_tail)
+    # schedules with W actions reduce gradients during the W pass (taskgraph/coarse.py bucket_tail)
     split = has_split_backward(plan.schedule)
     layer_cache: dict = {} if cid is None else _memo(("layers",) + _layer_context(plan), dict)
     # a small id for the layer context (cleared with the memo, as context ids are); pace per pipeline rank
@@ -485,7 +486,7 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
     hp = plan.bf16_layers != (0, 0)   # some layers of an fp8 / fp4 recipe stay BF16 (Plan.bf16_layers)
     for stage in range(S):
         prank = plan.schedule.stage_to_rank[stage]
-        groups = dict(_rep_groups(s, prank))
+        groups = dict(representative_groups(s, prank))
         lis = plan.stage_layers(stage)
         pols = [tr.recompute_layers[li] if tr.recompute_layers else tr.recompute for li in lis]
         if cid is None:
@@ -509,7 +510,7 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
 
     # Pipeline transfers, rank r -> r+1 representatives (taskgraph/pipeline_p2p.py)
     sched = plan.schedule
-    times = lambda: boundary_times(plan, _comm_time)
+    times = lambda: boundary_times(plan, comm_time)
     pairs = times() if cid is None else dict(_memo(("p2p", cid, sched.stage_to_rank), times))
     if not opt.p2p_overlap and opt.p2p_host_gap_us:
         # Blocking exchanges synchronize the device (Megatron-LM p2p_communication._communicate:
@@ -765,10 +766,10 @@ def _expert_bucket(plan: Plan, li, oi, params, gbp, pbytes, edp_group) -> Bucket
     if len(edp_group) == 1:
         return Bucket(li, oi, params * gbp, 0.0, 0.0)
     if plan.zero == 0:
-        return Bucket(li, oi, params * gbp, _comm_time(c, "all-reduce", params * gbp, edp_group), 0.0)
+        return Bucket(li, oi, params * gbp, comm_time(c, "all-reduce", params * gbp, edp_group), 0.0)
     gather = plan.zero < 3 or not plan.reshard_after_forward
-    return Bucket(li, oi, params * gbp, _comm_time(c, "reduce-scatter", params * gbp, edp_group),
-                  _comm_time(c, "all-gather", params * pbytes, edp_group) if gather else 0.0)
+    return Bucket(li, oi, params * gbp, comm_time(c, "reduce-scatter", params * gbp, edp_group),
+                  comm_time(c, "all-gather", params * pbytes, edp_group) if gather else 0.0)
 
 
 def _bucket(plan: Plan, li, oi, params, gbp, pbytes, dp_group, share=None) -> Bucket:
@@ -779,12 +780,12 @@ def _bucket(plan: Plan, li, oi, params, gbp, pbytes, dp_group, share=None) -> Bu
     if len(dp_group) == 1:
         return Bucket(li, oi, params * gbp, 0.0, 0.0)
     if plan.zero == 0:
-        return Bucket(li, oi, params * gbp, _comm_time(c, "all-reduce", params * gbp, dp_group, share), 0.0)
+        return Bucket(li, oi, params * gbp, comm_time(c, "all-reduce", params * gbp, dp_group, share), 0.0)
     shard, _ = shard_groups(plan, dp_group)
     # FSDP + PP resharding after forward gathers per layer instead (fsdp_layer_comms); HSDP sub-groups
     # are timed without the all-groups-at-once contention (their family is not an axis of the placement)
     full = len(shard) == len(dp_group)
     gather = plan.zero < 3 or not plan.reshard_after_forward
     return Bucket(li, oi, params * gbp, _grad_reduce_time(plan, params * gbp, dp_group, share if full else None),
-                  _comm_time(c, "all-gather", params * pbytes, shard, (share[0], share[1], ()) if share and full else None)
+                  comm_time(c, "all-gather", params * pbytes, shard, (share[0], share[1], ()) if share and full else None)
                   if gather and len(shard) > 1 else 0.0)

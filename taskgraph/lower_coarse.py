@@ -214,12 +214,12 @@ def _build_actions(schedule: Schedule, handoff: str) -> ActionIndex:
     rank_last = np.full(P, -1, dtype=np.int64)
     np.maximum.at(rank_last, rank, ar)
 
-    topo = _topo_order(A, prev, data_out, same_src)
+    topo = topo_order(A, prev, data_out, same_src)
     return ActionIndex(stage, kind, mb, rank, _stage_chunks(schedule)[stage], prev, data_src, data_out, cross, same_src,
                        last_bwd, first_fwd, rank_last, topo, S, P)
 
 
-def _topo_order(A: int, *preds: np.ndarray) -> np.ndarray:
+def topo_order(A: int, *preds: np.ndarray) -> np.ndarray:
     """Kahn's algorithm over the action graph (program order, data and same-stage edges)."""
     src = np.concatenate([p[p >= 0] for p in preds])
     dst = np.concatenate([np.flatnonzero(p >= 0) for p in preds])
@@ -233,6 +233,11 @@ def _topo_order(A: int, *preds: np.ndarray) -> np.ndarray:
     if order.size != A:
         raise NotCoarse("the schedule deadlocks")
     return order
+
+
+def cached_schedule_ids() -> frozenset[int]:
+    """``id()`` of every schedule object holding a cache now (an entry leaves with its schedule)."""
+    return frozenset(_CACHES)
 
 
 def _cache(schedule: Schedule) -> dict:

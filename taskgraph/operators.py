@@ -266,7 +266,7 @@ def _context(model: ModelSpec, micro_batch: int, seq_len: int, tp: int, sp: bool
 
 
 # ---------------------------------------------------------------------- operator builders
-def _gemm(name: str, layer: int, m: int, n: int, k: int, dt: int, *, params: int, saved: int,
+def gemm_operator(name: str, layer: int, m: int, n: int, k: int, dt: int, *, params: int, saved: int,
           comms: tuple = (), kind: str = "gemm") -> Operator:
     """Dense GEMM: 2mnk forward; dgrad and wgrad each 2mnk (Narayanan 2021 Section 5.1)."""
     f = 2.0 * m * n * k
@@ -343,7 +343,7 @@ def _qk_projections(c: _Ctx, layer: int) -> tuple:
     qkn = 2 * d if m.qk_norm else 0
     if m.attention != "mla":
         qkv_n = (at + 2 * gt) * d
-        qkv = _gemm("qkv", layer, c.T, qkv_n, h, dt,
+        qkv = gemm_operator("qkv", layer, c.T, qkv_n, h, dt,
                     params=h * qkv_n + (qkv_n if m.qkv_bias else 0) + qkn,
                     saved=dt * c.Tsp * h,  # input 2sbh, sharded with sp (Korthikanti 2022 Sec. 4.2.2)
                     comms=_column_comms(c, c.T))
@@ -360,7 +360,7 @@ def _qk_projections(c: _Ctx, layer: int) -> tuple:
     q_bytes = dt * c.T * at * d
     k_bytes = dt * c.T * at * d                           # per-head keys: nope part + shared rope part
     v_bytes = dt * c.T * at * dv
-    kv_down = _gemm("kv_down", layer, c.T, kr + rope, h, dt, params=h * (kr + rope),
+    kv_down = gemm_operator("kv_down", layer, c.T, kr + rope, h, dt, params=h * (kr + rope),
                     saved=dt * c.Tsp * h, comms=fwd_gather + bwd_gather)
     ops.append(kv_down)
     # The Q, K, V the attention core keeps are the up-projections' outputs: counted on those ops, so
@@ -369,12 +369,13 @@ def _qk_projections(c: _Ctx, layer: int) -> tuple:
     up = lambda o, out: dataclasses.replace(o, saved_activation_bytes=o.saved_activation_bytes + out,
                                              selective_recompute_bytes=out)
     if qr:
-        ops.append(_gemm("q_down", layer, c.T, qr, h, dt, params=h * qr, saved=0))
-        ops.append(up(_gemm("q_up", layer, c.T, at * d, qr, dt, params=qr * at * d + qr + qkn // 2,
+        ops.append(gemm_operator("q_down", layer, c.T, qr, h, dt, params=h * qr, saved=0))
+        ops.append(up(gemm_operator("q_up", layer, c.T, at * d, qr, dt, params=qr * at * d + qr + qkn // 2,
                             saved=dt * c.T * qr), q_bytes))
     else:
-        ops.append(up(_gemm("q_proj", layer, c.T, at * d, h, dt, params=h * at * d + qkn // 2, saved=0), q_bytes))
-    ops.append(up(_gemm("kv_up", layer, c.T, at * (d - rope + dv), kr, dt,
+        ops.append(up(gemm_operator("q_proj", layer, c.T, at * d, h, dt, params=h * at * d + qkn // 2, saved=0),
+                      q_bytes))
+    ops.append(up(gemm_operator("kv_up", layer, c.T, at * (d - rope + dv), kr, dt,
                         params=kr * at * (d - rope + dv) + kr + qkn // 2, saved=dt * c.T * kr, comms=latent_ar),
                   k_bytes + v_bytes))
     kv_full = dt * c.b * c.s * at * (d + dv)
@@ -442,7 +443,7 @@ def _attention_ops(c: _Ctx, layer: int) -> list:
         saved_activation_bytes=(0 if mla else qkv_bytes) + internals,
         selective_recompute_bytes=0 if (mla and c.flash) else internals,
         comms=cp_comms, attn_shape=kernel_attention_shape(c.s, c.cp, c.cp_comm, c.causal_halved, d, dv, window or chunk))
-    out = _gemm("attn_out", layer, c.T, h, at * dv, dt,
+    out = gemm_operator("attn_out", layer, c.T, h, at * dv, dt,
                 params=at * dv * h + (h if m.bias else 0),
                 saved=o_bytes,                            # its input, 2sbh/t (Korthikanti 4.1)
                 comms=_row_comms(c, c.T))
@@ -454,7 +455,7 @@ def _dense_mlp_ops(c: _Ctx, layer: int) -> list:
     h, ft = m.hidden, m.ffn // c.tp
     gated = m.gated_mlp
     n_up = 2 * ft if gated else ft                        # SwiGLU/GEGLU: gate and up fused (Shazeer 2020)
-    up = _gemm("mlp_gate_up" if gated else "mlp_up", layer, c.T, n_up, h, dt,
+    up = gemm_operator("mlp_gate_up" if gated else "mlp_up", layer, c.T, n_up, h, dt,
                params=h * n_up + (n_up if m.bias else 0),
                saved=dt * c.Tsp * h,                      # input 2sbh (Korthikanti 2022 4.1)
                comms=_column_comms(c, c.T))
@@ -462,7 +463,7 @@ def _dense_mlp_ops(c: _Ctx, layer: int) -> list:
     act = _elementwise("mlp_act", "elementwise", layer, e, m.mlp, reads=2 if gated else 1, writes=1,
                        bwd_reads=3 if gated else 2, bwd_writes=2 if gated else 1, dt=dt,
                        saved=dt * c.T * n_up)             # GeLU input 8sbh/t (Korthikanti 4.1)
-    down = _gemm("mlp_down", layer, c.T, h, ft, dt,
+    down = gemm_operator("mlp_down", layer, c.T, h, ft, dt,
                  params=ft * h + (h if m.bias else 0),
                  saved=dt * e,                            # input 8sbh/t (Korthikanti 2022 4.1)
                  comms=_row_comms(c, c.T))
@@ -483,7 +484,7 @@ def _moe_ops(c: _Ctx, layer: int) -> list:
     mats = 3 if m.gated_mlp else 2
     fe = m.expert_ffn // tp
     e_loc = E // c.ep
-    router = _gemm("moe_router", layer, c.Tsp, E, h, dt, kind="router", params=m.router_params(),
+    router = gemm_operator("moe_router", layer, c.Tsp, E, h, dt, kind="router", params=m.router_params(),
                    saved=dt * c.Tsp * h + 4 * c.Tsp * E)  # input + fp32 routing probabilities
     Te = math.ceil(c.Tsp * tp * k * c.moe_load)           # token copies processed by local experts
     per_expert = math.ceil(Te / e_loc)
@@ -642,7 +643,7 @@ def _mtp_ops(model: ModelSpec, k: int, *, ep: int, flash_attention: bool, moe_lo
     p = f"mtp{k}_"
     h, dt = model.hidden, c.dt
     ops = [_norm(c, p + "hnorm", -2), _norm(c, p + "enorm", -2)]
-    proj = _gemm(p + "eh_proj", -2, c.T, h // c.tp, 2 * h, dt, params=2 * h * h // c.tp,
+    proj = gemm_operator(p + "eh_proj", -2, c.T, h // c.tp, 2 * h, dt, params=2 * h * h // c.tp,
                  saved=2 * dt * c.Tsp * h, comms=_column_comms(c, c.T) + _row_comms(c, c.T))
     ops.append(dataclasses.replace(proj, comms=tuple(x for x in proj.comms if x.op != "all-reduce")))
     ops += _layer_ops(c, model.layers - 1, prefix=p, layer=-2)
@@ -654,7 +655,7 @@ def _lm_head_ops(c: _Ctx, prefix: str, shared: bool = False) -> list:
     h, dt = model.hidden, c.dt
     vt = math.ceil(model.vocab / tp)
     # With tied embeddings the weight lives in the embedding (a PP last stage keeps a copy).
-    lm = _gemm(prefix + "lm_head", -2, c.T, vt, h, dt, params=0 if model.tied_embeddings or shared else vt * h,
+    lm = gemm_operator(prefix + "lm_head", -2, c.T, vt, h, dt, params=0 if model.tied_embeddings or shared else vt * h,
                saved=dt * c.Tsp * h,            # input 2sbh/t with sp (Korthikanti 2022 Sec. 4.3)
                comms=_column_comms(c, c.T))
     logits = c.T * vt

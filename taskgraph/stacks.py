@@ -67,7 +67,7 @@ class Stack:
 
 
 @cache
-def _table(path: str = STACKS_PATH) -> tuple[dict, dict, dict]:
+def load_tables(path: str = STACKS_PATH) -> tuple[dict, dict, dict]:
     data = load_document(path, "stack file") or {}
     known = attention_table().kernels()
     kernels = {}
@@ -126,16 +126,16 @@ def _table(path: str = STACKS_PATH) -> tuple[dict, dict, dict]:
 
 def read_stack_file(path: str) -> dict:
     """The stacks of a stack file (checked as ``taskgraph/data/stacks.yaml`` is): name -> :class:`Stack`."""
-    return dict(_table(path)[0])
+    return dict(load_tables(path)[0])
 
 
 def stack_names() -> tuple[str, ...]:
-    return tuple(sorted(_table()[0]))
+    return tuple(sorted(load_tables()[0]))
 
 
 def get_stack(name: str | None) -> Stack:
     """The stack called ``name`` (None: the default, Megatron-LM + Transformer Engine)."""
-    stacks = _table()[0]
+    stacks = load_tables()[0]
     key = DEFAULT_STACK if name is None else name
     if key not in stacks:
         raise ConfigError(f"options.stack = {key!r} is not a known stack; valid: {', '.join(sorted(stacks))}")
@@ -146,7 +146,7 @@ def get_stack(name: str | None) -> Stack:
 def _kernel_fraction(kernel: str, architecture: str, pass_: str, shape) -> float | None:
     """The kernel table's fraction of peak at ``shape`` (time-weighted over its masked and unmasked
     FLOPs: 1/e = c/e_causal + (1-c)/e_unmasked), trying the kernel's fallback off its architectures."""
-    kernels = _table()[1]
+    kernels = load_tables()[1]
     while kernel is not None:
         c = shape.causal_share
         parts = [(c, True), (1.0 - c, False)]
@@ -168,7 +168,7 @@ def attention_efficiency(stack: Stack, gpu, pass_: str, shape=None) -> float:
     (``catalog_attention`` in stacks.yaml)."""
     eff = gpu.efficiency
     const = eff.attention_fwd_efficiency if pass_ == "fwd" else eff.attention_bwd_efficiency
-    _, _, catalog = _table()
+    _, _, catalog = load_tables()
     arch = gpu.architecture
     if stack.attention != "catalog":
         if shape is None:

@@ -49,7 +49,7 @@ class OpCost:
         ``Comm.overlaps``).
     last_bwd_extra: seconds the stage's last backward-ish action (the one that releases the DP
         buckets with ``overlap_grad_reduce``) takes beyond its plain duration because the buckets it
-        releases hold SMs while it runs (coarse records only, ``taskgraph/coarse.py`` ``_bucket_tail``;
+        releases hold SMs while it runs (coarse records only, ``taskgraph/coarse.py`` ``bucket_tail``;
         operator records get it from the interference fixed point). Added to the task the buckets
         follow, so what that backward sends to the previous stage leaves when it would at operator
         fidelity.

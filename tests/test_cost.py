@@ -3,7 +3,7 @@ import pytest
 
 from strategies.errors import ConfigError
 from taskgraph.cost import op_time
-from taskgraph.operators import _gemm
+from taskgraph.operators import gemm_operator
 from topologies.gpus import gpu_from_dict, gpu_to_dict
 
 US = 1e-6
@@ -24,7 +24,7 @@ def _gpu(tflops: float, overlap: bool | None):
 # Bytes of the wgrad pass: read X (128x64) and dY (128x64), write dW (64x64), bf16: 40960 B.
 # Accumulating into an fp32 main_grad instead of writing dW: read + write 4 B per element = 32768 B,
 # in place of the 8192 B plain write.
-OP = _gemm("fc", 0, 128, 64, 64, 2, params=64 * 64, saved=0)
+OP = gemm_operator("fc", 0, 128, 64, 64, 2, params=64 * 64, saved=0)
 FLOPS = 2 * 64 * 64 * 128
 
 

@@ -753,10 +753,10 @@ def test_pace_rule_below_its_threshold_lets_the_sweep_finish(monkeypatch):
 @settings(max_examples=200, deadline=None)
 @given(arrays=zero_graphs(), data=st.data())
 def test_first_backward_edge_equals_the_loop(arrays, data):
-    """sweep._first_backward_edge (numpy) finds the edge the loop over the CSR rows finds first: a
+    """sweep.first_backward_edge (numpy) finds the edge the loop over the CSR rows finds first: a
     task's successors, then its predecessors, tasks in the given order; ready times with many ties."""
     from simulator.engine.delta.queues import gather_rows
-    from simulator.engine.delta.sweep import _first_backward_edge
+    from simulator.engine.delta.sweep import first_backward_edge
 
     dur, _dev, ptr, idx, _nd = arrays
     n = len(dur)
@@ -780,7 +780,7 @@ def test_first_backward_edge_equals_the_loop(arrays, data):
                     break
         if want is not None:
             break
-    assert _first_backward_edge(tasks, R, ptr, idx, pptr, pidx) == want
+    assert first_backward_edge(tasks, R, ptr, idx, pptr, pidx) == want
 
 
 def test_vectorized_bookkeeping_refuses_a_backward_tie_and_falls_back(monkeypatch, sweep_kernel):
@@ -793,8 +793,8 @@ def test_vectorized_bookkeeping_refuses_a_backward_tie_and_falls_back(monkeypatc
 
     monkeypatch.setattr(delta_mod, "VECTOR_MIN", 0)
     calls = []
-    check = sweep_mod._first_backward_edge
-    monkeypatch.setattr(sweep_mod, "_first_backward_edge", lambda *a: calls.append(1) or check(*a))
+    check = sweep_mod.first_backward_edge
+    monkeypatch.setattr(sweep_mod, "first_backward_edge", lambda *a: calls.append(1) or check(*a))
     arrays = graph_arrays_from(4, 2, [(1, 2), (1, 0), (2, 0), (3, 0)], [2.0, 2.0, 0.0, 1.0], [0, 0, 1, 0])
     ds = DeltaSimulator.from_arrays(*arrays, budget=None)
     assert ds.canonical and ds.start.tolist() == [3.0, 0.0, 2.0, 2.0]

@@ -360,11 +360,11 @@ def test_regression_start_before_ready_case():
 def test_both_python_loops_are_exercised_and_exact():
     # few chain edges -> the list loop (_run_general); mostly chains -> the chain-edge loop (_run)
     from benchmarks.graphs import GENERATORS
-    from simulator.engine.core import _as_index_array, _plan
+    from simulator.engine.core import as_index_array, successor_plan
 
     for kind, general in (("random", True), ("fanout", True), ("zero", True), ("pipeline", False)):
         g = GENERATORS[kind](2000, 3)
-        plan = _plan(np.asarray(g.duration, dtype=np.float64), _as_index_array(g.succ_ptr),
-                     _as_index_array(g.succ_idx))
+        plan = successor_plan(np.asarray(g.duration, dtype=np.float64), as_index_array(g.succ_ptr),
+                     as_index_array(g.succ_idx))
         assert plan.general is general, kind
         assert_same_as_plain(g.duration, g.device, g.succ_ptr, g.succ_idx, g.num_devices)

@@ -61,19 +61,19 @@ def work_counter(monkeypatch):
         init(self, *a, **kw)
         seen["tasks"] += len(self.duration)
 
-    gen = schedules_mod._generate
-
-    def counting_generate(fn, pp, m, vpp):
-        cached = (fn, pp, m, vpp) in schedules_mod._CACHE
-        s = gen(fn, pp, m, vpp)
-        if not cached:
+    def counting(fn):
+        def generate(pp, m, vpp):  # called only when the registry's cache misses
+            s = fn(pp, m, vpp)
             seen["actions"] += sum(len(o) for o in s.orders)
-        return s
+            return s
+        return generate
 
     monkeypatch.setattr(graph_mod.TaskGraph, "__init__", counting_init)
-    monkeypatch.setattr(schedules_mod, "_generate", counting_generate)
+    for name, fn in list(schedules_mod.SCHEDULES.items()):
+        monkeypatch.setitem(schedules_mod.SCHEDULES, name, counting(fn))
     schedules_mod.clear_schedule_cache()
-    return seen
+    yield seen
+    schedules_mod.clear_schedule_cache()  # its entries are keyed by the counting wrappers
 
 
 def test_corpus_size_and_ids():

@@ -95,8 +95,8 @@ def test_master_copy_by_stack_under_zero3(tmp_path):
 
 
 def test_bad_master_copy_flag_is_one_clear_error(tmp_path):
-    from taskgraph.stacks import _table
+    from taskgraph.stacks import load_tables
     p = tmp_path / "stacks.yaml"
     p.write_text("stacks:\n  x:\n    attention: catalog\n    zero3_master_copy: sometimes\n")
     with pytest.raises(ConfigError, match=r"stack 'x' zero3_master_copy = 'sometimes' must be true or false"):
-        _table(str(p))
+        load_tables(str(p))

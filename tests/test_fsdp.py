@@ -48,10 +48,10 @@ def test_prefetch_hides_gather_behind_longer_compute(tmp_path):
     # ... so every later layer's gather is hidden, and costs only the SMs its 16 NCCL channels take from
     # the compute beside it (2 per NIC, 8 NICs per node; taskgraph/overlap.py) for the gather's length
     # slowed by the HBM it shares with that compute (hbm_loss g): f x gather / (1 - g)
-    from taskgraph.costing import _rep_groups
+    from taskgraph.costing import representative_groups
     from taskgraph.overlap import ring_hbm_loss
     f = 16 / 132
-    g = ring_hbm_loss(plan.cluster, shard_groups(plan, dict(_rep_groups(plan.sizes, 0))["dp"])[0])
+    g = ring_hbm_loss(plan.cluster, shard_groups(plan, dict(representative_groups(plan.sizes, 0))["dp"])[0])
     assert 0.0 < g < 0.5
     assert gathers[1:] == pytest.approx([f * first / (1 - g)] * (len(layers) - 1), rel=1e-12)
     bwd = [lw.ops[-1].bwd_pre[0].seconds for lw in layers]

@@ -7,7 +7,7 @@ import pytest
 from simulator.cli.main import main
 from simulator.goodput.closed_forms import daly_goodput, daly_interval, optimal_interval_closed_form, young_interval
 from simulator.goodput.model import Component, RunModel
-from simulator.goodput.replay import _Segment, simulate_run
+from simulator.goodput.replay import Segment, simulate_run
 from simulator.goodput.seeds import best_interval, sweep_intervals
 from simulator.goodput.setup import merge_components
 from strategies.errors import ConfigError
@@ -58,7 +58,7 @@ def test_no_failures_exact_wall_time():
 
 
 def test_async_checkpoint_is_durable_only_after_the_write():
-    seg = _Segment(0.0, 100.0, 5.0, 20.0, 1.0, 1.0, 1.0)
+    seg = Segment(0.0, 100.0, 5.0, 20.0, 1.0, 1.0, 1.0)
     assert seg.compute(104.0) == 100.0 and seg.compute(110.0) == 105.0
     assert seg.durable(124.9) == 0 and seg.durable(125.0) == 1  # save 1 blocks 100..105, durable at 125
 

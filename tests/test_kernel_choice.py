@@ -17,12 +17,12 @@ from strategies.errors import ConfigError
 
 @pytest.fixture
 def fresh(monkeypatch):
-    saved, spent = dict(registry.COMPILED), dict(registry._SPENT)
+    saved, spent = dict(registry.COMPILED), dict(registry.SPENT)
     registry.reset()
     yield monkeypatch
     registry.reset()
     registry.COMPILED.update(saved)
-    registry._SPENT.update(spent)
+    registry.SPENT.update(spent)
 
 
 def test_ski_rental_rule_loads_once_the_python_work_pays(fresh):

@@ -10,7 +10,7 @@ from benchmarks import kernel_sweep as K
 
 
 def test_the_three_passes_of_a_layer_do_the_same_flops():
-    shapes = K._gemm_shapes(quick=False)
+    shapes = K.gemm_shapes(quick=False)
     layer = [s for s in shapes if s[0] == "layer"]
     by_op: dict = {}
     for _, label, pass_, m, n, k in layer:
@@ -26,16 +26,16 @@ def test_the_three_passes_of_a_layer_do_the_same_flops():
 
 
 def test_grid_and_scan_shapes():
-    shapes = K._gemm_shapes(quick=False)
+    shapes = K.gemm_shapes(quick=False)
     scan = [s for s in shapes if s[0] == "wave_scan"]
     assert [s[4] for s in scan] == list(K.WAVE_SCAN_N) and all(s[3] == s[5] == 4096 for s in scan)
     assert len(K.GRID_M) * len(K.GRID_N) * len(K.GRID_K) == 648
 
 
 def test_csv_quotes_commas_and_unions_columns():
-    text = K._rows_to_csv([{"a": 1, "b": "x,y"}, {"a": 2.5, "c": 3}])
+    text = K.rows_to_csv([{"a": 1, "b": "x,y"}, {"a": 2.5, "c": 3}])
     assert text == 'a,b,c\n1,"x,y",\n2.5,,3\n'
-    assert K._rows_to_csv([]) == ""
+    assert K.rows_to_csv([]) == ""
 
 
 @pytest.mark.parametrize("argv, msg", [

@@ -205,9 +205,8 @@ def test_the_length_check_counts_nested_functions_and_skips_compiled_kernels():
 
 
 # ------------------------------------------------------------------------------------ private names
-#: where the private-name check looks (tests/ reach into modules' helpers on purpose: see the report of
-#: issue 43; they are not checked)
-PRIVATE_CHECKED = PACKAGES + ("benchmarks",)
+#: where the private-name check looks: every project module, the tests and the root conftest.py included
+PRIVATE_CHECKED = PACKAGES + ("benchmarks", "tests", "conftest")
 #: private names still reached across modules by code another helper of issue 43 is reworking right now,
 #: by "path: module.name"; the lead empties this list when their branches merge
 PRIVATE_BEING_MOVED: set[str] = set()
@@ -225,13 +224,20 @@ def _project_modules() -> dict[str, Path]:
             if parts[-1] == "__init__":
                 parts.pop()
             mods[".".join(parts)] = path
+    mods["conftest"] = ROOT / "conftest.py"
     return mods
+
+
+#: calls whose string argument names an attribute: ``setattr(x, "_name", v)``, ``monkeypatch.setattr(x, "_name",
+#: v)``, ``monkeypatch.setattr("pkg.mod._name", v)``
+_NAMING_CALLS = {"setattr", "delattr", "getattr", "hasattr"}
 
 
 def private_accesses(source: str, mod: str, is_pkg: bool, mods) -> list[str]:
     """``module.name`` of every private name of another project module that ``source`` (the text of
     module ``mod``) imports (``from x import _name``) or reaches as an attribute of a module it
-    imported by name (``x._name``, ``import a.b as x; x._name``, ``import a.b; a.b._name``)."""
+    imported by name (``x._name``, ``import a.b as x; x._name``, ``import a.b; a.b._name``), or names as a
+    string in a (monkeypatch's) ``setattr``/``delattr``/``getattr``/``hasattr`` call (:data:`_NAMING_CALLS`)."""
     tree = ast.parse(source)
     bound: dict[str, str] = {}   # local name -> the project module it holds
     hits = []
@@ -254,16 +260,32 @@ def private_accesses(source: str, mod: str, is_pkg: bool, mods) -> list[str]:
                     bound[a.asname or a.name] = f"{base}.{a.name}"
                 elif base in mods and base != mod and _private(a.name):
                     hits.append(f"{base}.{a.name}")
+
+    def module_of(v) -> str | None:
+        """The project module expression ``v`` names (``x``, ``a.b``), other than ``mod``; else None."""
+        chain = []
+        while isinstance(v, ast.Attribute):
+            chain.append(v.attr)
+            v = v.value
+        if isinstance(v, ast.Name) and v.id in bound:
+            target = ".".join([bound[v.id], *reversed(chain)])
+            if target in mods and target != mod:
+                return target
+        return None
+
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and _private(node.attr):
-            chain, v = [], node.value
-            while isinstance(v, ast.Attribute):
-                chain.append(v.attr)
-                v = v.value
-            if isinstance(v, ast.Name) and v.id in bound:
-                target = ".".join([bound[v.id], *reversed(chain)])
-                if target in mods and target != mod:
-                    hits.append(f"{target}.{node.attr}")
+        if isinstance(node, ast.Attribute) and _private(node.attr) and (target := module_of(node.value)):
+            hits.append(f"{target}.{node.attr}")
+        elif isinstance(node, ast.Call) and node.args and getattr(node.func, "attr", getattr(node.func, "id", None)) \
+                in _NAMING_CALLS:
+            first, second = node.args[0], node.args[1] if len(node.args) > 1 else None
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):   # "pkg.mod._name"
+                target, _, name = first.value.rpartition(".")
+                if target in mods and target != mod and _private(name):
+                    hits.append(first.value)
+            elif isinstance(second, ast.Constant) and isinstance(second.value, str) and _private(second.value) \
+                    and (target := module_of(first)):
+                hits.append(f"{target}.{second.value}")
     return hits
 
 
@@ -293,5 +315,13 @@ def test_the_private_check_sees_imports_and_attributes():
            "    return b._hidden, cc._z, pkg.a._w, deep._v, b.public, b.__doc__, pkg.sub.c._u, self._own\n")
     assert sorted(private_accesses(src, "pkg.main", False, mods)) == [
         "pkg.a._w", "pkg.a._x", "pkg.b._hidden", "pkg.sub.c._u", "pkg.sub.c._v", "pkg.sub.c._z"]
+    # names given as strings to (monkeypatch's) setattr and friends, and a module's dotted path
+    src = ("import pkg.a as a\nfrom pkg import b\n"
+           "def test(monkeypatch):\n"
+           "    monkeypatch.setattr(a, '_x', 1)\n    monkeypatch.delattr(b, '_y')\n    setattr(a, 'ok', 2)\n"
+           "    getattr(b, '_z')\n    monkeypatch.setattr('pkg.sub.c._w', 3)\n    monkeypatch.setattr(a.K, '_m', 4)\n"
+           "    monkeypatch.setattr('pkg.a.public', 5)\n    monkeypatch.setenv('_ENV', '1')\n")
+    assert sorted(private_accesses(src, "pkg.main", False, mods)) == [
+        "pkg.a._x", "pkg.b._y", "pkg.b._z", "pkg.sub.c._w"]
     # a module's own private names are its own business
     assert private_accesses("from pkg.a import _x\nimport pkg.a\npkg.a._y\n", "pkg.a", False, mods) == []

@@ -20,7 +20,7 @@ def test_action_index_is_cached_per_schedule_object_without_writing_it():
     twin = dataclasses.replace(sched)  # equal by value, another object: its own cache
     assert lc.action_index(twin) is not first
     key = id(sched)
-    assert key in lc._CACHES
+    assert key in lc.cached_schedule_ids()
     del sched, first, twin
     gc.collect()
-    assert key not in lc._CACHES  # the entry left with its schedule
+    assert key not in lc.cached_schedule_ids()  # the entry left with its schedule

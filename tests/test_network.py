@@ -340,8 +340,8 @@ def test_ecmp_routing_slows_all_to_all_across_leaves_and_more_queue_pairs_help()
 
 
 def test_pipeline_flows_are_every_replicas_inter_node_neighbour_pairs():
-    # oracle: the (pp, tp, cp, dp) loop over rank_of the vectorized _pp_flows replaced (issue 30)
-    from topologies.fabric import _pp_flows
+    # oracle: the (pp, tp, cp, dp) loop over rank_of the vectorized pp_flows replaced (issue 30)
+    from topologies.fabric import pp_flows
     from topologies.placement import rank_of
     for tp, cp, dp, pp, g in [(1, 1, 1, 1, 8), (2, 1, 3, 2, 4), (4, 2, 2, 3, 8), (8, 1, 4, 4, 8), (1, 2, 3, 4, 2)]:
         s = ParallelSizes(tp=tp, cp=cp, dp=dp, pp=pp)
@@ -354,5 +354,5 @@ def test_pipeline_flows_are_every_replicas_inter_node_neighbour_pairs():
                         if a // g != b // g:
                             src += [a, b]
                             dst += [b, a]
-        got = _pp_flows(s, g)
+        got = pp_flows(s, g)
         assert got[0].tolist() == src and got[1].tolist() == dst

@@ -5,7 +5,7 @@ import pytest
 from strategies.errors import ConfigError
 from strategies.strategy_file import parse_strategy
 from taskgraph.cost import NVFP4_ELEMENT_BYTES, NVFP4_QUANT_BYTES, op_time
-from taskgraph.operators import _gemm
+from taskgraph.operators import gemm_operator
 from taskgraph.plan import first_last_bf16, resolve
 from topologies.cluster import get_cluster
 from topologies.gpus import GIB, get_gpu, gpu_from_dict
@@ -43,7 +43,7 @@ def _gpu():
 
 def test_nvfp4_gemm_time_by_hand():
     # 128 tokens x (64 -> 64): one 64x64 tile per pass, FP4 peak 4 TFLOP/s x efficiency 0.25 = 1 TFLOP/s
-    op = _gemm("fc", 0, 128, 64, 64, 2, params=64 * 64, saved=0)
+    op = gemm_operator("fc", 0, 128, 64, 64, 2, params=64 * 64, saved=0)
     gpu = _gpu()
     flops = 2 * 64 * 64 * 128
     gemm = flops / 1e12 + 1e-6                           # compute-bound, one launch
@@ -58,7 +58,7 @@ def test_nvfp4_gemm_time_by_hand():
     assert op_time(op, "bwd_weight", gpu, "fp4") == pytest.approx(op_time(op, "bwd_weight", gpu, "fp4",
                                                                          quantize=False))
     # the output head stays BF16: 1 TFLOP/s x efficiency 1
-    head = _gemm("lm_head", 0, 128, 64, 64, 2, params=64 * 64, saved=0)
+    head = gemm_operator("lm_head", 0, 128, 64, 64, 2, params=64 * 64, saved=0)
     assert op_time(head, "fwd", gpu, "fp4") == op_time(head, "fwd", gpu, "bf16")
 
 

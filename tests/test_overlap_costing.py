@@ -8,7 +8,7 @@ import pytest
 from simulator.api import simulate_strategy
 from strategies.strategy_file import parse_strategy
 from taskgraph.cost import op_time
-from taskgraph.costing import _rep_groups, build_work
+from taskgraph.costing import build_work, representative_groups
 from taskgraph.operators import layer_operators
 from taskgraph.overlap import chunk_op, pipelined, ring_exchange, stream_shares
 from taskgraph.plan import resolve
@@ -29,11 +29,11 @@ def _layer(plan, name):
 
 def test_side_stream_shares_are_nccl_channels_over_sms(tmp_path):
     plan = resolve(strategy(tmp_path, nodes=2))
-    shares = stream_shares(plan, dict(_rep_groups(plan.sizes, 0)))
+    shares = stream_shares(plan, dict(representative_groups(plan.sizes, 0)))
     # DP over 2 nodes: 2 channels per NIC x 8 NICs = 16 of 132 SMs; TP 4 inside a node: Hopper's 16
     assert shares == {"dp": pytest.approx(16 / 132), "tp": pytest.approx(16 / 132)}
     off = resolve(strategy(tmp_path, nodes=2, overlap_interference=False))
-    assert stream_shares(off, dict(_rep_groups(off.sizes, 0))) == {}
+    assert stream_shares(off, dict(representative_groups(off.sizes, 0))) == {}
 
 
 def test_userbuffer_overlap_is_the_chunked_closed_form(tmp_path):
@@ -114,14 +114,14 @@ def test_optimizer_step_streams_adam_and_zeroes_the_gradient_buffer(tmp_path):
 
 
 def test_dp_stream_hbm_loss_is_the_ring_traffic_over_hbm(tmp_path):
-    from taskgraph.costing import _comm_time
+    from taskgraph.costing import comm_time
     from taskgraph.overlap import RING_HBM_PER_WIRE_BYTE
     plan = resolve(strategy(tmp_path, nodes=2))
     meta = build_work(plan).meta
     # DP over 2 nodes (ranks 0 and 8 of the tp 4 layout): busBw = (n - 1)/n x size / time of a
     # 1 GiB reduce-scatter; u = 3 busBw / HBM; g = 1 - 1/(1 + u)
-    dp = dict(_rep_groups(plan.sizes, 0))["dp"]
-    bus = (len(dp) - 1) / len(dp) * 2.0 ** 30 / _comm_time(plan.cluster, "reduce-scatter", 2.0 ** 30, tuple(dp))
+    dp = dict(representative_groups(plan.sizes, 0))["dp"]
+    bus = (len(dp) - 1) / len(dp) * 2.0 ** 30 / comm_time(plan.cluster, "reduce-scatter", 2.0 ** 30, tuple(dp))
     u = RING_HBM_PER_WIRE_BYTE * bus / plan.cluster.gpu.hbm_bandwidth
     assert meta["hbm_loss"] == {"dp": pytest.approx(1 - 1 / (1 + u), rel=1e-12)}
     assert 0.0 < meta["hbm_loss"]["dp"] < 0.1   # a NIC ring's traffic is a few % of an H100's HBM
@@ -129,14 +129,14 @@ def test_dp_stream_hbm_loss_is_the_ring_traffic_over_hbm(tmp_path):
 
 
 def test_coarse_bucket_tail_with_hbm_loss_closed_form():
-    from taskgraph.coarse import _bucket_tail
+    from taskgraph.coarse import bucket_tail
     from taskgraph.work import Bucket
     # backward: 4 s closing a 4 s bucket, then 10 s; f = 0.25, g = 0.2: the bucket runs at 0.8 for
     # 5 s beside the compute, which takes 10 + 0.25 x 5 = 11.25 s: the 14 s backward is 1.25 s longer,
     # and the bucket is done inside it (no tail)
     steps = [(0, 1, 4.0), (0, 0, 10.0)]
-    assert _bucket_tail(steps, [Bucket(0, 1, 1.0, 4.0)], 0.25, 0.2) == pytest.approx((1.25, 0.0))
+    assert bucket_tail(steps, [Bucket(0, 1, 1.0, 4.0)], 0.25, 0.2) == pytest.approx((1.25, 0.0))
     # without the loss the old closed form: 10 + 0.25 x 4 -> 1 s longer
-    assert _bucket_tail(steps, [Bucket(0, 1, 1.0, 4.0)], 0.25) == pytest.approx((1.0, 0.0))
+    assert bucket_tail(steps, [Bucket(0, 1, 1.0, 4.0)], 0.25) == pytest.approx((1.0, 0.0))
     # a bucket released at the end runs alone after the backward: its full length
-    assert _bucket_tail(steps, [Bucket(0, 0, 1.0, 4.0)], 0.25, 0.2) == pytest.approx((0.0, 4.0))
+    assert bucket_tail(steps, [Bucket(0, 0, 1.0, 4.0)], 0.25, 0.2) == pytest.approx((0.0, 4.0))

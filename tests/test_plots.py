@@ -10,11 +10,11 @@ from simulator.outputs.plots import (
     GROUPS,
     LABEL_LIMIT,
     MEMORY_FIGURE_PX,
-    _coverage,
-    _time_unit,
+    busy_coverage,
     pipeline_figure_size,
     plot_memory,
     plot_pipelines,
+    time_unit,
 )
 from strategies.actions import Action, Schedule
 from strategies.schedules import get_schedule
@@ -155,16 +155,16 @@ def test_coverage_is_exact_busy_time_per_pixel():
     s = np.array([0.0, 0.25, 1.5, 2.0])
     e = np.array([0.2, 1.25, 1.75, 2.0 + 1e-12])
     bounds = np.linspace(0.0, 3.0, 4)  # pixels [0,1) [1,2) [2,3)
-    busy, present = _coverage(s, e, bounds)
+    busy, present = busy_coverage(s, e, bounds)
     assert busy == pytest.approx([0.95, 0.5, 1e-12], abs=1e-15)
     assert present.tolist() == [True, True, True]
-    busy, present = _coverage(s[:2], e[:2], bounds)
+    busy, present = busy_coverage(s[:2], e[:2], bounds)
     assert present.tolist() == [True, True, False] and busy[2] == 0.0
 
 
 def test_time_unit_switches_to_seconds_past_10_s():
-    assert _time_unit(9.99) == ("ms", 1e3)
-    assert _time_unit(10.5) == ("s", 1.0)
+    assert time_unit(9.99) == ("ms", 1e3)
+    assert time_unit(10.5) == ("s", 1.0)
 
 
 def test_devices_without_rank_and_empty_input(tmp_path):
@@ -211,12 +211,12 @@ def test_comm_rows_collapse_with_rank_count(tmp_path, pp, expect):
 
 
 def test_interleaved_chunks_are_shaded(tmp_path):
-    from simulator.outputs.plots import _shade
+    from simulator.outputs.plots import shade
     run = uniform_pp("interleaved-1f1b", 4, 8, vpp=2)
     p = tmp_path / "il.png"
     fig = plot_pipelines([run], p, memory=False)
     f_color = GROUPS[0][1]
-    light = "#" + "".join(f"{round(v * 255):02X}" for v in _shade(f_color, 1, 2))
+    light = "#" + "".join(f"{round(v * 255):02X}" for v in shade(f_color, 1, 2))
     assert color_pixels(p, f_color) > 200 and color_pixels(p, light) > 200
     assert [t.get_text() for t in fig.legends[0].get_texts()][-2:] == ["chunk 0", "chunk 1 (lighter)"]
 

@@ -99,13 +99,13 @@ training: {micro_batch: 1, global_batch: 2, seq_len: 64, precision: bf16}
 def test_builder_runs_the_launches_on_cpu(tmp_path):
     torch = pytest.importorskip("torch", reason="PyTorch not installed (extra 'profile'): execsim profile untested")
     from simulator.profiling.inventory import profile_items
-    from simulator.profiling.torch_ops import HOT, _attention
+    from simulator.profiling.torch_ops import HOT, build_attention
     p = tmp_path / "s.yaml"
     p.write_text(CP2)
     plan = resolve(load_strategy(p))
     (item,) = [it for it in profile_items(plan) if it.name == "attn_core"]
     assert item.shape == "32x64x32x2+32x32x64x2"            # 32 local queries against 64 keys, 2 heads
-    passes = _attention(torch, item, plan, torch.float32, "cpu")
+    passes = build_attention(torch, item, plan, torch.float32, "cpu")
     shapes = [tuple(t.shape) for t in passes[HOT]["fwd"]]
     # all-gather CP, rank 0: chunk 0 (16 queries) on its own 16 keys; chunk 3 against 48 + its 16
     assert shapes[0::3] == [(1, 2, 16, 32)] * 3 and shapes[1::3] == [(1, 2, 16, 32), (1, 2, 48, 32), (1, 2, 16, 32)]

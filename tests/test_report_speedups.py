@@ -1,5 +1,5 @@
 """The vectorized report helpers equal the loops they replaced (kept here as oracles), bit for bit:
-``training_report._measure_minus`` (two-pointer interval merge) and ``reports.critical_path``
+``training_report.measure_minus`` (two-pointer interval merge) and ``reports.critical_path``
 (step-by-step walk back, a running total per category)."""
 import numpy as np
 from hypothesis import given, settings
@@ -7,7 +7,7 @@ from hypothesis import strategies as hs
 
 from simulator.engine.core import simulate
 from simulator.reports.report import critical_path, prev_on_device
-from simulator.reports.training import _measure_minus, _union
+from simulator.reports.training import interval_union, measure_minus
 from taskgraph.graph import CATEGORIES, Device, TaskGraphBuilder
 
 
@@ -36,15 +36,15 @@ intervals = hs.lists(hs.tuples(hs.floats(0, 50, allow_nan=False), hs.floats(0, 5
 def test_measure_minus_equals_two_pointer_merge(x, y):
     def u(iv):
         s = np.array([p[0] for p in iv], dtype=np.float64)
-        return _union(s, s + np.array([p[1] for p in iv], dtype=np.float64))
+        return interval_union(s, s + np.array([p[1] for p in iv], dtype=np.float64))
     a, b = u(x), u(y)
-    assert _measure_minus(a, b) == measure_minus_loop(a, b)
+    assert measure_minus(a, b) == measure_minus_loop(a, b)
 
 
 def test_measure_minus_exact_small_case():
     a = np.array([[0.0, 4.0], [6.0, 10.0]])
     b = np.array([[1.0, 2.0], [3.0, 7.0], [9.0, 12.0]])
-    assert _measure_minus(a, b) == 8.0 - (1.0 + 1.0 + 1.0 + 1.0)
+    assert measure_minus(a, b) == 8.0 - (1.0 + 1.0 + 1.0 + 1.0)
 
 
 def walk_loop(graph, result):

@@ -258,18 +258,18 @@ def test_fixed_point_plan_kept_while_accepted_and_dropped_when_refused(monkeypat
     monkeypatch.setenv("EXECSIM_KERNEL", "python")  # with numba loaded the compiled engine runs instead
     # the interference loop keeps the accepted sweep's plan and re-runs it with the new durations;
     # when the new durations reorder a device the plan is refused, dropped, and the engine runs
-    from simulator.engine.interference import _resweep
+    from simulator.engine.interference import resweep_round
 
     g = _graph(4, [0, 1, 1, 2], [3, 0], [1, 2], [1.0, 1.0, 1.0, 0.5], 3)
     g.order_hint = np.array([0, 3, 1, 2])  # d1 runs b (released by x at 0.5) before c (at 1.0)
     plans = []
-    res = _resweep(g, None, plans)
+    res = resweep_round(g, None, plans)
     assert res is not None and _same(res, _python(g)) and len(plans) == 1
     g.duration[:] = [1.0, 1.0, 1.0, 0.25]  # same device orders: the kept plan answers
-    res = _resweep(g, res, plans)
+    res = resweep_round(g, res, plans)
     assert res is not None and _same(res, _python(g)) and len(plans) == 1
     g.duration[:] = [1.0, 1.0, 1.0, 2.0]  # c is ready first now: refused, the plan dropped
-    assert _resweep(g, res, plans) is None and plans == []
+    assert resweep_round(g, res, plans) is None and plans == []
 
 
 def test_guess_not_topological_refused_by_the_sweep_on_both_cases():

@@ -247,7 +247,7 @@ def test_build_work_memo_gives_the_uncached_records(gpt3, monkeypatch):
     from taskgraph.plan import resolve
     plans = [resolve(vary(gpt3, v)) for v in (dict(), dict(recompute="full"), dict(pp=16, vpp=1, tp=4))]
     cached = [(costing.build_work(p, fidelity=f), p, f) for p in plans for f in ("coarse", "operator")]
-    monkeypatch.setattr(costing, "_context_id", lambda plan: None)  # the original, unmemoized path
+    monkeypatch.setattr(costing, "context_id", lambda plan: None)  # the original, unmemoized path
     for w, p, f in cached:
         fresh = costing.build_work(p, fidelity=f)
         assert fresh == w and list(fresh.meta) == list(w.meta)

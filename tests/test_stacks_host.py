@@ -15,7 +15,7 @@ from taskgraph.model import ModelSpec
 from taskgraph.operators import layer_operators
 from taskgraph.overheads import host_bound, op_kernels
 from taskgraph.plan import resolve
-from taskgraph.stacks import _table, get_stack
+from taskgraph.stacks import get_stack, load_tables
 from taskgraph.work import OpCost
 
 HOST_LLAMA = Path(__file__).resolve().parents[1] / "benchmarks/kernel_data/h200-2026-11-26/host_llama.csv"
@@ -103,4 +103,4 @@ def test_bad_stack_host_figure_is_one_clear_error(tmp_path, bad):
     p = tmp_path / "stacks.yaml"
     p.write_text(f"stacks:\n  x:\n    attention: catalog\n    host_us_per_kernel: {bad}\n")
     with pytest.raises(ConfigError, match=r"stack 'x' host_us_per_kernel = .* must be a number of microseconds"):
-        _table(str(p))
+        load_tables(str(p))

@@ -348,7 +348,7 @@ def test_inflight_closed_forms_equal_the_generated_orders(schedule):
                 want = closed(pp, m, vpp)
                 if want is None:
                     continue
-                space._BOUND_MEMO.clear()
+                space.clear_bound_memo()
                 saved = space.INFLIGHT_CLOSED_FORM.pop(schedule)
                 try:
                     got = space.inflight_chunks(schedule, pp, m, vpp)

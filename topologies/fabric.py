@@ -395,7 +395,7 @@ def tree_flows(groups: Sequence[Sequence[int]], gpus_per_node: int) -> tuple[np.
 PATTERNS = {"ring": ring_flows, "tree": tree_flows}
 
 
-def _pp_flows(sizes, gpus_per_node: int) -> tuple[np.ndarray, np.ndarray]:
+def pp_flows(sizes, gpus_per_node: int) -> tuple[np.ndarray, np.ndarray]:
     """Pipeline neighbour transfers of every rank (both directions), inter-node ones only."""
     s = as_sizes(sizes)
     if s.pp < 2:
@@ -420,7 +420,7 @@ def _stage_replicas(s, pp_rank: int) -> np.ndarray:
 
 def _axis_flows(axis: str, sizes, gpus_per_node: int):
     if axis == "pp":
-        s, d = _pp_flows(sizes, gpus_per_node)
+        s, d = pp_flows(sizes, gpus_per_node)
         return s, d, np.zeros(len(s), dtype=np.int64)
     return ring_flows(all_groups(axis, sizes), gpus_per_node)
 

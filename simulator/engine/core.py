@@ -17,7 +17,7 @@ task graph's program-order edges.
 Implementation (pure Python + numpy; every shortcut below gives the same pop order, bit for bit, as
 the plain loop "pop (ready, id); start; end; for each successor: ready = max, in-degree - 1, push"):
 
-* Successors are classified once, vectorized, before the loop (:func:`_plan`). A *chain edge* is
+* Successors are classified once, vectorized, before the loop (:func:`successor_plan`). A *chain edge* is
   ``t -> v`` where ``v`` is ``t``'s only successor and ``t`` is ``v``'s only predecessor -- most edges
   of a lowered pipeline (operator chains). For a chain edge ``v`` becomes ready exactly when ``t``
   ends, at ``max(0, end) == end`` when no duration is negative, so the loop pushes ``(end, v)``
@@ -82,7 +82,7 @@ class SimResult:
     makespan: float
 
 
-def _as_index_array(x) -> np.ndarray:
+def as_index_array(x) -> np.ndarray:
     a = np.asarray(x)
     if a.dtype.kind not in "iu":
         a = a.astype(np.int64)  # e.g. an empty Python list becomes float64
@@ -103,8 +103,8 @@ def simulate_arrays(duration, device, succ_ptr, succ_idx, num_devices: int, desc
     """
     dur = np.ascontiguousarray(duration, dtype=np.float64).reshape(-1)
     n = int(dur.shape[0])
-    ptr = _as_index_array(succ_ptr)
-    idx = _as_index_array(succ_idx)
+    ptr = as_index_array(succ_ptr)
+    idx = as_index_array(succ_idx)
     if ptr.shape[0] != n + 1 or (n and (ptr[0] != 0 or ptr[-1] != idx.shape[0])):
         raise ValueError(f"succ_ptr has {ptr.shape[0]} entries for {n} tasks and {idx.shape[0]} edges; "
                          f"it must have n + 1 = {n + 1}, start at 0 and end at the number of edges")
@@ -131,7 +131,7 @@ def simulate_arrays(duration, device, succ_ptr, succ_idx, num_devices: int, desc
                          makespan=float(end_a.max()))
     if kernel != "python":
         raise ValueError(f"kernel {kernel!r} is not one of 'auto', 'python', 'numba'")
-    plan = _plan(dur, ptr, idx)
+    plan = successor_plan(dur, ptr, idx)
     dev = dev_np.tolist()  # small ints: cached objects, 8 bytes each
     sources = plan.sources.tolist()
     free = [0.0] * max(num_devices, 1)
@@ -237,7 +237,7 @@ def simulate(graph, *, kernel: str = "auto") -> SimResult:
 
 
 class _Plan:
-    """Successor tables for :func:`_run` (see :func:`_plan`)."""
+    """Successor tables for :func:`_run` (see :func:`successor_plan`)."""
 
     __slots__ = (
         "chain_dst",
@@ -252,7 +252,7 @@ class _Plan:
     )
 
 
-def _plan(dur: np.ndarray, ptr: np.ndarray, idx: np.ndarray) -> _Plan:
+def successor_plan(dur: np.ndarray, ptr: np.ndarray, idx: np.ndarray) -> _Plan:
     """Classify every task's successors (vectorized).
 
     ``code[t]``:

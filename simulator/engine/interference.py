@@ -252,7 +252,7 @@ def with_interference(graph, run, shares: dict | None = None, *, resweep: bool =
 
     def once(dur):
         graph.duration[:] = dur
-        res = _resweep(graph, last[-1] if last else None, plans) if resweep else None
+        res = resweep_round(graph, last[-1] if last else None, plans) if resweep else None
         res = run(graph) if res is None else res
         last.append(res)
         return res
@@ -270,7 +270,7 @@ def record_rounds(meta: dict, base: np.ndarray, dur: np.ndarray, rounds: int) ->
         meta["interference_s"] = float(np.sum(dur - base))
 
 
-def _resweep(graph, prev, plans: list):
+def resweep_round(graph, prev, plans: list):
     """The graph swept in the order of the last accepted sweep (``plans[-1]``, a
     :class:`~simulator.engine.resweep.SweepPlan`: only the durations changed), else in the previous
     run's order, or before any run in the lowering's guess (``order_hint``); None when refused

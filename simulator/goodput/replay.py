@@ -22,7 +22,7 @@ from simulator.goodput.model import (
 )
 
 
-class _Segment:
+class Segment:
     """Training from ``t0`` with the checkpoint cycle (interval compute, then a blocking save).
 
     Compute time after ``x`` seconds: ``k tau + min(x - k P, tau)`` with ``P = tau + C_block`` and
@@ -67,7 +67,7 @@ class _Segment:
         return c + (math.ceil(c / self.tau - 1e-12) - 1) * self.cb
 
 
-class _VarSegment(_Segment):
+class _VarSegment(Segment):
     """The checkpoint cycle with saves of different lengths (storage contention): save ``j``'s write
     takes ``f_j`` x its nominal time, ``f_j = slowdown`` with probability ``p``, else 1. A synchronous
     save blocks for the write; an asynchronous one blocks for the snapshot, plus the wait for its own
@@ -273,7 +273,7 @@ class _Run:
             self.job.interrupt(("drain", None))
 
     # -- the job ----------------------------------------------------------------------------------
-    def _bank(self, seg: _Segment, kept_c: float, c: float, x: float) -> float:
+    def _bank(self, seg: Segment, kept_c: float, c: float, x: float) -> float:
         """Bank ``kept_c`` seconds of the segment's compute as tokens and useful time; book its
         elastic / slow-node degradation and the ``x - c`` seconds of saves. Returns the tokens."""
         tok = seg.tokens(kept_c)
@@ -285,7 +285,7 @@ class _Run:
         self.losses["checkpoint"] += x - c
         return tok
 
-    def _book(self, seg: _Segment, x: float, keep_all: bool, comp=None) -> None:
+    def _book(self, seg: Segment, x: float, keep_all: bool, comp=None) -> None:
         """Close segment ``seg`` after ``x`` seconds: bank durable work, book the rest as losses."""
         c = seg.compute(x)
         n = seg.durable(x) if not keep_all else math.floor(c / seg.tau + 1e-12)
@@ -333,7 +333,7 @@ class _Run:
                                              m.save_slow_p, m.save_slowdown, self.rng_save,
                                              m.full_tokens_per_s * e / s, e, s)
             else:
-                seg = self.seg = _Segment(env.now, m.interval_s, self.cb, self.cc, m.full_tokens_per_s * e / s, e, s)
+                seg = self.seg = Segment(env.now, m.interval_s, self.cb, self.cc, m.full_tokens_per_s * e / s, e, s)
             cause = None
             while cause is None:
                 x_now = env.now - seg.t0

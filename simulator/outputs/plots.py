@@ -135,7 +135,7 @@ def plot_pipelines(runs: Sequence[tuple[str, TaskGraph, SimResult]], path: str |
         raise ValueError("plot_pipelines needs at least one (label, graph, result) run")
     statics = _per_run_static(static_bytes, len(runs))
     t_max = max(float(r.makespan) for _, _, r in runs)
-    unit, scale = _time_unit(t_max)
+    unit, scale = time_unit(t_max)
     x_hi = (t_max if t_max > 0 else 1.0 / scale) * 1.01
 
     layouts = [row_layout(g, r, comm_rows) for _, g, r in runs]
@@ -172,7 +172,7 @@ def plot_pipelines(runs: Sequence[tuple[str, TaskGraph, SimResult]], path: str |
     handles = [Patch(facecolor=GROUPS[i][1], edgecolor="none", label=GROUPS[i][0]) for i in sorted(used_groups)]
     if vpp > 1:
         shown = range(vpp) if vpp <= 3 else (0, vpp - 1)  # many chunks: the two ends of the shade ramp
-        handles += [Patch(facecolor=_shade(GROUPS[0][1], c, vpp), edgecolor="none",
+        handles += [Patch(facecolor=shade(GROUPS[0][1], c, vpp), edgecolor="none",
                           label=f"chunk {c}" + (" (lighter)" if c and vpp <= 3 else
                                                 f" (chunks 1-{vpp - 2} in between)" if c else ""))
                     for c in shown]
@@ -206,7 +206,7 @@ def _memory_legend_in(n_runs: int, capacity_bytes, memory: bool) -> float:
 _MEMORY_LEGEND_COLS = 3
 
 
-def _shade(color: str, chunk: int, vpp: int):
+def shade(color: str, chunk: int, vpp: int):
     """``color`` mixed toward white for chunk ``chunk`` of ``vpp`` (chunk 0 unchanged)."""
     rgb = np.array([int(color[i:i + 2], 16) / 255.0 for i in (1, 3, 5)])
     f = CHUNK_SHADE * chunk / (vpp - 1) if vpp > 1 else 0.0
@@ -233,7 +233,7 @@ def plot_memory(graph: TaskGraph, result: SimResult, path: str | PathLike, *, st
     ax = fig.add_axes((_LEFT_IN / FIG_WIDTH_IN, _XAXIS_IN / fig_h,
                        (FIG_WIDTH_IN - _LEFT_IN - legend_in) / FIG_WIDTH_IN,
                        (fig_h - _XAXIS_IN - 0.45) / fig_h))
-    unit, scale = _time_unit(float(result.makespan))
+    unit, scale = time_unit(float(result.makespan))
     curves = memory_curves(graph, result)
     end = float(result.makespan)
     ranks = sorted(curves)
@@ -288,7 +288,7 @@ def save_figure(fig: Figure, canvas: FigureCanvasAgg, path) -> None:
     fig.savefig(p, format="png", dpi=DPI, metadata={"Software": None}, facecolor="white")
 
 
-def _time_unit(t_max: float) -> tuple[str, float]:
+def time_unit(t_max: float) -> tuple[str, float]:
     """``("s", 1.0)`` when the longest iteration is over 10 s, else ``("ms", 1e3)``."""
     return ("s", 1.0) if t_max > 10.0 else ("ms", 1e3)
 
@@ -405,7 +405,7 @@ def task_segments(g: TaskGraph, r: SimResult, row_of_dev: np.ndarray):
     return row_of_dev[dev[first]], grp[first], s[first], seg_end, mb[first].astype(np.int64), action, chunk
 
 
-def _coverage(s: np.ndarray, e: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def busy_coverage(s: np.ndarray, e: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Busy seconds of the intervals [s, e) (s < e) inside each pixel column [bounds[j], bounds[j+1]),
     and whether any interval touches the column (exact, by counting).
 
@@ -444,7 +444,7 @@ def _draw_raster(ax, row, grp, s, e, lay, scale: float, x_hi: float, axes_w_px: 
         busy = np.zeros(n_px, dtype=bool)
         for kk in np.unique(key[in_row]).tolist():
             sel = in_row & (key == kk)
-            sec, present = _coverage(s[sel], e[sel], bounds)
+            sec, present = busy_coverage(s[sel], e[sel], bounds)
             occ[kk] = np.where(present, sec, -1.0)
             busy |= present
             used.add(kk // vpp)
@@ -509,7 +509,7 @@ def _draw_gantt(ax, g: TaskGraph, r: SimResult, lay: dict, scale: float, x_hi: f
 
 
 def _bar_colors(grp: np.ndarray, chunk: np.ndarray, vpp: int) -> np.ndarray:
-    """RGB per bar: the pass color, mixed toward white by chunk (``_shade``)."""
+    """RGB per bar: the pass color, mixed toward white by chunk (``shade``)."""
     base = np.array([[int(c[i:i + 2], 16) / 255.0 for i in (1, 3, 5)] for _, c, _ in GROUPS])[grp]
     f = (CHUNK_SHADE * chunk / (vpp - 1) if vpp > 1 else np.zeros(chunk.size))[:, None]
     return base + (1.0 - base) * f

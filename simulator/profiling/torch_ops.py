@@ -190,7 +190,7 @@ def sdpa_calls(launches) -> tuple:
     return tuple(out)
 
 
-def _attention(torch, item, plan, dtype, device) -> dict:
+def build_attention(torch, item, plan, dtype, device) -> dict:
     F = torch.nn.functional
     g0, g1 = item.op.gemms[0], item.op.gemms[1]
     sq, skv, d, bh, dv = g0.m, g0.n, g0.k, g0.batch, g1.n
@@ -316,7 +316,7 @@ def builder_name(item: ProfileItem) -> str:
     return "proxy"
 
 
-_BUILDERS = {"sdpa": _attention, "norm": _norm, "embedding": _embedding, "loss": _loss,
+_BUILDERS = {"sdpa": build_attention, "norm": _norm, "embedding": _embedding, "loss": _loss,
              "residual": _residual, "activation": _activation, "softcap": _softcap, "proxy": _proxy}
 
 

@@ -60,7 +60,7 @@ class TrainingReport:
         return d
 
 
-def _union(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+def interval_union(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Merged, sorted intervals as an (k, 2) array."""
     if starts.size == 0:
         return np.zeros((0, 2))
@@ -73,7 +73,7 @@ def _union(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return np.stack([s[idx], np.append(emax[idx[1:] - 1], emax[-1])], axis=1)
 
 
-def _measure_minus(a: np.ndarray, b: np.ndarray) -> float:
+def measure_minus(a: np.ndarray, b: np.ndarray) -> float:
     """Length of union(a) minus union(b) (both merged interval arrays)."""
     total = float((a[:, 1] - a[:, 0]).sum()) if a.size else 0.0
     if not a.size or not b.size:
@@ -103,7 +103,8 @@ def exposed_comm(graph: TaskGraph, result: SimResult, rank: int) -> float:
     on_rank = dev_rank[graph.device] == rank
     comp = on_rank & dev_compute[graph.device]
     comm = on_rank & ~dev_compute[graph.device] & (graph.duration > 0)
-    return _measure_minus(_union(result.start[comm], result.end[comm]), _union(result.start[comp], result.end[comp]))
+    return measure_minus(interval_union(result.start[comm], result.end[comm]),
+                         interval_union(result.start[comp], result.end[comp]))
 
 
 def recompute_flops_per_microbatch(plan) -> float:

@@ -406,6 +406,11 @@ def _ok_except_layers(ctx: Context, c: Candidate) -> bool:
 _BOUND_MEMO: dict = {}
 
 
+def clear_bound_memo() -> None:
+    """Forget the memoized per-layer numbers of the static memory bound (tests measuring it cold)."""
+    _BOUND_MEMO.clear()
+
+
 def _layer_numbers(ctx: Context, c: Candidate, moe: bool, layer_index: int) -> tuple[float, dict]:
     """(parameters of one layer on one GPU, saved activation bytes per micro-batch by policy)."""
     from taskgraph.cost import DTYPE_BYTES

@@ -93,7 +93,7 @@ STATIC_BUDGET_PYTHON = 0.5
 #: The sweep a DeltaSimulator uses when its ``kernel`` argument is None (see DeltaSimulator).
 DEFAULT_KERNEL = "auto"
 #: From this many tasks on, the Python sweep's bookkeeping after the loop runs as numpy passes instead
-#: of Python loops: the guarded check of the re-timed tasks' edges (``sweep._first_backward_edge``, one
+#: of Python loops: the guarded check of the re-timed tasks' edges (``sweep.first_backward_edge``, one
 #: pass per edge direction over the CSR arrays) and the count and clearing of the dirtied tasks' scratch
 #: (on the ~5 % drawn GPT-3 change: ~6 ms of Python loops over 18-36 k tasks; 0 in tests: always).
 VECTOR_MIN = 1024

@@ -14,7 +14,7 @@ from simulator.engine.delta.queues import gather_rows
 from simulator.engine.delta.stats import SweepAbort
 
 
-def _first_backward_edge(tasks, R, ptr, idx, pptr, pidx):
+def first_backward_edge(tasks, R, ptr, idx, pptr, pidx):
     """The first edge at one of ``tasks`` (in their order; a task's successors before its
     predecessors, each in CSR order) that goes backwards in (ready, id) order, as (u, v), or None."""
     row_s, v = gather_rows(ptr, idx, tasks)
@@ -58,7 +58,7 @@ class SweepMixin:
             tasks = ()
         elif (len(tasks) >= params.VECTOR_MIN and not self._succ_rows_changed and self._pred_csr_cache is not None
               and self._pred_csr_cache[0] is self._succ_csr[0]):  # the CSRs are current: check all edges at once
-            found = _first_backward_edge(np.array(tasks, dtype=np.int64), np.frombuffer(R, dtype=np.float64),
+            found = first_backward_edge(np.array(tasks, dtype=np.int64), np.frombuffer(R, dtype=np.float64),
                                          *self._succ_csr, self._pred_csr_cache[1], self._pred_csr_cache[2])
             if found is not None:
                 return found
