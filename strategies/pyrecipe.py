@@ -31,6 +31,7 @@ of strings and lists built (:data:`MAX_ITEMS`) and the files read (:data:`MAX_FI
 ...     r.trainer.strategy.tensor_model_parallel_size *= 4
 ...     return r
 ... '''
+>>> from strategies.pyrecipe_values import plain
 >>> tree = plain(evaluate_recipe(src, "r.py", "recipe"))
 >>> tree["trainer"]["num_nodes"], tree["trainer"]["strategy"]["tensor_model_parallel_size"]
 (4, 8)
@@ -52,13 +53,17 @@ from strategies.pyrecipe_values import (
     MAX_RECIPE_BYTES,
     MAX_STEPS,
     MAX_TOTAL_BYTES,
+    BreakSignal,
     ClassInfo,
+    ContinueSignal,
     FuncDef,
     Library,
     Module,
     Node,
     Ref,
+    ReturnSignal,
     Unknown,
+    UnresolvedSignal,
     bounded,
     builtin_method,
     materialise,
@@ -67,26 +72,8 @@ from strategies.pyrecipe_values import (
 )
 
 
-class _Return(Exception):
-    def __init__(self, value: Any):
-        self.value = value
-
-
 class RecipeRaise(ConfigError):
     """A ``raise`` statement of the recipe reached: an error unless a ``try`` of the recipe handles it."""
-
-
-class _Unresolved(Exception):
-    def __init__(self, value: Any):
-        self.value = value
-
-
-class _Break(Exception):
-    pass
-
-
-class _Continue(Exception):
-    pass
 
 
 class Evaluator:
@@ -163,7 +150,7 @@ class Evaluator:
         self.depth += 1
         try:
             self.block(fn.node.body, scope, fn.module)
-        except _Return as r:
+        except ReturnSignal as r:
             return r.value
         finally:
             self.depth -= 1
@@ -434,7 +421,7 @@ class Evaluator:
         elif isinstance(st, ast.If):
             self.block(st.body if self.truth(st.test, scope, mod) else st.orelse, scope, mod)
         elif isinstance(st, ast.Return):
-            raise _Return(None if st.value is None else self.expr(st.value, scope, mod))
+            raise ReturnSignal(None if st.value is None else self.expr(st.value, scope, mod))
         elif isinstance(st, ast.Raise):
             msg = ast.unparse(st.exc)[:200] if st.exc is not None else "raise"
             raise RecipeRaise(f"{where}: the recipe raises {msg} with these settings; change the --set values or "
@@ -456,9 +443,9 @@ class Evaluator:
         elif isinstance(st, ast.With):
             self.block(st.body, scope, mod)
         elif isinstance(st, ast.Break):
-            raise _Break()
+            raise BreakSignal()
         elif isinstance(st, ast.Continue):
-            raise _Continue()
+            raise ContinueSignal()
         elif isinstance(st, (ast.Pass, ast.Assert, ast.Delete, ast.Global, ast.Nonlocal, ast.ClassDef)):
             return
         else:
@@ -476,9 +463,9 @@ class Evaluator:
             self.assign(st.target, item, scope, mod)
             try:
                 self.block(st.body, scope, mod)
-            except _Break:
+            except BreakSignal:
                 return
-            except _Continue:
+            except ContinueSignal:
                 continue
         self.block(st.orelse, scope, mod)
 
@@ -641,14 +628,14 @@ class Evaluator:
             if isinstance(seq, dict):
                 seq = list(seq)
             if not isinstance(seq, (list, tuple, str)):
-                raise _Unresolved(Unknown(f"the loop over {ast.unparse(g.iter)[:60]}", where))
+                raise UnresolvedSignal(Unknown(f"the loop over {ast.unparse(g.iter)[:60]}", where))
             for item in list(seq):
                 self.assign(g.target, item, inner, mod)
                 if all(self.truth(c, inner, mod) for c in g.ifs):
                     run(gens[1:])
         try:
             run(list(node.generators))
-        except _Unresolved as u:
+        except UnresolvedSignal as u:
             return u.value
         if isinstance(node, ast.DictComp):
             return {k: v for k, v in items if isinstance(k, (str, int, float, bool)) or k is None}

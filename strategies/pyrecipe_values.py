@@ -12,6 +12,28 @@ from typing import Any
 
 from strategies.errors import ConfigError
 
+
+class ReturnSignal(Exception):
+    """A ``return`` of the recipe, carrying its value up to the call (the evaluator's control flow)."""
+
+    def __init__(self, value: Any):
+        self.value = value
+
+
+class UnresolvedSignal(Exception):
+    """A value the evaluator cannot know at this point, carried up to where it is needed."""
+
+    def __init__(self, value: Any):
+        self.value = value
+
+
+class BreakSignal(Exception):
+    """A ``break`` of the recipe's loop."""
+
+
+class ContinueSignal(Exception):
+    """A ``continue`` of the recipe's loop."""
+
 #: Largest recipe file read, bytes (the longest Megatron-Bridge recipe module is ~150 kB).
 MAX_RECIPE_BYTES = 2 * 2 ** 20
 #: Most AST nodes in one file (llama3.py of Megatron-Bridge: ~25,000).
