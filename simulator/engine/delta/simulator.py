@@ -15,7 +15,7 @@ import numpy as np
 
 from simulator.engine.core import SimResult
 from simulator.engine.delta import params
-from simulator.engine.delta.compiled import CompiledSweepMixin, delta_kernel
+from simulator.engine.delta.compiled import CompiledSweep, KernelGraph, delta_kernel
 from simulator.engine.delta.cost import CostModel
 from simulator.engine.delta.device_queues import DeviceQueueSet
 from simulator.engine.delta.queues import DeviceQueue
@@ -28,7 +28,7 @@ from simulator.engine.delta.sweep import SweepMixin
 from strategies.errors import SimulationError
 
 
-class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepMixin):
+class DeltaSimulator(SweepMixin, ResumeMixin, StaticResweepMixin):
     """Incremental FIFO-engine simulation of a task graph under local changes (see package doc).
 
     Build from a :class:`taskgraph.graph.TaskGraph` (``DeltaSimulator(graph)``) or from the engine's raw
@@ -131,6 +131,8 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         self._broken: str | None = None
         self._state = DeltaState()  # the per-task times, queue keys and sweep scratch (allocated by _full)
         self._queue_set = DeviceQueueSet(self._state, self._kernels)  # the device queues, in both forms
+        # the compiled sweep's driver (None without the kernels)
+        self._compiled = None if self._kernels is None else CompiledSweep(self._kernels, self._state, self._queue_set)
         self._order_cache, self._order_moved = None, []  # key order of the live tasks (_current_order)
         if self._engine == "numba":
             # load the compiled engine and state rebuild first: a full run's time is a cost model
@@ -648,18 +650,37 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
             self._queue_set.as_objects(self._n_devices)
         self._rest_seen = None
         try:
-            sweep = self._sweep_nb if compiled else self._sweep
+            sweep = self._sweep_compiled if compiled else self._sweep
             outcome = sweep(heap, dirtied, self.max_work, race.deadline, guard, race.replan)
         except SweepAbort as exc:
             if compiled:
-                dirtied = self._compiled_marked
+                dirtied = self._compiled.marked
             if exc.at is not None:
                 return self._resume(t0, str(exc), exc.at, exc.processed, dirtied, new_ids, removed, guard)
             return self._fallback(t0, str(exc), dirtied, new_ids, removed)
         if compiled:
-            dirtied = self._compiled_marked
+            dirtied = self._compiled.marked
         return self._sweep_outcome(t0, outcome, stats, dirtied, compiled, guard, new_edges, new_ids, removed,
                                    n_dev_moves, mk_lost)
+
+    def _kernel_graph(self) -> KernelGraph:
+        """The graph's arrays for the compiled kernels, the CSR arrays patched first."""
+        ptr, idx = self._csr_arrays()
+        pptr, pidx = self._pred_csr()
+        return KernelGraph(self._duration_np, self._device_np, ptr, idx, pptr, pidx, self._n_devices)
+
+    def _sweep_compiled(self, heap, dirtied, limit, deadline, guard, replan):
+        """:meth:`_sweep` compiled (:meth:`CompiledSweep.sweep
+        <simulator.engine.delta.compiled.CompiledSweep.sweep>`); records the tasks whose key changed
+        (for the resume) and a duration lost to rounding even when it gives up."""
+        run = self._compiled
+        try:
+            return run.sweep(self._kernel_graph(), self._makespan, self._change_began, heap, dirtied, limit,
+                             deadline, guard, replan)
+        finally:
+            self._swept_rekeyed = run.rekeyed
+            if run.lost_rounding:  # guard later changes too
+                self._lossy = True
 
     def _sweep_outcome(self, t0, outcome, stats, dirtied, compiled, guard, new_edges, new_ids, removed,
                        n_dev_moves, mk_lost) -> DeltaStats:
@@ -668,7 +689,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         sweep's scratch; record the makespan, the tasks whose key changed and the stats."""
         processed, changed, moved, vacated, retimed_r, emax, lost = outcome
         st = self._state.sweep_status
-        clean = compiled and self._compiled_cleared  # the compiled sweep cleared its scratch itself
+        clean = compiled and self._compiled.cleared  # the compiled sweep cleared its scratch itself
         if compiled:
             left = 0 if clean else int(np.count_nonzero(np.frombuffer(st, dtype=np.int64)[dirtied] != 2))
         elif len(dirtied) >= params.VECTOR_MIN:
