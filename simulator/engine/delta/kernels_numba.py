@@ -232,7 +232,7 @@ def sweep(R, S, E, lk, where, st, nr, pend, oS, oE, dur, dev, sptr, sidx, pptr, 
     devices, successor and predecessor CSR); the linked-list queues (``qh``/``qt`` head and tail per
     device, ``qn``/``qp`` next and previous per task) and ``cur``; the event heap (``hr``, ``hx``,
     size ``hs``); then the per-call counters and limits. The driver
-    (``CompiledSweepMixin._sweep_nb``) builds the fixed groups once per change and passes them as
+    (``CompiledSweep.sweep``) builds the fixed groups once per change and passes them as
     one tuple.
 
     One long function on purpose: numba compiles it as one loop, and the Python loop's helpers

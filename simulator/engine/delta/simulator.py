@@ -1,9 +1,10 @@
 """The delta simulator: :class:`DeltaSimulator` -- its public API (construction, accessors, the
 changes), their checks, and ``_delta``, which marks the tasks a change makes dirty, sets the sweep's
 budget and its race with the resumed engine, and runs a sweep. The algorithm is in the package doc
-(:mod:`simulator.engine.delta`); the sweeps, the fallback and the resume are the mixins of
-:mod:`~simulator.engine.delta.sweep`, :mod:`~simulator.engine.delta.compiled` and
-:mod:`~simulator.engine.delta.resume`."""
+(:mod:`simulator.engine.delta`); the Python sweep, the fallback and the resume are the mixins of
+:mod:`~simulator.engine.delta.sweep` and :mod:`~simulator.engine.delta.resume`; the compiled sweep
+and the static re-sweep are objects it holds (:mod:`~simulator.engine.delta.compiled`,
+:mod:`~simulator.engine.delta.static`)."""
 from __future__ import annotations
 
 import heapq
@@ -22,13 +23,13 @@ from simulator.engine.delta.queues import DeviceQueue
 from simulator.engine.delta.race import SweepRace
 from simulator.engine.delta.resume import ResumeMixin
 from simulator.engine.delta.state import DeltaState
-from simulator.engine.delta.static import StaticResweepMixin
+from simulator.engine.delta.static import ListGraph, StaticResweep
 from simulator.engine.delta.stats import NAN, DeltaStats, SweepAbort, extend_array, zeros_array
 from simulator.engine.delta.sweep import SweepMixin
 from strategies.errors import SimulationError
 
 
-class DeltaSimulator(SweepMixin, ResumeMixin, StaticResweepMixin):
+class DeltaSimulator(SweepMixin, ResumeMixin):
     """Incremental FIFO-engine simulation of a task graph under local changes (see package doc).
 
     Build from a :class:`taskgraph.graph.TaskGraph` (``DeltaSimulator(graph)``) or from the engine's raw
@@ -65,11 +66,13 @@ class DeltaSimulator(SweepMixin, ResumeMixin, StaticResweepMixin):
       ``_engine``, ``_cost`` (:class:`~simulator.engine.delta.cost.CostModel`);
     * one change: ``_change_began``, ``_rest_seen`` (the race's count of the tasks after its last
       check, :class:`~simulator.engine.delta.race.SweepRace`), ``_swept_rekeyed`` (the swept tasks
-      whose key changed), ``_compiled_marked`` / ``_compiled_cleared`` (the compiled sweep's marked
-      tasks, and whether it cleared their scratch);
-    * the static re-sweep (:mod:`~simulator.engine.delta.static`): ``_static_skip`` /
-      ``_static_fails`` (its back-off), ``_static_scratch``, ``_dense_walk`` (the dense walk's order)
-      and ``_py_device_lists`` (the Python re-sweep's device lists).
+      whose key changed);
+    * the compiled sweep: ``_compiled`` (:class:`~simulator.engine.delta.compiled.CompiledSweep`, None
+      without the kernels: its driver, which keeps the tasks it marked and whether it cleared their
+      scratch), handed the graph's arrays as a :class:`~simulator.engine.delta.compiled.KernelGraph`;
+    * the static re-sweep: ``_static`` (:class:`~simulator.engine.delta.static.StaticResweep`: its
+      back-off, scratch, the dense walk's order and the Python re-sweep's device lists), handed the
+      graph as a ``KernelGraph`` or a :class:`~simulator.engine.delta.static.ListGraph`.
     """
 
     def __init__(self, graph=None, *, budget: float | str | None = "auto", max_work: int | None = None,
@@ -133,6 +136,7 @@ class DeltaSimulator(SweepMixin, ResumeMixin, StaticResweepMixin):
         self._queue_set = DeviceQueueSet(self._state, self._kernels)  # the device queues, in both forms
         # the compiled sweep's driver (None without the kernels)
         self._compiled = None if self._kernels is None else CompiledSweep(self._kernels, self._state, self._queue_set)
+        self._static = StaticResweep(self._state, self._queue_set, self._kernels, self._cost)  # the static re-sweep
         self._order_cache, self._order_moved = None, []  # key order of the live tasks (_current_order)
         if self._engine == "numba":
             # load the compiled engine and state rebuild first: a full run's time is a cost model
@@ -348,7 +352,7 @@ class DeltaSimulator(SweepMixin, ResumeMixin, StaticResweepMixin):
     def add_devices(self, k: int = 1) -> int:
         """Append ``k`` empty devices; returns the index of the first."""
         queues = self._queue_set.as_objects(self._n_devices)  # before the count changes (the linked lists have one head per device)
-        self._static_orders_stale()
+        self._static.orders_stale(self._n_devices)
         first = self._n_devices
         self._n_devices += int(k)
         queues.extend(DeviceQueue() for _ in range(k))
@@ -640,12 +644,12 @@ class DeltaSimulator(SweepMixin, ResumeMixin, StaticResweepMixin):
         compiled = self._kernels is not None and not replacement
         race = SweepRace(self, t0, heap[0][0] if heap else 0.0, compiled)
         if self._canonical and not (n_dev_moves or replacement) \
-                and self._static_wanted():  # duration changes: the static re-sweep first
-            done = (self._resweep_nb if compiled else self._resweep_py)(t0, heap, dirtied, guard, stats, mk_lost)
+                and self._static.wanted(self.max_work, self.budget):  # duration changes: the static re-sweep first
+            done = self._static_resweep(compiled, t0, heap, dirtied, guard, stats, mk_lost)
             if done is not None:
                 return done
             race.began = time.perf_counter()
-        self._static_orders_stale()  # the ordinary sweep may reorder device queues
+        self._static.orders_stale(self._n_devices)  # the ordinary sweep may reorder device queues
         if not compiled:
             self._queue_set.as_objects(self._n_devices)
         self._rest_seen = None
@@ -662,6 +666,35 @@ class DeltaSimulator(SweepMixin, ResumeMixin, StaticResweepMixin):
             dirtied = self._compiled.marked
         return self._sweep_outcome(t0, outcome, stats, dirtied, compiled, guard, new_edges, new_ids, removed,
                                    n_dev_moves, mk_lost)
+
+    def _static_resweep(self, compiled, t0, heap, dirtied, guard, stats, mk_lost) -> DeltaStats | None:
+        """Try the static re-sweep (:class:`~simulator.engine.delta.static.StaticResweep`, compiled or
+        in Python) on a duration change and record what it took: the makespan, the tasks whose key
+        changed, the stats. None: it gave the change back untouched, for the ordinary sweep."""
+        static = self._static
+        if compiled:
+            out = static.resweep_nb(self._kernel_graph(), self._makespan, t0, heap, dirtied, guard,
+                                    self._current_order, self._order_is_current)
+        else:
+            graph = ListGraph(self._duration, self._pred, self._succ, self._n_devices, self._n_live)
+            out = static.resweep_py(graph, self._makespan, t0, heap, dirtied, guard)
+        if out is None:
+            return None
+        if out.lossy:  # a positive duration lost to rounding: guard later changes too
+            self._lossy = True
+        if out.rekeyed is not None and self._order_cache is not None and len(out.rekeyed):
+            self._order_moved.append(out.rekeyed)  # merged into the key order when it is asked for
+        self._makespan = self._recompute_makespan() if (out.lost or mk_lost) else max(out.emax, self._makespan)
+        stats.retimed = out.retimed
+        stats.changed = out.changed
+        stats.moved = out.moved
+        stats.static = True
+        stats.wall_s = time.perf_counter() - t0
+        return stats
+
+    def _order_is_current(self, order) -> bool:
+        """Is ``order`` the key order as it stands (the last one taken, no task's key changed since)?"""
+        return order is self._order_cache and not self._order_moved
 
     def _kernel_graph(self) -> KernelGraph:
         """The graph's arrays for the compiled kernels, the CSR arrays patched first."""
