@@ -250,11 +250,11 @@ keeping their relative order, so ties break the same way and ``result()`` equals
 Layout
 ------
 This ``__init__`` holds this doc only: import the modules by name. :class:`DeltaSimulator` holds
-collaborators for the jobs that own their data (the compiled sweep's driver ``_compiled``, the static
-re-sweep ``_static``, the device queues, the costs, the state) and handing them what they read
-explicitly -- the graph's arrays as a ``KernelGraph`` (compiled kernels) or a ``ListGraph`` (Python
-loops), the makespan, the change's start -- and recording what they return; the Python sweep and
-the fallback / resume are still mixins (``SweepMixin``, ``ResumeMixin``) that read the simulator's
+collaborators for the jobs that own their data (the Python sweep ``_python_sweep``, the compiled
+sweep's driver ``_compiled``, the static re-sweep ``_static``, the device queues, the costs, the
+state) and hands them what they read explicitly -- the graph's arrays as a ``KernelGraph`` (compiled
+kernels) or a ``ListGraph`` (Python loops), the makespan, the change's start -- and records what they
+return; the fallback / resume is still a mixin (``ResumeMixin``) that reads the simulator's
 attributes. Imports run one way (``simulator`` imports the other modules, they import ``queues``,
 ``stats``, ``state``, ``cost``, ``device_queues`` and ``params``, never ``simulator``). The per-task
 arrays every module reads are one :class:`~simulator.engine.delta.state.DeltaState` (``self._state``),
@@ -280,9 +280,10 @@ named for what they hold; the other attributes the modules share are listed by j
   sweep gives up) and small shared helpers.
 * ``queues``: the Python sweep's device queues (``DeviceQueue``), their lazy sources (``DeviceGroups``, a full
   run's grouping; ``QueueDump``, the compiled sweep's lists) and ``gather_rows`` (CSR rows, vectorized).
-* ``sweep``: ``SweepMixin`` -- the Python event loop (``_sweep``, "Delta algorithm" above; the steps that
-  reach other tasks than the one at the sweep point are the closures of ``_sweep_steps``), the
-  backward-edge check of the guarded sweep and the makespan recomputation.
+* ``sweep``: :class:`~simulator.engine.delta.sweep.PythonSweep` -- the Python event loop (``sweep``,
+  "Delta algorithm" above; the steps that reach other tasks than the one at the sweep point are the
+  closures of ``_steps``); ``backward_edge``, the check of the guarded sweep; ``ListGraph``, the graph
+  as the Python loops read it.
 * ``compiled``: the kernel choice (``delta_kernel``), :class:`~simulator.engine.delta.compiled.KernelGraph`
   (the graph's arrays for the kernels) and :class:`~simulator.engine.delta.compiled.CompiledSweep`, the
   compiled sweep's driver (``sweep``: pauses, deadline checks, outcome; it keeps the marked tasks, the
@@ -295,7 +296,7 @@ named for what they hold; the other attributes the modules share are listed by j
   (``wanted`` / ``failed``: when to try and the back-off; ``resweep_nb`` / ``resweep_py``: the heap and
   the dense walk, the log put back on a refusal; the Python loop is ``_resweep_py_loop``; the orders
   it keeps between changes), returning a ``StaticOutcome`` the simulator records (``_static_resweep``),
-  "Static re-sweep" above; ``ListGraph``, the graph as the Python loops read it; ``kernels_static``:
+  "Static re-sweep" above; ``kernels_static``:
   its compiled loops (numba).
 * ``resume``: ``ResumeMixin`` -- full runs and the state rebuilt from them (``_full``, ``_adopt``),
   the fallback, the engine resumed from the sweep point (``_resume``: the final / rest split

@@ -69,7 +69,7 @@ class CompiledSweep:
 
     def sweep(self, graph: KernelGraph, makespan: float, began: float, heap, dirtied, limit, deadline, guard,
               replan):
-        """``DeltaSimulator._sweep`` compiled (:func:`simulator.engine.delta.kernels_numba.sweep`;
+        """``PythonSweep.sweep`` compiled (:func:`simulator.engine.delta.kernels_numba.sweep`;
         duration and device changes; with the zero-duration guards when ``guard``) on ``graph``, from
         the timeline's ``makespan``, for a change that began at ``began`` (perf_counter); same returns
         and aborts, except that the processed tasks whose ready time changed come as a numpy array.

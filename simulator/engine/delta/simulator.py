@@ -1,9 +1,9 @@
 """The delta simulator: :class:`DeltaSimulator` -- its public API (construction, accessors, the
 changes), their checks, and ``_delta``, which marks the tasks a change makes dirty, sets the sweep's
 budget and its race with the resumed engine, and runs a sweep. The algorithm is in the package doc
-(:mod:`simulator.engine.delta`); the Python sweep, the fallback and the resume are the mixins of
-:mod:`~simulator.engine.delta.sweep` and :mod:`~simulator.engine.delta.resume`; the compiled sweep
-and the static re-sweep are objects it holds (:mod:`~simulator.engine.delta.compiled`,
+(:mod:`simulator.engine.delta`); the fallback and the resume are the mixin of
+:mod:`~simulator.engine.delta.resume`; the Python sweep, the compiled sweep and the static re-sweep
+are objects it holds (:mod:`~simulator.engine.delta.sweep`, :mod:`~simulator.engine.delta.compiled`,
 :mod:`~simulator.engine.delta.static`)."""
 from __future__ import annotations
 
@@ -23,13 +23,13 @@ from simulator.engine.delta.queues import DeviceQueue
 from simulator.engine.delta.race import SweepRace
 from simulator.engine.delta.resume import ResumeMixin
 from simulator.engine.delta.state import DeltaState
-from simulator.engine.delta.static import ListGraph, StaticResweep
+from simulator.engine.delta.static import StaticResweep
 from simulator.engine.delta.stats import NAN, DeltaStats, SweepAbort, extend_array, zeros_array
-from simulator.engine.delta.sweep import SweepMixin
+from simulator.engine.delta.sweep import ListGraph, PythonSweep, backward_edge
 from strategies.errors import SimulationError
 
 
-class DeltaSimulator(SweepMixin, ResumeMixin):
+class DeltaSimulator(ResumeMixin):
     """Incremental FIFO-engine simulation of a task graph under local changes (see package doc).
 
     Build from a :class:`taskgraph.graph.TaskGraph` (``DeltaSimulator(graph)``) or from the engine's raw
@@ -67,12 +67,14 @@ class DeltaSimulator(SweepMixin, ResumeMixin):
     * one change: ``_change_began``, ``_rest_seen`` (the race's count of the tasks after its last
       check, :class:`~simulator.engine.delta.race.SweepRace`), ``_swept_rekeyed`` (the swept tasks
       whose key changed);
+    * the Python sweep: ``_python_sweep`` (:class:`~simulator.engine.delta.sweep.PythonSweep`),
+      handed the graph as a :class:`~simulator.engine.delta.sweep.ListGraph`;
     * the compiled sweep: ``_compiled`` (:class:`~simulator.engine.delta.compiled.CompiledSweep`, None
       without the kernels: its driver, which keeps the tasks it marked and whether it cleared their
       scratch), handed the graph's arrays as a :class:`~simulator.engine.delta.compiled.KernelGraph`;
     * the static re-sweep: ``_static`` (:class:`~simulator.engine.delta.static.StaticResweep`: its
       back-off, scratch, the dense walk's order and the Python re-sweep's device lists), handed the
-      graph as a ``KernelGraph`` or a :class:`~simulator.engine.delta.static.ListGraph`.
+      graph as a ``KernelGraph`` or a ``ListGraph``.
     """
 
     def __init__(self, graph=None, *, budget: float | str | None = "auto", max_work: int | None = None,
@@ -136,6 +138,7 @@ class DeltaSimulator(SweepMixin, ResumeMixin):
         self._queue_set = DeviceQueueSet(self._state, self._kernels)  # the device queues, in both forms
         # the compiled sweep's driver (None without the kernels)
         self._compiled = None if self._kernels is None else CompiledSweep(self._kernels, self._state, self._queue_set)
+        self._python_sweep = PythonSweep(self._state, self._queue_set)  # the Python sweep
         self._static = StaticResweep(self._state, self._queue_set, self._kernels, self._cost)  # the static re-sweep
         self._order_cache, self._order_moved = None, []  # key order of the live tasks (_current_order)
         if self._engine == "numba":
@@ -654,7 +657,7 @@ class DeltaSimulator(SweepMixin, ResumeMixin):
             self._queue_set.as_objects(self._n_devices)
         self._rest_seen = None
         try:
-            sweep = self._sweep_compiled if compiled else self._sweep
+            sweep = self._sweep_compiled if compiled else self._sweep_python
             outcome = sweep(heap, dirtied, self.max_work, race.deadline, guard, race.replan)
         except SweepAbort as exc:
             if compiled:
@@ -676,8 +679,7 @@ class DeltaSimulator(SweepMixin, ResumeMixin):
             out = static.resweep_nb(self._kernel_graph(), self._makespan, t0, heap, dirtied, guard,
                                     self._current_order, self._order_is_current)
         else:
-            graph = ListGraph(self._duration, self._pred, self._succ, self._n_devices, self._n_live)
-            out = static.resweep_py(graph, self._makespan, t0, heap, dirtied, guard)
+            out = static.resweep_py(self._list_graph(), self._makespan, t0, heap, dirtied, guard)
         if out is None:
             return None
         if out.lossy:  # a positive duration lost to rounding: guard later changes too
@@ -696,6 +698,36 @@ class DeltaSimulator(SweepMixin, ResumeMixin):
         """Is ``order`` the key order as it stands (the last one taken, no task's key changed since)?"""
         return order is self._order_cache and not self._order_moved
 
+    def _list_graph(self) -> ListGraph:
+        """The graph as the Python loops read it."""
+        return ListGraph(self._duration, self._device_of, self._pred, self._succ, self._n_devices, self._n_live)
+
+    def _sweep_python(self, heap, dirtied, limit, deadline, guard, replan):
+        """The Python sweep (:meth:`PythonSweep.sweep <simulator.engine.delta.sweep.PythonSweep.sweep>`);
+        records the tasks whose key changed (for the resume) and a duration lost to rounding even
+        when it gives up."""
+        run = self._python_sweep
+        try:
+            return run.sweep(self._list_graph(), self._makespan, heap, dirtied, limit, deadline, guard, replan)
+        finally:
+            self._swept_rekeyed = run.rekeyed
+            if run.lost_rounding:  # guard later changes too
+                self._lossy = True
+
+    def _recompute_makespan(self) -> float:
+        if not self._n_live:
+            return 0.0
+        return float(np.nanmax(np.frombuffer(self._state.end_time, dtype=np.float64)))
+
+    def _backward_edge(self, tasks, new_edges):
+        """:func:`~simulator.engine.delta.sweep.backward_edge` on the current graph, with numpy on
+        the CSR arrays when they are current."""
+        cache, current = self._pred_csr_cache, None
+        if not self._succ_rows_changed and cache is not None and cache[0] is self._succ_csr[0]:
+            current = (*self._succ_csr, cache[1], cache[2])
+        return backward_edge(tasks, new_edges, self._state.ready_time, self._succ, self._pred, self._kernels,
+                             lambda: (*self._csr_arrays(), *self._pred_csr()), current)
+
     def _kernel_graph(self) -> KernelGraph:
         """The graph's arrays for the compiled kernels, the CSR arrays patched first."""
         ptr, idx = self._csr_arrays()
@@ -703,7 +735,7 @@ class DeltaSimulator(SweepMixin, ResumeMixin):
         return KernelGraph(self._duration_np, self._device_np, ptr, idx, pptr, pidx, self._n_devices)
 
     def _sweep_compiled(self, heap, dirtied, limit, deadline, guard, replan):
-        """:meth:`_sweep` compiled (:meth:`CompiledSweep.sweep
+        """:meth:`_sweep_python` compiled (:meth:`CompiledSweep.sweep
         <simulator.engine.delta.compiled.CompiledSweep.sweep>`); records the tasks whose key changed
         (for the resume) and a duration lost to rounding even when it gives up."""
         run = self._compiled

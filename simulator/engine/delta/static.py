@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.engine.delta import params
+from simulator.engine.delta.sweep import ListGraph
 
 
 def static_kernels():
@@ -36,18 +37,6 @@ class StaticOutcome:
     emax: float
     lost: bool
     lossy: bool
-
-
-@dataclass(frozen=True)
-class ListGraph:
-    """The graph as the Python loops read it, for one change: per id the duration (``array('d')``),
-    the predecessor and successor lists; the device count and the live tasks."""
-
-    duration: array
-    pred: list
-    succ: list
-    num_devices: int
-    num_live: int
 
 
 class StaticResweep:
