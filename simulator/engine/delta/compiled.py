@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -34,10 +34,11 @@ def delta_kernel(kernel: str):
     return kernels
 
 
-@dataclass(frozen=True)
-class KernelGraph:
+class KernelGraph(NamedTuple):
     """The graph as the compiled kernels take it, for one change: per id, the duration (float64)
-    and the device (int32), the successor CSR and the predecessor CSR (int64), and the device count."""
+    and the device (int32), the successor CSR and the predecessor CSR (int64), and the device count.
+    (A named tuple, not a frozen dataclass: one is built per change, and it builds in a third of
+    the time.)"""
 
     duration: np.ndarray
     device: np.ndarray

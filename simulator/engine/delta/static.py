@@ -9,7 +9,7 @@ import heapq
 import math
 import time
 from array import array
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -23,12 +23,12 @@ def static_kernels():
     return ks
 
 
-@dataclass(frozen=True)
-class StaticOutcome:
+class StaticOutcome(NamedTuple):
     """A duration change the static re-sweep took: ``retimed`` tasks re-timed (once each), ``changed``
     of them with a new start or end, ``moved`` with a new key; ``rekeyed`` those tasks (None: the key
     order before the change is the key order after it); ``emax`` the largest new end, ``lost`` an
-    end that was the makespan decreased, ``lossy`` a positive duration was lost to rounding."""
+    end that was the makespan decreased, ``lossy`` a positive duration was lost to rounding. (A named
+    tuple, as :class:`~simulator.engine.delta.compiled.KernelGraph`: one per change.)"""
 
     retimed: int
     changed: int

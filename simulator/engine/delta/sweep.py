@@ -8,7 +8,7 @@ import heapq
 import math
 import time
 from array import array
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -37,10 +37,10 @@ def first_backward_edge(tasks, R, ptr, idx, pptr, pidx):
     return int(u[j]), int(xp[j])
 
 
-@dataclass(frozen=True)
-class ListGraph:
+class ListGraph(NamedTuple):
     """The graph as the Python loops read it, for one change: per id the duration (``array('d')``),
-    the device (a list), the predecessor and successor lists; the device count and the live tasks."""
+    the device (a list), the predecessor and successor lists; the device count and the live tasks.
+    (A named tuple, as :class:`~simulator.engine.delta.compiled.KernelGraph`: one per change.)"""
 
     duration: array
     device: list
