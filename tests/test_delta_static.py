@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import simulator.engine.delta.params as delta_mod
 from benchmarks.delta import pipeline_1f1b
 from simulator.engine.delta.simulator import DeltaSimulator
-from simulator.engine.delta.static import StaticResweepMixin
+from simulator.engine.delta.static import StaticResweep
 from tests.test_delta import assert_matches_full, graph_arrays_from, graphs, zero_graphs
 
 try:
@@ -25,7 +25,7 @@ except ImportError:  # the compiled re-sweep's tests skip, with this reason
 def always_try(monkeypatch):
     """No back-off after a refusal, no time limit, no pace rule: every duration change tries the
     static re-sweep, and only the checks refuse it (not the clock)."""
-    monkeypatch.setattr(StaticResweepMixin, "_static_failed", lambda self: None)
+    monkeypatch.setattr(StaticResweep, "failed", lambda self: None)
     monkeypatch.setattr(delta_mod, "STATIC_BUDGET", 1e9)
     monkeypatch.setattr(delta_mod, "STATIC_BUDGET_PYTHON", 1e9)
     monkeypatch.setattr(delta_mod, "STATIC_PACE_PYTHON", 1e9)
@@ -69,10 +69,10 @@ def test_refusals_back_off(kernel):
     arrays = graph_arrays_from(4, 3, [(0, 1), (3, 2)], [1.0, 1.0, 0.5, 2.0], [1, 0, 0, 2])
     ds = DeltaSimulator.from_arrays(*arrays, kernel=kernel)
     assert not ds.set_durations([0], [3.0]).static
-    assert ds._static_skip == 1
+    assert ds._static.skip == 1
     assert not ds.set_durations([3], [2.5]).static  # skipped (its order would be kept: 2 ready at 2.5)
     assert ds.set_durations([3], [2.0]).static  # tried again, and taken
-    assert ds._static_fails == 0
+    assert ds._static.fails == 0
     assert_matches_full(ds)
 
 
@@ -231,9 +231,9 @@ def test_python_resweep_waits_for_its_lists_on_an_early_change():
     g = pipeline_1f1b(3, 6, 3, 0)
     ds = DeltaSimulator(g, kernel="python")
     t = int(ds.pop_order[0])
-    assert not ds.set_durations([t], [float(g.duration[t]) * 1.5]).static and ds._py_device_lists is None
+    assert not ds.set_durations([t], [float(g.duration[t]) * 1.5]).static and ds._static.py_device_lists is None
     late = int(ds.pop_order[-2])
-    assert ds.set_durations([late], [float(g.duration[late]) * 1.5]).static and ds._py_device_lists is not None
+    assert ds.set_durations([late], [float(g.duration[late]) * 1.5]).static and ds._static.py_device_lists is not None
     assert ds.set_durations([t], [float(g.duration[t])]).static
     assert_matches_full(ds)
 
@@ -246,10 +246,10 @@ def test_python_resweep_pace_gives_up_without_back_off(monkeypatch):
     monkeypatch.setattr(delta_mod, "STATIC_PACE_PYTHON_LATE", 0.0)
     g = pipeline_1f1b(4, 40, 4, 0)
     ds = DeltaSimulator(g, kernel="python")
-    ds._py_links()
+    ds._static.py_links(ds.num_ids, ds.num_devices)
     t = int(ds.pop_order[0])
     stats = ds.set_durations([t], [float(g.duration[t]) * 3.0])
-    assert not stats.static and stats.retimed >= 256 and ds._static_skip == 0
+    assert not stats.static and stats.retimed >= 256 and ds._static.skip == 0
     assert_matches_full(ds)
 
 

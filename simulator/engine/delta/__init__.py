@@ -217,9 +217,9 @@ that order is the key order before the change the walk also checks whether it st
 new keys (then ``result()`` has nothing to merge). Re-timing a task that did not change gives the
 same bits (same inputs, same operations), so walking clean tasks is harmless. A time limit
 (``params.STATIC_BUDGET`` x a full run) puts the state back too.
-Without numba the same loop runs in Python (``_resweep_py``, the heap only: a Python step per task
+Without numba the same loop runs in Python (``StaticResweep.resweep_py``, the heap only: a Python step per task
 is no cheaper than the Python engine's, so there is no dense walk), on device lists built once per
-full run (``_py_links``; ~6 ms on 346 k tasks, so a change with more than ``RESUME_MAX_SHARE`` of the
+full run (``StaticResweep.py_links``; ~6 ms on 346 k tasks, so a change with more than ``RESUME_MAX_SHARE`` of the
 tasks after it does not build them), with a pace rule like the Python sweep's
 (``params.STATIC_PACE_PYTHON``): it costs ~1.5 us per re-timed task where the Python sweep costs
 ~4.5 us (one heap event and no queue operation per task, against two of each when every task
@@ -249,12 +249,17 @@ keeping their relative order, so ties break the same way and ``result()`` equals
 
 Layout
 ------
-This ``__init__`` holds this doc only: import the modules by name. :class:`DeltaSimulator` is
-assembled from mixins, one per seam named above, and holds collaborators for the jobs that own their
-data; imports run one way (``simulator`` imports the mixin modules, they import ``queues``, ``stats``,
-``state``, ``cost``, ``device_queues`` and ``params``, never ``simulator``). The per-task arrays every mixin reads are
-one :class:`~simulator.engine.delta.state.DeltaState` (``self._state``), named for what they hold;
-the other attributes the modules share are listed by job in ``DeltaSimulator``'s docstring.
+This ``__init__`` holds this doc only: import the modules by name. :class:`DeltaSimulator` holds
+collaborators for the jobs that own their data (the Python sweep ``_python_sweep``, the compiled
+sweep's driver ``_compiled``, the static re-sweep ``_static``, the device queues, the costs, the
+state) and hands them what they read explicitly -- the graph's arrays as a ``KernelGraph`` (compiled
+kernels) or a ``ListGraph`` (Python loops), the makespan, the change's start -- and records what they
+return; the fallback / resume is still a mixin (``ResumeMixin``) that reads the simulator's
+attributes. Imports run one way (``simulator`` imports the other modules, they import ``queues``,
+``stats``, ``state``, ``cost``, ``device_queues`` and ``params``, never ``simulator``). The per-task
+arrays every module reads are one :class:`~simulator.engine.delta.state.DeltaState` (``self._state``),
+named for what they hold; the other attributes the modules share are listed by job in
+``DeltaSimulator``'s docstring.
 
 * ``simulator``: :class:`~simulator.engine.delta.simulator.DeltaSimulator` -- the public API
   (construction, accessors, ``set_durations`` / ``set_devices`` / ``add_devices`` /
@@ -275,18 +280,24 @@ the other attributes the modules share are listed by job in ``DeltaSimulator``'s
   sweep gives up) and small shared helpers.
 * ``queues``: the Python sweep's device queues (``DeviceQueue``), their lazy sources (``DeviceGroups``, a full
   run's grouping; ``QueueDump``, the compiled sweep's lists) and ``gather_rows`` (CSR rows, vectorized).
-* ``sweep``: ``SweepMixin`` -- the Python event loop (``_sweep``, "Delta algorithm" above; the steps that
-  reach other tasks than the one at the sweep point are the closures of ``_sweep_steps``), the
-  backward-edge check of the guarded sweep and the makespan recomputation.
-* ``compiled``: ``CompiledSweepMixin`` -- the kernel choice (``delta_kernel``), the compiled sweep's
-  driver (``_sweep_nb``: pauses, deadline checks, outcome), "Compiled sweep" above.
+* ``sweep``: :class:`~simulator.engine.delta.sweep.PythonSweep` -- the Python event loop (``sweep``,
+  "Delta algorithm" above; the steps that reach other tasks than the one at the sweep point are the
+  closures of ``_steps``); ``backward_edge``, the check of the guarded sweep; ``ListGraph``, the graph
+  as the Python loops read it.
+* ``compiled``: the kernel choice (``delta_kernel``), :class:`~simulator.engine.delta.compiled.KernelGraph`
+  (the graph's arrays for the kernels) and :class:`~simulator.engine.delta.compiled.CompiledSweep`, the
+  compiled sweep's driver (``sweep``: pauses, deadline checks, outcome; it keeps the marked tasks, the
+  re-keyed ones and whether a duration was lost to rounding for the simulator), "Compiled sweep" above.
 * ``device_queues``: :class:`~simulator.engine.delta.device_queues.DeviceQueueSet` -- the device queues
   in both forms (``DeviceQueue`` objects for the Python sweep, linked lists for the compiled one), which
   of them is current, and the conversions (``as_objects``, ``as_links``).
 * ``kernels_numba``: the compiled loop and its linked-list helpers (numba, extra ``fast``).
-* ``static``: ``StaticResweepMixin`` -- the static re-sweep's driver (when to try, the heap and the
-  dense walk, the log put back on a refusal; the Python loop is ``_resweep_py_loop``), "Static
-  re-sweep" above; ``kernels_static``: its compiled loops (numba).
+* ``static``: :class:`~simulator.engine.delta.static.StaticResweep` -- the static re-sweep's driver
+  (``wanted`` / ``failed``: when to try and the back-off; ``resweep_nb`` / ``resweep_py``: the heap and
+  the dense walk, the log put back on a refusal; the Python loop is ``_resweep_py_loop``; the orders
+  it keeps between changes), returning a ``StaticOutcome`` the simulator records (``_static_resweep``),
+  "Static re-sweep" above; ``kernels_static``:
+  its compiled loops (numba).
 * ``resume``: ``ResumeMixin`` -- full runs and the state rebuilt from them (``_full``, ``_adopt``),
   the fallback, the engine resumed from the sweep point (``_resume``: the final / rest split
   ``_final_upto``, the resumed graph ``_resume_graph``, the state patched ``_resume_patch``), and the

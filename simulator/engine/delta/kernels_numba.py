@@ -1,6 +1,6 @@
 """Optional compiled sweep for :class:`simulator.engine.delta.simulator.DeltaSimulator` (extra ``fast``, i.e. numba).
 
-The same event loop as ``DeltaSimulator._sweep`` (the package doc of :mod:`simulator.engine.delta` gives the
+The same event loop as ``PythonSweep.sweep`` (the package doc of :mod:`simulator.engine.delta` gives the
 algorithm and its proof: FlexFlow's delta simulation, Jia et al. 2019 Section 5.3, made exact for the
 FIFO engine), for the changes it is used for (``set_durations``, ``set_devices``), with the
 zero-duration guards of the Python loop when the timeline has zero (or rounding-lossy) durations
@@ -222,7 +222,7 @@ def cut_and_append(qh, qt, qn, qp, d, last, ids):
 @numba.njit(cache=True)
 def sweep(R, S, E, lk, where, st, nr, pend, oS, oE, dur, dev, sptr, sidx, pptr, pidx,
           qh, qt, qn, qp, cur, hr, hx, hs, dirt, cnt, flt, stop_work, limit, guard, rr):
-    """``DeltaSimulator._sweep``. Returns (status, hs); the heap arrays hold :func:`heap_capacity`
+    """``PythonSweep.sweep``. Returns (status, hs); the heap arrays hold :func:`heap_capacity`
     entries.
 
     Arguments, in groups: the state's ten arrays in :class:`~simulator.engine.delta.state.DeltaState`'s
@@ -232,7 +232,7 @@ def sweep(R, S, E, lk, where, st, nr, pend, oS, oE, dur, dev, sptr, sidx, pptr, 
     devices, successor and predecessor CSR); the linked-list queues (``qh``/``qt`` head and tail per
     device, ``qn``/``qp`` next and previous per task) and ``cur``; the event heap (``hr``, ``hx``,
     size ``hs``); then the per-call counters and limits. The driver
-    (``CompiledSweepMixin._sweep_nb``) builds the fixed groups once per change and passes them as
+    (``CompiledSweep.sweep``) builds the fixed groups once per change and passes them as
     one tuple.
 
     One long function on purpose: numba compiles it as one loop, and the Python loop's helpers
@@ -524,7 +524,7 @@ def sweep(R, S, E, lk, where, st, nr, pend, oS, oE, dur, dev, sptr, sidx, pptr, 
 
 @numba.njit(cache=True)
 def backward_edge(tasks, R, sptr, sidx, pptr, pidx):
-    """``DeltaSimulator._backward_edge`` over ``tasks`` (existing edges only): the first edge at one
+    """``sweep.backward_edge`` over ``tasks`` (existing edges only): the first edge at one
     of them that goes backwards in (ready, id) order, as (u, v), or (-1, -1)."""
     for k in range(tasks.shape[0]):
         x = tasks[k]

@@ -1,5 +1,5 @@
 """Optional compiled static re-sweep for :class:`simulator.engine.delta.simulator.DeltaSimulator` (extra
-``fast``, i.e. numba): the loop of :meth:`~simulator.engine.delta.static.StaticResweepMixin._resweep_py`
+``fast``, i.e. numba): the loop of :meth:`~simulator.engine.delta.static.StaticResweep.resweep_py`
 compiled, for duration changes (package doc of :mod:`simulator.engine.delta`, "Static re-sweep").
 
 The tasks whose inputs changed are re-timed in the *old* key order (a heap over the keys they had

@@ -58,7 +58,7 @@ PACE_MIN_ALT = 0.2
 #: as long as what it has cost plus the alternative stays within (1 + PACE_WASTE) full runs: the bound
 #: on what a change whose pace slows down late (it re-times densely only after a while) can waste.
 PACE_WASTE = 0.5
-#: Duration changes first try the static re-sweep (``static.StaticResweepMixin``, package doc "Static
+#: Duration changes first try the static re-sweep (``static.StaticResweep``, package doc "Static
 #: re-sweep"): re-time the changed tasks in the old key order with every device's old order, checked
 #: against Lemma 1 as it goes; on the real GPT-3 graph no drawn change reordered a device (80 of 80,
 #: benchmarks/delta.py), on graphs whose device orders do change the try stops at the first pair out

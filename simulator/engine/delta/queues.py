@@ -98,7 +98,7 @@ class DeviceQueue:
 
     def ids_np(self) -> np.ndarray:
         """:meth:`ids` as one int64 array, the unmaterialized chunks as slices of their source arrays
-        (no Python list of them: the static re-sweep's device lists, ``_py_links``, after an ordinary
+        (no Python list of them: the static re-sweep's device lists, ``StaticResweep.py_links``, after an ordinary
         sweep)."""
         if self.R is None:
             return np.asarray(self.src[0].device(self.src[1])[0], dtype=np.int64)

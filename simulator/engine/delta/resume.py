@@ -393,7 +393,7 @@ class ResumeMixin:
         self._canonical = bool(canonical)
         self._order_cache = order
         self._order_moved = []
-        self._dense_walk = self._py_device_lists = None  # (the static re-sweep's orders: taken again when needed)
+        self._static.drop_orders()  # (the static re-sweep's orders: taken again when needed)
 
     def _adopt(self, order, ready, start, end, makespan, count_changed: bool = False) -> int:
         """Rebuild the delta state from a full run of the Python engine (pop ``order`` of all ids,

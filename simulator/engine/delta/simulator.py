@@ -1,9 +1,10 @@
 """The delta simulator: :class:`DeltaSimulator` -- its public API (construction, accessors, the
 changes), their checks, and ``_delta``, which marks the tasks a change makes dirty, sets the sweep's
 budget and its race with the resumed engine, and runs a sweep. The algorithm is in the package doc
-(:mod:`simulator.engine.delta`); the sweeps, the fallback and the resume are the mixins of
-:mod:`~simulator.engine.delta.sweep`, :mod:`~simulator.engine.delta.compiled` and
-:mod:`~simulator.engine.delta.resume`."""
+(:mod:`simulator.engine.delta`); the fallback and the resume are the mixin of
+:mod:`~simulator.engine.delta.resume`; the Python sweep, the compiled sweep and the static re-sweep
+are objects it holds (:mod:`~simulator.engine.delta.sweep`, :mod:`~simulator.engine.delta.compiled`,
+:mod:`~simulator.engine.delta.static`)."""
 from __future__ import annotations
 
 import heapq
@@ -15,20 +16,20 @@ import numpy as np
 
 from simulator.engine.core import SimResult
 from simulator.engine.delta import params
-from simulator.engine.delta.compiled import CompiledSweepMixin, delta_kernel
+from simulator.engine.delta.compiled import CompiledSweep, KernelGraph, delta_kernel
 from simulator.engine.delta.cost import CostModel
 from simulator.engine.delta.device_queues import DeviceQueueSet
 from simulator.engine.delta.queues import DeviceQueue
 from simulator.engine.delta.race import SweepRace
 from simulator.engine.delta.resume import ResumeMixin
 from simulator.engine.delta.state import DeltaState
-from simulator.engine.delta.static import StaticResweepMixin
+from simulator.engine.delta.static import StaticResweep
 from simulator.engine.delta.stats import NAN, DeltaStats, SweepAbort, extend_array, zeros_array
-from simulator.engine.delta.sweep import SweepMixin
+from simulator.engine.delta.sweep import ListGraph, PythonSweep, backward_edge
 from strategies.errors import SimulationError
 
 
-class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepMixin):
+class DeltaSimulator(ResumeMixin):
     """Incremental FIFO-engine simulation of a task graph under local changes (see package doc).
 
     Build from a :class:`taskgraph.graph.TaskGraph` (``DeltaSimulator(graph)``) or from the engine's raw
@@ -65,11 +66,15 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
       ``_engine``, ``_cost`` (:class:`~simulator.engine.delta.cost.CostModel`);
     * one change: ``_change_began``, ``_rest_seen`` (the race's count of the tasks after its last
       check, :class:`~simulator.engine.delta.race.SweepRace`), ``_swept_rekeyed`` (the swept tasks
-      whose key changed), ``_compiled_marked`` / ``_compiled_cleared`` (the compiled sweep's marked
-      tasks, and whether it cleared their scratch);
-    * the static re-sweep (:mod:`~simulator.engine.delta.static`): ``_static_skip`` /
-      ``_static_fails`` (its back-off), ``_static_scratch``, ``_dense_walk`` (the dense walk's order)
-      and ``_py_device_lists`` (the Python re-sweep's device lists).
+      whose key changed);
+    * the Python sweep: ``_python_sweep`` (:class:`~simulator.engine.delta.sweep.PythonSweep`),
+      handed the graph as a :class:`~simulator.engine.delta.sweep.ListGraph`;
+    * the compiled sweep: ``_compiled`` (:class:`~simulator.engine.delta.compiled.CompiledSweep`, None
+      without the kernels: its driver, which keeps the tasks it marked and whether it cleared their
+      scratch), handed the graph's arrays as a :class:`~simulator.engine.delta.compiled.KernelGraph`;
+    * the static re-sweep: ``_static`` (:class:`~simulator.engine.delta.static.StaticResweep`: its
+      back-off, scratch, the dense walk's order and the Python re-sweep's device lists), handed the
+      graph as a ``KernelGraph`` or a ``ListGraph``.
     """
 
     def __init__(self, graph=None, *, budget: float | str | None = "auto", max_work: int | None = None,
@@ -131,6 +136,10 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         self._broken: str | None = None
         self._state = DeltaState()  # the per-task times, queue keys and sweep scratch (allocated by _full)
         self._queue_set = DeviceQueueSet(self._state, self._kernels)  # the device queues, in both forms
+        # the compiled sweep's driver (None without the kernels)
+        self._compiled = None if self._kernels is None else CompiledSweep(self._kernels, self._state, self._queue_set)
+        self._python_sweep = PythonSweep(self._state, self._queue_set)  # the Python sweep
+        self._static = StaticResweep(self._state, self._queue_set, self._kernels, self._cost)  # the static re-sweep
         self._order_cache, self._order_moved = None, []  # key order of the live tasks (_current_order)
         if self._engine == "numba":
             # load the compiled engine and state rebuild first: a full run's time is a cost model
@@ -346,7 +355,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
     def add_devices(self, k: int = 1) -> int:
         """Append ``k`` empty devices; returns the index of the first."""
         queues = self._queue_set.as_objects(self._n_devices)  # before the count changes (the linked lists have one head per device)
-        self._static_orders_stale()
+        self._static.orders_stale(self._n_devices)
         first = self._n_devices
         self._n_devices += int(k)
         queues.extend(DeviceQueue() for _ in range(k))
@@ -638,28 +647,105 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         compiled = self._kernels is not None and not replacement
         race = SweepRace(self, t0, heap[0][0] if heap else 0.0, compiled)
         if self._canonical and not (n_dev_moves or replacement) \
-                and self._static_wanted():  # duration changes: the static re-sweep first
-            done = (self._resweep_nb if compiled else self._resweep_py)(t0, heap, dirtied, guard, stats, mk_lost)
+                and self._static.wanted(self.max_work, self.budget):  # duration changes: the static re-sweep first
+            done = self._static_resweep(compiled, t0, heap, dirtied, guard, stats, mk_lost)
             if done is not None:
                 return done
             race.began = time.perf_counter()
-        self._static_orders_stale()  # the ordinary sweep may reorder device queues
+        self._static.orders_stale(self._n_devices)  # the ordinary sweep may reorder device queues
         if not compiled:
             self._queue_set.as_objects(self._n_devices)
         self._rest_seen = None
         try:
-            sweep = self._sweep_nb if compiled else self._sweep
+            sweep = self._sweep_compiled if compiled else self._sweep_python
             outcome = sweep(heap, dirtied, self.max_work, race.deadline, guard, race.replan)
         except SweepAbort as exc:
             if compiled:
-                dirtied = self._compiled_marked
+                dirtied = self._compiled.marked
             if exc.at is not None:
                 return self._resume(t0, str(exc), exc.at, exc.processed, dirtied, new_ids, removed, guard)
             return self._fallback(t0, str(exc), dirtied, new_ids, removed)
         if compiled:
-            dirtied = self._compiled_marked
+            dirtied = self._compiled.marked
         return self._sweep_outcome(t0, outcome, stats, dirtied, compiled, guard, new_edges, new_ids, removed,
                                    n_dev_moves, mk_lost)
+
+    def _static_resweep(self, compiled, t0, heap, dirtied, guard, stats, mk_lost) -> DeltaStats | None:
+        """Try the static re-sweep (:class:`~simulator.engine.delta.static.StaticResweep`, compiled or
+        in Python) on a duration change and record what it took: the makespan, the tasks whose key
+        changed, the stats. None: it gave the change back untouched, for the ordinary sweep."""
+        static = self._static
+        if compiled:
+            out = static.resweep_nb(self._kernel_graph(), self._makespan, t0, heap, dirtied, guard,
+                                    self._current_order, self._order_is_current)
+        else:
+            out = static.resweep_py(self._list_graph(), self._makespan, t0, heap, dirtied, guard)
+        if out is None:
+            return None
+        if out.lossy:  # a positive duration lost to rounding: guard later changes too
+            self._lossy = True
+        if out.rekeyed is not None and self._order_cache is not None and len(out.rekeyed):
+            self._order_moved.append(out.rekeyed)  # merged into the key order when it is asked for
+        self._makespan = self._recompute_makespan() if (out.lost or mk_lost) else max(out.emax, self._makespan)
+        stats.retimed = out.retimed
+        stats.changed = out.changed
+        stats.moved = out.moved
+        stats.static = True
+        stats.wall_s = time.perf_counter() - t0
+        return stats
+
+    def _order_is_current(self, order) -> bool:
+        """Is ``order`` the key order as it stands (the last one taken, no task's key changed since)?"""
+        return order is self._order_cache and not self._order_moved
+
+    def _list_graph(self) -> ListGraph:
+        """The graph as the Python loops read it."""
+        return ListGraph(self._duration, self._device_of, self._pred, self._succ, self._n_devices, self._n_live)
+
+    def _sweep_python(self, heap, dirtied, limit, deadline, guard, replan):
+        """The Python sweep (:meth:`PythonSweep.sweep <simulator.engine.delta.sweep.PythonSweep.sweep>`);
+        records the tasks whose key changed (for the resume) and a duration lost to rounding even
+        when it gives up."""
+        run = self._python_sweep
+        try:
+            return run.sweep(self._list_graph(), self._makespan, heap, dirtied, limit, deadline, guard, replan)
+        finally:
+            self._swept_rekeyed = run.rekeyed
+            if run.lost_rounding:  # guard later changes too
+                self._lossy = True
+
+    def _recompute_makespan(self) -> float:
+        if not self._n_live:
+            return 0.0
+        return float(np.nanmax(np.frombuffer(self._state.end_time, dtype=np.float64)))
+
+    def _backward_edge(self, tasks, new_edges):
+        """:func:`~simulator.engine.delta.sweep.backward_edge` on the current graph, with numpy on
+        the CSR arrays when they are current."""
+        cache, current = self._pred_csr_cache, None
+        if not self._succ_rows_changed and cache is not None and cache[0] is self._succ_csr[0]:
+            current = (*self._succ_csr, cache[1], cache[2])
+        return backward_edge(tasks, new_edges, self._state.ready_time, self._succ, self._pred, self._kernels,
+                             lambda: (*self._csr_arrays(), *self._pred_csr()), current)
+
+    def _kernel_graph(self) -> KernelGraph:
+        """The graph's arrays for the compiled kernels, the CSR arrays patched first."""
+        ptr, idx = self._csr_arrays()
+        pptr, pidx = self._pred_csr()
+        return KernelGraph(self._duration_np, self._device_np, ptr, idx, pptr, pidx, self._n_devices)
+
+    def _sweep_compiled(self, heap, dirtied, limit, deadline, guard, replan):
+        """:meth:`_sweep_python` compiled (:meth:`CompiledSweep.sweep
+        <simulator.engine.delta.compiled.CompiledSweep.sweep>`); records the tasks whose key changed
+        (for the resume) and a duration lost to rounding even when it gives up."""
+        run = self._compiled
+        try:
+            return run.sweep(self._kernel_graph(), self._makespan, self._change_began, heap, dirtied, limit,
+                             deadline, guard, replan)
+        finally:
+            self._swept_rekeyed = run.rekeyed
+            if run.lost_rounding:  # guard later changes too
+                self._lossy = True
 
     def _sweep_outcome(self, t0, outcome, stats, dirtied, compiled, guard, new_edges, new_ids, removed,
                        n_dev_moves, mk_lost) -> DeltaStats:
@@ -668,7 +754,7 @@ class DeltaSimulator(SweepMixin, CompiledSweepMixin, ResumeMixin, StaticResweepM
         sweep's scratch; record the makespan, the tasks whose key changed and the stats."""
         processed, changed, moved, vacated, retimed_r, emax, lost = outcome
         st = self._state.sweep_status
-        clean = compiled and self._compiled_cleared  # the compiled sweep cleared its scratch itself
+        clean = compiled and self._compiled.cleared  # the compiled sweep cleared its scratch itself
         if compiled:
             left = 0 if clean else int(np.count_nonzero(np.frombuffer(st, dtype=np.int64)[dirtied] != 2))
         elif len(dirtied) >= params.VECTOR_MIN:

@@ -1,11 +1,14 @@
-"""The Python sweep (:meth:`SweepMixin._sweep`): the event loop of the package doc
+"""The Python sweep (:meth:`PythonSweep.sweep`): the event loop of the package doc
 (:mod:`simulator.engine.delta`, "Delta algorithm"), with the zero-duration guards, plus the checks
-and the makespan it needs. A mixin of :class:`simulator.engine.delta.simulator.DeltaSimulator`."""
+it needs (:func:`backward_edge`) and :class:`ListGraph`, the graph as the Python loops read it.
+:class:`simulator.engine.delta.simulator.DeltaSimulator` holds the sweep as ``_python_sweep``."""
 from __future__ import annotations
 
 import heapq
 import math
 import time
+from array import array
+from typing import NamedTuple
 
 import numpy as np
 
@@ -34,61 +37,80 @@ def first_backward_edge(tasks, R, ptr, idx, pptr, pidx):
     return int(u[j]), int(xp[j])
 
 
-class SweepMixin:
-    """The Python event loop of :class:`~simulator.engine.delta.simulator.DeltaSimulator` (state: see
-    ``DeltaSimulator.__init__`` and ``_adopt``)."""
+class ListGraph(NamedTuple):
+    """The graph as the Python loops read it, for one change: per id the duration (``array('d')``),
+    the device (a list), the predecessor and successor lists; the device count and the live tasks.
+    (A named tuple, as :class:`~simulator.engine.delta.compiled.KernelGraph`: one per change.)"""
 
-    def _recompute_makespan(self) -> float:
-        if not self._n_live:
-            return 0.0
-        return float(np.nanmax(np.frombuffer(self._state.end_time, dtype=np.float64)))
+    duration: array
+    device: list
+    pred: list
+    succ: list
+    num_devices: int
+    num_live: int
 
-    def _backward_edge(self, tasks, new_edges):
-        """The first edge at one of ``tasks`` (or among ``new_edges``) that goes backwards in (ready,
-        id) order, as (u, v), or None. ``tasks`` as a numpy array (from the compiled sweep, which
-        runs on an unchanged edge set): checked by the compiled helper."""
-        R, succ, pred = self._state.ready_time, self._succ, self._pred
-        if isinstance(tasks, np.ndarray):
-            if tasks.size:
-                ptr, idx = self._csr_arrays()
-                pptr, pidx = self._pred_csr()
-                u, v = self._kernels.backward_edge(tasks, np.frombuffer(R, dtype=np.float64), ptr, idx, pptr, pidx)
-                if u != -1:
-                    return int(u), int(v)
-            tasks = ()
-        elif (len(tasks) >= params.VECTOR_MIN and not self._succ_rows_changed and self._pred_csr_cache is not None
-              and self._pred_csr_cache[0] is self._succ_csr[0]):  # the CSRs are current: check all edges at once
-            found = first_backward_edge(np.array(tasks, dtype=np.int64), np.frombuffer(R, dtype=np.float64),
-                                         *self._succ_csr, self._pred_csr_cache[1], self._pred_csr_cache[2])
-            if found is not None:
-                return found
-            tasks = ()
-        for x in tasks:
-            rx = R[x]
-            for v in succ[x]:
-                if R[v] < rx or (R[v] == rx and v < x):
-                    return (x, v)
-            for u in pred[x]:
-                if rx < R[u] or (rx == R[u] and x < u):
-                    return (u, x)
-        for u, v in new_edges:
-            if R[v] < R[u] or (R[v] == R[u] and v < u):
-                return (u, v)
-        return None
 
-    def _sweep_steps(self, heap, mark, guard):
-        """The steps of :meth:`_sweep` that change other tasks than the one at the sweep point, as
+def backward_edge(tasks, new_edges, R, succ, pred, kernels, kernel_csr, current_csr):
+    """The first edge at one of ``tasks`` (or among ``new_edges``) that goes backwards in (ready,
+    id) order, as (u, v), or None; ``R``: the ready times, ``succ`` / ``pred``: the lists. ``tasks``
+    as a numpy array (from the compiled sweep, which runs on an unchanged edge set): checked by the
+    compiled helper of ``kernels`` on the CSR arrays ``kernel_csr()`` returns (successor ptr, idx,
+    predecessor ptr, idx); a list of at least ``params.VECTOR_MIN``: with numpy when ``current_csr``
+    (the same four arrays, or None when they are not current) is given."""
+    if isinstance(tasks, np.ndarray):
+        if tasks.size:
+            ptr, idx, pptr, pidx = kernel_csr()
+            u, v = kernels.backward_edge(tasks, np.frombuffer(R, dtype=np.float64), ptr, idx, pptr, pidx)
+            if u != -1:
+                return int(u), int(v)
+        tasks = ()
+    elif len(tasks) >= params.VECTOR_MIN and current_csr is not None:  # check all edges at once
+        found = first_backward_edge(np.array(tasks, dtype=np.int64), np.frombuffer(R, dtype=np.float64),
+                                    *current_csr)
+        if found is not None:
+            return found
+        tasks = ()
+    for x in tasks:
+        rx = R[x]
+        for v in succ[x]:
+            if R[v] < rx or (R[v] == rx and v < x):
+                return (x, v)
+        for u in pred[x]:
+            if rx < R[u] or (rx == R[u] and x < u):
+                return (u, x)
+    for u, v in new_edges:
+        if R[v] < R[u] or (R[v] == R[u] and v < u):
+            return (u, v)
+    return None
+
+
+class PythonSweep:
+    """The Python event loop of :class:`~simulator.engine.delta.simulator.DeltaSimulator` on the
+    per-task times of ``state`` (:class:`~simulator.engine.delta.state.DeltaState`) and the
+    ``DeviceQueue`` objects of ``queue_set``
+    (:class:`~simulator.engine.delta.device_queues.DeviceQueueSet`). What the last :meth:`sweep`
+    leaves for its caller, also when it gave up: ``rekeyed`` (the processed tasks whose key changed,
+    kept for the resume) and ``lost_rounding`` (a positive duration was lost to rounding)."""
+
+    def __init__(self, state, queue_set):
+        self.state = state
+        self.queue_set = queue_set
+        self.rekeyed = None
+        self.lost_rounding = False
+
+    def _steps(self, graph, heap, mark, guard):
+        """The steps of :meth:`sweep` that change other tasks than the one at the sweep point, as
         closures over the state (one set per sweep; a closure call is cheaper than a method's attribute
         reads in the loop): ``mark_queue(z)`` (z's queue predecessor changed), ``block_successors(y)``
         (y's successors pend on it), ``relocate(y, new, sy, Kr, Kx)`` (y's entry moves to its new
         ready time now), ``release(x, Kr, Kx)`` (x, unresolved, was processed: its successors'
         pending counts drop) and ``propagate(x, e, oe, Kr, Kx)`` (x's end changed from ``oe`` to
         ``e``: its successors' ready times follow). ``(Kr, Kx)``: the sweep point, for the guards."""
-        state = self._state
+        state = self.state
         R, E, lk, where = state.ready_time, state.end_time, state.queue_key, state.queue_device
         st, nr, pend = state.sweep_status, state.new_ready, state.pending_preds
-        dev, succ, pred = self._device_of, self._succ, self._pred
-        Q = self._queue_set.objects
+        dev, succ, pred = graph.device, graph.succ, graph.pred
+        Q = self.queue_set.objects
         push = heapq.heappush
 
         def mark_queue(z):
@@ -192,10 +214,10 @@ class SweepMixin:
 
         return mark_queue, block_successors, release, propagate
 
-    def _sweep(self, heap, dirtied, limit, deadline, guard, replan):
-        """The event loop (see package doc): pops events in key order and, for each, processes the
+    def sweep(self, graph: ListGraph, makespan: float, heap, dirtied, limit, deadline, guard, replan):
+        """The event loop (see package doc) on ``graph``, from the timeline's ``makespan``: pops events in key order and, for each, processes the
         task at its final key or vacates its entry; the steps that reach other tasks are
-        :meth:`_sweep_steps`. Returns counters, the processed tasks whose ready time changed, the
+        :meth:`_steps`. Returns counters, the processed tasks whose ready time changed, the
         largest new end and whether an end that was the makespan decreased.
 
         st[x]: 0 clean, 1 dirty, 3 dirty and unresolved (vacated, new, or moved to a key not below
@@ -203,21 +225,22 @@ class SweepMixin:
         pend[x] == 0. pend[x]: unresolved predecessors. lk[x]: the ready time of x's queue entry on
         device where[x] (-1: no entry). Ids whose st left 0 are appended to ``dirtied``.
         """
-        state = self._state
+        state = self.state
         R, S, E, lk, where = state.ready_time, state.start_time, state.end_time, state.queue_key, state.queue_device
         st, nr, pend, oS, oE = state.sweep_status, state.new_ready, state.pending_preds, state.old_start, state.old_end
-        dur, dev = self._duration, self._device_of
-        Q = self._queue_set.objects
+        dur, dev = graph.duration, graph.device
+        Q = self.queue_set.objects
         pop = heapq.heappop
-        mark_queue, block_successors, release, propagate = self._sweep_steps(heap, dirtied.append, guard)
+        mark_queue, block_successors, release, propagate = self._steps(graph, heap, dirtied.append, guard)
         processed = changed = moved = vacated = work = 0
         if limit is None:
             limit = -1
         clock = time.perf_counter
         timed = deadline != math.inf
         retimed_r: list[int] = []  # processed tasks whose ready time (key) changed
-        self._swept_rekeyed = retimed_r  # (kept for the resume if the sweep gives up)
-        mk0 = self._makespan
+        self.rekeyed = retimed_r  # (kept for the resume if the sweep gives up)
+        self.lost_rounding = False
+        mk0 = makespan
         emax = -math.inf
         lost = False
         Kr, Kx = -math.inf, -1
@@ -250,7 +273,7 @@ class SweepMixin:
                         # starts and an edge can tie; the no-guard argument needs E > S
                         raise SweepAbort(f"positive duration lost to rounding: task {x} ({dur[x]!r} s) "
                                      f"starts and ends at {s!r} s")
-                    self._lossy = True  # later changes keep the guards (package doc)
+                    self.lost_rounding = True  # later changes keep the guards (package doc)
                 oe = E[x]
                 if w == -1:
                     where[x] = d
