@@ -41,20 +41,16 @@ import time
 
 TOLERANCE = 0.02
 
-_GPT3 = {"preset": "gpt3-175b"}
+#: GPT-3 with 256 layers on 2,048 A100s: 64 pipeline stages x 4 chunks
+_GPT3_256 = {
+    "model": {"preset": "gpt3-175b", "layers": 256}, "cluster": {"preset": "dgx-a100-80g", "nodes": 256},
+    "parallel": {"tp": 8, "pp": 64, "vpp": 4, "sp": True, "zero": 1}, "schedule": "interleaved-1f1b",
+    "training": {"micro_batch": 1, "global_batch": 1024, "seq_len": 2048, "precision": "bf16",
+                 "recompute": "selective"},
+    "options": {"overlap_grad_reduce": True, "overlap_param_gather": True}}
 CONFIGS = {
-    "gpt3-256-stages-2048": {
-        "model": {**_GPT3, "layers": 256}, "cluster": {"preset": "dgx-a100-80g", "nodes": 256},
-        "parallel": {"tp": 8, "pp": 64, "vpp": 4, "sp": True, "zero": 1}, "schedule": "interleaved-1f1b",
-        "training": {"micro_batch": 1, "global_batch": 1024, "seq_len": 2048, "precision": "bf16",
-                     "recompute": "selective"},
-        "options": {"overlap_grad_reduce": True, "overlap_param_gather": True}},
-    "gpt3-256-stages-2048-few-mb": {
-        "model": {**_GPT3, "layers": 256}, "cluster": {"preset": "dgx-a100-80g", "nodes": 256},
-        "parallel": {"tp": 8, "pp": 64, "vpp": 4, "sp": True, "zero": 1}, "schedule": "interleaved-1f1b",
-        "training": {"micro_batch": 1, "global_batch": 256, "seq_len": 2048, "precision": "bf16",
-                     "recompute": "selective"},
-        "options": {"overlap_grad_reduce": True, "overlap_param_gather": True}},
+    "gpt3-256-stages-2048": _GPT3_256,
+    "gpt3-256-stages-2048-few-mb": {**_GPT3_256, "training": {**_GPT3_256["training"], "global_batch": 256}},
     "llama70b-nvfp4-160-stages-1920": {
         "model": {"preset": "llama3-70b", "layers": 160}, "cluster": {"preset": "gb300-nvl72", "gpus": 1920},
         "parallel": {"tp": 4, "pp": 40, "vpp": 4, "sp": True, "zero": 1}, "schedule": "interleaved-1f1b",

@@ -13,7 +13,8 @@ over the mean, a deterministic closed form from two published sources of imbalan
    the auxiliary-loss-free expert bias (DeepSeek-V3 Section 2.1.2, Megatron
    ``--moe-router-enable-expert-bias``). We read each expert's load share as normal with coefficient
    of variation sigma_e; the expected maximum of 64 of them is 1 + sigma_e * z(64), hence
-   sigma_e = MaxVio / z(64) (z(n): expected maximum of n standard normals, ``expected_max_normal``).
+   sigma_e = MaxVio / z(64) (z(n): expected maximum of n standard normals,
+   ``topologies.stragglers.expected_max_std_normal``, the order statistic the straggler model uses).
    An EP rank holds E/ep consecutive experts whose popularities are independent, so its share has
    coefficient of variation sigma_e / sqrt(E/ep).
 2. **Finite tokens per micro-batch.** Even a router with no preference (Megatron's
@@ -32,40 +33,16 @@ mixture's domains) are not in them, so learned routing here is a floor for a rea
 from __future__ import annotations
 
 import math
-from functools import cache
 
 from strategies.strategy_file import MoeRouting
 from taskgraph.model import ModelSpec
+from topologies.stragglers import expected_max_std_normal
 
 #: routing name -> MaxVio_global over ``MAXVIO_EXPERTS`` routed experts (Wang et al. 2024,
 #: arXiv:2408.15664, Table 2, the 3B model); None = no learned popularity, only the token draw.
 MAXVIO_GLOBAL = {"aux_loss": 0.52, "aux_loss_free": 0.04, "random": 0.0}
 #: routed experts of the model MAXVIO_GLOBAL was measured on (Wang 2024 Section 4.1: 64 routed experts)
 MAXVIO_EXPERTS = 64
-
-
-@cache
-def expected_max_normal(n: int) -> float:
-    """E[max of n independent standard normals], by Simpson's rule on
-    integral x n phi(x) Phi(x)^(n-1) dx over [-12, 12] (8,000 panels; deterministic).
-
-    >>> round(expected_max_normal(2), 6) == round(1 / math.sqrt(math.pi), 6)
-    True
-    >>> expected_max_normal(1)
-    0.0
-    """
-    if n < 1:
-        raise ValueError(f"n = {n} must be >= 1")
-    if n == 1:
-        return 0.0
-    lo, hi, panels = -12.0, 12.0, 8000
-    step = (hi - lo) / panels
-    total = 0.0
-    for i in range(panels + 1):
-        x = lo + i * step
-        f = x * n * math.exp(-0.5 * x * x) / math.sqrt(2 * math.pi) * (0.5 * (1 + math.erf(x / math.sqrt(2)))) ** (n - 1)
-        total += f * (1 if i in (0, panels) else 4 if i % 2 else 2)
-    return total * step / 3
 
 
 def busiest_rank_load(routing: str, experts: int, top_k: int, ep: int, copies_per_rank: float) -> float:
@@ -82,10 +59,10 @@ def busiest_rank_load(routing: str, experts: int, top_k: int, ep: int, copies_pe
         return 1.0
     if routing not in MAXVIO_GLOBAL:
         raise ValueError(f"routing {routing!r} is not one of balanced, {', '.join(MAXVIO_GLOBAL)}")
-    sigma_e = MAXVIO_GLOBAL[routing] / expected_max_normal(MAXVIO_EXPERTS)
+    sigma_e = MAXVIO_GLOBAL[routing] / expected_max_std_normal(MAXVIO_EXPERTS)
     popularity = sigma_e * sigma_e * ep / experts
     draw = (1 - 1 / ep) * (experts - top_k) / ((experts - 1) * copies_per_rank) if experts > 1 else 0.0
-    return 1.0 + expected_max_normal(ep) * math.sqrt(popularity + draw)
+    return 1.0 + expected_max_std_normal(ep) * math.sqrt(popularity + draw)
 
 
 def routed_load(model: ModelSpec, routing: MoeRouting, *, tokens: int, tp: int, ep: int) -> float:

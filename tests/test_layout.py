@@ -55,6 +55,16 @@ def _resolve(name: str, mods) -> str | None:
     return name or None
 
 
+
+def _import_base(node: ast.ImportFrom, mod: str, is_pkg: bool) -> str:
+    """The absolute module a ``from ... import`` in ``mod`` names (relative levels resolved)."""
+    base = node.module or ""
+    if node.level:
+        parts = mod.split(".")[: len(mod.split(".")) - (0 if is_pkg else 1)]
+        parts = parts[: len(parts) - (node.level - 1)]
+        base = ".".join(parts + ([base] if base else []))
+    return base
+
 def import_graph() -> nx.DiGraph:
     """Module -> module for every import statement anywhere in the file (functions included)."""
     mods = _modules()
@@ -67,11 +77,7 @@ def import_graph() -> nx.DiGraph:
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    parts = mod.split(".")[: len(mod.split(".")) - (0 if is_pkg else 1)]
-                    parts = parts[: len(parts) - (node.level - 1)]
-                    base = ".".join(parts + ([base] if base else []))
+                base = _import_base(node, mod, is_pkg)
                 targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
             for t in targets:
                 r = _resolve(t, mods)
@@ -250,11 +256,7 @@ def private_accesses(source: str, mod: str, is_pkg: bool, mods) -> list[str]:
                 elif a.name.split(".")[0] in mods:
                     bound[a.name.split(".")[0]] = a.name.split(".")[0]
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = mod.split(".")[: len(mod.split(".")) - (0 if is_pkg else 1)]
-                parts = parts[: len(parts) - (node.level - 1)]
-                base = ".".join(parts + ([base] if base else []))
+            base = _import_base(node, mod, is_pkg)
             for a in node.names:
                 if f"{base}.{a.name}" in mods:
                     bound[a.asname or a.name] = f"{base}.{a.name}"

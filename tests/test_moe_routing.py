@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 from strategies.errors import ConfigError
 from strategies.strategy_file import MoeRouting, parse_strategy
 from taskgraph.model import get_model
-from taskgraph.moe_routing import MAXVIO_GLOBAL, busiest_rank_load, expected_max_normal, routed_load
+from taskgraph.moe_routing import MAXVIO_GLOBAL, busiest_rank_load, routed_load
 from taskgraph.operators import layer_operators
+from topologies.stragglers import expected_max_std_normal as expected_max_normal
 
 
 def test_expected_max_of_normals_closed_forms():
