@@ -17,7 +17,7 @@ from taskgraph.stacks import attention_efficiency, get_stack
 from topologies.gpus import get_gpu
 from topologies.kernels import KERNELS_PATH, attention_fraction, attention_table
 
-H100, A100 = 989.4, 312.0
+H100, A100, GB200 = 989.4, 312.0, 2500.0
 
 
 def test_table_points_return_the_table_value():
@@ -48,9 +48,28 @@ def test_missing_causal_rows_take_the_forward_ratio():
     # A100 has only forward + backward figures ([FA2-F4] (d) 155 at 2k): both passes take them
     for p in ("fwd", "bwd"):
         assert attention_fraction("fa2", "ampere", p, 128, 2048, causal=True) == pytest.approx(155 / A100)
-    # Blackwell takes Hopper's fractions; a kernel without rows answers None
-    assert attention_fraction("cudnn", "blackwell", "fwd", 128, 2048, causal=True) == pytest.approx(484 / H100)
+    # Blackwell: cuDNN from GB200's rows ([CUDNN-SDPA] 1,042 at 2k causal); FlashAttention-2 (no Blackwell
+    # row) from Hopper's, the fallback architecture; a kernel without rows anywhere answers None
+    assert attention_fraction("cudnn", "blackwell", "fwd", 128, 2048, causal=True) == pytest.approx(1042 / GB200)
+    assert attention_fraction("fa2", "blackwell", "fwd", 128, 2048, causal=False) == pytest.approx(362 / H100)
     assert attention_fraction("fa3", "ampere", "fwd", 128, 2048, causal=True) is None
+
+
+def test_blackwell_cudnn_rows_exact_and_extended():
+    """[CUDNN-SDPA] GB200 rows (cuDNN 9.19.1, head dim 128): exact at the measured 2k..32k; below 2k
+    (leading nulls) and past 32k (trailing nulls) the measured row times the H200 cuDNN row's ratio
+    ([EXECSIM-H200] head dim 128 causal, the `extend` row) to the nearest measured length."""
+    for s, f, b in zip((2048, 4096, 8192, 16384, 32768), (1042, 1335, 1598, 1687, 1720), (836, 1132, 1311, 1402, 1473)):
+        assert attention_fraction("cudnn", "blackwell", "fwd", 128, s, causal=True) == pytest.approx(f / GB200)
+        assert attention_fraction("cudnn", "blackwell", "bwd", 128, s, causal=True) == pytest.approx(b / GB200)
+    assert attention_fraction("cudnn", "blackwell", "fwd", 128, 4096, causal=False) == pytest.approx(1593 / GB200)
+    assert attention_fraction("cudnn", "blackwell", "bwd", 128, 16384, causal=False) == pytest.approx(1455 / GB200)
+    # 512: 2k's 1,042 x H200 cuDNN forward causal 350 / 535; 128k: 32k's 1,473 x H200 backward 529 / 542
+    assert attention_fraction("cudnn", "blackwell", "fwd", 128, 512, causal=True) == pytest.approx(1042 * 350 / 535 / GB200)
+    assert attention_fraction("cudnn", "blackwell", "bwd", 128, 131072, causal=True) == \
+        pytest.approx(1473 * 529 / 542 / GB200)
+    # one head dim measured: it holds at every head dim
+    assert attention_fraction("cudnn", "blackwell", "fwd", 64, 4096, causal=True) == pytest.approx(1335 / GB200)
 
 
 def test_per_pass_rows_agree_with_the_combined_figure():
@@ -117,7 +136,10 @@ def test_reader_names_the_bad_field(tmp_path):
     with pytest.raises(ConfigError, match=r"attention.curves\[0\]: tflops must list 9 positive numbers"):
         attention_table(str(bad))
     bad.write_text(text.replace(row, "tflops: [282, null, 318, 321, 322, 324, null, null, null]"), encoding="utf-8")
-    with pytest.raises(ConfigError, match=r"attention.curves\[0\]: tflops = .* has a number after a null"):
+    with pytest.raises(ConfigError, match=r"attention.curves\[0\]: tflops = .* has a null between two numbers"):
+        attention_table(str(bad))
+    bad.write_text(text.replace(row, "tflops: [null, null, null, null, null, null, null, null, null]"), encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"attention.curves\[0\]: tflops must list 9 positive numbers"):
         attention_table(str(bad))
     bad.write_text(text.replace("fa2:           {gpu: H200-SXM-141GB, head_dim: 128",
                                 "fa2:           {gpu: H200-SXM-141GB, head_dim: 64"), encoding="utf-8")

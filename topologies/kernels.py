@@ -6,8 +6,9 @@ Every figure is cited in the YAML. A query between the measured points interpola
 log2(sequence length) (the figures are taken at powers of two, and a kernel's fixed per-tile costs
 amortise over the key loop, whose length doubles from point to point), linear in head dim; outside the
 table's range the nearest point's value (512 below, 128k above: below 512 the model is not asked for
-training shapes). A row not measured past some length (its trailing nulls) continues by its kernel's
-measured long-sequence ratio (``attention.extend``; a kernel without one stays flat). A pass without a
+training shapes). A row not measured past some length (its trailing nulls), or below some length (its
+leading nulls), continues by its kernel's measured ratio (``attention.extend``; a kernel without one
+stays flat). A pass without a
 causal row takes the non-causal row times the forward's causal / non-causal ratio at the same point (the
 YAML's header says why).
 
@@ -34,9 +35,10 @@ ATTENTION_PASSES = ("fwd", "bwd", "fwd_bwd")
 @dataclass(frozen=True)
 class AttentionTable:
     """Attention curves: ``curves[(kernel, gpu, pass, head_dim, causal)]`` = fraction of the measuring
-    GPU's dense peak at each of ``seq_len`` (trailing nulls already extended); ``arch_gpus``:
+    GPU's dense peak at each of ``seq_len`` (leading and trailing nulls already extended); ``arch_gpus``:
     architecture -> its measuring GPUs, in order of preference;
-    ``fallback``: architecture -> the architecture whose fractions it takes."""
+    ``fallback``: architecture -> the architecture whose fractions it takes for a kernel its own GPUs have
+    no rows of."""
 
     seq_len: tuple
     curves: Mapping
@@ -95,14 +97,15 @@ def _attention_table(path: str) -> AttentionTable:
             raise ConfigError(f"{w}: head_dim = {hd!r} must be a positive integer")
         if not isinstance(causal, bool):
             raise ConfigError(f"{w}: causal = {causal!r} must be true or false")
-        if not isinstance(tf, list) or len(tf) != len(seq) or tf[0] is None or \
+        if not isinstance(tf, list) or len(tf) != len(seq) or all(v is None for v in tf) or \
                 any(v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0) for v in tf):
-            raise ConfigError(f"{w}: tflops must list {len(seq)} positive numbers (null past the last measured "
-                              f"length), one per attention.seq_len")
-        n = tf.index(None) if None in tf else len(tf)
+            raise ConfigError(f"{w}: tflops must list {len(seq)} positive numbers (null before the first or past "
+                              f"the last measured length), one per attention.seq_len")
+        first = next(i for i, v in enumerate(tf) if v is not None)
+        n = tf.index(None, first) if None in tf[first:] else len(tf)
         if any(v is not None for v in tf[n:]):
-            raise ConfigError(f"{w}: tflops = {tf!r} has a number after a null; only trailing nulls (lengths "
-                              f"past the last measured one) are allowed")
+            raise ConfigError(f"{w}: tflops = {tf!r} has a null between two numbers; only leading and trailing "
+                              f"nulls (lengths outside the measured ones) are allowed")
         if not row.get("source"):
             raise ConfigError(f"{w}: source is empty; every figure names where it comes from")
         key = (str(row["kernel"]), str(row["gpu"]), row["pass"], hd, causal)
@@ -132,9 +135,9 @@ def _combined(f: float, b: float) -> float:
 
 
 def _extended(curves: dict, extend: Mapping, peaks: Mapping, where: str) -> dict:
-    """``curves`` with each row's trailing nulls filled: value(L) x ref(s) / ref(L), ref the kernel's
-    ``extend`` row at the same pass (fwd_bwd: its fwd and bwd combined); flat without one (the YAML's
-    header)."""
+    """``curves`` with each row's leading and trailing nulls filled: value(E) x ref(s) / ref(E), E the
+    row's nearest measured length and ref the kernel's ``extend`` row at the same pass (fwd_bwd: its fwd
+    and bwd combined); flat without one (the YAML's header)."""
     refs = {}
     for kernel, spec in extend.items():
         w = f"{where}: attention.extend.{kernel}"
@@ -153,11 +156,21 @@ def _extended(curves: dict, extend: Mapping, peaks: Mapping, where: str) -> dict
         if None not in vals:
             out[key] = vals
             continue
-        last = vals.index(None) - 1
-        ref = refs.get(key[0], {}).get(key[2])
-        out[key] = tuple(v if i <= last else
-                         vals[last] * (ref[i] / ref[last] if ref else 1.0) for i, v in enumerate(vals))
+        out[key] = _filled(vals, refs.get(key[0], {}).get(key[2]))
     return out
+
+
+def _filled(vals: tuple, ref) -> tuple:
+    """``vals`` with each null replaced by the nearest measured value (the first for a leading null, the
+    last for a trailing one) times ``ref``'s ratio between the two lengths (flat when ``ref`` is None)."""
+    measured = [i for i, v in enumerate(vals) if v is not None]
+    out = []
+    for i, v in enumerate(vals):
+        if v is None:
+            e = measured[0] if i < measured[0] else measured[-1]
+            v = vals[e] * (ref[i] / ref[e] if ref else 1.0)
+        out.append(v)
+    return tuple(out)
 
 
 def _interp(xs, ys, x: float) -> float:
@@ -210,8 +223,10 @@ def attention_fraction(kernel: str, architecture: str, pass_: str, head_dim: flo
     or 'bwd') at ``head_dim`` and sequence length ``seq`` (its key-loop length), with or without a causal
     mask; None when the table has nothing for the kernel on that architecture (or its fallback)."""
     table = attention_table(path)
-    arch = architecture if architecture in table.arch_gpus else table.fallback.get(architecture)
-    for gpu in (table.arch_gpus.get(arch) or ()) if arch else ():
+    # the architecture's own measuring GPUs first, then its fallback's (a kernel measured on Hopper only,
+    # e.g. FlashAttention-2, keeps Hopper's fractions on Blackwell)
+    gpus = table.arch_gpus.get(architecture, ()) + table.arch_gpus.get(table.fallback.get(architecture, ""), ())
+    for gpu in gpus:
         v = _pass_at(table, kernel, gpu, "fwd" if pass_ == "fwd" else "bwd", causal, float(head_dim), float(seq))
         if v is not None:
             return v
