@@ -16,7 +16,7 @@ from taskgraph.coarse import coarse_stage_work
 from taskgraph.cost import NVFP4_ELEMENT_BYTES, OPTIMIZER_OP, ProfileTable, op_time
 from taskgraph.cpu_optimizer import cpu_offload_step_time
 from taskgraph.operators import embedding_operators, head_operators, layer_operators
-from taskgraph.overheads import adam_step_s, host_bound, master_copy, step_overhead_s
+from taskgraph.overheads import adam_step_s, host_bound, master_copy, stack_host_terms, step_overhead_s
 from taskgraph.overlap import bulk, chunk_op, pipelined, ring_exchange, ring_hbm_loss, sm_fraction, stream_shares
 from taskgraph.pipeline_p2p import activation_bytes, boundary_times
 from taskgraph.plan import DTYPE_BYTES, Plan
@@ -562,6 +562,8 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
     host_s = getattr(plan.cluster, "host_us_per_kernel", 0.0) * 1e-6
     host_c = getattr(plan.cluster, "host_us_per_collective", 0.0) * 1e-6
     flash = opt.flash_attention
+    # DTensor dispatch under TP and FSDP2's per-layer hooks (stacks.yaml [HOST-DT]): transformer layers only
+    scale, hooks = stack_host_terms(ctx.stack, len(groups["tp"]), plan.zero == 3 and plan.shard_size > 1, host_s)
     if plan.schedule.is_first_stage(stage):
         ops = embedding_operators(plan.model, dtype_bytes=dt, **kw)
         layers.append(LayerWork("embedding", host_bound(ops, [_op_cost(ctx, o, "none", groups, False) for o in ops],
@@ -589,7 +591,7 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
                 costs[-1] = _with(costs[-1], bwd_pre=bpre + costs[-1].bwd_pre)
             if off:
                 costs = _offloaded(plan, costs)
-            layer_cache[key] = host_bound(ops, costs, host_s, flash, host_c, ctx.stack)
+            layer_cache[key] = host_bound(ops, costs, host_s, flash, host_c, ctx.stack, scale, hooks)
         layers.append(LayerWork(f"layer{li}", layer_cache[key], policy))
     if plan.schedule.is_last_stage(stage):
         ops = head_operators(plan.model, dtype_bytes=dt, ep=s.ep, etp=s.etp, flash_attention=opt.flash_attention,

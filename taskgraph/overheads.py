@@ -9,7 +9,10 @@ behind over a stretch of work: per layer and pass we compare the host time ``ker
 cluster.host_us_per_kernel`` with the GPU time (compute plus the collectives on its critical
 path) and, when the host is slower, stretch the layer's compute by the difference (spread in
 proportion to each op's time). Large layers never notice; small ones (hidden 2048, short
-sequences) become host-bound, as measured on small models. Kernels per op pass: one per GEMM
+sequences) become host-bound, as measured on small models. PyTorch-native stacks add what their
+framework runs on the host per layer: DTensor's dispatch under tensor parallelism (a multiplier of
+the kernels' host time) and FSDP2's per-layer hooks (``stack_host_terms``; measured,
+taskgraph/data/stacks.yaml [HOST-DT]). Kernels per op pass: one per GEMM
 (``op.gemms``), one for fused attention (four unfused: QK^T, softmax, dropout, PV), one for
 memory-bound kinds. Default 10 us per kernel (``clusters.yaml``; the low middle of the 5-25 us
 range: Megatron and Transformer Engine fuse most elementwise work). An NCCL call costs the host more
@@ -70,12 +73,14 @@ def op_kernels(op, pass_: str, stack=None) -> int:
     return stack.passes_of(op.name) if stack is not None else 1
 
 
-def host_bound(ops, costs, host_s: float, flash: bool = True, host_coll_s: float | None = None, stack=None):
+def host_bound(ops, costs, host_s: float, flash: bool = True, host_coll_s: float | None = None, stack=None,
+               scale: tuple = (1.0, 1.0), hook_s: tuple = (0.0, 0.0)):
     """Stretch one layer's compute where the host dispatches slower than the GPU runs.
 
     ``ops`` and ``costs`` are parallel (operators and their :class:`OpCost`); returns new costs.
     Forward and backward (input + weight gradients) are judged separately. ``host_s`` per kernel,
-    ``host_coll_s`` per collective (default ``host_s``).
+    ``host_coll_s`` per collective (default ``host_s``); ``scale`` multiplies the kernels' host time
+    and ``hook_s`` adds host seconds, (forward, backward) each (``stack_host_terms``).
     """
     coll_s = host_s if host_coll_s is None else host_coll_s
     if (host_s <= 0 and coll_s <= 0) or not costs:
@@ -87,9 +92,9 @@ def host_bound(ops, costs, host_s: float, flash: bool = True, host_coll_s: float
             k = 4
         return k
 
-    fwd_h = (sum(kernels(o, "fwd") for o in ops) * host_s
+    fwd_h = (sum(kernels(o, "fwd") for o in ops) * host_s * scale[0] + hook_s[0]
              + sum(len(c.fwd_pre) + len(c.fwd_post) for c in costs) * coll_s)
-    bwd_h = (sum(kernels(o, "bwd_input") + kernels(o, "bwd_weight") for o in ops) * host_s
+    bwd_h = (sum(kernels(o, "bwd_input") + kernels(o, "bwd_weight") for o in ops) * host_s * scale[1] + hook_s[1]
              + sum(len(c.bwd_pre) + len(c.bwd_post) for c in costs) * coll_s)
     fwd_c = sum(c.fwd for c in costs)
     bwd_c = sum(c.bwd_input + c.bwd_weight for c in costs)
@@ -101,6 +106,34 @@ def host_bound(ops, costs, host_s: float, flash: bool = True, host_coll_s: float
         return tuple(costs)
     return tuple(replace(c, fwd=c.fwd * ff, bwd_input=c.bwd_input * fb, bwd_weight=c.bwd_weight * fb)
                  for c in costs)
+
+
+def stack_host_terms(stack, tp: int, fsdp2_sharded: bool, host_s: float) -> tuple[tuple, tuple]:
+    """(scale, hook_s) of :func:`host_bound` for one transformer layer of a PyTorch-native stack
+    (taskgraph/data/stacks.yaml [HOST-DT]): under tensor parallelism (``tp`` > 1) every op of the
+    layer goes through DTensor's dispatch (sharding propagation, redistribute, the functional
+    collectives' wrappers), which multiplies the kernels' host time by the stack's
+    ``dtensor_host_factor``; with FSDP2 sharding the parameters (``fsdp2_sharded``) its per-layer
+    pre/post forward and backward hooks (unshard with copy-in, copy-out, reshard, the gradients'
+    reduce-scatter set-up) add ``fsdp2_hook_kernels`` times ``host_s`` (``fsdp2_hook_kernels_tp`` when
+    the sharded parameters are TP's DTensors: FSDP2 over a 2-D mesh handles each as a DTensor). Other
+    stacks: no change.
+
+    >>> from types import SimpleNamespace as N
+    >>> st = N(dtensor_host_factor=(3.0, 4.0), fsdp2_hook_kernels=(10.0, 20.0), fsdp2_hook_kernels_tp=(30.0, 40.0))
+    >>> stack_host_terms(st, 8, True, 0.5)
+    ((3.0, 4.0), (15.0, 20.0))
+    >>> stack_host_terms(st, 1, True, 0.5)
+    ((1.0, 1.0), (5.0, 10.0))
+    >>> stack_host_terms(st, 1, False, 1e-6)
+    ((1.0, 1.0), (0.0, 0.0))
+    """
+    if stack is None:
+        return (1.0, 1.0), (0.0, 0.0)
+    scale = tuple(stack.dtensor_host_factor) if tp > 1 else (1.0, 1.0)
+    per_layer = stack.fsdp2_hook_kernels_tp if tp > 1 else stack.fsdp2_hook_kernels
+    hooks = tuple(k * host_s for k in per_layer) if fsdp2_sharded else (0.0, 0.0)
+    return scale, hooks
 
 
 #: fused Adam (one multi-tensor kernel): read gradient, master weight, two moments (4 x 4), write weight and
@@ -167,5 +200,6 @@ __all__ = [
     "host_bound",
     "master_copy",
     "op_kernels",
+    "stack_host_terms",
     "step_overhead_s",
 ]

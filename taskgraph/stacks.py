@@ -48,7 +48,12 @@ class Stack:
     one SDPA launch per step with fp32 merges (``taskgraph/torch_cp.py``); float8_casts: FP8 linear layers
     are torchao's Float8Linear, whose amax and cast kernels run apart from the GEMMs ('torchao'; with
     torch.compile fusing their first read into the producer: 'torchao-fused'; ``taskgraph/float8_casts.py``),
-    '' = Transformer Engine's casts fused into the producing kernels."""
+    '' = Transformer Engine's casts fused into the producing kernels; dtensor_host_factor: (forward,
+    backward) multipliers of a layer's kernel host time under tensor parallelism (tp > 1), where every
+    op goes through DTensor's dispatch (1.0: none); fsdp2_hook_kernels: (forward, backward) host time
+    of FSDP2's per-layer hooks when the parameters are sharded, in the stack's host_us_per_kernel
+    (0.0: none); fsdp2_hook_kernels_tp: the same when the sharded parameters are TP's DTensors (tp > 1);
+    all three ``taskgraph/overheads.py`` stack_host_terms, stacks.yaml [HOST-DT]."""
 
     name: str
     attention: str
@@ -60,6 +65,9 @@ class Stack:
     fsdp2_copies: bool = False
     torch_cp: bool = False
     float8_casts: str = ""
+    dtensor_host_factor: tuple = (1.0, 1.0)
+    fsdp2_hook_kernels: tuple = (0.0, 0.0)
+    fsdp2_hook_kernels_tp: tuple = (0.0, 0.0)
 
     def passes_of(self, op_name: str) -> int:
         """Passes of an operator by its role (the name after a layer prefix, e.g. ``mtp0.final_norm``)."""
@@ -111,8 +119,14 @@ def load_tables(path: str = STACKS_PATH) -> tuple[dict, dict, dict]:
         if f8 not in ("", "torchao", "torchao-fused"):
             raise ConfigError(f"stack file {path!r}: stack {name!r} float8_casts = {f8!r} must be 'torchao', "
                               f"'torchao-fused' or left out")
+        dt_factor = _pass_pair(path, name, d, "dtensor_host_factor", 1.0, (1.0, 100.0),
+                               "multipliers of the kernels' host time")
+        hooks = _pass_pair(path, name, d, "fsdp2_hook_kernels", 0.0, (0.0, 1000.0),
+                           "host times in the stack's host_us_per_kernel")
+        hooks_tp = _pass_pair(path, name, d, "fsdp2_hook_kernels_tp", 0.0, (0.0, 1000.0),
+                              "host times in the stack's host_us_per_kernel")
         stacks[str(name)] = Stack(str(name), att, passes, None if host is None else float(host), copy, acc, serial,
-                                  fsdp2, tcp, f8)
+                                  fsdp2, tcp, f8, dt_factor, hooks, hooks_tp)
     cat = data.get("catalog_attention") or {}
     catalog = {"kernel": {str(a): str(k) for a, k in (cat.get("kernel") or {}).items()},
                "reference": {str(a): (float(r["head_dim"]), float(r["seq_len"]))
@@ -122,6 +136,20 @@ def load_tables(path: str = STACKS_PATH) -> tuple[dict, dict, dict]:
             raise ConfigError(f"stack file {path!r}: catalog_attention.kernel.{a} = {k!r} needs a kernel of "
                               f"attention_kernels and a catalog_attention.reference.{a}")
     return stacks, kernels, catalog
+
+
+def _pass_pair(path: str, name, d: dict, key: str, default: float, bounds: tuple, what: str) -> tuple:
+    """A stack's ``{fwd: x, bwd: y}`` field as (x, y), each in ``bounds``; left out: (default, default)."""
+    v = d.get(key)
+    if v is None:
+        return (default, default)
+    lo, hi = bounds
+    ok = (isinstance(v, dict) and set(v) == {"fwd", "bwd"}
+          and all(not isinstance(x, bool) and isinstance(x, (int, float)) and lo <= x <= hi for x in v.values()))
+    if not ok:
+        raise ConfigError(f"stack file {path!r}: stack {name!r} {key} = {v!r} must be {{fwd: x, bwd: y}}, {what}, "
+                          f"each a number in [{lo:g}, {hi:g}] (or left out)")
+    return (float(v["fwd"]), float(v["bwd"]))
 
 
 def read_stack_file(path: str) -> dict:

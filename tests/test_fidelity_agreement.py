@@ -125,6 +125,11 @@ NEW_FIELDS = {
                                 "training": {"micro_batch": 1, "global_batch": 8, "seq_len": 8192,
                                              "precision": "fp8", "recompute": "selective"},
                                 "options": {"stack": "torchtitan-compile"}}),
+    # DTensor's host dispatch under TP and FSDP2's hooks over TP's DTensors (stacks.yaml [HOST-DT])
+    "torchtitan-tp2-fsdp2-host": ({"model": "llama3-8b", "cluster": {"preset": "dgx-h100", "nodes": 1},
+                                   "parallel": {"tp": 2, "pp": 1, "zero": 3},
+                                   "training": {"micro_batch": 1, "global_batch": 8, "seq_len": 8192},
+                                   "options": {"stack": "torchtitan"}}),
     "gpt-oss-120b": ({"model": "gpt-oss-120b", "cluster": {"preset": "dgx-h100", "nodes": 8},
                       "parallel": {"tp": 1, "pp": 4, "ep": 8, "zero": 1},
                       "training": {"micro_batch": 1, "global_batch": 64, "seq_len": 4096}}),

@@ -209,13 +209,14 @@ def _draw_model_fields(data: dict, on: set, i: int) -> None:
 
 
 #: what a software stack adds (taskgraph/stack_costs.py, taskgraph/torch_cp.py), each counted like an option
-STACK_MECHANISMS = ("fsdp2-copies", "torch-cp", "deepspeed-pipe")
+STACK_MECHANISMS = ("fsdp2-copies", "torch-cp", "deepspeed-pipe", "dtensor-host")
 
 
 def _draw_stack_mechanisms(data: dict, on: set, i: int) -> None:
     """Puts a draw on the stack whose mechanism it can exercise: torchtitan under ZeRO-3 without pp
     (FSDP2's copies) or with cp > 1 and a fused kernel (PyTorch's ring attention); deepspeed in bf16 at
-    ZeRO 0/1 with pp > 1 (unfused accumulation, serial exchanges). Own generator (issue 38)."""
+    ZeRO 0/1 with pp > 1 (unfused accumulation, serial exchanges); torchtitan with tp > 1 (DTensor's host
+    dispatch, and FSDP2's hooks under ZeRO-3). Own generator (issue 38)."""
     rng = np.random.default_rng((20261130, i))
     par, opt, tr = data["parallel"], data["options"], data["training"]
     u = rng.random()
@@ -225,9 +226,13 @@ def _draw_stack_mechanisms(data: dict, on: set, i: int) -> None:
         opt["stack"], tag = str(rng.choice(["torchtitan", "torchtitan-compile"])), "torch-cp"
     elif tr["precision"] == "bf16" and par["zero"] <= 1 and par["pp"] > 1 and u < 0.3:
         opt["stack"], tag = "deepspeed", "deepspeed-pipe"
+    elif par["tp"] > 1 and u < 0.6:   # DTensor's host dispatch (stacks.yaml [HOST-DT])
+        opt["stack"], tag = str(rng.choice(["torchtitan", "torchtitan-compile"])), "dtensor-host"
     else:
         return
     on.update(("stack", tag))
+    if opt["stack"].startswith("torchtitan") and par["tp"] > 1:
+        on.add("dtensor-host")
 
 
 def _draw(rng: np.random.Generator, i: int) -> tuple[dict, set]:
