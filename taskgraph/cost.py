@@ -341,9 +341,10 @@ FP8_QUANT_BYTES = 2 + 1 + 4 / FP8_TILE
 #: OCP Microscaling Formats (MX) v1.0 Section 5: MXFP8 blocks of 32 elements share one 8-bit E8M0 scale
 MX_BLOCK = 32
 #: Per recipe: (HBM bytes per quantized element, which GEMM operands are quantized online per pass).
-#: tensorwise / delayed (Transformer Engine per-tensor scaling): the cast is fused into the kernel that
-#: produces the operand (LayerNorm / activation / the previous GEMM's epilogue) and the scale is one
-#: fp32 per tensor (TE "FP8 primer": Float8CurrentScaling / DelayedScaling): no separate pass.
+#: tensorwise / delayed (Transformer Engine per-tensor scaling, one fp32 scale per tensor): no pass here;
+#: TE's cast / cast-transpose / amax kernels where they are not fused into the producing kernel, and the
+#: amax all-reduces, are priced by taskgraph/te_scaling.py (torchao's under the torchtitan stacks by
+#: taskgraph/float8_casts.py).
 #: rowwise (torchao Float8Linear, recipe "rowwise"): dynamic per-row scales computed by a separate amax
 #: reduction and cast of both operands of every GEMM, weights included (not cached across passes):
 #: read 2 (amax) + read 2 + write 1 bytes per element + a 4-byte scale per row (amortized, ignored).
