@@ -418,6 +418,12 @@ def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True,
     ``gemm_kernel``: the GEMM kernel family of kernels.yaml (None: the catalog's); a recipe of
     :data:`RECIPE_GEMM_KERNELS` sets it. ``dtype`` fp4: NVIDIA's NVFP4 recipe (:func:`_nvfp4_time`);
     ``quantize=False``: the GEMMs alone at the dtype's rate, without a recipe's quantization passes."""
+    if dtype == "fp8" and op.kind == "gemm" and op.name.endswith("lm_head"):
+        # every FP8 recipe keeps the output head in BF16: Megatron's output layer is its own
+        # tensor_parallel.ColumnParallelLinear, outside Transformer Engine (megatron/core/models/gpt/
+        # gpt_model.py GPTModel.__init__, commit d98e8a6; TE only with the opt-in fp8_output_proj under
+        # mxfp8), torchtitan's Float8 conversion skips it (filter_fqns), DeepSeek-V3 Section 3.3.1
+        dtype = "bf16"
     if dtype == "fp4" and quantize and op.kind == "gemm" and op.gemms:
         return _nvfp4_time(op, pass_, gpu, flash=flash, profile=profile, grad_accum_bytes=grad_accum_bytes,
                            stack=stack, gemm_kernel=gemm_kernel)
@@ -434,9 +440,6 @@ def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True,
         eff = gpu.efficiency
         return base + nbytes / (gpu.hbm_bandwidth * eff.elementwise_efficiency) + kernels * eff.launch_overhead
     if dtype == "fp8" and FP8_RECIPE_COSTS.get(fp8_recipe, (0.0,))[0] and op.kind == "gemm" and op.gemms:
-        if op.name.endswith("lm_head"):   # the output head stays BF16 (DeepSeek-V3 3.3.1; torchtitan filter_fqns)
-            return op_time(op, pass_, gpu, "bf16", flash=flash, profile=profile, grad_accum_bytes=grad_accum_bytes,
-                           stack=stack, grad_accum_unfused_bytes=grad_accum_unfused_bytes)
         base = op_time(op, pass_, gpu, dtype, flash=flash, profile=profile, grad_accum_bytes=grad_accum_bytes,
                        stack=stack, gemm_kernel=RECIPE_GEMM_KERNELS.get(fp8_recipe, gemm_kernel),
                        grad_accum_unfused_bytes=grad_accum_unfused_bytes)
