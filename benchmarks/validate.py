@@ -337,6 +337,11 @@ def strategy_for(row: dict) -> tuple[dict, list[str]]:
         # NeMo enables overlap_p2p_comm (and batch_p2p_comm off) with virtual pipelining (NeMo docs,
         # features/optimizations/communication_overlap.rst, "Pipeline-parallel Communication Overlap")
         options["p2p_overlap"] = True
+    if "NeMo" in row["source"] and row["precision"] == "fp8":
+        # NeMo's fp8 runs use Transformer Engine's DelayedScaling (strategies/import_nemo.py); TE's
+        # per-tensor current scaling only came with TE 2.2 (NVIDIA/TransformerEngine 77fa1e5,
+        # 2025-03-07), after the 24.07 container
+        options["fp8_recipe"] = "delayed"
     nodes = n // GPUS_PER_NODE
     if layer_row:
         # One layer, one micro-batch, the TP group of one node (Korthikanti 2022 Table 4).

@@ -341,9 +341,10 @@ FP8_QUANT_BYTES = 2 + 1 + 4 / FP8_TILE
 #: OCP Microscaling Formats (MX) v1.0 Section 5: MXFP8 blocks of 32 elements share one 8-bit E8M0 scale
 MX_BLOCK = 32
 #: Per recipe: (HBM bytes per quantized element, which GEMM operands are quantized online per pass).
-#: tensorwise / delayed (Transformer Engine per-tensor scaling): the cast is fused into the kernel that
-#: produces the operand (LayerNorm / activation / the previous GEMM's epilogue) and the scale is one
-#: fp32 per tensor (TE "FP8 primer": Float8CurrentScaling / DelayedScaling): no separate pass.
+#: tensorwise / delayed (Transformer Engine per-tensor scaling, one fp32 scale per tensor): no pass here;
+#: TE's cast / cast-transpose / amax kernels where they are not fused into the producing kernel, and the
+#: amax all-reduces, are priced by taskgraph/te_scaling.py (torchao's under the torchtitan stacks by
+#: taskgraph/float8_casts.py).
 #: rowwise (torchao Float8Linear, recipe "rowwise"): dynamic per-row scales computed by a separate amax
 #: reduction and cast of both operands of every GEMM, weights included (not cached across passes):
 #: read 2 (amax) + read 2 + write 1 bytes per element + a 4-byte scale per row (amortized, ignored).
@@ -417,6 +418,12 @@ def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True,
     ``gemm_kernel``: the GEMM kernel family of kernels.yaml (None: the catalog's); a recipe of
     :data:`RECIPE_GEMM_KERNELS` sets it. ``dtype`` fp4: NVIDIA's NVFP4 recipe (:func:`_nvfp4_time`);
     ``quantize=False``: the GEMMs alone at the dtype's rate, without a recipe's quantization passes."""
+    if dtype == "fp8" and op.kind == "gemm" and op.name.endswith("lm_head"):
+        # every FP8 recipe keeps the output head in BF16: Megatron's output layer is its own
+        # tensor_parallel.ColumnParallelLinear, outside Transformer Engine (megatron/core/models/gpt/
+        # gpt_model.py GPTModel.__init__, commit d98e8a6; TE only with the opt-in fp8_output_proj under
+        # mxfp8), torchtitan's Float8 conversion skips it (filter_fqns), DeepSeek-V3 Section 3.3.1
+        dtype = "bf16"
     if dtype == "fp4" and quantize and op.kind == "gemm" and op.gemms:
         return _nvfp4_time(op, pass_, gpu, flash=flash, profile=profile, grad_accum_bytes=grad_accum_bytes,
                            stack=stack, gemm_kernel=gemm_kernel)
@@ -433,9 +440,6 @@ def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True,
         eff = gpu.efficiency
         return base + nbytes / (gpu.hbm_bandwidth * eff.elementwise_efficiency) + kernels * eff.launch_overhead
     if dtype == "fp8" and FP8_RECIPE_COSTS.get(fp8_recipe, (0.0,))[0] and op.kind == "gemm" and op.gemms:
-        if op.name.endswith("lm_head"):   # the output head stays BF16 (DeepSeek-V3 3.3.1; torchtitan filter_fqns)
-            return op_time(op, pass_, gpu, "bf16", flash=flash, profile=profile, grad_accum_bytes=grad_accum_bytes,
-                           stack=stack, grad_accum_unfused_bytes=grad_accum_unfused_bytes)
         base = op_time(op, pass_, gpu, dtype, flash=flash, profile=profile, grad_accum_bytes=grad_accum_bytes,
                        stack=stack, gemm_kernel=RECIPE_GEMM_KERNELS.get(fp8_recipe, gemm_kernel),
                        grad_accum_unfused_bytes=grad_accum_unfused_bytes)

@@ -23,6 +23,7 @@ from taskgraph.plan import DTYPE_BYTES, Plan
 from taskgraph.stack_costs import fsdp2_copy_times, hp_grad_accum_bytes, op_as_run, reduce_kind, serial_exchanges
 from taskgraph.stacks import DEFAULT_STACK, get_stack
 from taskgraph.stage_records import named_stage, paced, stage_parts
+from taskgraph.te_scaling import te_layer_gemms, te_scaling_applies, te_scaling_work, with_delayed_amax
 from taskgraph.work import Bucket, Comm, IterationWork, LayerWork, OpCost, StageWork
 from topologies.collectives import collective_time
 from topologies.comm_kernels import comm_kernels
@@ -183,6 +184,8 @@ def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bo
                                               overlaps=overlaps))
     if plan.strategy.options.tp_comm_overlap and op.kind == "gemm" and op.gemms:
         _userbuffer_overlap(ctx, op, t, slots, gacc, len(groups["tp"]))
+    if te_scaling_applies(ctx) and op.kind == "gemm" and op.gemms and not op.name.endswith("lm_head"):
+        te_scaling_work(ctx, op, t, slots, groups, comm_time)
     saved, rec = float(op.saved_activation_bytes), 0.0
     if ctx.dtype == "fp8" and recipe == "blockwise" and op.kind == "gemm" and not op.name.endswith("lm_head"):
         # DeepSeek-V3 Section 3.3.3 (low-precision storage): the inputs Linear operators keep for their
@@ -437,6 +440,7 @@ def representative_groups(sizes, prank: int) -> tuple:
     # Gradients are reduced, and ZeRO / the distributed optimizer shard, over dp x cp (Megatron-LM
     # parallel_state "dp-cp" group: CP ranks hold the same weights and see different tokens).
     groups["dp"] = group_ranks("dp-cp", sizes, rep)
+    groups["amax"] = group_ranks("tp-dp-cp", sizes, rep)  # TE delayed scaling's amax group (te_scaling.py)
     return tuple(groups.items())
 
 
@@ -556,13 +560,14 @@ def profile_coverage(profile: ProfileTable) -> dict:
 
 def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: dict, layer_cache: dict, dt: int,
                  kw: dict, buckets: bool = True) -> StageWork:
-    """Operator-level cost records of one stage (``buckets=False``: no buckets, no optimizer step)."""
+    """Operator-level cost records of one stage (``buckets=False``: no buckets, no optimizer step).
+    Transformer layers also pay DTensor's dispatch under TP and FSDP2's hooks (stacks.yaml [HOST-DT])."""
     opt, s = plan.strategy.options, plan.sizes
     layers: list[LayerWork] = []
+    gemm_info: dict = {}   # layer index -> te_layer_gemms
     host_s = getattr(plan.cluster, "host_us_per_kernel", 0.0) * 1e-6
     host_c = getattr(plan.cluster, "host_us_per_collective", 0.0) * 1e-6
     flash = opt.flash_attention
-    # DTensor dispatch under TP and FSDP2's per-layer hooks (stacks.yaml [HOST-DT]): transformer layers only
     scale, hooks = stack_host_terms(ctx.stack, len(groups["tp"]), plan.zero == 3 and plan.shard_size > 1, host_s)
     if plan.schedule.is_first_stage(stage):
         ops = embedding_operators(plan.model, dtype_bytes=dt, **kw)
@@ -592,7 +597,10 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
             if off:
                 costs = _offloaded(plan, costs)
             layer_cache[key] = host_bound(ops, costs, host_s, flash, host_c, ctx.stack, scale, hooks)
+            layer_cache[("te-gemms",) + key] = te_layer_gemms(ops)
+        gemm_info[li] = layer_cache[("te-gemms",) + key]
         layers.append(LayerWork(f"layer{li}", layer_cache[key], policy))
+    with_delayed_amax(ctx, layers, len(layers) - len(lis), lis, groups, gemm_info, comm_time)
     if plan.schedule.is_last_stage(stage):
         ops = head_operators(plan.model, dtype_bytes=dt, ep=s.ep, etp=s.etp, flash_attention=opt.flash_attention,
                              moe_load=opt.moe_load, cp_comm=opt.cp_comm, cp_balance=opt.cp_load_balance, **kw)

@@ -91,6 +91,18 @@ NEW_FIELDS = {
                "parallel": {"tp": 2, "pp": 2, "zero": 1, "sp": True},
                "training": {"micro_batch": 1, "global_batch": 32, "seq_len": 4096, "precision": "fp8"},
                "options": {"fp8_recipe": "mxfp8"}}),
+    # Transformer Engine's per-tensor recipes: delayed scaling's amax reductions over tp x dp x cp per
+    # chunk (vpp 2), current scaling's over TP, and their cast kernels (taskgraph/te_scaling.py)
+    "fp8-delayed-amax": ({"model": "llama3-8b", "cluster": {"preset": "dgx-h100", "nodes": 2},
+                          "parallel": {"tp": 2, "pp": 2, "vpp": 2, "cp": 2, "zero": 1, "sp": True},
+                          "schedule": "interleaved-1f1b",
+                          "training": {"micro_batch": 1, "global_batch": 32, "seq_len": 4096, "precision": "fp8"},
+                          "options": {"fp8_recipe": "delayed"}}),
+    "fp8-tensorwise-amax": ({"model": "llama3-8b", "cluster": {"preset": "dgx-h100", "nodes": 1},
+                             "parallel": {"tp": 4, "pp": 2, "zero": 1, "sp": True},
+                             "training": {"micro_batch": 1, "global_batch": 32, "seq_len": 4096,
+                                          "precision": "fp8", "recompute": "full"},
+                             "options": {"fp8_recipe": "tensorwise"}}),
     "nvfp4-gb300": ({"model": "llama3-8b", "cluster": {"preset": "gb300-nvl72", "nodes": 1},
                      "parallel": {"tp": 2, "pp": 4, "zero": 1, "sp": True},
                      "training": {"micro_batch": 1, "global_batch": 72, "seq_len": 4096, "precision": "fp4"},

@@ -169,6 +169,16 @@ def _draw_scatter_gather(data: dict, on: set, i: int) -> None:
     on.add("pipeline_scatter_gather")
 
 
+def _draw_te_delayed(data: dict, on: set, i: int) -> None:
+    """Transformer Engine's delayed scaling (options.fp8_recipe 'delayed': its amax reductions over the
+    stage's tp x dp x cp ranks per chunk, taskgraph/te_scaling.py) in half of the fp8 draws that kept the
+    default current scaling; its own generator keeps the other draws as they were."""
+    rng = np.random.default_rng((20261129, i))
+    if data["training"]["precision"] == "fp8" and "fp8_recipe" not in data["options"] and rng.random() < 0.5:
+        data["options"]["fp8_recipe"] = "delayed"
+        on.add("fp8_recipe")
+
+
 def _draw_fp4(data: dict, on: set, i: int) -> None:
     """NVFP4 (training.precision fp4) on DGX B200 in a sixth of the bf16 draws, options.fp4_recipe written
     in half of those; BF16 first / last layers (Megatron --num-layers-at-start/end-in-bf16) in half of
@@ -306,6 +316,7 @@ def _draw(rng: np.random.Generator, i: int) -> tuple[dict, set]:
     _draw_stack_mechanisms(data, on, i)
     _draw_fp4(data, on, i)
     _draw_moe_routing(data, on, i)
+    _draw_te_delayed(data, on, i)
     return data, on
 
 
