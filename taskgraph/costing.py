@@ -565,8 +565,7 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
     opt, s = plan.strategy.options, plan.sizes
     layers: list[LayerWork] = []
     gemm_info: dict = {}   # layer index -> te_layer_gemms
-    host_s = getattr(plan.cluster, "host_us_per_kernel", 0.0) * 1e-6
-    host_c = getattr(plan.cluster, "host_us_per_collective", 0.0) * 1e-6
+    host_s, host_c = (getattr(plan.cluster, f, 0.0) * 1e-6 for f in ("host_us_per_kernel", "host_us_per_collective"))
     flash = opt.flash_attention
     scale, hooks = stack_host_terms(ctx.stack, len(groups["tp"]), plan.zero == 3 and plan.shard_size > 1, host_s)
     if plan.schedule.is_first_stage(stage):
