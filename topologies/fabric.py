@@ -244,12 +244,18 @@ def max_load_cdf(balls: int, bins: int) -> tuple[float, ...]:
     pois = np.exp(lpois)
     # log P(X_1 + ... + X_U = F): the sum is Poisson(F)
     lsum = -F + F * log(F) - lgamma(F + 1.0)
+    # union bound P(M > m) <= U P(B > m), B ~ Binomial(F, 1/U) the load of one port: once it is below
+    # 1e-16 the CDF is 1 to double precision, and the FFTs of size U*m above it are skipped (they cost
+    # seconds for thousands of flows on hundreds of ports, and their rounding never reaches 1 - 1e-15)
+    lbin = (np.array([lgamma(F + 1.0) - lgamma(i + 1.0) - lgamma(F - i + 1.0) for i in range(F + 1)])
+            + k * log(1.0 / U) + (F - k) * log(1.0 - 1.0 / U))
+    tail = np.concatenate([np.cumsum(np.exp(lbin)[::-1])[::-1][1:], [0.0]])   # P(B > m)
     out = []
     for m in range(F + 1):
         if m * U < F:
             out.append(0.0)
             continue
-        if out and out[-1] >= 1.0 - 1e-15:
+        if (out and out[-1] >= 1.0 - 1e-15) or U * tail[m] < 1e-16:
             out.append(1.0)
             continue
         pm = float(pois[:m + 1].sum())
