@@ -118,3 +118,59 @@ def test_meta_roce_preset_loads_with_its_cited_values():
 def test_bad_pod_gpus_is_one_clear_error(value):
     with pytest.raises(ConfigError, match=r"pod_gpus'? = .*(multiple of the GPUs under one leaf group|integer|range)"):
         get_cluster("meta-roce-h100", nodes=8, pod_gpus=value)
+
+
+# --- rank order: Llama 3's [TP, CP, PP, DP] (Dubey et al. 2024, Section 3.3.2) ------------------------------
+def test_rank_order_strides_and_inverse():
+    from topologies.placement import coords_of, rank_of
+    llama = ParallelSizes(tp=2, cp=2, dp=3, pp=2, order=("tp", "cp", "pp", "dp"))
+    # rank = tp + 2 (cp + 2 (pp + 2 dp))
+    assert rank_of(1, 1, 2, 1, llama) == 1 + 2 * (1 + 2 * (1 + 2 * 2))
+    assert group_ranks("dp", llama, 0) == (0, 8, 16) and group_ranks("pp", llama, 0) == (0, 4)
+    for r in range(llama.world_size):
+        c = coords_of(r, llama)
+        assert rank_of(c["tp"], c["cp"], c["dp"], c["pp"], llama) == r
+    # Megatron's order is the default and unchanged
+    assert group_ranks("dp", ParallelSizes(tp=2, cp=2, dp=3, pp=2), 0) == (0, 4, 8)
+
+
+def test_pipeline_flows_follow_the_rank_order():
+    from topologies.fabric import pp_flows
+    from topologies.placement import rank_of
+    s = ParallelSizes(tp=2, cp=1, dp=3, pp=3, order=("tp", "cp", "pp", "dp"))
+    src, dst = [], []
+    for p in range(2):
+        for t in range(2):
+            for d in range(3):
+                a, b = rank_of(t, 0, d, p, s), rank_of(t, 0, d, p + 1, s)
+                if a // 2 != b // 2:
+                    src += [a, b]
+                    dst += [b, a]
+    got = pp_flows(s, 2)
+    assert got[0].tolist() == src and got[1].tolist() == dst
+
+
+def test_llama3_dp_groups_cross_pods_megatrons_do_not():
+    """16,384 GPUs on meta-roce-h100 (6 pods): tp 8 x pp 16 x dp 128. Megatron's order keeps a DP group on
+    128 consecutive nodes (one pod); Llama 3's puts DP outermost: one node in every 16, over all pods."""
+    c = get_cluster("meta-roce-h100", nodes=2048)
+
+    def pods(ranks):
+        return sorted({int(fabric_of(c).pod[fabric_of(c).leaf[r]]) for r in ranks})
+    meg = ParallelSizes(tp=8, dp=128, pp=16)
+    llama = ParallelSizes(tp=8, dp=128, pp=16, order=("tp", "cp", "pp", "dp"))
+    assert pods(group_ranks("dp", meg, 0)) == [0]
+    assert pods(group_ranks("dp", llama, 0)) == [0, 1, 2, 3, 4, 5]
+    assert pods(group_ranks("pp", llama, 0)) == [0]
+
+
+@pytest.mark.parametrize("value, pattern", [("tp-pp-dp", "must name tp, cp, dp and pp once each"),
+                                            ("tp-cp-dp-dp", "must name tp, cp, dp and pp once each"),
+                                            (7, "must name tp, cp, dp and pp once each")])
+def test_bad_rank_order_is_one_clear_error(value, pattern):
+    from strategies.strategy_file import parse_strategy
+    with pytest.raises(ConfigError, match=pattern):
+        parse_strategy({"model": "llama3-8b", "cluster": {"preset": "dgx-h100", "nodes": 1},
+                        "parallel": {"tp": 2, "order": value}, "training": {"global_batch": 8, "seq_len": 1024}})
+    with pytest.raises(ConfigError, match="expert layouts follow Megatron's order"):
+        ParallelSizes(tp=1, dp=8, ep=8, order=("tp", "cp", "pp", "dp"))

@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from topologies.placement import all_groups, as_sizes
+from topologies.placement import all_groups, as_sizes, axis_stride
 
 
 @dataclass(frozen=True)
@@ -409,7 +409,7 @@ def pp_flows(sizes, gpus_per_node: int) -> tuple[np.ndarray, np.ndarray]:
     # ranks of pipeline rank p in (p, t, c, d) loop order, as rank_of computes them; inter-node pairs
     # kept in that order, each as (a -> b, b -> a)
     a = np.concatenate([_stage_replicas(s, p) for p in range(s.pp - 1)])
-    b = a + s.tp * s.cp * s.dp
+    b = a + axis_stride(s, "pp")
     keep = a // gpus_per_node != b // gpus_per_node
     a, b = a[keep], b[keep]
     return np.stack([a, b], axis=1).ravel(), np.stack([b, a], axis=1).ravel()
@@ -417,11 +417,12 @@ def pp_flows(sizes, gpus_per_node: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _stage_replicas(s, pp_rank: int) -> np.ndarray:
     """Global ranks of every (tp, cp, dp) replica of pipeline rank ``pp_rank``, in nested loop order
-    (tp outermost, dp innermost): ``rank_of(t, c, d, pp_rank, s)`` (placement.py) on a grid."""
-    t = np.arange(s.tp, dtype=np.int64)[:, None, None]
-    c = np.arange(s.cp, dtype=np.int64)[None, :, None]
-    d = np.arange(s.dp, dtype=np.int64)[None, None, :]
-    return (t + s.tp * (c + s.cp * (d + s.dp * pp_rank))).ravel()
+    (tp outermost, dp innermost): ``rank_of(t, c, d, pp_rank, s)`` (placement.py) on a grid, with the
+    strides of the layout's rank order."""
+    t = np.arange(s.tp, dtype=np.int64)[:, None, None] * axis_stride(s, "tp")
+    c = np.arange(s.cp, dtype=np.int64)[None, :, None] * axis_stride(s, "cp")
+    d = np.arange(s.dp, dtype=np.int64)[None, None, :] * axis_stride(s, "dp")
+    return (t + c + d + pp_rank * axis_stride(s, "pp")).ravel()
 
 
 def _axis_flows(axis: str, sizes, gpus_per_node: int):
