@@ -25,7 +25,7 @@ from strategies.fitted import fitted_value
 from strategies.limits import MAX_GPUS, MAX_LAYERS, MAX_SEQ_LEN
 
 TOP_KEYS = ("model", "cluster", "parallel", "schedule", "training", "options", "goodput")
-PARALLEL_KEYS = ("tp", "pp", "dp", "vpp", "sp", "cp", "ep", "zero", "layers_per_stage", "dp_shard", "etp")
+PARALLEL_KEYS = ("tp", "pp", "dp", "vpp", "sp", "cp", "ep", "zero", "layers_per_stage", "dp_shard", "etp", "order")
 TRAINING_KEYS = ("micro_batch", "global_batch", "seq_len", "precision", "recompute", "train_tokens",
                  "recompute_layers")
 OPTION_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_bucket_mb", "flash_attention",
@@ -65,6 +65,21 @@ P2P_HOST_GAP_US = float(fitted_value("p2p_host_gap_us"))
 _GPUS_WHY = " GPUs (docs/strategy-file.md, Limits)"
 
 
+_AXES4 = ("tp", "cp", "dp", "pp")
+
+
+def _parse_order(value: Any) -> tuple[str, ...]:
+    """``parallel.order``: 'tp-cp-pp-dp' or [tp, cp, pp, dp], fastest-varying axis first."""
+    if value is None:
+        return _AXES4
+    parts = value.split("-") if isinstance(value, str) else value
+    if (not isinstance(parts, (list, tuple)) or sorted(map(str, parts)) != sorted(_AXES4)
+            or not all(isinstance(x, str) for x in parts)):
+        raise ConfigError(f"parallel.order = {brief(value)} must name tp, cp, dp and pp once each, fastest first, "
+                          f"e.g. 'tp-cp-pp-dp' (Llama 3, DP outermost) or 'tp-cp-dp-pp' (Megatron, the default)")
+    return tuple(parts)
+
+
 @dataclass(frozen=True)
 class ParallelSpec:
     """Parallel sizes.
@@ -82,6 +97,9 @@ class ParallelSpec:
         the expert layers use their own mesh etp x ep x edp over the same tp*cp*dp GPUs of a pipeline
         stage, with edp = tp*cp*dp / (etp*ep); None = tp (Megatron's default). With etp != tp, ep may
         exceed dp (e.g. tp 2, ep 32 on 256 GPUs with pp 8).
+    order: rank order of the mesh, fastest-varying axis first: Megatron's ``("tp", "cp", "dp", "pp")``
+        (the default) or another permutation, e.g. Llama 3's [TP, CP, PP, DP] (Dubey et al. 2024,
+        Section 3.3.2) ``("tp", "cp", "pp", "dp")``, which puts the DP groups across the whole job.
     """
 
     tp: int = 1
@@ -95,6 +113,7 @@ class ParallelSpec:
     layers_per_stage: tuple[int, ...] | None = None
     dp_shard: int | None = None
     etp: int | None = None
+    order: tuple[str, ...] = ("tp", "cp", "dp", "pp")
 
 
 @dataclass(frozen=True)
@@ -384,6 +403,7 @@ def _parallel_spec(data: dict) -> ParallelSpec:
         layers_per_stage=lps,
         dp_shard=None if p.get("dp_shard") is None else get_int(p, "dp_shard", "parallel", minimum=1),
         etp=None if p.get("etp") is None else get_int(p, "etp", "parallel", minimum=1, maximum=MAX_GPUS, why=_GPUS_WHY),
+        order=_parse_order(p.get("order")),
     )
     if par.zero > 3:
         raise ConfigError(f"parallel.zero = {par.zero} must be 0, 1, 2 or 3")

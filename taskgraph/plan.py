@@ -349,7 +349,7 @@ def _parallel_sizes(strategy: Strategy, model, cluster) -> ParallelSizes:
         if model.expert_ffn % par.etp:
             raise ConfigError(f"parallel.etp = {par.etp} must divide model.expert_ffn = {model.expert_ffn}; choose "
                               f"etp in {_divisors(model.expert_ffn)[:12]}")
-    sizes = ParallelSizes(tp=tp, cp=cp, dp=dp, pp=pp, ep=ep, etp=par.etp)
+    sizes = ParallelSizes(tp=tp, cp=cp, dp=dp, pp=pp, ep=ep, etp=par.etp, order=par.order)
     if par.dp_shard is not None and (dp * cp) % par.dp_shard:
         raise ConfigError(f"parallel.dp_shard = {par.dp_shard} must divide dp*cp = {dp}*{cp} = {dp * cp} (the ranks "
                           f"that hold the same weights); choose dp_shard in {_divisors(dp * cp)[:16]}")

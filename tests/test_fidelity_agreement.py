@@ -142,6 +142,11 @@ NEW_FIELDS = {
                                    "parallel": {"tp": 2, "pp": 1, "zero": 3},
                                    "training": {"micro_batch": 1, "global_batch": 8, "seq_len": 8192},
                                    "options": {"stack": "torchtitan"}}),
+    # issue 38: Llama 3's rank order (DP outermost) on Meta's RoCE fabric, the job over two pods
+    "order-dp-outermost-roce": ({"model": {"preset": "llama3-8b", "layers": 8},
+                                 "cluster": {"preset": "meta-roce-h100", "nodes": 8, "pod_gpus": 32},
+                                 "parallel": {"tp": 2, "pp": 2, "zero": 3, "sp": True, "order": "tp-cp-pp-dp"},
+                                 "training": {"micro_batch": 1, "global_batch": 64, "seq_len": 4096}}),
     "gpt-oss-120b": ({"model": "gpt-oss-120b", "cluster": {"preset": "dgx-h100", "nodes": 8},
                       "parallel": {"tp": 1, "pp": 4, "ep": 8, "zero": 1},
                       "training": {"micro_batch": 1, "global_batch": 64, "seq_len": 4096}}),

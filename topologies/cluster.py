@@ -55,7 +55,7 @@ CLUSTER_FIELDS = (
     "collective_base_latency_us", "network_topology", "nodes_per_leaf", "spine_switches",
     "oversubscription", "collective_model", "slow", "gpu_speed_cv", "contention", "host_us_per_kernel",
     "host_us_per_collective", "node_gpus", "routing", "switch_radix", "core_oversubscription",
-    "qps_per_connection", "gpus", "host_link_gbps", "host_memory_gbps", "p2p_net_channels",
+    "qps_per_connection", "gpus", "host_link_gbps", "host_memory_gbps", "p2p_net_channels", "pod_gpus",
 )
 #: How switches spread flows over equal-cost uplinks (``topologies/fabric.py``): ``adaptive`` = every
 #: flow gets its fair share of the pooled uplinks (InfiniBand adaptive routing, per-packet spraying);
@@ -129,6 +129,10 @@ class ClusterSpec:
         that a third (core) tier joins pods of radix^2 / 4 NICs (Al-Fares et al. SIGCOMM 2008).
         None = no limit (two tiers at any size).
     core_oversubscription: spine down:up bandwidth ratio towards the core tier (>= 1).
+    pod_gpus: GPUs under one spine layer (a pod) when the operator states it rather than the radix
+        rule: a job of more GPUs spans pods joined by the core tier (Meta's RoCE cluster: pods of 3,072
+        GPUs, Dubey et al. 2024 Section 3.3.1); a multiple of the GPUs of one leaf group
+        (``nodes_per_leaf`` x ``gpus_per_node``). None = the ``switch_radix`` rule.
     qps_per_connection: flows (queue pairs) each NCCL connection is split over (NCCL
         ``NCCL_IB_QPS_PER_CONNECTION``, default 1); more flows = more hash entropy under ECMP.
     p2p_net_channels: NCCL channels one send/recv pair uses across nodes, each driving
@@ -166,6 +170,7 @@ class ClusterSpec:
     switch_radix: int | None = None
     core_oversubscription: float = 1.0
     qps_per_connection: int = 1
+    pod_gpus: int | None = None
     p2p_net_channels: int | None = None
     gpus: int | None = None
     host_link_bandwidth: float = 64e9
@@ -227,6 +232,7 @@ class ClusterSpec:
         if isinstance(cov, bool) or not isinstance(cov, (int, float)) or not math.isfinite(cov) or cov < 1:
             raise ConfigError(f"{where}: core_oversubscription = {cov!r} must be a number >= 1 (1 = full "
                               f"bisection between pods, 2 = 2:1 spine-to-core taper)")
+        self._check_pod_gpus(where)
         q = self.qps_per_connection
         if isinstance(q, bool) or not isinstance(q, int) or not 1 <= q <= 64:
             raise ConfigError(f"{where}: qps_per_connection = {brief(q)} must be an integer in 1..64 "
@@ -297,6 +303,17 @@ class ClusterSpec:
                 f"({self.nodes} nodes x {self.gpus_per_node} GPUs); use more nodes or a smaller layout"
             )
 
+    def _check_pod_gpus(self, where: str) -> None:
+        p = self.pod_gpus
+        if p is None:
+            return
+        group = self.nodes_per_leaf * self.gpus_per_node
+        if isinstance(p, bool) or not isinstance(p, int) or p < group or p % group:
+            raise ConfigError(f"{where}: pod_gpus = {brief(p)} must be a positive multiple of the GPUs under one "
+                              f"leaf group, nodes_per_leaf x gpus_per_node = {self.nodes_per_leaf} x "
+                              f"{self.gpus_per_node} = {group} (e.g. {group * max(1, 3072 // group)}), or null "
+                              f"for the switch_radix rule")
+
     # --- achievable bandwidths ----------------------------------------------------------------
     @property
     def nvlink_bus_bandwidth(self) -> float:
@@ -326,12 +343,19 @@ class ClusterSpec:
 
     @property
     def leaves_per_pod(self) -> int:
-        """Leaves under one spine layer (a pod). With ``switch_radix`` R: all leaves while the NICs fit
+        """Leaves under one spine layer (a pod). With ``pod_gpus`` P: all leaves while the job fits one
+        pod, else the leaves of P / (nodes_per_leaf x gpus_per_node) leaf groups (a rail-optimized
+        unit is ``gpus_per_node`` leaves). Else with ``switch_radix`` R: all leaves while the NICs fit
         one two-tier Clos (R^2 / 2 NICs: R/2 down and R/2 up per leaf, R leaves per spine), else R/2
         leaves per pod, whose spines give R/2 ports down and R/2 up to a core tier (the k-ary
         fat-tree of Al-Fares et al., SIGCOMM 2008, Section 3: pods of k^2/4 hosts, k^3/4 in all).
         Rail-optimized leaves are grouped by whole scalable units (all rails of a unit in one pod)."""
         n = self.num_leaves
+        if self.pod_gpus is not None:
+            if n <= 1 or self.num_gpus <= self.pod_gpus:
+                return max(n, 1)
+            units = self.pod_gpus // (self.nodes_per_leaf * self.gpus_per_node)
+            return min(n, units * (self.gpus_per_node if self.network_topology == "rail-optimized" else 1))
         r = self.switch_radix
         if n <= 1 or r is None or self.num_gpus <= r * r // 2:
             return max(n, 1)
@@ -563,6 +587,8 @@ def cluster_from_dict(data: Mapping, *, where: str = "cluster") -> ClusterSpec:
                             if merged.get("qps_per_connection") is not None else 1),
         p2p_net_channels=(number(merged, "p2p_net_channels", where, integer=True, strict=False)
                           if merged.get("p2p_net_channels") is not None else None),
+        pod_gpus=(number(merged, "pod_gpus", where, integer=True, strict=False)
+                  if merged.get("pod_gpus") is not None else None),
         gpus=number(merged, "gpus", where, integer=True) if merged.get("gpus") is not None else None,
         host_link_bandwidth=(float(number(merged, "host_link_gbps", where)) * GB_PER_S
                              if merged.get("host_link_gbps") is not None else DEFAULT_HOST_LINK_GBPS * GB_PER_S),

@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from topologies.placement import all_groups, as_sizes
+from topologies.placement import all_groups, as_sizes, axis_stride
 
 
 @dataclass(frozen=True)
@@ -244,12 +244,18 @@ def max_load_cdf(balls: int, bins: int) -> tuple[float, ...]:
     pois = np.exp(lpois)
     # log P(X_1 + ... + X_U = F): the sum is Poisson(F)
     lsum = -F + F * log(F) - lgamma(F + 1.0)
+    # union bound P(M > m) <= U P(B > m), B ~ Binomial(F, 1/U) the load of one port: once it is below
+    # 1e-16 the CDF is 1 to double precision, and the FFTs of size U*m above it are skipped (they cost
+    # seconds for thousands of flows on hundreds of ports, and their rounding never reaches 1 - 1e-15)
+    lbin = (np.array([lgamma(F + 1.0) - lgamma(i + 1.0) - lgamma(F - i + 1.0) for i in range(F + 1)])
+            + k * log(1.0 / U) + (F - k) * log(1.0 - 1.0 / U))
+    tail = np.concatenate([np.cumsum(np.exp(lbin)[::-1])[::-1][1:], [0.0]])   # P(B > m)
     out = []
     for m in range(F + 1):
         if m * U < F:
             out.append(0.0)
             continue
-        if out and out[-1] >= 1.0 - 1e-15:
+        if (out and out[-1] >= 1.0 - 1e-15) or U * tail[m] < 1e-16:
             out.append(1.0)
             continue
         pm = float(pois[:m + 1].sum())
@@ -403,7 +409,7 @@ def pp_flows(sizes, gpus_per_node: int) -> tuple[np.ndarray, np.ndarray]:
     # ranks of pipeline rank p in (p, t, c, d) loop order, as rank_of computes them; inter-node pairs
     # kept in that order, each as (a -> b, b -> a)
     a = np.concatenate([_stage_replicas(s, p) for p in range(s.pp - 1)])
-    b = a + s.tp * s.cp * s.dp
+    b = a + axis_stride(s, "pp")
     keep = a // gpus_per_node != b // gpus_per_node
     a, b = a[keep], b[keep]
     return np.stack([a, b], axis=1).ravel(), np.stack([b, a], axis=1).ravel()
@@ -411,11 +417,12 @@ def pp_flows(sizes, gpus_per_node: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _stage_replicas(s, pp_rank: int) -> np.ndarray:
     """Global ranks of every (tp, cp, dp) replica of pipeline rank ``pp_rank``, in nested loop order
-    (tp outermost, dp innermost): ``rank_of(t, c, d, pp_rank, s)`` (placement.py) on a grid."""
-    t = np.arange(s.tp, dtype=np.int64)[:, None, None]
-    c = np.arange(s.cp, dtype=np.int64)[None, :, None]
-    d = np.arange(s.dp, dtype=np.int64)[None, None, :]
-    return (t + s.tp * (c + s.cp * (d + s.dp * pp_rank))).ravel()
+    (tp outermost, dp innermost): ``rank_of(t, c, d, pp_rank, s)`` (placement.py) on a grid, with the
+    strides of the layout's rank order."""
+    t = np.arange(s.tp, dtype=np.int64)[:, None, None] * axis_stride(s, "tp")
+    c = np.arange(s.cp, dtype=np.int64)[None, :, None] * axis_stride(s, "cp")
+    d = np.arange(s.dp, dtype=np.int64)[None, None, :] * axis_stride(s, "dp")
+    return (t + c + d + pp_rank * axis_stride(s, "pp")).ravel()
 
 
 def _axis_flows(axis: str, sizes, gpus_per_node: int):

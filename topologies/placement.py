@@ -20,6 +20,14 @@ all-reduce group with context parallelism, ``"tp-cp"`` ...).
 [0, 2, 4, 6]
 >>> group_ranks("dp", sizes, 5)
 (5, 7)
+
+``order`` lays the axes in another nesting, fastest first: Llama 3's [TP, CP, PP, DP] (Dubey et al.
+2024, arXiv:2407.21783, Section 3.3.2: "DP (i.e., FSDP) is the outermost parallelism") is
+``("tp", "cp", "pp", "dp")``, so a pipeline is consecutive ranks and a DP group strides the whole job:
+
+>>> llama = ParallelSizes(tp=2, dp=2, pp=2, order=("tp", "cp", "pp", "dp"))
+>>> group_ranks("dp", llama, 0), group_ranks("pp", llama, 0)
+((0, 4), (0, 2))
 """
 from __future__ import annotations
 
@@ -67,12 +75,27 @@ class ParallelSizes:
     pp: int = 1
     ep: int = 1
     etp: int | None = None
+    #: nesting of the axes, fastest-varying first: a permutation of ``ORDER`` (Megatron's, the default)
+    order: tuple[str, ...] = ORDER
 
     def __post_init__(self):
+        if isinstance(self.order, str):
+            object.__setattr__(self, "order", tuple(self.order.split("-")))
+        elif not isinstance(self.order, tuple):
+            object.__setattr__(self, "order", tuple(self.order))
         for axis in ("tp", "cp", "dp", "pp", "ep") + (("etp",) if self.etp is not None else ()):
             value = getattr(self, axis)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"parallel size {axis} = {value!r} must be an integer >= 1")
+        if tuple(self.order) != ORDER:
+            if sorted(self.order) != sorted(ORDER) or len(self.order) != len(ORDER):
+                raise ConfigError(f"parallel.order = {'-'.join(map(str, self.order))!r} must name tp, cp, dp and "
+                                  f"pp once each, fastest first, e.g. 'tp-cp-pp-dp' (Llama 3) or "
+                                  f"'{'-'.join(ORDER)}' (Megatron, the default)")
+            if self.ep > 1 or self.etp is not None:
+                raise ConfigError(f"parallel.order = {'-'.join(self.order)!r} with ep = {self.ep}"
+                                  f"{'' if self.etp is None else f', etp = {self.etp}'}: expert layouts follow "
+                                  f"Megatron's order only; drop order or the expert parallelism")
         if self.etp is not None:
             stage = self.tp * self.cp * self.dp
             if stage % (self.etp * self.ep):
@@ -111,7 +134,7 @@ def as_sizes(sizes: Any) -> ParallelSizes:
     if isinstance(sizes, ParallelSizes):
         return sizes
     if isinstance(sizes, Mapping):
-        unknown = [k for k in sizes if k not in ("tp", "cp", "dp", "pp", "ep", "etp")]
+        unknown = [k for k in sizes if k not in ("tp", "cp", "dp", "pp", "ep", "etp", "order")]
         if unknown:
             raise ConfigError(
                 f"parallel sizes: unknown axis {unknown[0]!r}{did_you_mean(unknown[0], ORDER + ('ep',))}; "
@@ -119,10 +142,28 @@ def as_sizes(sizes: Any) -> ParallelSizes:
             )
         return ParallelSizes(**{k: sizes[k] for k in sizes})
     if all(hasattr(sizes, a) for a in ("tp", "dp", "pp")):
-        return ParallelSizes(**{a: getattr(sizes, a) for a in ("tp", "cp", "dp", "pp", "ep", "etp")
+        return ParallelSizes(**{a: getattr(sizes, a) for a in ("tp", "cp", "dp", "pp", "ep", "etp", "order")
                                 if getattr(sizes, a, None) is not None})
     raise ConfigError(f"parallel sizes {sizes!r}: pass a dict like {{'tp': 2, 'dp': 4, 'pp': 2}} "
                       f"or an object with tp/cp/dp/pp attributes")
+
+
+def coord_order(s: ParallelSizes) -> tuple[str, ...]:
+    """Internal coordinates of ``s``'s rank order, fastest first (dp split into ep, edp)."""
+    out: list[str] = []
+    for axis in s.order:
+        out += ["ep", "edp"] if axis == "dp" else [axis]
+    return tuple(out)
+
+
+def axis_stride(s: ParallelSizes, axis: str) -> int:
+    """Rank distance between neighbours along ``axis`` (tp, cp, dp or pp) in ``s``'s order."""
+    stride = 1
+    for a in s.order:
+        if a == axis:
+            return stride
+        stride *= getattr(s, a)
+    raise ConfigError(f"unknown parallel axis {axis!r}; use one of {', '.join(ORDER)}")
 
 
 def _coord_sizes(s: ParallelSizes) -> dict[str, int]:
@@ -150,12 +191,14 @@ def _check_index(name: str, value: Any, size: int) -> None:
 
 
 def rank_of(tp_rank: int, cp_rank: int, dp_rank: int, pp_rank: int, sizes: Any) -> int:
-    """Global rank of the given coordinates: ``tp + TP*(cp + CP*(dp + DP*pp))``."""
+    """Global rank of the given coordinates: ``tp + TP*(cp + CP*(dp + DP*pp))`` in Megatron's order,
+    the strides of ``sizes.order`` otherwise."""
     s = as_sizes(sizes)
     for name, value, size in (("tp_rank", tp_rank, s.tp), ("cp_rank", cp_rank, s.cp),
                               ("dp_rank", dp_rank, s.dp), ("pp_rank", pp_rank, s.pp)):
         _check_index(name, value, size)
-    return int(tp_rank + s.tp * (cp_rank + s.cp * (dp_rank + s.dp * pp_rank)))
+    return int(sum(v * axis_stride(s, a) for a, v in (("tp", tp_rank), ("cp", cp_rank), ("dp", dp_rank),
+                                                       ("pp", pp_rank))))
 
 
 def coords_of(rank: int, sizes: Any) -> dict[str, int]:
@@ -163,10 +206,11 @@ def coords_of(rank: int, sizes: Any) -> dict[str, int]:
     s = as_sizes(sizes)
     _check_index("rank", rank, s.world_size)
     rank = int(rank)
-    tp, rest = rank % s.tp, rank // s.tp
-    cp, rest = rest % s.cp, rest // s.cp
-    dp, pp = rest % s.dp, rest // s.dp
-    return {"tp": tp, "cp": cp, "dp": dp, "pp": pp, "ep": dp % s.ep, "edp": dp // s.ep}
+    c = {}
+    for axis in s.order:
+        c[axis], rank = rank % getattr(s, axis), rank // getattr(s, axis)
+    dp = c["dp"]
+    return {"tp": c["tp"], "cp": c["cp"], "dp": dp, "pp": c["pp"], "ep": dp % s.ep, "edp": dp // s.ep}
 
 
 def _parse_axis(axis: str) -> tuple[str, ...]:
@@ -185,9 +229,9 @@ def _parse_axis(axis: str) -> tuple[str, ...]:
     return tuple(coords)
 
 
-def _rank_from_coords(c: Mapping[str, int], n: Mapping[str, int]) -> int:
+def _rank_from_coords(c: Mapping[str, int], n: Mapping[str, int], coords: tuple[str, ...] = _COORDS) -> int:
     rank, stride = 0, 1
-    for name in _COORDS:
+    for name in coords:
         rank += c[name] * stride
         stride *= n[name]
     return rank
@@ -210,10 +254,11 @@ def group_ranks(axis: str, sizes: Any, rank: int) -> tuple[int, ...]:
     c = coords_of(rank, s)
     base = {k: c[k] for k in _COORDS}
     out = []
+    order = coord_order(s)
     for values in product(*(range(n[v]) for v in vary)):
         coords = dict(base)
         coords.update(zip(vary, values))
-        out.append(_rank_from_coords(coords, n))
+        out.append(_rank_from_coords(coords, n, order))
     return tuple(sorted(out))
 
 
@@ -272,7 +317,9 @@ __all__ = [
     "ParallelSizes",
     "all_groups",
     "as_sizes",
+    "axis_stride",
     "check_fits",
+    "coord_order",
     "coords_of",
     "group_ranks",
     "group_span",
