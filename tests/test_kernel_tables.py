@@ -123,8 +123,10 @@ def test_cp_chunk_picks_the_right_row():
     sh = _attn(32768, 4, "ring").attn_shape
     assert (sh.seq, sh.causal_share) == (8192, 0.25)
     h100 = get_gpu("h100")
-    e = attention_efficiency(get_stack("torchtitan"), h100, "fwd", sh)
+    e = attention_efficiency(get_stack("deepspeed"), h100, "fwd", sh)
     assert e == pytest.approx(1 / (0.25 / (333 / H100) + 0.75 / (370 / H100)))   # fa2 8k causal / unmasked
+    e = attention_efficiency(get_stack("torchtitan"), h100, "fwd", sh)             # its SDPA runs cuDNN
+    assert e == pytest.approx(1 / (0.25 / (529 / H100) + 0.75 / (600 / H100)))   # cudnn 8k causal / unmasked
 
 
 def test_catalog_scales_by_its_kernels_curve():

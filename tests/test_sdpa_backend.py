@@ -67,3 +67,69 @@ def test_causal_only_gpu_takes_h100s_unmasked_ratio():
         pytest.approx(311 / 2500 * 368 / 319)
     # a GPU with both rows keeps its own: Hopper's unmasked forward at 4k is 368
     assert attention_fraction("fa2", "hopper", "fwd", 128, 4096, causal=False) == pytest.approx(368 / PEAK["H100"])
+
+
+# ---- which kernel PyTorch's SDPA runs for the torchtitan stacks (stacks.yaml [SDPA], sdpa_attention)
+
+def _attn_core(seq: int):
+    from taskgraph.model import get_model
+    from taskgraph.operators import layer_operators
+    ops = layer_operators(get_model("llama3-8b"), ep=1, dtype_bytes=2, flash_attention=True, layer_index=0,
+                          micro_batch=1, seq_len=seq, tp=1, sp=False, cp=1)
+    return {o.name: o for o in ops}["attn_core"]
+
+
+def test_sdpa_backend_by_architecture():
+    """torchtitan calls SDPA under sdpa_kernel([CUDNN_ATTENTION, FLASH_ATTENTION, MATH], set_priority=True)
+    and PyTorch's cuDNN backend accepts sm80..sm121: cuDNN on every listed architecture; the flash-attn 2
+    stacks keep FlashAttention-2; the catalog names no kernel; an unlisted architecture none."""
+    from taskgraph.stacks import attention_kernel, get_stack
+    for name in ("torchtitan", "torchtitan-compile"):
+        stack = get_stack(name)
+        assert stack.attention == "sdpa"
+        assert [attention_kernel(stack, a) for a in ("ampere", "hopper", "blackwell")] == ["cudnn"] * 3
+        assert attention_kernel(stack, "cpu") is None
+    assert attention_kernel(get_stack("deepspeed"), "blackwell") == "fa2"
+    assert attention_kernel(get_stack("llm-foundry"), "hopper") == "fa2"
+    assert attention_kernel(get_stack("megatron-te"), "hopper") is None
+
+
+def test_torchtitan_b200_attention_takes_blackwells_cudnn_figure():
+    """Llama 3 8B at 8k tokens (head dim 128, causal) on a B200: torchtitan's cuDNN at GB200's [CUDNN-SDPA]
+    share, 1,598 / 2,500 forward and 1,311 / 2,500 backward; FlashAttention-2 (the deepspeed stack) at
+    [CUDNN-FA2]'s 414 / 2,500 and 338 / 2,500 -- before, both priced at Hopper's FA2 share (333 / 989.4)."""
+    from taskgraph.cost import op_time
+    from taskgraph.stacks import attention_efficiency, get_stack
+    from topologies.gpus import get_gpu
+    b200, op = get_gpu("b200"), _attn_core(8192)
+    assert (op.attn_shape.head_dim, op.attn_shape.seq, op.attn_shape.causal_share) == (128, 8192, 1.0)
+    tt, ds = get_stack("torchtitan"), get_stack("deepspeed")
+    assert attention_efficiency(tt, b200, "fwd", op.attn_shape) == pytest.approx(1598 / 2500)
+    assert attention_efficiency(tt, b200, "bwd_input", op.attn_shape) == pytest.approx(1311 / 2500)
+    assert attention_efficiency(ds, b200, "fwd", op.attn_shape) == pytest.approx(414 / 2500)
+    assert attention_efficiency(ds, b200, "bwd_input", op.attn_shape) == pytest.approx(338 / 2500)
+    # the op: 4 x 8192^2 x 32 heads x 128 / 2 = 1.759e13 FLOP forward at 2.25 PFLOP/s x 0.6392 = 12.23 ms
+    assert op.fwd_flops == pytest.approx(4 * 8192 * 8193 / 2 * 32 * 128, rel=1e-3)
+    eff = b200.efficiency
+    mem = op.fwd_bytes / (b200.hbm_bandwidth * eff.hbm_efficiency)
+    t = op.fwd_flops / (2.25e15 * 1598 / 2500)
+    assert t > mem
+    assert op_time(op, "fwd", b200, stack=tt) == pytest.approx(t + eff.launch_overhead)
+
+
+@pytest.mark.parametrize("doc, message", [
+    ({"stacks": {"x": {"attention": "sdpa"}}}, r"stack 'x' attention = 'sdpa' needs a sdpa_attention.kernel table"),
+    ({"sdpa_attention": {"kernel": {"hopper": "fa4"}}},
+     r"sdpa_attention.kernel.hopper = 'fa4' is not a kernel of attention_kernels \(cudnn, fa2\)"),
+    ({"sdpa_attention": {"kernels": {"hopper": "fa2"}}}, r"sdpa_attention must be a mapping with one key, kernel"),
+    ({"stacks": {"x": {"attention": "flash"}}}, r"attention = 'flash' must be 'catalog', 'sdpa' or a kernel"),
+])
+def test_sdpa_table_is_checked(tmp_path, doc, message):
+    import yaml
+
+    from strategies.errors import ConfigError
+    from taskgraph.stacks import read_stack_file
+    p = tmp_path / "stacks.yaml"
+    p.write_text(yaml.safe_dump({"attention_kernels": {"fa2": {}, "cudnn": {"fallback": "fa2"}}, **doc}))
+    with pytest.raises(ConfigError, match=message):
+        read_stack_file(str(p))
