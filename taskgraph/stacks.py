@@ -2,8 +2,9 @@
 
 The GPU catalog's efficiencies describe Megatron-LM with Transformer Engine (the stack the calibration
 rows ran). Another stack differs in two sourced ways (``taskgraph/data/stacks.yaml``): its fused
-attention kernel (PyTorch's SDPA runs FlashAttention-2, which reaches 35 % of an H100's peak where
-Transformer Engine's reaches more: Shah et al. 2024) and how many HBM passes and kernel launches a
+attention kernel (flash-attn 2's FlashAttention-2 reaches 35 % of an H100's peak where Transformer
+Engine's cuDNN reaches more: Shah et al. 2024; torchtitan's SDPA runs the kernel PyTorch selects on the
+GPU's architecture, cuDNN under torchtitan's backend order: :func:`attention_kernel`) and how many HBM passes and kernel launches a
 memory-bound operator takes when it is not fused (PyTorch's eager RMSNorm is about six elementwise
 kernels; ``torch.compile`` fuses them back into one). A stack may also carry its measured host dispatch
 cost per kernel (``host_us_per_kernel``), which replaces the cluster's default
@@ -29,11 +30,14 @@ from topologies.kernels import attention_fraction, attention_table
 
 STACKS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "stacks.yaml")
 DEFAULT_STACK = "megatron-te"
+#: a stack's attention besides a kernel of the table: the catalog's figure, or what PyTorch's SDPA selects
+ATTENTION_CHOICES = ("catalog", "sdpa")
 
 
 @dataclass(frozen=True)
 class Stack:
-    """name; attention: 'catalog' or a kernel of the attention table; passes: operator role ->
+    """name; attention: 'catalog', 'sdpa' (the kernel PyTorch's SDPA selects on the GPU's architecture,
+    :func:`attention_kernel`) or a kernel of the attention table; passes: operator role ->
     HBM passes (and launches) relative to one fused kernel (roles not listed: 1); host_us_per_kernel:
     measured host microseconds per counted kernel, or None (the cluster's figure); zero3_master_copy:
     the Adam step copies fp32 master weights into the model's under ZeRO-3 (False: PyTorch FSDP);
@@ -85,12 +89,16 @@ def load_tables(path: str = STACKS_PATH) -> tuple[dict, dict, dict]:
             raise ConfigError(f"stack file {path!r}: attention kernel {k!r} (fallback {fb!r}) is not a kernel of "
                               f"the kernel table ({', '.join(known)})")
         kernels[str(k)] = None if fb is None else str(fb)
+    sdpa = _sdpa_table(data, kernels, path)
     stacks = {}
     for name, d in (data.get("stacks") or {}).items():
         att = str(d.get("attention", "catalog"))
-        if att != "catalog" and att not in kernels:
-            raise ConfigError(f"stack file {path!r}: stack {name!r} names attention kernel {att!r}, not in "
-                              f"attention_kernels ({', '.join(sorted(kernels))})")
+        if att not in ATTENTION_CHOICES and att not in kernels:
+            raise ConfigError(f"stack file {path!r}: stack {name!r} attention = {att!r} must be 'catalog', 'sdpa' or a "
+                              f"kernel of attention_kernels ({', '.join(sorted(kernels))})")
+        if att == "sdpa" and not sdpa:
+            raise ConfigError(f"stack file {path!r}: stack {name!r} attention = 'sdpa' needs a sdpa_attention.kernel "
+                              f"table (architecture -> kernel)")
         passes = {str(k): int(v) for k, v in (d.get("passes") or {}).items()}
         if any(v < 1 or v > 64 for v in passes.values()):
             raise ConfigError(f"stack file {path!r}: stack {name!r} passes must be integers in [1, 64]")
@@ -135,6 +143,7 @@ def load_tables(path: str = STACKS_PATH) -> tuple[dict, dict, dict]:
         if k not in kernels or a not in catalog["reference"]:
             raise ConfigError(f"stack file {path!r}: catalog_attention.kernel.{a} = {k!r} needs a kernel of "
                               f"attention_kernels and a catalog_attention.reference.{a}")
+    catalog["sdpa"] = sdpa
     return stacks, kernels, catalog
 
 
@@ -150,6 +159,21 @@ def _pass_pair(path: str, name, d: dict, key: str, default: float, bounds: tuple
         raise ConfigError(f"stack file {path!r}: stack {name!r} {key} = {v!r} must be {{fwd: x, bwd: y}}, {what}, "
                           f"each a number in [{lo:g}, {hi:g}] (or left out)")
     return (float(v["fwd"]), float(v["bwd"]))
+
+
+def _sdpa_table(data: dict, kernels: dict, path: str) -> dict:
+    """``sdpa_attention.kernel`` of a stack file, checked: architecture -> the kernel PyTorch's SDPA runs
+    there for a stack with ``attention: sdpa`` (stacks.yaml [SDPA-SEL])."""
+    sec = data.get("sdpa_attention") or {}
+    if not isinstance(sec, dict) or set(sec) - {"kernel"} or not isinstance(sec.get("kernel") or {}, dict):
+        raise ConfigError(f"stack file {path!r}: sdpa_attention must be a mapping with one key, kernel: "
+                          f"{{architecture: kernel}}")
+    table = {str(a): str(k) for a, k in (sec.get("kernel") or {}).items()}
+    for a, k in table.items():
+        if k not in kernels:
+            raise ConfigError(f"stack file {path!r}: sdpa_attention.kernel.{a} = {k!r} is not a kernel of "
+                              f"attention_kernels ({', '.join(sorted(kernels))})")
+    return table
 
 
 def read_stack_file(path: str) -> dict:
@@ -199,10 +223,13 @@ def attention_efficiency(stack: Stack, gpu, pass_: str, shape=None) -> float:
     _, _, catalog = load_tables()
     arch = gpu.architecture
     if stack.attention != "catalog":
+        kernel = attention_kernel(stack, arch)
+        if kernel is None:
+            return const
         if shape is None:
             ref = catalog["reference"].get(arch) or catalog["reference"]["hopper"]
             shape = _Ref(ref[0], ref[1], 1.0)
-        f = _kernel_fraction(stack.attention, arch, "fwd" if pass_ == "fwd" else "bwd", shape)
+        f = _kernel_fraction(kernel, arch, "fwd" if pass_ == "fwd" else "bwd", shape)
         return const if f is None else f
     kernel, ref = catalog["kernel"].get(arch), catalog["reference"].get(arch)
     if shape is None or kernel is None:
@@ -213,6 +240,17 @@ def attention_efficiency(stack: Stack, gpu, pass_: str, shape=None) -> float:
     if at is None or not base:
         return const
     return min(1.0, const * at / base)
+
+
+def attention_kernel(stack: Stack, architecture: str) -> str | None:
+    """The attention kernel ``stack`` runs on an ``architecture`` GPU: its named kernel; for 'sdpa' the
+    kernel PyTorch's scaled_dot_product_attention selects there (``sdpa_attention`` in stacks.yaml; None
+    for an architecture the table does not list: the GPU's catalog figure); None for 'catalog'."""
+    if stack.attention == "catalog":
+        return None
+    if stack.attention == "sdpa":
+        return load_tables()[2]["sdpa"].get(architecture)
+    return stack.attention
 
 
 @dataclass(frozen=True)

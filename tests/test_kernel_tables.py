@@ -48,10 +48,12 @@ def test_missing_causal_rows_take_the_forward_ratio():
     # A100 has only forward + backward figures ([FA2-F4] (d) 155 at 2k): both passes take them
     for p in ("fwd", "bwd"):
         assert attention_fraction("fa2", "ampere", p, 128, 2048, causal=True) == pytest.approx(155 / A100)
-    # Blackwell: cuDNN from GB200's rows ([CUDNN-SDPA] 1,042 at 2k causal); FlashAttention-2 (no Blackwell
-    # row) from Hopper's, the fallback architecture; a kernel without rows anywhere answers None
+    # Blackwell: cuDNN from GB200's rows ([CUDNN-SDPA] 1,042 at 2k causal); FlashAttention-2 from GB200's
+    # causal rows ([CUDNN-FA2] 336 at 2k), unmasked by H100's FA2 ratio (362 / 298); FlashAttention-3 (no
+    # Blackwell row) from Hopper's, the fallback architecture; a kernel without rows anywhere answers None
     assert attention_fraction("cudnn", "blackwell", "fwd", 128, 2048, causal=True) == pytest.approx(1042 / GB200)
-    assert attention_fraction("fa2", "blackwell", "fwd", 128, 2048, causal=False) == pytest.approx(362 / H100)
+    assert attention_fraction("fa2", "blackwell", "fwd", 128, 2048, causal=False) == pytest.approx(336 * 362 / 298 / GB200)
+    assert attention_fraction("fa3", "blackwell", "fwd", 128, 2048, causal=False) == pytest.approx(625 / H100)
     assert attention_fraction("fa3", "ampere", "fwd", 128, 2048, causal=True) is None
 
 
@@ -121,8 +123,10 @@ def test_cp_chunk_picks_the_right_row():
     sh = _attn(32768, 4, "ring").attn_shape
     assert (sh.seq, sh.causal_share) == (8192, 0.25)
     h100 = get_gpu("h100")
-    e = attention_efficiency(get_stack("torchtitan"), h100, "fwd", sh)
+    e = attention_efficiency(get_stack("deepspeed"), h100, "fwd", sh)
     assert e == pytest.approx(1 / (0.25 / (333 / H100) + 0.75 / (370 / H100)))   # fa2 8k causal / unmasked
+    e = attention_efficiency(get_stack("torchtitan"), h100, "fwd", sh)             # its SDPA runs cuDNN
+    assert e == pytest.approx(1 / (0.25 / (529 / H100) + 0.75 / (600 / H100)))   # cudnn 8k causal / unmasked
 
 
 def test_catalog_scales_by_its_kernels_curve():

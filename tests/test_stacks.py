@@ -44,20 +44,26 @@ def test_eager_norm_makes_six_passes():
 
 
 def test_sdpa_flash_attention_2_priced_from_the_kernel_table():
-    # llama3-8b at 4096 tokens: head dim 128, causal; FlashAttention-2 on H100 forward 319 TFLOP/s
-    # (kernels.yaml, [FA3-F5] (d)), backward the non-causal 310 x the forward's causal ratio 319 / 368
-    h100, op = get_gpu("h100"), _ops()["attn_core"]
-    e = attention_efficiency(get_stack("torchtitan"), h100, "fwd", op.attn_shape)
+    # llama3-8b at 4096 tokens: head dim 128, causal; FlashAttention-2 (the deepspeed stack's flash-attn 2)
+    # on H100 forward 319 TFLOP/s (kernels.yaml, [FA3-F5] (d)), backward the non-causal 310 x the
+    # forward's causal ratio 319 / 368
+    h100, op, fa2 = get_gpu("h100"), _ops()["attn_core"], get_stack("deepspeed")
+    e = attention_efficiency(fa2, h100, "fwd", op.attn_shape)
     assert e == pytest.approx(319 / 989.4)
-    assert attention_efficiency(get_stack("torchtitan"), h100, "bwd_input", op.attn_shape) == \
-        pytest.approx(310 * 319 / 368 / 989.4)
-    t = op_time(op, "fwd", h100, stack=get_stack("torchtitan"))
+    assert attention_efficiency(fa2, h100, "bwd_input", op.attn_shape) == pytest.approx(310 * 319 / 368 / 989.4)
+    t = op_time(op, "fwd", h100, stack=fa2)
     mem = op.fwd_bytes / (h100.hbm_bandwidth * h100.efficiency.hbm_efficiency)
     assert t == pytest.approx(max(op.fwd_flops / (h100.peak_flops("bf16") * e), mem) + h100.efficiency.launch_overhead)
-    # on an A100 only the combined forward + backward figure exists (173 TFLOP/s of 312, [FA2-F4] (d));
-    # FlashAttention-3 is Hopper only and falls back to FlashAttention-2 there
+    # torchtitan's SDPA runs cuDNN on Hopper ([SDPA]): forward 518 ([FA3-F5] (d)), backward the non-causal
+    # 499 x the forward's causal ratio 518 / 609 ([FA3-F6] (b), [FA3-F5] (c))
+    tt = get_stack("torchtitan")
+    assert attention_efficiency(tt, h100, "fwd", op.attn_shape) == pytest.approx(518 / 989.4)
+    assert attention_efficiency(tt, h100, "bwd_input", op.attn_shape) == pytest.approx(499 * 518 / 609 / 989.4)
+    # on an A100 only the combined forward + backward FA2 figure exists (173 TFLOP/s of 312, [FA2-F4] (d)):
+    # FlashAttention-2 prices it, and cuDNN (torchtitan's choice there too) falls back to it
     a100 = get_gpu("a100")
-    assert attention_efficiency(get_stack("torchtitan"), a100, "fwd", op.attn_shape) == pytest.approx(173 / 312)
+    assert attention_efficiency(fa2, a100, "fwd", op.attn_shape) == pytest.approx(173 / 312)
+    assert attention_efficiency(tt, a100, "fwd", op.attn_shape) == pytest.approx(173 / 312)
 
 
 def test_stack_option_end_to_end(tmp_path):

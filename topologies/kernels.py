@@ -10,7 +10,8 @@ training shapes). A row not measured past some length (its trailing nulls), or b
 leading nulls), continues by its kernel's measured ratio (``attention.extend``; a kernel without one
 stays flat). A pass without a
 causal row takes the non-causal row times the forward's causal / non-causal ratio at the same point (the
-YAML's header says why).
+YAML's header says why); a GPU with causal rows only takes the unmasked figure from the causal one times
+the kernel's unmasked / causal ratio on the next GPU of the architecture's list.
 
 >>> round(attention_fraction("cudnn", "hopper", "fwd", 128, 2048, causal=True), 4)
 0.4892
@@ -224,13 +225,31 @@ def attention_fraction(kernel: str, architecture: str, pass_: str, head_dim: flo
     mask; None when the table has nothing for the kernel on that architecture (or its fallback)."""
     table = attention_table(path)
     # the architecture's own measuring GPUs first, then its fallback's (a kernel measured on Hopper only,
-    # e.g. FlashAttention-2, keeps Hopper's fractions on Blackwell)
+    # e.g. FlashAttention-3, keeps Hopper's fractions on Blackwell)
     gpus = table.arch_gpus.get(architecture, ()) + table.arch_gpus.get(table.fallback.get(architecture, ""), ())
-    for gpu in gpus:
-        v = _pass_at(table, kernel, gpu, "fwd" if pass_ == "fwd" else "bwd", causal, float(head_dim), float(seq))
+    p, hd, s = "fwd" if pass_ == "fwd" else "bwd", float(head_dim), float(seq)
+    for i, gpu in enumerate(gpus):
+        v = _pass_at(table, kernel, gpu, p, causal, hd, s)
         if v is not None:
             return v
+        if not causal:
+            v = _pass_at(table, kernel, gpu, p, True, hd, s)
+            if v is not None:
+                return v * _unmasked_ratio(table, kernel, gpus[i + 1:], p, hd, s)
     return None
+
+
+def _unmasked_ratio(table: AttentionTable, kernel: str, gpus: tuple, pass_: str, head_dim: float,
+                    seq: float) -> float:
+    """Unmasked / causal fraction of ``kernel`` at the point on the first of ``gpus`` that has both: what
+    a GPU measured under the causal mask only takes for unmasked blocks (kernels.yaml header; GB200's
+    FlashAttention-2 rows take H100's ratio); 1 without one."""
+    for gpu in gpus:
+        n = _pass_at(table, kernel, gpu, pass_, False, head_dim, seq)
+        c = _pass_at(table, kernel, gpu, pass_, True, head_dim, seq)
+        if n is not None and c:
+            return n / c
+    return 1.0
 
 
 @cache
