@@ -13,7 +13,7 @@ def assert_timeline_invariants(graph, result, eps: float = 1e-12) -> None:
     dst = graph.succ_idx
     if src.size:
         assert np.all(start[dst] >= end[src] - eps), "a task started before a predecessor ended"
-    order = np.lexsort((start, graph.device))
+    order = np.lexsort((end, start, graph.device))  # ties: a zero-length task first (FIFO order)
     same = graph.device[order][1:] == graph.device[order][:-1]
     gaps = start[order][1:] - end[order][:-1]
     assert np.all(gaps[same] >= -eps), "two tasks overlap on one device"

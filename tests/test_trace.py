@@ -193,6 +193,27 @@ def test_stage_level_merges_runs_of_one_microbatch():
         chrome_trace(g, r, level="kernel")
 
 
+def test_zero_length_task_sorts_before_the_task_it_ties_with():
+    """A zero-length task that starts when another task of its device does ran first in the FIFO
+    (else it would start at that task's end), whatever the ids: DualPipe's interleaved F&B pairs put
+    an embedding dgrad (0 s) of mb 1 at the start of a forward of mb 0 (issue 38's merge). Sorting
+    by id put the forward first, so the stage-level slices overlapped."""
+    from tests.helpers import assert_timeline_invariants
+    b = TaskGraphBuilder()
+    dev = b.add_device(Device("rank0/compute", 0, "compute"))
+    late = b.add_task(1e-6, dev, "forward", op="op0", stage=0, mb=0)   # id 0, runs second
+    zero = b.add_task(0.0, dev, "backward", op="op1", stage=0, mb=1)   # id 1, runs first
+    b.add_edge(zero, late)
+    g = b.build()
+    r = simulate(g)
+    assert r.start[zero] == r.end[zero] == r.start[late] == 0.0
+    assert_timeline_invariants(g, r)
+    for level, first in (("operator", "op1 s0 mb1"), ("stage", "backward s0 mb1")):
+        t = chrome_trace(g, r, level=level)
+        check_trace(t)
+        assert [e["name"] for e in t["traceEvents"] if e["ph"] == "X"][0] == first
+
+
 def test_stage_level_thins_memory_counter_keeping_boundaries_and_peak():
     g, r = _chain([1e-6, 2e-6, 3e-6, 4e-6, 5e-6])  # runs [0, 3], [3, 10], [10, 15] us
     times = np.arange(16) * 1e-6

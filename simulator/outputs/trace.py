@@ -123,7 +123,9 @@ def _stage_runs(graph: TaskGraph, result: SimResult, tasks: np.ndarray):
     when mb < 0]). Returns (first task of each run, run start ns, run end ns, tasks per run, busy ns)."""
     s_ns, e_ns = to_ns(result.start[tasks]), to_ns(result.end[tasks])
     dev = graph.device[tasks].astype(np.int64)
-    order = np.lexsort((tasks, s_ns, dev))  # per device, by start, ties by id (= engine FIFO order)
+    # per device by start, then end, then id: the engine's FIFO order (a zero-length task that starts
+    # when another does ran first, else it would start at that one's end: DualPipe's interleaved pairs)
+    order = np.lexsort((tasks, e_ns, s_ns, dev))
     t, s_ns, e_ns, dev = tasks[order], s_ns[order], e_ns[order], dev[order]
     mb = graph.mb[t].astype(np.int64)
     key = np.stack([dev, graph.category[t].astype(np.int64), graph.stage[t].astype(np.int64),
@@ -223,12 +225,12 @@ def trace_lines(graph: TaskGraph, result: SimResult, *, flows: bool = True, coun
     tasks = _selected_tasks(graph, dev_keep)
     if level == "stage":
         t, s_ns, e_ns, n_in, busy = _stage_runs(graph, result, tasks)
-        order = np.lexsort((t, s_ns))
+        order = np.lexsort((t, e_ns, s_ns))
         t, s_ns, e_ns, n_in, busy = t[order], s_ns[order], e_ns[order], n_in[order], busy[order]
         busy_us, n_runs = _fmt_us(busy), n_in.tolist()
     else:
         s_all, e_all = to_ns(result.start[tasks]), to_ns(result.end[tasks])
-        order = np.lexsort((tasks, s_all))  # by start, ties by id
+        order = np.lexsort((tasks, e_all, s_all))  # by start, then end (zero-length first), then id
         t, s_ns, e_ns = tasks[order], s_all[order], e_all[order]
         busy_us = n_runs = None
     lines.extend(_slice_lines(graph, t, s_ns, e_ns, dev_pid, dev_tid, level, busy_us, n_runs))

@@ -85,7 +85,7 @@ def hta_rank_text(graph: TaskGraph, result: SimResult, rank: int, world_size: in
     mask = stream_of[graph.device] >= 0
     t = np.flatnonzero(mask)
     s_us, e_us, r_us = to_us(result.start[t]), to_us(result.end[t]), to_us(result.ready[t])
-    order = np.lexsort((t, s_us))
+    order = np.lexsort((t, e_us, s_us))  # by start, then end (a zero-length task first: FIFO order), then id
     t, s_us, e_us, r_us = t[order], s_us[order], e_us[order], r_us[order]
     ops = [json.dumps(o)[1:-1] for o in graph.op_names]
     cats = list(CATEGORIES)
