@@ -109,3 +109,44 @@ def test_ratio_kernels_of_a_stack_file_are_checked(tmp_path):
                                                                                  "bwd": 0.5}}}},
                                  "stacks": {"s": {"attention": "x"}}}))
     assert read_stack_file(str(p))["s"].attention == "x"
+
+
+# ---- the importer: which attention a torchtitan config selects
+
+def _toml(flavor: str) -> dict:
+    return {"model": {"name": "llama3", "flavor": flavor}, "training": {"local_batch_size": 1, "seq_len": 8192},
+            "parallelism": {"data_parallel_shard_degree": -1}}
+
+
+@pytest.mark.parametrize("flavor,kernel", [("8B", "sdpa"), ("8B_flex", "flex"), ("8B_varlen", "varlen")])
+def test_toml_flavor_selects_the_attention(flavor, kernel):
+    """torchtitan 238fa99 llama3_args: 8B keeps attn_type sdpa, 8B_flex / 8B_varlen set flex / varlen."""
+    from strategies.import_torchtitan import import_torchtitan
+    imp = import_torchtitan(_toml(flavor), cluster="dgx-h100", nodes=1)
+    assert imp.strategy["model"] == "llama3-8b"
+    assert imp.strategy["options"]["attention_kernel"] == kernel
+
+
+@pytest.mark.parametrize("family,spec,kernel", [
+    ("llama3", {"_args_": ["8B"]}, "flex"),                                  # model_registry's default
+    ("llama3", {"_args_": ["8B"], "attn_backend": "varlen"}, "varlen"),
+    ("llama3", {"_args_": ["8B"], "attn_backend": "flex_flash"}, "varlen"),
+    ("gpt_oss", {"_args_": ["20b"]}, "varlen"),                              # gpt_oss defaults to varlen
+])
+def test_registry_attn_backend_selects_the_attention(family, spec, kernel):
+    from strategies.import_titan_registry import registry_to_toml
+    toml = registry_to_toml({"model_spec": spec}, family, "config_registry.py job()")
+    assert toml["model"]["attn_backend"] == spec.get("attn_backend", "varlen" if family == "gpt_oss" else "flex")
+    if family == "llama3":
+        from strategies.import_torchtitan import import_torchtitan
+        imp = import_torchtitan(toml, cluster="dgx-h100", nodes=1)
+        assert imp.strategy["options"]["attention_kernel"] == kernel
+        assert any("flex_flash" in n for n in imp.unmodeled) == (spec.get("attn_backend") == "flex_flash")
+
+
+def test_registry_refuses_an_unknown_attn_backend():
+    from strategies.import_titan_registry import registry_to_toml
+    from strategies.import_torchtitan import import_torchtitan
+    toml = registry_to_toml({"model_spec": {"_args_": ["8B"], "attn_backend": "paged"}}, "llama3", "r.py job()")
+    with pytest.raises(ConfigError, match="attn_backend"):
+        import_torchtitan(toml, cluster="dgx-h100", nodes=1)
