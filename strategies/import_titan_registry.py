@@ -33,6 +33,9 @@ PARALLELISM_DEFAULTS = {"data_parallel_replicate_degree": 1, "data_parallel_shar
                         "pipeline_parallel_schedule_csv": "", "num_pp_microbatches": 1, "context_parallel_degree": 1,
                         "context_parallel_load_balancer": "headtail", "context_parallel_ptrr_mask_key": None,
                         "expert_parallel_degree": 1}
+#: model_registry's attn_backend default by family where it is not "flex" (torchtitan/models/gpt_oss/__init__.py
+#: l. 391 at b5bcd76; llama3, qwen3, qwen3_5, deepseek_v3, kimi_k2_7 default to "flex")
+REGISTRY_ATTN_DEFAULT = {"gpt_oss": "varlen"}
 #: converter config class -> the TOML's [model] converters name
 CONVERTERS = {"Float8LinearConverter": "float8", "MXFP8LinearConverter": "mx"}
 
@@ -101,7 +104,9 @@ def registry_to_toml(tree: dict, model_name: str, where: str) -> dict:
     if mode is None:
         raise ConfigError(f"{where}: activation_checkpoint {ac_name} is not one execsim reads (SelectiveAC, FullAC, "
                           f"NoAC)")
-    toml = {"model": {"name": model_name, "flavor": flavor}, "training": toml_training,
+    # model_registry's attn_backend (b5bcd76: "flex" by default, gpt_oss "varlen"; import_torchtitan ATTN_BACKENDS)
+    backend = spec.get("attn_backend", REGISTRY_ATTN_DEFAULT.get(model_name, "flex"))
+    toml = {"model": {"name": model_name, "flavor": flavor, "attn_backend": backend}, "training": toml_training,
             "parallelism": {k: v for k, v in _section(tree, "parallelism", where).items()
                             if k not in PARALLELISM_DEFAULTS or PARALLELISM_DEFAULTS[k] != v},
             # torchtitan's SelectiveAC.Config (config_registry era) has no per-layer option: it is the

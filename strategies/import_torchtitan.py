@@ -104,7 +104,7 @@ _TT_READ = {"model.name", "model.flavor", "training.local_batch_size", "training
             "parallelism.expert_parallel_degree", "parallelism.pipeline_parallel_schedule",
             "parallelism.pipeline_parallel_microbatch_size", "parallelism.fsdp_reshard_after_forward",
             "parallelism.enable_async_tensor_parallel", "activation_checkpoint.mode",
-            "activation_checkpoint.selective_ac_option", "model.hf_assets_path", "hf_assets_path",
+            "activation_checkpoint.selective_ac_option", "model.hf_assets_path", "hf_assets_path", "model.attn_backend",
             "model.converters", "parallelism.expert_tensor_parallel_degree", "training.compile", "compile.enable",
             "compile.components", "compile", "model_spec.name", "model_spec.flavor",
             "activation_checkpoint.force_recompute_mm_shapes_by_fqns", "debug.moe_force_load_balance"}
@@ -256,6 +256,33 @@ def _model(mdl: Fields, base_dir: str | None, inputs: list) -> object:
                       f"hf_assets_path (read as a Hugging Face config)")
 
 
+#: the attention a torchtitan config selects -> options.attention_kernel (taskgraph/data/stacks.yaml
+#: [SDPA], [FLEX], [VARLEN]). TOML era (pytorch/torchtitan 238fa99, torchtitan/models/llama3/__init__.py
+#: llama3_args): flavors "8B_flex" / "debugmodel_flex_attn" set attn_type "flex", "8B_varlen" "varlen"
+#: (attn_mask_type "block_causal"); every other flavor keeps model/args.py's attn_type "sdpa".
+#: Registry era (b5bcd76, torchtitan/models/common/config_utils.py get_attention_config): model_registry's
+#: attn_backend "flex", "flex_flash" (FlexAttention's FlashAttention-4 backend on Hopper / Blackwell:
+#: no figure of its own, priced as the FA3 / FA4 kernels of varlen), "varlen"; "sdpa" is refused there.
+ATTN_BACKENDS = {"sdpa": "sdpa", "flex": "flex", "flex_flash": "varlen", "varlen": "varlen"}
+#: TOML-era flavor suffix -> attn_type
+ATTN_FLAVOR_SUFFIX = {"_flex_attn": "flex", "_flex": "flex", "_varlen_attn": "varlen", "_varlen": "varlen"}
+
+
+def _attention(mdl: Fields, registry: bool) -> tuple:
+    """(the flavor without its attention suffix, options.attention_kernel, note or None): the TOML era's
+    flavor suffix, or the registry era's model.attn_backend (handed over by import_titan_registry)."""
+    flavor = mdl.text("flavor", "")
+    if registry:
+        backend = mdl.choice("attn_backend", "flex", tuple(ATTN_BACKENDS))
+        note = ("model_spec.attn_backend flex_flash (FlexAttention's FlashAttention-4 backend, priced as "
+                "FA3 on Hopper / cuDNN's rows on Blackwell)") if backend == "flex_flash" else None
+        return flavor, ATTN_BACKENDS[backend], note
+    for suffix, kind in ATTN_FLAVOR_SUFFIX.items():
+        if flavor.endswith(suffix):
+            return flavor[:-len(suffix)], kind, None
+    return flavor, "sdpa", None
+
+
 def _parallel(par: Fields) -> tuple:
     def deg(name: str, default: int = 1) -> int:
         extra = (-1,) if name.endswith("shard_degree") else ()
@@ -391,6 +418,9 @@ def import_torchtitan(data: dict, *, cluster: str | None = None, nodes: int | No
     tr, par, ac = top.section("training"), top.section("parallelism"), top.section("activation_checkpoint")
     notes: list = []
     inputs: list = []
+    flavor, attention, attn_note = _attention(mdl, "attn_backend" in mdl.data or "model_spec" in data)
+    if flavor != mdl.text("flavor", ""):
+        mdl = Fields({**mdl.data, "flavor": flavor}, W, mdl.prefix)
     model = _model(mdl, base_dir, inputs)
     cl = cluster_mapping(cluster, nodes, "torchtitan config")
     parallel, name, hsdp = _parallel(par)
@@ -406,8 +436,12 @@ def import_torchtitan(data: dict, *, cluster: str | None = None, nodes: int | No
     options: dict = {"overlap_grad_reduce": True, "overlap_param_gather": parallel["zero"] > 0,
                      "tp_comm_overlap": par.flag("enable_async_tensor_parallel", False),
                      # the software stack (taskgraph/data/stacks.yaml): PyTorch eager unless torch.compile is on
-                     "stack": "torchtitan-compile" if _compiled(data, tr) else "torchtitan"}
+                     "stack": "torchtitan-compile" if _compiled(data, tr) else "torchtitan",
+                     # the attention the config selects (the stacks' default is FlexAttention, stacks.yaml [SDPA])
+                     "attention_kernel": attention}
     fp8 = _converters(mdl, data, options, notes)
+    if attn_note:
+        notes.append(attn_note)
     if "debug" in data and Fields(data, W).section("debug").flag("moe_force_load_balance", False):
         options["moe_routing"] = "balanced"   # moe/moe.py: tokens dealt round-robin to the experts
     reshard = RESHARD[par.choice("fsdp_reshard_after_forward", "default", tuple(RESHARD))]

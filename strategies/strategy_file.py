@@ -35,7 +35,7 @@ OPTION_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_bucket_mb", 
                "delay_wgrad_compute", "moe_flex_dispatcher_num_sms", "moe_shared_expert_overlap", "optimizer_cpu_offload",
                "optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d", "fp8_recipe", "fp8_param_gather",
                "fp4_recipe", "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16",
-               "activation_offload_layers", "overlap_interference", "stack",
+               "activation_offload_layers", "overlap_interference", "stack", "attention_kernel",
                "cp_comm", "cp_load_balance", "reshard_after_forward",
                "price_per_gpu_hour_usd")
 SCHEDULE_KEYS = ("name", "csv")
@@ -166,8 +166,12 @@ class OptionsSpec:
         slower too; False = overlap is free (the pre-2025 model, for comparison).
     stack: the software stack that runs the graph (taskgraph/data/stacks.yaml): 'megatron-te'
         (Megatron-LM + Transformer Engine, what the GPU catalog describes), 'torchtitan' (PyTorch
-        eager: SDPA FlashAttention-2, unfused norms and activations), 'torchtitan-compile'
+        eager: FlexAttention, unfused norms and activations), 'torchtitan-compile'
         (torch.compile fuses them back), 'deepspeed'; None = megatron-te.
+    attention_kernel: the attention kernel the run prices in place of its stack's own (a kernel of
+        stacks.yaml attention_kernels -- fa2, fa3, cudnn, flex, varlen -- or 'sdpa': what PyTorch's
+        SDPA runs under torchtitan's backend order, or 'catalog': the GPU catalog's figure); None = the
+        stack's choice. Checked by resolve (taskgraph/stacks.py run_stack).
     tp_async_backward: the column-parallel layers' backward collectives run concurrently with their
         GEMMs (Megatron-LM's asynchronous TP all-reduce / SP all-gather and reduce-scatter, on by
         default since late 2021); False = every TP collective blocks (Megatron-LM of early 2021).
@@ -299,6 +303,7 @@ class OptionsSpec:
     reshard_after_forward: bool | None = None
     overlap_interference: bool = True
     stack: str | None = None
+    attention_kernel: str | None = None
 
     @property
     def moe_load(self) -> float | MoeRouting:
@@ -483,6 +488,8 @@ def _options_spec(data: dict, base_dir: str | Path) -> tuple[dict, OptionsSpec]:
         tp_comm_overlap=get_bool(o, "tp_comm_overlap", "options", default=False),
         overlap_interference=get_bool(o, "overlap_interference", "options", default=True),
         stack=None if o.get("stack") is None else get_str(o, "stack", "options"),  # checked by resolve
+        attention_kernel=(None if o.get("attention_kernel") is None
+                          else get_str(o, "attention_kernel", "options")),  # checked by resolve
         p2p_overlap=get_bool(o, "p2p_overlap", "options", default=False),
         tp_async_backward=get_bool(o, "tp_async_backward", "options", default=True),
         p2p_host_gap_us=get_float(o, "p2p_host_gap_us", "options", default=P2P_HOST_GAP_US),

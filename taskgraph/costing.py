@@ -21,7 +21,7 @@ from taskgraph.overlap import bulk, chunk_op, pipelined, ring_exchange, ring_hbm
 from taskgraph.pipeline_p2p import activation_bytes, boundary_times
 from taskgraph.plan import DTYPE_BYTES, Plan
 from taskgraph.stack_costs import fsdp2_copy_times, hp_grad_accum_bytes, op_as_run, reduce_kind, serial_exchanges
-from taskgraph.stacks import DEFAULT_STACK, get_stack
+from taskgraph.stacks import DEFAULT_STACK, get_stack, with_attention
 from taskgraph.stage_records import named_stage, paced, stage_parts
 from taskgraph.te_scaling import te_layer_gemms, te_scaling_applies, te_scaling_work, with_delayed_amax
 from taskgraph.work import Bucket, Comm, IterationWork, LayerWork, OpCost, StageWork
@@ -50,9 +50,10 @@ class CostContext:
 
     @property
     def stack(self):
-        """The software stack (taskgraph/stacks.py); None for the default, whose figures are the catalog's."""
-        name = self.plan.strategy.options.stack
-        return None if name in (None, DEFAULT_STACK) else get_stack(name)
+        """The stack (taskgraph/stacks.py) with options.attention_kernel; None: the default (the catalog's)."""
+        o = self.plan.strategy.options
+        base = None if o.stack in (None, DEFAULT_STACK) and o.attention_kernel is None else get_stack(o.stack)
+        return base if o.attention_kernel is None else with_attention(base, o.attention_kernel)
 
 
 def comm_time(cluster, kind: str, nbytes: float, ranks: tuple[int, ...], share: tuple | None = None) -> float:
@@ -393,9 +394,8 @@ def context_id(plan: Plan) -> int | None:
     key = (plan.model, plan.cluster, plan.sizes, plan.sp, plan.zero, tr.micro_batch, tr.seq_len, tr.precision,
            opt.flash_attention, opt.fp32_grad_accum, opt.grad_bucket_mb, opt.tp_async_backward, opt.moe_load,
            opt.moe_max_nodes, opt.pair_overlap, opt.pair_comm_sms, opt.fp8_recipe, opt.fp8_param_gather, opt.activation_offload_layers, opt.cp_comm, opt.cp_load_balance, plan.shard_size, plan.reshard_after_forward, opt.overlap_grad_reduce,
-           opt.tp_comm_overlap, opt.overlap_interference, opt.stack, opt.overlap_moe_expert_parallel_comm,
-           opt.moe_flex_dispatcher_num_sms, opt.optimizer_cpu_offload, opt.optimizer_offload_fraction,
-           opt.overlap_cpu_optimizer_d2h_h2d, opt.moe_shared_expert_overlap, opt.pipeline_scatter_gather)
+           opt.tp_comm_overlap, opt.overlap_interference, opt.stack, opt.attention_kernel, opt.overlap_moe_expert_parallel_comm,
+           opt.moe_flex_dispatcher_num_sms, opt.optimizer_cpu_offload, opt.optimizer_offload_fraction, opt.overlap_cpu_optimizer_d2h_h2d, opt.moe_shared_expert_overlap, opt.pipeline_scatter_gather)
     try:
         cid = _CONTEXTS.get(key)
     except TypeError:  # an unhashable field (a custom model spec holding a list, say)
@@ -416,7 +416,7 @@ def _layer_context(plan: Plan) -> tuple:
     return (plan.model, plan.cluster, s.tp, plan.sp, s.cp, s.ep, tr.micro_batch, tr.seq_len, tr.precision,
             opt.flash_attention, opt.fp32_grad_accum, opt.tp_async_backward, opt.moe_load, opt.cp_comm,
             opt.cp_load_balance, opt.moe_max_nodes, opt.fp8_recipe, opt.fp8_param_gather, opt.activation_offload_layers,
-            opt.tp_comm_overlap, opt.overlap_interference, opt.stack, opt.overlap_moe_expert_parallel_comm,
+            opt.tp_comm_overlap, opt.overlap_interference, opt.stack, opt.attention_kernel, opt.overlap_moe_expert_parallel_comm,
             (s, plan.shard_size, plan.reshard_after_forward) if plan.zero == 3 else None)
 
 

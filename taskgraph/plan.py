@@ -276,6 +276,9 @@ def _resolved_cluster(strategy: Strategy):
         from topologies.collective_profile import load_collective_profile
         cluster = replace(cluster, collective_profile=load_collective_profile(
             strategy.options.collective_profile, cluster.gpu.name, strategy.options.collective_profile_gpu))
+    if strategy.options.attention_kernel is not None:
+        from taskgraph.stacks import run_stack
+        run_stack(strategy.options.stack, strategy.options.attention_kernel)  # one error line for a bad kernel
     if strategy.options.stack is not None:
         from taskgraph.stacks import get_stack
         stack = get_stack(strategy.options.stack)  # one clear error for an unknown stack, listing the known ones

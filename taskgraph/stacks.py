@@ -21,7 +21,7 @@ PyTorch's ring attention (``taskgraph/torch_cp.py``).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache, lru_cache
 
 from strategies.documents import load_document
@@ -83,9 +83,12 @@ def load_tables(path: str = STACKS_PATH) -> tuple[dict, dict, dict]:
     data = load_document(path, "stack file") or {}
     known = attention_table().kernels()
     kernels = {}
+    ratios = {}
     for k, d in (data.get("attention_kernels") or {}).items():
         fb = (d or {}).get("fallback")
-        if str(k) not in known or (fb is not None and str(fb) not in known):
+        if (d or {}).get("ratio") is not None:
+            ratios[str(k)] = _ratio_table(str(k), d, known, path)
+        elif str(k) not in known or (fb is not None and str(fb) not in known):
             raise ConfigError(f"stack file {path!r}: attention kernel {k!r} (fallback {fb!r}) is not a kernel of "
                               f"the kernel table ({', '.join(known)})")
         kernels[str(k)] = None if fb is None else str(fb)
@@ -144,7 +147,29 @@ def load_tables(path: str = STACKS_PATH) -> tuple[dict, dict, dict]:
             raise ConfigError(f"stack file {path!r}: catalog_attention.kernel.{a} = {k!r} needs a kernel of "
                               f"attention_kernels and a catalog_attention.reference.{a}")
     catalog["sdpa"] = sdpa
+    catalog["ratio"] = ratios
     return stacks, kernels, catalog
+
+
+def _ratio_table(name: str, d: dict, known: tuple, path: str) -> dict:
+    """``attention_kernels.NAME.ratio`` of a stack file, checked: architecture -> (measured kernel of the
+    kernel table, forward ratio, backward ratio): a kernel priced as a published share of a measured
+    kernel's rate (FlexAttention, stacks.yaml [FLEX])."""
+    table = d.get("ratio")
+    if not isinstance(table, dict) or set(d) - {"ratio"}:
+        raise ConfigError(f"stack file {path!r}: attention_kernels.{name} must be {{ratio: {{architecture: "
+                          f"{{of: KERNEL, fwd: x, bwd: y}}}}}}")
+    out = {}
+    for a, r in table.items():
+        ok = (isinstance(r, dict) and set(r) == {"of", "fwd", "bwd"} and str(r["of"]) in known
+              and all(not isinstance(r[p], bool) and isinstance(r[p], (int, float)) and 0 < r[p] <= 4
+                      for p in ("fwd", "bwd")))
+        if not ok:
+            raise ConfigError(f"stack file {path!r}: attention_kernels.{name}.ratio.{a} = {r!r} must be {{of: KERNEL, "
+                              f"fwd: x, bwd: y}} with KERNEL one of the kernel table's ({', '.join(known)}) and x, y "
+                              f"in (0, 4]")
+        out[str(a)] = (str(r["of"]), float(r["fwd"]), float(r["bwd"]))
+    return out
 
 
 def _pass_pair(path: str, name, d: dict, key: str, default: float, bounds: tuple, what: str) -> tuple:
@@ -194,11 +219,44 @@ def get_stack(name: str | None) -> Stack:
     return stacks[key]
 
 
+def attention_kernel_choices() -> tuple[str, ...]:
+    """What ``options.attention_kernel`` may name: the stack file's attention kernels, 'sdpa', 'catalog'."""
+    return tuple(sorted(load_tables()[1])) + ATTENTION_CHOICES[::-1]
+
+
+def run_stack(name: str | None, attention_kernel: str | None = None) -> Stack | None:
+    """The stack a run is priced with: ``options.stack`` with ``options.attention_kernel`` (when given)
+    in place of its own attention; None for the default stack without an override (the catalog's
+    figures). One error line for an unknown kernel, naming the field, the value and the choices."""
+    if attention_kernel is None:
+        return None if name in (None, DEFAULT_STACK) else get_stack(name)
+    return with_attention(get_stack(name), attention_kernel)
+
+
+def with_attention(stack: Stack, attention_kernel: str) -> Stack:
+    """``stack`` running ``options.attention_kernel`` (checked: one error line naming the field, the value
+    and the choices)."""
+    choices = attention_kernel_choices()
+    if attention_kernel not in choices:
+        raise ConfigError(f"options.attention_kernel = {attention_kernel!r} is not an attention kernel; use one of "
+                          f"{', '.join(choices)} (or leave it out: the stack's own)")
+    return replace(stack, attention=attention_kernel)
+
+
 @lru_cache(maxsize=4096)
 def _kernel_fraction(kernel: str, architecture: str, pass_: str, shape) -> float | None:
     """The kernel table's fraction of peak at ``shape`` (time-weighted over its masked and unmasked
-    FLOPs: 1/e = c/e_causal + (1-c)/e_unmasked), trying the kernel's fallback off its architectures."""
-    kernels = load_tables()[1]
+    FLOPs: 1/e = c/e_causal + (1-c)/e_unmasked), trying the kernel's fallback off its architectures.
+    A ratio kernel (``attention_kernels.NAME.ratio``) is its measured kernel's fraction times the
+    published share for the pass; None on an architecture it has no ratio for."""
+    _, kernels, catalog = load_tables()
+    ratio = catalog["ratio"].get(kernel)
+    if ratio is not None:
+        r = ratio.get(architecture)
+        if r is None:
+            return None
+        f = _kernel_fraction(r[0], architecture, pass_, shape)
+        return None if f is None else min(1.0, f * (r[1] if pass_ == "fwd" else r[2]))
     while kernel is not None:
         c = shape.causal_share
         parts = [(c, True), (1.0 - c, False)]

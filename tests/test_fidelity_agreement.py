@@ -142,6 +142,12 @@ NEW_FIELDS = {
                                    "parallel": {"tp": 2, "pp": 1, "zero": 3},
                                    "training": {"micro_batch": 1, "global_batch": 8, "seq_len": 8192},
                                    "options": {"stack": "torchtitan"}}),
+    # issue 38: options.attention_kernel over the stack's own (FlexAttention on B200, stacks.yaml [FLEX])
+    "attention-kernel-flex-b200-pp2": ({"model": {"preset": "llama3-8b", "layers": 8},
+                                        "cluster": {"preset": "dgx-b200", "nodes": 1},
+                                        "parallel": {"tp": 1, "pp": 2, "zero": 1},
+                                        "training": {"micro_batch": 1, "global_batch": 16, "seq_len": 8192},
+                                        "options": {"stack": "torchtitan", "attention_kernel": "flex"}}),
     # issue 38: Llama 3's rank order (DP outermost) on Meta's RoCE fabric, the job over two pods
     "order-dp-outermost-roce": ({"model": {"preset": "llama3-8b", "layers": 8},
                                  "cluster": {"preset": "meta-roce-h100", "nodes": 8, "pod_gpus": 32},

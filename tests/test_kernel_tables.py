@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from strategies.errors import ConfigError
 from taskgraph.model import get_model
 from taskgraph.operators import layer_operators
-from taskgraph.stacks import attention_efficiency, get_stack
+from taskgraph.stacks import attention_efficiency, get_stack, with_attention
 from topologies.gpus import get_gpu
 from topologies.kernels import KERNELS_PATH, attention_fraction, attention_table
 
@@ -125,8 +125,10 @@ def test_cp_chunk_picks_the_right_row():
     h100 = get_gpu("h100")
     e = attention_efficiency(get_stack("deepspeed"), h100, "fwd", sh)
     assert e == pytest.approx(1 / (0.25 / (333 / H100) + 0.75 / (370 / H100)))   # fa2 8k causal / unmasked
-    e = attention_efficiency(get_stack("torchtitan"), h100, "fwd", sh)             # its SDPA runs cuDNN
+    e = attention_efficiency(with_attention(get_stack("torchtitan"), "sdpa"), h100, "fwd", sh)   # SDPA: cuDNN
     assert e == pytest.approx(1 / (0.25 / (529 / H100) + 0.75 / (600 / H100)))   # cudnn 8k causal / unmasked
+    e = attention_efficiency(get_stack("torchtitan"), h100, "fwd", sh)   # FlexAttention: 0.85 x FA3 ([FLEX])
+    assert e == pytest.approx(0.85 / (0.25 / (602 / H100) + 0.75 / (646 / H100)))   # fa3 8k causal / unmasked
 
 
 def test_catalog_scales_by_its_kernels_curve():

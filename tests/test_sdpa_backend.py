@@ -83,10 +83,10 @@ def test_sdpa_backend_by_architecture():
     """torchtitan calls SDPA under sdpa_kernel([CUDNN_ATTENTION, FLASH_ATTENTION, MATH], set_priority=True)
     and PyTorch's cuDNN backend accepts sm80..sm121: cuDNN on every listed architecture; the flash-attn 2
     stacks keep FlashAttention-2; the catalog names no kernel; an unlisted architecture none."""
-    from taskgraph.stacks import attention_kernel, get_stack
+    from taskgraph.stacks import attention_kernel, get_stack, with_attention
     for name in ("torchtitan", "torchtitan-compile"):
-        stack = get_stack(name)
-        assert stack.attention == "sdpa"
+        assert get_stack(name).attention == "flex"     # torchtitan's default since 1695457 ([SDPA])
+        stack = with_attention(get_stack(name), "sdpa")   # options.attention_kernel: sdpa
         assert [attention_kernel(stack, a) for a in ("ampere", "hopper", "blackwell")] == ["cudnn"] * 3
         assert attention_kernel(stack, "cpu") is None
     assert attention_kernel(get_stack("deepspeed"), "blackwell") == "fa2"
@@ -99,11 +99,11 @@ def test_torchtitan_b200_attention_takes_blackwells_cudnn_figure():
     share, 1,598 / 2,500 forward and 1,311 / 2,500 backward; FlashAttention-2 (the deepspeed stack) at
     [CUDNN-FA2]'s 414 / 2,500 and 338 / 2,500 -- before, both priced at Hopper's FA2 share (333 / 989.4)."""
     from taskgraph.cost import op_time
-    from taskgraph.stacks import attention_efficiency, get_stack
+    from taskgraph.stacks import attention_efficiency, get_stack, with_attention
     from topologies.gpus import get_gpu
     b200, op = get_gpu("b200"), _attn_core(8192)
     assert (op.attn_shape.head_dim, op.attn_shape.seq, op.attn_shape.causal_share) == (128, 8192, 1.0)
-    tt, ds = get_stack("torchtitan"), get_stack("deepspeed")
+    tt, ds = with_attention(get_stack("torchtitan"), "sdpa"), get_stack("deepspeed")
     assert attention_efficiency(tt, b200, "fwd", op.attn_shape) == pytest.approx(1598 / 2500)
     assert attention_efficiency(tt, b200, "bwd_input", op.attn_shape) == pytest.approx(1311 / 2500)
     assert attention_efficiency(ds, b200, "fwd", op.attn_shape) == pytest.approx(414 / 2500)

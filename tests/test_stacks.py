@@ -13,7 +13,7 @@ from taskgraph.cost import op_time
 from taskgraph.operators import layer_operators
 from taskgraph.overheads import op_kernels
 from taskgraph.plan import resolve
-from taskgraph.stacks import attention_efficiency, get_stack, stack_names
+from taskgraph.stacks import attention_efficiency, get_stack, stack_names, with_attention
 from topologies.gpus import get_gpu
 
 
@@ -54,9 +54,9 @@ def test_sdpa_flash_attention_2_priced_from_the_kernel_table():
     t = op_time(op, "fwd", h100, stack=fa2)
     mem = op.fwd_bytes / (h100.hbm_bandwidth * h100.efficiency.hbm_efficiency)
     assert t == pytest.approx(max(op.fwd_flops / (h100.peak_flops("bf16") * e), mem) + h100.efficiency.launch_overhead)
-    # torchtitan's SDPA runs cuDNN on Hopper ([SDPA]): forward 518 ([FA3-F5] (d)), backward the non-causal
-    # 499 x the forward's causal ratio 518 / 609 ([FA3-F6] (b), [FA3-F5] (c))
-    tt = get_stack("torchtitan")
+    # torchtitan's SDPA (options.attention_kernel: sdpa) runs cuDNN on Hopper ([SDPA]): forward 518
+    # ([FA3-F5] (d)), backward the non-causal 499 x the forward's causal ratio 518 / 609 ([FA3-F6] (b), [FA3-F5] (c))
+    tt = with_attention(get_stack("torchtitan"), "sdpa")
     assert attention_efficiency(tt, h100, "fwd", op.attn_shape) == pytest.approx(518 / 989.4)
     assert attention_efficiency(tt, h100, "bwd_input", op.attn_shape) == pytest.approx(499 * 518 / 609 / 989.4)
     # on an A100 only the combined forward + backward FA2 figure exists (173 TFLOP/s of 312, [FA2-F4] (d)):

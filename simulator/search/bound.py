@@ -269,14 +269,14 @@ def _kernel_times(ctx, c, layer_index: int | None, part: str) -> tuple[float, fl
     kind = model.layer_kind(layer_index) if part == "layer" else None
     key = (part, kind, model, ctx.cluster.gpu, c.tp, sp, c.cp, c.ep, c.micro_batch, tr.seq_len, tr.precision,
            opt.flash_attention, opt.moe_load, opt.cp_comm, opt.cp_load_balance, opt.profile, opt.fp32_grad_accum,
-           opt.fp8_recipe, opt.stack)
+           opt.fp8_recipe, opt.stack, opt.attention_kernel)
     hit = _MEMO.get(key)
     if hit is not None:
         return hit
     from taskgraph.cost import DTYPE_BYTES, ProfileTable, op_time
     from taskgraph.operators import embedding_operators, head_operators, layer_operators
-    from taskgraph.stacks import DEFAULT_STACK, get_stack
-    stack = None if opt.stack in (None, DEFAULT_STACK) else get_stack(opt.stack)  # as costing prices them
+    from taskgraph.stacks import run_stack
+    stack = run_stack(opt.stack, opt.attention_kernel)  # as costing prices them
     dt = DTYPE_BYTES[tr.precision]
     kw = dict(micro_batch=c.micro_batch, seq_len=tr.seq_len, tp=c.tp, sp=sp, cp=c.cp, dtype_bytes=dt)
     if part == "layer":
