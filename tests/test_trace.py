@@ -211,7 +211,7 @@ def test_zero_length_task_sorts_before_the_task_it_ties_with():
     for level, first in (("operator", "op1 s0 mb1"), ("stage", "backward s0 mb1")):
         t = chrome_trace(g, r, level=level)
         check_trace(t)
-        assert [e["name"] for e in t["traceEvents"] if e["ph"] == "X"][0] == first
+        assert next(e["name"] for e in t["traceEvents"] if e["ph"] == "X") == first
 
 
 def test_stage_level_thins_memory_counter_keeping_boundaries_and_peak():
