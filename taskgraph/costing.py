@@ -693,7 +693,7 @@ def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, 
         gpu, plan.strategy.training.precision, OPTIMIZER_OP, "fwd", shard)
     # the fused Adam kernel, plus the master-weight copy (PyTorch FSDP casts at its gather instead)
     adam = (adam_step_s(gpu, shard, master_copy(plan), gbp) if measured is None else measured) * pace
-    opt_s = step_overhead_s(plan, shard)  # gradient norm (+ fp16 found-inf), taskgraph/overheads.py
+    opt_s = step_overhead_s(plan, shard, layers)  # gradient norm (+ fp16 found-inf), taskgraph/overheads.py
     if plan.zero < 3:
         # Megatron-LM zeroes the contiguous gradient buffer once per iteration (megatron/core/distributed/
         # param_and_grad_buffer.py, _ParamAndGradBuffer.reset: grad_data.zero_()): a memset of every local

@@ -56,7 +56,7 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
-from taskgraph.zero3_fetch import per_param_host_s
+from taskgraph.zero3_fetch import per_param_host_s, stage_refresh_s
 
 US = 1e-6
 
@@ -183,12 +183,14 @@ def adam_step_s(gpu, params: float, master_copy: bool = True, grad_bytes: int = 
             + copies * params / (gpu.hbm_bandwidth * eff.hbm_efficiency))
 
 
-def step_overhead_s(plan, shard_params: float) -> float:
+def step_overhead_s(plan, shard_params: float, layers: tuple = ()) -> float:
     """Per-step seconds besides the Adam update on one GPU: gradient-norm read of the local fp32
-    gradient shard plus its one-float all-reduce over every GPU, and the fp16 found-inf all-reduce."""
+    gradient shard plus its one-float all-reduce over every GPU, and the fp16 found-inf all-reduce;
+    on DeepSpeed's 2021 ZeRO-3 the refresh of the stage's ``layers``' persistent parameters
+    (taskgraph/zero3_fetch.py)."""
     cluster, gpu = plan.cluster, plan.cluster.gpu
     norm_read = 4.0 * shard_params / (gpu.hbm_bandwidth * gpu.efficiency.hbm_efficiency)
-    t = norm_read + _allreduce_latency(cluster, plan.num_gpus)
+    t = norm_read + _allreduce_latency(cluster, plan.num_gpus) + stage_refresh_s(plan, layers)
     if plan.strategy.training.precision == "fp16":
         t += _allreduce_latency(cluster, plan.num_gpus)
     return t
