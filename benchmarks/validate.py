@@ -321,6 +321,10 @@ def strategy_for(row: dict) -> tuple[dict, list[str]]:
         # BLOOM ran Megatron-DeepSpeed with DeepSpeed's pipeline engine and BF16_Optimizer (ZeRO-1): its
         # unfused per-micro-batch fp32 gradient accumulation (taskgraph/data/stacks.yaml [DS-BF16])
         options["stack"] = "deepspeed"
+    if parallel["zero"] == 3 and "2104.04473" in row["source"]:
+        # Narayanan 2021 Table 2's ZeRO-3 rows ran DeepSpeed's ZeRO-3 of early 2021: per-parameter
+        # synchronous all-gathers (taskgraph/data/stacks.yaml [DS-Z3-2021])
+        options["stack"] = "deepspeed-zero3-2021"
     if _megatron_2021_22(row) and parallel["zero"] < 3:  # (the ZeRO-3 rows are DeepSpeed, not Megatron DDP)
         options["overlap_grad_reduce"] = False
     if _megatron_2021_22(row) and "no scatter/gather" not in row["notes"] and tp > 1 and pp > 1 \

@@ -560,10 +560,9 @@ def profile_coverage(profile: ProfileTable) -> dict:
 
 def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: dict, layer_cache: dict, dt: int,
                  kw: dict, buckets: bool = True) -> StageWork:
-    """Operator-level cost records of one stage (``buckets=False``: no buckets, no optimizer step).
-    Transformer layers also pay DTensor's dispatch under TP and FSDP2's hooks (stacks.yaml [HOST-DT])."""
-    opt, s = plan.strategy.options, plan.sizes
-    layers: list[LayerWork] = []
+    """Operator-level cost records of one stage (``buckets=False``: no buckets, no optimizer step). Layers pay
+    DTensor's dispatch, FSDP2's hooks ([HOST-DT]) and DeepSpeed 2021's ZeRO-3 fetch (taskgraph/zero3_fetch.py)."""
+    opt, s, layers = plan.strategy.options, plan.sizes, []  # layers: list[LayerWork]
     gemm_info: dict = {}   # layer index -> te_layer_gemms
     host_s, host_c = (getattr(plan.cluster, f, 0.0) * 1e-6 for f in ("host_us_per_kernel", "host_us_per_collective"))
     flash = opt.flash_attention
@@ -595,7 +594,8 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
                 costs[-1] = _with(costs[-1], bwd_pre=bpre + costs[-1].bwd_pre)
             if off:
                 costs = _offloaded(plan, costs)
-            layer_cache[key] = host_bound(ops, costs, host_s, flash, host_c, ctx.stack, scale, hooks)
+            layer_cache[key] = host_bound(ops, costs, host_s, flash, host_c, ctx.stack, scale, hooks,
+                                          (plan.model, plan.shard_size if plan.zero == 3 else 1))
             layer_cache[("te-gemms",) + key] = te_layer_gemms(ops)
         gemm_info[li] = layer_cache[("te-gemms",) + key]
         layers.append(LayerWork(f"layer{li}", layer_cache[key], policy))
@@ -693,7 +693,7 @@ def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, 
         gpu, plan.strategy.training.precision, OPTIMIZER_OP, "fwd", shard)
     # the fused Adam kernel, plus the master-weight copy (PyTorch FSDP casts at its gather instead)
     adam = (adam_step_s(gpu, shard, master_copy(plan), gbp) if measured is None else measured) * pace
-    opt_s = step_overhead_s(plan, shard)  # gradient norm (+ fp16 found-inf), taskgraph/overheads.py
+    opt_s = step_overhead_s(plan, shard, layers)  # gradient norm (+ fp16 found-inf), taskgraph/overheads.py
     if plan.zero < 3:
         # Megatron-LM zeroes the contiguous gradient buffer once per iteration (megatron/core/distributed/
         # param_and_grad_buffer.py, _ParamAndGradBuffer.reset: grad_data.zero_()): a memset of every local

@@ -56,6 +56,8 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
+from taskgraph.zero3_fetch import per_param_host_s, stage_refresh_s
+
 US = 1e-6
 
 
@@ -74,17 +76,24 @@ def op_kernels(op, pass_: str, stack=None) -> int:
 
 
 def host_bound(ops, costs, host_s: float, flash: bool = True, host_coll_s: float | None = None, stack=None,
-               scale: tuple = (1.0, 1.0), hook_s: tuple = (0.0, 0.0)):
+               scale: tuple = (1.0, 1.0), hook_s: tuple = (0.0, 0.0), zero3: tuple | None = None):
     """Stretch one layer's compute where the host dispatches slower than the GPU runs.
 
     ``ops`` and ``costs`` are parallel (operators and their :class:`OpCost`); returns new costs.
     Forward and backward (input + weight gradients) are judged separately. ``host_s`` per kernel,
     ``host_coll_s`` per collective (default ``host_s``); ``scale`` multiplies the kernels' host time
-    and ``hook_s`` adds host seconds, (forward, backward) each (``stack_host_terms``).
+    and ``hook_s`` adds host seconds, (forward, backward) each (``stack_host_terms``). ``zero3``:
+    (model, shard group size) of a ZeRO-3 layer; on a stack with ``zero3_sync_fetch`` (DeepSpeed 2021)
+    its per-parameter fetch adds host time the GPU waits out, after the stretch, and its gradients'
+    reduce-scatters add host time that runs ahead (taskgraph/zero3_fetch.py).
     """
     coll_s = host_s if host_coll_s is None else host_coll_s
     if (host_s <= 0 and coll_s <= 0) or not costs:
         return tuple(costs)
+    serial = (0.0, 0.0)
+    if zero3 is not None and getattr(stack, "zero3_sync_fetch", False):
+        serial, ahead = per_param_host_s(ops, zero3[0], zero3[1], host_s, coll_s)
+        hook_s = (hook_s[0] + ahead[0], hook_s[1] + ahead[1])
 
     def kernels(op, p):
         k = op_kernels(op, p, stack)
@@ -100,8 +109,8 @@ def host_bound(ops, costs, host_s: float, flash: bool = True, host_coll_s: float
     bwd_c = sum(c.bwd_input + c.bwd_weight for c in costs)
     fwd_comm = sum(x.seconds for c in costs for x in c.fwd_pre + c.fwd_post)
     bwd_comm = sum(x.seconds for c in costs for x in c.bwd_pre + c.bwd_post)
-    ff = 1.0 + max(0.0, fwd_h - fwd_c - fwd_comm) / fwd_c if fwd_c > 0 else 1.0
-    fb = 1.0 + max(0.0, bwd_h - bwd_c - bwd_comm) / bwd_c if bwd_c > 0 else 1.0
+    ff = 1.0 + (max(0.0, fwd_h - fwd_c - fwd_comm) + serial[0]) / fwd_c if fwd_c > 0 else 1.0
+    fb = 1.0 + (max(0.0, bwd_h - bwd_c - bwd_comm) + serial[1]) / bwd_c if bwd_c > 0 else 1.0
     if ff == 1.0 and fb == 1.0:
         return tuple(costs)
     return tuple(replace(c, fwd=c.fwd * ff, bwd_input=c.bwd_input * fb, bwd_weight=c.bwd_weight * fb)
@@ -174,12 +183,14 @@ def adam_step_s(gpu, params: float, master_copy: bool = True, grad_bytes: int = 
             + copies * params / (gpu.hbm_bandwidth * eff.hbm_efficiency))
 
 
-def step_overhead_s(plan, shard_params: float) -> float:
+def step_overhead_s(plan, shard_params: float, layers: tuple = ()) -> float:
     """Per-step seconds besides the Adam update on one GPU: gradient-norm read of the local fp32
-    gradient shard plus its one-float all-reduce over every GPU, and the fp16 found-inf all-reduce."""
+    gradient shard plus its one-float all-reduce over every GPU, and the fp16 found-inf all-reduce;
+    on DeepSpeed's 2021 ZeRO-3 the refresh of the stage's ``layers``' persistent parameters
+    (taskgraph/zero3_fetch.py)."""
     cluster, gpu = plan.cluster, plan.cluster.gpu
     norm_read = 4.0 * shard_params / (gpu.hbm_bandwidth * gpu.efficiency.hbm_efficiency)
-    t = norm_read + _allreduce_latency(cluster, plan.num_gpus)
+    t = norm_read + _allreduce_latency(cluster, plan.num_gpus) + stage_refresh_s(plan, layers)
     if plan.strategy.training.precision == "fp16":
         t += _allreduce_latency(cluster, plan.num_gpus)
     return t

@@ -57,7 +57,10 @@ class Stack:
     op goes through DTensor's dispatch (1.0: none); fsdp2_hook_kernels: (forward, backward) host time
     of FSDP2's per-layer hooks when the parameters are sharded, in the stack's host_us_per_kernel
     (0.0: none); fsdp2_hook_kernels_tp: the same when the sharded parameters are TP's DTensors (tp > 1);
-    all three ``taskgraph/overheads.py`` stack_host_terms, stacks.yaml [HOST-DT]."""
+    all three ``taskgraph/overheads.py`` stack_host_terms, stacks.yaml [HOST-DT]; zero3_sync_fetch:
+    under ZeRO-3 every parameter tensor is all-gathered on its own behind a device synchronize, with one
+    copy kernel per shard rank per gathered tensor and per reduced gradient (DeepSpeed 2021,
+    ``taskgraph/zero3_fetch.py``, stacks.yaml [DS-Z3-2021])."""
 
     name: str
     attention: str
@@ -72,6 +75,7 @@ class Stack:
     dtensor_host_factor: tuple = (1.0, 1.0)
     fsdp2_hook_kernels: tuple = (0.0, 0.0)
     fsdp2_hook_kernels_tp: tuple = (0.0, 0.0)
+    zero3_sync_fetch: bool = False
 
     def passes_of(self, op_name: str) -> int:
         """Passes of an operator by its role (the name after a layer prefix, e.g. ``mtp0.final_norm``)."""
@@ -136,8 +140,11 @@ def load_tables(path: str = STACKS_PATH) -> tuple[dict, dict, dict]:
                            "host times in the stack's host_us_per_kernel")
         hooks_tp = _pass_pair(path, name, d, "fsdp2_hook_kernels_tp", 0.0, (0.0, 1000.0),
                               "host times in the stack's host_us_per_kernel")
+        sync = d.get("zero3_sync_fetch", False)
+        if not isinstance(sync, bool):
+            raise ConfigError(f"stack file {path!r}: stack {name!r} zero3_sync_fetch = {sync!r} must be true or false")
         stacks[str(name)] = Stack(str(name), att, passes, None if host is None else float(host), copy, acc, serial,
-                                  fsdp2, tcp, f8, dt_factor, hooks, hooks_tp)
+                                  fsdp2, tcp, f8, dt_factor, hooks, hooks_tp, sync)
     cat = data.get("catalog_attention") or {}
     catalog = {"kernel": {str(a): str(k) for a, k in (cat.get("kernel") or {}).items()},
                "reference": {str(a): (float(r["head_dim"]), float(r["seq_len"]))

@@ -148,6 +148,13 @@ NEW_FIELDS = {
                                         "parallel": {"tp": 1, "pp": 2, "zero": 1},
                                         "training": {"micro_batch": 1, "global_batch": 16, "seq_len": 8192},
                                         "options": {"stack": "torchtitan", "attention_kernel": "flex"}}),
+    # issue 38: DeepSpeed 2021 ZeRO-3's per-parameter synchronous fetch over 32 ranks (stacks.yaml [DS-Z3-2021])
+    "deepspeed-zero3-2021-fetch": ({"model": {"preset": "gpt3-175b", "layers": 8},
+                                    "cluster": {"preset": "dgx-a100-80g", "nodes": 4},
+                                    "parallel": {"tp": 1, "pp": 1, "zero": 3},
+                                    "training": {"micro_batch": 1, "global_batch": 32, "seq_len": 2048,
+                                                 "precision": "fp16", "recompute": "full"},
+                                    "options": {"stack": "deepspeed-zero3-2021"}}),
     # issue 38: Llama 3's rank order (DP outermost) on Meta's RoCE fabric, the job over two pods
     "order-dp-outermost-roce": ({"model": {"preset": "llama3-8b", "layers": 8},
                                  "cluster": {"preset": "meta-roce-h100", "nodes": 8, "pod_gpus": 32},

@@ -153,6 +153,9 @@ def test_documented_assumptions(rows):
     d, _ = V.strategy_for(_row(rows, "BLOOM-176B"))
     lps = d["parallel"]["layers_per_stage"]
     assert sum(lps) == 70 and lps[0] == lps[-1] == 5 and set(lps[1:-1]) == {6}
+    # Narayanan 2021 Table 2's ZeRO-3 rows: DeepSpeed's early-2021 ZeRO-3 (stacks.yaml [DS-Z3-2021])
+    assert V.strategy_for(_row(rows, "N21-175B-zero3-768"))[0]["options"]["stack"] == "deepspeed-zero3-2021"
+    assert "stack" not in V.strategy_for(_row(rows, "N21-175B-ptdp-768"))[0]["options"]
     # GPT rows: GELU MLP, learned positions, the row's vocabulary
     m = V.strategy_for(_row(rows, "K22-175B-sel"))[0]["model"]
     assert m["mlp"] == "gelu" and m["position"] == "learned" and m["vocab"] == 51200
