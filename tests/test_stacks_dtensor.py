@@ -12,12 +12,11 @@ from benchmarks.host_dtensor import SHAPE, derive
 from strategies.errors import ConfigError
 from strategies.strategy_file import parse_strategy
 from taskgraph.costing import build_work
-from taskgraph.model import ModelSpec
-from taskgraph.operators import layer_operators
-from taskgraph.overheads import host_bound, op_kernels, stack_host_terms
+from taskgraph.overheads import host_bound, stack_host_terms
 from taskgraph.plan import resolve
 from taskgraph.stacks import get_stack, load_tables
 from taskgraph.work import OpCost
+from tests.test_stacks_host import counted_kernels, host_llama_block
 
 DATA = Path(__file__).resolve().parents[1] / "benchmarks/kernel_data/amd-epyc-2026-11-29"
 
@@ -27,27 +26,16 @@ def _rows(name: str) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def _block_ops(h: int, heads: int, kv: int, ffn: int, s: int):
-    m = ModelSpec(name="block", layers=1, hidden=h, heads=heads, vocab=32000, kv_heads=kv, ffn=ffn, mlp="swiglu",
-                  norm="rmsnorm", position="rope", tied_embeddings=False)
-    return layer_operators(m, micro_batch=1, seq_len=s, dtype_bytes=2, flash_attention=True)
-
-
-def _counted(ops, stack) -> tuple[int, int]:
-    return (sum(op_kernels(o, "fwd", stack) for o in ops),
-            sum(op_kernels(o, "bwd_input", stack) + op_kernels(o, "bwd_weight", stack) for o in ops))
-
-
 def test_measured_block_is_counted_like_the_host_llama_block():
     # the tiny block the CPU ran is the same operator list as [HOST-TT]'s: 21 + 37 eager, 10 + 16 compiled
-    ops = _block_ops(*SHAPE)
-    assert _counted(ops, get_stack("torchtitan")) == (21, 37)
-    assert _counted(ops, get_stack("torchtitan-compile")) == (10, 16)
+    ops = host_llama_block(*SHAPE)
+    assert counted_kernels(ops, get_stack("torchtitan")) == (21, 37)
+    assert counted_kernels(ops, get_stack("torchtitan-compile")) == (10, 16)
 
 
 def test_eager_stack_figures_are_rederived_from_the_measurement():
     st = get_stack("torchtitan")
-    d = derive(_rows("host_dtensor.csv"), sum(_counted(_block_ops(*SHAPE), st)))
+    d = derive(_rows("host_dtensor.csv"), sum(counted_kernels(host_llama_block(*SHAPE), st)))
     assert st.dtensor_host_factor == tuple(round(v, 2) for v in d["dtensor_host_factor"])
     assert st.fsdp2_hook_kernels == tuple(round(v, 1) for v in d["fsdp2_hook_kernels"])
     assert st.fsdp2_hook_kernels_tp == tuple(round(v, 1) for v in d["fsdp2_hook_kernels_tp"])
@@ -59,7 +47,7 @@ def test_eager_stack_figures_are_rederived_from_the_measurement():
 
 def test_compiled_stack_figures_are_rederived_from_the_measurement():
     eager, comp = get_stack("torchtitan"), get_stack("torchtitan-compile")
-    d = derive(_rows("host_dtensor_compile.csv"), sum(_counted(_block_ops(*SHAPE), comp)))
+    d = derive(_rows("host_dtensor_compile.csv"), sum(counted_kernels(host_llama_block(*SHAPE), comp)))
     assert comp.dtensor_host_factor == tuple(round(v, 2) for v in d["dtensor_host_factor"])
     # FSDP2's hooks run outside the compiled blocks: the same host seconds as eager's, in compile's unit
     same = tuple(round(k * eager.host_us_per_kernel / comp.host_us_per_kernel, 1) for k in eager.fsdp2_hook_kernels)
@@ -85,7 +73,7 @@ def test_hand_computed_host_bound_layer_under_tp_and_fsdp2():
     # h 2048 block, every operator pass 20 us on the GPU (forward 200 us, backward 200 us), no
     # collectives; torchtitan eager at 67.5 us per counted kernel: forward 21 kernels, backward 37.
     # TP: 21 x 67.5 x a and 37 x 67.5 x b; FSDP2 adds (kf, kb) x 67.5 us, over TP's DTensors (tf, tb) x 67.5.
-    ops = _block_ops(2048, 16, 8, 5632, 2048)
+    ops = host_llama_block(2048, 16, 8, 5632, 2048)
     costs = [OpCost(o.name, 20e-6, 20e-6 if o.bwd_input_flops > 0 or o.bwd_input_bytes > 0 else 0.0) for o in ops]
     st = get_stack("torchtitan")
     a, b = st.dtensor_host_factor

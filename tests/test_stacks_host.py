@@ -21,14 +21,14 @@ from taskgraph.work import OpCost
 HOST_LLAMA = Path(__file__).resolve().parents[1] / "benchmarks/kernel_data/h200-2026-11-26/host_llama.csv"
 
 
-def _block(h: int, heads: int, kv: int, ffn: int, s: int):
+def host_llama_block(h: int, heads: int, kv: int, ffn: int, s: int):
     """The model's operators of benchmarks/kernel_sweep.py's torchtitan-style Llama block."""
     m = ModelSpec(name="block", layers=1, hidden=h, heads=heads, vocab=32000, kv_heads=kv, ffn=ffn, mlp="swiglu",
                   norm="rmsnorm", position="rope", tied_embeddings=False)
     return layer_operators(m, micro_batch=1, seq_len=s, dtype_bytes=2, flash_attention=True)
 
 
-def _counted(ops, stack) -> tuple[int, int]:
+def counted_kernels(ops, stack) -> tuple[int, int]:
     """(forward, backward) kernels the model counts for a layer under ``stack``."""
     return (sum(op_kernels(o, "fwd", stack) for o in ops),
             sum(op_kernels(o, "bwd_input", stack) + op_kernels(o, "bwd_weight", stack) for o in ops))
@@ -37,10 +37,10 @@ def _counted(ops, stack) -> tuple[int, int]:
 def test_model_counts_of_the_measured_block():
     # torchtitan eager: two RMSNorms of six kernels each (composite rms_norm), SwiGLU's silu and mul,
     # the rest one kernel a pass; compiled: one kernel an operator pass, like Megatron + TE
-    ops = _block(2048, 16, 8, 5632, 2048)
-    assert _counted(ops, get_stack("torchtitan")) == (21, 37)
-    assert _counted(ops, get_stack("torchtitan-compile")) == (10, 16)
-    assert _counted(ops, get_stack("megatron-te")) == (10, 16)
+    ops = host_llama_block(2048, 16, 8, 5632, 2048)
+    assert counted_kernels(ops, get_stack("torchtitan")) == (21, 37)
+    assert counted_kernels(ops, get_stack("torchtitan-compile")) == (10, 16)
+    assert counted_kernels(ops, get_stack("megatron-te")) == (10, 16)
 
 
 @pytest.mark.parametrize("stack, mode", [("torchtitan", "eager"), ("torchtitan-compile", "compile")])
@@ -52,8 +52,8 @@ def test_stack_figure_is_rederived_from_the_measurement(stack, mode):
         for r in csv.DictReader(f):
             if r["mode"] != mode or r["what"] != "forward+sum+backward":
                 continue
-            ops = _block(int(r["hidden"]), int(r["heads"]), int(r["kv_heads"]), int(r["ffn"]), int(r["seq"]))
-            per.append(float(r["host_us"]) / sum(_counted(ops, st)))
+            ops = host_llama_block(int(r["hidden"]), int(r["heads"]), int(r["kv_heads"]), int(r["ffn"]), int(r["seq"]))
+            per.append(float(r["host_us"]) / sum(counted_kernels(ops, st)))
     assert len(per) == (5 if mode == "eager" else 3)
     assert st.host_us_per_kernel == round(statistics.median(per), 1)
 
@@ -64,7 +64,7 @@ def test_hand_computed_host_bound_layer_per_stack():
     # 100 us, backward 16 x 10 = 160 us < 200: the GPU paces, nothing changes. torchtitan eager (67.5 us):
     # forward 21 x 67.5 = 1417.5 us, backward 37 x 67.5 = 2497.5 us; compiled (134.2 us): 10 x 134.2 =
     # 1342 us, 16 x 134.2 = 2147.2 us: the layer takes the host's time, each pass stretched alike.
-    ops = _block(2048, 16, 8, 5632, 2048)
+    ops = host_llama_block(2048, 16, 8, 5632, 2048)
     costs = [OpCost(o.name, 20e-6, 20e-6 if o.bwd_input_flops > 0 or o.bwd_input_bytes > 0 else 0.0) for o in ops]
     assert sum(c.fwd for c in costs) == pytest.approx(200e-6) and sum(c.bwd_input for c in costs) == pytest.approx(200e-6)
     expect = {"megatron-te": (10.0, 200.0, 200.0), "torchtitan": (67.5, 1417.5, 2497.5),
