@@ -21,7 +21,7 @@ from taskgraph.overlap import bulk, chunk_op, pipelined, ring_exchange, ring_hbm
 from taskgraph.pipeline_p2p import activation_bytes, boundary_times
 from taskgraph.plan import DTYPE_BYTES, Plan
 from taskgraph.stack_costs import fsdp2_copy_times, hp_grad_accum_bytes, op_as_run, reduce_kind, serial_exchanges
-from taskgraph.stacks import DEFAULT_STACK, get_stack, with_attention
+from taskgraph.stacks import run_stack
 from taskgraph.stage_records import named_stage, paced, stage_parts
 from taskgraph.te_scaling import te_layer_gemms, te_scaling_applies, te_scaling_work, with_delayed_amax
 from taskgraph.work import Bucket, Comm, IterationWork, LayerWork, OpCost, StageWork
@@ -52,8 +52,7 @@ class CostContext:
     def stack(self):
         """The stack (taskgraph/stacks.py) with options.attention_kernel; None: the default (the catalog's)."""
         o = self.plan.strategy.options
-        base = None if o.stack in (None, DEFAULT_STACK) and o.attention_kernel is None else get_stack(o.stack)
-        return base if o.attention_kernel is None else with_attention(base, o.attention_kernel)
+        return run_stack(o.stack, o.attention_kernel)
 
 
 def comm_time(cluster, kind: str, nbytes: float, ranks: tuple[int, ...], share: tuple | None = None) -> float:

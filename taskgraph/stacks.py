@@ -231,6 +231,7 @@ def attention_kernel_choices() -> tuple[str, ...]:
     return tuple(sorted(load_tables()[1])) + ATTENTION_CHOICES[::-1]
 
 
+@lru_cache(maxsize=64)   # read per operator through CostContext.stack: one Stack object per choice
 def run_stack(name: str | None, attention_kernel: str | None = None) -> Stack | None:
     """The stack a run is priced with: ``options.stack`` with ``options.attention_kernel`` (when given)
     in place of its own attention; None for the default stack without an override (the catalog's

@@ -197,8 +197,8 @@ def test_fsdp2_copies_join_the_zero3_collectives(tmp_path, monkeypatch):
 
     costing.clear_cost_cache()
     with_copies = comms(costing.build_work(plan))
-    real = costing.get_stack
-    monkeypatch.setattr(costing, "get_stack", lambda name: replace(real(name), fsdp2_copies=False))
+    real = costing.run_stack
+    monkeypatch.setattr(costing, "run_stack", lambda name, kernel=None: replace(real(name, kernel), fsdp2_copies=False))
     costing.clear_cost_cache()
     without = comms(costing.build_work(plan))
     monkeypatch.undo()
@@ -254,8 +254,8 @@ def test_torch_ring_attention_lengthens_the_step(tmp_path, monkeypatch):
     s = parse_strategy(d, tmp_path)
     costing.clear_cost_cache()
     with_cp = simulate_strategy(s).training.iteration_time_s
-    real = costing.get_stack
-    monkeypatch.setattr(costing, "get_stack", lambda name: replace(real(name), torch_cp=False))
+    real = costing.run_stack
+    monkeypatch.setattr(costing, "run_stack", lambda name, kernel=None: replace(real(name, kernel), torch_cp=False))
     costing.clear_cost_cache()
     without = simulate_strategy(s).training.iteration_time_s
     monkeypatch.undo()
