@@ -88,11 +88,6 @@ def param_tensor_sizes(op, model) -> list:
     return sizes
 
 
-def param_tensors(op, model) -> int:
-    """Parameter tensors of one operator (:func:`param_tensor_sizes`)."""
-    return len(param_tensor_sizes(op, model))
-
-
 def per_param_host_s(ops, model, shard: int, host_s: float, coll_s: float) -> tuple[tuple, tuple]:
     """(serial, ahead) host seconds of one layer under the per-parameter synchronous fetch, each a
     (forward, backward) pair (module docstring). ``serial``: the gathers' issue time, which the GPU waits
