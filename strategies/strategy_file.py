@@ -113,7 +113,7 @@ class ParallelSpec:
     layers_per_stage: tuple[int, ...] | None = None
     dp_shard: int | None = None
     etp: int | None = None
-    order: tuple[str, ...] = ("tp", "cp", "dp", "pp")
+    order: tuple[str, ...] = _AXES4
 
 
 @dataclass(frozen=True)
