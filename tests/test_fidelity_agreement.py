@@ -142,6 +142,14 @@ NEW_FIELDS = {
                                    "parallel": {"tp": 2, "pp": 1, "zero": 3},
                                    "training": {"micro_batch": 1, "global_batch": 8, "seq_len": 8192},
                                    "options": {"stack": "torchtitan"}}),
+    # issue 38: NeMo AutoModel (stacks.yaml [AM]): FSDP2 + EP behind DeepEP, MoE gathered weights kept
+    "automodel-fsdp2-ep-deepep": ({"model": {"preset": "qwen3-30b-a3b", "layers": 8},
+                                   "cluster": {"preset": "dgx-h100", "nodes": 2},
+                                   "parallel": {"tp": 1, "pp": 1, "ep": 8, "zero": 3},
+                                   "training": {"micro_batch": 2, "global_batch": 64, "seq_len": 4096,
+                                                "recompute": "full"},
+                                   "options": {"stack": "nemo-automodel", "moe_max_nodes": 8,
+                                               "reshard_after_forward": False, "moe_routing": "balanced"}}),
     # issue 38: options.attention_kernel over the stack's own (FlexAttention on B200, stacks.yaml [FLEX])
     "attention-kernel-flex-b200-pp2": ({"model": {"preset": "llama3-8b", "layers": 8},
                                         "cluster": {"preset": "dgx-b200", "nodes": 1},

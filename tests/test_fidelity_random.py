@@ -230,7 +230,7 @@ def _draw_model_fields(data: dict, on: set, i: int) -> None:
 
 
 #: what a software stack adds (taskgraph/stack_costs.py, taskgraph/torch_cp.py), each counted like an option
-STACK_MECHANISMS = ("fsdp2-copies", "torch-cp", "deepspeed-pipe", "dtensor-host", "ds-zero3-fetch")
+STACK_MECHANISMS = ("fsdp2-copies", "torch-cp", "deepspeed-pipe", "dtensor-host", "ds-zero3-fetch", "automodel")
 
 
 def _draw_stack_mechanisms(data: dict, on: set, i: int) -> None:
@@ -257,6 +257,20 @@ def _draw_stack_mechanisms(data: dict, on: set, i: int) -> None:
     on.update(("stack", tag))
     if opt["stack"].startswith("torchtitan") and par["tp"] > 1:
         on.add("dtensor-host")
+
+
+def _draw_automodel(data: dict, on: set, i: int) -> None:
+    """NeMo AutoModel (stacks.yaml [AM]) on half of the draws no stack mechanism took that are MoE with
+    ep > 1 or ZeRO-3 (FSDP2 + EP, its runs); its own generator keeps the other draws as they were."""
+    rng = np.random.default_rng((20261129, i))
+    par, opt = data["parallel"], data["options"]
+    if "stack" in opt or not ((par["ep"] > 1 and "experts" in data["model"]) or par["zero"] == 3):
+        return
+    if rng.random() < 0.5:
+        opt["stack"] = "nemo-automodel"
+        on.update(("stack", "automodel"))
+        if par["tp"] > 1:
+            on.add("dtensor-host")
 
 
 def _draw(rng: np.random.Generator, i: int) -> tuple[dict, set]:
@@ -328,6 +342,7 @@ def _draw(rng: np.random.Generator, i: int) -> tuple[dict, set]:
     _draw_model_fields(data, on, i)
     _draw_scatter_gather(data, on, i)
     _draw_stack_mechanisms(data, on, i)
+    _draw_automodel(data, on, i)
     _draw_fp4(data, on, i)
     _draw_moe_routing(data, on, i)
     _draw_te_delayed(data, on, i)

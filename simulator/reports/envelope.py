@@ -19,8 +19,8 @@ layer, not a run, and are left out.
 * ``stack`` -- the software stack: 0 same; 0.5 related (the Megatron family: Megatron-LM,
   Megatron-DeepSpeed, NeMo; or the sharded data-parallel family: FSDP, DeepSpeed ZeRO-3); 1 other.
   A run's stack is its ``options.stack`` (megatron-te → megatron, torchtitan and torchtitan-compile →
-  torchtitan, in the sharded family; llm-foundry → fsdp; deepspeed → megatron-deepspeed or
-  deepspeed-zero3); without one it is inferred: ZeRO-3 → ``fsdp``, else ``megatron``.
+  torchtitan, in the sharded family; llm-foundry → fsdp; nemo-automodel → nemo-automodel, in the
+  sharded family, no group of its own; deepspeed → megatron-deepspeed or deepspeed-zero3); without one it is inferred: ZeRO-3 → ``fsdp``, else ``megatron``.
 * ``gpu`` -- 0 a GPU the group measured; 0.25 another product of the same generation
   (architecture: H800 or H200 against H100); 1 another generation.
 * ``family`` -- dense or MoE: 0 same, 1 other.
@@ -63,10 +63,11 @@ WEIGHTS = {"stack": 1.0, "stack_related": 0.5, "gpu": 1.0, "gpu_same_generation"
 #: Largest distance still called inside the calibrated envelope.
 NEAR = 0.5
 #: Stacks that share kernels and schedules (Megatron code; sharded data parallel).
-STACK_FAMILIES = ({"megatron", "megatron-deepspeed", "nemo"}, {"fsdp", "deepspeed-zero3", "torchtitan"})
+STACK_FAMILIES = ({"megatron", "megatron-deepspeed", "nemo"},
+                  {"fsdp", "deepspeed-zero3", "torchtitan", "nemo-automodel"})
 #: options.stack (taskgraph/data/stacks.yaml) -> the envelope's stack name
 _STACKS = {"megatron-te": "megatron", "torchtitan": "torchtitan", "torchtitan-compile": "torchtitan",
-           "llm-foundry": "fsdp"}
+           "llm-foundry": "fsdp", "nemo-automodel": "nemo-automodel"}   # FSDP2 + TE: no calibration rows
 _GROUP_FIELDS = ("name", "stack", "gpus", "architectures", "families", "precisions", "min_gpus", "max_gpus",
                  "rows", "mean_abs_error_pct", "max_abs_error_pct")
 
