@@ -1,5 +1,5 @@
 """Strategy files from the configurations people already have: a Megatron-LM launch script, a NeMo
-(1.x / NeMo-Framework-Launcher) YAML recipe, a torchtitan TOML file.
+(1.x / NeMo-Framework-Launcher) YAML recipe, a torchtitan TOML file, a NeMo AutoModel YAML recipe.
 
 Each importer is one function in :data:`IMPORTERS` that maps the source's flags or keys to a strategy
 mapping (the schema of :mod:`strategies.strategy_file`) and returns an :class:`Imported` with the
@@ -27,6 +27,7 @@ from typing import Any
 
 from strategies.config import did_you_mean
 from strategies.errors import ConfigError
+from strategies.import_automodel import import_automodel
 from strategies.import_common import TOKENIZER_VOCAB, Imported  # noqa: F401  (re-exported)
 from strategies.import_megatron import import_megatron
 from strategies.import_nemo import import_nemo
@@ -34,14 +35,14 @@ from strategies.import_torchtitan import TORCHTITAN_FLAVORS, TORCHTITAN_SCHEDULE
 
 #: source kind -> importer (text or mapping in, Imported out)
 IMPORTERS: dict[str, Callable[..., Imported]] = {"megatron": import_megatron, "nemo": import_nemo,
-                                                  "torchtitan": import_torchtitan}
+                                                  "torchtitan": import_torchtitan, "automodel": import_automodel}
 #: every kind ``execsim import`` takes: the importers above, and Megatron-Bridge (Python recipes and
 #: saved ConfigContainer YAML, :mod:`strategies.import_pyrecipe`)
-IMPORT_KINDS = ("megatron", "nemo", "torchtitan", "bridge")
+IMPORT_KINDS = ("megatron", "nemo", "torchtitan", "bridge", "automodel")
 
 
 def parse_source(kind: str, text: str) -> Any:
-    """The importer's input from file text: the raw text (megatron), YAML (nemo) or TOML (torchtitan)."""
+    """The importer's input from file text: the raw text (megatron), YAML (nemo, automodel) or TOML (torchtitan)."""
     if kind == "megatron":
         return text
     if kind == "nemo":
@@ -54,6 +55,9 @@ def parse_source(kind: str, text: str) -> Any:
                               "recipe is a program whose settings exist only when it runs: not supported. Write "
                               "its settings as a strategy file, or use the launcher's YAML")
         return parse_document(text, "nemo recipe")
+    if kind == "automodel":   # NeMo AutoModel YAML: read as data, its _target_ callables never run
+        from strategies.documents import parse_document
+        return parse_document(text, "automodel recipe")
     from strategies.import_torchtitan import parse_torchtitan  # a TOML, or the job config a run logged
     return parse_torchtitan(text)
 
@@ -88,7 +92,7 @@ def import_config(kind: str, source: Any, *, cluster: str | None = None, nodes: 
                                      nodes=nodes, vocab=vocab, sets=sets, base_dir=base_dir)
     if recipe is not None:
         raise ConfigError(f"--recipe names a function of a Python recipe; a {kind} source has none: drop it")
-    if sets and kind in ("nemo", "torchtitan"):
+    if sets and kind in ("nemo", "torchtitan", "automodel"):
         from strategies.import_pyrecipe import apply_sets
         source = parse_source(kind, source) if isinstance(source, str) else dict(source)
         apply_sets(source, dotted_sets(sets, kind), origin or kind)

@@ -13,9 +13,9 @@ def add_parser(sub) -> None:
              ["execsim import megatron train_gpt3_175b_distributed.sh --cluster dgx-a100-80g --nodes 128 -o gpt3.yaml",
               "execsim import nemo nemo_llama3_8b.yaml --cluster dgx-h100 -o s.yaml",
               "execsim import torchtitan torchtitan_llama3_8b.toml --cluster dgx-h100 --nodes 1"])
-    s.add_argument("kind", choices=("megatron", "nemo", "torchtitan", "bridge"),
+    s.add_argument("kind", choices=("megatron", "nemo", "torchtitan", "bridge", "automodel"),
                    help="what SOURCE is (nemo: a launcher YAML or a NeMo 2 recipe .py; bridge: a Megatron-Bridge "
-                        "recipe .py or its saved run_config.yaml)")
+                        "recipe .py or its saved run_config.yaml; automodel: a NeMo AutoModel YAML recipe)")
     s.add_argument("source", type=import_source,
                    help="the file (or the name of a shipped source, strategies/examples/sources/), or - for "
                         "standard input (megatron: a launch script, the "
