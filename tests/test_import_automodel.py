@@ -1,5 +1,5 @@
 """``execsim import automodel``: NeMo AutoModel YAML recipes (strategies/import_automodel.py), on one real
-recipe of AutoModel's repository (tests/data/automodel, its source URL and commit in its header) and
+recipe of AutoModel's repository (strategies/examples/sources/, its source URL and commit in its header) and
 edits of it."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from strategies.documents import parse_document
 from strategies.errors import ConfigError
 from strategies.importers import import_config
 
-FIXTURE = Path(__file__).parent / "data" / "automodel" / "qwen3_moe_30b_te_deepep.yaml"
+FIXTURE = Path(__file__).resolve().parent.parent / "strategies" / "examples" / "sources" / "automodel_qwen3_moe_30b_te_deepep.yaml"
 
 
 def _recipe() -> dict:
@@ -50,7 +50,7 @@ def test_real_recipe_simulates_and_fidelities_agree():
     op = simulate_strategy(s, fidelity="operator").training.iteration_time_s
     co = simulate_strategy(s, fidelity="coarse").training.iteration_time_s
     assert op > 0 and abs(co / op - 1) <= 0.02
-    assert text.startswith("# Imported by `execsim import automodel` from qwen3_moe_30b_te_deepep.yaml.")
+    assert text.startswith("# Imported by `execsim import automodel` from automodel_qwen3_moe_30b_te_deepep.yaml.")
 
 
 def test_deepep_over_nodes_is_node_limited_routing():

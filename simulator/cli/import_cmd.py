@@ -1,4 +1,5 @@
-"""``execsim import``: a strategy file from a Megatron-LM script, a NeMo recipe or a torchtitan TOML."""
+"""``execsim import``: a strategy file from a Megatron-LM script, a NeMo recipe, a torchtitan TOML or a NeMo
+AutoModel recipe."""
 from __future__ import annotations
 
 import sys
@@ -9,10 +10,12 @@ from strategies.errors import ExecsimError, brief
 
 
 def add_parser(sub) -> None:
-    s = add_command(sub, "import", "write a strategy file from a Megatron-LM launch script, a NeMo recipe or a torchtitan TOML",
+    s = add_command(sub, "import", "write a strategy file from a Megatron-LM launch script, a NeMo recipe, a torchtitan TOML "
+                "or a NeMo AutoModel recipe",
              ["execsim import megatron train_gpt3_175b_distributed.sh --cluster dgx-a100-80g --nodes 128 -o gpt3.yaml",
               "execsim import nemo nemo_llama3_8b.yaml --cluster dgx-h100 -o s.yaml",
-              "execsim import torchtitan torchtitan_llama3_8b.toml --cluster dgx-h100 --nodes 1"])
+              "execsim import torchtitan torchtitan_llama3_8b.toml --cluster dgx-h100 --nodes 1",
+              "execsim import automodel automodel_qwen3_moe_30b_te_deepep.yaml --cluster dgx-h100"])
     s.add_argument("kind", choices=("megatron", "nemo", "torchtitan", "bridge", "automodel"),
                    help="what SOURCE is (nemo: a launcher YAML or a NeMo 2 recipe .py; bridge: a Megatron-Bridge "
                         "recipe .py or its saved run_config.yaml; automodel: a NeMo AutoModel YAML recipe)")
