@@ -103,24 +103,49 @@ def _model(top: Fields, notes: list) -> tuple:
     return (dict(model) if isinstance(model, dict) else model), limit, limit is not None
 
 
-def _stage_layers(pipe: Fields, layers: int, pp: int, vpp_default: int) -> tuple:
-    """(chunks per rank, layers per virtual stage or None when even) of pipeline.layers_per_stage:
-    AutoModel's calculate_virtual_stages and generate_hf_model_fqn_per_model_part (module doc)."""
-    per = pipe.integer("layers_per_stage", None, hi=layers)
+def virtual_stages(layers: int, pp: int, per: int | None, rounding: str | None, default_vpp: int) -> int:
+    """Virtual pipeline stages AutoModel cuts ``layers`` into (pipelining/functional.py
+    calculate_virtual_stages): ceil(layers / ``per``) rounded ``up`` or ``down`` to a multiple of ``pp``
+    (None: as is), or ``pp`` x ``default_vpp`` without layers_per_stage.
+
+    >>> virtual_stages(61, 4, 2, "down", 2), virtual_stages(61, 4, 2, "up", 2), virtual_stages(61, 4, None, None, 2)
+    (28, 32, 8)
+    """
     if per is None:
-        stages = pp * vpp_default
-    else:
-        stages = math.ceil(layers / per)
-        rounding = pipe.choice("round_virtual_stages_to_pp_multiple", None, ("up", "down"))
-        if stages % pp and rounding is None:
-            raise pipe.fail("layers_per_stage", per, f"gives {stages} stages, not a multiple of pp_size {pp} "
-                                                     f"(AutoModel refuses it too); set round_virtual_stages_to_pp_multiple")
-        stages = (stages + (-stages) % pp) if rounding == "up" else stages - stages % pp
-        if stages < pp or stages > layers:
-            raise pipe.fail("layers_per_stage", per, f"gives {stages} stages for {layers} layers over pp {pp}")
+        return pp * default_vpp
+    stages = math.ceil(layers / per)
+    if rounding == "up":
+        return stages + (-stages) % pp
+    return stages - stages % pp if rounding == "down" else stages
+
+
+def split_layers(layers: int, stages: int) -> list[int]:
+    """Layers of each virtual stage: the first ``layers % stages`` one longer (pipelining/functional.py
+    generate_hf_model_fqn_per_model_part).
+
+    >>> split_layers(61, 28)[:6]
+    [3, 3, 3, 3, 3, 2]
+    """
     base, extra = divmod(layers, stages)
-    counts = [base + (1 if i < extra else 0) for i in range(stages)]
-    return stages // pp, (counts if extra else None)
+    return [base + (1 if i < extra else 0) for i in range(stages)]
+
+
+def _stage_layers(pipe: Fields, layers: int, pp: int, vpp_default: int) -> tuple:
+    """(chunks per rank, layers per virtual stage or None when even) of pipeline.layers_per_stage, with
+    AutoModel's checks (calculate_virtual_stages: a multiple of pp, at least two stages per rank for a
+    multi-stage schedule, one for a single-stage one)."""
+    per = pipe.integer("layers_per_stage", None, hi=layers)
+    rounding = pipe.choice("round_virtual_stages_to_pp_multiple", None, ("up", "down"))
+    stages = virtual_stages(layers, pp, per, rounding, vpp_default)
+    if stages % pp:
+        raise pipe.fail("layers_per_stage", per, f"gives {stages} stages, not a multiple of pp_size {pp} "
+                                                 f"(AutoModel refuses it too); set round_virtual_stages_to_pp_multiple")
+    if not pp <= stages <= layers or (stages // pp > 1) != (vpp_default > 1):
+        need = "one stage per rank" if vpp_default == 1 else "at least two stages per rank"
+        raise pipe.fail("layers_per_stage", per, f"gives {stages} stages for {layers} layers over pp_size {pp}; "
+                                                 f"the schedule runs {need} (AutoModel refuses it too)")
+    counts = split_layers(layers, stages)
+    return stages // pp, (counts if len(set(counts)) > 1 else None)
 
 
 def _parallel(top: Fields, model, notes: list) -> tuple:
@@ -148,9 +173,6 @@ def _parallel(top: Fields, model, notes: list) -> tuple:
         name, vpp = SCHEDULES[sname.lower()]
         preset = model["preset"] if isinstance(model, dict) else model
         vpp, counts = _stage_layers(pipe, MODEL_LAYERS[preset], deg["pp"], vpp)
-        if vpp > 1 and name in ("1f1b", "gpipe"):
-            raise pipe.fail("layers_per_stage", pipe.get("layers_per_stage"),
-                            f"gives {vpp} stages per rank, but {sname} runs one (AutoModel refuses it too)")
         if vpp > 1:
             par["vpp"] = vpp
         if counts is not None:

@@ -4,13 +4,17 @@ edits of it."""
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.simulation.importing import finish, import_strategy
 from strategies.documents import parse_document
 from strategies.errors import ConfigError
+from strategies.import_automodel import split_layers, virtual_stages
 from strategies.importers import import_config
 
 FIXTURE = Path(__file__).resolve().parent.parent / "strategies" / "examples" / "sources" / "automodel_qwen3_moe_30b_te_deepep.yaml"
@@ -131,3 +135,29 @@ def test_set_overrides_a_recipe_field():
     text, _ = import_strategy("automodel", FIXTURE.read_text(), origin=FIXTURE.name, cluster="dgx-h100",
                               sets={"dataset.seq_len": 2048, "step_scheduler.local_batch_size": 2})
     assert "seq_len: 2048" in text and "micro_batch: 2" in text
+
+
+@settings(max_examples=300, deadline=None)
+@given(layers=st.integers(1, 200), pp=st.integers(1, 16), per=st.integers(1, 200),
+       rounding=st.sampled_from(["up", "down"]))
+def test_stage_split_invariants(layers, pp, per, rounding):
+    # AutoModel's stages (calculate_virtual_stages, generate_hf_model_fqn_per_model_part): a multiple of pp
+    # within one pp of ceil(layers / per); every layer in exactly one stage, stages differing by at most one
+    stages = virtual_stages(layers, pp, per, rounding, 2)
+    assert stages % pp == 0 and abs(stages - math.ceil(layers / per)) < pp
+    if stages:
+        counts = split_layers(layers, stages)
+        assert len(counts) == stages and sum(counts) == layers and max(counts) - min(counts) <= 1
+        assert counts == sorted(counts, reverse=True)
+
+
+def test_single_and_multi_stage_schedules_take_their_stage_counts():
+    d = _recipe()
+    d["distributed"].update(pp_size=4)
+    d["distributed"]["pipeline"].update(pp_schedule="1f1b", layers_per_stage=12, pp_microbatch_size=1)
+    assert "vpp" not in _import(d).strategy["parallel"]          # 48 layers: 4 stages of 12, one per rank
+    d["distributed"]["pipeline"]["layers_per_stage"] = 6            # 8 stages: two per rank, 1F1B runs one
+    with pytest.raises(ConfigError, match="the schedule runs one stage per rank"):
+        _import(d)
+    d["distributed"]["pipeline"]["pp_schedule"] = "Interleaved1F1B"
+    assert _import(d).strategy["parallel"]["vpp"] == 2
