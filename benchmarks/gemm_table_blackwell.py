@@ -70,7 +70,7 @@ HEADER = """\
 #   plateau): the grid stops below the sizes where a GEMM holds power-limited clocks, and on Hopper those
 #   sizes run at the plateau ([EXECSIM-H200]: 16384^3 at 0.68 of peak, below 4096 x 2048 x 4096's 0.79),
 #   whose ratio to [MAMF]'s best shape, 0.677 / 0.803 = 0.84, B200's plateau repeats (0.652 / 0.776).
-# No grouped GEMM was measured: grouped launches keep the tile/wave model on Blackwell (taskgraph/cost.py).
+# No grouped GEMM was measured: grouped launches take torchao's B200 plateau x Hopper's roll-off (taskgraph/cost.py).
 """
 
 

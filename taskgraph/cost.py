@@ -23,11 +23,12 @@ MEASURED shape factor of ``topologies/data/gemm_shapes.yaml`` ([EXECSIM-H200]: c
 throughput at the shape / throughput of the grid's large shapes; grouped GEMMs of MoE experts from the
 ``torch._grouped_mm`` grid; topologies/gemm_shapes.py). On Blackwell GPUs (B200, GB200, GB300) the same
 with ``topologies/data/gemm_shapes_blackwell.yaml`` ([XLA-B200]: OpenXLA's B200 GEMM table, CUPTI kernel
-times; plain GEMMs only). Elsewhere (Ampere), and for grouped expert GEMMs on Blackwell (not measured),
-GEMM efficiency = gemm_efficiency_max x tile quantization x wave quantization
-(NVIDIA Deep Learning Performance Guide, "Matrix Multiplication Background": tile quantization =
-useful fraction of the output tiles; wave quantization = useful fraction of the last wave of
-tiles over the SMs):
+times; plain GEMMs only); Blackwell grouped expert GEMMs take torchao's measured B200 plateau times
+Hopper's measured roll-off by rows per group (:func:`blackwell_grouped_efficiency`). Elsewhere (Ampere,
+and NVFP4 grouped expert GEMMs on Blackwell, not measured), GEMM efficiency = gemm_efficiency_max x
+tile quantization x wave quantization (NVIDIA Deep Learning Performance Guide, "Matrix Multiplication
+Background": tile quantization = useful fraction of the output tiles; wave quantization = useful
+fraction of the last wave of tiles over the SMs):
     tiles      = ceil(m / Tm) * ceil(n / Tn) * batch
     tile_util  = m * n * batch / (tiles * Tm * Tn)
     wave_util  = tiles / (ceil(tiles / SMs) * SMs)
@@ -43,7 +44,7 @@ from pathlib import Path
 from strategies.errors import ConfigError, brief
 from taskgraph.float8_casts import TORCHAO_CASTS, torchao_cast_cost
 from taskgraph.stacks import attention_efficiency, get_stack
-from topologies.gemm_shapes import GEMM_SHAPE_TABLES, grouped_shape_factor, has_grouped, shape_factor
+from topologies.gemm_shapes import GEMM_SHAPE_TABLES, gemm_shape_table, grouped_shape_factor, has_grouped, shape_factor
 from topologies.kernels import gemm_kernel as get_gemm_kernel
 
 PASSES = ("fwd", "bwd_input", "bwd_weight")
@@ -126,7 +127,8 @@ def gemm_efficiency(m: int, n: int, k: int, batch: int, gpu, dtype: str = "bf16"
     ``topologies.kernels.GemmKernel``; None: the catalog's overlapped-epilogue cuBLAS / CUTLASS kernels)
     with a serial epilogue: :func:`serial_epilogue_efficiency`. Otherwise, on a GPU whose architecture
     has a measured table (Hopper, Blackwell) the measured shape factor (:func:`measured_gemm_efficiency`;
-    a grouped launch only where the table measured grouped GEMMs), elsewhere :func:`tile_gemm_efficiency`.
+    a grouped launch only where the table measured grouped GEMMs; on Blackwell
+    :func:`blackwell_grouped_efficiency`), elsewhere :func:`tile_gemm_efficiency`.
     ``grouped``: the ``batch`` GEMMs are one grouped launch of MoE experts, each against its own
     weight (``torch._grouped_mm``, Megatron's grouped GEMM), and this is the forward layout's
     (rows per group, n, k) of that launch; None: a strided batched GEMM (the QK^T and PV of unfused
@@ -136,7 +138,43 @@ def gemm_efficiency(m: int, n: int, k: int, batch: int, gpu, dtype: str = "bf16"
     path = GEMM_SHAPE_TABLES.get(gpu.architecture)
     if path is not None and (grouped is None or batch <= 1 or has_grouped(path)):
         return measured_gemm_efficiency(m, n, k, batch, gpu, dtype, grouped, path)
+    if grouped is not None and batch > 1 and gpu.architecture == "blackwell" and dtype in BLACKWELL_GROUPED_SHARE:
+        return blackwell_grouped_efficiency(batch, *grouped, dtype)
     return tile_gemm_efficiency(m, n, k, batch, gpu, dtype)
+
+
+#: Share of the dense peak a Blackwell grouped expert GEMM reaches at large rows per group: torchao's
+#: published B200 one-launch figures (pytorch/ao torchao/prototype/moe_training/README.md at 36027d8;
+#: benchmarks/kernel_data/torchao-b200/grouped.csv, 8 groups of 16,384 rows, DeepSeek-V3's 2048 x 7168
+#: and Llama 4's 8192 x 5120 experts). bf16: the median of the four ``torch._grouped_mm`` rows read off
+#: the roofline plots (forward and weight gradient, 0.479 / 0.486 / 0.517 / 0.540 of 2,250 TFLOP/s);
+#: fp16 runs on the same tensor cores at the same rate. fp8: the median of the three MXFP8
+#: ``torch._scaled_grouped_mm`` rows (0.407 / 0.508 / 0.512 of 4,500 TFLOP/s), taken for every FP8
+#: recipe's grouped GEMM (per-tensor FP8 has no published Blackwell grouped figure). NVFP4 has none:
+#: fp4 grouped GEMMs keep the tile/wave model. tests/test_blackwell_grouped_figures.py re-derives both.
+BLACKWELL_GROUPED_SHARE = {"bf16": 0.5017, "fp16": 0.5017, "fp8": 0.5080}
+
+
+def blackwell_grouped_efficiency(groups: int, rows: int, n: int, k: int, dtype: str = "bf16") -> float:
+    """Fraction of dense peak of a grouped expert GEMM on Blackwell (B200; GB200 and GB300 take B200's
+    figure, as for plain GEMMs): ``groups`` groups of ``rows`` rows (the forward layout), experts [n, k].
+
+        eff = BLACKWELL_GROUPED_SHARE[dtype] x S_H(groups, rows, n, k) / S_H(groups, R, n, k)
+
+    The first factor is MEASURED on B200, at the large-row plateau only (torchao, above). The second,
+    the roll-off at few rows per group, is Hopper's measured grouped table ([EXECSIM-H200]
+    grouped_grid.csv, ``torch._grouped_mm`` on an H200) at the same groups and expert shape, divided by
+    its value at R = the table's largest rows per group (2,048, where it has levelled off) -- ASSUMED to
+    transfer: the roll-off is the per-expert weight read (2 n k bytes for 2 rows n k FLOPs), and the
+    roofline ridge where it stops binding is alike (B200 2,250 TFLOP/s / 8 TB/s = 281 FLOP/B; H100 / H200
+    989 / 3.35-4.8 = 206-295), with the same CUTLASS grouped kernel family behind ``torch._grouped_mm`` on
+    both (Transformer Engine's grouped GEMM of Megatron stacks is assumed to run alike). Unlike the
+    Hopper path (gemm_efficiency_max x S_H) no calibrated gemm_efficiency_max enters: the share is
+    already of peak. At rows >= R the ratio is exactly 1 (the table clamps), so eff = the share."""
+    hopper = GEMM_SHAPE_TABLES["hopper"]
+    plateau_rows = gemm_shape_table(hopper).rows[-1]
+    rolloff = grouped_shape_factor(groups, rows, n, k, hopper) / grouped_shape_factor(groups, plateau_rows, n, k, hopper)
+    return BLACKWELL_GROUPED_SHARE[dtype] * rolloff
 
 
 def measured_gemm_efficiency(m: int, n: int, k: int, batch: int, gpu, dtype: str = "bf16",

@@ -68,7 +68,7 @@ def test_interpolation_and_clamps():
                                                                        rel=1e-12)
 
 
-def test_blackwell_gemms_take_the_table_grouped_ones_the_tile_model():
+def test_blackwell_gemms_take_the_table_grouped_ones_their_own_pricing():
     from taskgraph.cost import gemm_efficiency, tile_gemm_efficiency
     for name in ("b200", "gb200", "gb300"):
         g = get_gpu(name)
@@ -78,9 +78,12 @@ def test_blackwell_gemms_take_the_table_grouped_ones_the_tile_model():
         # a strided batch: the plain (m x batch, n, k) GEMM
         assert gemm_efficiency(2048, 4096, 4096, 4, g) == \
             pytest.approx(g.gemm_efficiency("bf16") * shape_factor(8192, 4096, 4096, "bf16", P), rel=1e-12)
-        # no grouped measurement on Blackwell: a grouped launch of experts keeps the tile/wave model
+        # no grouped measurement in the [XLA-B200] table: a grouped launch of experts takes torchao's B200
+        # share times Hopper's measured roll-off (tests/test_blackwell_grouped_figures.py); fp4 the tile model
         assert gemm_efficiency(256, 2048, 7168, 8, g, grouped=(256, 2048, 7168)) == \
-            tile_gemm_efficiency(256, 2048, 7168, 8, g)
+            pytest.approx(0.5017 * 0.5665 / 0.6448, rel=1e-12)
+        assert gemm_efficiency(256, 2048, 7168, 8, g, "fp4", grouped=(256, 2048, 7168)) == \
+            tile_gemm_efficiency(256, 2048, 7168, 8, g, "fp4")
     # B200 by hand: 0.63 x 0.4050 / 0.6518 (the tile model gave 0.5449: 256 x 256 tiles, 128 of 148 SMs)
     b200 = get_gpu("b200")
     assert b200.gemm_efficiency("bf16") == 0.63
