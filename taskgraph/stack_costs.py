@@ -1,12 +1,13 @@
 """What a software stack (``taskgraph/stacks.py``) or dispatcher adds to the cost records
 ``taskgraph/costing.py`` builds: DeepSpeed's unfused fp32 gradient accumulation and serial pipeline
 exchanges, PyTorch FSDP2's copy kernels, the operator as the run executes it (:func:`op_as_run`:
-PyTorch's ring attention, ``taskgraph/torch_cp.py``; DeepEP's permutations)."""
+PyTorch's ring attention, ``taskgraph/torch_cp.py``; DeepEP's permutations; an eager cross-entropy)."""
 from __future__ import annotations
 
 from dataclasses import replace
 
-from taskgraph.plan import Plan
+from taskgraph.cross_entropy import cross_entropy_bytes
+from taskgraph.plan import DTYPE_BYTES, Plan
 from taskgraph.stacks import DEFAULT_STACK, get_stack
 from taskgraph.torch_cp import torch_ring_attention
 
@@ -81,9 +82,16 @@ def op_as_run(plan: Plan, stack, op) -> tuple:
     _DeepepManager): DeepEP's dispatch takes the tokens and their top-k indices as they are and hands
     each rank its tokens, which one permute groups by local expert (get_permuted_hidden_states_by_experts)
     and one unpermute restores before the combine; the all-to-all dispatcher's chunk sort by local
-    expert (sort_chunks_by_idxs, ``operators._moe_ops``) does not run, so half the copies."""
+    expert (sort_chunks_by_idxs, ``operators._moe_ops``) does not run, so half the copies. A stack whose
+    cross-entropy is not the fused one (``Stack.cross_entropy``) moves its own bytes per logit
+    (``taskgraph/cross_entropy.py``) over the same logits."""
     if op.name == "moe_experts" and op.copy_kernels == 4 and plan.strategy.options.moe_max_nodes:
         return replace(op, copy_bytes=op.copy_bytes // 2, copy_kernels=2), 0.0, 0.0
+    if op.kind == "loss" and stack is not None and stack.cross_entropy != "fused":
+        dt = DTYPE_BYTES[plan.strategy.training.precision]   # the logits' bytes, as costing builds the head
+        fused, own = cross_entropy_bytes(dt), cross_entropy_bytes(dt, stack.cross_entropy)
+        logits = op.fwd_bytes // fused[0]
+        return replace(op, fwd_bytes=logits * own[0], bwd_input_bytes=logits * own[1]), 0.0, 0.0
     return torch_ring_attention(plan, stack, op)
 
 

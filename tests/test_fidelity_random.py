@@ -52,7 +52,7 @@ OPTION_VALUES = {
     "reshard_after_forward": [True, False],
     "price_per_gpu_hour_usd": [1.5],
     "overlap_interference": [False],
-    "stack": ["torchtitan", "torchtitan-compile", "deepspeed", "llm-foundry", "deepspeed-zero3-2021"],
+    "stack": ["torchtitan", "torchtitan-compile", "deepspeed", "llm-foundry", "deepspeed-zero3-2021", "megatron-2021"],
     "fp8_param_gather": [True],
     "activation_offload_layers": [1, 2],
     "overlap_moe_expert_parallel_comm": [True],
