@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from taskgraph.cost import HP_GRAD_ACCUM_KERNELS
 from taskgraph.cross_entropy import cross_entropy_bytes
 from taskgraph.plan import DTYPE_BYTES, Plan
 from taskgraph.stacks import DEFAULT_STACK, get_stack
@@ -73,6 +74,24 @@ def hp_grad_accum_bytes(plan: Plan, stack) -> int:
     if plan.strategy.training.precision != "bf16" or plan.zero > 1:
         return 0
     return stack.hp_grad_accum_bytes
+
+
+def unfused_grad_accum(plan: Plan, stack) -> dict:
+    """``op_time``'s unfused-accumulation arguments for a run on ``stack``: bytes per weight-gradient
+    element and kernels per weight of the accumulation after each micro-batch's backward (0 bytes: fused
+    into the weight-gradient GEMM). DeepSpeed's BF16_Optimizer (:func:`hp_grad_accum_bytes`, a cast and
+    an add), or a stack whose weight gradients add up in autograd (``Stack.grad_add_bytes``, one add
+    kernel): Megatron-LM before gradient_accumulation_fusion (NVIDIA/Megatron-LM 83b1e42, 2022-02-13)
+    left it to the local DDP, which at cdde433 (2021-04-09, megatron/model/distributed.py; the default
+    --DDP-impl local without --use-contiguous-buffers-in-ddp) lets autograd's AccumulateGrad run
+    ``param.grad += new`` for every micro-batch after the first (the optimizer's zero_grad sets the
+    gradients to None), and with contiguous buffers its hook runs ``main_grad.add_(grad)`` for every
+    one; priced on every micro-batch. Without ZeRO-2/3 (which partition the gradients themselves)."""
+    hp = hp_grad_accum_bytes(plan, stack)
+    if hp:
+        return {"grad_accum_unfused_bytes": hp, "grad_accum_unfused_kernels": HP_GRAD_ACCUM_KERNELS}
+    add = stack.grad_add_bytes if stack is not None and plan.zero <= 1 else 0
+    return {"grad_accum_unfused_bytes": add, "grad_accum_unfused_kernels": 1}
 
 
 def op_as_run(plan: Plan, stack, op) -> tuple:

@@ -1,6 +1,7 @@
-"""The vocab-parallel cross-entropy's HBM traffic by implementation (taskgraph/cross_entropy.py) and the
-megatron-2021 stack that runs Megatron-LM 2021-22's eager fp32 loss (stacks.yaml [MEG-2021]):
-closed forms per logit, on a tiny head, and priced."""
+"""The Megatron-LM 2021-22 stacks (stacks.yaml [MEG-2021]): the vocab-parallel cross-entropy's HBM traffic
+by implementation (taskgraph/cross_entropy.py; megatron-2021 and megatron-2022 run the eager fp32 loss) and
+2021's unfused gradient accumulation (taskgraph/stack_costs.py unfused_grad_accum): closed forms per
+logit and per gradient element, on a tiny head and layer, and priced."""
 from __future__ import annotations
 
 import pytest
@@ -79,4 +80,39 @@ def test_stack_file_checks_cross_entropy(tmp_path):
     p = tmp_path / "stacks.yaml"
     p.write_text("stacks:\n  x: {attention: catalog, cross_entropy: unfused}\n")
     with pytest.raises(ConfigError, match="stack 'x' cross_entropy = 'unfused' must be one of fused, eager-fp32"):
+        read_stack_file(str(p))
+
+
+def test_megatron_2021_adds_gradients_unfused(tmp_path):
+    # Megatron-LM before gradient_accumulation_fusion ([MEG-2021]): autograd's param.grad += new after each
+    # micro-batch's backward, one add kernel per weight reading both fp16 gradients and writing one (6 B)
+    from taskgraph.cost import HP_GRAD_ACCUM_KERNELS
+    from taskgraph.operators import layer_operators
+    from taskgraph.stack_costs import unfused_grad_accum
+    assert get_stack("megatron-2021").grad_add_bytes == 6 and get_stack("megatron-2022").grad_add_bytes == 0
+    assert unfused_grad_accum(_plan(tmp_path, "megatron-2021"), get_stack("megatron-2021")) == \
+        {"grad_accum_unfused_bytes": 6, "grad_accum_unfused_kernels": 1}
+    for st in ("megatron-2022", "megatron-te"):   # the fused accumulation of 2022 on
+        assert unfused_grad_accum(_plan(tmp_path, st), get_stack(st))["grad_accum_unfused_bytes"] == 0
+    # DeepSpeed's BF16_Optimizer keeps its cast + add
+    d = {"model": TINY, "cluster": {"preset": "dgx-a100", "nodes": 1}, "parallel": {"tp": 1, "pp": 1, "dp": 8},
+         "schedule": "1f1b", "training": {"micro_batch": 2, "global_batch": 32, "seq_len": 16, "precision": "bf16"},
+         "options": {"stack": "deepspeed"}}
+    assert unfused_grad_accum(resolve(parse_strategy(d, tmp_path)), get_stack("deepspeed")) == \
+        {"grad_accum_unfused_bytes": 18, "grad_accum_unfused_kernels": HP_GRAD_ACCUM_KERNELS}
+    # priced: the fresh gradient's write stays in the GEMM's bytes, the add streams 6 B per element
+    a100 = get_gpu("a100")
+    eff = a100.efficiency
+    for op in layer_operators(ModelSpec(**TINY), micro_batch=2, seq_len=16, tp=1, dtype_bytes=2, layer_index=0):
+        if op.kind != "gemm":
+            continue
+        grads = sum(g.k * g.n * g.batch for g in op.gemms)
+        plain = op_time(op, "bwd_weight", a100, "fp16")
+        t = op_time(op, "bwd_weight", a100, "fp16", grad_accum_bytes=2, grad_accum_unfused_bytes=6,
+                    grad_accum_unfused_kernels=1)
+        assert t - plain == pytest.approx(6 * grads / (a100.hbm_bandwidth * eff.hbm_efficiency)
+                                          + len(op.gemms) * eff.launch_overhead), op.name
+    p = tmp_path / "stacks.yaml"
+    p.write_text("stacks:\n  x: {attention: catalog, grad_add_bytes: -1}\n")
+    with pytest.raises(ConfigError, match="stack 'x' grad_add_bytes = -1 must be an integer"):
         read_stack_file(str(p))
