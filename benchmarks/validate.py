@@ -327,6 +327,11 @@ def strategy_for(row: dict) -> tuple[dict, list[str]]:
         options["stack"] = "deepspeed-zero3-2021"
     if _megatron_2021_22(row) and parallel["zero"] < 3:  # (the ZeRO-3 rows are DeepSpeed, not Megatron DDP)
         options["overlap_grad_reduce"] = False
+    if _megatron_2021_22(row) and "stack" not in options:
+        # Megatron-LM of 2021-22 (not Megatron-DeepSpeed, not DeepSpeed's ZeRO-3): its eager fp32
+        # vocab-parallel cross entropy; in 2021 (Narayanan) also autograd's unfused gradient accumulation
+        # (taskgraph/data/stacks.yaml [MEG-2021])
+        options["stack"] = "megatron-2021" if "Narayanan" in row["source"] else "megatron-2022"
     if _megatron_2021_22(row) and "no scatter/gather" not in row["notes"] and tp > 1 and pp > 1 \
             and not parallel["sp"] and not layer_row:
         # Megatron-LM 2021-22 (--scatter-gather-tensors-in-pipeline, on by default) and DeepSpeed's

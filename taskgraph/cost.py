@@ -436,17 +436,17 @@ def fp8_quantize_elements(op, pass_: str, recipe: str = "blockwise") -> float:
     return float(total)
 
 
-def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True,
-            profile: ProfileTable | None = None, grad_accum_bytes: int = 0,
-            fp8_recipe: str = "tensorwise", stack=None, gemm_kernel: str | None = None,
-            grad_accum_unfused_bytes: int = 0, quantize: bool = True) -> float:
+def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True, profile: ProfileTable | None = None,
+            grad_accum_bytes: int = 0, fp8_recipe: str = "tensorwise", stack=None, gemm_kernel: str | None = None,
+            grad_accum_unfused_bytes: int = 0, grad_accum_unfused_kernels: int = HP_GRAD_ACCUM_KERNELS,
+            quantize: bool = True) -> float:
     """Seconds for one pass of one operator on one GPU.
 
     ``grad_accum_bytes``: element size of the main-gradient buffer weight-gradient GEMMs accumulate
     into (4: fp32, 2: fp16/bf16); 0 = the gradient is written once and not accumulated.
     ``grad_accum_unfused_bytes`` (> 0 replaces the fused accumulation): the weight-gradient GEMM writes a
     fresh gradient, then separate streaming kernels move this many bytes per gradient element to add it
-    to the fp32 one (:data:`HP_GRAD_ACCUM_KERNELS` launches per GEMM; ``taskgraph/stacks.py``).
+    to the fp32 one (``grad_accum_unfused_kernels`` launches per GEMM; ``stack_costs.unfused_grad_accum``).
     ``fp8_recipe`` (with dtype fp8): ``blockwise`` = DeepSeek-V3 Section 3.3: the output head stays
     in BF16 (Section 3.3.1 keeps the embedding, output head, gating, norms and attention in higher
     precision); every other GEMM runs at the FP8 rate after memory-bound quantization kernels over
@@ -471,7 +471,7 @@ def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True,
         # head stays bf16 (torchtitan filter_fqns), the experts are not nn.Linear modules
         base = op_time(op, pass_, gpu, dtype, flash=flash, profile=profile, grad_accum_bytes=grad_accum_bytes,
                        stack=stack, gemm_kernel=gemm_kernel, grad_accum_unfused_bytes=grad_accum_unfused_bytes,
-                       quantize=False)
+                       grad_accum_unfused_kernels=grad_accum_unfused_kernels, quantize=False)
         if profile is not None and profile.lookup(gpu, dtype, op, pass_) is not None:
             return base   # a measured time includes whatever the kernels did
         nbytes, kernels = torchao_cast_cost(op.gemms, pass_, fp8_recipe, stack.float8_casts == "torchao-fused")
@@ -480,7 +480,7 @@ def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True,
     if dtype == "fp8" and FP8_RECIPE_COSTS.get(fp8_recipe, (0.0,))[0] and op.kind == "gemm" and op.gemms:
         base = op_time(op, pass_, gpu, dtype, flash=flash, profile=profile, grad_accum_bytes=grad_accum_bytes,
                        stack=stack, gemm_kernel=RECIPE_GEMM_KERNELS.get(fp8_recipe, gemm_kernel),
-                       grad_accum_unfused_bytes=grad_accum_unfused_bytes)
+                       grad_accum_unfused_bytes=grad_accum_unfused_bytes, grad_accum_unfused_kernels=grad_accum_unfused_kernels)
         if profile is not None and profile.lookup(gpu, dtype, op, pass_) is not None:
             return base   # a measured time includes whatever the kernels did
         q = fp8_quantize_elements(op, pass_, fp8_recipe)
@@ -523,7 +523,7 @@ def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True,
             # taskgraph/data/stacks.yaml [DS-BF16]), streaming copies priced at hbm_efficiency
             grads = sum(float(g.k * g.n * g.batch) for g in op.gemms)
             acc_t = grad_accum_unfused_bytes * grads / (gpu.hbm_bandwidth * eff.hbm_efficiency)
-            return max(comp, mem_t) + acc_t + launches * (1 + HP_GRAD_ACCUM_KERNELS)
+            return max(comp, mem_t) + acc_t + launches * (1 + grad_accum_unfused_kernels)
         if pass_ == "bwd_weight" and grad_accum_bytes > 0:
             bw = gpu.hbm_bandwidth * eff.hbm_efficiency
             # the plain gradient write counted in the operator's bytes becomes the accumulation

@@ -20,7 +20,7 @@ from taskgraph.overheads import adam_step_s, host_bound, master_copy, stack_host
 from taskgraph.overlap import bulk, chunk_op, pipelined, ring_exchange, ring_hbm_loss, sm_fraction, stream_shares
 from taskgraph.pipeline_p2p import activation_bytes, boundary_times
 from taskgraph.plan import DTYPE_BYTES, Plan
-from taskgraph.stack_costs import fsdp2_copy_times, hp_grad_accum_bytes, op_as_run, reduce_kind, serial_exchanges
+from taskgraph.stack_costs import fsdp2_copy_times, op_as_run, reduce_kind, serial_exchanges, unfused_grad_accum
 from taskgraph.stacks import run_stack
 from taskgraph.stage_records import named_stage, paced, stage_parts
 from taskgraph.te_scaling import te_layer_gemms, te_scaling_applies, te_scaling_work, with_delayed_amax
@@ -152,7 +152,7 @@ def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bo
     recipe = plan.strategy.options.fp8_recipe
     op, *merge = op_as_run(plan, ctx.stack, op)   # PyTorch's CP, DeepEP (taskgraph/stack_costs.py)
     t = {p: op_time(op, p, gpu, ctx.dtype, flash=flash, profile=ctx.profile, grad_accum_bytes=gacc, fp8_recipe=recipe,
-                    stack=ctx.stack, grad_accum_unfused_bytes=hp_grad_accum_bytes(plan, ctx.stack))
+                    stack=ctx.stack, **unfused_grad_accum(plan, ctx.stack))
          for p in ("fwd", "bwd_input", "bwd_weight")}
     t["fwd"] += merge[0]
     t["bwd_input"] += merge[1]

@@ -34,6 +34,7 @@ from strategies.config import did_you_mean
 from strategies.errors import ConfigError
 from strategies.strategy_file import MoeRouting
 from taskgraph.attention_shape import AttentionShape, attention_pairs, kernel_attention_shape, unfused_score_bytes
+from taskgraph.cross_entropy import cross_entropy_bytes
 from taskgraph.model import ModelSpec
 from taskgraph.moe_routing import routed_load
 
@@ -661,10 +662,10 @@ def _lm_head_ops(c: _Ctx, prefix: str, shared: bool = False) -> list:
     logits = c.T * vt
     loss_comms = tuple(Collective("tp", "all-reduce", "fwd", "after", 4 * c.T)
                        for _ in range(3)) if tp > 1 else ()  # max, target logit, sum-exp (Megatron)
+    ce_fwd, ce_bwd = cross_entropy_bytes(dt)   # fused (a stack's own: taskgraph/stack_costs.py op_as_run)
     loss = _elementwise(prefix + "loss", "loss", -2, logits, "loss", reads=0, writes=0, bwd_reads=0,
                         bwd_writes=0, dt=dt, saved=LOGIT_BYTES * logits,  # 4sbv/t (Korthikanti 4.3)
-                        extra_fwd_bytes=logits * (dt + 2 * LOGIT_BYTES),
-                        extra_bwd_bytes=logits * (LOGIT_BYTES + dt), comms=loss_comms)
+                        extra_fwd_bytes=logits * ce_fwd, extra_bwd_bytes=logits * ce_bwd, comms=loss_comms)
     ops = [_norm(c, prefix + "final_norm", -2), lm]
     if model.logit_softcap:  # c tanh(x / c) over the logits: one more read + write (Gemma 2 Section 2)
         ops.append(_elementwise(prefix + "logit_softcap", "elementwise", -2, logits, "softcap", reads=1, writes=1,

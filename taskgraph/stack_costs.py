@@ -1,12 +1,14 @@
 """What a software stack (``taskgraph/stacks.py``) or dispatcher adds to the cost records
 ``taskgraph/costing.py`` builds: DeepSpeed's unfused fp32 gradient accumulation and serial pipeline
 exchanges, PyTorch FSDP2's copy kernels, the operator as the run executes it (:func:`op_as_run`:
-PyTorch's ring attention, ``taskgraph/torch_cp.py``; DeepEP's permutations)."""
+PyTorch's ring attention, ``taskgraph/torch_cp.py``; DeepEP's permutations; an eager cross-entropy)."""
 from __future__ import annotations
 
 from dataclasses import replace
 
-from taskgraph.plan import Plan
+from taskgraph.cost import HP_GRAD_ACCUM_KERNELS
+from taskgraph.cross_entropy import cross_entropy_bytes
+from taskgraph.plan import DTYPE_BYTES, Plan
 from taskgraph.stacks import DEFAULT_STACK, get_stack
 from taskgraph.torch_cp import torch_ring_attention
 
@@ -74,6 +76,24 @@ def hp_grad_accum_bytes(plan: Plan, stack) -> int:
     return stack.hp_grad_accum_bytes
 
 
+def unfused_grad_accum(plan: Plan, stack) -> dict:
+    """``op_time``'s unfused-accumulation arguments for a run on ``stack``: bytes per weight-gradient
+    element and kernels per weight of the accumulation after each micro-batch's backward (0 bytes: fused
+    into the weight-gradient GEMM). DeepSpeed's BF16_Optimizer (:func:`hp_grad_accum_bytes`, a cast and
+    an add), or a stack whose weight gradients add up in autograd (``Stack.grad_add_bytes``, one add
+    kernel): Megatron-LM before gradient_accumulation_fusion (NVIDIA/Megatron-LM 83b1e42, 2022-02-13)
+    left it to the local DDP, which at cdde433 (2021-04-09, megatron/model/distributed.py; the default
+    --DDP-impl local without --use-contiguous-buffers-in-ddp) lets autograd's AccumulateGrad run
+    ``param.grad += new`` for every micro-batch after the first (the optimizer's zero_grad sets the
+    gradients to None), and with contiguous buffers its hook runs ``main_grad.add_(grad)`` for every
+    one; priced on every micro-batch. Without ZeRO-2/3 (which partition the gradients themselves)."""
+    hp = hp_grad_accum_bytes(plan, stack)
+    if hp:
+        return {"grad_accum_unfused_bytes": hp, "grad_accum_unfused_kernels": HP_GRAD_ACCUM_KERNELS}
+    add = stack.grad_add_bytes if stack is not None and plan.zero <= 1 else 0
+    return {"grad_accum_unfused_bytes": add, "grad_accum_unfused_kernels": 1}
+
+
 def op_as_run(plan: Plan, stack, op) -> tuple:
     """(operator, forward seconds, input-gradient seconds) to price for ``op`` as the run executes it:
     PyTorch's ring attention for a torch stack's CP (``taskgraph/torch_cp.py``), and the routed experts
@@ -81,9 +101,16 @@ def op_as_run(plan: Plan, stack, op) -> tuple:
     _DeepepManager): DeepEP's dispatch takes the tokens and their top-k indices as they are and hands
     each rank its tokens, which one permute groups by local expert (get_permuted_hidden_states_by_experts)
     and one unpermute restores before the combine; the all-to-all dispatcher's chunk sort by local
-    expert (sort_chunks_by_idxs, ``operators._moe_ops``) does not run, so half the copies."""
+    expert (sort_chunks_by_idxs, ``operators._moe_ops``) does not run, so half the copies. A stack whose
+    cross-entropy is not the fused one (``Stack.cross_entropy``) moves its own bytes per logit
+    (``taskgraph/cross_entropy.py``) over the same logits."""
     if op.name == "moe_experts" and op.copy_kernels == 4 and plan.strategy.options.moe_max_nodes:
         return replace(op, copy_bytes=op.copy_bytes // 2, copy_kernels=2), 0.0, 0.0
+    if op.kind == "loss" and stack is not None and stack.cross_entropy != "fused":
+        dt = DTYPE_BYTES[plan.strategy.training.precision]   # the logits' bytes, as costing builds the head
+        fused, own = cross_entropy_bytes(dt), cross_entropy_bytes(dt, stack.cross_entropy)
+        logits = op.fwd_bytes // fused[0]
+        return replace(op, fwd_bytes=logits * own[0], bwd_input_bytes=logits * own[1]), 0.0, 0.0
     return torch_ring_attention(plan, stack, op)
 
 

@@ -26,6 +26,7 @@ from functools import cache, lru_cache
 
 from strategies.documents import load_document
 from strategies.errors import ConfigError
+from taskgraph.cross_entropy import CROSS_ENTROPY
 from topologies.kernels import attention_fraction, attention_table
 
 STACKS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "stacks.yaml")
@@ -60,7 +61,12 @@ class Stack:
     all three ``taskgraph/overheads.py`` stack_host_terms, stacks.yaml [HOST-DT]; zero3_sync_fetch:
     under ZeRO-3 every parameter tensor is all-gathered on its own behind a device synchronize, with one
     copy kernel per shard rank per gathered tensor and per reduced gradient (DeepSpeed 2021,
-    ``taskgraph/zero3_fetch.py``, stacks.yaml [DS-Z3-2021])."""
+    ``taskgraph/zero3_fetch.py``, stacks.yaml [DS-Z3-2021]); cross_entropy: how the vocab-parallel loss
+    runs, 'fused' (one kernel per pass) or 'eager-fp32' (Megatron-LM 2021-22's eager ops over an fp32
+    copy of the logits; ``taskgraph/cross_entropy.py``, stacks.yaml [MEG-2021]); grad_add_bytes: HBM bytes
+    per weight-gradient element of an unfused add of each micro-batch's fresh gradient into the
+    accumulated one, one kernel per weight (Megatron-LM before gradient accumulation fusion: 6, read both
+    16-bit gradients and write one; ``taskgraph/stack_costs.py`` unfused_grad_accum), 0: fused."""
 
     name: str
     attention: str
@@ -76,6 +82,8 @@ class Stack:
     fsdp2_hook_kernels: tuple = (0.0, 0.0)
     fsdp2_hook_kernels_tp: tuple = (0.0, 0.0)
     zero3_sync_fetch: bool = False
+    cross_entropy: str = "fused"
+    grad_add_bytes: int = 0
 
     def passes_of(self, op_name: str) -> int:
         """Passes of an operator by its role (the name after a layer prefix, e.g. ``mtp0.final_norm``)."""
@@ -143,8 +151,16 @@ def load_tables(path: str = STACKS_PATH) -> tuple[dict, dict, dict]:
         sync = d.get("zero3_sync_fetch", False)
         if not isinstance(sync, bool):
             raise ConfigError(f"stack file {path!r}: stack {name!r} zero3_sync_fetch = {sync!r} must be true or false")
+        ce = d.get("cross_entropy", "fused")
+        if ce not in CROSS_ENTROPY:
+            raise ConfigError(f"stack file {path!r}: stack {name!r} cross_entropy = {ce!r} must be one of "
+                              f"{', '.join(CROSS_ENTROPY)} (or left out: fused)")
+        add = d.get("grad_add_bytes", 0)
+        if isinstance(add, bool) or not isinstance(add, int) or not 0 <= add <= 64:
+            raise ConfigError(f"stack file {path!r}: stack {name!r} grad_add_bytes = {add!r} must be an integer "
+                              f"number of bytes per gradient element in [0, 64] (0: fused accumulation)")
         stacks[str(name)] = Stack(str(name), att, passes, None if host is None else float(host), copy, acc, serial,
-                                  fsdp2, tcp, f8, dt_factor, hooks, hooks_tp, sync)
+                                  fsdp2, tcp, f8, dt_factor, hooks, hooks_tp, sync, ce, add)
     cat = data.get("catalog_attention") or {}
     catalog = {"kernel": {str(a): str(k) for a, k in (cat.get("kernel") or {}).items()},
                "reference": {str(a): (float(r["head_dim"]), float(r["seq_len"]))

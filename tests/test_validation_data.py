@@ -155,7 +155,11 @@ def test_documented_assumptions(rows):
     assert sum(lps) == 70 and lps[0] == lps[-1] == 5 and set(lps[1:-1]) == {6}
     # Narayanan 2021 Table 2's ZeRO-3 rows: DeepSpeed's early-2021 ZeRO-3 (stacks.yaml [DS-Z3-2021])
     assert V.strategy_for(_row(rows, "N21-175B-zero3-768"))[0]["options"]["stack"] == "deepspeed-zero3-2021"
-    assert "stack" not in V.strategy_for(_row(rows, "N21-175B-ptdp-768"))[0]["options"]
+    # ... the others Megatron-LM of 2021 (unfused gradient accumulation) or 2022 (stacks.yaml [MEG-2021])
+    for rid in ("N21-175B-ptdp-768", "N21-7.5B", "N21F12-175B-int-12"):
+        assert V.strategy_for(_row(rows, rid))[0]["options"]["stack"] == "megatron-2021", rid
+    assert V.strategy_for(_row(rows, "K22-175B-sel"))[0]["options"]["stack"] == "megatron-2022"
+    assert V.strategy_for(_row(rows, "BLOOM-176B"))[0]["options"]["stack"] == "deepspeed"
     # GPT rows: GELU MLP, learned positions, the row's vocabulary
     m = V.strategy_for(_row(rows, "K22-175B-sel"))[0]["model"]
     assert m["mlp"] == "gelu" and m["position"] == "learned" and m["vocab"] == 51200
