@@ -116,3 +116,14 @@ def test_megatron_2021_adds_gradients_unfused(tmp_path):
     p.write_text("stacks:\n  x: {attention: catalog, grad_add_bytes: -1}\n")
     with pytest.raises(ConfigError, match="stack 'x' grad_add_bytes = -1 must be an integer"):
         read_stack_file(str(p))
+
+
+def test_the_deepspeed_stacks_keep_megatrons_eager_loss(tmp_path):
+    # [DS-CE]: Megatron-DeepSpeed's pipe model (BLOOM) and DeepSpeedExamples' Megatron-LM v1.1.5 under
+    # ZeRO-3 both call mpu.vocab_parallel_cross_entropy on an fp32 copy of the logits
+    logits = 2 * 16 * 500
+    for name in ("deepspeed", "deepspeed-zero3-2021"):
+        st = get_stack(name)
+        assert st.cross_entropy == "eager-fp32", name
+        run, _, _ = op_as_run(_plan(tmp_path, name), st, _head(2)["loss"])
+        assert (run.fwd_bytes, run.bwd_input_bytes) == (38 * logits, 14 * logits), name
