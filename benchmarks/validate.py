@@ -315,7 +315,7 @@ def strategy_for(row: dict) -> tuple[dict, list[str]]:
                     recompute=row["recompute"])
     options = dict(flash_attention=_flash(row))
     if _flash(row) and "mosaicml" in row["source"].lower():
-        # llm-foundry ran flash-attn 2 (taskgraph/data/stacks.yaml, [LLMF]), not Transformer Engine's kernel
+        # llm-foundry: its Triton FlashAttention and Composer's train metrics (taskgraph/data/stacks.yaml [LLMF])
         options["stack"] = "llm-foundry"
     if "bigscience" in row["source"]:
         # BLOOM ran Megatron-DeepSpeed with DeepSpeed's pipeline engine and BF16_Optimizer (ZeRO-1): its
