@@ -98,3 +98,19 @@ def test_triton_attention_slows_an_mpt_step(tmp_path):
         opts = {"stack": "llm-foundry", **({} if k is None else {"attention_kernel": k})}
         times[k] = simulate_strategy(parse_strategy({**base, "options": opts}, tmp_path)).training.iteration_time_s
     assert times[None] > times["fa2"]
+
+
+#: the benchmarking README's NumParams column (scripts/train/benchmarking/README.md, b2a43a1): the model the runs built
+README_NUM_PARAMS = {"1B": 1_315_950_592, "7B": 6_658_859_008, "13B": 12_853_954_560, "30B": 29_975_214_080,
+                     "70B": 64_862_437_376}
+
+
+def test_mpt_rows_build_the_readme_model():
+    """The pretrain yamls leave MPTConfig's defaults (biases, learned positions, no ALiBi): each MosaicML row's
+    model has the README's parameter count exactly (50368 h + 12 L h^2 + 2048 h + 13 L h + 2 h)."""
+    from benchmarks.validate import load_rows, model_mapping
+    rows = [r for r in load_rows() if r["id"].startswith("MPT-")]
+    assert len(rows) == 10
+    for r in rows:
+        size = r["id"].split("-")[1]
+        assert load_model_yaml(model_mapping(r, [])).param_count() == README_NUM_PARAMS[size], r["id"]
