@@ -324,6 +324,12 @@ def strategy_for(row: dict) -> tuple[dict, list[str]]:
     if _flash(row) and "mosaicml" in row["source"].lower():
         # llm-foundry: its Triton FlashAttention and Composer's train metrics (taskgraph/data/stacks.yaml [LLMF])
         options["stack"] = "llm-foundry"
+        # bf16 gradients, reduce-scattered in bf16: Composer's get_mixed_precision (composer/trainer/
+        # mosaic_fsdp_utils.py, v0.16.3) maps the runs' mixed_precision DEFAULT to MixedPrecision(param_dtype=bf16,
+        # reduce_dtype=None), which FSDP reduces in param_dtype ("If this is None but param_dtype is not None,
+        # then this takes on the param_dtype value, still running gradient reduction in low precision",
+        # torch/distributed/fsdp/api.py MixedPrecision), and PURE (the May 2023 tables) to reduce_dtype=bf16
+        options["fp32_grad_accum"] = False
     if "bigscience" in row["source"]:
         # BLOOM ran Megatron-DeepSpeed with DeepSpeed's pipeline engine and BF16_Optimizer (ZeRO-1): its
         # unfused per-micro-batch fp32 gradient accumulation (taskgraph/data/stacks.yaml [DS-BF16])

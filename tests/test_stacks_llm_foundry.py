@@ -114,3 +114,17 @@ def test_mpt_rows_build_the_readme_model():
     for r in rows:
         size = r["id"].split("-")[1]
         assert load_model_yaml(model_mapping(r, [])).param_count() == README_NUM_PARAMS[size], r["id"]
+
+
+def test_mpt_rows_reduce_bf16_gradients():
+    """Composer's mixed_precision DEFAULT (PURE in May 2023) leaves FSDP's reduce_dtype at None (bf16 for PURE),
+    so the gradients are reduce-scattered in bf16 (torch MixedPrecision: None takes param_dtype): 2 B per
+    gradient element, not Megatron's fp32 buffer."""
+    from benchmarks.validate import load_rows, strategy_for
+    from taskgraph.costing import grad_bytes_per_param
+    from taskgraph.plan import resolve
+    row = next(r for r in load_rows() if r["id"] == "MPT-7B-h100")
+    d, _ = strategy_for(row)
+    assert d["options"]["stack"] == "llm-foundry" and d["options"]["fp32_grad_accum"] is False
+    d["model"]["layers"] = 1
+    assert grad_bytes_per_param(resolve(parse_strategy(d, "."))) == 2
