@@ -60,7 +60,10 @@ class Stack:
     all three ``taskgraph/overheads.py`` stack_host_terms, stacks.yaml [HOST-DT]; zero3_sync_fetch:
     under ZeRO-3 every parameter tensor is all-gathered on its own behind a device synchronize, with one
     copy kernel per shard rank per gathered tensor and per reduced gradient (DeepSpeed 2021,
-    ``taskgraph/zero3_fetch.py``, stacks.yaml [DS-Z3-2021])."""
+    ``taskgraph/zero3_fetch.py``, stacks.yaml [DS-Z3-2021]); adam_bytes_per_param: HBM bytes per parameter
+    element of the stack's unfused Adam step, one streaming kernel per tensor operation (Composer's
+    DecoupledAdamW, stacks.yaml [COMPOSER-ADAM]); 0: the fused multi-tensor kernel's 28
+    (``taskgraph/overheads.py`` adam_step_s)."""
 
     name: str
     attention: str
@@ -76,6 +79,7 @@ class Stack:
     fsdp2_hook_kernels: tuple = (0.0, 0.0)
     fsdp2_hook_kernels_tp: tuple = (0.0, 0.0)
     zero3_sync_fetch: bool = False
+    adam_bytes_per_param: int = 0
 
     def passes_of(self, op_name: str) -> int:
         """Passes of an operator by its role (the name after a layer prefix, e.g. ``mtp0.final_norm``)."""
@@ -143,8 +147,12 @@ def load_tables(path: str = STACKS_PATH) -> tuple[dict, dict, dict]:
         sync = d.get("zero3_sync_fetch", False)
         if not isinstance(sync, bool):
             raise ConfigError(f"stack file {path!r}: stack {name!r} zero3_sync_fetch = {sync!r} must be true or false")
+        adam = d.get("adam_bytes_per_param", 0)
+        if isinstance(adam, bool) or not isinstance(adam, int) or not 0 <= adam <= 256:
+            raise ConfigError(f"stack file {path!r}: stack {name!r} adam_bytes_per_param = {adam!r} must be an integer "
+                              f"number of bytes per parameter in [0, 256] (0: the fused Adam kernel)")
         stacks[str(name)] = Stack(str(name), att, passes, None if host is None else float(host), copy, acc, serial,
-                                  fsdp2, tcp, f8, dt_factor, hooks, hooks_tp, sync)
+                                  fsdp2, tcp, f8, dt_factor, hooks, hooks_tp, sync, adam)
     cat = data.get("catalog_attention") or {}
     catalog = {"kernel": {str(a): str(k) for a, k in (cat.get("kernel") or {}).items()},
                "reference": {str(a): (float(r["head_dim"]), float(r["seq_len"]))

@@ -128,3 +128,33 @@ def test_mpt_rows_reduce_bf16_gradients():
     assert d["options"]["stack"] == "llm-foundry" and d["options"]["fp32_grad_accum"] is False
     d["model"]["layers"] = 1
     assert grad_bytes_per_param(resolve(parse_strategy(d, "."))) == 2
+
+
+def test_composer_adam_streams_80_bytes_per_parameter():
+    """Composer's DecoupledAdamW runs eight unfused fp32 kernels per parameter tensor ([COMPOSER-ADAM]):
+    8 + 12 + 8 + 12 + 8 + 8 + 8 + 16 = 80 B per element at hbm_efficiency, where the fused kernel moves 28 at
+    optimizer_efficiency; FSDP (zero3_master_copy false) adds no master copy."""
+    from taskgraph.overheads import adam_step_s
+    assert get_stack("llm-foundry").adam_bytes_per_param == 8 + 12 + 8 + 12 + 8 + 8 + 8 + 16 == 80
+    assert get_stack("megatron-te").adam_bytes_per_param == 0
+    h100 = get_gpu("h100")
+    eff = h100.efficiency
+    assert adam_step_s(h100, 1e9, master_copy=False, unfused_bytes=80) == \
+        pytest.approx(80e9 / (h100.hbm_bandwidth * eff.hbm_efficiency), rel=1e-12)
+    opt = getattr(eff, "optimizer_efficiency", None) or eff.hbm_efficiency
+    assert adam_step_s(h100, 1e9, master_copy=False) == pytest.approx(28e9 / (h100.hbm_bandwidth * opt), rel=1e-12)
+
+
+def test_adam_bytes_of_a_stack_file_are_checked(tmp_path):
+    import yaml
+
+    from strategies.errors import ConfigError
+    from taskgraph.stacks import read_stack_file
+    p = tmp_path / "stacks.yaml"
+    p.write_text(yaml.safe_dump({"attention_kernels": {"fa2": {}},
+                                 "stacks": {"s": {"attention": "fa2", "adam_bytes_per_param": -1}}}))
+    with pytest.raises(ConfigError) as e:
+        read_stack_file(str(p))
+    assert "\n" not in str(e.value)
+    assert "stack 's' adam_bytes_per_param = -1 must be an integer number of bytes per parameter in [0, 256]" in \
+        str(e.value)
