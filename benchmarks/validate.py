@@ -35,8 +35,10 @@ Assumptions shared by all rows (each one stated where it is applied):
 
 * Model: GPT rows are Megatron GPT (GELU 4h MLP, learned positions, LayerNorm, biases, tied
   embeddings, dropout); Llama rows SwiGLU / RoPE / RMSNorm, no biases, untied head, no dropout
-  (Touvron 2023); MPT rows GELU / ALiBi / LayerNorm, no biases, tied, no dropout (MosaicML
-  llm-foundry ``mpt`` config: ``no_bias: true``, ``alibi: true``); BLOOM as the ``bloom-176b``
+  (Touvron 2023); MPT rows GELU / learned positions / LayerNorm, biases, tied, no dropout (the
+  benchmarking README's MPT: llm-foundry's pretrain yamls set neither ``no_bias`` nor ``alibi``, so
+  MPTConfig's defaults ``no_bias: false``, ``learned_pos_emb: true``, ``alibi: false`` hold -- the
+  README's NumParams column equals that count exactly for 1B-70B); BLOOM as the ``bloom-176b``
   preset with the row's vocabulary.
 * Cluster: the DGX preset of the row's GPU with ``num_gpus / 8`` nodes.
 * FlashAttention: off for the 2021-2022 Megatron rows (Narayanan 2021 and Korthikanti 2022 predate
@@ -207,8 +209,13 @@ def model_mapping(row: dict, notes: list, *, layers: int | None = None) -> dict:
     if fam == "llama":  # Touvron 2023 Section 2.2; HF LlamaConfig
         m.update(mlp="swiglu", position="rope", norm="rmsnorm", bias=False, tied_embeddings=False,
                  dropout=False, max_seq=seq)
-    elif fam == "mpt":  # llm-foundry MPT: no_bias, alibi, expansion_ratio 4, tied (no lm_head), no dropout
-        m.update(mlp="gelu", position="alibi", norm="layernorm", bias=False, tied_embeddings=True,
+    elif fam == "mpt":
+        # llm-foundry MPT as its benchmarking README ran it (scripts/train/yamls/pretrain/mpt-*.yaml at v0.3.0 set
+        # neither no_bias nor alibi: llmfoundry/models/mpt/configuration_mpt.py defaults no_bias False,
+        # learned_pos_emb True, attn_config alibi False): biases, learned positions, expansion_ratio 4, tied
+        # (no lm_head), no dropout. The README's NumParams, e.g. 6,658,859,008 for 7b at 2k = 50368 h + 12 L h^2
+        # + 2048 h + 13 L h + 2 h (h 4096, L 32), matches this count exactly for 1b, 7b, 13b, 30b and 70b
+        m.update(mlp="gelu", position="learned", norm="layernorm", bias=True, tied_embeddings=True,
                  dropout=False, max_seq=seq)
     elif fam == "bloom":  # BigScience 2022 Table 3 / bloom-176b preset: ALiBi, embedding LayerNorm, no dropout
         m.update(mlp="gelu", position="alibi", norm="layernorm", bias=True, tied_embeddings=True,
@@ -315,8 +322,14 @@ def strategy_for(row: dict) -> tuple[dict, list[str]]:
                     recompute=row["recompute"])
     options = dict(flash_attention=_flash(row))
     if _flash(row) and "mosaicml" in row["source"].lower():
-        # llm-foundry ran flash-attn 2 (taskgraph/data/stacks.yaml, [LLMF]), not Transformer Engine's kernel
+        # llm-foundry: its Triton FlashAttention and Composer's train metrics (taskgraph/data/stacks.yaml [LLMF])
         options["stack"] = "llm-foundry"
+        # bf16 gradients, reduce-scattered in bf16: Composer's get_mixed_precision (composer/trainer/
+        # mosaic_fsdp_utils.py, v0.16.3) maps the runs' mixed_precision DEFAULT to MixedPrecision(param_dtype=bf16,
+        # reduce_dtype=None), which FSDP reduces in param_dtype ("If this is None but param_dtype is not None,
+        # then this takes on the param_dtype value, still running gradient reduction in low precision",
+        # torch/distributed/fsdp/api.py MixedPrecision), and PURE (the May 2023 tables) to reduce_dtype=bf16
+        options["fp32_grad_accum"] = False
     if "bigscience" in row["source"]:
         # BLOOM ran Megatron-DeepSpeed with DeepSpeed's pipeline engine and BF16_Optimizer (ZeRO-1): its
         # unfused per-micro-batch fp32 gradient accumulation (taskgraph/data/stacks.yaml [DS-BF16])

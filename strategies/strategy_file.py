@@ -167,9 +167,10 @@ class OptionsSpec:
     stack: the software stack that runs the graph (taskgraph/data/stacks.yaml): 'megatron-te'
         (Megatron-LM + Transformer Engine, what the GPU catalog describes), 'torchtitan' (PyTorch
         eager: FlexAttention, unfused norms and activations), 'torchtitan-compile'
-        (torch.compile fuses them back), 'deepspeed'; None = megatron-te.
+        (torch.compile fuses them back), 'deepspeed', 'llm-foundry' (Triton attention, Composer's metrics); None =
+        megatron-te.
     attention_kernel: the attention kernel the run prices in place of its stack's own (a kernel of
-        stacks.yaml attention_kernels -- fa2, fa3, cudnn, flex, varlen -- or 'sdpa': what PyTorch's
+        stacks.yaml attention_kernels -- fa2, fa3, cudnn, flex, varlen, triton -- or 'sdpa': what PyTorch's
         SDPA runs under torchtitan's backend order, or 'catalog': the GPU catalog's figure); None = the
         stack's choice. Checked by resolve (taskgraph/stacks.py run_stack).
     tp_async_backward: the column-parallel layers' backward collectives run concurrently with their

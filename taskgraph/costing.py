@@ -16,7 +16,7 @@ from taskgraph.coarse import coarse_stage_work
 from taskgraph.cost import NVFP4_ELEMENT_BYTES, OPTIMIZER_OP, ProfileTable, op_time
 from taskgraph.cpu_optimizer import cpu_offload_step_time
 from taskgraph.operators import embedding_operators, head_operators, layer_operators
-from taskgraph.overheads import adam_step_s, host_bound, master_copy, stack_host_terms, step_overhead_s
+from taskgraph.overheads import adam_bytes, adam_step_s, host_bound, master_copy, stack_host_terms, step_overhead_s
 from taskgraph.overlap import bulk, chunk_op, pipelined, ring_exchange, ring_hbm_loss, sm_fraction, stream_shares
 from taskgraph.pipeline_p2p import activation_bytes, boundary_times
 from taskgraph.plan import DTYPE_BYTES, Plan
@@ -691,7 +691,7 @@ def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, 
     measured = None if profile is None else profile.lookup_scaled(
         gpu, plan.strategy.training.precision, OPTIMIZER_OP, "fwd", shard)
     # the fused Adam kernel, plus the master-weight copy (PyTorch FSDP casts at its gather instead)
-    adam = (adam_step_s(gpu, shard, master_copy(plan), gbp) if measured is None else measured) * pace
+    adam = (adam_step_s(gpu, shard, master_copy(plan), gbp, adam_bytes(plan)) if measured is None else measured) * pace
     opt_s = step_overhead_s(plan, shard, layers)  # gradient norm (+ fp16 found-inf), taskgraph/overheads.py
     if plan.zero < 3:
         # Megatron-LM zeroes the contiguous gradient buffer once per iteration (megatron/core/distributed/

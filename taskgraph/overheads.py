@@ -163,11 +163,20 @@ def master_copy(plan) -> bool:
     return get_stack(plan.strategy.options.stack).zero3_master_copy
 
 
-def adam_step_s(gpu, params: float, master_copy: bool = True, grad_bytes: int = 4) -> float:
+def adam_bytes(plan) -> int:
+    """HBM bytes per parameter of the run's stack's unfused Adam step (stacks.yaml ``adam_bytes_per_param``;
+    0: the fused kernel)."""
+    from taskgraph.stacks import get_stack
+    return get_stack(plan.strategy.options.stack).adam_bytes_per_param
+
+
+def adam_step_s(gpu, params: float, master_copy: bool = True, grad_bytes: int = 4, unfused_bytes: int = 0) -> float:
     """Seconds of one Adam step over ``params`` parameters on ``gpu``: the fused kernel's 28 bytes each at
-    the GPU's ``optimizer_efficiency`` (``hbm_efficiency`` when it has none), plus, with ``master_copy``
-    (Megatron's mixed-precision optimizers, not FSDP), the master-to-model weight copy and, for
-    ``grad_bytes`` < 4, the gradient cast, at ``hbm_efficiency`` (module docstring).
+    the GPU's ``optimizer_efficiency`` (``hbm_efficiency`` when it has none), or a stack's unfused
+    per-operation kernels, ``unfused_bytes`` each at ``hbm_efficiency`` (Composer's DecoupledAdamW:
+    stacks.yaml [COMPOSER-ADAM]), plus, with ``master_copy`` (Megatron's mixed-precision optimizers, not
+    FSDP), the master-to-model weight copy and, for ``grad_bytes`` < 4, the gradient cast, at
+    ``hbm_efficiency`` (module docstring).
 
     >>> from types import SimpleNamespace as N
     >>> g = N(hbm_bandwidth=4.8e12, efficiency=N(optimizer_efficiency=0.72, hbm_efficiency=0.87))
@@ -179,8 +188,9 @@ def adam_step_s(gpu, params: float, master_copy: bool = True, grad_bytes: int = 
     eff = gpu.efficiency
     opt = getattr(eff, "optimizer_efficiency", None) or eff.hbm_efficiency
     copies = (MASTER_COPY_BYTES_PER_PARAM + (GRAD_CAST_BYTES_PER_PARAM if grad_bytes < 4 else 0)) if master_copy else 0
-    return (FUSED_ADAM_BYTES_PER_PARAM * params / (gpu.hbm_bandwidth * opt)
-            + copies * params / (gpu.hbm_bandwidth * eff.hbm_efficiency))
+    step = (unfused_bytes * params / (gpu.hbm_bandwidth * eff.hbm_efficiency) if unfused_bytes
+            else FUSED_ADAM_BYTES_PER_PARAM * params / (gpu.hbm_bandwidth * opt))
+    return step + copies * params / (gpu.hbm_bandwidth * eff.hbm_efficiency)
 
 
 def step_overhead_s(plan, shard_params: float, layers: tuple = ()) -> float:

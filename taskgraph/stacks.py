@@ -66,7 +66,10 @@ class Stack:
     copy of the logits; ``taskgraph/cross_entropy.py``, stacks.yaml [MEG-2021]); grad_add_bytes: HBM bytes
     per weight-gradient element of an unfused add of each micro-batch's fresh gradient into the
     accumulated one, one kernel per weight (Megatron-LM before gradient accumulation fusion: 6, read both
-    16-bit gradients and write one; ``taskgraph/stack_costs.py`` unfused_grad_accum), 0: fused."""
+    16-bit gradients and write one; ``taskgraph/stack_costs.py`` unfused_grad_accum), 0: fused; adam_bytes_per_param: HBM bytes per parameter
+    element of the stack's unfused Adam step, one streaming kernel per tensor operation (Composer's
+    DecoupledAdamW, stacks.yaml [COMPOSER-ADAM]); 0: the fused multi-tensor kernel's 28
+    (``taskgraph/overheads.py`` adam_step_s)."""
 
     name: str
     attention: str
@@ -84,6 +87,7 @@ class Stack:
     zero3_sync_fetch: bool = False
     cross_entropy: str = "fused"
     grad_add_bytes: int = 0
+    adam_bytes_per_param: int = 0
 
     def passes_of(self, op_name: str) -> int:
         """Passes of an operator by its role (the name after a layer prefix, e.g. ``mtp0.final_norm``)."""
@@ -159,8 +163,12 @@ def load_tables(path: str = STACKS_PATH) -> tuple[dict, dict, dict]:
         if isinstance(add, bool) or not isinstance(add, int) or not 0 <= add <= 64:
             raise ConfigError(f"stack file {path!r}: stack {name!r} grad_add_bytes = {add!r} must be an integer "
                               f"number of bytes per gradient element in [0, 64] (0: fused accumulation)")
+        adam = d.get("adam_bytes_per_param", 0)
+        if isinstance(adam, bool) or not isinstance(adam, int) or not 0 <= adam <= 256:
+            raise ConfigError(f"stack file {path!r}: stack {name!r} adam_bytes_per_param = {adam!r} must be an integer "
+                              f"number of bytes per parameter in [0, 256] (0: the fused Adam kernel)")
         stacks[str(name)] = Stack(str(name), att, passes, None if host is None else float(host), copy, acc, serial,
-                                  fsdp2, tcp, f8, dt_factor, hooks, hooks_tp, sync, ce, add)
+                                  fsdp2, tcp, f8, dt_factor, hooks, hooks_tp, sync, ce, add, adam)
     cat = data.get("catalog_attention") or {}
     catalog = {"kernel": {str(a): str(k) for a, k in (cat.get("kernel") or {}).items()},
                "reference": {str(a): (float(r["head_dim"]), float(r["seq_len"]))

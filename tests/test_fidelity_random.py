@@ -68,7 +68,7 @@ OPTION_VALUES = {
     "num_layers_at_start_in_bf16": [0, 1],
     "num_layers_at_end_in_bf16": [0, 1, 2],
     "moe_routing": ["aux_loss", "aux_loss_free", "random", "balanced"],
-    "attention_kernel": ["fa2", "fa3", "cudnn", "flex", "varlen", "sdpa", "catalog"],
+    "attention_kernel": ["fa2", "fa3", "cudnn", "flex", "varlen", "sdpa", "catalog", "triton"],
 }
 #: NVFP4 training on B200 and the BF16 first / last layers of fp8 / fp4 recipes, drawn by _draw_fp4 from
 #: its own generator (same reason)

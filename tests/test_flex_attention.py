@@ -65,7 +65,7 @@ def test_varlen_runs_the_flash_attention_of_the_architecture():
 def test_torchtitan_stacks_default_to_flex():
     """torchtitan's model_registry defaults to attn_backend "flex" since 1695457 ([SDPA])."""
     assert get_stack("torchtitan").attention == get_stack("torchtitan-compile").attention == "flex"
-    assert attention_kernel_choices() == ("cudnn", "fa2", "fa3", "flex", "varlen", "sdpa", "catalog")
+    assert attention_kernel_choices() == ("cudnn", "fa2", "fa3", "flex", "triton", "varlen", "sdpa", "catalog")
 
 
 def _strategy(tmp_path, **options):
@@ -95,7 +95,7 @@ def test_attention_kernel_option_error(tmp_path):
     msg = str(e.value)
     assert "\n" not in msg
     assert msg.startswith("options.attention_kernel = 'flash' is not an attention kernel; use one of cudnn, fa2, "
-                          "fa3, flex, varlen, sdpa, catalog")
+                          "fa3, flex, triton, varlen, sdpa, catalog")
 
 
 def test_ratio_kernels_of_a_stack_file_are_checked(tmp_path):

@@ -82,7 +82,8 @@ def _attn_core(seq: int):
 def test_sdpa_backend_by_architecture():
     """torchtitan calls SDPA under sdpa_kernel([CUDNN_ATTENTION, FLASH_ATTENTION, MATH], set_priority=True)
     and PyTorch's cuDNN backend accepts sm80..sm121: cuDNN on every listed architecture; the flash-attn 2
-    stacks keep FlashAttention-2; the catalog names no kernel; an unlisted architecture none."""
+    stack keeps FlashAttention-2, llm-foundry its Triton kernel; the catalog names no kernel; an unlisted
+    architecture none."""
     from taskgraph.stacks import attention_kernel, get_stack, with_attention
     for name in ("torchtitan", "torchtitan-compile"):
         assert get_stack(name).attention == "flex"     # torchtitan's default since 1695457 ([SDPA])
@@ -90,7 +91,7 @@ def test_sdpa_backend_by_architecture():
         assert [attention_kernel(stack, a) for a in ("ampere", "hopper", "blackwell")] == ["cudnn"] * 3
         assert attention_kernel(stack, "cpu") is None
     assert attention_kernel(get_stack("deepspeed"), "blackwell") == "fa2"
-    assert attention_kernel(get_stack("llm-foundry"), "hopper") == "fa2"
+    assert attention_kernel(get_stack("llm-foundry"), "hopper") == "triton"   # attn_impl: triton ([FA-TRITON])
     assert attention_kernel(get_stack("megatron-te"), "hopper") is None
 
 

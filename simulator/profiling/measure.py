@@ -98,7 +98,7 @@ def optimizer_items(plan) -> list[tuple]:
     """(parameters, parameters per operator, modelled seconds) of each distinct optimizer step of
     ``plan``'s stages (``taskgraph.costing.optimizer_params``; modelled by ``taskgraph.overheads.adam_step_s``)."""
     from taskgraph.costing import build_work, grad_bytes_per_param, optimizer_params
-    from taskgraph.overheads import adam_step_s, master_copy
+    from taskgraph.overheads import adam_bytes, adam_step_s, master_copy
     gbp, gpu = grad_bytes_per_param(plan), plan.cluster.gpu
     out = {}
     for st in build_work(plan, fidelity="operator").stages:
@@ -108,5 +108,5 @@ def optimizer_items(plan) -> list[tuple]:
                       if op.grad_bytes > 0)
         key = optimizer_shape(n)
         if key not in out:
-            out[key] = (n, sizes, adam_step_s(gpu, n, master_copy(plan), gbp))
+            out[key] = (n, sizes, adam_step_s(gpu, n, master_copy(plan), gbp, adam_bytes(plan)))
     return list(out.values())
