@@ -124,3 +124,28 @@ def test_dense_model_refuses_the_option(tmp_path):
          "training": {"micro_batch": 1, "global_batch": 8, "seq_len": 1024}, "options": {"moe_dispatcher": "allgather"}}
     with pytest.raises(ConfigError, match="no experts"):
         resolve(parse_strategy(d, tmp_path))
+
+
+@pytest.mark.parametrize("flag, want", [
+    ("", "allgather"),                                          # Megatron-core's default dispatcher
+    ("--moe-token-dispatcher-type allgather", "allgather"),
+    ("--moe-token-dispatcher-type alltoall", None),
+])
+def test_megatron_importer_maps_the_dispatcher(flag, want, tmp_path):
+    from strategies.importers import import_config
+    base = ("torchrun pretrain_gpt.py --num-layers 8 --hidden-size 256 --num-attention-heads 8 --seq-length 512 "
+            "--micro-batch-size 1 --global-batch-size 8 --vocab-size 1000 --bf16 --num-experts 8 "
+            "--expert-model-parallel-size 2 ")
+    imp = import_config("megatron", base + flag, cluster="dgx-h100", nodes=1)
+    assert imp.strategy["options"].get("moe_dispatcher") == want
+    assert not imp.unmodeled
+    resolve(parse_strategy(imp.strategy, tmp_path))              # the strategy it writes runs
+
+
+def test_megatron_importer_refuses_shared_overlap_with_allgather():
+    from strategies.importers import import_config
+    cmd = ("torchrun pretrain_gpt.py --num-layers 8 --hidden-size 256 --num-attention-heads 8 --seq-length 512 "
+           "--micro-batch-size 1 --global-batch-size 8 --vocab-size 1000 --bf16 --num-experts 8 "
+           "--expert-model-parallel-size 2 --moe-shared-expert-intermediate-size 1024 --moe-shared-expert-overlap")
+    with pytest.raises(ConfigError, match="its default is allgather"):
+        import_config("megatron", cmd, cluster="dgx-h100", nodes=1)
