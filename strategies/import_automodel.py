@@ -180,7 +180,7 @@ def _parallel(top: Fields, model, notes: list) -> tuple:
     return par, name, zero
 
 
-def _backend(top: Fields, options: dict, notes: list, limit, moe: bool, ep: int) -> str:
+def _backend(top: Fields, options: dict, notes: list, limit, moe: bool, ep: int, tp: int = 1) -> str:
     """Options of ``model.backend`` (BackendConfig); returns the training precision."""
     be = top.section("model").section("backend")
     attn = be.choice("attn", "te", tuple(ATTENTION) + ("tilelang",))
@@ -203,10 +203,13 @@ def _backend(top: Fields, options: dict, notes: list, limit, moe: bool, ep: int)
         dispatcher = "torch"   # BackendConfig.__post_init__: te / gmm experts need DeepEP, else torch + torch_mm
     if moe and ep > 1 and dispatcher in DEEPEP:
         options["moe_max_nodes"] = limit     # DeepEP's node-limited dispatch (stacks.yaml [AM])
+    elif moe and ep > 1 and dispatcher == "torch" and tp == 1:
+        # experts.py GroupedExperts: all-gather over the 1-D EP mesh, fp32 all-reduce of the output
+        options["moe_dispatcher"] = "allgather_allreduce"
     elif moe and ep > 1:
         notes.append(f"model.backend.dispatcher {dispatcher} ("
-                     + ("an all-gather of the EP group's tokens and an all-reduce of the output" if dispatcher == "torch"
-                        else "Mixture-of-Kittens' fused megakernel") + ": priced as the all-to-all)")
+                     + ("an all-gather of the EP group's tokens and an all-reduce of the output, with tp > 1"
+                        if dispatcher == "torch" else "Mixture-of-Kittens' fused megakernel") + ": priced as the all-to-all)")
     if be.flag("fake_balanced_gate", False) and moe:
         options["moe_routing"] = "balanced"   # FakeBalancedGate: tokens dealt evenly to the experts
         if be.number("fake_gate_noise", 0.0, hi=1.0) > 0:
@@ -246,7 +249,7 @@ def import_automodel(data: dict, *, cluster: str | None = None, nodes: int | Non
                          "automodel recipe")
     parallel, name, zero = _parallel(top, model, notes)
     options: dict = {"stack": "nemo-automodel", "overlap_grad_reduce": True, "overlap_param_gather": zero > 0}
-    precision = _backend(top, options, notes, limit, moe, parallel["ep"])
+    precision = _backend(top, options, notes, limit, moe, parallel["ep"], parallel["tp"])
     d = top.section("distributed")
     if parallel["cp"] > 1:
         options["cp_comm"] = "ring"   # TE's context parallelism, cp_comm_type "p2p" (moe/parallelizer.py apply_cp)

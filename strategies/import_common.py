@@ -133,7 +133,7 @@ def _int_value(v: Any, name: str) -> int:
 
 
 def moe_dispatch_options(get, spell, options: dict, notes: list, expert_parallel: bool, where: str,
-                         shared: bool = False) -> None:
+                         shared: bool = False, dispatcher_default: str | None = None) -> None:
     """The MoE token dispatcher and its overlap, as Megatron-LM's TransformerConfig fields name them
     (``get(field)``: the source's value or None; ``spell(field)``: how the source spells it in a
     note; ``where + spell(field)`` in an error):
@@ -143,6 +143,9 @@ def moe_dispatch_options(get, spell, options: dict, notes: list, expert_parallel
       RDMA once per destination node, then over NVLink (topologies/moe_dispatch.py), so
       ``options.moe_max_nodes`` = the nodes a token reaches: ``moe_router_group_topk`` (group-limited
       routing) or else its top-k;
+    * ``moe_token_dispatcher_type: allgather`` (``dispatcher_default`` when the source leaves it unset:
+      Megatron-core's own default, transformer_config.py) = ``options.moe_dispatcher: allgather``
+      (MoEAllGatherTokenDispatcher, taskgraph/moe_dispatchers.py);
     * ``overlap_moe_expert_parallel_comm``, ``delay_wgrad_compute`` and the dispatcher's SMs
       (``moe_flex_dispatcher_num_sms``, formerly ``moe_deepep_num_sms``) map one to one;
     * ``moe_shared_expert_overlap`` maps one to one when the model has shared experts (``shared``);
@@ -150,6 +153,8 @@ def moe_dispatch_options(get, spell, options: dict, notes: list, expert_parallel
 
     Megatron's own refusals (transformer_config.py __post_init__) are one error here."""
     flex = get("moe_token_dispatcher_type") == "flex"
+    if expert_parallel and (get("moe_token_dispatcher_type") or dispatcher_default) == "allgather":
+        options["moe_dispatcher"] = "allgather"
     if get("moe_enable_deepep") is True and not flex:
         raise ConfigError(f"{where}{spell('moe_enable_deepep')} needs {spell('moe_token_dispatcher_type')} flex "
                           f"(Megatron: \"DeepEP backend is only supported with flex token dispatcher\"); set it")

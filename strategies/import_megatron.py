@@ -390,7 +390,7 @@ def _parallel_section(flags: _Flags, order: list, experts: int | None, tp: int, 
     if experts and ep > 1:
         # transformer_config.py moe_token_dispatcher_type: 'allgather' (default), 'alltoall', 'flex' (DeepEP)
         disp = str(flags.get("moe-token-dispatcher-type", "allgather"))
-        if disp not in ("alltoall", "flex"):
+        if disp not in ("alltoall", "flex", "allgather"):
             order.append(f"moe-token-dispatcher-type {disp}{' (the default)' if 'moe-token-dispatcher-type' not in flags else ''}"
                          f" (simulated as the all-to-all dispatcher)")
     # Megatron defaults expert TP to TP (arguments.py: expert_tensor_parallel_size = tensor_model_parallel_size)
@@ -514,7 +514,8 @@ def _options_section(flags: _Flags, order: list, precision: str, experts: int | 
             if f in flags:
                 order.append(f"{f} (no effect without optimizer-cpu-offload)")
     moe_dispatch_options(lambda k: flags.get(k.replace("_", "-")), lambda k: k.replace("_", "-"), options, order,
-                         bool(experts) and ep > 1, "megatron arguments: --", shared=bool(model.get("shared_experts")))
+                         bool(experts) and ep > 1, "megatron arguments: --", shared=bool(model.get("shared_experts")),
+                         dispatcher_default="allgather")
     offload = _int(flags, "cpu-offloading-num-layers", 0)
     if offload:   # activations of that many layers to host memory (transformer_config.cpu_offloading_num_layers)
         options["activation_offload_layers"] = offload

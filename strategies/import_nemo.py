@@ -418,11 +418,12 @@ def _options(m: Fields, optim: Fields, dist: bool, moe: bool, shared: bool, extr
         moe_routing_option(options, m.flag("moe_router_force_load_balancing", False),
                            m.flag("moe_router_enable_expert_bias", False))
         disp = m.choice("moe_token_dispatcher_type", "allgather", ("allgather", "alltoall", "alltoall_seq", "flex"))
-        if ep and disp not in ("alltoall", "flex"):
+        if ep and disp not in ("alltoall", "flex", "allgather"):
             extra.append(f"model.moe_token_dispatcher_type {disp} (simulated as the all-to-all dispatcher)")
     # NeMo 1 hands model.* keys that name TransformerConfig fields to Megatron-core unchanged
     # (MegatronBaseModel.build_transformer_config), so Megatron's MoE overlap fields read the same
-    moe_dispatch_options(m.get, lambda k: f"model.{k}", options, extra, moe and ep, W, shared=shared)
+    moe_dispatch_options(m.get, lambda k: f"model.{k}", options, extra, moe and ep, W, shared=shared,
+                         dispatcher_default="allgather")
     # NeMo mcore optimizer: grad_reduce_in_fp32 = (optim.grad_sync_dtype == fp32), fp32 by default
     if optim.choice("grad_sync_dtype", "fp32", ("fp32", "bf16", "fp16", "32", "16")) in ("bf16", "fp16", "16"):
         options["fp32_grad_accum"] = False

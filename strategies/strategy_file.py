@@ -31,7 +31,7 @@ TRAINING_KEYS = ("micro_batch", "global_batch", "seq_len", "precision", "recompu
 OPTION_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_bucket_mb", "flash_attention",
                "overlap_handoff", "memory_reserve_gb", "fidelity", "profile", "profile_gpu", "collective_profile", "collective_profile_gpu", "fp32_grad_accum",
                "tp_comm_overlap", "p2p_overlap", "tp_async_backward", "p2p_host_gap_us", "pipeline_scatter_gather", "moe_imbalance", "moe_routing", "moe_capacity_factor",
-               "moe_max_nodes", "pair_overlap", "pair_comm_sms", "overlap_moe_expert_parallel_comm",
+               "moe_max_nodes", "moe_dispatcher", "pair_overlap", "pair_comm_sms", "overlap_moe_expert_parallel_comm",
                "delay_wgrad_compute", "moe_flex_dispatcher_num_sms", "moe_shared_expert_overlap", "optimizer_cpu_offload",
                "optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d", "fp8_recipe", "fp8_param_gather",
                "fp4_recipe", "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16",
@@ -48,6 +48,8 @@ RECOMPUTE = ("none", "selective", "full")
 FIDELITIES = ("operator", "coarse")
 #: options.moe_routing values (taskgraph/moe_routing.py; 'learned' picks aux_loss_free or aux_loss by the model)
 MOE_ROUTINGS = ("learned", "aux_loss", "aux_loss_free", "random", "balanced")
+#: options.moe_dispatcher values (their collectives: taskgraph/moe_dispatchers.py MOE_DISPATCHERS)
+MOE_DISPATCHERS = ("alltoall", "allgather", "allgather_allreduce")
 
 
 @dataclass(frozen=True)
@@ -202,6 +204,12 @@ class OptionsSpec:
     moe_max_nodes: node-limited routing (DeepSeek-V3 Section 2.1.2): each token reaches experts on at
         most this many nodes and crosses the network once per destination node, then NVLink inside it
         (Section 3.2.2; DeepEP); None = Megatron's all-to-all, every routed copy sent to its GPU.
+    moe_dispatcher: the MoE token dispatcher (taskgraph/moe_dispatchers.py): 'alltoall' (default;
+        Megatron MoEAlltoAllTokenDispatcher, or DeepEP with moe_max_nodes), 'allgather' (Megatron
+        --moe-token-dispatcher-type allgather: all-gather of the expert-TP x EP group's tokens, routing
+        map and probs, reduce-scatter of the output), 'allgather_allreduce' (NeMo AutoModel's
+        dispatcher: torch: all-gather over EP, fp32 all-reduce of the output). Megatron refuses
+        allgather with overlap_moe_expert_parallel_comm and moe_shared_expert_overlap.
     pair_overlap: DualPipe overlapped F&B pairs: 'serial' (the two halves run one after the other, as
         PyTorch's ScheduleDualPipeV lowers OVERLAP_F_B without a custom callback) or 'concurrent'
         (DeepSeek-V3 Section 3.2.1: the halves' kernels interleave so that one half's all-to-all and
@@ -284,6 +292,7 @@ class OptionsSpec:
     moe_routing: str = "learned"
     moe_capacity_factor: float | None = None
     moe_max_nodes: int | None = None
+    moe_dispatcher: str = "alltoall"
     pair_overlap: str = "serial"
     pair_comm_sms: int = 20
     overlap_moe_expert_parallel_comm: bool = False
@@ -503,6 +512,7 @@ def _options_spec(data: dict, base_dir: str | Path) -> tuple[dict, OptionsSpec]:
         moe_max_nodes=None if o.get("moe_max_nodes") is None else get_int(
             o, "moe_max_nodes", "options", minimum=1, maximum=4096,
             why=" (nodes a token's experts may span; DeepSeek-V3 uses 4)"),
+        moe_dispatcher=get_str(o, "moe_dispatcher", "options", default="alltoall", choices=MOE_DISPATCHERS),
         pair_overlap=get_str(o, "pair_overlap", "options", default="serial", choices=("serial", "concurrent")),
         pair_comm_sms=get_int(o, "pair_comm_sms", "options", default=20, minimum=0, maximum=1024),
         overlap_moe_expert_parallel_comm=get_bool(o, "overlap_moe_expert_parallel_comm", "options", default=False),
@@ -573,11 +583,27 @@ def _check_applies(t: dict, o: dict, par: ParallelSpec, tr: TrainingSpec, opt: O
         raise ConfigError("options.moe_shared_expert_overlap = true with options.overlap_moe_expert_parallel_comm: "
                           "Megatron-LM refuses the pair (\"disable moe_shared_expert_overlap when enabling "
                           "overlap_moe_expert_parallel_comm\"); drop one of them")
+    _check_dispatcher(opt)
     if opt.optimizer_offload_fraction > 1.0:
         raise ConfigError(f"options.optimizer_offload_fraction = {opt.optimizer_offload_fraction} must be in [0, 1] "
                           f"(the share of the parameters whose optimizer runs on the CPU)")
     _needs_switch(o, opt, ("optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d"), "optimizer_cpu_offload")
     _check_option_scope(o, par, tr, opt)
+
+
+def _check_dispatcher(opt: OptionsSpec) -> None:
+    """What Megatron-LM's transformer_config.py __post_init__ refuses with a dispatcher other than alltoall."""
+    if opt.moe_dispatcher == "alltoall":
+        return
+    clash = [(opt.moe_max_nodes is not None, "moe_max_nodes", "prices DeepEP (Megatron's flex dispatcher)"),
+             (opt.overlap_moe_expert_parallel_comm, "overlap_moe_expert_parallel_comm",
+              "\"is supported with alltoall/flex token dispatcher\""),
+             (opt.moe_shared_expert_overlap, "moe_shared_expert_overlap",
+              "\"only works with alltoall or flex token dispatcher\"")]
+    for bad, key, why in clash:
+        if bad:
+            raise ConfigError(f"options.moe_dispatcher = {opt.moe_dispatcher!r} with options.{key}, which {why}; "
+                              f"set moe_dispatcher: alltoall or drop {key}")
 
 
 def _check_option_scope(o: dict, par: ParallelSpec, tr: TrainingSpec, opt: OptionsSpec) -> None:

@@ -81,7 +81,7 @@ def _node_limited(cluster, nbytes: float, ranks: tuple, copies: int, max_nodes: 
 
 
 #: costing group name -> placement axis of the family of concurrent groups (Megatron dp-cp group).
-_FAMILY_AXIS = {"tp": "tp", "cp": "cp", "ep": "ep", "dp": "dp-cp", "etp": "etp"}
+_FAMILY_AXIS = {"tp": "tp", "cp": "cp", "ep": "ep", "dp": "dp-cp", "etp": "etp", "etp-ep": "etp-ep"}
 
 
 #: FP8 all-to-all payload over the BF16 one: 1 byte per element plus a 4-byte scale per 128 (DeepSeek-V3
@@ -179,7 +179,7 @@ def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bo
             n = len(ranks)
             secs = max(0.0, secs - (n - 1) / n * t["fwd" if c.phase == "fwd" else "bwd_input"])
             overlaps = ""
-        grp = "tp" if c.group == "etp" else c.group    # expert TP collectives are TP collectives
+        grp = {"etp": "tp", "etp-ep": "ep"}.get(c.group, c.group)    # expert TP collectives are TP collectives
         slots[(c.phase, c.where)].append(Comm(f"{grp}-comm", f"{c.group}-{c.op}", secs, _comm_stream(plan, c.group),
                                               overlaps=overlaps))
     if plan.strategy.options.tp_comm_overlap and op.kind == "gemm" and op.gemms:
@@ -394,7 +394,7 @@ def context_id(plan: Plan) -> int | None:
            opt.flash_attention, opt.fp32_grad_accum, opt.grad_bucket_mb, opt.tp_async_backward, opt.moe_load,
            opt.moe_max_nodes, opt.pair_overlap, opt.pair_comm_sms, opt.fp8_recipe, opt.fp8_param_gather, opt.activation_offload_layers, opt.cp_comm, opt.cp_load_balance, plan.shard_size, plan.reshard_after_forward, opt.overlap_grad_reduce,
            opt.tp_comm_overlap, opt.overlap_interference, opt.stack, opt.attention_kernel, opt.overlap_moe_expert_parallel_comm,
-           opt.moe_flex_dispatcher_num_sms, opt.optimizer_cpu_offload, opt.optimizer_offload_fraction, opt.overlap_cpu_optimizer_d2h_h2d, opt.moe_shared_expert_overlap, opt.pipeline_scatter_gather)
+           opt.moe_flex_dispatcher_num_sms, opt.optimizer_cpu_offload, opt.optimizer_offload_fraction, opt.overlap_cpu_optimizer_d2h_h2d, opt.moe_shared_expert_overlap, opt.pipeline_scatter_gather, opt.moe_dispatcher)
     try:
         cid = _CONTEXTS.get(key)
     except TypeError:  # an unhashable field (a custom model spec holding a list, say)
@@ -416,7 +416,7 @@ def _layer_context(plan: Plan) -> tuple:
             opt.flash_attention, opt.fp32_grad_accum, opt.tp_async_backward, opt.moe_load, opt.cp_comm,
             opt.cp_load_balance, opt.moe_max_nodes, opt.fp8_recipe, opt.fp8_param_gather, opt.activation_offload_layers,
             opt.tp_comm_overlap, opt.overlap_interference, opt.stack, opt.attention_kernel, opt.overlap_moe_expert_parallel_comm,
-            (s, plan.shard_size, plan.reshard_after_forward) if plan.zero == 3 else None)
+            opt.moe_dispatcher, (s, plan.shard_size, plan.reshard_after_forward) if plan.zero == 3 else None)
 
 
 @lru_cache(maxsize=4096)
@@ -433,7 +433,7 @@ def _groups_sig(cluster, sizes, prank: int) -> tuple:
 def representative_groups(sizes, prank: int) -> tuple:
     """(axis, ranks) of the representative of pipeline rank ``prank``: tp, cp, dp (= dp x cp) and ep."""
     rep = rank_of(0, 0, 0, prank, sizes)
-    groups = {g: group_ranks(g, sizes, rep) for g in ("tp", "cp", "dp", "ep", "etp")}
+    groups = {g: group_ranks(g, sizes, rep) for g in ("tp", "cp", "dp", "ep", "etp", "etp-ep")}
     # the routed experts' data-parallel group (Megatron expert_data_parallel: world / (pp*ep*etp))
     groups["edp"] = group_ranks("edp" if sizes.etp is not None else "cp-edp", sizes, rep)
     # Gradients are reduced, and ZeRO / the distributed optimizer shard, over dp x cp (Megatron-LM
@@ -582,7 +582,7 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
             lctx = CostContext(plan, ctx.profile, "bf16") if bf16 else ctx
             ops = layer_operators(plan.model, ep=s.ep, etp=s.etp, dtype_bytes=dt, flash_attention=opt.flash_attention,
                                   layer_index=li, moe_load=opt.moe_load, cp_comm=opt.cp_comm,
-                                  cp_balance=opt.cp_load_balance, **kw)
+                                  cp_balance=opt.cp_load_balance, moe_dispatcher=opt.moe_dispatcher, **kw)
             costs = [_op_cost(lctx, o, policy, groups, i == 0) for i, o in enumerate(ops)]
             if plan.zero == 3:
                 fwd_c = sum(c.fwd for c in costs)
@@ -601,7 +601,8 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
     with_delayed_amax(ctx, layers, len(layers) - len(lis), lis, groups, gemm_info, comm_time)
     if plan.schedule.is_last_stage(stage):
         ops = head_operators(plan.model, dtype_bytes=dt, ep=s.ep, etp=s.etp, flash_attention=opt.flash_attention,
-                             moe_load=opt.moe_load, cp_comm=opt.cp_comm, cp_balance=opt.cp_load_balance, **kw)
+                             moe_load=opt.moe_load, cp_comm=opt.cp_comm, cp_balance=opt.cp_load_balance,
+                             moe_dispatcher=opt.moe_dispatcher, **kw)
         layers.append(LayerWork("head", host_bound(ops, [_op_cost(ctx, o, "none", groups, False) for o in ops],
                                                    host_s, flash, host_c, ctx.stack)))
     pace = stage_pace(plan.cluster, plan.sizes, plan.schedule.stage_to_rank[stage])

@@ -36,6 +36,7 @@ from strategies.strategy_file import MoeRouting
 from taskgraph.attention_shape import AttentionShape, attention_pairs, kernel_attention_shape, unfused_score_bytes
 from taskgraph.cross_entropy import cross_entropy_bytes
 from taskgraph.model import ModelSpec
+from taskgraph.moe_dispatchers import MOE_DISPATCHERS, MoeDispatchShape
 from taskgraph.moe_routing import routed_load
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ class Collective:
     """A collective an operator needs, sized with the nccl-tests convention."""
 
     group: str
-    """Process group: 'tp', 'cp' or 'ep'."""
+    """Process group: 'tp', 'cp', 'ep', 'etp' or 'etp-ep' (expert TP x EP: taskgraph/moe_dispatchers.py)."""
     op: str
     """'all-reduce', 'all-gather', 'reduce-scatter' or 'all-to-all'."""
     phase: str
@@ -209,6 +210,7 @@ class _Ctx:
     cp_comm: str = "allgather"  # context-parallel attention: allgather | ring | a2a (CP_COMMS)
     cp_balance: bool = True     # causal load balancing over CP ranks (zig-zag chunks)
     etp: int = 0                # expert tensor parallel (MoE parallel folding); 0 = tp
+    moe_dispatcher: str = "alltoall"  # MoE token dispatcher (MOE_DISPATCHERS)
 
 
 def _choices(n: int, limit: int = 8) -> str:
@@ -218,7 +220,8 @@ def _choices(n: int, limit: int = 8) -> str:
 
 def _context(model: ModelSpec, micro_batch: int, seq_len: int, tp: int, sp: bool, cp: int, ep: int,
              dtype_bytes: int, flash_attention: bool, causal_halved: bool | None, moe_load: float | MoeRouting = 1.0,
-             cp_comm: str = "allgather", cp_balance: bool = True, etp: int | None = None) -> _Ctx:
+             cp_comm: str = "allgather", cp_balance: bool = True, etp: int | None = None,
+             moe_dispatcher: str = "alltoall") -> _Ctx:
     for name, v in (("micro_batch", micro_batch), ("seq_len", seq_len), ("parallel.tp", tp),
                     ("parallel.cp", cp), ("parallel.ep", ep), ("dtype_bytes", dtype_bytes)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -254,6 +257,9 @@ def _context(model: ModelSpec, micro_batch: int, seq_len: int, tp: int, sp: bool
         moe_load = routed_load(model, moe_load, tokens=(T // tp if sp else T), tp=etp or tp, ep=ep)
     if isinstance(moe_load, bool) or not isinstance(moe_load, (int, float)) or not 1.0 <= moe_load < float("inf"):
         raise ConfigError(f"options.moe_imbalance = {moe_load!r} must be a finite number >= 1 (1 = balanced)")
+    if moe_dispatcher not in MOE_DISPATCHERS:
+        raise ConfigError(f"options.moe_dispatcher = {str(moe_dispatcher)[:40]!r} is not one of "
+                          f"{', '.join(MOE_DISPATCHERS)}{did_you_mean(str(moe_dispatcher), MOE_DISPATCHERS)}")
     if cp_comm not in CP_COMMS:
         raise ConfigError(f"options.cp_comm = {str(cp_comm)[:40]!r} is not one of {', '.join(CP_COMMS)}"
                           f"{did_you_mean(str(cp_comm), CP_COMMS)}")
@@ -263,7 +269,7 @@ def _context(model: ModelSpec, micro_batch: int, seq_len: int, tp: int, sp: bool
                           f"use cp_comm: ring or allgather, or a cp dividing both")
     return _Ctx(model, micro_batch, seq_len, sq, T, T // tp if sp else T, tp, sp, cp, ep,
                 dtype_bytes, flash_attention, flash_attention if causal_halved is None else causal_halved,
-                float(moe_load), cp_comm, bool(cp_balance), etp or 0)
+                float(moe_load), cp_comm, bool(cp_balance), etp or 0, moe_dispatcher)
 
 
 # ---------------------------------------------------------------------- operator builders
@@ -495,39 +501,19 @@ def _moe_ops(c: _Ctx, layer: int) -> list:
     act_f, act_b, _ = _EW_FLOPS[m.mlp]
     gemm_io = dt * Te * (h + (mats - 1) * fe) + dt * e_loc * h * (mats - 1) * fe \
         + dt * Te * (fe + h) + dt * e_loc * fe * h
-    # token permutations, separate kernels (Megatron-core moe/token_dispatcher.py MoEAlltoAllTokenDispatcher):
-    # permute before the dispatch and unpermute after the combine (moe_utils permute / unpermute: read and
-    # write every routed copy), and with several local experts behind an all-to-all "Permutation 2",
-    # sort_chunks_by_idxs by local expert after the dispatch and back before the combine (torch.cat of
-    # the chunks: another read and write); each again in the backward
-    sort = c.ep > 1 and e_loc > 1
-    permute_io = (8 if sort else 4) * dt * Te * h
     act_io = dt * Te * fe * mats
-    comms: list = []
-    a2a = dt * math.ceil(c.Tsp * k * c.moe_load) * h      # dispatch / combine buffer of the busiest rank
-    ag = dt * Te * h
-    if c.ep > 1:
-        comms.append(Collective("ep", "all-to-all", "fwd", "before", a2a, copies=k))
-    if tp > 1:
-        comms += [Collective(tgrp, "all-gather", "fwd", "before", ag),
-                  Collective(tgrp, "reduce-scatter", "fwd", "after", ag)]
-    if c.ep > 1:
-        comms += [Collective("ep", "all-to-all", "fwd", "after", a2a, copies=k),
-                  Collective("ep", "all-to-all", "bwd", "before", a2a, copies=k)]
-    if tp > 1:
-        comms += [Collective(tgrp, "all-gather", "bwd", "before", ag),
-                  Collective(tgrp, "reduce-scatter", "bwd", "after", ag)]
-    if c.ep > 1:
-        comms.append(Collective("ep", "all-to-all", "bwd", "after", a2a, copies=k))
+    # the token dispatcher's collectives and permutations (options.moe_dispatcher: taskgraph/moe_dispatchers.py)
+    disp = MOE_DISPATCHERS[c.moe_dispatcher](MoeDispatchShape(
+        c.Tsp, Te, math.ceil(c.Tsp * k * c.moe_load), h, E, k, dt, tp, tgrp, c.ep, e_loc))
     bias = ((mats - 1) * fe + h) if m.bias else 0
     experts = Operator(
         "moe_experts", "gemm", layer, (up, down),
         f + act_f * Te * fe, f + act_b * Te * fe, f,
         fwd_bytes=gemm_io + act_io, bwd_input_bytes=gemm_io + act_io,
-        bwd_weight_bytes=gemm_io, copy_bytes=permute_io, copy_kernels=4 if sort else 2,
+        bwd_weight_bytes=gemm_io, copy_bytes=disp.copy_bytes, copy_kernels=disp.copy_kernels,
         params=e_loc * (mats * h * fe + bias),
         # permuted input + activation input(s) + down-proj input (Korthikanti 4.1, per token copy)
-        saved_activation_bytes=dt * Te * (h + mats * fe), comms=tuple(comms))
+        saved_activation_bytes=dt * Te * (h + mats * fe), comms=tuple(Collective(*r[:5], copies=r[5]) for r in disp.comms))
     ops = [router, experts]
     if m.shared_experts:    # shared experts are dense MLPs: the attention TP group splits them
         fs = m.shared_experts * (m.expert_ffn // c.tp)
@@ -548,7 +534,7 @@ def layer_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int
                     sp: bool = False, cp: int = 1, ep: int = 1, dtype_bytes: int = 2,
                     flash_attention: bool = True, layer_index: int = 0,
                     causal_halved: bool | None = None, moe_load: float | MoeRouting = 1.0, cp_comm: str = "allgather",
-                    cp_balance: bool = True, etp: int | None = None) -> list:
+                    cp_balance: bool = True, etp: int | None = None, moe_dispatcher: str = "alltoall") -> list:
     """Operators of decoder layer ``layer_index`` on one GPU, in forward order.
 
     ``causal_halved``: count only the unmasked s(s+1)/2 attention pairs; default (None) = what
@@ -557,7 +543,7 @@ def layer_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int
     :class:`MoeRouting` whose expected load :func:`routed_load` derives.
     """
     c = _context(model, micro_batch, seq_len, tp, sp, cp, ep, dtype_bytes, flash_attention,
-                 causal_halved, moe_load, cp_comm, cp_balance, etp)
+                 causal_halved, moe_load, cp_comm, cp_balance, etp, moe_dispatcher)
     return _layer_ops(c, layer_index)
 
 
@@ -616,7 +602,7 @@ def embedding_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp:
 def head_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int = 1,
                    sp: bool = False, cp: int = 1, dtype_bytes: int = 2, ep: int = 1,
                    flash_attention: bool = True, moe_load: float | MoeRouting = 1.0, cp_comm: str = "allgather",
-                   cp_balance: bool = True, etp: int | None = None) -> list:
+                   cp_balance: bool = True, etp: int | None = None, moe_dispatcher: str = "alltoall") -> list:
     """Final norm, vocab-parallel LM head (+ Gemma's logit soft-capping) and vocab-parallel
     cross-entropy loss, then the multi-token-prediction modules (DeepSeek-V3 Section 2.2) if any,
     parallelized like the decoder layers (``cp_comm``, ``cp_balance``, ``etp``: see layer_operators)."""
@@ -625,7 +611,7 @@ def head_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int 
     for k in range(model.mtp_layers):
         ops += _mtp_ops(model, k, micro_batch=micro_batch, seq_len=seq_len, tp=tp, sp=sp, cp=cp,
                         dtype_bytes=dtype_bytes, ep=ep, flash_attention=flash_attention, moe_load=moe_load,
-                        cp_comm=cp_comm, cp_balance=cp_balance, etp=etp)
+                        cp_comm=cp_comm, cp_balance=cp_balance, etp=etp, moe_dispatcher=moe_dispatcher)
     return ops
 
 
@@ -640,7 +626,8 @@ def _mtp_ops(model: ModelSpec, k: int, *, ep: int, flash_attention: bool, moe_lo
     megatron/core/transformer/multi_token_prediction.py, MultiTokenPredictionLayer) -- and the shared
     output head and loss of depth k + 1."""
     c = _context(model, kw["micro_batch"], kw["seq_len"], kw["tp"], kw["sp"], kw["cp"], ep,
-                 kw["dtype_bytes"], flash_attention, None, moe_load, cp_comm, cp_balance, etp)
+                 kw["dtype_bytes"], flash_attention, None, moe_load, cp_comm, cp_balance, etp,
+                 kw.get("moe_dispatcher", "alltoall"))
     p = f"mtp{k}_"
     h, dt = model.hidden, c.dt
     ops = [_norm(c, p + "hnorm", -2), _norm(c, p + "enorm", -2)]

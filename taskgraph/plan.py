@@ -312,7 +312,8 @@ def _check_model_fit(strategy: Strategy, model, cluster) -> dict:
         raise ConfigError(f"parallel.ep = {ep} but model {brief(model.name)} has no experts; set ep: 1")
     written = strategy.raw.get("options") if isinstance(strategy.raw, dict) else None
     written = written if isinstance(written, dict) else {}
-    moe_opts = [k for k in ("moe_imbalance", "moe_routing", "moe_capacity_factor", "moe_max_nodes") if written.get(k) is not None]
+    moe_opts = [k for k in ("moe_imbalance", "moe_routing", "moe_capacity_factor", "moe_max_nodes",
+                                  "moe_dispatcher") if written.get(k) is not None]
     if moe_opts and not model.experts:
         raise ConfigError(f"options.{moe_opts[0]} = {brief(written[moe_opts[0]])} applies to MoE models, but model "
                           f"{brief(model.name)} has no experts; drop {', '.join('options.' + k for k in moe_opts)}")
@@ -322,6 +323,11 @@ def _check_model_fit(strategy: Strategy, model, cluster) -> dict:
     if model.experts and model.experts % ep:
         raise ConfigError(f"parallel.ep = {ep} must divide model.experts = {model.experts}; choose ep in "
                           f"{_divisors(model.experts)}")
+    if strategy.options.moe_dispatcher == "allgather_allreduce" and (par.etp or tp) > 1:
+        # NeMo AutoModel experts.py GroupedExperts.forward: "We only support 1D mesh for MoE" (EP only)
+        raise ConfigError(f"options.moe_dispatcher = 'allgather_allreduce' (AutoModel's torch dispatcher) gathers over "
+                          f"the 1-D EP mesh with untensor-parallel experts, but expert TP = {par.etp or tp}; set "
+                          f"parallel.etp: 1 (or tp: 1) or moe_dispatcher: alltoall")
     if vpp > 1 and pp == 1:
         raise ConfigError(f"parallel.vpp = {vpp} needs parallel.pp > 1 (virtual stages interleave over pipeline "
                           f"ranks); set vpp: 1 or pp > 1")

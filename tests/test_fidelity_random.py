@@ -68,6 +68,7 @@ OPTION_VALUES = {
     "num_layers_at_start_in_bf16": [0, 1],
     "num_layers_at_end_in_bf16": [0, 1, 2],
     "moe_routing": ["aux_loss", "aux_loss_free", "random", "balanced"],
+    "moe_dispatcher": ["allgather", "allgather_allreduce"],
     "attention_kernel": ["fa2", "fa3", "cudnn", "flex", "varlen", "sdpa", "catalog", "triton"],
 }
 #: NVFP4 training on B200 and the BF16 first / last layers of fp8 / fp4 recipes, drawn by _draw_fp4 from
@@ -86,7 +87,7 @@ NEEDS = {"moe_imbalance": "moe", "moe_capacity_factor": "moe", "moe_max_nodes": 
          "fp8_param_gather": "fp8", **{k: "a2a-overlap" for k in A2A_KEYS}, **{k: "cpu-offload" for k in OFFLOAD_KEYS},
          "moe_shared_expert_overlap": "shared-overlap", "pipeline_scatter_gather": "tp-pp",
          **{k: "low-precision" for k in FP4_KEYS}, "activation_offload_layers": "activation-offload",
-         "moe_routing": "moe-routing", "attention_kernel": "attention-kernel"}
+         "moe_routing": "moe-routing", "attention_kernel": "attention-kernel", "moe_dispatcher": "moe-dispatcher"}
 
 
 def _draw_attention_kernel(data: dict, on: set, i: int) -> None:
@@ -120,6 +121,28 @@ def _draw_shared_overlap(data: dict, on: set, i: int) -> None:
     if rng.random() < 0.8:
         data["options"]["moe_shared_expert_overlap"] = True
         on.add("moe_shared_expert_overlap")
+
+
+def _draw_moe_dispatcher(data: dict, on: set, i: int) -> None:
+    """Name a token dispatcher other than the all-to-all (options.moe_dispatcher) in most MoE draws that
+    Megatron lets use one (no DeepEP, no combined 1F1B; the shared-expert overlap, which it also
+    refuses, dropped where drawn; AutoModel's needs expert TP 1); its own generator keeps the other
+    draws as they were."""
+    rng = np.random.default_rng((20261135, i))
+    o = data["options"]
+    if "experts" not in data["model"] or rng.random() < 0.3 or any(o.get(k) for k in (
+            "moe_max_nodes", "overlap_moe_expert_parallel_comm")):
+        return
+    if o.get("moe_shared_expert_overlap"):
+        if rng.random() < 0.5:
+            return
+        del o["moe_shared_expert_overlap"]
+        on.discard("moe_shared_expert_overlap")
+    values = OPTION_VALUES["moe_dispatcher"]
+    if data["parallel"]["tp"] > 1:
+        values = [v for v in values if v != "allgather_allreduce"]
+    o["moe_dispatcher"] = values[int(rng.integers(len(values)))]
+    on.add("moe_dispatcher")
 
 
 def _draw_activation_offload(data: dict, on: set, i: int) -> None:
@@ -348,6 +371,7 @@ def _draw(rng: np.random.Generator, i: int) -> tuple[dict, set]:
     _draw_moe_routing(data, on, i)
     _draw_te_delayed(data, on, i)
     _draw_attention_kernel(data, on, i)
+    _draw_moe_dispatcher(data, on, i)
     return data, on
 
 

@@ -64,7 +64,14 @@ def test_deepep_over_nodes_is_node_limited_routing():
     d["model"]["backend"].update(dispatcher="torch", experts="torch_mm")
     imp = _import(d, nodes=4)
     assert "moe_max_nodes" not in imp.strategy["options"]
+    # experts.py GroupedExperts: all-gather over EP, all-reduce of the output (taskgraph/moe_dispatchers.py)
+    assert imp.strategy["options"]["moe_dispatcher"] == "allgather_allreduce"
+    assert not any("dispatcher" in u for u in imp.unmodeled)
+    d["distributed"].update(tp_size=2)                 # experts split over tp: not AutoModel's 1-D EP mesh
+    imp = _import(d, nodes=4)
+    assert "moe_dispatcher" not in imp.strategy["options"]
     assert any(u.startswith("model.backend.dispatcher torch (an all-gather") for u in imp.unmodeled)
+    d["distributed"].update(tp_size=1)
     # BackendConfig: gmm experts without DeepEP fall back to the torch dispatcher
     d["model"]["backend"].update(dispatcher="torch", experts="gmm")
     assert "moe_max_nodes" not in _import(d, nodes=4).strategy["options"]

@@ -318,7 +318,12 @@ def test_nemo_mixtral_capacity_and_bf16_gradient_sync():
     d["model"]["moe_token_dispatcher_type"] = "allgather"
     d["model"]["expert_model_parallel_size"] = 8
     imp = import_config("nemo", d, cluster="dgx-h100")
-    assert any("allgather (simulated as the all-to-all dispatcher)" in u for u in imp.unmodeled)
+    assert imp.strategy["options"]["moe_dispatcher"] == "allgather"      # Megatron's MoEAllGatherTokenDispatcher
+    assert not any("dispatcher" in u for u in imp.unmodeled)
+    d["model"]["moe_token_dispatcher_type"] = "alltoall_seq"
+    imp = import_config("nemo", d, cluster="dgx-h100")
+    assert "moe_dispatcher" not in imp.strategy["options"]
+    assert any("alltoall_seq (simulated as the all-to-all dispatcher)" in u for u in imp.unmodeled)
 
 
 @pytest.mark.parametrize("prec,want", [("bf16", "bf16"), ("bf16-mixed", "bf16"), (16, "fp16"), ("16-mixed", "fp16")])

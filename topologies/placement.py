@@ -50,7 +50,8 @@ _COORDS = ("tp", "cp", "ep", "edp", "pp")
 _AXIS_COORDS = {"tp": ("tp",), "cp": ("cp",), "dp": ("ep", "edp"), "pp": ("pp",), "ep": ("ep",),
                 "edp": ("edp",), "etp": ("tp",)}
 #: Axes of the expert mesh under MoE parallel folding (``ParallelSizes.etp`` set)
-_EXPERT_AXES = ("etp", "ep", "edp")
+#: ("etp-ep": Megatron's tp_ep group, expert TP x EP, which the allgather token dispatcher gathers over)
+_EXPERT_AXES = ("etp", "ep", "edp", "etp-ep")
 
 
 @dataclass(frozen=True)
@@ -182,6 +183,8 @@ def _expert_group(axis: str, s: ParallelSizes, rank: int) -> tuple[int, ...]:
         return tuple(base + x + s.etp * (ep_r + s.ep * edp_r) for x in range(s.etp))
     if axis == "ep":
         return tuple(base + e + s.etp * (x + s.ep * edp_r) for x in range(s.ep))
+    if axis == "etp-ep":
+        return tuple(base + x + s.etp * s.ep * edp_r for x in range(s.etp * s.ep))
     return tuple(base + e + s.etp * (ep_r + s.ep * x) for x in range(s.edp))
 
 

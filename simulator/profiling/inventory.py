@@ -41,9 +41,10 @@ def plan_operators(plan: Plan) -> list[Operator]:
     for li in range(plan.model.layers):
         ops += layer_operators(plan.model, ep=s.ep, etp=s.etp, dtype_bytes=dt, flash_attention=opt.flash_attention,
                                layer_index=li, moe_load=opt.moe_load, cp_comm=opt.cp_comm,
-                               cp_balance=opt.cp_load_balance, **kw)
+                               cp_balance=opt.cp_load_balance, moe_dispatcher=opt.moe_dispatcher, **kw)
     ops += head_operators(plan.model, dtype_bytes=dt, ep=s.ep, etp=s.etp, flash_attention=opt.flash_attention,
-                          moe_load=opt.moe_load, cp_comm=opt.cp_comm, cp_balance=opt.cp_load_balance, **kw)
+                          moe_load=opt.moe_load, cp_comm=opt.cp_comm, cp_balance=opt.cp_load_balance,
+                          moe_dispatcher=opt.moe_dispatcher, **kw)
     return ops
 
 

@@ -269,7 +269,7 @@ def _kernel_times(ctx, c, layer_index: int | None, part: str) -> tuple[float, fl
     kind = model.layer_kind(layer_index) if part == "layer" else None
     key = (part, kind, model, ctx.cluster.gpu, c.tp, sp, c.cp, c.ep, c.micro_batch, tr.seq_len, tr.precision,
            opt.flash_attention, opt.moe_load, opt.cp_comm, opt.cp_load_balance, opt.profile, opt.fp32_grad_accum,
-           opt.fp8_recipe, opt.stack, opt.attention_kernel)
+           opt.fp8_recipe, opt.stack, opt.attention_kernel, opt.moe_dispatcher)
     hit = _MEMO.get(key)
     if hit is not None:
         return hit
@@ -281,11 +281,13 @@ def _kernel_times(ctx, c, layer_index: int | None, part: str) -> tuple[float, fl
     kw = dict(micro_batch=c.micro_batch, seq_len=tr.seq_len, tp=c.tp, sp=sp, cp=c.cp, dtype_bytes=dt)
     if part == "layer":
         ops = layer_operators(model, ep=c.ep, flash_attention=opt.flash_attention, layer_index=layer_index,
-                              moe_load=opt.moe_load, cp_comm=opt.cp_comm, cp_balance=opt.cp_load_balance, **kw)
+                              moe_load=opt.moe_load, cp_comm=opt.cp_comm, cp_balance=opt.cp_load_balance,
+                              moe_dispatcher=opt.moe_dispatcher, **kw)
     elif part == "embedding":
         ops = embedding_operators(model, **kw)
     else:
-        ops = head_operators(model, ep=c.ep, flash_attention=opt.flash_attention, moe_load=opt.moe_load, **kw)
+        ops = head_operators(model, ep=c.ep, flash_attention=opt.flash_attention, moe_load=opt.moe_load,
+                             moe_dispatcher=opt.moe_dispatcher, **kw)
     profile = ProfileTable.load(opt.profile) if opt.profile else None
     gacc = 4 if (tr.precision in ("bf16", "fp8", "fp4") and opt.fp32_grad_accum) else 2  # costing.grad_bytes_per_param
     gpu = ctx.cluster.gpu
