@@ -15,12 +15,13 @@ from strategies.schedules import has_split_backward
 from taskgraph.coarse import coarse_stage_work
 from taskgraph.cost import NVFP4_ELEMENT_BYTES, OPTIMIZER_OP, ProfileTable, op_time
 from taskgraph.cpu_optimizer import cpu_offload_step_time
+from taskgraph.fsdp1_flat import fsdp1_microbatches
 from taskgraph.operators import embedding_operators, head_operators, layer_operators
 from taskgraph.overheads import adam_bytes, adam_step_s, host_bound, master_copy, stack_host_terms, step_overhead_s
 from taskgraph.overlap import bulk, chunk_op, pipelined, ring_exchange, ring_hbm_loss, sm_fraction, stream_shares
 from taskgraph.pipeline_p2p import activation_bytes, boundary_times
 from taskgraph.plan import DTYPE_BYTES, Plan
-from taskgraph.stack_costs import fsdp2_copy_times, op_as_run, reduce_kind, serial_exchanges, unfused_grad_accum
+from taskgraph.stack_costs import op_as_run, reduce_kind, serial_exchanges, unfused_grad_accum, zero3_copy_times
 from taskgraph.stacks import run_stack
 from taskgraph.stage_records import named_stage, paced, stage_parts
 from taskgraph.te_scaling import te_layer_gemms, te_scaling_applies, te_scaling_work, with_delayed_amax
@@ -333,12 +334,11 @@ def _zero3_comms(ctx: CostContext, ops, dp_group, fwd_hide: float, bwd_hide: flo
     wbytes = pb * (params + eparams)
     shard, _ = shard_groups(plan, dp_group)
     g_fwd, g_bwd, rs_each = fsdp_layer_comms(plan)
-    ag, copy_out, rs = 0.0, 0.0, 0.0
+    ag, copy_out, rs, grad_cat = 0.0, 0.0, 0.0, 0.0
     for n, group, unit in ((params, shard, None),) + (((eparams, egroups[0], egroups),) if eparams else ()):
         share = _shard_share(plan, dp_group) if unit is None else None
-        cin, cout, rs_copy_in = (fsdp2_copy_times(plan.cluster.gpu, n, len(group), pb, gb)
-                                 if ctx.stack is not None and ctx.stack.fsdp2_copies and len(group) > 1
-                                 else (0.0, 0.0, 0.0))
+        cin, cout, rs_copy_in, cat = zero3_copy_times(ctx.stack, plan, n, len(group), pb, gb)  # FSDP2 / FSDP1
+        grad_cat += cat
         if len(group) > 1:   # FSDP2's copy-in runs before its all-gather on the copy-in stream: prefetched with it
             ag += comm_time(plan.cluster, "all-gather", pb * n, group, share) + cin
         copy_out += cout
@@ -347,11 +347,11 @@ def _zero3_comms(ctx: CostContext, ops, dp_group, fwd_hide: float, bwd_hide: flo
     # HBM with it (taskgraph/overlap.py): the pair takes bulk(hide, gather, f, g); the excess is charged here
     f = stream_shares(plan, {"dp": shard}).get("dp", 0.0)
     g = ring_hbm_loss(plan.cluster, shard) if f > 0 else 0.0
-    # FSDP2's copy-out (after the gather) and reduce-scatter copy-in (before the reduce-scatter) run on
-    # the compute stream: exposed (fsdp2_copy_times)
+    # FSDP2's copy-out (after the gather) and reduce-scatter copy-in (before the reduce-scatter), FSDP1's
+    # flat-gradient concat (after the backward) run on the compute stream: exposed (zero3_copy_times)
     fpre = (Comm("dp-comm", "zero3-param-gather", bulk(fwd_hide, ag, f, g) - fwd_hide + copy_out, "dp",
                  mem_bytes=wbytes),) if g_fwd else ()
-    bpre = (Comm("dp-comm", "zero3-param-gather", bulk(bwd_hide, ag, f, g) - bwd_hide + copy_out, "dp",
+    bpre = (Comm("dp-comm", "zero3-param-gather", bulk(bwd_hide, ag, f, g) - bwd_hide + copy_out + grad_cat, "dp",
                  mem_bytes=wbytes),) if g_bwd else ()
     bpost = (Comm("dp-comm", "zero3-grad-reduce-scatter", rs, "dp"),) if rs_each else ()
     return fpre, bpre, bpost
@@ -394,7 +394,7 @@ def context_id(plan: Plan) -> int | None:
            opt.flash_attention, opt.fp32_grad_accum, opt.grad_bucket_mb, opt.tp_async_backward, opt.moe_load,
            opt.moe_max_nodes, opt.pair_overlap, opt.pair_comm_sms, opt.fp8_recipe, opt.fp8_param_gather, opt.activation_offload_layers, opt.cp_comm, opt.cp_load_balance, plan.shard_size, plan.reshard_after_forward, opt.overlap_grad_reduce,
            opt.tp_comm_overlap, opt.overlap_interference, opt.stack, opt.attention_kernel, opt.overlap_moe_expert_parallel_comm,
-           opt.moe_flex_dispatcher_num_sms, opt.optimizer_cpu_offload, opt.optimizer_offload_fraction, opt.overlap_cpu_optimizer_d2h_h2d, opt.moe_shared_expert_overlap, opt.pipeline_scatter_gather, opt.moe_dispatcher)
+           opt.moe_flex_dispatcher_num_sms, opt.optimizer_cpu_offload, opt.optimizer_offload_fraction, opt.overlap_cpu_optimizer_d2h_h2d, opt.moe_shared_expert_overlap, opt.pipeline_scatter_gather, opt.moe_dispatcher, fsdp1_microbatches(plan))
     try:
         cid = _CONTEXTS.get(key)
     except TypeError:  # an unhashable field (a custom model spec holding a list, say)
@@ -416,7 +416,7 @@ def _layer_context(plan: Plan) -> tuple:
             opt.flash_attention, opt.fp32_grad_accum, opt.tp_async_backward, opt.moe_load, opt.cp_comm,
             opt.cp_load_balance, opt.moe_max_nodes, opt.fp8_recipe, opt.fp8_param_gather, opt.activation_offload_layers,
             opt.tp_comm_overlap, opt.overlap_interference, opt.stack, opt.attention_kernel, opt.overlap_moe_expert_parallel_comm,
-            opt.moe_dispatcher, (s, plan.shard_size, plan.reshard_after_forward) if plan.zero == 3 else None)
+            opt.moe_dispatcher, (s, plan.shard_size, plan.reshard_after_forward, fsdp1_microbatches(plan)) if plan.zero == 3 else None)
 
 
 @lru_cache(maxsize=4096)

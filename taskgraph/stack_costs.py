@@ -1,6 +1,6 @@
 """What a software stack (``taskgraph/stacks.py``) or dispatcher adds to the cost records
 ``taskgraph/costing.py`` builds: DeepSpeed's unfused fp32 gradient accumulation and serial pipeline
-exchanges, PyTorch FSDP2's copy kernels, the operator as the run executes it (:func:`op_as_run`:
+exchanges, PyTorch FSDP2's copy kernels and FSDP1's FlatParameter kernels, the operator as the run executes it (:func:`op_as_run`:
 PyTorch's ring attention, ``taskgraph/torch_cp.py``; DeepEP's permutations; an eager cross-entropy)."""
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from taskgraph.cost import HP_GRAD_ACCUM_KERNELS
 from taskgraph.cross_entropy import cross_entropy_bytes
+from taskgraph.fsdp1_flat import fsdp1_flat_times
 from taskgraph.plan import DTYPE_BYTES, Plan
 from taskgraph.stacks import DEFAULT_STACK, get_stack
 from taskgraph.torch_cp import torch_ring_attention
@@ -41,6 +42,22 @@ def fsdp2_copy_times(gpu, params: float, n: int, p: int, g: int) -> tuple[float,
     copy_out = 2 * p * params / bw + launch
     rs_copy_in = (2 + g) * params / bw + launch
     return copy_in, copy_out, rs_copy_in
+
+
+def zero3_copy_times(stack, plan: Plan, params: float, n: int, p: int, g: int) -> tuple[float, float, float, float]:
+    """Seconds a stack's FSDP adds around one parameter group's ZeRO-3 collectives over ``n`` ranks:
+    (before the all-gather, on its stream; after the all-gather on the compute stream; before or around
+    the reduce-scatter, on its stream; after the unit's backward on the compute stream). FSDP2
+    (``fsdp2_copies``, :func:`fsdp2_copy_times`) or FSDP1's FlatParameter (``fsdp1_flat``,
+    ``taskgraph/fsdp1_flat.py``); zeros for other stacks and unsharded groups."""
+    if stack is None or n <= 1:
+        return 0.0, 0.0, 0.0, 0.0
+    if stack.fsdp2_copies:
+        return fsdp2_copy_times(plan.cluster.gpu, params, n, p, g) + (0.0,)
+    if stack.fsdp1_flat:
+        gather, cat, reduce = fsdp1_flat_times(plan.cluster.gpu, params, n, p, g, plan.microbatches)
+        return gather, 0.0, reduce, cat
+    return 0.0, 0.0, 0.0, 0.0
 
 
 def serial_exchanges(pairs: dict) -> dict:

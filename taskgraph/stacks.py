@@ -69,7 +69,9 @@ class Stack:
     16-bit gradients and write one; ``taskgraph/stack_costs.py`` unfused_grad_accum), 0: fused; adam_bytes_per_param: HBM bytes per parameter
     element of the stack's unfused Adam step, one streaming kernel per tensor operation (Composer's
     DecoupledAdamW, stacks.yaml [COMPOSER-ADAM]); 0: the fused multi-tensor kernel's 28
-    (``taskgraph/overheads.py`` adam_step_s)."""
+    (``taskgraph/overheads.py`` adam_step_s); fsdp1_flat: under ZeRO-3 the stack is PyTorch FSDP1 with
+    one FlatParameter per unit, whose shard casts, flat-gradient concat, gradient divisions, casts and
+    accumulation run around each collective (``taskgraph/fsdp1_flat.py``, stacks.yaml [FSDP1])."""
 
     name: str
     attention: str
@@ -88,6 +90,7 @@ class Stack:
     cross_entropy: str = "fused"
     grad_add_bytes: int = 0
     adam_bytes_per_param: int = 0
+    fsdp1_flat: bool = False
 
     def passes_of(self, op_name: str) -> int:
         """Passes of an operator by its role (the name after a layer prefix, e.g. ``mtp0.final_norm``)."""
@@ -167,8 +170,12 @@ def load_tables(path: str = STACKS_PATH) -> tuple[dict, dict, dict]:
         if isinstance(adam, bool) or not isinstance(adam, int) or not 0 <= adam <= 256:
             raise ConfigError(f"stack file {path!r}: stack {name!r} adam_bytes_per_param = {adam!r} must be an integer "
                               f"number of bytes per parameter in [0, 256] (0: the fused Adam kernel)")
+        flat = d.get("fsdp1_flat", False)
+        if not isinstance(flat, bool) or (flat and fsdp2):
+            raise ConfigError(f"stack file {path!r}: stack {name!r} fsdp1_flat = {flat!r} must be true or false, and "
+                              f"not true with fsdp2_copies (a stack runs FSDP1 or FSDP2)")
         stacks[str(name)] = Stack(str(name), att, passes, None if host is None else float(host), copy, acc, serial,
-                                  fsdp2, tcp, f8, dt_factor, hooks, hooks_tp, sync, ce, add, adam)
+                                  fsdp2, tcp, f8, dt_factor, hooks, hooks_tp, sync, ce, add, adam, flat)
     cat = data.get("catalog_attention") or {}
     catalog = {"kernel": {str(a): str(k) for a, k in (cat.get("kernel") or {}).items()},
                "reference": {str(a): (float(r["head_dim"]), float(r["seq_len"]))

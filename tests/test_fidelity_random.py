@@ -254,7 +254,8 @@ def _draw_model_fields(data: dict, on: set, i: int) -> None:
 
 
 #: what a software stack adds (taskgraph/stack_costs.py, taskgraph/torch_cp.py), each counted like an option
-STACK_MECHANISMS = ("fsdp2-copies", "torch-cp", "deepspeed-pipe", "dtensor-host", "ds-zero3-fetch", "automodel")
+STACK_MECHANISMS = ("fsdp2-copies", "torch-cp", "deepspeed-pipe", "dtensor-host", "ds-zero3-fetch", "automodel",
+                    "fsdp1-flat")
 
 
 def _draw_stack_mechanisms(data: dict, on: set, i: int) -> None:
@@ -262,7 +263,8 @@ def _draw_stack_mechanisms(data: dict, on: set, i: int) -> None:
     (FSDP2's copies) or with cp > 1 and a fused kernel (PyTorch's ring attention); deepspeed in bf16 at
     ZeRO 0/1 with pp > 1 (unfused accumulation, serial exchanges); torchtitan with tp > 1 (DTensor's host
     dispatch, and FSDP2's hooks under ZeRO-3); DeepSpeed 2021 under ZeRO-3 without pp (per-parameter
-    synchronous fetch). Own generator (issue 38)."""
+    synchronous fetch); llm-foundry under ZeRO-3 in the rest without pp and half with it (FSDP1's
+    FlatParameter kernels). Own generator (issue 38)."""
     rng = np.random.default_rng((20261130, i))
     par, opt, tr = data["parallel"], data["options"], data["training"]
     u = rng.random()
@@ -270,6 +272,8 @@ def _draw_stack_mechanisms(data: dict, on: set, i: int) -> None:
         opt["stack"], tag = "torchtitan", "fsdp2-copies"
     elif par["zero"] == 3 and par["pp"] == 1 and u < 0.9:   # stacks.yaml [DS-Z3-2021]
         opt["stack"], tag = "deepspeed-zero3-2021", "ds-zero3-fetch"
+    elif par["zero"] == 3 and (par["pp"] == 1 or u < 0.5):   # stacks.yaml [FSDP1]: FlatParameter kernels
+        opt["stack"], tag = "llm-foundry", "fsdp1-flat"
     elif par["cp"] > 1 and opt.get("flash_attention", True) and opt.get("cp_comm") != "a2a" and u < 0.6:
         opt["stack"], tag = str(rng.choice(["torchtitan", "torchtitan-compile"])), "torch-cp"
     elif tr["precision"] == "bf16" and par["zero"] <= 1 and par["pp"] > 1 and u < 0.3:
