@@ -130,3 +130,13 @@ def test_megatron_flags_map_and_are_no_longer_unmodelled():
     imp = import_megatron(args, cluster="dgx-h100", nodes=1)
     assert imp.strategy["options"]["cuda_graphs"] == "layers"
     assert not [f for f in imp.unmodeled if "cuda-graph" in f]
+
+
+def test_per_layer_graphs_keep_two_input_sized_buffers_per_layer_in_flight():
+    from taskgraph.memory import cuda_graph_buffer_bytes
+    from taskgraph.plan import resolve
+    plan = resolve(_parse({"cuda_graphs": "layers"}))
+    # layer input 2 B x 128 tokens x 4096 / tp 8 (sequence parallel) = 131,072 B; 2 buffers x 32 layers x 2 in flight
+    assert cuda_graph_buffer_bytes(plan, ((0, 0), (0, 1))) == 2 * 131072 * 32 * 2
+    assert cuda_graph_buffer_bytes(resolve(_parse({"cuda_graphs": "full_iteration"})), ((0, 0),)) == 0.0
+    assert cuda_graph_buffer_bytes(resolve(_parse({})), ((0, 0),)) == 0.0
