@@ -169,7 +169,7 @@ def cuda_graph_option(get, spell, options: dict, where: str) -> None:
         raise ConfigError(f"{where}{spell('cuda_graph_impl')} = {impl[:40]!r} is not one of "
                           f"{', '.join(CUDA_GRAPH_IMPLS)}")
     scope = get("cuda_graph_scope") or get("cuda_graph_modules") or ()
-    scope = scope.replace(",", " ").split() if isinstance(scope, str) else [str(x) for x in scope]
+    scope = [str(x) for x in scope] if isinstance(scope, (list, tuple)) else str(scope).replace(",", " ").split()
     mode = CUDA_GRAPH_IMPLS[impl]
     if mode == "layers" and "full_iteration" in scope:
         mode = "full_iteration"

@@ -140,3 +140,14 @@ def test_per_layer_graphs_keep_two_input_sized_buffers_per_layer_in_flight():
     assert cuda_graph_buffer_bytes(plan, ((0, 0), (0, 1))) == 2 * 131072 * 32 * 2
     assert cuda_graph_buffer_bytes(resolve(_parse({"cuda_graphs": "full_iteration"})), ((0, 0),)) == 0.0
     assert cuda_graph_buffer_bytes(resolve(_parse({})), ((0, 0),)) == 0.0
+
+
+def test_bridge_and_nemo2_recipes_map_their_cuda_graph_fields():
+    from pathlib import Path
+
+    from strategies.importers import import_config
+    data = Path(__file__).parent / "data" / "pyrecipes" / "bridge_run_config.yaml"
+    imp = import_config("bridge", data.read_text(), origin="run_config.yaml", cluster="dgx-h100", nodes=2,
+                        sets={"model.cuda_graph_impl": "transformer_engine", "model.cuda_graph_scope": ["attn"]})
+    assert imp.strategy["options"]["cuda_graphs"] == "layers"
+    assert not [n for n in imp.unmodeled if "cuda_graph" in n]
