@@ -132,6 +132,51 @@ def _int_value(v: Any, name: str) -> int:
     return int(str(v).strip())
 
 
+#: Megatron-LM --cuda-graph-impl (arguments.py; transformer_config.py cuda_graph_impl) -> options.cuda_graphs
+CUDA_GRAPH_IMPLS = {"none": "none", "local": "layers", "transformer_engine": "layers", "full_iteration": "full_iteration"}
+
+
+def cuda_graph_option(get, spell, options: dict, where: str) -> None:
+    """``options.cuda_graphs`` from Megatron-core's CUDA graph settings (taskgraph/cuda_graphs.py), read
+    through ``get`` (a field name -> its value) and named with ``spell`` in errors; one source for
+    Megatron-LM's flags, NeMo's and Megatron-Bridge's config (NVIDIA/Megatron-LM d98e8a6,
+    transformer_config.py __post_init__ and arguments.py validate_args):
+
+    * ``cuda_graph_impl``: ``local`` / ``transformer_engine`` = ``layers`` (per-layer graphs),
+      ``full_iteration`` = ``full_iteration``; the deprecated ``enable_cuda_graph`` = ``local`` and
+      ``external_cuda_graph`` = ``transformer_engine`` (both at once, or with an impl: refused, as Megatron does);
+    * ``cuda_graph_scope`` / ``cuda_graph_modules``: the deprecated value ``full_iteration`` migrates to the
+      full-iteration impl; any other scope (a whole layer, attn, mlp, moe_router, ...) is priced as
+      per-layer graphs of the whole layer (a partial scope leaves the rest host-issued; not modelled).
+
+    >>> o = {}; cuda_graph_option({"external_cuda_graph": True}.get, str, o, ""); o
+    {'cuda_graphs': 'layers'}
+    >>> o = {}; cuda_graph_option({"enable_cuda_graph": True, "cuda_graph_scope": "full_iteration"}.get, str, o, ""); o
+    {'cuda_graphs': 'full_iteration'}
+    """
+    on = lambda k: get(k) in (True, "true", "True", 1)
+    impl = get("cuda_graph_impl")
+    if on("enable_cuda_graph") and on("external_cuda_graph"):
+        raise ConfigError(f"{where}{spell('enable_cuda_graph')} and {spell('external_cuda_graph')} are both set, "
+                          f"which Megatron-core refuses; keep one")
+    if (on("enable_cuda_graph") or on("external_cuda_graph")) and impl not in (None, "none"):
+        raise ConfigError(f"{where}{spell('cuda_graph_impl')} = {str(impl)[:40]!r} with the deprecated "
+                          f"{spell('enable_cuda_graph')} / {spell('external_cuda_graph')}, which Megatron-core "
+                          f"refuses; keep {spell('cuda_graph_impl')}")
+    impl = "local" if on("enable_cuda_graph") else "transformer_engine" if on("external_cuda_graph") else impl
+    impl = str(impl or "none")
+    if impl not in CUDA_GRAPH_IMPLS:
+        raise ConfigError(f"{where}{spell('cuda_graph_impl')} = {impl[:40]!r} is not one of "
+                          f"{', '.join(CUDA_GRAPH_IMPLS)}")
+    scope = get("cuda_graph_scope") or get("cuda_graph_modules") or ()
+    scope = [str(x) for x in scope] if isinstance(scope, (list, tuple)) else str(scope).replace(",", " ").split()
+    mode = CUDA_GRAPH_IMPLS[impl]
+    if mode == "layers" and "full_iteration" in scope:
+        mode = "full_iteration"
+    if mode != "none":
+        options["cuda_graphs"] = mode
+
+
 def moe_dispatch_options(get, spell, options: dict, notes: list, expert_parallel: bool, where: str,
                          shared: bool = False, dispatcher_default: str | None = None) -> None:
     """The MoE token dispatcher and its overlap, as Megatron-LM's TransformerConfig fields name them

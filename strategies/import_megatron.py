@@ -9,6 +9,7 @@ from strategies.import_common import (
     TOKENIZER_VOCAB,
     Imported,
     cluster_mapping,
+    cuda_graph_option,
     moe_capacity_options,
     moe_dispatch_options,
     moe_routing_option,
@@ -155,6 +156,7 @@ MEGATRON_READ = {
     "moe-layer-freq", "mtp-num-layers", "quick-geglu", "window-size", "window-attn-skip-freq",
     "fp4-format", "fp4-recipe", "first-last-layers-bf16", "num-layers-at-start-in-bf16", "num-layers-at-end-in-bf16",
     "moe-router-force-load-balancing", "moe-router-enable-expert-bias",
+    "cuda-graph-impl", "cuda-graph-scope", "cuda-graph-modules", "enable-cuda-graph", "external-cuda-graph",
 }
 #: Megatron-LM training scripts other than GPT (their models are not decoder-only GPTs) -> what they train
 OTHER_MODELS = {"pretrain_mamba.py": "a Mamba / hybrid Mamba-Transformer model",
@@ -513,6 +515,8 @@ def _options_section(flags: _Flags, order: list, precision: str, experts: int | 
         for f in ("optimizer-offload-fraction", "overlap-cpu-optimizer-d2h-h2d"):
             if f in flags:
                 order.append(f"{f} (no effect without optimizer-cpu-offload)")
+    cuda_graph_option(lambda k: flags.get(k.replace("_", "-")), lambda k: k.replace("_", "-"), options,
+                      "megatron arguments: --")
     moe_dispatch_options(lambda k: flags.get(k.replace("_", "-")), lambda k: k.replace("_", "-"), options, order,
                          bool(experts) and ep > 1, "megatron arguments: --", shared=bool(model.get("shared_experts")),
                          dispatcher_default="allgather")

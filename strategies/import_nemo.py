@@ -17,6 +17,7 @@ from strategies.import_common import (
     Imported,
     check_expanded_size,
     cluster_mapping,
+    cuda_graph_option,
     moe_capacity_options,
     moe_dispatch_options,
     moe_routing_option,
@@ -236,6 +237,9 @@ _NEMO_READ = {
     "model.moe_flex_dispatcher_num_sms", "model.moe_deepep_num_sms", "model.moe_router_group_topk",
     "model.moe_shared_expert_intermediate_size", "model.moe_shared_expert_overlap", "model.window_size",
     "model.moe_router_force_load_balancing", "model.moe_router_enable_expert_bias",
+    # Megatron-core's CUDA graph fields (strategies/import_common.py cuda_graph_option)
+    "model.enable_cuda_graph", "model.external_cuda_graph", "model.cuda_graph_impl", "model.cuda_graph_scope",
+    "model.cuda_graph_modules",
 }
 
 
@@ -422,6 +426,7 @@ def _options(m: Fields, optim: Fields, dist: bool, moe: bool, shared: bool, extr
             extra.append(f"model.moe_token_dispatcher_type {disp} (simulated as the all-to-all dispatcher)")
     # NeMo 1 hands model.* keys that name TransformerConfig fields to Megatron-core unchanged
     # (MegatronBaseModel.build_transformer_config), so Megatron's MoE overlap fields read the same
+    cuda_graph_option(m.get, lambda k: f"model.{k}", options, W)
     moe_dispatch_options(m.get, lambda k: f"model.{k}", options, extra, moe and ep, W, shared=shared,
                          dispatcher_default="allgather")
     # NeMo mcore optimizer: grad_reduce_in_fp32 = (optim.grad_sync_dtype == fp32), fp32 by default

@@ -20,6 +20,7 @@ from typing import Any
 from strategies.errors import ConfigError
 from strategies.import_common import (
     Imported,
+    cuda_graph_option,
     moe_dispatch_options,
     moe_routing_option,
     named_tokenizer_vocab,
@@ -365,10 +366,10 @@ def tree_to_strategy(tree: dict, kind: str, where: str, *, cluster: str | None, 
     steps = t.get(lay["steps"], None, None)
     if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0:
         training["train_tokens"] = float(steps) * training["global_batch"] * seq
-    for flag in ("fine_grained_activation_offloading", "cuda_graph_impl"):
-        val = t.get(f"{m}.{flag}", None, None)
-        if val not in (None, False, "none"):
-            notes.append(f"{m}.{flag} {val}")
+    val = t.get(f"{m}.fine_grained_activation_offloading", None, None)
+    if val not in (None, False, "none"):
+        notes.append(f"{m}.fine_grained_activation_offloading {val}")
+    cuda_graph_option(lambda k: t.get(f"{m}.{k}", None, None), lambda k: f"{m}.{k}", options, f"{where}: ")
     strategy = {"model": model, "parallel": parallel, "schedule": "interleaved-1f1b" if vpp > 1 else "1f1b",
                 "training": training, "options": options}
     n = nodes if nodes is not None else (t.get(lay["nodes"], int, None) if lay["nodes"] else None)

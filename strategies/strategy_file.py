@@ -37,7 +37,7 @@ OPTION_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_bucket_mb", 
                "fp4_recipe", "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16",
                "activation_offload_layers", "overlap_interference", "stack", "attention_kernel",
                "cp_comm", "cp_load_balance", "reshard_after_forward",
-               "price_per_gpu_hour_usd")
+               "price_per_gpu_hour_usd", "cuda_graphs")
 SCHEDULE_KEYS = ("name", "csv")
 PRECISIONS = ("bf16", "fp16", "fp8", "fp4")
 #: FP4 training recipes (options.fp4_recipe); their costs: taskgraph/cost.py NVFP4_QUANT_BYTES
@@ -50,6 +50,8 @@ FIDELITIES = ("operator", "coarse")
 MOE_ROUTINGS = ("learned", "aux_loss", "aux_loss_free", "random", "balanced")
 #: options.moe_dispatcher values (their collectives: taskgraph/moe_dispatchers.py MOE_DISPATCHERS)
 MOE_DISPATCHERS = ("alltoall", "allgather", "allgather_allreduce")
+#: options.cuda_graphs values (what each captures: taskgraph/cuda_graphs.py)
+CUDA_GRAPHS = ("none", "layers", "full_iteration")
 
 
 @dataclass(frozen=True)
@@ -171,6 +173,11 @@ class OptionsSpec:
         eager: FlexAttention, unfused norms and activations), 'torchtitan-compile'
         (torch.compile fuses them back), 'deepspeed', 'llm-foundry' (Triton attention, Composer's metrics); None =
         megatron-te.
+    cuda_graphs: CUDA graph capture (taskgraph/cuda_graphs.py): 'none' (default), 'layers' (Megatron-LM
+        --cuda-graph-impl local / transformer_engine: each transformer layer's forward and backward
+        replayed as graphs; a dropless MoE layer's experts stay outside), 'full_iteration'
+        (--cuda-graph-impl full_iteration: the whole forward-backward of a step, the optimizer outside).
+        Megatron-LM + Transformer Engine (stack megatron-te) only.
     attention_kernel: the attention kernel the run prices in place of its stack's own (a kernel of
         stacks.yaml attention_kernels -- fa2, fa3, cudnn, flex, varlen, triton -- or 'sdpa': what PyTorch's
         SDPA runs under torchtitan's backend order, or 'catalog': the GPU catalog's figure); None = the
@@ -314,6 +321,7 @@ class OptionsSpec:
     overlap_interference: bool = True
     stack: str | None = None
     attention_kernel: str | None = None
+    cuda_graphs: str = "none"
 
     @property
     def moe_load(self) -> float | MoeRouting:
@@ -536,6 +544,7 @@ def _options_spec(data: dict, base_dir: str | Path) -> tuple[dict, OptionsSpec]:
         reshard_after_forward=None if o.get("reshard_after_forward") is None else get_bool(
             o, "reshard_after_forward", "options"),
         price_per_gpu_hour_usd=get_float(o, "price_per_gpu_hour_usd", "options", default=None, positive=True),
+        cuda_graphs=get_str(o, "cuda_graphs", "options", default="none", choices=CUDA_GRAPHS),
     )
     return o, opt
 
@@ -584,6 +593,7 @@ def _check_applies(t: dict, o: dict, par: ParallelSpec, tr: TrainingSpec, opt: O
                           "Megatron-LM refuses the pair (\"disable moe_shared_expert_overlap when enabling "
                           "overlap_moe_expert_parallel_comm\"); drop one of them")
     _check_dispatcher(opt)
+    _check_cuda_graphs(opt, tr)
     if opt.optimizer_offload_fraction > 1.0:
         raise ConfigError(f"options.optimizer_offload_fraction = {opt.optimizer_offload_fraction} must be in [0, 1] "
                           f"(the share of the parameters whose optimizer runs on the CPU)")
@@ -604,6 +614,28 @@ def _check_dispatcher(opt: OptionsSpec) -> None:
         if bad:
             raise ConfigError(f"options.moe_dispatcher = {opt.moe_dispatcher!r} with options.{key}, which {why}; "
                               f"set moe_dispatcher: alltoall or drop {key}")
+
+
+def _check_cuda_graphs(opt: OptionsSpec, tr: TrainingSpec) -> None:
+    """What Megatron-core refuses with CUDA graphs (transformer_config.py __post_init__, NVIDIA/Megatron-LM
+    d98e8a6): "CUDA graphs not supported with CPU offloading" and "full recompute is only supported with
+    full iteration CUDA graph" for the per-layer graphs; and only Megatron + TE captures them."""
+    if opt.cuda_graphs == "none":
+        return
+    if opt.stack not in (None, "megatron-te"):
+        raise ConfigError(f"options.cuda_graphs = {opt.cuda_graphs!r} captures Megatron-core / Transformer Engine "
+                          f"graphs, but options.stack = {brief(opt.stack)} has no CUDA graph capture; "
+                          f"set stack: megatron-te or cuda_graphs: none")
+    if opt.cuda_graphs != "layers":
+        return
+    if opt.activation_offload_layers:
+        raise ConfigError(f"options.cuda_graphs = 'layers' with options.activation_offload_layers = "
+                          f"{opt.activation_offload_layers}: Megatron-core refuses per-layer graphs with CPU "
+                          f"offloading; set cuda_graphs: full_iteration or drop activation_offload_layers")
+    if "full" in set(tr.recompute_layers or (tr.recompute,)):
+        raise ConfigError("options.cuda_graphs = 'layers' with full recomputation: Megatron-core supports full "
+                          "recompute only with the full-iteration graph; set cuda_graphs: full_iteration or "
+                          "training.recompute: selective / none")
 
 
 def _check_option_scope(o: dict, par: ParallelSpec, tr: TrainingSpec, opt: OptionsSpec) -> None:

@@ -15,6 +15,7 @@ from strategies.schedules import has_split_backward
 from taskgraph.coarse import coarse_stage_work
 from taskgraph.cost import NVFP4_ELEMENT_BYTES, OPTIMIZER_OP, ProfileTable, op_time
 from taskgraph.cpu_optimizer import cpu_offload_step_time
+from taskgraph.cuda_graphs import layer_graphs
 from taskgraph.fsdp1_flat import fsdp1_microbatches
 from taskgraph.operators import embedding_operators, head_operators, layer_operators
 from taskgraph.overheads import adam_bytes, adam_step_s, host_bound, master_copy, stack_host_terms, step_overhead_s
@@ -394,7 +395,7 @@ def context_id(plan: Plan) -> int | None:
            opt.flash_attention, opt.fp32_grad_accum, opt.grad_bucket_mb, opt.tp_async_backward, opt.moe_load,
            opt.moe_max_nodes, opt.pair_overlap, opt.pair_comm_sms, opt.fp8_recipe, opt.fp8_param_gather, opt.activation_offload_layers, opt.cp_comm, opt.cp_load_balance, plan.shard_size, plan.reshard_after_forward, opt.overlap_grad_reduce,
            opt.tp_comm_overlap, opt.overlap_interference, opt.stack, opt.attention_kernel, opt.overlap_moe_expert_parallel_comm,
-           opt.moe_flex_dispatcher_num_sms, opt.optimizer_cpu_offload, opt.optimizer_offload_fraction, opt.overlap_cpu_optimizer_d2h_h2d, opt.moe_shared_expert_overlap, opt.pipeline_scatter_gather, opt.moe_dispatcher, fsdp1_microbatches(plan))
+           opt.moe_flex_dispatcher_num_sms, opt.optimizer_cpu_offload, opt.optimizer_offload_fraction, opt.overlap_cpu_optimizer_d2h_h2d, opt.moe_shared_expert_overlap, opt.pipeline_scatter_gather, opt.moe_dispatcher, opt.cuda_graphs, fsdp1_microbatches(plan))
     try:
         cid = _CONTEXTS.get(key)
     except TypeError:  # an unhashable field (a custom model spec holding a list, say)
@@ -416,7 +417,7 @@ def _layer_context(plan: Plan) -> tuple:
             opt.flash_attention, opt.fp32_grad_accum, opt.tp_async_backward, opt.moe_load, opt.cp_comm,
             opt.cp_load_balance, opt.moe_max_nodes, opt.fp8_recipe, opt.fp8_param_gather, opt.activation_offload_layers,
             opt.tp_comm_overlap, opt.overlap_interference, opt.stack, opt.attention_kernel, opt.overlap_moe_expert_parallel_comm,
-            opt.moe_dispatcher, (s, plan.shard_size, plan.reshard_after_forward, fsdp1_microbatches(plan)) if plan.zero == 3 else None)
+            opt.moe_dispatcher, opt.cuda_graphs, (s, plan.shard_size, plan.reshard_after_forward, fsdp1_microbatches(plan)) if plan.zero == 3 else None)
 
 
 @lru_cache(maxsize=4096)
@@ -515,12 +516,11 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
     sched = plan.schedule
     times = lambda: boundary_times(plan, comm_time)
     pairs = times() if cid is None else dict(_memo(("p2p", cid, sched.stage_to_rank), times))
-    if not opt.p2p_overlap and opt.p2p_host_gap_us:
+    if not opt.p2p_overlap and opt.p2p_host_gap_us and opt.cuda_graphs != "full_iteration":
         # Blocking exchanges synchronize the device (Megatron-LM p2p_communication._communicate:
-        # torch.cuda.synchronize() after batch_isend_irecv when batch_p2p_sync, the default), so both
-        # sides' GPUs idle until the host launches the next action's first kernel.
-        gap = opt.p2p_host_gap_us * 1e-6
-        pairs = {k: v + gap for k, v in pairs.items()}
+        # torch.cuda.synchronize() after batch_isend_irecv when batch_p2p_sync, the default), so both sides'
+        # GPUs idle until the host launches the next action's first kernel (not in a full-iteration graph).
+        pairs = {k: v + opt.p2p_host_gap_us * 1e-6 for k, v in pairs.items()}
     if ctx.stack is not None and ctx.stack.p2p_serial:
         pairs = serial_exchanges(pairs)
     p2p = max(pairs.values(), default=0.0)
@@ -569,7 +569,7 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
     if plan.schedule.is_first_stage(stage):
         ops = embedding_operators(plan.model, dtype_bytes=dt, **kw)
         layers.append(LayerWork("embedding", host_bound(ops, [_op_cost(ctx, o, "none", groups, False) for o in ops],
-                                                        host_s, flash, host_c, ctx.stack)))
+                      host_s, flash, host_c, ctx.stack, graphs=layer_graphs(opt, ops, "embedding", host_s))))
     for j, (li, policy) in enumerate(zip(lis, pols)):
         # ZeRO-3 prefetch hides a gather behind the previous layer of the pass: the stage's first
         # layer (forward) and last layer (backward) have nothing to hide behind
@@ -593,8 +593,8 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
                 costs[-1] = _with(costs[-1], bwd_pre=bpre + costs[-1].bwd_pre)
             if off:
                 costs = _offloaded(plan, costs)
-            layer_cache[key] = host_bound(ops, costs, host_s, flash, host_c, ctx.stack, scale, hooks,
-                                          (plan.model, plan.shard_size if plan.zero == 3 else 1))
+            layer_cache[key] = host_bound(ops, costs, host_s, flash, host_c, ctx.stack, scale, hooks, (plan.model,
+                                          plan.shard_size if plan.zero == 3 else 1), layer_graphs(opt, ops, "layer", host_s))
             layer_cache[("te-gemms",) + key] = te_layer_gemms(ops)
         gemm_info[li] = layer_cache[("te-gemms",) + key]
         layers.append(LayerWork(f"layer{li}", layer_cache[key], policy))
@@ -604,7 +604,7 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
                              moe_load=opt.moe_load, cp_comm=opt.cp_comm, cp_balance=opt.cp_load_balance,
                              moe_dispatcher=opt.moe_dispatcher, **kw)
         layers.append(LayerWork("head", host_bound(ops, [_op_cost(ctx, o, "none", groups, False) for o in ops],
-                                                   host_s, flash, host_c, ctx.stack)))
+                      host_s, flash, host_c, ctx.stack, graphs=layer_graphs(opt, ops, "head", host_s))))
     pace = stage_pace(plan.cluster, plan.sizes, plan.schedule.stage_to_rank[stage])
     if not buckets:
         return paced(StageWork(tuple(layers), (), 0.0), pace)

@@ -131,6 +131,26 @@ def static_memory(plan) -> dict[int, ModelStates]:
     return out
 
 
+#: static buffers a per-layer CUDA graph keeps for each micro-batch in flight, each the size of the layer's
+#: input activation: its input surface and its grad-output surface (TE graph.py make_graphed_callables:
+#: static_input_surface, static_grad_outputs; the output and the grad input are the neighbouring layers'
+#: surfaces); Megatron-core reuses a set once that micro-batch's backward has run (cuda_graphs.py
+#: _get_sample_arguments), so the sets alive are the micro-batches in flight (taskgraph/cuda_graphs.py)
+CUDA_GRAPH_BUFFERS_PER_LAYER = 2
+
+
+def cuda_graph_buffer_bytes(plan, alive) -> float:
+    """Bytes of the per-layer graphs' static buffers on one GPU whose (stage, micro-batch) activation sets
+    ``alive`` are in flight at its peak (``options.cuda_graphs: layers``; 0 otherwise). A full-iteration
+    graph's pool holds what the eager step allocates (its static data buffers, a few bytes per token, are
+    not counted)."""
+    if plan.strategy.options.cuda_graphs != "layers":
+        return 0.0
+    from taskgraph.costing import layer_input_bytes
+    layers = sum(plan.layers_per_stage[st] for st, _ in alive)
+    return CUDA_GRAPH_BUFFERS_PER_LAYER * layer_input_bytes(plan) * layers
+
+
 def layer_activation_table(plan) -> list[dict]:
     """Per transformer layer: saved activation bytes per microbatch under each policy and the chosen one."""
     from taskgraph.plan import DTYPE_BYTES

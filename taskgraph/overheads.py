@@ -56,6 +56,7 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
+from taskgraph.cuda_graphs import graph_runs
 from taskgraph.zero3_fetch import per_param_host_s, stage_refresh_s
 
 US = 1e-6
@@ -76,7 +77,8 @@ def op_kernels(op, pass_: str, stack=None) -> int:
 
 
 def host_bound(ops, costs, host_s: float, flash: bool = True, host_coll_s: float | None = None, stack=None,
-               scale: tuple = (1.0, 1.0), hook_s: tuple = (0.0, 0.0), zero3: tuple | None = None):
+               scale: tuple = (1.0, 1.0), hook_s: tuple = (0.0, 0.0), zero3: tuple | None = None,
+               graphs: tuple | None = None):
     """Stretch one layer's compute where the host dispatches slower than the GPU runs.
 
     ``ops`` and ``costs`` are parallel (operators and their :class:`OpCost`); returns new costs.
@@ -85,7 +87,9 @@ def host_bound(ops, costs, host_s: float, flash: bool = True, host_coll_s: float
     and ``hook_s`` adds host seconds, (forward, backward) each (``stack_host_terms``). ``zero3``:
     (model, shard group size) of a ZeRO-3 layer; on a stack with ``zero3_sync_fetch`` (DeepSpeed 2021)
     its per-parameter fetch adds host time the GPU waits out, after the stretch, and its gradients'
-    reduce-scatters add host time that runs ahead (taskgraph/zero3_fetch.py).
+    reduce-scatters add host time that runs ahead (taskgraph/zero3_fetch.py). ``graphs``: (mask, replay
+    seconds) under CUDA graphs (taskgraph/cuda_graphs.py): the ops the mask captures (their kernels and
+    collectives) cost the host nothing, each replayed graph (a run of captured ops) the replay seconds.
     """
     coll_s = host_s if host_coll_s is None else host_coll_s
     if (host_s <= 0 and coll_s <= 0) or not costs:
@@ -95,16 +99,20 @@ def host_bound(ops, costs, host_s: float, flash: bool = True, host_coll_s: float
         serial, ahead = per_param_host_s(ops, zero3[0], zero3[1], host_s, coll_s)
         hook_s = (hook_s[0] + ahead[0], hook_s[1] + ahead[1])
 
+    mask, replay_s = graphs if graphs is not None else ((False,) * len(ops), 0.0)
+    issued = [(o, c) for o, c, m in zip(ops, costs, mask) if not m]   # what the host still issues
+    replays = graph_runs(mask) * replay_s
+
     def kernels(op, p):
         k = op_kernels(op, p, stack)
         if op.kind == "attention" and not flash and k:
             k = 4
         return k
 
-    fwd_h = (sum(kernels(o, "fwd") for o in ops) * host_s * scale[0] + hook_s[0]
-             + sum(len(c.fwd_pre) + len(c.fwd_post) for c in costs) * coll_s)
-    bwd_h = (sum(kernels(o, "bwd_input") + kernels(o, "bwd_weight") for o in ops) * host_s * scale[1] + hook_s[1]
-             + sum(len(c.bwd_pre) + len(c.bwd_post) for c in costs) * coll_s)
+    fwd_h = (sum(kernels(o, "fwd") for o, _ in issued) * host_s * scale[0] + hook_s[0] + replays
+             + sum(len(c.fwd_pre) + len(c.fwd_post) for _, c in issued) * coll_s)
+    bwd_h = (sum(kernels(o, "bwd_input") + kernels(o, "bwd_weight") for o, _ in issued) * host_s * scale[1]
+             + hook_s[1] + replays + sum(len(c.bwd_pre) + len(c.bwd_post) for _, c in issued) * coll_s)
     fwd_c = sum(c.fwd for c in costs)
     bwd_c = sum(c.bwd_input + c.bwd_weight for c in costs)
     fwd_comm = sum(x.seconds for c in costs for x in c.fwd_pre + c.fwd_post)

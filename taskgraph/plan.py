@@ -258,6 +258,13 @@ def resolve(strategy: Strategy) -> Plan:
     lps = _stage_layers(strategy, model)
     _check_precision_options(strategy, model, cluster, written)
     schedule = _schedule(strategy, pp, microbatches, vpp)
+    opt = strategy.options
+    if opt.cuda_graphs == "full_iteration" and model.is_moe and opt.moe_capacity_factor is None:
+        # taskgraph/cuda_graphs.py: a dropless MoE layer copies its token counts to the host (Megatron-core
+        # transformer_config.py: "moe cuda graph is only supported with drop-padding MoE")
+        raise ConfigError(f"options.cuda_graphs = 'full_iteration' captures every MoE layer, but {model.name} is "
+                          f"dropless (no options.moe_capacity_factor): its token counts go to the host; set "
+                          f"moe_capacity_factor or cuda_graphs: layers")
     if strategy.options.overlap_moe_expert_parallel_comm:
         _check_a2a_overlap(strategy, model, cluster, ep)
         schedule = combined_1f1b(schedule)

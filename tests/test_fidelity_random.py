@@ -69,6 +69,7 @@ OPTION_VALUES = {
     "num_layers_at_end_in_bf16": [0, 1, 2],
     "moe_routing": ["aux_loss", "aux_loss_free", "random", "balanced"],
     "moe_dispatcher": ["allgather", "allgather_allreduce"],
+    "cuda_graphs": ["layers", "full_iteration"],
     "attention_kernel": ["fa2", "fa3", "cudnn", "flex", "varlen", "sdpa", "catalog", "triton"],
 }
 #: NVFP4 training on B200 and the BF16 first / last layers of fp8 / fp4 recipes, drawn by _draw_fp4 from
@@ -87,7 +88,8 @@ NEEDS = {"moe_imbalance": "moe", "moe_capacity_factor": "moe", "moe_max_nodes": 
          "fp8_param_gather": "fp8", **{k: "a2a-overlap" for k in A2A_KEYS}, **{k: "cpu-offload" for k in OFFLOAD_KEYS},
          "moe_shared_expert_overlap": "shared-overlap", "pipeline_scatter_gather": "tp-pp",
          **{k: "low-precision" for k in FP4_KEYS}, "activation_offload_layers": "activation-offload",
-         "moe_routing": "moe-routing", "attention_kernel": "attention-kernel", "moe_dispatcher": "moe-dispatcher"}
+         "moe_routing": "moe-routing", "attention_kernel": "attention-kernel", "moe_dispatcher": "moe-dispatcher",
+         "cuda_graphs": "cuda-graphs"}
 
 
 def _draw_attention_kernel(data: dict, on: set, i: int) -> None:
@@ -143,6 +145,26 @@ def _draw_moe_dispatcher(data: dict, on: set, i: int) -> None:
         values = [v for v in values if v != "allgather_allreduce"]
     o["moe_dispatcher"] = values[int(rng.integers(len(values)))]
     on.add("moe_dispatcher")
+
+
+def _draw_cuda_graphs(data: dict, on: set, i: int) -> None:
+    """options.cuda_graphs in a third of the Megatron + TE draws (taskgraph/cuda_graphs.py), dropping what
+    Megatron-core refuses with it: per-layer graphs without CPU offloading or full recompute, the full
+    iteration on a MoE model with a capacity factor; its own generator keeps the other draws as they were."""
+    rng = np.random.default_rng((20261139, i))
+    o, tr = data["options"], data["training"]
+    if o.get("stack", "megatron-te") != "megatron-te" or rng.random() >= 1 / 3:
+        return
+    mode = str(rng.choice(OPTION_VALUES["cuda_graphs"]))
+    if mode == "layers":
+        o.pop("activation_offload_layers", None)
+        on.discard("activation_offload_layers")
+        if tr["recompute"] == "full":
+            tr["recompute"] = "selective"
+    elif "experts" in data["model"] and o.get("moe_capacity_factor") is None:
+        o["moe_capacity_factor"] = 1.25
+    o["cuda_graphs"] = mode
+    on.add("cuda_graphs")
 
 
 def _draw_activation_offload(data: dict, on: set, i: int) -> None:
@@ -376,6 +398,7 @@ def _draw(rng: np.random.Generator, i: int) -> tuple[dict, set]:
     _draw_te_delayed(data, on, i)
     _draw_attention_kernel(data, on, i)
     _draw_moe_dispatcher(data, on, i)
+    _draw_cuda_graphs(data, on, i)
     return data, on
 
 

@@ -29,6 +29,7 @@ class StageMemory:
     capacity: float
     peak_time_s: float
     alive_microbatches: tuple[tuple[int, int], ...]  # (stage, microbatch) holding activations at the peak
+    cuda_graphs: float = 0.0   # per-layer CUDA graphs' static buffers (taskgraph/memory.py cuda_graph_buffer_bytes)
 
     @property
     def fits(self) -> bool:
@@ -62,13 +63,14 @@ class MemoryReport:
                 "optimizer_gb": s.optimizer / GB, "activations_gb": s.activations / GB,
                 "temporaries_gb": s.temporaries / GB, "reserve_gb": s.reserve / GB, "total_gb": s.total / GB,
                 "fits": s.fits, "shortfall_gb": s.shortfall / GB, "peak_time_s": s.peak_time_s,
-                "alive_microbatches": [list(x) for x in s.alive_microbatches]} for s in self.per_stage],
+                "alive_microbatches": [list(x) for x in s.alive_microbatches],
+                **({"cuda_graphs_gb": s.cuda_graphs / GB} if s.cuda_graphs else {})} for s in self.per_stage],
         }
 
 
 def memory_report(plan, graph: TaskGraph, result: SimResult) -> MemoryReport:
     from simulator.reports.training import stages_by_rank
-    from taskgraph.memory import static_memory
+    from taskgraph.memory import cuda_graph_buffer_bytes, static_memory
     static = static_memory(plan)
     curves, split = curves_and_split(graph, result)  # one sort of the events for both
     rank_stages = stages_by_rank(plan.schedule)
@@ -79,9 +81,10 @@ def memory_report(plan, graph: TaskGraph, result: SimResult) -> MemoryReport:
         c = curves.get(r)
         peak, when, alive = (c.peak_bytes, c.peak_time, c.alive_at_peak) if c else (0.0, 0.0, ())
         act, tmp = split.get(r, (0.0, 0.0)) if peak > 0 else (0.0, 0.0)
-        total = st.total + peak + reserve
+        graphs = cuda_graph_buffer_bytes(plan, alive)
+        total = st.total + peak + reserve + graphs
         out.append(StageMemory(r, rank_stages[r], st.weights, st.grads, st.optimizer, act, tmp, reserve, total,
-                               plan.cluster.gpu.hbm_capacity, when, alive))
+                               plan.cluster.gpu.hbm_capacity, when, alive, graphs))
     return MemoryReport(tuple(out), plan.cluster.gpu.hbm_capacity)
 
 
@@ -98,6 +101,9 @@ def format_memory_report(mem: MemoryReport, layer_rows: list[dict] | None = None
                  f"{len(worst.alive_microbatches)} (stage, microbatch) activation sets alive: "
                  + " ".join(f"s{a}mb{b}" for a, b in worst.alive_microbatches[:16])
                  + (" ..." if len(worst.alive_microbatches) > 16 else ""))
+    if any(s.cuda_graphs for s in mem.per_stage):
+        lines.append("total includes the per-layer CUDA graphs' static buffers: "
+                     + " ".join(f"rank {s.rank} {s.cuda_graphs / GB:.2f}" for s in mem.per_stage) + " GiB")
     lines.append("overall: " + ("fits" if mem.fits else "does NOT fit"))
     if layer_rows:
         lines.append("")
