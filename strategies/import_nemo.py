@@ -236,6 +236,7 @@ _NEMO_READ = {
     "model.moe_flex_dispatcher_num_sms", "model.moe_deepep_num_sms", "model.moe_router_group_topk",
     "model.moe_shared_expert_intermediate_size", "model.moe_shared_expert_overlap", "model.window_size",
     "model.moe_router_force_load_balancing", "model.moe_router_enable_expert_bias",
+    "model.cross_entropy_loss_fusion", "model.cross_entropy_fusion_impl",
 }
 
 
@@ -437,6 +438,12 @@ def _options(m: Fields, optim: Fields, dist: bool, moe: bool, shared: bool, extr
         extra.append("model.fp8_params (no effect without model.fp8)")
     if m.flag("cpu_offloading", False) and m.integer("cpu_offloading_num_layers", 0, lo=0, hi=2 ** 24):
         options["activation_offload_layers"] = m.integer("cpu_offloading_num_layers")
+    # model.cross_entropy_loss_fusion reaches Megatron-core's TransformerConfig unchanged (build_transformer_config);
+    # left out, Megatron-core's default False runs the eager fp32 loss (Launcher 24.07's GPT-3 and Llama 2
+    # configs; its Llama 3 / Nemotron ones set true: the fused 'native' loss, the megatron-te stack's; stacks.yaml
+    # [MEG-CE])
+    options["cross_entropy"] = (m.choice("cross_entropy_fusion_impl", "native", ("native", "te"))
+                                if m.flag("cross_entropy_loss_fusion", False) else "eager-fp32")
     return options
 
 
