@@ -374,6 +374,12 @@ def strategy_for(row: dict) -> tuple[dict, list[str]]:
 def _cross_entropy(row: dict) -> str | None:
     """options.cross_entropy as the row's code ran the loss (taskgraph/data/stacks.yaml [MEG-CE]); None: the
     row's stack decides (megatron-2021/-2022, deepspeed: eager-fp32; llm-foundry: fused)."""
+    if "zero bubble" in row["source"]:
+        # Qi 2024 ran sail-sg/zero-bubble-pipeline-parallelism's arxiv branch (f68d387, 2023-11-29):
+        # examples/pretrain_zero_bubble.sh passes no --fp16-lm-cross-entropy and megatron/model/gpt_model.py
+        # post_language_model_processing calls tensor_parallel.vocab_parallel_cross_entropy(output.float(), ..):
+        # the eager fp32 loss (Megatron's --cross-entropy-loss-fusion came with 7b4a6d7, 2024-06-14)
+        return "eager-fp32"
     if "NeMo" in row["source"]:
         # NeMo 1 hands model.cross_entropy_loss_fusion to Megatron-core (build_transformer_config; default
         # False: the eager loss). NeMo-Framework-Launcher's "24.07 release" (0b1a110, container nemo:24.07)
