@@ -146,3 +146,20 @@ def test_nemo_importer(model, want):
     got = import_nemo(_nemo(**model), cluster="dgx-h100", vocab=32000)
     assert got.strategy["options"]["cross_entropy"] == want
     assert not any("cross_entropy" in u for u in got.unmodeled)
+
+
+@pytest.mark.parametrize("sets,want", [
+    ({}, "native"),                                        # GPTModelProvider: fusion on, impl native
+    ({"model.cross_entropy_loss_fusion": False}, "eager-fp32"),
+    ({"model.cross_entropy_fusion_impl": "te"}, "te"),
+])
+def test_bridge_yaml_importer(sets, want):
+    from strategies.import_pyrecipe import import_bridge_yaml
+    model = {"num_layers": 2, "hidden_size": 1024, "ffn_hidden_size": 4096, "num_attention_heads": 16,
+             "seq_length": 2048, "vocab_size": 32000, "tensor_model_parallel_size": 1,
+             "pipeline_model_parallel_size": 1}
+    for k, v in sets.items():
+        model[k.split(".", 1)[1]] = v
+    data = {"model": model, "train": {"micro_batch_size": 1, "global_batch_size": 8, "train_iters": 10}}
+    got = import_bridge_yaml(data, cluster="dgx-h100", nodes=1)
+    assert got.strategy["options"]["cross_entropy"] == want
