@@ -364,6 +364,9 @@ def strategy_for(row: dict) -> tuple[dict, list[str]]:
         # per-tensor current scaling only came with TE 2.2 (NVIDIA/TransformerEngine 77fa1e5,
         # 2025-03-07), after the 24.07 container
         options["fp8_recipe"] = "delayed"
+    loss = _cross_entropy(row)
+    if loss is not None:
+        options["cross_entropy"] = loss
     nodes = n // GPUS_PER_NODE
     if layer_row:
         # One layer, one micro-batch, the TP group of one node (Korthikanti 2022 Table 4).
@@ -379,6 +382,25 @@ def strategy_for(row: dict) -> tuple[dict, list[str]]:
     d = dict(model=model, cluster=cluster, parallel=parallel,
              schedule=schedule, training=training, options=options)
     return d, notes
+
+
+def _cross_entropy(row: dict) -> str | None:
+    """options.cross_entropy as the row's code ran the loss (taskgraph/data/stacks.yaml [MEG-CE]); None: the
+    row's stack decides (megatron-2021/-2022, deepspeed: eager-fp32; llm-foundry: fused)."""
+    if "zero bubble" in row["source"]:
+        # Qi 2024 ran sail-sg/zero-bubble-pipeline-parallelism's arxiv branch (f68d387, 2023-11-29):
+        # examples/pretrain_zero_bubble.sh passes no --fp16-lm-cross-entropy and megatron/model/gpt_model.py
+        # post_language_model_processing calls tensor_parallel.vocab_parallel_cross_entropy(output.float(), ..):
+        # the eager fp32 loss (Megatron's --cross-entropy-loss-fusion came with 7b4a6d7, 2024-06-14)
+        return "eager-fp32"
+    if "NeMo" in row["source"]:
+        # NeMo 1 hands model.cross_entropy_loss_fusion to Megatron-core (build_transformer_config; default
+        # False: the eager loss). NeMo-Framework-Launcher's "24.07 release" (0b1a110, container nemo:24.07)
+        # sets it true in llama/llama3_8b, llama3_70b and (fee1762, 2024-08-02) llama2_70b.yaml: the fused
+        # 'native' loss; gpt3/175b.yaml leaves it out: eager (the git tag 24.07, 8325688, still names the
+        # 24.05 container and lacks the key for Llama 2 70B)
+        return "eager-fp32" if row["model"].startswith("GPT-3") else "native"
+    return None
 
 
 def estimated_operator_tasks(d: dict) -> int:

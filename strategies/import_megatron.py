@@ -157,6 +157,7 @@ MEGATRON_READ = {
     "fp4-format", "fp4-recipe", "first-last-layers-bf16", "num-layers-at-start-in-bf16", "num-layers-at-end-in-bf16",
     "moe-router-force-load-balancing", "moe-router-enable-expert-bias",
     "cuda-graph-impl", "cuda-graph-scope", "cuda-graph-modules", "enable-cuda-graph", "external-cuda-graph",
+    "cross-entropy-loss-fusion", "cross-entropy-fusion-impl",
 }
 #: Megatron-LM training scripts other than GPT (their models are not decoder-only GPTs) -> what they train
 OTHER_MODELS = {"pretrain_mamba.py": "a Mamba / hybrid Mamba-Transformer model",
@@ -525,7 +526,23 @@ def _options_section(flags: _Flags, order: list, precision: str, experts: int | 
         options["activation_offload_layers"] = offload
     if cp > 1:
         options["cp_comm"] = cp_map.get(cp_type, "ring")
+    options["cross_entropy"] = _cross_entropy(flags, order)   # taskgraph/data/stacks.yaml [MEG-CE]
     return options
+
+
+def _cross_entropy(flags: _Flags, order: list) -> str:
+    """options.cross_entropy as Megatron runs the loss (megatron/core/models/common/language_module/
+    language_module.py compute_language_model_loss, d98e8a6): the eager fp32 VocabParallelCrossEntropy
+    unless --cross-entropy-loss-fusion (off by default: model_parallel_config.py), then
+    --cross-entropy-fusion-impl native (the default) or te."""
+    impl = str(flags.get("cross-entropy-fusion-impl", "native"))
+    if impl not in ("native", "te"):
+        raise ConfigError(f"megatron argument --cross-entropy-fusion-impl = {impl[:40]!r} is not one of native, te")
+    if flags.get("cross-entropy-loss-fusion") is not True:
+        if "cross-entropy-fusion-impl" in flags:
+            order.append("cross-entropy-fusion-impl (no effect without cross-entropy-loss-fusion)")
+        return "eager-fp32"
+    return impl
 
 
 def _check_source(text: str) -> None:

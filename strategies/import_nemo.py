@@ -240,6 +240,7 @@ _NEMO_READ = {
     # Megatron-core's CUDA graph fields (strategies/import_common.py cuda_graph_option)
     "model.enable_cuda_graph", "model.external_cuda_graph", "model.cuda_graph_impl", "model.cuda_graph_scope",
     "model.cuda_graph_modules",
+    "model.cross_entropy_loss_fusion", "model.cross_entropy_fusion_impl",
 }
 
 
@@ -443,6 +444,12 @@ def _options(m: Fields, optim: Fields, dist: bool, moe: bool, shared: bool, extr
         extra.append("model.fp8_params (no effect without model.fp8)")
     if m.flag("cpu_offloading", False) and m.integer("cpu_offloading_num_layers", 0, lo=0, hi=2 ** 24):
         options["activation_offload_layers"] = m.integer("cpu_offloading_num_layers")
+    # model.cross_entropy_loss_fusion reaches Megatron-core's TransformerConfig unchanged (build_transformer_config);
+    # left out, Megatron-core's default False runs the eager fp32 loss (Launcher 24.07's GPT-3 and Llama 2
+    # configs; its Llama 3 / Nemotron ones set true: the fused 'native' loss, the megatron-te stack's; stacks.yaml
+    # [MEG-CE])
+    options["cross_entropy"] = (m.choice("cross_entropy_fusion_impl", "native", ("native", "te"))
+                                if m.flag("cross_entropy_loss_fusion", False) else "eager-fp32")
     return options
 
 

@@ -341,6 +341,13 @@ def tree_to_strategy(tree: dict, kind: str, where: str, *, cluster: str | None, 
         notes.append("tp_comm_overlap (no effect without tp > 1 and sequence parallelism)")
     if t.get(f"{m}.cpu_offloading", bool, False) and t.get(f"{m}.cpu_offloading_num_layers", int, 0):
         options["activation_offload_layers"] = t.get(f"{m}.cpu_offloading_num_layers", int)
+    # the loss (taskgraph/data/stacks.yaml [MEG-CE]): Megatron-Bridge's GPTModelProvider and NeMo 2's GPTConfig
+    # default cross_entropy_loss_fusion to True, Megatron-core's cross_entropy_fusion_impl to 'native'; False
+    # runs Megatron-core's eager fp32 loss
+    impl = t.get(f"{m}.cross_entropy_fusion_impl", str, "native")
+    if impl not in ("native", "te"):
+        raise ConfigError(f"{where}: {m}.cross_entropy_fusion_impl = {impl[:40]!r} is not one of native, te")
+    options["cross_entropy"] = impl if t.get(f"{m}.cross_entropy_loss_fusion", bool, True) else "eager-fp32"
     # Megatron-Bridge keeps the MoE overlap switches in comm_overlap (CommOverlapConfig), NeMo in the model
     in_overlap = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute")
     overlap_cfg = kind == "bridge" and isinstance(t.raw("comm_overlap"), dict)

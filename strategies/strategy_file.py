@@ -36,7 +36,7 @@ OPTION_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_bucket_mb", 
                "optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d", "fp8_recipe", "fp8_param_gather",
                "fp4_recipe", "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16",
                "activation_offload_layers", "overlap_interference", "stack", "attention_kernel",
-               "cp_comm", "cp_load_balance", "reshard_after_forward",
+               "cross_entropy", "cp_comm", "cp_load_balance", "reshard_after_forward",
                "price_per_gpu_hour_usd", "cuda_graphs")
 SCHEDULE_KEYS = ("name", "csv")
 PRECISIONS = ("bf16", "fp16", "fp8", "fp4")
@@ -182,6 +182,10 @@ class OptionsSpec:
         stacks.yaml attention_kernels -- fa2, fa3, cudnn, flex, varlen, triton -- or 'sdpa': what PyTorch's
         SDPA runs under torchtitan's backend order, or 'catalog': the GPU catalog's figure); None = the
         stack's choice. Checked by resolve (taskgraph/stacks.py run_stack).
+    cross_entropy: how the vocab-parallel loss runs, in place of its stack's own (taskgraph/cross_entropy.py):
+        'fused' (one kernel per pass), 'eager-fp32' (Megatron's eager ops over an fp32 copy: Megatron-core
+        without --cross-entropy-loss-fusion), 'native' (--cross-entropy-loss-fusion, impl native), 'te'
+        (--cross-entropy-fusion-impl te); None = the stack's. Checked by resolve (taskgraph/stacks.py run_stack).
     tp_async_backward: the column-parallel layers' backward collectives run concurrently with their
         GEMMs (Megatron-LM's asynchronous TP all-reduce / SP all-gather and reduce-scatter, on by
         default since late 2021); False = every TP collective blocks (Megatron-LM of early 2021).
@@ -322,6 +326,7 @@ class OptionsSpec:
     stack: str | None = None
     attention_kernel: str | None = None
     cuda_graphs: str = "none"
+    cross_entropy: str | None = None
 
     @property
     def moe_load(self) -> float | MoeRouting:
@@ -508,6 +513,8 @@ def _options_spec(data: dict, base_dir: str | Path) -> tuple[dict, OptionsSpec]:
         stack=None if o.get("stack") is None else get_str(o, "stack", "options"),  # checked by resolve
         attention_kernel=(None if o.get("attention_kernel") is None
                           else get_str(o, "attention_kernel", "options")),  # checked by resolve
+        cross_entropy=(None if o.get("cross_entropy") is None
+                       else get_str(o, "cross_entropy", "options")),  # checked by resolve
         p2p_overlap=get_bool(o, "p2p_overlap", "options", default=False),
         tp_async_backward=get_bool(o, "tp_async_backward", "options", default=True),
         p2p_host_gap_us=get_float(o, "p2p_host_gap_us", "options", default=P2P_HOST_GAP_US),

@@ -353,6 +353,8 @@ def optimizer_shape(params: float) -> str:
 
 def op_shape_key(op) -> str:
     """Canonical shape string: the forward GEMM shapes ``MxNxKxB`` joined by ``+``, or ``bytes=N``."""
+    if op.profile_shape:
+        return op.profile_shape
     if op.gemms:
         return "+".join(f"{g.m}x{g.n}x{g.k}x{g.batch}" for g in op.gemms)
     return f"bytes={int(op.fwd_bytes)}"

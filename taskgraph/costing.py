@@ -52,9 +52,9 @@ class CostContext:
 
     @property
     def stack(self):
-        """The stack (taskgraph/stacks.py) with options.attention_kernel; None: the default (the catalog's)."""
+        """The stack (taskgraph/stacks.py) with options.attention_kernel / cross_entropy; None: the default."""
         o = self.plan.strategy.options
-        return run_stack(o.stack, o.attention_kernel)
+        return run_stack(o.stack, o.attention_kernel, o.cross_entropy)
 
 
 def comm_time(cluster, kind: str, nbytes: float, ranks: tuple[int, ...], share: tuple | None = None) -> float:
@@ -394,7 +394,7 @@ def context_id(plan: Plan) -> int | None:
     key = (plan.model, plan.cluster, plan.sizes, plan.sp, plan.zero, tr.micro_batch, tr.seq_len, tr.precision,
            opt.flash_attention, opt.fp32_grad_accum, opt.grad_bucket_mb, opt.tp_async_backward, opt.moe_load,
            opt.moe_max_nodes, opt.pair_overlap, opt.pair_comm_sms, opt.fp8_recipe, opt.fp8_param_gather, opt.activation_offload_layers, opt.cp_comm, opt.cp_load_balance, plan.shard_size, plan.reshard_after_forward, opt.overlap_grad_reduce,
-           opt.tp_comm_overlap, opt.overlap_interference, opt.stack, opt.attention_kernel, opt.overlap_moe_expert_parallel_comm,
+           opt.tp_comm_overlap, opt.overlap_interference, opt.stack, opt.attention_kernel, opt.cross_entropy, opt.overlap_moe_expert_parallel_comm,
            opt.moe_flex_dispatcher_num_sms, opt.optimizer_cpu_offload, opt.optimizer_offload_fraction, opt.overlap_cpu_optimizer_d2h_h2d, opt.moe_shared_expert_overlap, opt.pipeline_scatter_gather, opt.moe_dispatcher, opt.cuda_graphs, fsdp1_microbatches(plan))
     try:
         cid = _CONTEXTS.get(key)
@@ -416,7 +416,7 @@ def _layer_context(plan: Plan) -> tuple:
     return (plan.model, plan.cluster, s.tp, plan.sp, s.cp, s.ep, tr.micro_batch, tr.seq_len, tr.precision,
             opt.flash_attention, opt.fp32_grad_accum, opt.tp_async_backward, opt.moe_load, opt.cp_comm,
             opt.cp_load_balance, opt.moe_max_nodes, opt.fp8_recipe, opt.fp8_param_gather, opt.activation_offload_layers,
-            opt.tp_comm_overlap, opt.overlap_interference, opt.stack, opt.attention_kernel, opt.overlap_moe_expert_parallel_comm,
+            opt.tp_comm_overlap, opt.overlap_interference, opt.stack, opt.attention_kernel, opt.cross_entropy, opt.overlap_moe_expert_parallel_comm,
             opt.moe_dispatcher, opt.cuda_graphs, (s, plan.shard_size, plan.reshard_after_forward, fsdp1_microbatches(plan)) if plan.zero == 3 else None)
 
 

@@ -162,6 +162,9 @@ class Operator:
     bwd_input_bytes: priced after the GEMMs (taskgraph/cost.py op_time)."""
     copy_kernels: int = 0
     """Launches of those copy kernels per pass."""
+    profile_shape: str = ""
+    """The shape a profile row names this operator by, when not its own (the loss as its implementation
+    runs it keeps the built operator's: taskgraph/cross_entropy.py loss_as_run); "": its own."""
 
     @property
     def bwd_flops(self) -> float:

@@ -283,9 +283,10 @@ def _resolved_cluster(strategy: Strategy):
         from topologies.collective_profile import load_collective_profile
         cluster = replace(cluster, collective_profile=load_collective_profile(
             strategy.options.collective_profile, cluster.gpu.name, strategy.options.collective_profile_gpu))
-    if strategy.options.attention_kernel is not None:
+    if strategy.options.attention_kernel is not None or strategy.options.cross_entropy is not None:
         from taskgraph.stacks import run_stack
-        run_stack(strategy.options.stack, strategy.options.attention_kernel)  # one error line for a bad kernel
+        o = strategy.options
+        run_stack(o.stack, o.attention_kernel, o.cross_entropy)  # one error line for a bad kernel or loss
     if strategy.options.stack is not None:
         from taskgraph.stacks import get_stack
         stack = get_stack(strategy.options.stack)  # one clear error for an unknown stack, listing the known ones

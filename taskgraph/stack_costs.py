@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from taskgraph.cost import HP_GRAD_ACCUM_KERNELS
+from taskgraph.cost import HP_GRAD_ACCUM_KERNELS, op_shape_key
 from taskgraph.cross_entropy import cross_entropy_bytes
 from taskgraph.fsdp1_flat import fsdp1_flat_times
 from taskgraph.plan import DTYPE_BYTES, Plan
@@ -123,12 +123,24 @@ def op_as_run(plan: Plan, stack, op) -> tuple:
     (``taskgraph/cross_entropy.py``) over the same logits."""
     if op.name == "moe_experts" and op.copy_kernels == 4 and plan.strategy.options.moe_max_nodes:
         return replace(op, copy_bytes=op.copy_bytes // 2, copy_kernels=2), 0.0, 0.0
-    if op.kind == "loss" and stack is not None and stack.cross_entropy != "fused":
-        dt = DTYPE_BYTES[plan.strategy.training.precision]   # the logits' bytes, as costing builds the head
-        fused, own = cross_entropy_bytes(dt), cross_entropy_bytes(dt, stack.cross_entropy)
-        logits = op.fwd_bytes // fused[0]
-        return replace(op, fwd_bytes=logits * own[0], bwd_input_bytes=logits * own[1]), 0.0, 0.0
+    if op.kind == "loss":
+        ce = (stack if stack is not None else get_stack(None)).cross_entropy   # None: the default stack's
+        if ce != "fused":
+            dt = DTYPE_BYTES[plan.strategy.training.precision]   # the logits' bytes, as costing builds the head
+            return loss_as_run(op, dt, ce), 0.0, 0.0
     return torch_ring_attention(plan, stack, op)
+
+
+def loss_as_run(op, dt: int, impl: str):
+    """The loss operator ``op`` (built with the fused bytes, ``operators.head_operators``) moving
+    ``impl``'s bytes per logit (``taskgraph/cross_entropy.py``) over the same logits; ``op`` itself for
+    'fused'. A profile row still names it by the built operator's shape (what ``execsim profile`` and
+    ``calibrate`` write)."""
+    if impl == "fused":
+        return op
+    fused, own = cross_entropy_bytes(dt), cross_entropy_bytes(dt, impl)
+    logits = op.fwd_bytes // fused[0]
+    return replace(op, fwd_bytes=logits * own[0], bwd_input_bytes=logits * own[1], profile_shape=op_shape_key(op))
 
 
 def reduce_kind(plan: Plan) -> str:

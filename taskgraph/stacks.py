@@ -263,13 +263,20 @@ def attention_kernel_choices() -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=64)   # read per operator through CostContext.stack: one Stack object per choice
-def run_stack(name: str | None, attention_kernel: str | None = None) -> Stack | None:
-    """The stack a run is priced with: ``options.stack`` with ``options.attention_kernel`` (when given)
-    in place of its own attention; None for the default stack without an override (the catalog's
-    figures). One error line for an unknown kernel, naming the field, the value and the choices."""
-    if attention_kernel is None:
+def run_stack(name: str | None, attention_kernel: str | None = None, cross_entropy: str | None = None) -> Stack | None:
+    """The stack a run is priced with: ``options.stack`` with ``options.attention_kernel`` and
+    ``options.cross_entropy`` (when given) in place of its own; None for the default stack without an
+    override (the catalog's figures). One error line for an unknown kernel or loss, naming the field,
+    the value and the choices."""
+    if attention_kernel is None and cross_entropy is None:
         return None if name in (None, DEFAULT_STACK) else get_stack(name)
-    return with_attention(get_stack(name), attention_kernel)
+    stack = get_stack(name)
+    if cross_entropy is not None:
+        if cross_entropy not in CROSS_ENTROPY:
+            raise ConfigError(f"options.cross_entropy = {cross_entropy!r} is not a cross-entropy implementation; use "
+                              f"one of {', '.join(CROSS_ENTROPY)} (or leave it out: the stack's own)")
+        stack = replace(stack, cross_entropy=cross_entropy)
+    return stack if attention_kernel is None else with_attention(stack, attention_kernel)
 
 
 def with_attention(stack: Stack, attention_kernel: str) -> Stack:

@@ -71,6 +71,7 @@ OPTION_VALUES = {
     "moe_dispatcher": ["allgather", "allgather_allreduce"],
     "cuda_graphs": ["layers", "full_iteration"],
     "attention_kernel": ["fa2", "fa3", "cudnn", "flex", "varlen", "sdpa", "catalog", "triton"],
+    "cross_entropy": ["fused", "eager-fp32", "native", "te"],
 }
 #: NVFP4 training on B200 and the BF16 first / last layers of fp8 / fp4 recipes, drawn by _draw_fp4 from
 #: its own generator (same reason)
@@ -89,7 +90,17 @@ NEEDS = {"moe_imbalance": "moe", "moe_capacity_factor": "moe", "moe_max_nodes": 
          "moe_shared_expert_overlap": "shared-overlap", "pipeline_scatter_gather": "tp-pp",
          **{k: "low-precision" for k in FP4_KEYS}, "activation_offload_layers": "activation-offload",
          "moe_routing": "moe-routing", "attention_kernel": "attention-kernel", "moe_dispatcher": "moe-dispatcher",
-         "cuda_graphs": "cuda-graphs"}
+         "cuda_graphs": "cuda-graphs", "cross_entropy": "cross-entropy"}
+
+
+def _draw_cross_entropy(data: dict, on: set, i: int) -> None:
+    """options.cross_entropy (taskgraph/cross_entropy.py) in a third of the draws, any stack; its own
+    generator keeps the other draws as they were."""
+    rng = np.random.default_rng((20261129, i))
+    if rng.random() < 1 / 3:
+        values = OPTION_VALUES["cross_entropy"]
+        data["options"]["cross_entropy"] = values[int(rng.integers(len(values)))]
+        on.add("cross_entropy")
 
 
 def _draw_attention_kernel(data: dict, on: set, i: int) -> None:
@@ -399,6 +410,7 @@ def _draw(rng: np.random.Generator, i: int) -> tuple[dict, set]:
     _draw_attention_kernel(data, on, i)
     _draw_moe_dispatcher(data, on, i)
     _draw_cuda_graphs(data, on, i)
+    _draw_cross_entropy(data, on, i)
     return data, on
 
 

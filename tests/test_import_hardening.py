@@ -73,7 +73,8 @@ def test_nemotron_8b_recipe_every_field_and_simulates(tmp_path, capsys):
                              "seq_len": m["data"]["seq_length"], "precision": "bf16", "recompute": "none",
                              "train_tokens": float(t["max_steps"] * m["global_batch_size"] * m["data"]["seq_length"])}
     assert s["options"] == {"overlap_grad_reduce": True, "overlap_param_gather": True, "tp_comm_overlap": True,
-                            "p2p_overlap": False, "flash_attention": True}
+                            "p2p_overlap": False, "flash_attention": True,
+                            "cross_entropy": "native"}   # model.cross_entropy_loss_fusion: true (stacks.yaml [MEG-CE])
     from taskgraph.model import load_model_yaml
     spec = load_model_yaml(s["model"])
     h, f_, v, L = 4096, 16384, 256000, 32

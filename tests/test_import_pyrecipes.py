@@ -42,7 +42,7 @@ def test_nemo2_llama3_70b_every_field():
     assert s["training"] == {"micro_batch": 1, "global_batch": 512, "seq_len": 8192, "precision": "bf16",
                              "recompute": "none", "train_tokens": 1168251.0 * 512 * 8192}
     assert s["options"] == {"overlap_grad_reduce": True, "overlap_param_gather": True, "flash_attention": True,
-                            "fp32_grad_accum": True}
+                            "fp32_grad_accum": True, "cross_entropy": "native"}   # NeMo 2 GPTConfig's fusion default
     assert s["cluster"] == {"preset": "dgx-h100", "nodes": 4} and s["_gpus_per_node"] == 8
     spec = load_model_yaml(s["model"])
     assert abs(spec.param_count() / PUBLISHED_PARAMS["llama3-70b"] - 1) < 0.02
@@ -89,7 +89,8 @@ def test_bridge_recipe_qwen3_moe_every_field():
                              "recompute": "selective", "train_tokens": 1000.0 * 256 * 4096}
     # _perf_precision("fp8_cs"): current scaling (tensorwise), fp8 param gather, grads reduced in bf16
     assert s["options"] == {"overlap_grad_reduce": True, "overlap_param_gather": True, "flash_attention": True,
-                            "fp8_recipe": "tensorwise", "fp8_param_gather": True, "fp32_grad_accum": False}
+                            "fp8_recipe": "tensorwise", "fp8_param_gather": True, "fp32_grad_accum": False,
+                            "cross_entropy": "native"}   # GPTModelProvider's cross_entropy_loss_fusion default
     assert s["_recipe_gpus"] == 16 and s["cluster"]["nodes"] is None
     spec = load_model_yaml({**s["model"], "vocab": 151936})
     assert abs(spec.param_count() / PUBLISHED_PARAMS["qwen3-30b-a3b"] - 1) < 0.02

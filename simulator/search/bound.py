@@ -269,14 +269,14 @@ def _kernel_times(ctx, c, layer_index: int | None, part: str) -> tuple[float, fl
     kind = model.layer_kind(layer_index) if part == "layer" else None
     key = (part, kind, model, ctx.cluster.gpu, c.tp, sp, c.cp, c.ep, c.micro_batch, tr.seq_len, tr.precision,
            opt.flash_attention, opt.moe_load, opt.cp_comm, opt.cp_load_balance, opt.profile, opt.fp32_grad_accum,
-           opt.fp8_recipe, opt.stack, opt.attention_kernel, opt.moe_dispatcher)
+           opt.fp8_recipe, opt.stack, opt.attention_kernel, opt.moe_dispatcher, opt.cross_entropy)
     hit = _MEMO.get(key)
     if hit is not None:
         return hit
     from taskgraph.cost import DTYPE_BYTES, ProfileTable, op_time
     from taskgraph.operators import embedding_operators, head_operators, layer_operators
     from taskgraph.stacks import run_stack
-    stack = run_stack(opt.stack, opt.attention_kernel)  # as costing prices them
+    stack = run_stack(opt.stack, opt.attention_kernel, opt.cross_entropy)  # as costing prices them
     dt = DTYPE_BYTES[tr.precision]
     kw = dict(micro_batch=c.micro_batch, seq_len=tr.seq_len, tp=c.tp, sp=sp, cp=c.cp, dtype_bytes=dt)
     if part == "layer":
@@ -286,8 +286,12 @@ def _kernel_times(ctx, c, layer_index: int | None, part: str) -> tuple[float, fl
     elif part == "embedding":
         ops = embedding_operators(model, **kw)
     else:
-        ops = head_operators(model, ep=c.ep, flash_attention=opt.flash_attention, moe_load=opt.moe_load,
-                             moe_dispatcher=opt.moe_dispatcher, **kw)
+        from taskgraph.stack_costs import loss_as_run
+        from taskgraph.stacks import get_stack
+        ce = (stack if stack is not None else get_stack(None)).cross_entropy   # the loss as costing runs it
+        ops = [loss_as_run(o, dt, ce) if o.kind == "loss" else o for o in
+               head_operators(model, ep=c.ep, flash_attention=opt.flash_attention, moe_load=opt.moe_load,
+                              moe_dispatcher=opt.moe_dispatcher, **kw)]
     profile = ProfileTable.load(opt.profile) if opt.profile else None
     gacc = 4 if (tr.precision in ("bf16", "fp8", "fp4") and opt.fp32_grad_accum) else 2  # costing.grad_bytes_per_param
     gpu = ctx.cluster.gpu
