@@ -73,8 +73,12 @@ GPU_PRESET = {"A100-SXM-80GB": "dgx-a100-80g", "A100-SXM-40GB": "dgx-a100-40g", 
 GPUS_PER_NODE = 8  # DGX A100 / DGX H100 (clusters.yaml sources)
 #: Above this many estimated operator-level tasks ``--fidelity auto`` switches a row to coarse.
 OPERATOR_TASK_LIMIT = 400_000
-#: Zero-bubble rows give no vocabulary; Qi et al. 2024 train GPT-style models, GPT-2's BPE has 50257.
-ZB_VOCAB = 50257
+#: Zero-bubble rows give no vocabulary. ASSUMED 32,000: the paper's repository pretrains with a SentencePiece
+#: model, not GPT-2's BPE (sail-sg/zero-bubble-pipeline-parallelism 064369d examples/pretrain_zero_bubble.sh:
+#: --tokenizer-type GPTSentencePieceTokenizer --tokenizer-model .../tokenizers/tokenizer.model, its C4 sample
+#: dataset), and the SentencePiece models of that use (T5's for C4, Llama's) have 32,000 pieces; the file's own
+#: size was not read. GPT-2's 50,257 was assumed before (docs/changelog-validation.md, 2026-11-29).
+ZB_VOCAB = 32000
 #: Narayanan 2021 Table 1/2 give neither micro-batch size nor chunks per stage (see _vpp_assumed).
 N21_MICRO_BATCH = 1
 #: Chunks per pipeline rank assumed when a row says "interleaved" without the count: the largest
@@ -202,7 +206,7 @@ def model_mapping(row: dict, notes: list, *, layers: int | None = None) -> dict:
         if "zero bubble" not in row["source"]:
             raise NotExpressible("vocab = n/a")
         vocab = ZB_VOCAB
-        notes.append(f"vocab n/a: assumed GPT-2's {ZB_VOCAB}")
+        notes.append(f"vocab n/a: assumed SentencePiece's {ZB_VOCAB}")
     seq = _int(row, "seq_len")
     m = dict(name=row["id"], layers=layers or _int(row, "layers"), hidden=_int(row, "hidden"),
              heads=_int(row, "heads"), kv_heads=_int(row, "kv_heads"), ffn=_int(row, "ffn"), vocab=vocab)

@@ -115,12 +115,12 @@ def test_every_other_row_builds_a_strategy_that_parses(rows):
 
 
 def test_small_rows_resolve(rows):
-    # zero bubble: pure PP over 8 GPUs, first/last stage one layer fewer, vocab assumed 50257
+    # zero bubble: pure PP over 8 GPUs, first/last stage one layer fewer, vocab assumed 32000 (the repository's SentencePiece tokenizer)
     d, notes = V.strategy_for(_row(rows, "ZB-1.5B-1f1b-24"))
     plan = resolve(parse_strategy(d))
     assert plan.microbatches == 24 and plan.sizes.pp == 8
     assert plan.layers_per_stage == (2, 3, 3, 3, 3, 3, 3, 2)
-    assert plan.model.vocab == V.ZB_VOCAB and any("50257" in n for n in notes)
+    assert plan.model.vocab == V.ZB_VOCAB and any("32000" in n for n in notes)
     # vpp = max: one layer per chunk, first/last virtual stage empty
     d, _ = V.strategy_for(_row(rows, "ZB-1.5B-int-24"))
     plan = resolve(parse_strategy(d))
