@@ -207,7 +207,7 @@ def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bo
         fwd_pre=tuple(slots[("fwd", "before")]), fwd_post=tuple(slots[("fwd", "after")]),
         bwd_pre=tuple(slots[("bwd", "before")]), bwd_post=tuple(slots[("bwd", "after")]),
         selective=op.selective_recompute_bytes > 0, saved_bytes=saved, recompute_bytes=rec,
-        grad_bytes=float(op.params) * gacc,
+        grad_bytes=float(op.params - op.frozen_params) * gacc,   # LoRA: frozen weights have none
     )
 
 
@@ -390,7 +390,7 @@ def context_id(plan: Plan) -> int | None:
     tr, opt = strat.training, strat.options
     if opt.profile:
         return None
-    key = (plan.model, plan.cluster, plan.sizes, plan.sp, plan.zero, tr.micro_batch, tr.seq_len, tr.precision,
+    key = (plan.model, plan.cluster, plan.sizes, plan.sp, plan.zero, tr.micro_batch, tr.seq_len, tr.precision, tr.lora,
            opt.flash_attention, opt.fp32_grad_accum, opt.grad_bucket_mb, opt.tp_async_backward, opt.moe_load,
            opt.moe_max_nodes, opt.pair_overlap, opt.pair_comm_sms, opt.fp8_recipe, opt.fp8_param_gather, opt.activation_offload_layers, opt.cp_comm, opt.cp_load_balance, plan.shard_size, plan.reshard_after_forward, opt.overlap_grad_reduce,
            opt.tp_comm_overlap, opt.overlap_interference, opt.stack, opt.attention_kernel, opt.overlap_moe_expert_parallel_comm,
@@ -412,7 +412,7 @@ def _layer_context(plan: Plan) -> tuple:
     groups (the per-layer key in ``_build_stage``): shared by plans that differ only in pp, dp,
     ZeRO 0-2, the schedule or layers per stage (a strategy search re-costs the same layers)."""
     tr, opt, s = plan.strategy.training, plan.strategy.options, plan.sizes
-    return (plan.model, plan.cluster, s.tp, plan.sp, s.cp, s.ep, tr.micro_batch, tr.seq_len, tr.precision,
+    return (plan.model, plan.cluster, s.tp, plan.sp, s.cp, s.ep, tr.micro_batch, tr.seq_len, tr.precision, tr.lora,
             opt.flash_attention, opt.fp32_grad_accum, opt.tp_async_backward, opt.moe_load, opt.cp_comm,
             opt.cp_load_balance, opt.moe_max_nodes, opt.fp8_recipe, opt.fp8_param_gather, opt.activation_offload_layers,
             opt.tp_comm_overlap, opt.overlap_interference, opt.stack, opt.attention_kernel, opt.overlap_moe_expert_parallel_comm,
@@ -471,7 +471,7 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
     cid = context_id(plan)
     s = plan.sizes
     dt = DTYPE_BYTES[tr.precision]
-    kw = dict(micro_batch=tr.micro_batch, seq_len=tr.seq_len, tp=s.tp, sp=plan.sp, cp=s.cp)
+    kw = dict(micro_batch=tr.micro_batch, seq_len=tr.seq_len, tp=s.tp, sp=plan.sp, cp=s.cp, lora=tr.lora)
     stages = []
     # SM fractions of the side streams (taskgraph/overlap.py); coarse records fold the TP one in
     shares = stream_shares(plan, dict(representative_groups(s, 0)))

@@ -35,6 +35,7 @@ from strategies.errors import ConfigError
 from strategies.strategy_file import MoeRouting
 from taskgraph.attention_shape import AttentionShape, attention_pairs, kernel_attention_shape, unfused_score_bytes
 from taskgraph.cross_entropy import cross_entropy_bytes
+from taskgraph.lora import apply_lora
 from taskgraph.model import ModelSpec
 from taskgraph.moe_dispatchers import MOE_DISPATCHERS, MoeDispatchShape
 from taskgraph.moe_routing import routed_load
@@ -162,6 +163,8 @@ class Operator:
     bwd_input_bytes: priced after the GEMMs (taskgraph/cost.py op_time)."""
     copy_kernels: int = 0
     """Launches of those copy kernels per pass."""
+    frozen_params: int = 0
+    """Part of ``params`` that is frozen (LoRA, taskgraph/lora.py): held, but no gradient, no optimizer state."""
 
     @property
     def bwd_flops(self) -> float:
@@ -534,8 +537,10 @@ def layer_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int
                     sp: bool = False, cp: int = 1, ep: int = 1, dtype_bytes: int = 2,
                     flash_attention: bool = True, layer_index: int = 0,
                     causal_halved: bool | None = None, moe_load: float | MoeRouting = 1.0, cp_comm: str = "allgather",
-                    cp_balance: bool = True, etp: int | None = None, moe_dispatcher: str = "alltoall") -> list:
-    """Operators of decoder layer ``layer_index`` on one GPU, in forward order.
+                    cp_balance: bool = True, etp: int | None = None, moe_dispatcher: str = "alltoall",
+                    lora=None) -> list:
+    """Operators of decoder layer ``layer_index`` on one GPU, in forward order (``lora``: a
+    strategies.lora_spec.LoraSpec, taskgraph/lora.py).
 
     ``causal_halved``: count only the unmasked s(s+1)/2 attention pairs; default (None) = what
     the kernel executes: True with flash attention, False for the unfused kernel.
@@ -544,7 +549,12 @@ def layer_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int
     """
     c = _context(model, micro_batch, seq_len, tp, sp, cp, ep, dtype_bytes, flash_attention,
                  causal_halved, moe_load, cp_comm, cp_balance, etp, moe_dispatcher)
-    return _layer_ops(c, layer_index)
+    return _lora(c, _layer_ops(c, layer_index), lora)
+
+
+def _lora(c: _Ctx, ops: list, lora) -> list:
+    return apply_lora(ops, lora, tokens=c.T, tokens_sp=c.Tsp, tp=c.tp, sp=c.sp, dt=c.dt, operator=Operator,
+                      gemm=GemmShape, coll=Collective)
 
 
 def _layer_ops(c: _Ctx, layer_index: int, prefix: str = "", layer: int | None = None) -> list:
@@ -572,7 +582,7 @@ def _layer_ops(c: _Ctx, layer_index: int, prefix: str = "", layer: int | None = 
 
 
 def embedding_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int = 1,
-                        sp: bool = False, cp: int = 1, dtype_bytes: int = 2) -> list:
+                        sp: bool = False, cp: int = 1, dtype_bytes: int = 2, lora=None) -> list:
     """Vocab-parallel word embedding (+ learned positions, dropout) and BLOOM's embedding norm."""
     if model.position == "learned" and seq_len > model.max_seq:
         raise ConfigError(f"seq_len={seq_len} exceeds model.max_seq={model.max_seq} (learned position "
@@ -596,13 +606,14 @@ def embedding_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp:
     ops = [emb]
     if model.embedding_norm:
         ops.append(_norm(c, "embedding_norm", -1))
-    return ops
+    return _lora(c, ops, lora)
 
 
 def head_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int = 1,
                    sp: bool = False, cp: int = 1, dtype_bytes: int = 2, ep: int = 1,
                    flash_attention: bool = True, moe_load: float | MoeRouting = 1.0, cp_comm: str = "allgather",
-                   cp_balance: bool = True, etp: int | None = None, moe_dispatcher: str = "alltoall") -> list:
+                   cp_balance: bool = True, etp: int | None = None, moe_dispatcher: str = "alltoall",
+                   lora=None) -> list:
     """Final norm, vocab-parallel LM head (+ Gemma's logit soft-capping) and vocab-parallel
     cross-entropy loss, then the multi-token-prediction modules (DeepSeek-V3 Section 2.2) if any,
     parallelized like the decoder layers (``cp_comm``, ``cp_balance``, ``etp``: see layer_operators)."""
@@ -612,7 +623,7 @@ def head_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int 
         ops += _mtp_ops(model, k, micro_batch=micro_batch, seq_len=seq_len, tp=tp, sp=sp, cp=cp,
                         dtype_bytes=dtype_bytes, ep=ep, flash_attention=flash_attention, moe_load=moe_load,
                         cp_comm=cp_comm, cp_balance=cp_balance, etp=etp, moe_dispatcher=moe_dispatcher)
-    return ops
+    return _lora(c, ops, lora)
 
 
 def _mtp_ops(model: ModelSpec, k: int, *, ep: int, flash_attention: bool, moe_load: float | MoeRouting = 1.0,

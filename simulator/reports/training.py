@@ -128,13 +128,16 @@ def recompute_flops_per_microbatch(plan) -> float:
 
 
 def training_report(plan, work, graph: TaskGraph, result: SimResult, rep: Report) -> TrainingReport:
+    from taskgraph.lora_flops import lora_flops_per_token
     from taskgraph.operators import model_flops_per_token
     from topologies.stragglers import pace_summary
     tr = plan.strategy.training
     s = plan.sizes
     it = rep.makespan_s
     tokens = plan.tokens_per_iteration
-    model_flops = model_flops_per_token(plan.model, tr.seq_len, "megatron") * tokens
+    per_token = model_flops_per_token(plan.model, tr.seq_len, "megatron") if tr.lora is None else \
+        lora_flops_per_token(plan.model, tr.seq_len, tr.lora)   # LoRA: no frozen-weight wgrad (taskgraph/lora.py)
+    model_flops = per_token * tokens
     # Recomputed forward FLOPs (HFU): per layer per microbatch per GPU, times all GPUs and microbatches.
     recompute = recompute_flops_per_microbatch(plan)
     recompute *= s.tp * s.cp * s.dp * plan.microbatches
