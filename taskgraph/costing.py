@@ -15,6 +15,7 @@ from strategies.schedules import has_split_backward
 from taskgraph.coarse import coarse_stage_work
 from taskgraph.cost import NVFP4_ELEMENT_BYTES, OPTIMIZER_OP, ProfileTable, op_time
 from taskgraph.cpu_optimizer import cpu_offload_step_time
+from taskgraph.lora import trainable_share
 from taskgraph.operators import embedding_operators, head_operators, layer_operators
 from taskgraph.overheads import adam_bytes, adam_step_s, host_bound, master_copy, stack_host_terms, step_overhead_s
 from taskgraph.overlap import bulk, chunk_op, pipelined, ring_exchange, ring_hbm_loss, sm_fraction, stream_shares
@@ -342,7 +343,7 @@ def _zero3_comms(ctx: CostContext, ops, dp_group, fwd_hide: float, bwd_hide: flo
         if len(group) > 1:   # FSDP2's copy-in runs before its all-gather on the copy-in stream: prefetched with it
             ag += comm_time(plan.cluster, "all-gather", pb * n, group, share) + cin
         copy_out += cout
-        rs += rs_copy_in + _grad_reduce_time(plan, gb * n, dp_group, share, unit)
+        rs += rs_copy_in + _grad_reduce_time(plan, gb * n * trainable_share(ops, unit is not None), dp_group, share, unit)
     # the prefetched gather holds its NCCL channels' SMs while the previous layer computes and shares
     # HBM with it (taskgraph/overlap.py): the pair takes bulk(hide, gather, f, g); the excess is charged here
     f = stream_shares(plan, {"dp": shard}).get("dp", 0.0)
@@ -469,8 +470,7 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
         if opt.profile else None
     ctx = CostContext(plan, profile)
     cid = context_id(plan)
-    s = plan.sizes
-    dt = DTYPE_BYTES[tr.precision]
+    s, dt = plan.sizes, DTYPE_BYTES[tr.precision]
     kw = dict(micro_batch=tr.micro_batch, seq_len=tr.seq_len, tp=s.tp, sp=plan.sp, cp=s.cp, lora=tr.lora)
     stages = []
     # SM fractions of the side streams (taskgraph/overlap.py); coarse records fold the TP one in

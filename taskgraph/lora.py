@@ -69,7 +69,8 @@ def check_lora(model, lora: LoraSpec | None, tp: int) -> None:
             "attn_out": (model.heads * model.v_head_dim, model.hidden),
             "mlp_up": (model.hidden, model.ffn), "mlp_gate_up": (model.hidden, model.ffn),
             "mlp_down": (model.ffn, model.hidden)}
-    for t in lora_targets(lora, names):
+    chosen = lora_targets(lora, names)
+    for t in (x for x in _COLUMN + _ROW if x in chosen):    # a fixed order: one deterministic message
         k, d = dims[t]
         if lora.rank > min(k, d):
             raise ConfigError(f"training.lora.rank = {lora.rank} exceeds min(in, out) = {min(k, d)} of {t!r} "
@@ -147,3 +148,12 @@ def apply_lora(ops: list, lora: LoraSpec | None, **kw) -> list:
             out.append(adapter(o, lora, **kw))
     return out
 
+
+
+def trainable_share(ops, experts: bool) -> float:
+    """Share of the parameters of ``ops`` (the routed experts' if ``experts``, the rest otherwise) that
+    carry a gradient: 1 without LoRA. FSDP gathers every weight, frozen ones too, but reduce-scatters
+    only the gradients that exist (ZeRO-3 / FSDP layer collectives, taskgraph/costing.py)."""
+    sel = [o for o in ops if (o.name == "moe_experts") == experts]
+    total = sum(o.params for o in sel)
+    return 1.0 if total <= 0 else sum(o.params - o.frozen_params for o in sel) / total
