@@ -158,7 +158,8 @@ def layer_activation_table(plan) -> list[dict]:
                                                           ep=s.ep, dtype_bytes=DTYPE_BYTES[tr.precision],
                                                           layer_index=li,
                                                           moe_load=plan.strategy.options.moe_load,
-                                                          cp_comm=plan.strategy.options.cp_comm, etp=s.etp)
+                                                          cp_comm=plan.strategy.options.cp_comm, etp=s.etp,
+                                                          lora=tr.lora)
                           for pol in ("none", "selective", "full")}
         policy = tr.recompute_layers[li] if tr.recompute_layers else tr.recompute
         rows.append({"layer": li, "stage": stage, "rank": plan.schedule.stage_to_rank[stage], "policy": policy,

@@ -732,7 +732,7 @@ def activation_bytes_per_layer(model: ModelSpec, micro_batch: int, seq_len: int,
                                sp: bool = False, recompute: str = "none", flash_attention: bool = True,
                                *, cp: int = 1, ep: int = 1, dtype_bytes: int = 2,
                                layer_index: int = 0, moe_load: float | MoeRouting = 1.0, cp_comm: str = "allgather",
-                               etp: int | None = None) -> int:
+                               etp: int | None = None, lora=None) -> int:
     """Bytes one layer keeps for backward per micro-batch on one GPU (Korthikanti 2022 Table 2).
 
     'none': sum of saved_activation_bytes; 'selective': minus the attention-core internals
@@ -743,7 +743,7 @@ def activation_bytes_per_layer(model: ModelSpec, micro_batch: int, seq_len: int,
                           f"{did_you_mean(recompute, RECOMPUTE)}")
     ops = layer_operators(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, sp=sp, cp=cp, ep=ep,
                           dtype_bytes=dtype_bytes, flash_attention=flash_attention,
-                          layer_index=layer_index, moe_load=moe_load, cp_comm=cp_comm, etp=etp)
+                          layer_index=layer_index, moe_load=moe_load, cp_comm=cp_comm, etp=etp, lora=lora)
     if recompute == "full":
         return dtype_bytes * micro_batch * (seq_len // cp) * model.hidden // (tp if sp else 1)
     drop = recompute == "selective"

@@ -205,3 +205,33 @@ def test_lora_never_costs_more_than_full_fine_tuning(tp, pp, zero, rank_div, att
     b = simulate_strategy(parse_strategy(d))
     assert b.training.iteration_time_s < a.training.iteration_time_s
     assert memory_report(b.plan, b.graph, b.result).peak <= memory_report(a.plan, a.graph, a.result).peak
+
+
+def test_search_bounds_hold_for_lora():
+    """The strategy search's pruning bounds see the frozen weights and the adapters: the static memory
+    bound never exceeds a LoRA candidate's simulated peak, the time bound never its step, and the search
+    keeps the layouts that fit (with full fine-tuning's 16 bytes per parameter none of them would)."""
+    from pathlib import Path
+
+    from simulator.search.backends import Job, evaluate_row
+    from simulator.search.bnb import compute_bounds
+    from simulator.search.space import SearchSpace, context, enumerate_space
+    from simulator.search.strategy_search import search
+    from strategies.strategy_file import load_strategy
+    ex = Path(__file__).resolve().parent.parent / "strategies" / "examples" / "llama2-70b-lora-8-h100.yaml"
+    base = load_strategy(ex)
+    space = SearchSpace(tp=(1, 2, 4), pp=(1, 2), cp=(1,), micro_batch=(1,), zero=(1, 3), recompute=("full",))
+    t = search(base, space=space, jobs=1).table
+    ok = t[t["status"] == "ok"]
+    assert len(ok) >= 3
+    sim = t[t["peak_memory_gb"].notna()]   # the simulated ones (pruned candidates have no peak)
+    assert len(sim) >= len(ok) and (sim["static_bound_gb"] <= sim["peak_memory_gb"] + 1e-9).all()
+    ctx = context(base)
+    cands, stats = enumerate_space(ctx, space, [8])
+    # tp 1, pp 1 without ZeRO-3 holds all 69 B frozen weights (138 GB): pruned by the bound, rightly
+    assert [(c.tp, c.pp, c.zero) for c in stats.pruned] == [(1, 1, 1)]
+    job = Job(ctx, 2.0, 1e9)
+    for c, lb in zip(cands, compute_bounds(job, cands)):
+        row = evaluate_row(job, c)
+        if row["status"] != "invalid":
+            assert 0 < lb <= row["iteration_time_s"], c.label()

@@ -113,7 +113,7 @@ def recompute_flops_per_microbatch(plan) -> float:
     from taskgraph.operators import layer_operators
     tr, s = plan.strategy.training, plan.sizes
     kw = dict(micro_batch=tr.micro_batch, seq_len=tr.seq_len, tp=s.tp, sp=plan.sp, cp=s.cp, ep=s.ep, etp=s.etp,
-              flash_attention=plan.strategy.options.flash_attention)
+              flash_attention=plan.strategy.options.flash_attention, lora=tr.lora)   # adapters recompute too
     total, cache = 0.0, {}
     for li in range(plan.model.layers):
         policy = tr.recompute_layers[li] if tr.recompute_layers else tr.recompute
