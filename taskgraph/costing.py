@@ -15,7 +15,7 @@ from strategies.schedules import has_split_backward
 from taskgraph.coarse import coarse_stage_work
 from taskgraph.cost import NVFP4_ELEMENT_BYTES, OPTIMIZER_OP, ProfileTable, op_time
 from taskgraph.cpu_optimizer import cpu_offload_step_time
-from taskgraph.lora import trainable_share
+from taskgraph.lora import ADAPTER_SUFFIX, NOT_TE, trainable_share
 from taskgraph.operators import embedding_operators, head_operators, layer_operators
 from taskgraph.overheads import adam_bytes, adam_step_s, host_bound, master_copy, stack_host_terms, step_overhead_s
 from taskgraph.overlap import bulk, chunk_op, pipelined, ring_exchange, ring_hbm_loss, sm_fraction, stream_shares
@@ -183,18 +183,18 @@ def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bo
         grp = {"etp": "tp", "etp-ep": "ep"}.get(c.group, c.group)    # expert TP collectives are TP collectives
         slots[(c.phase, c.where)].append(Comm(f"{grp}-comm", f"{c.group}-{c.op}", secs, _comm_stream(plan, c.group),
                                               overlaps=overlaps))
-    if plan.strategy.options.tp_comm_overlap and op.kind == "gemm" and op.gemms:
+    if plan.strategy.options.tp_comm_overlap and op.kind == "gemm" and op.gemms and not op.name.endswith(ADAPTER_SUFFIX):
         _userbuffer_overlap(ctx, op, t, slots, gacc, len(groups["tp"]))
-    if te_scaling_applies(ctx) and op.kind == "gemm" and op.gemms and not op.name.endswith("lm_head"):
+    if te_scaling_applies(ctx) and op.kind == "gemm" and op.gemms and not op.name.endswith(NOT_TE):
         te_scaling_work(ctx, op, t, slots, groups, comm_time)
     saved, rec = float(op.saved_activation_bytes), 0.0
-    if ctx.dtype == "fp8" and recipe == "blockwise" and op.kind == "gemm" and not op.name.endswith("lm_head"):
+    if ctx.dtype == "fp8" and recipe == "blockwise" and op.kind == "gemm" and not op.name.endswith(NOT_TE):
         # DeepSeek-V3 Section 3.3.3 (low-precision storage): the inputs Linear operators keep for their
         # backward (and the SwiGLU inputs of the MoE experts) are cached in FP8 with 1 x 128 scales;
         # an MLA up-projection's output (the attention core's Q, K, V: selective bytes) stays BF16
         keep = float(op.selective_recompute_bytes)
         saved = (saved - keep) * FP8_COMM_FACTOR + keep
-    if ctx.dtype == "fp4" and op.kind == "gemm" and op.gemms and not op.name.endswith("lm_head"):
+    if ctx.dtype == "fp4" and op.kind == "gemm" and op.gemms and not op.name.endswith(NOT_TE):
         # Transformer Engine keeps a quantized GEMM input for the backward as the column-wise NVFP4 copy
         # wgrad reads (E2M1 + one E4M3 scale per 16: NVFP4_ELEMENT_BYTES of bf16's 2), as blockwise above
         keep = float(op.selective_recompute_bytes)

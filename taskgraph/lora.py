@@ -39,6 +39,9 @@ from strategies.lora_spec import LoraSpec
 
 #: name suffix of an adapter operator (taskgraph/cost.py prices these GEMMs in 16 bits)
 ADAPTER_SUFFIX = "_lora"
+#: GEMM operators outside Transformer Engine (no FP8 / FP4 scaling work, no quantized saved inputs, no
+#: userbuffers): Megatron's output head (its own ColumnParallelLinear) and the adapters
+NOT_TE = ("lm_head", ADAPTER_SUFFIX)
 _COLUMN = ("qkv", "mlp_up", "mlp_gate_up")
 _ROW = ("attn_out", "mlp_down")
 MASK_BYTES = 1   # a dropout mask: 1 byte per element (Korthikanti 2022 Section 4.1)
@@ -80,14 +83,16 @@ def check_lora(model, lora: LoraSpec | None, tp: int) -> None:
                               f"adapter's A of a column-parallel {t!r} is sharded over tp); choose a multiple of {tp}")
 
 
-def frozen(op):
+def frozen(op, input_kept: bool = False):
     """``op`` with its weights frozen: no weight-gradient pass, no gradient, and (a linear layer) no
-    saved input; what else it keeps (an MLA up-projection's Q/K/V: its selective bytes) stays. The
-    embedding (its whole backward is the weight gradient) runs no backward and no backward collective."""
+    saved input unless another operator keeps it (``input_kept``: the attention output a fused attention
+    kernel saves for its own backward, which operators.py counts on attn_out); what else it keeps (an
+    MLA up-projection's Q/K/V: its selective bytes) stays. The embedding (its whole backward is the
+    weight gradient) runs no backward and no backward collective."""
     if op.params <= 0 and op.bwd_weight_flops <= 0:
         return op
     saved, comms = op.saved_activation_bytes, op.comms
-    if op.kind == "gemm" and len(op.gemms) == 1:
+    if op.kind == "gemm" and len(op.gemms) == 1 and not input_kept:
         saved = op.selective_recompute_bytes
     if op.bwd_input_flops <= 0 and op.bwd_input_bytes <= 0:   # the embedding: no backward at all
         comms = tuple(c for c in comms if c.phase == "fwd")
@@ -98,9 +103,13 @@ def frozen(op):
                                saved_activation_bytes=saved, comms=comms)
 
 
-def adapter(op, lora: LoraSpec, *, tokens: int, tokens_sp: int, tp: int, sp: bool, dt: int, operator, gemm, coll):
+def adapter(op, lora: LoraSpec, *, tokens: int, tokens_sp: int, tp: int, sp: bool, dt: int, operator, gemm, coll,
+            input_kept: bool = False):
     """The adapter operator of target ``op`` (class ``operator``, shapes ``gemm``, collectives ``coll``:
-    taskgraph/operators.py's Operator, GemmShape, Collective; passed in to keep the import one-way)."""
+    taskgraph/operators.py's Operator, GemmShape, Collective; passed in to keep the import one-way).
+    ``input_kept``: its input is saved by another operator already (:func:`frozen`). The backward
+    all-reduces of an input gradient are asynchronous beside the weight-gradient GEMMs (megatron-core
+    LinearWithGradAccumulationAndAsyncCommunication, which both adapter linears use)."""
     g = op.gemms[0]
     T, r, k, n = tokens, lora.rank, g.k, g.n
     column = op.name in _COLUMN
@@ -111,7 +120,7 @@ def adapter(op, lora: LoraSpec, *, tokens: int, tokens_sp: int, tp: int, sp: boo
         if tp > 1:
             comms = (coll("tp", "all-gather", "fwd", "after", dt * T * r),)
             if not sp:   # linear_in's input gradient (ColumnParallelLinear backward all-reduce)
-                comms += (coll("tp", "all-reduce", "bwd", "after", dt * T * k),)
+                comms += (coll("tp", "all-reduce", "bwd", "after", dt * T * k, overlaps="wgrad"),)
     else:        # A: [r, k/tp] (k = the base's local input); B: [d/tp, r], output gathered to [T, d]
         d = n
         shapes, out_elems = (gemm(T, r, k), gemm(T, d // tp, r)), tokens_sp * d
@@ -121,7 +130,7 @@ def adapter(op, lora: LoraSpec, *, tokens: int, tokens_sp: int, tp: int, sp: boo
             comms = (coll("tp", "all-reduce", "fwd", "after", dt * T * r),
                      coll("tp", "all-gather", "fwd", "after", dt * T * d))
             comms += ((coll("tp", "all-gather", "bwd", "before", dt * T * d),) if sp else ()) + \
-                (coll("tp", "all-reduce", "bwd", "after", dt * T * r),)
+                (coll("tp", "all-reduce", "bwd", "after", dt * T * r, overlaps="wgrad"),)
     f = sum(2.0 * s.m * s.n * s.k for s in shapes)
     io = sum(dt * (s.m * s.k + s.k * s.n + s.m * s.n) for s in shapes)
     # scale by alpha / r (read + write) and the add onto the base output (2 reads + 1 write); backward:
@@ -129,25 +138,28 @@ def adapter(op, lora: LoraSpec, *, tokens: int, tokens_sp: int, tp: int, sp: boo
     ew_f, ew_b = 5 * dt * out_elems, 2 * dt * out_elems
     x_elems = T * k
     drop = (2 * dt + MASK_BYTES) * x_elems if lora.dropout > 0 else 0
-    # saved: linear_in's input (the dropout output and its mask with dropout) and linear_out's input
-    saved = dt * x_elems + (MASK_BYTES * x_elems if lora.dropout > 0 else 0) + dt * T * r
+    # saved: linear_in's input (with dropout: the dropout output and its mask; without, nothing when another
+    # operator keeps that tensor already) and linear_out's input
+    saved = ((dt + MASK_BYTES) * x_elems if lora.dropout > 0 else (0 if input_kept else dt * x_elems)) + dt * T * r
     return operator(op.name + ADAPTER_SUFFIX, "gemm", op.layer, shapes, f, f, f, io + ew_f + drop, io + ew_b + drop,
                     io, params, saved, comms=comms)
 
 
-def apply_lora(ops: list, lora: LoraSpec | None, **kw) -> list:
+def apply_lora(ops: list, lora: LoraSpec | None, *, flash: bool = True, **kw) -> list:
     """``ops`` (one layer, the embedding or the head, in forward order) under LoRA: every operator
-    frozen, each target followed by its adapter (:func:`adapter`'s keywords). None: unchanged."""
+    frozen, each target followed by its adapter (:func:`adapter`'s keywords). None: unchanged.
+    ``flash``: a fused attention kernel, which saves its output O for its backward (FlashAttention,
+    Dao 2022 Algorithm 2 reads O; TE's FusedAttnFunc saves it), so attn_out's input stays kept."""
     if lora is None:
         return ops
     targets = lora_targets(lora, [o.name for o in ops])
     out = []
     for o in ops:
-        out.append(frozen(o))
+        kept = flash and o.name == "attn_out"
+        out.append(frozen(o, kept))
         if o.name in targets:
-            out.append(adapter(o, lora, **kw))
+            out.append(adapter(o, lora, input_kept=kept, **kw))
     return out
-
 
 
 def trainable_share(ops, experts: bool) -> float:

@@ -553,8 +553,8 @@ def layer_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int
 
 
 def _lora(c: _Ctx, ops: list, lora) -> list:
-    return apply_lora(ops, lora, tokens=c.T, tokens_sp=c.Tsp, tp=c.tp, sp=c.sp, dt=c.dt, operator=Operator,
-                      gemm=GemmShape, coll=Collective)
+    return apply_lora(ops, lora, flash=c.flash, tokens=c.T, tokens_sp=c.Tsp, tp=c.tp, sp=c.sp, dt=c.dt,
+                      operator=Operator, gemm=GemmShape, coll=Collective)
 
 
 def _layer_ops(c: _Ctx, layer_index: int, prefix: str = "", layer: int | None = None) -> list:

@@ -39,7 +39,11 @@ def test_base_gemms_keep_forward_and_dgrad_but_lose_wgrad():
         assert tuned[name].bwd_input_flops == full[name].bwd_input_flops
         assert tuned[name].bwd_weight_flops == 0 and tuned[name].bwd_weight_bytes == 0
         assert tuned[name].frozen_params == full[name].params
+    for name in ("qkv", "mlp_gate_up", "mlp_down"):
         assert tuned[name].saved_activation_bytes == 0           # TE: a frozen weight's input is not kept
+    # ... but the fused attention kernel keeps its output O (attn_out's input) for its own backward
+    assert tuned["attn_out"].saved_activation_bytes == full["attn_out"].saved_activation_bytes == 2 * T * H
+    assert _ops(lora, flash_attention=False)["attn_out"].saved_activation_bytes == 0
     assert tuned["input_norm"].bwd_weight_flops == 0 and tuned["input_norm"].frozen_params == H
     assert tuned["input_norm"].saved_activation_bytes == full["input_norm"].saved_activation_bytes
 
@@ -59,6 +63,8 @@ def test_adapter_flops_params_and_saved_bytes_closed_form():
     o = ops["attn_out_lora"]
     assert [(g.m, g.n, g.k) for g in o.gemms] == [(T, R, H), (T, H, R)]
     assert o.params == 2 * R * H and o.comms == ()            # tp 1: no collective
+    assert o.saved_activation_bytes == 2 * T * R              # its input O is the attention kernel's
+    assert _ops(lora, flash_attention=False)["attn_out_lora"].saved_activation_bytes == 2 * T * H + 2 * T * R
     names = list(ops)
     assert names.index("qkv_lora") == names.index("qkv") + 1 and "mlp_down_lora" not in ops
 
@@ -76,13 +82,13 @@ def test_tensor_parallel_shards_and_collectives_follow_megatron_bridge():
     q, o = ops["qkv_lora"], ops["attn_out_lora"]
     # column-parallel base: A [r/tp, h] on the whole input, its output gathered; B [3h/tp, r]
     assert [(g.m, g.n, g.k) for g in q.gemms] == [(T, R // 2, H), (T, 3 * H // 2, R)]
-    assert [(c.op, c.phase, c.bytes) for c in q.comms] == [("all-gather", "fwd", 2 * T * R),
-                                                           ("all-reduce", "bwd", 2 * T * H)]
+    assert [(c.op, c.phase, c.bytes, c.overlaps) for c in q.comms] == [("all-gather", "fwd", 2 * T * R, ""),
+                                                                       ("all-reduce", "bwd", 2 * T * H, "wgrad")]
     # row-parallel base: A [r, h/tp] with its partial sums all-reduced; B [h/tp, r] output gathered
     assert [(g.m, g.n, g.k) for g in o.gemms] == [(T, R, H // 2), (T, H // 2, R)]
-    assert [(c.op, c.phase, c.bytes) for c in o.comms] == [("all-reduce", "fwd", 2 * T * R),
-                                                           ("all-gather", "fwd", 2 * T * H),
-                                                           ("all-reduce", "bwd", 2 * T * R)]
+    assert [(c.op, c.phase, c.bytes, c.overlaps) for c in o.comms] == [("all-reduce", "fwd", 2 * T * R, ""),
+                                                                       ("all-gather", "fwd", 2 * T * H, ""),
+                                                                       ("all-reduce", "bwd", 2 * T * R, "wgrad")]
     sp = _ops(lora, tp=2, sp=True)
     assert [(c.op, c.phase) for c in sp["qkv_lora"].comms] == [("all-gather", "fwd")]
     assert ("all-gather", "bwd") in [(c.op, c.phase) for c in sp["attn_out_lora"].comms]
@@ -235,3 +241,18 @@ def test_search_bounds_hold_for_lora():
         row = evaluate_row(job, c)
         if row["status"] != "invalid":
             assert 0 < lb <= row["iteration_time_s"], c.label()
+
+
+def test_adapters_stay_in_16_bits_in_fp8_and_fp4_runs():
+    """Megatron-Bridge's adapters are megatron-core linears, outside Transformer Engine's autocast: their
+    GEMMs are priced at the bf16 rate and they join no TE scaling region (taskgraph/te_scaling.py)."""
+    from taskgraph.cost import op_time
+    from taskgraph.te_scaling import fp8_gemm_count
+    from topologies.gpus import get_gpu
+    lora = parse_lora({"rank": R, "targets": ["qkv", "attn_out"]})
+    ops = _ops(lora)
+    gpu = get_gpu("B200")
+    for p in ("fwd", "bwd_input", "bwd_weight"):
+        for dtype in ("fp8", "fp4"):
+            assert op_time(ops["qkv_lora"], p, gpu, dtype) == op_time(ops["qkv_lora"], p, gpu, "bf16")
+    assert fp8_gemm_count(list(ops.values())) == fp8_gemm_count(list(_ops().values()))
