@@ -256,3 +256,35 @@ def test_adapters_stay_in_16_bits_in_fp8_and_fp4_runs():
         for dtype in ("fp8", "fp4"):
             assert op_time(ops["qkv_lora"], p, gpu, dtype) == op_time(ops["qkv_lora"], p, gpu, "bf16")
     assert fp8_gemm_count(list(ops.values())) == fp8_gemm_count(list(_ops().values()))
+
+
+def _bridge_recipe(peft_line: str) -> str:
+    """tests/data/pyrecipes/bridge_qwen3_moe.py with ``cfg.peft = ...`` added (Megatron-Bridge's finetune
+    recipes set ConfigContainer.peft; src/megatron/bridge/peft/lora.py LoRA)."""
+    from pathlib import Path
+    text = (Path(__file__).parent / "data" / "pyrecipes" / "bridge_qwen3_moe.py").read_text()
+    text = text.replace("from megatron.bridge.training.config import ConfigContainer",
+                        "from megatron.bridge.training.config import ConfigContainer\nfrom megatron.bridge.peft.lora import LoRA")
+    return text.replace("    _moe_common(cfg, ep=8)\n", f"    _moe_common(cfg, ep=8)\n    cfg.peft = {peft_line}\n", 1)
+
+
+def test_megatron_bridge_peft_lora_imports():
+    from strategies.importers import import_config
+
+    def imp(line, **kw):
+        return import_config("bridge", _bridge_recipe(line), origin="r.py", cluster="dgx-h100", **kw)
+    s = imp("LoRA(target_modules=['linear_qkv', 'linear_proj'], dim=16, alpha=32, dropout=0.1)").strategy
+    assert s["training"]["lora"] == {"rank": 16, "alpha": 32.0, "dropout": 0.1, "targets": ["qkv", "attn_out"]}
+    s = imp("LoRA()").strategy       # the dataclass defaults: dim 32, alpha 32, every linear layer
+    assert s["training"]["lora"] == {"rank": 32, "alpha": 32.0, "dropout": 0.0,
+                                     "targets": ["qkv", "attn_out", "mlp_up", "mlp_down"]}
+    with pytest.raises(ConfigError, match=r"peft = default_peft_config\('lora'\) is not modelled or not known.*"
+                                          r"--set peft\._target_=LoRA"):
+        imp("default_peft_config('lora')")
+    fixed = imp("default_peft_config('lora')", sets={"peft._target_": "LoRA", "peft.dim": 8,
+                                                     "peft.target_modules": ["linear_qkv"]}).strategy
+    assert fixed["training"]["lora"]["rank"] == 8 and fixed["training"]["lora"]["targets"] == ["qkv"]
+    with pytest.raises(ConfigError, match=r"peft = DoRA\(\) is not modelled"):
+        imp("DoRA()")
+    with pytest.raises(ConfigError, match=r"peft\.target_modules = .*\(wildcard"):
+        imp("LoRA(target_modules=['*.layers.0.*.linear_qkv'])")
