@@ -19,8 +19,9 @@ What LoRA changes, and where each rule comes from:
   - column-parallel base (qkv, mlp_up / fc1): linear_in = ColumnParallelLinear(k, r,
     gather_output=True): A sharded r/tp, its [T, r/tp] output all-gathered to [T, r]; its input
     gradient is all-reduced over tp (without sequence parallelism; with it, TE returns the gathered
-    layernorm output, ``return_layernorm_output_gathered``, and the adapter's input gradient joins the
-    base's reduce-scatter); linear_out = ColumnParallelLinear(r, d, gather_output=False): B sharded d/tp,
+    layernorm output, ``return_layernorm_output_gathered``, Megatron-Bridge switches the adapter's own
+    SP communication off and ``disable_grad_reduce`` its all-reduce: the input gradient is taken to ride
+    on the base's reduce-scatter); linear_out = ColumnParallelLinear(r, d, gather_output=False): B sharded d/tp,
     its output adds onto the base's local shard.
   - row-parallel base (attn_out, mlp_down / fc2): linear_in = RowParallelLinear(k, r): A sharded k/tp,
     its [T, r] partial sums all-reduced; linear_out = ColumnParallelLinear(r, d, gather_output=True):
