@@ -25,6 +25,7 @@ from strategies.import_common import (
     recompute_fields,
     walk_keys,
 )
+from strategies.import_peft import PEFT_READ, nemo_lora
 from strategies.limits import MAX_DOCUMENT_BYTES, MAX_GPUS
 
 W = "nemo recipe: "
@@ -475,6 +476,9 @@ def import_nemo(data: dict, *, cluster: str | None = None, nodes: int | None = N
     seq = _seq_len(m)
     model = _model(data, m, parallel["tp"], vocab, seq, notes)
     training = _training(tr, m, model["layers"], parallel["pp"] * vpp, seq, precision)
+    lora = nemo_lora(m, notes)   # model.peft (strategies/import_peft.py)
+    if lora is not None:
+        training["lora"] = lora
     options = _options(m, optim, dist, "experts" in model, bool(model.get("shared_experts")), notes)
     n = nodes if nodes is not None else tr.integer("num_nodes", None, hi=MAX_GPUS)
     strategy = {"model": model, "cluster": cluster_mapping(cluster, n, "nemo recipe"), "parallel": parallel,
@@ -484,5 +488,5 @@ def import_nemo(data: dict, *, cluster: str | None = None, nodes: int | None = N
         strategy["_gpus_per_node"] = tr.integer("devices", None, hi=1024)
     if strategy.get("_gpus_per_node") is None:
         strategy.pop("_gpus_per_node", None)
-    seen = [k for k in walk_keys({"trainer": tr.data, "model": m.data}) if k not in _NEMO_READ] + notes
+    seen = [k for k in walk_keys({"trainer": tr.data, "model": m.data}) if k not in _NEMO_READ | PEFT_READ] + notes
     return Imported(strategy, tuple(seen), "nemo")

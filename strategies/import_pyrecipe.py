@@ -26,6 +26,7 @@ from strategies.import_common import (
     named_tokenizer_vocab,
     recompute_fields,
 )
+from strategies.import_peft import tree_lora
 from strategies.pyrecipe import Ref, Unknown, evaluate_recipe, parse_recipe, recipe_functions, short
 from strategies.pyrecipe_values import plain
 
@@ -370,6 +371,9 @@ def tree_to_strategy(tree: dict, kind: str, where: str, *, cluster: str | None, 
     training.update(recompute_fields(t.get(f"{m}.recompute_granularity", str, None), t.get(f"{m}.recompute_method", str, None),
                                t.get(f"{m}.recompute_num_layers", int, None), model["layers"], pp * vpp,
                                f"{where}: {m}.recompute"))
+    lora = tree_lora(t, notes)   # ConfigContainer.peft / recipe.peft (strategies/import_peft.py)
+    if lora is not None:
+        training["lora"] = lora
     steps = t.get(lay["steps"], None, None)
     if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0:
         training["train_tokens"] = float(steps) * training["global_batch"] * seq

@@ -23,11 +23,12 @@ from strategies.config import check_keys, did_you_mean, get_bool, get_float, get
 from strategies.errors import ConfigError, brief
 from strategies.fitted import fitted_value
 from strategies.limits import MAX_GPUS, MAX_LAYERS, MAX_SEQ_LEN
+from strategies.lora_spec import LoraSpec, parse_lora
 
 TOP_KEYS = ("model", "cluster", "parallel", "schedule", "training", "options", "goodput")
 PARALLEL_KEYS = ("tp", "pp", "dp", "vpp", "sp", "cp", "ep", "zero", "layers_per_stage", "dp_shard", "etp", "order")
 TRAINING_KEYS = ("micro_batch", "global_batch", "seq_len", "precision", "recompute", "train_tokens",
-                 "recompute_layers")
+                 "recompute_layers", "lora")
 OPTION_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_bucket_mb", "flash_attention",
                "overlap_handoff", "memory_reserve_gb", "fidelity", "profile", "profile_gpu", "collective_profile", "collective_profile_gpu", "fp32_grad_accum",
                "tp_comm_overlap", "p2p_overlap", "tp_async_backward", "p2p_host_gap_us", "pipeline_scatter_gather", "moe_imbalance", "moe_routing", "moe_capacity_factor",
@@ -130,6 +131,7 @@ class TrainingSpec:
     recompute: none | selective | full activation recomputation (Korthikanti 2022).
     recompute_layers: per-layer override (list of none/selective/full, one per transformer layer), or None.
     train_tokens: token budget for the time-to-train report (None: not reported).
+    lora: LoRA fine-tuning (strategies/lora_spec.py; taskgraph/lora.py), or None: full training.
     """
 
     micro_batch: int = 1
@@ -139,6 +141,7 @@ class TrainingSpec:
     recompute: str = "none"
     recompute_layers: tuple[str, ...] | None = None
     train_tokens: float | None = None
+    lora: LoraSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -486,6 +489,7 @@ def _training_spec(data: dict) -> tuple[dict, TrainingSpec]:
         recompute=get_str(t, "recompute", "training", default="none", choices=RECOMPUTE),
         recompute_layers=rl,
         train_tokens=tt,
+        lora=parse_lora(t.get("lora")),
     )
     return t, tr
 

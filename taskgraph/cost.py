@@ -43,6 +43,7 @@ from pathlib import Path
 
 from strategies.errors import ConfigError, brief
 from taskgraph.float8_casts import TORCHAO_CASTS, torchao_cast_cost
+from taskgraph.lora import ADAPTER_SUFFIX
 from taskgraph.stacks import attention_efficiency, get_stack
 from topologies.gemm_shapes import GEMM_SHAPE_TABLES, gemm_shape_table, grouped_shape_factor, has_grouped, shape_factor
 from topologies.kernels import gemm_kernel as get_gemm_kernel
@@ -458,11 +459,11 @@ def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True, pro
     ``gemm_kernel``: the GEMM kernel family of kernels.yaml (None: the catalog's); a recipe of
     :data:`RECIPE_GEMM_KERNELS` sets it. ``dtype`` fp4: NVIDIA's NVFP4 recipe (:func:`_nvfp4_time`);
     ``quantize=False``: the GEMMs alone at the dtype's rate, without a recipe's quantization passes."""
-    if dtype == "fp8" and op.kind == "gemm" and op.name.endswith("lm_head"):
-        # every FP8 recipe keeps the output head in BF16: Megatron's output layer is its own
-        # tensor_parallel.ColumnParallelLinear, outside Transformer Engine (megatron/core/models/gpt/
-        # gpt_model.py GPTModel.__init__, commit d98e8a6; TE only with the opt-in fp8_output_proj under
-        # mxfp8), torchtitan's Float8 conversion skips it (filter_fqns), DeepSeek-V3 Section 3.3.1
+    if op.kind == "gemm" and (dtype == "fp8" and op.name.endswith("lm_head")
+                              or dtype in ("fp8", "fp4") and op.name.endswith(ADAPTER_SUFFIX)):
+        # every FP8 recipe keeps the output head in BF16: Megatron's is a tensor_parallel.ColumnParallelLinear outside TE
+        # (gpt_model.py GPTModel.__init__, d98e8a6; TE only with opt-in fp8_output_proj under mxfp8), torchtitan skips it
+        # (filter_fqns), DeepSeek-V3 3.3.1; LoRA adapters are megatron-core linears outside TE's autocast (lora.py)
         dtype = "bf16"
     if dtype == "fp4" and quantize and op.kind == "gemm" and op.gemms:
         return _nvfp4_time(op, pass_, gpu, flash=flash, profile=profile, grad_accum_bytes=grad_accum_bytes,

@@ -17,6 +17,7 @@ from taskgraph.cost import NVFP4_ELEMENT_BYTES, OPTIMIZER_OP, ProfileTable, op_t
 from taskgraph.cpu_optimizer import cpu_offload_step_time
 from taskgraph.cuda_graphs import layer_graphs
 from taskgraph.fsdp1_flat import fsdp1_microbatches
+from taskgraph.lora import ADAPTER_SUFFIX, NOT_TE, trainable_share
 from taskgraph.operators import embedding_operators, head_operators, layer_operators
 from taskgraph.overheads import adam_bytes, adam_step_s, host_bound, master_copy, stack_host_terms, step_overhead_s
 from taskgraph.overlap import bulk, chunk_op, pipelined, ring_exchange, ring_hbm_loss, sm_fraction, stream_shares
@@ -184,18 +185,18 @@ def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bo
         grp = {"etp": "tp", "etp-ep": "ep"}.get(c.group, c.group)    # expert TP collectives are TP collectives
         slots[(c.phase, c.where)].append(Comm(f"{grp}-comm", f"{c.group}-{c.op}", secs, _comm_stream(plan, c.group),
                                               overlaps=overlaps))
-    if plan.strategy.options.tp_comm_overlap and op.kind == "gemm" and op.gemms:
+    if plan.strategy.options.tp_comm_overlap and op.kind == "gemm" and op.gemms and not op.name.endswith(ADAPTER_SUFFIX):
         _userbuffer_overlap(ctx, op, t, slots, gacc, len(groups["tp"]))
-    if te_scaling_applies(ctx) and op.kind == "gemm" and op.gemms and not op.name.endswith("lm_head"):
+    if te_scaling_applies(ctx) and op.kind == "gemm" and op.gemms and not op.name.endswith(NOT_TE):
         te_scaling_work(ctx, op, t, slots, groups, comm_time)
     saved, rec = float(op.saved_activation_bytes), 0.0
-    if ctx.dtype == "fp8" and recipe == "blockwise" and op.kind == "gemm" and not op.name.endswith("lm_head"):
+    if ctx.dtype == "fp8" and recipe == "blockwise" and op.kind == "gemm" and not op.name.endswith(NOT_TE):
         # DeepSeek-V3 Section 3.3.3 (low-precision storage): the inputs Linear operators keep for their
         # backward (and the SwiGLU inputs of the MoE experts) are cached in FP8 with 1 x 128 scales;
         # an MLA up-projection's output (the attention core's Q, K, V: selective bytes) stays BF16
         keep = float(op.selective_recompute_bytes)
         saved = (saved - keep) * FP8_COMM_FACTOR + keep
-    if ctx.dtype == "fp4" and op.kind == "gemm" and op.gemms and not op.name.endswith("lm_head"):
+    if ctx.dtype == "fp4" and op.kind == "gemm" and op.gemms and not op.name.endswith(NOT_TE):
         # Transformer Engine keeps a quantized GEMM input for the backward as the column-wise NVFP4 copy
         # wgrad reads (E2M1 + one E4M3 scale per 16: NVFP4_ELEMENT_BYTES of bf16's 2), as blockwise above
         keep = float(op.selective_recompute_bytes)
@@ -209,7 +210,7 @@ def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bo
         fwd_pre=tuple(slots[("fwd", "before")]), fwd_post=tuple(slots[("fwd", "after")]),
         bwd_pre=tuple(slots[("bwd", "before")]), bwd_post=tuple(slots[("bwd", "after")]),
         selective=op.selective_recompute_bytes > 0, saved_bytes=saved, recompute_bytes=rec,
-        grad_bytes=float(op.params) * gacc,
+        grad_bytes=float(op.params - op.frozen_params) * gacc,   # LoRA: frozen weights have none
     )
 
 
@@ -343,7 +344,7 @@ def _zero3_comms(ctx: CostContext, ops, dp_group, fwd_hide: float, bwd_hide: flo
         if len(group) > 1:   # FSDP2's copy-in runs before its all-gather on the copy-in stream: prefetched with it
             ag += comm_time(plan.cluster, "all-gather", pb * n, group, share) + cin
         copy_out += cout
-        rs += rs_copy_in + _grad_reduce_time(plan, gb * n, dp_group, share, unit)
+        rs += rs_copy_in + _grad_reduce_time(plan, gb * n * trainable_share(ops, unit is not None), dp_group, share, unit)
     # the prefetched gather holds its NCCL channels' SMs while the previous layer computes and shares
     # HBM with it (taskgraph/overlap.py): the pair takes bulk(hide, gather, f, g); the excess is charged here
     f = stream_shares(plan, {"dp": shard}).get("dp", 0.0)
@@ -391,7 +392,7 @@ def context_id(plan: Plan) -> int | None:
     tr, opt = strat.training, strat.options
     if opt.profile:
         return None
-    key = (plan.model, plan.cluster, plan.sizes, plan.sp, plan.zero, tr.micro_batch, tr.seq_len, tr.precision,
+    key = (plan.model, plan.cluster, plan.sizes, plan.sp, plan.zero, tr.micro_batch, tr.seq_len, tr.precision, tr.lora,
            opt.flash_attention, opt.fp32_grad_accum, opt.grad_bucket_mb, opt.tp_async_backward, opt.moe_load,
            opt.moe_max_nodes, opt.pair_overlap, opt.pair_comm_sms, opt.fp8_recipe, opt.fp8_param_gather, opt.activation_offload_layers, opt.cp_comm, opt.cp_load_balance, plan.shard_size, plan.reshard_after_forward, opt.overlap_grad_reduce,
            opt.tp_comm_overlap, opt.overlap_interference, opt.stack, opt.attention_kernel, opt.cross_entropy, opt.overlap_moe_expert_parallel_comm,
@@ -413,7 +414,7 @@ def _layer_context(plan: Plan) -> tuple:
     groups (the per-layer key in ``_build_stage``): shared by plans that differ only in pp, dp,
     ZeRO 0-2, the schedule or layers per stage (a strategy search re-costs the same layers)."""
     tr, opt, s = plan.strategy.training, plan.strategy.options, plan.sizes
-    return (plan.model, plan.cluster, s.tp, plan.sp, s.cp, s.ep, tr.micro_batch, tr.seq_len, tr.precision,
+    return (plan.model, plan.cluster, s.tp, plan.sp, s.cp, s.ep, tr.micro_batch, tr.seq_len, tr.precision, tr.lora,
             opt.flash_attention, opt.fp32_grad_accum, opt.tp_async_backward, opt.moe_load, opt.cp_comm,
             opt.cp_load_balance, opt.moe_max_nodes, opt.fp8_recipe, opt.fp8_param_gather, opt.activation_offload_layers,
             opt.tp_comm_overlap, opt.overlap_interference, opt.stack, opt.attention_kernel, opt.cross_entropy, opt.overlap_moe_expert_parallel_comm,
@@ -470,9 +471,8 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
         if opt.profile else None
     ctx = CostContext(plan, profile)
     cid = context_id(plan)
-    s = plan.sizes
-    dt = DTYPE_BYTES[tr.precision]
-    kw = dict(micro_batch=tr.micro_batch, seq_len=tr.seq_len, tp=s.tp, sp=plan.sp, cp=s.cp)
+    s, dt = plan.sizes, DTYPE_BYTES[tr.precision]
+    kw = dict(micro_batch=tr.micro_batch, seq_len=tr.seq_len, tp=s.tp, sp=plan.sp, cp=s.cp, lora=tr.lora)
     stages = []
     # SM fractions of the side streams (taskgraph/overlap.py); coarse records fold the TP one in
     shares = stream_shares(plan, dict(representative_groups(s, 0)))

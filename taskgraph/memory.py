@@ -61,19 +61,20 @@ def params_per_gpu(plan) -> dict[int, int]:
     return {r: d + e for r, (d, e) in params_split(plan).items()}
 
 
-def params_split(plan) -> dict[int, tuple[int, int]]:
-    """(dense, routed-expert) parameters held by one GPU of each pipeline rank (see params_per_gpu)."""
+def params_split(plan, attr: str = "params") -> dict[int, tuple[int, int]]:
+    """(dense, routed-expert) parameters held by one GPU of each pipeline rank (see params_per_gpu);
+    ``attr`` = "frozen_params": the frozen ones (LoRA, :func:`frozen_params_per_gpu`)."""
     from taskgraph.plan import DTYPE_BYTES
     tr = plan.strategy.training
     s = plan.sizes
     kw = dict(micro_batch=tr.micro_batch, seq_len=tr.seq_len, tp=s.tp, sp=plan.sp, cp=s.cp,
-              dtype_bytes=DTYPE_BYTES[tr.precision])
+              dtype_bytes=DTYPE_BYTES[tr.precision], lora=tr.lora)
     sched = plan.schedule
-    emb = sum(o.params for o in embedding_operators(plan.model, **kw))
+    emb = sum(getattr(o, attr) for o in embedding_operators(plan.model, **kw))
     head_ops = head_operators(plan.model, ep=s.ep, etp=s.etp, **kw)
-    head_ex = sum(o.params for o in head_ops if o.name.endswith("moe_experts"))   # MTP modules' experts
-    head = sum(o.params for o in head_ops) - head_ex
-    word_emb = next(o.params for o in embedding_operators(plan.model, **kw) if o.name == "embedding")
+    head_ex = sum(getattr(o, attr) for o in head_ops if o.name.endswith("moe_experts"))   # MTP modules' experts
+    head = sum(getattr(o, attr) for o in head_ops) - head_ex
+    word_emb = next(getattr(o, attr) for o in embedding_operators(plan.model, **kw) if o.name == "embedding")
     if plan.model.position == "learned":
         word_emb -= plan.model.max_seq * plan.model.hidden
     cache: dict = {}
@@ -86,8 +87,8 @@ def params_split(plan) -> dict[int, tuple[int, int]]:
                 key = plan.model.layer_kind(li)
                 if key not in cache:
                     ops = layer_operators(plan.model, ep=s.ep, etp=s.etp, layer_index=li, **kw)
-                    ex = sum(o.params for o in ops if o.name.endswith("moe_experts"))
-                    cache[key] = (sum(o.params for o in ops) - ex, ex)
+                    ex = sum(getattr(o, attr) for o in ops if o.name.endswith("moe_experts"))
+                    cache[key] = (sum(getattr(o, attr) for o in ops) - ex, ex)
                 total += cache[key][0]
                 experts += cache[key][1]
             if sched.is_first_stage(st):
@@ -99,6 +100,12 @@ def params_split(plan) -> dict[int, tuple[int, int]]:
                     total += word_emb
         out[r] = (int(total), int(experts))
     return out
+
+
+def frozen_params_per_gpu(plan) -> dict[int, tuple[int, int]]:
+    """(dense, routed-expert) frozen parameters of one GPU of each pipeline rank under ``training.lora``
+    (taskgraph/lora.py: every base weight; the adapters are the only trainable ones)."""
+    return params_split(plan, "frozen_params")
 
 
 def static_memory(plan) -> dict[int, ModelStates]:
@@ -122,11 +129,15 @@ def static_memory(plan) -> dict[int, ModelStates]:
     opt = plan.strategy.options
     on_gpu = 1.0 - opt.optimizer_offload_fraction if opt.optimizer_cpu_offload else 1.0
     out = {}
+    frozen = frozen_params_per_gpu(plan) if plan.strategy.training.lora else {}
     for r, (dense, experts) in params_split(plan).items():
         # routed experts: ZeRO / distributed-optimizer shards over the expert-data-parallel group
         # (Megatron: world / (pp * ep * etp); plan.expert_shard_size)
-        a, b = states(dense, plan.shard_size), states(experts, plan.expert_shard_size)
-        out[r] = ModelStates(a.params + b.params, a.weights + b.weights, a.grads + b.grads,
+        fd, fe = frozen.get(r, (0, 0))
+        a, b = states(dense - fd, plan.shard_size), states(experts - fe, plan.expert_shard_size)
+        # LoRA's frozen weights: held (sharded like the rest under ZeRO-3), no gradient, no optimizer state
+        wf = states(fd, plan.shard_size).weights + states(fe, plan.expert_shard_size).weights
+        out[r] = ModelStates(a.params + b.params + fd + fe, a.weights + b.weights + wf, a.grads + b.grads,
                              (a.optimizer + b.optimizer) * on_gpu)
     return out
 
@@ -167,7 +178,8 @@ def layer_activation_table(plan) -> list[dict]:
                                                           ep=s.ep, dtype_bytes=DTYPE_BYTES[tr.precision],
                                                           layer_index=li,
                                                           moe_load=plan.strategy.options.moe_load,
-                                                          cp_comm=plan.strategy.options.cp_comm, etp=s.etp)
+                                                          cp_comm=plan.strategy.options.cp_comm, etp=s.etp,
+                                                          lora=tr.lora)
                           for pol in ("none", "selective", "full")}
         policy = tr.recompute_layers[li] if tr.recompute_layers else tr.recompute
         rows.append({"layer": li, "stage": stage, "rank": plan.schedule.stage_to_rank[stage], "policy": policy,

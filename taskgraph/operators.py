@@ -35,6 +35,7 @@ from strategies.errors import ConfigError
 from strategies.strategy_file import MoeRouting
 from taskgraph.attention_shape import AttentionShape, attention_pairs, kernel_attention_shape, unfused_score_bytes
 from taskgraph.cross_entropy import cross_entropy_bytes
+from taskgraph.lora import apply_lora
 from taskgraph.model import ModelSpec
 from taskgraph.moe_dispatchers import MOE_DISPATCHERS, MoeDispatchShape
 from taskgraph.moe_routing import routed_load
@@ -165,6 +166,8 @@ class Operator:
     profile_shape: str = ""
     """The shape a profile row names this operator by, when not its own (the loss as its implementation
     runs it keeps the built operator's: taskgraph/cross_entropy.py loss_as_run); "": its own."""
+    frozen_params: int = 0
+    """Part of ``params`` that is frozen (LoRA, taskgraph/lora.py): held, but no gradient, no optimizer state."""
 
     @property
     def bwd_flops(self) -> float:
@@ -537,8 +540,10 @@ def layer_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int
                     sp: bool = False, cp: int = 1, ep: int = 1, dtype_bytes: int = 2,
                     flash_attention: bool = True, layer_index: int = 0,
                     causal_halved: bool | None = None, moe_load: float | MoeRouting = 1.0, cp_comm: str = "allgather",
-                    cp_balance: bool = True, etp: int | None = None, moe_dispatcher: str = "alltoall") -> list:
-    """Operators of decoder layer ``layer_index`` on one GPU, in forward order.
+                    cp_balance: bool = True, etp: int | None = None, moe_dispatcher: str = "alltoall",
+                    lora=None) -> list:
+    """Operators of decoder layer ``layer_index`` on one GPU, in forward order (``lora``: a
+    strategies.lora_spec.LoraSpec, taskgraph/lora.py).
 
     ``causal_halved``: count only the unmasked s(s+1)/2 attention pairs; default (None) = what
     the kernel executes: True with flash attention, False for the unfused kernel.
@@ -547,7 +552,12 @@ def layer_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int
     """
     c = _context(model, micro_batch, seq_len, tp, sp, cp, ep, dtype_bytes, flash_attention,
                  causal_halved, moe_load, cp_comm, cp_balance, etp, moe_dispatcher)
-    return _layer_ops(c, layer_index)
+    return _lora(c, _layer_ops(c, layer_index), lora)
+
+
+def _lora(c: _Ctx, ops: list, lora) -> list:
+    return apply_lora(ops, lora, flash=c.flash, tokens=c.T, tokens_sp=c.Tsp, tp=c.tp, sp=c.sp, dt=c.dt,
+                      operator=Operator, gemm=GemmShape, coll=Collective)
 
 
 def _layer_ops(c: _Ctx, layer_index: int, prefix: str = "", layer: int | None = None) -> list:
@@ -575,7 +585,7 @@ def _layer_ops(c: _Ctx, layer_index: int, prefix: str = "", layer: int | None = 
 
 
 def embedding_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int = 1,
-                        sp: bool = False, cp: int = 1, dtype_bytes: int = 2) -> list:
+                        sp: bool = False, cp: int = 1, dtype_bytes: int = 2, lora=None) -> list:
     """Vocab-parallel word embedding (+ learned positions, dropout) and BLOOM's embedding norm."""
     if model.position == "learned" and seq_len > model.max_seq:
         raise ConfigError(f"seq_len={seq_len} exceeds model.max_seq={model.max_seq} (learned position "
@@ -599,13 +609,14 @@ def embedding_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp:
     ops = [emb]
     if model.embedding_norm:
         ops.append(_norm(c, "embedding_norm", -1))
-    return ops
+    return _lora(c, ops, lora)
 
 
 def head_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int = 1,
                    sp: bool = False, cp: int = 1, dtype_bytes: int = 2, ep: int = 1,
                    flash_attention: bool = True, moe_load: float | MoeRouting = 1.0, cp_comm: str = "allgather",
-                   cp_balance: bool = True, etp: int | None = None, moe_dispatcher: str = "alltoall") -> list:
+                   cp_balance: bool = True, etp: int | None = None, moe_dispatcher: str = "alltoall",
+                   lora=None) -> list:
     """Final norm, vocab-parallel LM head (+ Gemma's logit soft-capping) and vocab-parallel
     cross-entropy loss, then the multi-token-prediction modules (DeepSeek-V3 Section 2.2) if any,
     parallelized like the decoder layers (``cp_comm``, ``cp_balance``, ``etp``: see layer_operators)."""
@@ -615,7 +626,7 @@ def head_operators(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int 
         ops += _mtp_ops(model, k, micro_batch=micro_batch, seq_len=seq_len, tp=tp, sp=sp, cp=cp,
                         dtype_bytes=dtype_bytes, ep=ep, flash_attention=flash_attention, moe_load=moe_load,
                         cp_comm=cp_comm, cp_balance=cp_balance, etp=etp, moe_dispatcher=moe_dispatcher)
-    return ops
+    return _lora(c, ops, lora)
 
 
 def _mtp_ops(model: ModelSpec, k: int, *, ep: int, flash_attention: bool, moe_load: float | MoeRouting = 1.0,
@@ -724,7 +735,7 @@ def activation_bytes_per_layer(model: ModelSpec, micro_batch: int, seq_len: int,
                                sp: bool = False, recompute: str = "none", flash_attention: bool = True,
                                *, cp: int = 1, ep: int = 1, dtype_bytes: int = 2,
                                layer_index: int = 0, moe_load: float | MoeRouting = 1.0, cp_comm: str = "allgather",
-                               etp: int | None = None) -> int:
+                               etp: int | None = None, lora=None) -> int:
     """Bytes one layer keeps for backward per micro-batch on one GPU (Korthikanti 2022 Table 2).
 
     'none': sum of saved_activation_bytes; 'selective': minus the attention-core internals
@@ -735,7 +746,7 @@ def activation_bytes_per_layer(model: ModelSpec, micro_batch: int, seq_len: int,
                           f"{did_you_mean(recompute, RECOMPUTE)}")
     ops = layer_operators(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, sp=sp, cp=cp, ep=ep,
                           dtype_bytes=dtype_bytes, flash_attention=flash_attention,
-                          layer_index=layer_index, moe_load=moe_load, cp_comm=cp_comm, etp=etp)
+                          layer_index=layer_index, moe_load=moe_load, cp_comm=cp_comm, etp=etp, lora=lora)
     if recompute == "full":
         return dtype_bytes * micro_batch * (seq_len // cp) * model.hidden // (tp if sp else 1)
     drop = recompute == "selective"

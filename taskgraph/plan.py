@@ -21,6 +21,7 @@ from strategies.schedules_combined import COMBINABLE, combined_1f1b
 from strategies.strategy_file import Strategy
 from taskgraph.cost import DTYPE_BYTES  # noqa: F401  (re-exported: the one element-size table)
 from taskgraph.hf_config import load_hf_config
+from taskgraph.lora import check_lora
 from taskgraph.model import ModelSpec, get_model, load_model_yaml
 from topologies.cluster import ClusterSpec, cluster_from_dict, get_cluster, load_cluster_yaml
 from topologies.placement import ParallelSizes
@@ -301,6 +302,7 @@ def _check_model_fit(strategy: Strategy, model, cluster) -> dict:
     """The parallel sizes and MoE options the model admits; returns the options the file wrote."""
     par, tr = strategy.parallel, strategy.training
     tp, pp, cp, ep, vpp = par.tp, par.pp, par.cp, par.ep, par.vpp
+    check_lora(model, tr.lora, tp)   # training.lora's targets and rank against the model (taskgraph/lora.py)
     if model.heads % tp:
         raise ConfigError(f"parallel.tp = {tp} must divide model.heads = {model.heads} ({model.name}); "
                           f"choose tp in {_divisors(model.heads)}")

@@ -63,6 +63,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from taskgraph.lora import NOT_TE
 from taskgraph.work import Comm
 
 #: operators whose forward input comes from Transformer Engine's fused norm (LayerNormLinear)
@@ -148,8 +149,8 @@ def tp_amax_reductions(op, precision: str, recipe: str) -> tuple[tuple[str, int]
 def fp8_gemm_count(ops) -> int:
     """TE GEMMs of a layer's operators (each one's amaxes join a delayed-scaling buffer): a grouped GEMM
     of n experts is n GEMMs of its TE GroupedLinear; the output head (Megatron's own
-    ColumnParallelLinear) is outside the region."""
-    return sum(g.batch for op in ops if op.kind == "gemm" and not op.name.endswith("lm_head") for g in op.gemms)
+    ColumnParallelLinear) and LoRA's adapters (megatron-core linears, taskgraph/lora.py) are outside the region."""
+    return sum(g.batch for op in ops if op.kind == "gemm" and not op.name.endswith(NOT_TE) for g in op.gemms)
 
 
 def delayed_amax_bytes(gemms: int, phase: str) -> float:

@@ -144,7 +144,7 @@ def stage_refresh_s(plan, layers) -> float:
         kind = model.layer_kind(li)   # the parameter tensors do not depend on the batch: one list per kind
         if kind not in by_kind:
             by_kind[kind] = layer_operators(model, micro_batch=tr.micro_batch, seq_len=tr.seq_len, tp=s.tp,
-                                            sp=plan.sp, cp=s.cp, ep=s.ep, etp=s.etp, layer_index=li)
+                                            sp=plan.sp, cp=s.cp, ep=s.ep, etp=s.etp, layer_index=li, lora=tr.lora)
         ops.append(by_kind[kind])
     c = plan.cluster
     return persistent_refresh_s(ops, model, plan.shard_size, c.host_us_per_kernel * 1e-6,

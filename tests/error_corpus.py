@@ -1002,6 +1002,7 @@ HF_MOE = dict(architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", num
               moe_intermediate_size=32, head_dim=16)
 HF_GEMMA = dict(architectures=["Gemma2ForCausalLM"], model_type="gemma2", head_dim=16, sliding_window=64)
 MOE_PAR = "{tp: 2, pp: 2, sp: true}"
+LORA_T = "{micro_batch: 1, global_batch: 8, seq_len: 128, lora: %s}"
 add(
     Case("r2-hf-mlp-only-layers-out", SIM, {"s.yaml": strat(model="hf.json", parallel=MOE_PAR),
                                             "hf.json": hf(**HF_MOE, mlp_only_layers=[99])},
@@ -1220,6 +1221,22 @@ add(
     Case("r4-cuda-graphs-moe-dropless", SIM, {"s.yaml": strat(model=MOE, parallel=MOE_PAR,
                                                               options="{cuda_graphs: full_iteration}")},
          r"cuda_graphs = 'full_iteration' captures every MoE layer, but .* is dropless", "moe_capacity_factor"),
+    # training.lora (taskgraph/lora.py): the rank against the targets and tp, targets the model lacks
+    Case("r4-lora-not-mapping", SIM, {"s.yaml": strat(training=LORA_T % "16")}, r"training\.lora = 16 must be a mapping",
+         "training.lora"),
+    Case("r4-lora-rank-zero", SIM, {"s.yaml": strat(training=LORA_T % "{rank: 0}")}, r"training\.lora\.rank = 0 must be",
+         "training.lora.rank"),
+    Case("r4-lora-rank-over-min-dim", SIM, {"s.yaml": strat(training=LORA_T % "{rank: 66}")},
+         r"training\.lora\.rank = 66 exceeds min\(in, out\) = 64 of 'qkv'", "training.lora.rank"),
+    Case("r4-lora-rank-tp", SIM, {"s.yaml": strat(training=LORA_T % "{rank: 3}")},
+         r"rank = 3 must be divisible by parallel\.tp = 2", "training.lora.rank"),
+    Case("r4-lora-target-unknown", SIM, {"s.yaml": strat(training=LORA_T % "{rank: 4, targets: [q_proj]}")},
+         r"'q_proj' is not a LoRA target; choose from qkv", "training.lora.targets"),
+    Case("r4-lora-target-moe", SIM, {"s.yaml": strat(model=MOE, parallel=MOE_PAR,
+                                                     training=LORA_T % "{rank: 4, targets: [mlp_down]}")},
+         r"model 'a' has no 'mlp_down' layer", "training.lora.targets"),
+    Case("ok-r4-lora", SIM, {"s.yaml": strat(training=LORA_T % "{rank: 4, dropout: 0.1, targets: [qkv, attn_out]}")},
+         code=0),
     Case("r3-profile-decimal-comma", SIM, {"s.yaml": strat(options="{profile: pc.csv}"),
                                            "pc.csv": PROFILE_HEADER + "h100-sxm-80gb,bf16,qkv,fwd,64x192x64x1,12,5\n"},
          r"line 2 has more cells than the header .* \(12\.5, not 12,5\)", "pc.csv"),

@@ -286,6 +286,24 @@ def _draw_model_fields(data: dict, on: set, i: int) -> None:
         on.add("global_attention_start")
 
 
+#: training fields drawn like the options (each on in at least MIN_ON draws), by _draw_lora
+TRAINING_FIELDS = ("lora",)
+
+
+def _draw_lora(data: dict, on: set, i: int) -> None:
+    """LoRA fine-tuning (training.lora, taskgraph/lora.py) in a sixth of the draws: rank 8 or 16 on the
+    attention projections, or on every linear layer of a dense model; its own generator keeps the
+    other draws as they were."""
+    rng = np.random.default_rng((20261202, i))
+    if rng.random() >= 1 / 6:
+        return
+    targets = ["qkv", "attn_out"] if "experts" in data["model"] or rng.random() < 0.5 else \
+        ["qkv", "attn_out", "mlp_up", "mlp_down"]
+    data["training"]["lora"] = {"rank": int(rng.choice([8, 16])), "dropout": float(rng.choice([0.0, 0.1])),
+                                "targets": targets}
+    on.add("lora")
+
+
 #: what a software stack adds (taskgraph/stack_costs.py, taskgraph/torch_cp.py), each counted like an option
 STACK_MECHANISMS = ("fsdp2-copies", "torch-cp", "deepspeed-pipe", "dtensor-host", "ds-zero3-fetch", "automodel",
                     "fsdp1-flat")
@@ -411,6 +429,7 @@ def _draw(rng: np.random.Generator, i: int) -> tuple[dict, set]:
     _draw_moe_dispatcher(data, on, i)
     _draw_cuda_graphs(data, on, i)
     _draw_cross_entropy(data, on, i)
+    _draw_lora(data, on, i)
     return data, on
 
 
@@ -445,7 +464,7 @@ def test_every_option_is_drawn_or_named():
 
 def test_each_option_is_on_in_enough_draws(draws):
     assert len(draws) == DRAWS
-    counts = {k: sum(k in on for _, on in draws) for k in (*OPTION_VALUES, *MODEL_KEYS, *STACK_MECHANISMS)}
+    counts = {k: sum(k in on for _, on in draws) for k in (*OPTION_VALUES, *MODEL_KEYS, *STACK_MECHANISMS, *TRAINING_FIELDS)}
     low = {k: n for k, n in counts.items() if n < MIN_ON}
     assert not low, f"options switched on in fewer than {MIN_ON} of {DRAWS} draws: {low}"
 

@@ -218,7 +218,7 @@ def test_evaluate_matches_simulate_strategy_on_gpt3(gpt3):
 
 
 @pytest.mark.parametrize("name", ["llama3-8b-8-h100.yaml", "mixtral-8x7b-64-h100.yaml",
-                                  "custom-model-cluster.yaml"])
+                                  "custom-model-cluster.yaml", "llama2-70b-lora-8-h100.yaml"])
 def test_evaluate_matches_simulate_strategy_on_examples(name):
     s = load_strategy(EXAMPLES / name)
     for fid in ("coarse", "operator"):

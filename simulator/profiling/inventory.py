@@ -36,7 +36,7 @@ def plan_operators(plan: Plan) -> list[Operator]:
     strat = plan.strategy
     tr, opt, s = strat.training, strat.options, plan.sizes
     dt = DTYPE_BYTES[tr.precision]
-    kw = dict(micro_batch=tr.micro_batch, seq_len=tr.seq_len, tp=s.tp, sp=plan.sp, cp=s.cp)
+    kw = dict(micro_batch=tr.micro_batch, seq_len=tr.seq_len, tp=s.tp, sp=plan.sp, cp=s.cp, lora=tr.lora)
     ops: list[Operator] = list(embedding_operators(plan.model, dtype_bytes=dt, **kw))
     for li in range(plan.model.layers):
         ops += layer_operators(plan.model, ep=s.ep, etp=s.etp, dtype_bytes=dt, flash_attention=opt.flash_attention,

@@ -113,7 +113,7 @@ def recompute_flops_per_microbatch(plan) -> float:
     from taskgraph.operators import layer_operators
     tr, s = plan.strategy.training, plan.sizes
     kw = dict(micro_batch=tr.micro_batch, seq_len=tr.seq_len, tp=s.tp, sp=plan.sp, cp=s.cp, ep=s.ep, etp=s.etp,
-              flash_attention=plan.strategy.options.flash_attention)
+              flash_attention=plan.strategy.options.flash_attention, lora=tr.lora)   # adapters recompute too
     total, cache = 0.0, {}
     for li in range(plan.model.layers):
         policy = tr.recompute_layers[li] if tr.recompute_layers else tr.recompute
@@ -128,13 +128,16 @@ def recompute_flops_per_microbatch(plan) -> float:
 
 
 def training_report(plan, work, graph: TaskGraph, result: SimResult, rep: Report) -> TrainingReport:
+    from taskgraph.lora_flops import lora_flops_per_token
     from taskgraph.operators import model_flops_per_token
     from topologies.stragglers import pace_summary
     tr = plan.strategy.training
     s = plan.sizes
     it = rep.makespan_s
     tokens = plan.tokens_per_iteration
-    model_flops = model_flops_per_token(plan.model, tr.seq_len, "megatron") * tokens
+    per_token = model_flops_per_token(plan.model, tr.seq_len, "megatron") if tr.lora is None else \
+        lora_flops_per_token(plan.model, tr.seq_len, tr.lora)   # LoRA: no frozen-weight wgrad (taskgraph/lora.py)
+    model_flops = per_token * tokens
     # Recomputed forward FLOPs (HFU): per layer per microbatch per GPU, times all GPUs and microbatches.
     recompute = recompute_flops_per_microbatch(plan)
     recompute *= s.tp * s.cp * s.dp * plan.microbatches

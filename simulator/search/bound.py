@@ -269,7 +269,7 @@ def _kernel_times(ctx, c, layer_index: int | None, part: str) -> tuple[float, fl
     kind = model.layer_kind(layer_index) if part == "layer" else None
     key = (part, kind, model, ctx.cluster.gpu, c.tp, sp, c.cp, c.ep, c.micro_batch, tr.seq_len, tr.precision,
            opt.flash_attention, opt.moe_load, opt.cp_comm, opt.cp_load_balance, opt.profile, opt.fp32_grad_accum,
-           opt.fp8_recipe, opt.stack, opt.attention_kernel, opt.moe_dispatcher, opt.cross_entropy)
+           opt.fp8_recipe, opt.stack, opt.attention_kernel, opt.moe_dispatcher, opt.cross_entropy, tr.lora)
     hit = _MEMO.get(key)
     if hit is not None:
         return hit
@@ -278,7 +278,7 @@ def _kernel_times(ctx, c, layer_index: int | None, part: str) -> tuple[float, fl
     from taskgraph.stacks import run_stack
     stack = run_stack(opt.stack, opt.attention_kernel, opt.cross_entropy)  # as costing prices them
     dt = DTYPE_BYTES[tr.precision]
-    kw = dict(micro_batch=c.micro_batch, seq_len=tr.seq_len, tp=c.tp, sp=sp, cp=c.cp, dtype_bytes=dt)
+    kw = dict(micro_batch=c.micro_batch, seq_len=tr.seq_len, tp=c.tp, sp=sp, cp=c.cp, dtype_bytes=dt, lora=tr.lora)
     if part == "layer":
         ops = layer_operators(model, ep=c.ep, flash_attention=opt.flash_attention, layer_index=layer_index,
                               moe_load=opt.moe_load, cp_comm=opt.cp_comm, cp_balance=opt.cp_load_balance,

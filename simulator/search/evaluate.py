@@ -95,10 +95,13 @@ def _flops(plan) -> tuple[float, float]:
 
     def compute():
         from simulator.reports.training import recompute_flops_per_microbatch
-        return model_flops_per_token(plan.model, tr.seq_len, "megatron"), recompute_flops_per_microbatch(plan)
+        from taskgraph.lora_flops import lora_flops_per_token  # LoRA: what the step computes (training_report)
+        per_token = model_flops_per_token(plan.model, tr.seq_len, "megatron") if tr.lora is None else \
+            lora_flops_per_token(plan.model, tr.seq_len, tr.lora)
+        return per_token, recompute_flops_per_microbatch(plan)
 
     return _memo(("flops", plan.model, tr.seq_len, tr.micro_batch, tr.recompute, tr.recompute_layers, s.tp,
-                  plan.sp, s.cp, s.ep, flash), compute)
+                  plan.sp, s.cp, s.ep, flash, tr.lora), compute)
 
 
 def _static_totals(plan) -> tuple[float, ...]:

@@ -411,34 +411,38 @@ def clear_bound_memo() -> None:
     _BOUND_MEMO.clear()
 
 
-def _layer_numbers(ctx: Context, c: Candidate, moe: bool, layer_index: int) -> tuple[float, dict]:
-    """(parameters of one layer on one GPU, saved activation bytes per micro-batch by policy)."""
+def _layer_numbers(ctx: Context, c: Candidate, moe: bool, layer_index: int) -> tuple[float, dict, float]:
+    """(parameters of one layer on one GPU, saved activation bytes per micro-batch by policy, the
+    parameters of those that are frozen: ``training.lora``)."""
     from taskgraph.cost import DTYPE_BYTES
     from taskgraph.operators import activation_bytes_per_layer, layer_operators
     tr, opt = ctx.base.training, ctx.base.options
     sp = c.sp and c.tp > 1
-    key = ("layer", ctx.model, c.tp, c.cp, c.ep, sp, c.micro_batch, tr.seq_len, tr.precision, opt.flash_attention, moe)
+    key = ("layer", ctx.model, c.tp, c.cp, c.ep, sp, c.micro_batch, tr.seq_len, tr.precision, opt.flash_attention, moe,
+           tr.lora)
     hit = _BOUND_MEMO.get(key)
     if hit is None:
         dt = DTYPE_BYTES[tr.precision]
         ops = layer_operators(ctx.model, micro_batch=c.micro_batch, seq_len=tr.seq_len, tp=c.tp, sp=sp, cp=c.cp,
-                              ep=c.ep, dtype_bytes=dt, flash_attention=opt.flash_attention, layer_index=layer_index)
+                              ep=c.ep, dtype_bytes=dt, flash_attention=opt.flash_attention, layer_index=layer_index,
+                              lora=tr.lora)
         acts = {pol: activation_bytes_per_layer(ctx.model, c.micro_batch, tr.seq_len, c.tp, sp, pol,
                                                 opt.flash_attention, cp=c.cp, ep=c.ep, dtype_bytes=dt,
-                                                layer_index=layer_index) for pol in RECOMPUTE}
-        hit = _BOUND_MEMO[key] = (float(sum(o.params for o in ops)), acts)
+                                                layer_index=layer_index, lora=tr.lora) for pol in RECOMPUTE}
+        hit = _BOUND_MEMO[key] = (float(sum(o.params for o in ops)), acts, float(sum(o.frozen_params for o in ops)))
     return hit
 
 
-def _embedding_params(ctx: Context, c: Candidate) -> float:
+def _embedding_params(ctx: Context, c: Candidate) -> tuple[float, float]:
+    """(parameters of the embedding on one GPU, the frozen ones among them)."""
     from taskgraph.operators import embedding_operators
     tr = ctx.base.training
     sp = c.sp and c.tp > 1
-    key = ("emb", ctx.model, c.tp, sp, c.cp, tr.seq_len)
+    key = ("emb", ctx.model, c.tp, sp, c.cp, tr.seq_len, tr.lora)
     hit = _BOUND_MEMO.get(key)
     if hit is None:
-        ops = embedding_operators(ctx.model, micro_batch=1, seq_len=tr.seq_len, tp=c.tp, sp=sp, cp=c.cp)
-        hit = _BOUND_MEMO[key] = float(sum(o.params for o in ops))
+        ops = embedding_operators(ctx.model, micro_batch=1, seq_len=tr.seq_len, tp=c.tp, sp=sp, cp=c.cp, lora=tr.lora)
+        hit = _BOUND_MEMO[key] = (float(sum(o.params for o in ops)), float(sum(o.frozen_params for o in ops)))
     return hit
 
 
@@ -471,7 +475,7 @@ def _bound_parts(ctx: Context, c: Candidate) -> tuple[float, list, int]:
     stages = c.pp * c.vpp
     lps = c.layers_per_stage or (ctx.model.layers // stages,) * stages
     starts = [sum(lps[:s]) for s in range(stages)]
-    params = _embedding_params(ctx, c)
+    params, frozen = _embedding_params(ctx, c)
     chunk_acts = []
     numbers: dict = {}  # is_moe -> (params, activations): one memo lookup per kind, not per layer
     for s in (s for s in range(stages) if _rank_of_stage(c, s) == 0):
@@ -481,14 +485,16 @@ def _bound_parts(ctx: Context, c: Candidate) -> tuple[float, list, int]:
             hit = numbers.get(moe)
             if hit is None:
                 hit = numbers[moe] = _layer_numbers(ctx, c, moe, li)
-            p, acts = hit
+            p, acts, fz = hit
             params += p
+            frozen += fz
             act += acts[c.recompute_layers[li] if c.recompute_layers else c.recompute]
         chunk_acts.append(act)
     gacc = 4 if (tr.precision in ("bf16", "fp8", "fp4") and opt.fp32_grad_accum) else 2  # costing.grad_bytes_per_param
-    states = model_state_bytes(params, dp=c.dp * c.cp, zero=c.zero, weight_bytes=2, grad_bytes=gacc)
+    states = model_state_bytes(params - frozen, dp=c.dp * c.cp, zero=c.zero, weight_bytes=2, grad_bytes=gacc)
+    held = model_state_bytes(frozen, dp=c.dp * c.cp, zero=c.zero, weight_bytes=2).weights   # LoRA: frozen weights
     m = tr.global_batch // (c.micro_batch * c.dp)
-    return states.total + opt.memory_reserve_gb * 2**30, chunk_acts, m
+    return states.total + held + opt.memory_reserve_gb * 2**30, chunk_acts, m
 
 
 def _inflight_interleaved(pp: int, m: int, vpp: int) -> int | None:
