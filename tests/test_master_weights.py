@@ -139,3 +139,21 @@ def test_importer_refuses_other_dtypes(dtype, message):
     data["model"]["torch_dtype"] = dtype
     with pytest.raises(ConfigError, match=f"model.torch_dtype = .*{message}"):
         import_config("automodel", data, cluster="dgx-h100")
+
+
+@pytest.mark.parametrize("line, written", [("", None), ("dtype = 'float32'\n", None), ("dtype = 'bfloat16'\n", False)])
+def test_torchtitan_training_dtype(line, written):
+    # torchtitan [training] dtype (config/job_config.py): "bfloat16" puts parameters, gradients and optimizer
+    # states in bf16 without fp32 weights; mixed_precision_param stays the gather / compute dtype
+    toml = ("[model]\nname = 'llama3'\nflavor = '8B'\n[training]\nlocal_batch_size = 1\nseq_len = 2048\n"
+            "mixed_precision_param = 'bfloat16'\n" + line)
+    imp = import_config("torchtitan", toml, cluster="dgx-h100", nodes=1)
+    assert imp.strategy["training"].get("master_weights") == written
+    assert imp.strategy["training"]["precision"] == "bf16"
+    assert not any("dtype" in k for k in imp.unmodeled)
+
+
+def test_torchtitan_training_dtype_refuses_others():
+    toml = "[model]\nname = 'llama3'\nflavor = '8B'\n[training]\nlocal_batch_size = 1\ndtype = 'float16'\n"
+    with pytest.raises(ConfigError, match="dtype"):
+        import_config("torchtitan", toml, cluster="dgx-h100", nodes=1)
