@@ -157,3 +157,24 @@ def test_torchtitan_training_dtype_refuses_others():
     toml = "[model]\nname = 'llama3'\nflavor = '8B'\n[training]\nlocal_batch_size = 1\ndtype = 'float16'\n"
     with pytest.raises(ConfigError, match="dtype"):
         import_config("torchtitan", toml, cluster="dgx-h100", nodes=1)
+
+
+def test_search_memory_bound_stays_below_the_peak_without_master_weights():
+    # the search prunes on a lower bound of the peak (simulator/search/space.py static_bound): with bf16
+    # moments it must drop to 8 bytes per parameter too, or it would prune runs that fit
+    from dataclasses import replace
+
+    from simulator.search.backends import Job, evaluate_row
+    from simulator.search.space import SearchSpace, context, enumerate_space, static_bound
+    from strategies.strategy_file import load_strategy
+    base = load_strategy(Path(__file__).resolve().parent.parent / "strategies" / "examples" / "llama3-8b-8-h100.yaml")
+    s = replace(base, options=replace(base.options, stack=AM))
+    ctx = context(s)
+    space = SearchSpace(tp=(1, 2), pp=(1,), vpp=(1,), cp=(1,), micro_batch=(1,), zero=(3,), recompute=("full",))
+    cands, _ = enumerate_space(ctx, space, [8], prune=False)
+    assert cands
+    for c in cands:
+        row = evaluate_row(Job(ctx, 2.99, 1e9), c)
+        assert static_bound(ctx, c) / 2**30 <= row["peak_memory_gb"] + 1e-9, c.label()
+    fp32 = context(replace(s, training=replace(s.training, master_weights=True)))
+    assert all(static_bound(ctx, c) < static_bound(fp32, c) for c in cands)
