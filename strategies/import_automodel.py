@@ -13,7 +13,8 @@ layers_per_stage) stages rounded to a multiple of pp, the first ``layers % stage
 ``step_scheduler:`` is ``components/training/step_scheduler.py`` (global_batch_size: samples per
 optimizer step over all GPUs; local_batch_size: samples per forward/backward per GPU); ``model.backend``
 is ``components/models/common/utils.py`` BackendConfig (attn, experts, dispatcher, fake_balanced_gate,
-te_fp8). The recipe is read as data (YAML through the checked reader); its ``_target_`` callables are
+te_fp8); ``model.torch_dtype`` (``_transformers/auto_model.py`` from_config: "auto" is bf16) gives
+``training.master_weights`` (float32 parameters: true; bf16: the stack's default, no master copy). The recipe is read as data (YAML through the checked reader); its ``_target_`` callables are
 never imported or run. Every key the recipe sets that this does not read, outside the sections that
 hold no execution settings (logging, checkpointing, data paths, optimizer hyper-parameters), is listed
 as not modelled."""
@@ -71,7 +72,7 @@ _READ = {
     "model.pretrained_model_name_or_path", "model.config.pretrained_model_name_or_path", "model.backend.attn",
     "model.backend.linear", "model.backend.rms_norm", "model.backend.rope_fusion", "model.backend.experts",
     "model.backend.dispatcher", "model.backend.fake_balanced_gate", "model.backend.te_fp8.recipe",
-    "loss_fn.fp32_upcast", "benchmark.num_nodes", "compile.enabled"}
+    "loss_fn.fp32_upcast", "benchmark.num_nodes", "compile.enabled", "model.torch_dtype"}
 #: settings that do not change what runs, or only names (read and not reported)
 _QUIET_KEYS = {"recipe", "seed", "model._target_", "model.config._target_", "model.trust_remote_code",
                "model.backend._target_", "model.backend.enable_hf_state_dict_adapter", "loss_fn._target_",
@@ -222,6 +223,24 @@ def _backend(top: Fields, options: dict, notes: list, limit, moe: bool, ep: int,
     return "bf16"
 
 
+#: model.torch_dtype (shared/utils.py dtype_from_str: lower-cased, "torch." optional; "auto" -> bf16 in
+#: _transformers/auto_model.py from_config) -> training.master_weights: fp32 parameters are their own
+#: master copy (True); bf16 ones have none (None: the nemo-automodel stack's default, stacks.yaml [AM])
+TORCH_DTYPES = {"auto": None, "bf16": None, "bfloat16": None, "float": True, "float32": True}
+
+
+def _master_weights(top: Fields):
+    """training.master_weights from the recipe's ``model.torch_dtype`` (None: not written)."""
+    raw = top.section("model").get("torch_dtype", "auto")
+    val = str(raw).lower().removeprefix("torch.")
+    if val in ("float16", "half"):
+        raise top.section("model").fail("torch_dtype", raw, "(fp16 parameters without an fp32 master copy) is not "
+                                        "modelled: the loss scaler needs fp32 masters; use bf16 or float32")
+    if val not in TORCH_DTYPES:
+        raise top.section("model").fail("torch_dtype", raw, "must be auto, bf16 / bfloat16 or float32 (torch.float32)")
+    return TORCH_DTYPES[val]
+
+
 def _seq_len(top: Fields) -> int:
     ds = top.section("dataset")
     for key in ("seq_len", "seq_length"):
@@ -274,6 +293,9 @@ def import_automodel(data: dict, *, cluster: str | None = None, nodes: int | Non
         raise d.section("pipeline").fail("pp_microbatch_size", mb, f"must divide step_scheduler.local_batch_size {local}")
     training: dict = {"micro_batch": mb, "global_batch": glob, "seq_len": _seq_len(top), "precision": precision,
                       "recompute": recompute}
+    master = _master_weights(top)
+    if master is not None:
+        training["master_weights"] = master
     if top.section("compile").flag("enabled", False):
         notes.append("compile.enabled (torch.compile of the model: priced eager)")
     if top.section("loss_fn").flag("fp32_upcast", True) is False:

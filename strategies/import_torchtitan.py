@@ -82,8 +82,13 @@ TORCHTITAN_MODELS.update({
 })
 #: torchtitan [float8] recipe_name (torchao Float8LinearRecipeName) -> options.fp8_recipe
 FLOAT8_RECIPES = {"tensorwise": "tensorwise", "rowwise": "rowwise", "rowwise_with_gw_hp": "rowwise"}
-#: [training] mixed_precision_param (torch dtype names) -> training.precision
+#: [training] mixed_precision_param (torch dtype names) -> training.precision: the dtype FSDP2 gathers and
+#: computes in; the parameters are built in [training] dtype (train.py: utils.set_default_dtype(training.dtype)
+#: around the meta-device model), "float32" by default (fp32 shards: training.master_weights, the stack's
+#: default true), "bfloat16" = "all parameters, gradients, and optimizer states in bfloat16, without an extra
+#: copy of fp32 weights" (config/job_config.py Training.dtype) = training.master_weights: false
 MIXED_PRECISION = {"bfloat16": "bf16", "float16": "fp16"}
+TRAINING_DTYPES = {"float32": None, "bfloat16": False}
 #: torchtitan pipeline_parallel_schedule (torch.distributed.pipelining names) -> execsim schedule, chunks per rank
 TORCHTITAN_SCHEDULES = {"1F1B": ("1f1b", 1), "GPipe": ("gpipe", 1), "Interleaved1F1B": ("interleaved-1f1b", 2),
                         "LoopedBFS": ("looped-bfs", 2), "ZBVZeroBubble": ("zb-v", 2), "DualPipeV": ("dualpipe-v", 2),
@@ -107,7 +112,7 @@ _TT_READ = {"model.name", "model.flavor", "training.local_batch_size", "training
             "activation_checkpoint.selective_ac_option", "model.hf_assets_path", "hf_assets_path", "model.attn_backend",
             "model.converters", "parallelism.expert_tensor_parallel_degree", "training.compile", "compile.enable",
             "compile.components", "compile", "model_spec.name", "model_spec.flavor",
-            "activation_checkpoint.force_recompute_mm_shapes_by_fqns", "debug.moe_force_load_balance"}
+            "activation_checkpoint.force_recompute_mm_shapes_by_fqns", "debug.moe_force_load_balance", "training.dtype"}
 #: float8 keys read when a float8 / mx converter is on (otherwise listed as set but not in effect)
 _TT_FLOAT8 = {"float8.recipe_name", "float8.enable_fsdp_float8_all_gather", "float8.filter_fqns",
               "quantize.linear.float8.recipe_name", "quantize.linear.float8.enable_fsdp_float8_all_gather",
@@ -454,6 +459,9 @@ def import_torchtitan(data: dict, *, cluster: str | None = None, nodes: int | No
     recompute, every = _registry_recompute(data) if "model_spec" in data else _recompute(ac)
     training: dict = {"micro_batch": mb, "global_batch": None, "seq_len": seq,
                       "precision": "fp8" if fp8 else MIXED_PRECISION[mp], "recompute": recompute}
+    master = TRAINING_DTYPES[tr.choice("dtype", "float32", tuple(TRAINING_DTYPES))]
+    if master is not None:
+        training["master_weights"] = master
     strategy: dict = {"model": model, "cluster": cl, "parallel": parallel, "schedule": name,
                       "training": training, "options": options}
     if every:

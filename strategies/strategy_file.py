@@ -27,7 +27,7 @@ from strategies.lora_spec import LoraSpec, parse_lora
 
 TOP_KEYS = ("model", "cluster", "parallel", "schedule", "training", "options", "goodput")
 PARALLEL_KEYS = ("tp", "pp", "dp", "vpp", "sp", "cp", "ep", "zero", "layers_per_stage", "dp_shard", "etp", "order")
-TRAINING_KEYS = ("micro_batch", "global_batch", "seq_len", "precision", "recompute", "train_tokens",
+TRAINING_KEYS = ("micro_batch", "global_batch", "seq_len", "precision", "recompute", "train_tokens", "master_weights",
                  "recompute_layers", "lora")
 OPTION_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_bucket_mb", "flash_attention",
                "overlap_handoff", "memory_reserve_gb", "fidelity", "profile", "profile_gpu", "collective_profile", "collective_profile_gpu", "fp32_grad_accum",
@@ -126,8 +126,11 @@ class TrainingSpec:
     """Training settings.
 
     micro_batch: sequences per microbatch. global_batch: sequences per optimizer step.
-    seq_len: tokens per sequence. precision: bf16 | fp16 | fp8 | fp4 (GEMM math; master weights fp32;
-        fp4 needs FP4 tensor cores: Blackwell).
+    seq_len: tokens per sequence. precision: bf16 | fp16 | fp8 | fp4 (GEMM math; fp4 needs FP4 tensor
+        cores: Blackwell).
+    master_weights: the optimizer keeps fp32 master weights (fp32 moments, fp32 shards under PyTorch FSDP);
+        False: parameters, gradients and Adam moments stay bf16 (PyTorch FSDP2 stacks only: NeMo AutoModel's
+        default, torch_dtype bf16); None: the stack's default (stacks.yaml ``master_weights``).
     recompute: none | selective | full activation recomputation (Korthikanti 2022).
     recompute_layers: per-layer override (list of none/selective/full, one per transformer layer), or None.
     train_tokens: token budget for the time-to-train report (None: not reported).
@@ -142,6 +145,7 @@ class TrainingSpec:
     recompute_layers: tuple[str, ...] | None = None
     train_tokens: float | None = None
     lora: LoraSpec | None = None
+    master_weights: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -490,6 +494,7 @@ def _training_spec(data: dict) -> tuple[dict, TrainingSpec]:
         recompute_layers=rl,
         train_tokens=tt,
         lora=parse_lora(t.get("lora")),
+        master_weights=None if t.get("master_weights") is None else get_bool(t, "master_weights", "training"),
     )
     return t, tr
 

@@ -19,7 +19,7 @@ from taskgraph.cuda_graphs import layer_graphs
 from taskgraph.fsdp1_flat import fsdp1_microbatches
 from taskgraph.lora import ADAPTER_SUFFIX, NOT_TE, trainable_share
 from taskgraph.operators import embedding_operators, head_operators, layer_operators
-from taskgraph.overheads import adam_bytes, adam_step_s, host_bound, master_copy, stack_host_terms, step_overhead_s
+from taskgraph.overheads import adam_step_of, host_bound, stack_host_terms, step_overhead_s
 from taskgraph.overlap import bulk, chunk_op, pipelined, ring_exchange, ring_hbm_loss, sm_fraction, stream_shares
 from taskgraph.pipeline_p2p import activation_bytes, boundary_times
 from taskgraph.plan import DTYPE_BYTES, Plan
@@ -396,7 +396,7 @@ def context_id(plan: Plan) -> int | None:
            opt.flash_attention, opt.fp32_grad_accum, opt.grad_bucket_mb, opt.tp_async_backward, opt.moe_load,
            opt.moe_max_nodes, opt.pair_overlap, opt.pair_comm_sms, opt.fp8_recipe, opt.fp8_param_gather, opt.activation_offload_layers, opt.cp_comm, opt.cp_load_balance, plan.shard_size, plan.reshard_after_forward, opt.overlap_grad_reduce,
            opt.tp_comm_overlap, opt.overlap_interference, opt.stack, opt.attention_kernel, opt.cross_entropy, opt.overlap_moe_expert_parallel_comm,
-           opt.moe_flex_dispatcher_num_sms, opt.optimizer_cpu_offload, opt.optimizer_offload_fraction, opt.overlap_cpu_optimizer_d2h_h2d, opt.moe_shared_expert_overlap, opt.pipeline_scatter_gather, opt.moe_dispatcher, opt.cuda_graphs, fsdp1_microbatches(plan))
+           opt.moe_flex_dispatcher_num_sms, opt.optimizer_cpu_offload, opt.optimizer_offload_fraction, opt.overlap_cpu_optimizer_d2h_h2d, opt.moe_shared_expert_overlap, opt.pipeline_scatter_gather, opt.moe_dispatcher, opt.cuda_graphs, fsdp1_microbatches(plan), tr.master_weights)
     try:
         cid = _CONTEXTS.get(key)
     except TypeError:  # an unhashable field (a custom model spec holding a list, say)
@@ -418,7 +418,7 @@ def _layer_context(plan: Plan) -> tuple:
             opt.flash_attention, opt.fp32_grad_accum, opt.tp_async_backward, opt.moe_load, opt.cp_comm,
             opt.cp_load_balance, opt.moe_max_nodes, opt.fp8_recipe, opt.fp8_param_gather, opt.activation_offload_layers,
             opt.tp_comm_overlap, opt.overlap_interference, opt.stack, opt.attention_kernel, opt.cross_entropy, opt.overlap_moe_expert_parallel_comm,
-            opt.moe_dispatcher, opt.cuda_graphs, (s, plan.shard_size, plan.reshard_after_forward, fsdp1_microbatches(plan)) if plan.zero == 3 else None)
+            opt.moe_dispatcher, opt.cuda_graphs, tr.master_weights, (s, plan.shard_size, plan.reshard_after_forward, fsdp1_microbatches(plan)) if plan.zero == 3 else None)
 
 
 @lru_cache(maxsize=4096)
@@ -692,7 +692,7 @@ def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, 
     measured = None if profile is None else profile.lookup_scaled(
         gpu, plan.strategy.training.precision, OPTIMIZER_OP, "fwd", shard)
     # the fused Adam kernel, plus the master-weight copy (PyTorch FSDP casts at its gather instead)
-    adam = (adam_step_s(gpu, shard, master_copy(plan), gbp, adam_bytes(plan)) if measured is None else measured) * pace
+    adam = (adam_step_of(plan, shard, gbp) if measured is None else measured) * pace
     opt_s = step_overhead_s(plan, shard, layers)  # gradient norm (+ fp16 found-inf), taskgraph/overheads.py
     if plan.zero < 3:
         # Megatron-LM zeroes the contiguous gradient buffer once per iteration (megatron/core/distributed/

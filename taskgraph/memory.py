@@ -11,6 +11,10 @@ momentum, variance). Partitioned over N data-parallel ranks:
 Megatron-LM with bf16 keeps an fp32 gradient buffer (``accumulate_allreduce_grads_in_fp32``): 4Ψ
 instead of 2Ψ; with the distributed optimizer that is 6Ψ + 12Ψ/N (Megatron-LM docs,
 "Distributed Optimizer", bytes per parameter table).
+Without master weights (``training.master_weights: false``, NeMo AutoModel's bf16 model under FSDP2:
+stacks.yaml [AM], [FSDP2-BF16]) the bf16 parameter is what the optimizer steps, its gradient is bf16 (FSDP2
+casts the reduced gradient to the parameter's dtype) and torch Adam's moments take the parameter's dtype:
+2Ψ + 2Ψ + 4Ψ = 8Ψ, each sharded as above (ZeRO-3: 8Ψ/N).
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from dataclasses import dataclass
 from taskgraph.operators import activation_bytes_per_layer, embedding_operators, head_operators, layer_operators
 
 ADAM_STATE_BYTES = 12  # fp32 master weight + momentum + variance (ZeRO Section 3.1, K = 12)
+BF16_ADAM_STATE_BYTES = 4  # bf16 momentum + variance, no master copy (module docstring)
 
 
 @dataclass(frozen=True)
@@ -117,13 +122,16 @@ def static_memory(plan) -> dict[int, ModelStates]:
     pipelining with FSDP turns gradient sync off until then), so they are not sharded; FSDP + PP that
     does not reshard after forward keeps the stage's gathered weights through the step (Llama 3)."""
     from taskgraph.costing import grad_bytes_per_param, param_bytes
+    from taskgraph.overheads import master_weights
     pp1 = plan.sizes.pp == 1
     shard_w = None if plan.zero < 3 else (pp1 or plan.reshard_after_forward)
     shard_g = None if pp1 else False
+    master = master_weights(plan)   # without: bf16 gradients and moments (module docstring)
+    gbytes, obytes = (grad_bytes_per_param(plan), ADAM_STATE_BYTES) if master else (2, BF16_ADAM_STATE_BYTES)
 
     def states(p: int, shard: int) -> ModelStates:
-        return model_state_bytes(p, dp=shard, zero=plan.zero, weight_bytes=param_bytes(plan),
-                                 grad_bytes=grad_bytes_per_param(plan), shard_weights=shard_w, shard_grads=shard_g)
+        return model_state_bytes(p, dp=shard, zero=plan.zero, weight_bytes=param_bytes(plan), grad_bytes=gbytes,
+                                 optimizer_bytes=obytes, shard_weights=shard_w, shard_grads=shard_g)
     # options.optimizer_cpu_offload: the offloaded share's fp32 master weights and Adam moments live in
     # host memory (Megatron HybridDeviceOptimizer: the CPU optimizer's parameters are host copies)
     opt = plan.strategy.options

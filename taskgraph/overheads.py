@@ -37,7 +37,11 @@ multi_tensor_scale from main to model), read 4 + write 2 bytes, and, when the gr
 (stage3.py ``_reassign_or_swap_out_partitioned_parameters``). PyTorch FSDP under ZeRO-3 (torchtitan's
 FSDP2, Composer's FSDP: the stacks with ``zero3_master_copy: false``, taskgraph/data/stacks.yaml) keeps
 the fp32 shard as the parameter and casts to bf16 when it all-gathers, so its step is the fused kernel
-alone (``master_copy``). The fused kernel is slower than a copy per byte: on an H200 ``torch.optim.AdamW(fused=True)``
+alone (``master_copy``). Without master weights (``training.master_weights: false``: NeMo AutoModel's
+bf16 model under FSDP2, stacks.yaml [AM], [FSDP2-BF16]) the parameter, its gradient and torch Adam's
+two moments (torch/optim/adam.py ``_init_group``: ``torch.zeros_like(p)``, the parameter's dtype) are
+bf16, so the same kernel streams 2-byte elements: 14 bytes per parameter, no copy and no gradient cast
+(``value_bytes``). The fused kernel is slower than a copy per byte: on an H200 ``torch.optim.AdamW(fused=True)``
 over 134 M fp32 parameters moved its 28 bytes at 3,447 GB/s, 0.72 of the 4.8 TB/s peak, where a bf16
 copy reached 4,189 GB/s (0.87) (benchmarks/kernel_data/h200-2026-11-26/membound.csv; the GPU catalog's
 ``optimizer_efficiency``; GPUs without a measurement use ``hbm_efficiency``). The copies stream at
@@ -162,9 +166,33 @@ MASTER_COPY_BYTES_PER_PARAM = 6
 GRAD_CAST_BYTES_PER_PARAM = 6
 
 
+def master_weights(plan) -> bool:
+    """The optimizer keeps fp32 master weights and moments: ``training.master_weights``, or the stack's
+    default (stacks.yaml ``master_weights``; False: bf16 parameters, gradients and moments, [FSDP2-BF16])."""
+    return keeps_master_weights(plan.strategy)
+
+
+def keeps_master_weights(strategy) -> bool:
+    """:func:`master_weights` of a strategy (before it is resolved: the search's memory bound)."""
+    mw = strategy.training.master_weights
+    if mw is not None:
+        return mw
+    from taskgraph.stacks import get_stack
+    return get_stack(strategy.options.stack).master_weights
+
+
+def optimizer_value_bytes(plan) -> int:
+    """Bytes of each element the Adam step streams (parameter, gradient, moments): 4, or 2 without
+    master weights (module docstring)."""
+    return 4 if master_weights(plan) else 2
+
+
 def master_copy(plan) -> bool:
     """The Adam step copies fp32 master weights into the model's (module docstring): always below ZeRO-3;
-    under ZeRO-3 unless the stack is PyTorch FSDP (``zero3_master_copy: false``)."""
+    under ZeRO-3 unless the stack is PyTorch FSDP (``zero3_master_copy: false``); never without master
+    weights."""
+    if not master_weights(plan):
+        return False
     if plan.zero < 3:
         return True
     from taskgraph.stacks import get_stack
@@ -178,13 +206,16 @@ def adam_bytes(plan) -> int:
     return get_stack(plan.strategy.options.stack).adam_bytes_per_param
 
 
-def adam_step_s(gpu, params: float, master_copy: bool = True, grad_bytes: int = 4, unfused_bytes: int = 0) -> float:
+def adam_step_s(gpu, params: float, master_copy: bool = True, grad_bytes: int = 4, unfused_bytes: int = 0,
+                value_bytes: int = 4) -> float:
     """Seconds of one Adam step over ``params`` parameters on ``gpu``: the fused kernel's 28 bytes each at
     the GPU's ``optimizer_efficiency`` (``hbm_efficiency`` when it has none), or a stack's unfused
     per-operation kernels, ``unfused_bytes`` each at ``hbm_efficiency`` (Composer's DecoupledAdamW:
     stacks.yaml [COMPOSER-ADAM]), plus, with ``master_copy`` (Megatron's mixed-precision optimizers, not
     FSDP), the master-to-model weight copy and, for ``grad_bytes`` < 4, the gradient cast, at
-    ``hbm_efficiency`` (module docstring).
+    ``hbm_efficiency`` (module docstring). ``value_bytes``: each streamed element's bytes, 4 (fp32 master
+    weights and moments) or 2 (bf16 parameters and moments, no master copy): the step's bytes scale by
+    value_bytes / 4.
 
     >>> from types import SimpleNamespace as N
     >>> g = N(hbm_bandwidth=4.8e12, efficiency=N(optimizer_efficiency=0.72, hbm_efficiency=0.87))
@@ -192,13 +223,22 @@ def adam_step_s(gpu, params: float, master_copy: bool = True, grad_bytes: int = 
     9.539
     >>> round(adam_step_s(g, 1e9, master_copy=False) * 1e3, 3)
     8.102
+    >>> round(adam_step_s(g, 1e9, master_copy=False, value_bytes=2) * 1e3, 3)   # 14e9 / 3.456e12
+    4.051
     """
     eff = gpu.efficiency
     opt = getattr(eff, "optimizer_efficiency", None) or eff.hbm_efficiency
     copies = (MASTER_COPY_BYTES_PER_PARAM + (GRAD_CAST_BYTES_PER_PARAM if grad_bytes < 4 else 0)) if master_copy else 0
     step = (unfused_bytes * params / (gpu.hbm_bandwidth * eff.hbm_efficiency) if unfused_bytes
-            else FUSED_ADAM_BYTES_PER_PARAM * params / (gpu.hbm_bandwidth * opt))
+            else FUSED_ADAM_BYTES_PER_PARAM * params / (gpu.hbm_bandwidth * opt)) * value_bytes / 4
     return step + copies * params / (gpu.hbm_bandwidth * eff.hbm_efficiency)
+
+
+def adam_step_of(plan, params: float, grad_bytes: int) -> float:
+    """:func:`adam_step_s` of ``plan``'s run over ``params`` parameters: its stack's kernel, master copy and
+    element bytes (``grad_bytes``: ``taskgraph.costing.grad_bytes_per_param``)."""
+    return adam_step_s(plan.cluster.gpu, params, master_copy(plan), grad_bytes, adam_bytes(plan),
+                       optimizer_value_bytes(plan))
 
 
 def step_overhead_s(plan, shard_params: float, layers: tuple = ()) -> float:
@@ -207,7 +247,7 @@ def step_overhead_s(plan, shard_params: float, layers: tuple = ()) -> float:
     on DeepSpeed's 2021 ZeRO-3 the refresh of the stage's ``layers``' persistent parameters
     (taskgraph/zero3_fetch.py)."""
     cluster, gpu = plan.cluster, plan.cluster.gpu
-    norm_read = 4.0 * shard_params / (gpu.hbm_bandwidth * gpu.efficiency.hbm_efficiency)
+    norm_read = optimizer_value_bytes(plan) * shard_params / (gpu.hbm_bandwidth * gpu.efficiency.hbm_efficiency)
     t = norm_read + _allreduce_latency(cluster, plan.num_gpus) + stage_refresh_s(plan, layers)
     if plan.strategy.training.precision == "fp16":
         t += _allreduce_latency(cluster, plan.num_gpus)
@@ -225,10 +265,14 @@ __all__ = [
     "FUSED_ADAM_BYTES_PER_PARAM",
     "GRAD_CAST_BYTES_PER_PARAM",
     "MASTER_COPY_BYTES_PER_PARAM",
+    "adam_step_of",
     "adam_step_s",
     "host_bound",
+    "keeps_master_weights",
     "master_copy",
+    "master_weights",
     "op_kernels",
+    "optimizer_value_bytes",
     "stack_host_terms",
     "step_overhead_s",
 ]

@@ -422,6 +422,28 @@ def _stage_layers(strategy: Strategy, model) -> list | tuple:
     return lps
 
 
+def _check_master_weights(strategy: Strategy) -> None:
+    """``training.master_weights: false`` (bf16 parameters and moments, no fp32 master copy) needs a PyTorch
+    FSDP2 stack and 16-bit weights that need no loss scaling. Megatron-LM's mixed-precision optimizers always
+    keep fp32 main parameters (megatron/core/optimizer/optimizer.py Float16OptimizerWithFloat16Params,
+    distrib_optimizer.py's main_param shards; DeepSpeed's likewise); torch's GradScaler refuses fp16
+    gradients ("Attempting to unscale FP16 gradients.", torch/amp/grad_scaler.py _unscale_grads_)."""
+    from taskgraph.stacks import DEFAULT_STACK, get_stack
+    tr, name = strategy.training, strategy.options.stack or DEFAULT_STACK
+    stack = get_stack(name)
+    if (stack.master_weights if tr.master_weights is None else tr.master_weights):
+        return
+    if not stack.fsdp2_copies:
+        raise ConfigError(f"training.master_weights = false (bf16 parameters, no fp32 master copy) needs a PyTorch "
+                          f"FSDP2 stack, but options.stack = {name!r} keeps fp32 master weights in its optimizer; "
+                          f"use stack torchtitan, torchtitan-compile or nemo-automodel, or drop master_weights")
+    if tr.precision == "fp16":
+        said = "" if tr.master_weights is False else f" (stack {name}'s default)"
+        raise ConfigError(f"training.master_weights = false{said} with precision fp16: fp16 parameters need an fp32 "
+                          f"master copy for the loss scaler (torch GradScaler refuses fp16 gradients); use bf16 or "
+                          f"set master_weights: true")
+
+
 def _check_precision_options(strategy: Strategy, model, cluster, written: dict) -> None:
     """Per-layer recompute, the precision the GPU must support, and options that need a precision,
     SMs or shared experts."""
@@ -437,6 +459,7 @@ def _check_precision_options(strategy: Strategy, model, cluster, written: dict) 
         raise ConfigError(f"training.precision = 'fp4' but {cluster.gpu.name} has no FP4 tensor cores (NVFP4 needs "
                           f"Blackwell: B200, GB200, GB300); use fp8 or bf16, or a Blackwell cluster such as gb300-nvl72")
 
+    _check_master_weights(strategy)
     opt = strategy.options
     # (an fp8_recipe without fp8 is refused by strategies/strategy_file.py check_strategy)
     kept = (opt.num_layers_at_start_in_bf16 or 0) + (opt.num_layers_at_end_in_bf16 or 0)

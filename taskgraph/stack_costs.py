@@ -9,12 +9,13 @@ from dataclasses import replace
 from taskgraph.cost import HP_GRAD_ACCUM_KERNELS, op_shape_key
 from taskgraph.cross_entropy import cross_entropy_bytes
 from taskgraph.fsdp1_flat import fsdp1_flat_times
+from taskgraph.overheads import optimizer_value_bytes
 from taskgraph.plan import DTYPE_BYTES, Plan
 from taskgraph.stacks import DEFAULT_STACK, get_stack
 from taskgraph.torch_cp import torch_ring_attention
 
 
-def fsdp2_copy_times(gpu, params: float, n: int, p: int, g: int) -> tuple[float, float, float]:
+def fsdp2_copy_times(gpu, params: float, n: int, p: int, g: int, shard: int = 4) -> tuple[float, float, float]:
     """Seconds of PyTorch FSDP2's copy kernels around one parameter group's collectives over ``n``
     ranks, ``params`` the group's unsharded (TP-shard) parameters: (all-gather copy-in, all-gather
     copy-out, reduce-scatter copy-in). Streaming copies at ``hbm_efficiency``, one launch each.
@@ -34,13 +35,29 @@ def fsdp2_copy_times(gpu, params: float, n: int, p: int, g: int) -> tuple[float,
       reduce-dtype input (write g B): (2 + g) params bytes.
 
     p = the gathered element's bytes (``costing.param_bytes``: 2, or 1 with an FP8 all-gather); g = the
-    reduced gradient's (``costing.grad_bytes_per_param``: 4 with fp32 reduction)."""
+    reduced gradient's (``costing.grad_bytes_per_param``: 4 with fp32 reduction); shard = the sharded
+    parameter's (4: fp32; 2: bf16 without master weights, stacks.yaml [FSDP2-BF16]). When shard == p FSDP2
+    clamps param_dtype to None (_fsdp_param.py init_dtype_attrs): no cast, the copy-in is
+    all_gather_copy_in's alone, 2p params / n bytes and one launch; when shard != g foreach_reduce casts the
+    reduced shard to the parameter's dtype on the reduce-scatter stream (read g, write shard: (g + shard)
+    params / n bytes, one launch), counted with the reduce-scatter copy-in.
+
+    >>> from types import SimpleNamespace as N
+    >>> gpu = N(hbm_bandwidth=1e12, efficiency=N(hbm_efficiency=1.0, launch_overhead=0.0))
+    >>> [round(t * 1e3, 6) for t in fsdp2_copy_times(gpu, 1e9, 8, 2, 4)]   # 10/8, 4, 6 ms
+    [1.25, 4.0, 6.0]
+    >>> [round(t * 1e3, 6) for t in fsdp2_copy_times(gpu, 1e9, 8, 2, 4, shard=2)]   # 4/8, 4, 6 + 6/8 ms
+    [0.5, 4.0, 6.75]
+    """
     eff = gpu.efficiency
     bw = gpu.hbm_bandwidth * eff.hbm_efficiency
     launch = eff.launch_overhead
-    copy_in = (4 + 3 * p) * params / n / bw + 2 * launch
+    cast = shard != p
+    copy_in = ((shard if cast else 0) + (3 if cast else 2) * p) * params / n / bw + (2 if cast else 1) * launch
     copy_out = 2 * p * params / bw + launch
     rs_copy_in = (2 + g) * params / bw + launch
+    if shard != g:
+        rs_copy_in += (g + shard) * params / n / bw + launch
     return copy_in, copy_out, rs_copy_in
 
 
@@ -53,7 +70,7 @@ def zero3_copy_times(stack, plan: Plan, params: float, n: int, p: int, g: int) -
     if stack is None or n <= 1:
         return 0.0, 0.0, 0.0, 0.0
     if stack.fsdp2_copies:
-        return fsdp2_copy_times(plan.cluster.gpu, params, n, p, g) + (0.0,)
+        return fsdp2_copy_times(plan.cluster.gpu, params, n, p, g, optimizer_value_bytes(plan)) + (0.0,)  # the shard's bytes
     if stack.fsdp1_flat:
         gather, cat, reduce = fsdp1_flat_times(plan.cluster.gpu, params, n, p, g, plan.microbatches)
         return gather, 0.0, reduce, cat

@@ -71,7 +71,9 @@ class Stack:
     DecoupledAdamW, stacks.yaml [COMPOSER-ADAM]); 0: the fused multi-tensor kernel's 28
     (``taskgraph/overheads.py`` adam_step_s); fsdp1_flat: under ZeRO-3 the stack is PyTorch FSDP1 with
     one FlatParameter per unit, whose shard casts, flat-gradient concat, gradient divisions, casts and
-    accumulation run around each collective (``taskgraph/fsdp1_flat.py``, stacks.yaml [FSDP1])."""
+    accumulation run around each collective (``taskgraph/fsdp1_flat.py``, stacks.yaml [FSDP1]);
+    master_weights: the run's default for ``training.master_weights`` (False: bf16 parameters and Adam
+    moments, no fp32 master copy; only with fsdp2_copies; stacks.yaml [AM])."""
 
     name: str
     attention: str
@@ -91,6 +93,7 @@ class Stack:
     grad_add_bytes: int = 0
     adam_bytes_per_param: int = 0
     fsdp1_flat: bool = False
+    master_weights: bool = True
 
     def passes_of(self, op_name: str) -> int:
         """Passes of an operator by its role (the name after a layer prefix, e.g. ``mtp0.final_norm``)."""
@@ -174,8 +177,12 @@ def load_tables(path: str = STACKS_PATH) -> tuple[dict, dict, dict]:
         if not isinstance(flat, bool) or (flat and fsdp2):
             raise ConfigError(f"stack file {path!r}: stack {name!r} fsdp1_flat = {flat!r} must be true or false, and "
                               f"not true with fsdp2_copies (a stack runs FSDP1 or FSDP2)")
+        master = d.get("master_weights", True)
+        if not isinstance(master, bool) or not (master or fsdp2):
+            raise ConfigError(f"stack file {path!r}: stack {name!r} master_weights = {master!r} must be true or false, "
+                              f"and false only with fsdp2_copies (bf16 parameters without fp32 masters: PyTorch FSDP2)")
         stacks[str(name)] = Stack(str(name), att, passes, None if host is None else float(host), copy, acc, serial,
-                                  fsdp2, tcp, f8, dt_factor, hooks, hooks_tp, sync, ce, add, adam, flat)
+                                  fsdp2, tcp, f8, dt_factor, hooks, hooks_tp, sync, ce, add, adam, flat, master)
     cat = data.get("catalog_attention") or {}
     catalog = {"kernel": {str(a): str(k) for a, k in (cat.get("kernel") or {}).items()},
                "reference": {str(a): (float(r["head_dim"]), float(r["seq_len"]))

@@ -307,6 +307,8 @@ def _draw_lora(data: dict, on: set, i: int) -> None:
 #: what a software stack adds (taskgraph/stack_costs.py, taskgraph/torch_cp.py), each counted like an option
 STACK_MECHANISMS = ("fsdp2-copies", "torch-cp", "deepspeed-pipe", "dtensor-host", "ds-zero3-fetch", "automodel",
                     "fsdp1-flat")
+#: training fields drawn like the options: training.master_weights (bf16 parameters, _draw_master_weights)
+TRAINING_DRAWN = ("master_weights",)
 
 
 def _draw_stack_mechanisms(data: dict, on: set, i: int) -> None:
@@ -350,6 +352,18 @@ def _draw_automodel(data: dict, on: set, i: int) -> None:
         on.update(("stack", "automodel"))
         if par["tp"] > 1:
             on.add("dtensor-host")
+
+
+def _draw_master_weights(data: dict, on: set, i: int) -> None:
+    """training.master_weights against the stack's default (stacks.yaml ``master_weights``) in half of the bf16
+    draws on a PyTorch FSDP2 stack (the only ones that may drop the fp32 copy; AutoModel's default is bf16
+    parameters, so its draws price both); its own generator keeps the other draws as they were."""
+    rng = np.random.default_rng((20261131, i))
+    stack, tr = data["options"].get("stack"), data["training"]
+    if stack in ("torchtitan", "torchtitan-compile", "nemo-automodel") and tr["precision"] == "bf16" \
+            and rng.random() < 0.5:
+        tr["master_weights"] = stack != "nemo-automodel"
+        on.add("master_weights")
 
 
 def _draw(rng: np.random.Generator, i: int) -> tuple[dict, set]:
@@ -422,6 +436,7 @@ def _draw(rng: np.random.Generator, i: int) -> tuple[dict, set]:
     _draw_scatter_gather(data, on, i)
     _draw_stack_mechanisms(data, on, i)
     _draw_automodel(data, on, i)
+    _draw_master_weights(data, on, i)
     _draw_fp4(data, on, i)
     _draw_moe_routing(data, on, i)
     _draw_te_delayed(data, on, i)
@@ -464,7 +479,8 @@ def test_every_option_is_drawn_or_named():
 
 def test_each_option_is_on_in_enough_draws(draws):
     assert len(draws) == DRAWS
-    counts = {k: sum(k in on for _, on in draws) for k in (*OPTION_VALUES, *MODEL_KEYS, *STACK_MECHANISMS, *TRAINING_FIELDS)}
+    counts = {k: sum(k in on for _, on in draws) for k in (*OPTION_VALUES, *MODEL_KEYS, *STACK_MECHANISMS, *TRAINING_FIELDS,
+                                                                 *TRAINING_DRAWN)}
     low = {k: n for k, n in counts.items() if n < MIN_ON}
     assert not low, f"options switched on in fewer than {MIN_ON} of {DRAWS} draws: {low}"
 

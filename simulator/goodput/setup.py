@@ -106,9 +106,11 @@ def checkpoint_bytes(plan) -> tuple[float, float]:
     fp32 optimizer states (master weight, momentum, variance; ZeRO Section 3.1, K = 12) once, as a
     sharded (Megatron distributed / torch.distributed.checkpoint) save writes them; gradients are not
     saved. Per GPU from the static memory model (``taskgraph.memory.static_memory``)."""
-    from taskgraph.memory import ADAM_STATE_BYTES, params_per_gpu
+    from taskgraph.memory import ADAM_STATE_BYTES, BF16_ADAM_STATE_BYTES, params_per_gpu
+    from taskgraph.overheads import master_weights
     s = plan.sizes
-    per_param = 2 + ADAM_STATE_BYTES
+    # without master weights: the bf16 parameter and its two bf16 moments (taskgraph/memory.py)
+    per_param = 2 + (ADAM_STATE_BYTES if master_weights(plan) else BF16_ADAM_STATE_BYTES)
     # params_per_gpu: the parameters one GPU of each pipeline rank holds before ZeRO-3 partitioning
     # (tp-sharded), i.e. its TP shard of the stage; every such shard is saved once
     held = params_per_gpu(plan)

@@ -98,8 +98,8 @@ def optimizer_items(plan) -> list[tuple]:
     """(parameters, parameters per operator, modelled seconds) of each distinct optimizer step of
     ``plan``'s stages (``taskgraph.costing.optimizer_params``; modelled by ``taskgraph.overheads.adam_step_s``)."""
     from taskgraph.costing import build_work, grad_bytes_per_param, optimizer_params
-    from taskgraph.overheads import adam_bytes, adam_step_s, master_copy
-    gbp, gpu = grad_bytes_per_param(plan), plan.cluster.gpu
+    from taskgraph.overheads import adam_step_of
+    gbp = grad_bytes_per_param(plan)
     out = {}
     for st in build_work(plan, fidelity="operator").stages:
         n = optimizer_params(plan, st.layers)
@@ -108,5 +108,5 @@ def optimizer_items(plan) -> list[tuple]:
                       if op.grad_bytes > 0)
         key = optimizer_shape(n)
         if key not in out:
-            out[key] = (n, sizes, adam_step_s(gpu, n, master_copy(plan), gbp, adam_bytes(plan)))
+            out[key] = (n, sizes, adam_step_of(plan, n, gbp))
     return list(out.values())

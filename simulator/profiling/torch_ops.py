@@ -388,12 +388,14 @@ def time_optimizer(sizes, plan, device: str, repeats: int, warmup: int) -> float
         opt = torch.optim.Adam(params, lr=1e-4, foreach=True)
         return median_seconds(opt.step, device, repeats, warmup)
     from taskgraph.costing import grad_bytes_per_param
-    from taskgraph.overheads import master_copy
+    from taskgraph.overheads import master_copy, master_weights
     low = getattr(torch, TORCH_DTYPES[plan.strategy.training.precision])   # fp8 keeps bf16 weights
-    master = [torch.zeros(n, dtype=torch.float32, device=device, requires_grad=True) for n in sizes]
+    # without master weights the optimizer steps the bf16 parameters with bf16 gradients (overheads.py)
+    pdtype = torch.float32 if master_weights(plan) else torch.bfloat16
+    master = [torch.zeros(n, dtype=pdtype, device=device, requires_grad=True) for n in sizes]
     copy = master_copy(plan)
     fp32_grads = grad_bytes_per_param(plan) >= 4 or not copy
-    grads = [torch.randn(n, dtype=torch.float32 if fp32_grads else low, device=device) * 1e-3 for n in sizes]
+    grads = [torch.randn(n, dtype=pdtype if fp32_grads else low, device=device) * 1e-3 for n in sizes]
     model = [torch.zeros(n, dtype=low, device=device) for n in sizes] if copy else []
     for p, g in zip(master, grads):
         p.grad = g if fp32_grads else g.float()
