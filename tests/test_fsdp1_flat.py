@@ -83,7 +83,7 @@ def test_fsdp1_kernels_join_the_zero3_collectives(tmp_path, monkeypatch, mbs):
     costing.clear_cost_cache()
     with_flat = _comms(costing.build_work(plan))
     real = costing.run_stack
-    monkeypatch.setattr(costing, "run_stack", lambda name, kernel=None: replace(real(name, kernel), fsdp1_flat=False))
+    monkeypatch.setattr(costing, "run_stack", lambda name, *rest: replace(real(name, *rest), fsdp1_flat=False))
     costing.clear_cost_cache()
     without = _comms(costing.build_work(plan))
     monkeypatch.undo()
