@@ -182,7 +182,9 @@ def test_shipped_rows_match_the_envelope():
     for g in load_envelope():
         errs = [abs(r.error_pct) for r in cal.rows if r.envelope_group == g.name]
         assert len(errs) == g.rows, g.name
-        assert round(sum(errs) / len(errs), 1) == pytest.approx(g.mean_abs_error_pct, abs=0.051), g.name
+        # the envelope prints one decimal: the rows' mean lies within half a unit of it (rounding it
+        # again could land on the other side of a .x5 boundary)
+        assert sum(errs) / len(errs) == pytest.approx(g.mean_abs_error_pct, abs=0.05 + 1e-6), g.name
     assert {r.envelope_group for r in cal.rows} == {g.name for g in load_envelope()}
 
 
