@@ -79,6 +79,6 @@ def test_fsdp2_copies_priced_as_torchtitans(tmp_path):
     tt = stacks.get_stack("torchtitan")
     am = stacks.get_stack(AM)
     assert replace(am, name="torchtitan", attention=tt.attention, passes=tt.passes, torch_cp=True,
-                   float8_casts=tt.float8_casts, master_weights=True) == tt
+                   float8_casts=tt.float8_casts, master_weights=True, adam_bytes_per_param=0) == tt
     with pytest.raises(ConfigError, match="nemo-automodel"):   # the error lists the valid names
         stacks.get_stack("nemo_automodel")

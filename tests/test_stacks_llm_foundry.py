@@ -137,6 +137,9 @@ def test_composer_adam_streams_80_bytes_per_parameter():
     from taskgraph.overheads import adam_step_s
     assert get_stack("llm-foundry").adam_bytes_per_param == 8 + 12 + 8 + 12 + 8 + 8 + 8 + 16 == 80
     assert get_stack("megatron-te").adam_bytes_per_param == 0
+    assert get_stack("torchtitan").adam_bytes_per_param == 0   # optimizer.implementation "fused" by default
+    # torch's foreach Adam ([TORCH-ADAM]): lerp 12, mul 8, addcmul 12, sqrt 8, div 8, add 8, addcdiv 16
+    assert get_stack("nemo-automodel").adam_bytes_per_param == 12 + 8 + 12 + 8 + 8 + 8 + 16 == 72
     h100 = get_gpu("h100")
     eff = h100.efficiency
     assert adam_step_s(h100, 1e9, master_copy=False, unfused_bytes=80) == \
