@@ -41,7 +41,10 @@ alone (``master_copy``). Without master weights (``training.master_weights: fals
 bf16 model under FSDP2, stacks.yaml [AM], [FSDP2-BF16]) the parameter, its gradient and torch Adam's
 two moments (torch/optim/adam.py ``_init_group``: ``torch.zeros_like(p)``, the parameter's dtype) are
 bf16, so the same kernel streams 2-byte elements: 14 bytes per parameter, no copy and no gradient cast
-(``value_bytes``). The fused kernel is slower than a copy per byte: on an H200 ``torch.optim.AdamW(fused=True)``
+(``value_bytes``). NeMo AutoModel's recipes step with ``torch.optim.Adam`` without ``fused=True``, which torch
+runs as seven ``_foreach_`` passes (torch/optim/adam.py ``_multi_tensor_adam``): 72 bytes per fp32 parameter,
+36 per bf16 one (stacks.yaml ``adam_bytes_per_param``, [TORCH-ADAM]), streamed at the copy rate. The fused
+kernel is slower than a copy per byte: on an H200 ``torch.optim.AdamW(fused=True)``
 over 134 M fp32 parameters moved its 28 bytes at 3,447 GB/s, 0.72 of the 4.8 TB/s peak, where a bf16
 copy reached 4,189 GB/s (0.87) (benchmarks/kernel_data/h200-2026-11-26/membound.csv; the GPU catalog's
 ``optimizer_efficiency``; GPUs without a measurement use ``hbm_efficiency``). The copies stream at
