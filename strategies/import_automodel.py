@@ -17,7 +17,8 @@ te_fp8); ``model.torch_dtype`` (``_transformers/auto_model.py`` from_config: "au
 ``training.master_weights`` (float32 parameters: true; bf16: the stack's default, no master copy). The recipe is read as data (YAML through the checked reader); its ``_target_`` callables are
 never imported or run. Every key the recipe sets that this does not read, outside the sections that
 hold no execution settings (logging, checkpointing, data paths, optimizer hyper-parameters), is listed
-as not modelled."""
+as not modelled, and so is an ``optimizer:`` that is not the stack's torch foreach Adam without weight decay
+(``_optimizer_note``; stacks.yaml [TORCH-ADAM])."""
 from __future__ import annotations
 
 import math
@@ -241,6 +242,31 @@ def _master_weights(top: Fields):
     return TORCH_DTYPES[val]
 
 
+#: the optimizers stack nemo-automodel's Adam step describes: torch's Adam / AdamW without fused=True, which torch
+#: runs as its foreach passes (72 B per fp32 parameter element, stacks.yaml [TORCH-ADAM]), and their default
+#: weight decay (torch.optim.Adam 0, AdamW 0.01; AutoModel's factory path passes the recipe's kwargs to torch)
+TORCH_ADAMS = {"torch.optim.Adam": 0.0, "torch.optim.AdamW": 0.01}
+
+
+def _optimizer_note(top: Fields) -> str | None:
+    """What the recipe's ``optimizer:`` runs that the stack's foreach Adam ([TORCH-ADAM]) does not price, as a
+    not-modelled note: another optimizer (TE's FusedAdam, ...), torch's fused kernel, or a weight decay's pass."""
+    opt = top.section("optimizer")
+    target = opt.get("_target_")
+    if target is None:
+        return None
+    if target not in TORCH_ADAMS:
+        return f"optimizer._target_ {target} (priced as torch's foreach Adam, 72 B per fp32 parameter)"
+    if opt.get("fused") is True:
+        return "optimizer.fused true (torch's fused Adam, 28 B per fp32 parameter: priced as the foreach path's 72)"
+    wd = opt.get("weight_decay", TORCH_ADAMS[target])
+    if isinstance(wd, (int, float)) and not isinstance(wd, bool) and wd != 0:
+        extra = 8 if target == "torch.optim.AdamW" else 12
+        return (f"optimizer.weight_decay {wd:g} (one more foreach pass, {72 + extra} B per fp32 parameter: "
+                f"priced without it, 72)")
+    return None
+
+
 def _seq_len(top: Fields) -> int:
     ds = top.section("dataset")
     for key in ("seq_len", "seq_length"):
@@ -300,6 +326,9 @@ def import_automodel(data: dict, *, cluster: str | None = None, nodes: int | Non
         notes.append("compile.enabled (torch.compile of the model: priced eager)")
     if top.section("loss_fn").flag("fp32_upcast", True) is False:
         notes.append("loss_fn.fp32_upcast false (one pass over the logits fewer: priced with the fp32 copy)")
+    opt_note = _optimizer_note(top)
+    if opt_note:
+        notes.append(opt_note)
     strategy: dict = {"model": model, "cluster": cl, "parallel": parallel, "schedule": name,
                       "training": training, "options": options}
     steps = step.integer("max_steps", None, hi=2 ** 40)

@@ -138,6 +138,27 @@ def test_unknown_keys_are_listed_not_dropped():
     assert not any(u.startswith("optimizer.") for u in imp.unmodeled)
 
 
+@pytest.mark.parametrize("edit, note", [
+    ({}, None),                                          # the shipped recipe: torch.optim.Adam, weight_decay 0
+    ({"foreach": False}, None),                          # _single_tensor_adam: the same passes, the same bytes
+    ({"fused": True}, ("optimizer.fused true (torch's fused Adam, 28 B per fp32 parameter: priced as the foreach "
+                      "path's 72)")),
+    ({"weight_decay": 0.1}, ("optimizer.weight_decay 0.1 (one more foreach pass, 84 B per fp32 parameter: priced "
+                            "without it, 72)")),           # Adam's L2 decay: _foreach_add(grads, params), 2 + 1
+    ({"_target_": "torch.optim.AdamW", "weight_decay": None},   # AdamW's default 0.01: _foreach_mul_, 1 + 1
+     "optimizer.weight_decay 0.01 (one more foreach pass, 80 B per fp32 parameter: priced without it, 72)"),
+    ({"_target_": "transformer_engine.pytorch.optimizers.FusedAdam"},
+     ("optimizer._target_ transformer_engine.pytorch.optimizers.FusedAdam (priced as torch's foreach Adam, 72 B per "
+     "fp32 parameter)")),
+])
+def test_optimizer_the_stack_does_not_price_is_listed(edit, note):
+    # stack nemo-automodel prices torch's foreach Adam without weight decay (stacks.yaml [TORCH-ADAM])
+    d = _recipe()
+    d["optimizer"].update(edit)
+    listed = [u for u in _import(d).unmodeled if u.startswith("optimizer.")]
+    assert listed == ([note] if note else [])
+
+
 def test_set_overrides_a_recipe_field():
     text, _ = import_strategy("automodel", FIXTURE.read_text(), origin=FIXTURE.name, cluster="dgx-h100",
                               sets={"dataset.seq_len": 2048, "step_scheduler.local_batch_size": 2})
