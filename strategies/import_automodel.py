@@ -25,7 +25,14 @@ import math
 
 from strategies.config import did_you_mean
 from strategies.errors import ConfigError
-from strategies.import_common import Fields, Imported, check_expanded_size, cluster_mapping, walk_keys
+from strategies.import_common import (
+    Fields,
+    Imported,
+    check_expanded_size,
+    cluster_mapping,
+    foreach_adam_bytes,
+    walk_keys,
+)
 from strategies.import_torchtitan import TORCHTITAN_SCHEDULES
 from strategies.limits import MAX_GPUS
 
@@ -261,9 +268,8 @@ def _optimizer_note(top: Fields) -> str | None:
         return "optimizer.fused true (torch's fused Adam, 28 B per fp32 parameter: priced as the foreach path's 72)"
     wd = opt.get("weight_decay", TORCH_ADAMS[target])
     if isinstance(wd, (int, float)) and not isinstance(wd, bool) and wd != 0:
-        extra = 8 if target == "torch.optim.AdamW" else 12
-        return (f"optimizer.weight_decay {wd:g} (one more foreach pass, {72 + extra} B per fp32 parameter: "
-                f"priced without it, 72)")
+        nbytes = foreach_adam_bytes(target == "torch.optim.AdamW", wd)
+        return f"optimizer.weight_decay {wd:g} (one more foreach pass, {nbytes} B per fp32 parameter: priced without it, 72)"
     return None
 
 

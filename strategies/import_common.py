@@ -257,6 +257,18 @@ MAX_SOURCE_NODES = 1_000_000
 MAX_SOURCE_DEPTH = 64
 
 
+def foreach_adam_bytes(adamw: bool, weight_decay: float) -> int:
+    """HBM bytes per fp32 parameter element of torch's foreach Adam (torch/optim/adam.py _multi_tensor_adam;
+    taskgraph/data/stacks.yaml [TORCH-ADAM]): its seven passes move 72, a weight decay one more pass --
+    AdamW's ``_foreach_mul_(params, 1 - lr * wd)`` (read 4, write 4) or Adam's L2 ``_foreach_add(grads,
+    params)`` (read 8, write 4). The fused kernel (``fused=True``) moves 28 with either.
+
+    >>> foreach_adam_bytes(False, 0.0), foreach_adam_bytes(True, 0.1), foreach_adam_bytes(False, 0.1)
+    (72, 80, 84)
+    """
+    return 72 + ((8 if adamw else 12) if weight_decay else 0)
+
+
 def check_expanded_size(data: Any, where: str, limit: int = MAX_SOURCE_NODES) -> int:
     """The number of nodes ``data`` has once every shared container (a YAML alias, a resolved
     interpolation) is counted at each place it appears; one error when that passes ``limit``, when

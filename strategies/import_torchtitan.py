@@ -14,7 +14,7 @@ import statistics
 
 from strategies.config import did_you_mean
 from strategies.errors import ConfigError
-from strategies.import_common import Fields, Imported, check_expanded_size, cluster_mapping
+from strategies.import_common import Fields, Imported, check_expanded_size, cluster_mapping, foreach_adam_bytes
 from strategies.limits import MAX_GPUS
 
 # ------------------------------------------------------------------------------------------ torchtitan
@@ -456,6 +456,12 @@ def import_torchtitan(data: dict, *, cluster: str | None = None, nodes: int | No
         else:
             notes.append(f"parallelism.fsdp_reshard_after_forward {par.get('fsdp_reshard_after_forward')} (no effect: "
                          f"data_parallel_shard_degree 1, no FSDP)")
+    opt = top.section("optimizer")   # components/optimizer.py build_optimizers: fused = implementation == "fused"
+    impl = opt.choice("implementation", "fused", ("fused", "foreach", "for-loop"))
+    if impl != "fused":   # the stacks price the fused kernel (stacks.yaml [TORCH-ADAM])
+        nbytes = foreach_adam_bytes(opt.get("name", "AdamW") == "AdamW", opt.number("weight_decay", 0.1))
+        notes.append(f"optimizer.implementation {impl} (torch's {impl} Adam, {nbytes} B per fp32 parameter: priced as "
+                     f"the fused kernel's 28)")
     recompute, every = _registry_recompute(data) if "model_spec" in data else _recompute(ac)
     training: dict = {"micro_batch": mb, "global_batch": None, "seq_len": seq,
                       "precision": "fp8" if fp8 else MIXED_PRECISION[mp], "recompute": recompute}

@@ -366,6 +366,34 @@ def test_torchtitan_flavors_float8_and_refusals(tmp_path):
 
 
 
+@pytest.mark.parametrize("optimizer, note", [
+    ("", None),                                                   # implementation "fused", torchtitan's default
+    ("implementation = 'fused'\n", None),
+    # AdamW (the default name) with its default weight_decay 0.1: seven foreach passes + the decay's mul_, 72 + 8
+    ("implementation = 'foreach'\n", ("optimizer.implementation foreach (torch's foreach Adam, 80 B per fp32 "
+                                     "parameter: priced as the fused kernel's 28)")),
+    # Adam's L2 decay: _foreach_add(grads, params), 72 + 12; without decay the seven passes alone
+    ("name = 'Adam'\nimplementation = 'for-loop'\n", ("optimizer.implementation for-loop (torch's for-loop Adam, 84 B "
+                                                     "per fp32 parameter: priced as the fused kernel's 28)")),
+    ("name = 'Adam'\nweight_decay = 0.0\nimplementation = 'foreach'\n",
+     ("optimizer.implementation foreach (torch's foreach Adam, 72 B per fp32 parameter: priced as the fused "
+     "kernel's 28)")),
+])
+def test_torchtitan_optimizer_implementation_is_listed_when_not_fused(optimizer, note):
+    """torchtitan passes fused = (implementation == "fused") to torch (components/optimizer.py build_optimizers);
+    the stacks price the fused kernel, so another implementation is listed as not modelled ([TORCH-ADAM])."""
+    base = "[model]\nname = 'qwen3'\nflavor = '0.6B'\n[training]\nlocal_batch_size = 2\nseq_len = 4096\n"
+    imp = import_config("torchtitan", base + "[optimizer]\n" + optimizer, cluster="dgx-h100", nodes=1)
+    assert [u for u in imp.unmodeled if u.startswith("optimizer.")] == ([note] if note else [])
+
+
+def test_torchtitan_bad_optimizer_implementation_is_one_error():
+    base = "[model]\nname = 'qwen3'\nflavor = '0.6B'\n[optimizer]\nimplementation = 'fast'\n"
+    with pytest.raises(ConfigError, match="optimizer.implementation = 'fast'") as e:
+        import_config("torchtitan", base, cluster="dgx-h100", nodes=1)
+    assert "\n" not in str(e.value) and "foreach" in str(e.value)
+
+
 def test_torchtitan_hf_assets_from_the_working_directory(tmp_path, monkeypatch):
     """torchtitan resolves hf_assets_path from where it runs (the repository root)."""
     (tmp_path / "assets" / "hf" / "Qwen3-0.6B").mkdir(parents=True)
