@@ -243,7 +243,9 @@ def fused_adam_bytes(strategy, grad_bytes: int) -> int:
         moments = 2 * (2 + 2)
     else:
         moments = _MOMENT_BYTES[dt.exp_avg] + _MOMENT_BYTES[dt.exp_avg_sq]
-    return grad_bytes + _MASTER_BYTES[master_kind(strategy)] + moments
+    kind = master_kind(strategy)
+    # Megatron-core's own masters step fp32 gradients (``_copy_model_grads_to_main_grads`` casts: module docstring)
+    return (4 if kind == "mcore" else grad_bytes) + _MASTER_BYTES[kind] + moments
 
 
 def adam_bytes(plan) -> int:

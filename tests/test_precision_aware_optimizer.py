@@ -33,6 +33,8 @@ def _strategy(tmp_path, precision="bf16", zero=1, training=None, **options):
     # an fp8 recipe other than delayed with fp32 main params: Megatron-core's own fp32 masters (4 + 4 + 4)
     ("fp8", {}, 12, 28),
     ("fp8", {"exp_avg": "bf16", "exp_avg_sq": "bf16"}, 8, 4 + 8 + 8),
+    # ... which step gradients cast to fp32 (the cast is priced beside the master copy, as today)
+    ("fp8", {"fp32_grad_accum": False}, 12, 28),
 ])
 def test_bytes_per_parameter_held_and_moved(tmp_path, precision, options, held, moved):
     from taskgraph.costing import grad_bytes_per_param
