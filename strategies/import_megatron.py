@@ -17,6 +17,7 @@ from strategies.import_common import (
     recompute_fields,
 )
 from strategies.megatron_log import is_megatron_log, measured_iteration_ms, read_megatron_log
+from strategies.optimizer_dtypes import OPTIMIZER_DTYPE_CHOICES
 from strategies.shell_args import LaunchWords, launch_words, unset_error
 
 # ----------------------------------------------------------------------------------------- Megatron
@@ -120,6 +121,31 @@ def _dropout(flags: _Flags, name: str) -> float:
     return p
 
 
+def precision_aware_option(flags: _Flags, options: dict) -> None:
+    """``options.optimizer_dtypes`` from ``--use-precision-aware-optimizer`` and its four dtype flags
+    (arguments.py, NVIDIA/Megatron-LM d98e8a6: each defaults to fp32; without the switch optimizer_config.py
+    asserts "... can only be fp32 when not using precision-aware optimizer"). ``--main-grads-dtype bf16``
+    is the bf16 gradient buffer (arguments.py: accumulate_allreduce_grads_in_fp32 stays off, and must)."""
+    given = {k: str(flags[f"{k.replace('_', '-')}-dtype"]) for k in OPTIMIZER_DTYPE_CHOICES
+             if f"{k.replace('_', '-')}-dtype" in flags}
+    for k, v in given.items():
+        if v not in OPTIMIZER_DTYPE_CHOICES[k]:
+            raise ConfigError(f"megatron argument --{k.replace('_', '-')}-dtype = {v[:40]!r} is not one of "
+                              f"{', '.join(OPTIMIZER_DTYPE_CHOICES[k])}")
+    if flags.get("use-precision-aware-optimizer") is not True:
+        low = [k for k, v in given.items() if v != "fp32"]
+        if low:
+            raise ConfigError(f"megatron arguments: --{low[0].replace('_', '-')}-dtype {given[low[0]]} needs "
+                              f"--use-precision-aware-optimizer (Megatron asserts it is fp32 otherwise); add it")
+        return
+    options["optimizer_dtypes"] = {k: v for k, v in given.items() if v != "fp32"}
+    if given.get("main_grads") == "bf16":
+        if flags.get("accumulate-allreduce-grads-in-fp32") is True:
+            raise ConfigError("megatron arguments: --main-grads-dtype bf16 with --accumulate-allreduce-grads-in-fp32 "
+                              "(Megatron asserts that main grads can only be fp32 then); drop one of them")
+        options["fp32_grad_accum"] = False
+
+
 def _float(flags: _Flags, name: str) -> float | None:
     v = flags.get(name)
     if v is None:
@@ -151,7 +177,8 @@ MEGATRON_READ = {
     "moe-pad-expert-input-to-capacity", "overlap-moe-expert-parallel-comm", "delay-wgrad-compute",
     "moe-enable-deepep", "moe-flex-dispatcher-backend", "moe-flex-dispatcher-num-sms", "moe-deepep-num-sms",
     "moe-router-group-topk", "optimizer-cpu-offload", "optimizer-offload-fraction", "overlap-cpu-optimizer-d2h-h2d",
-    "use-precision-aware-optimizer", "moe-shared-expert-overlap",
+    "use-precision-aware-optimizer", "moe-shared-expert-overlap", "main-grads-dtype", "main-params-dtype",
+    "exp-avg-dtype", "exp-avg-sq-dtype",
     "multi-latent-attention", "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim",
     "moe-layer-freq", "mtp-num-layers", "quick-geglu", "window-size", "window-attn-skip-freq",
     "fp4-format", "fp4-recipe", "first-last-layers-bf16", "num-layers-at-start-in-bf16", "num-layers-at-end-in-bf16",
@@ -503,7 +530,7 @@ def _options_section(flags: _Flags, order: list, precision: str, experts: int | 
                            flags.get("moe-router-enable-expert-bias") is True)
     if flags.get("optimizer-cpu-offload") is True:
         # optimizer_config.py: optimizer_offload_fraction defaults to 0.0 (nothing offloaded); arguments.py
-        # asserts --use-precision-aware-optimizer (whose default fp32 states change nothing here)
+        # asserts --use-precision-aware-optimizer (options.optimizer_dtypes, below)
         if flags.get("use-precision-aware-optimizer") is not True:
             raise ConfigError("megatron arguments: --optimizer-cpu-offload needs --use-precision-aware-optimizer "
                               "(Megatron asserts it: \"the hybrid device optimizer reuses the code path of this "
@@ -516,6 +543,7 @@ def _options_section(flags: _Flags, order: list, precision: str, experts: int | 
         for f in ("optimizer-offload-fraction", "overlap-cpu-optimizer-d2h-h2d"):
             if f in flags:
                 order.append(f"{f} (no effect without optimizer-cpu-offload)")
+    precision_aware_option(flags, options)
     cuda_graph_option(lambda k: flags.get(k.replace("_", "-")), lambda k: k.replace("_", "-"), options,
                       "megatron arguments: --")
     moe_dispatch_options(lambda k: flags.get(k.replace("_", "-")), lambda k: k.replace("_", "-"), options, order,

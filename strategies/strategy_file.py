@@ -24,6 +24,7 @@ from strategies.errors import ConfigError, brief
 from strategies.fitted import fitted_value
 from strategies.limits import MAX_GPUS, MAX_LAYERS, MAX_SEQ_LEN
 from strategies.lora_spec import LoraSpec, parse_lora
+from strategies.optimizer_dtypes import OptimizerDtypes, check_optimizer_dtypes, parse_optimizer_dtypes
 
 TOP_KEYS = ("model", "cluster", "parallel", "schedule", "training", "options", "goodput")
 PARALLEL_KEYS = ("tp", "pp", "dp", "vpp", "sp", "cp", "ep", "zero", "layers_per_stage", "dp_shard", "etp", "order")
@@ -34,7 +35,7 @@ OPTION_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_bucket_mb", 
                "tp_comm_overlap", "p2p_overlap", "tp_async_backward", "p2p_host_gap_us", "pipeline_scatter_gather", "moe_imbalance", "moe_routing", "moe_capacity_factor",
                "moe_max_nodes", "moe_dispatcher", "pair_overlap", "pair_comm_sms", "overlap_moe_expert_parallel_comm",
                "delay_wgrad_compute", "moe_flex_dispatcher_num_sms", "moe_shared_expert_overlap", "optimizer_cpu_offload",
-               "optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d", "fp8_recipe", "fp8_param_gather",
+               "optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d", "optimizer_dtypes", "fp8_recipe", "fp8_param_gather",
                "fp4_recipe", "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16",
                "activation_offload_layers", "overlap_interference", "stack", "attention_kernel",
                "cross_entropy", "cp_comm", "cp_load_balance", "reshard_after_forward",
@@ -320,6 +321,7 @@ class OptionsSpec:
     optimizer_cpu_offload: bool = False
     optimizer_offload_fraction: float = 1.0
     overlap_cpu_optimizer_d2h_h2d: bool = False
+    optimizer_dtypes: OptimizerDtypes | None = None  # precision-aware optimizer (strategies/optimizer_dtypes.py)
     fp8_recipe: str = "tensorwise"
     fp8_param_gather: bool = False
     fp4_recipe: str | None = None
@@ -514,16 +516,13 @@ def _options_spec(data: dict, base_dir: str | Path) -> tuple[dict, OptionsSpec]:
         profile=prof,
         profile_gpu=None if o.get("profile_gpu") is None else get_str(o, "profile_gpu", "options"),
         collective_profile=cprof,
-        collective_profile_gpu=(None if o.get("collective_profile_gpu") is None
-                                else get_str(o, "collective_profile_gpu", "options")),
+        collective_profile_gpu=None if o.get("collective_profile_gpu") is None else get_str(o, "collective_profile_gpu", "options"),
         fp32_grad_accum=get_bool(o, "fp32_grad_accum", "options", default=True),
         tp_comm_overlap=get_bool(o, "tp_comm_overlap", "options", default=False),
         overlap_interference=get_bool(o, "overlap_interference", "options", default=True),
         stack=None if o.get("stack") is None else get_str(o, "stack", "options"),  # checked by resolve
-        attention_kernel=(None if o.get("attention_kernel") is None
-                          else get_str(o, "attention_kernel", "options")),  # checked by resolve
-        cross_entropy=(None if o.get("cross_entropy") is None
-                       else get_str(o, "cross_entropy", "options")),  # checked by resolve
+        attention_kernel=None if o.get("attention_kernel") is None else get_str(o, "attention_kernel", "options"),
+        cross_entropy=None if o.get("cross_entropy") is None else get_str(o, "cross_entropy", "options"),  # resolve checks
         p2p_overlap=get_bool(o, "p2p_overlap", "options", default=False),
         tp_async_backward=get_bool(o, "tp_async_backward", "options", default=True),
         p2p_host_gap_us=get_float(o, "p2p_host_gap_us", "options", default=P2P_HOST_GAP_US),
@@ -557,8 +556,8 @@ def _options_spec(data: dict, base_dir: str | Path) -> tuple[dict, OptionsSpec]:
         activation_offload_layers=get_int(o, "activation_offload_layers", "options", default=0, minimum=0),
         cp_comm=get_str(o, "cp_comm", "options", default="allgather", choices=("allgather", "ring", "a2a")),
         cp_load_balance=get_bool(o, "cp_load_balance", "options", default=True),
-        reshard_after_forward=None if o.get("reshard_after_forward") is None else get_bool(
-            o, "reshard_after_forward", "options"),
+        reshard_after_forward=None if o.get("reshard_after_forward") is None else get_bool(o, "reshard_after_forward", "options"),
+        optimizer_dtypes=parse_optimizer_dtypes(o),
         price_per_gpu_hour_usd=get_float(o, "price_per_gpu_hour_usd", "options", default=None, positive=True),
         cuda_graphs=get_str(o, "cuda_graphs", "options", default="none", choices=CUDA_GRAPHS),
     )
@@ -615,6 +614,7 @@ def _check_applies(t: dict, o: dict, par: ParallelSpec, tr: TrainingSpec, opt: O
                           f"(the share of the parameters whose optimizer runs on the CPU)")
     _needs_switch(o, opt, ("optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d"), "optimizer_cpu_offload")
     _check_option_scope(o, par, tr, opt)
+    check_optimizer_dtypes(o, par, tr, opt)
 
 
 def _check_dispatcher(opt: OptionsSpec) -> None:

@@ -396,7 +396,7 @@ def context_id(plan: Plan) -> int | None:
            opt.flash_attention, opt.fp32_grad_accum, opt.grad_bucket_mb, opt.tp_async_backward, opt.moe_load,
            opt.moe_max_nodes, opt.pair_overlap, opt.pair_comm_sms, opt.fp8_recipe, opt.fp8_param_gather, opt.activation_offload_layers, opt.cp_comm, opt.cp_load_balance, plan.shard_size, plan.reshard_after_forward, opt.overlap_grad_reduce,
            opt.tp_comm_overlap, opt.overlap_interference, opt.stack, opt.attention_kernel, opt.cross_entropy, opt.overlap_moe_expert_parallel_comm,
-           opt.moe_flex_dispatcher_num_sms, opt.optimizer_cpu_offload, opt.optimizer_offload_fraction, opt.overlap_cpu_optimizer_d2h_h2d, opt.moe_shared_expert_overlap, opt.pipeline_scatter_gather, opt.moe_dispatcher, opt.cuda_graphs, fsdp1_microbatches(plan), tr.master_weights)
+           opt.moe_flex_dispatcher_num_sms, opt.optimizer_cpu_offload, opt.optimizer_offload_fraction, opt.overlap_cpu_optimizer_d2h_h2d, opt.moe_shared_expert_overlap, opt.pipeline_scatter_gather, opt.moe_dispatcher, opt.cuda_graphs, fsdp1_microbatches(plan), tr.master_weights, opt.optimizer_dtypes)
     try:
         cid = _CONTEXTS.get(key)
     except TypeError:  # an unhashable field (a custom model spec holding a list, say)

@@ -15,6 +15,9 @@ Without master weights (``training.master_weights: false``, NeMo AutoModel's bf1
 stacks.yaml [AM], [FSDP2-BF16]) the bf16 parameter is what the optimizer steps, its gradient is bf16 (FSDP2
 casts the reduced gradient to the parameter's dtype) and torch Adam's moments take the parameter's dtype:
 2Ψ + 2Ψ + 4Ψ = 8Ψ, each sharded as above (ZeRO-3: 8Ψ/N).
+Megatron-core's precision-aware optimizer (``options.optimizer_dtypes``) holds its masters and moments in
+the dtypes given: 2Ψ (int16 remainders beside bf16 weights, or fp16) or 4Ψ (fp32) of masters plus 4/2/1 Ψ
+per moment (``optimizer_state_bytes``); bf16 main gradients are 2Ψ.
 """
 from __future__ import annotations
 
@@ -24,6 +27,8 @@ from taskgraph.operators import activation_bytes_per_layer, embedding_operators,
 
 ADAM_STATE_BYTES = 12  # fp32 master weight + momentum + variance (ZeRO Section 3.1, K = 12)
 BF16_ADAM_STATE_BYTES = 4  # bf16 momentum + variance, no master copy (module docstring)
+#: bytes of one stored element of the precision-aware optimizer by dtype (fp8: TE's uint8 Float8Tensor)
+STATE_ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,18 @@ def model_state_bytes(params: float, *, dp: int, zero: int, weight_bytes: int = 
     g = grad_bytes * params / (n if (zero >= 2 if shard_grads is None else shard_grads) else 1)
     o = optimizer_bytes * params / (n if zero >= 1 else 1)
     return ModelStates(int(params), w, g, o)
+
+
+def optimizer_state_bytes(strategy) -> int:
+    """Bytes per parameter of the optimizer's state (masters and moments) before ZeRO sharding: 12 fp32,
+    4 without master weights (module docstring), or the precision-aware optimizer's masters (2: int16
+    remainders or fp16; 4: fp32) plus its two moments' dtypes (taskgraph/overheads.py ``master_kind``)."""
+    from taskgraph.overheads import keeps_master_weights, master_kind
+    kind = master_kind(strategy)
+    if kind is None:
+        return ADAM_STATE_BYTES if keeps_master_weights(strategy) else BF16_ADAM_STATE_BYTES
+    dt = strategy.options.optimizer_dtypes
+    return (2 if kind in ("remainder", "fp16") else 4) + STATE_ELEMENT_BYTES[dt.exp_avg] + STATE_ELEMENT_BYTES[dt.exp_avg_sq]
 
 
 def params_per_gpu(plan) -> dict[int, int]:
@@ -127,7 +144,8 @@ def static_memory(plan) -> dict[int, ModelStates]:
     shard_w = None if plan.zero < 3 else (pp1 or plan.reshard_after_forward)
     shard_g = None if pp1 else False
     master = master_weights(plan)   # without: bf16 gradients and moments (module docstring)
-    gbytes, obytes = (grad_bytes_per_param(plan), ADAM_STATE_BYTES) if master else (2, BF16_ADAM_STATE_BYTES)
+    # options.optimizer_dtypes (Megatron's precision-aware optimizer): its masters and moments' dtypes
+    gbytes, obytes = (grad_bytes_per_param(plan) if master else 2), optimizer_state_bytes(plan.strategy)
 
     def states(p: int, shard: int) -> ModelStates:
         return model_state_bytes(p, dp=shard, zero=plan.zero, weight_bytes=param_bytes(plan), grad_bytes=gbytes,

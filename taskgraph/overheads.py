@@ -202,6 +202,55 @@ def master_copy(plan) -> bool:
     return get_stack(plan.strategy.options.stack).zero3_master_copy
 
 
+#: HBM bytes per element of a precision-aware moment (TE fused_adam.py, NVIDIA/TransformerEngine d0067d0,
+#: ``FusedAdam.step``): a pair of bf16 moments is read and written by the kernel itself (``fuse_unscale``:
+#: 2 + 2 each); otherwise a non-fp32 moment is unscaled into an fp32 temporary (``get_unscaled_state``:
+#: ``.float()``, fp16 then ``mul_`` by its scale), stepped in fp32 (4 + 4) and scaled back
+#: (``_apply_scale``: bf16 ``copy_(x.bfloat16())``; fp16 / fp8 ``aminmax``, fp16 ``mul_``, ``copy_``)
+_MOMENT_BYTES = {"fp32": 8, "bf16": (2 + 4) + 8 + (4 + 2 + 2 + 2), "fp16": (2 + 4 + 8) + 8 + (4 + 8 + 4 + 2),
+                 "fp8": (1 + 4) + 8 + (4 + 4 + 1)}
+#: the master weight's bytes in the kernel: TE masters (``master_weights=True``) are read and written and the
+#: kernel writes the bf16/fp16 model weight itself (no separate copy): int16 remainders with the bf16 weight
+#: (``multi_tensor_adam_param_remainder``: read and write 2 + 2), fp32 (4 + 4 + 2), fp16 scaled as a fp16
+#: moment above plus the weight's 2 (transformer_engine/common/multi_tensor/adam.cu, d0067d0: the master
+#: kernel reads ``p_master`` and writes ``p_master`` and ``p``); Megatron-core's own fp32 masters: 4 + 4
+_MASTER_BYTES = {"remainder": 8, "fp32": 10, "fp16": _MOMENT_BYTES["fp16"] + 2, "mcore": 8}
+
+
+def master_kind(strategy) -> str | None:
+    """Where the precision-aware optimizer keeps the master weights (None: the plain optimizer).
+    Megatron-core optimizer_config.py ``use_precision_aware_optimizer_no_fp8_or_ds_fp8`` (d98e8a6): TE
+    keeps them (optimizer/__init__.py: ``master_weights=True``, ``master_weight_dtype=main_params_dtype``)
+    unless main params are fp32 under an fp8 recipe other than delayed scaling, where Megatron-core keeps
+    fp32 masters and copies them into the model as today ("mcore"); fp32 TE masters of bf16 weights are
+    stored as int16 remainders (``store_param_remainders``, Megatron's default True; TE fused_adam.py:
+    "Works only when param type is BF16 and master weight type is FP32")."""
+    dt = strategy.options.optimizer_dtypes
+    if dt is None:
+        return None
+    tr, opt = strategy.training, strategy.options
+    if dt.main_params == "fp16":
+        return "fp16"
+    if tr.precision == "fp8" and opt.fp8_recipe != "delayed" and not opt.optimizer_cpu_offload:
+        return "mcore"
+    bf16_weights = tr.precision in ("bf16", "fp8", "fp4") and not opt.fp8_param_gather
+    return "remainder" if bf16_weights else "fp32"
+
+
+def fused_adam_bytes(strategy, grad_bytes: int) -> int:
+    """HBM bytes per parameter of the precision-aware optimizer's step (TE ``FusedAdam``): the gradient
+    (``grad_bytes``: Megatron's ``decoupled_grad``, the main-grad buffer as it is), the master weight
+    (``_MASTER_BYTES``) and the two moments (``_MOMENT_BYTES``). Today's fp32 case: 4 + 8 + 16 = 28."""
+    dt = strategy.options.optimizer_dtypes
+    if dt.exp_avg == dt.exp_avg_sq == "bf16":
+        moments = 2 * (2 + 2)
+    else:
+        moments = _MOMENT_BYTES[dt.exp_avg] + _MOMENT_BYTES[dt.exp_avg_sq]
+    kind = master_kind(strategy)
+    # Megatron-core's own masters step fp32 gradients (``_copy_model_grads_to_main_grads`` casts: module docstring)
+    return (4 if kind == "mcore" else grad_bytes) + _MASTER_BYTES[kind] + moments
+
+
 def adam_bytes(plan) -> int:
     """HBM bytes per parameter of the run's stack's unfused Adam step (stacks.yaml ``adam_bytes_per_param``;
     0: the fused kernel)."""
@@ -210,7 +259,7 @@ def adam_bytes(plan) -> int:
 
 
 def adam_step_s(gpu, params: float, master_copy: bool = True, grad_bytes: int = 4, unfused_bytes: int = 0,
-                value_bytes: int = 4) -> float:
+                value_bytes: int = 4, fused_bytes: int = FUSED_ADAM_BYTES_PER_PARAM) -> float:
     """Seconds of one Adam step over ``params`` parameters on ``gpu``: the fused kernel's 28 bytes each at
     the GPU's ``optimizer_efficiency`` (``hbm_efficiency`` when it has none), or a stack's unfused
     per-operation kernels, ``unfused_bytes`` each at ``hbm_efficiency`` (Composer's DecoupledAdamW:
@@ -218,7 +267,8 @@ def adam_step_s(gpu, params: float, master_copy: bool = True, grad_bytes: int = 
     FSDP), the master-to-model weight copy and, for ``grad_bytes`` < 4, the gradient cast, at
     ``hbm_efficiency`` (module docstring). ``value_bytes``: each streamed element's bytes, 4 (fp32 master
     weights and moments) or 2 (bf16 parameters and moments, no master copy): the step's bytes scale by
-    value_bytes / 4.
+    value_bytes / 4. ``fused_bytes``: the fused kernel's bytes per parameter (the precision-aware optimizer's,
+    :func:`fused_adam_bytes`).
 
     >>> from types import SimpleNamespace as N
     >>> g = N(hbm_bandwidth=4.8e12, efficiency=N(optimizer_efficiency=0.72, hbm_efficiency=0.87))
@@ -233,15 +283,21 @@ def adam_step_s(gpu, params: float, master_copy: bool = True, grad_bytes: int = 
     opt = getattr(eff, "optimizer_efficiency", None) or eff.hbm_efficiency
     copies = (MASTER_COPY_BYTES_PER_PARAM + (GRAD_CAST_BYTES_PER_PARAM if grad_bytes < 4 else 0)) if master_copy else 0
     step = (unfused_bytes * params / (gpu.hbm_bandwidth * eff.hbm_efficiency) if unfused_bytes
-            else FUSED_ADAM_BYTES_PER_PARAM * params / (gpu.hbm_bandwidth * opt)) * value_bytes / 4
+            else fused_bytes * params / (gpu.hbm_bandwidth * opt)) * value_bytes / 4
     return step + copies * params / (gpu.hbm_bandwidth * eff.hbm_efficiency)
 
 
 def adam_step_of(plan, params: float, grad_bytes: int) -> float:
     """:func:`adam_step_s` of ``plan``'s run over ``params`` parameters: its stack's kernel, master copy and
-    element bytes (``grad_bytes``: ``taskgraph.costing.grad_bytes_per_param``)."""
-    return adam_step_s(plan.cluster.gpu, params, master_copy(plan), grad_bytes, adam_bytes(plan),
-                       optimizer_value_bytes(plan))
+    element bytes (``grad_bytes``: ``taskgraph.costing.grad_bytes_per_param``). The precision-aware optimizer
+    streams :func:`fused_adam_bytes`; with TE's masters the kernel writes the model weight and reads the
+    gradient as it is, so no master copy or gradient cast follows (:func:`master_kind`)."""
+    kind = master_kind(plan.strategy)
+    if kind is None:
+        return adam_step_s(plan.cluster.gpu, params, master_copy(plan), grad_bytes, adam_bytes(plan),
+                           optimizer_value_bytes(plan))
+    return adam_step_s(plan.cluster.gpu, params, kind == "mcore" and master_copy(plan), grad_bytes,
+                       fused_bytes=fused_adam_bytes(plan.strategy, grad_bytes))
 
 
 def step_overhead_s(plan, shard_params: float, layers: tuple = ()) -> float:
@@ -270,9 +326,11 @@ __all__ = [
     "MASTER_COPY_BYTES_PER_PARAM",
     "adam_step_of",
     "adam_step_s",
+    "fused_adam_bytes",
     "host_bound",
     "keeps_master_weights",
     "master_copy",
+    "master_kind",
     "master_weights",
     "op_kernels",
     "optimizer_value_bytes",

@@ -72,6 +72,8 @@ OPTION_VALUES = {
     "cuda_graphs": ["layers", "full_iteration"],
     "attention_kernel": ["fa2", "fa3", "cudnn", "flex", "varlen", "sdpa", "catalog", "triton"],
     "cross_entropy": ["fused", "eager-fp32", "native", "te"],
+    "optimizer_dtypes": [{}, {"exp_avg": "bf16", "exp_avg_sq": "bf16"}, {"main_params": "fp16", "exp_avg": "fp8"},
+                         {"exp_avg": "fp16", "exp_avg_sq": "bf16"}],
 }
 #: NVFP4 training on B200 and the BF16 first / last layers of fp8 / fp4 recipes, drawn by _draw_fp4 from
 #: its own generator (same reason)
@@ -90,7 +92,7 @@ NEEDS = {"moe_imbalance": "moe", "moe_capacity_factor": "moe", "moe_max_nodes": 
          "moe_shared_expert_overlap": "shared-overlap", "pipeline_scatter_gather": "tp-pp",
          **{k: "low-precision" for k in FP4_KEYS}, "activation_offload_layers": "activation-offload",
          "moe_routing": "moe-routing", "attention_kernel": "attention-kernel", "moe_dispatcher": "moe-dispatcher",
-         "cuda_graphs": "cuda-graphs", "cross_entropy": "cross-entropy"}
+         "cuda_graphs": "cuda-graphs", "cross_entropy": "cross-entropy", "optimizer_dtypes": "precision-aware"}
 
 
 def _draw_cross_entropy(data: dict, on: set, i: int) -> None:
@@ -366,6 +368,22 @@ def _draw_master_weights(data: dict, on: set, i: int) -> None:
         on.add("master_weights")
 
 
+def _draw_optimizer_dtypes(data: dict, on: set, i: int) -> None:
+    """Megatron's precision-aware optimizer (options.optimizer_dtypes) in a quarter of the draws it applies
+    to (a Megatron stack, the distributed optimizer), bf16 main gradients where the gradient buffer is bf16;
+    its own generator keeps the other draws as they were."""
+    rng = np.random.default_rng((20261137, i))
+    o, tr = data["options"], data["training"]
+    if o.get("stack", "megatron-te") != "megatron-te" or data["parallel"]["zero"] < 1 \
+            or tr.get("master_weights") is False or rng.random() >= 0.25:
+        return
+    dtypes = dict(OPTION_VALUES["optimizer_dtypes"][int(rng.integers(len(OPTION_VALUES["optimizer_dtypes"])))])
+    if o.get("fp32_grad_accum") is False and tr["precision"] != "fp16":
+        dtypes["main_grads"] = "bf16"
+    o["optimizer_dtypes"] = dtypes
+    on.add("optimizer_dtypes")
+
+
 def _draw(rng: np.random.Generator, i: int) -> tuple[dict, set]:
     moe = rng.random() < 0.3
     model = {"preset": "mixtral-8x7b" if moe else "llama3-8b", "layers": int(rng.choice([2, 4])),
@@ -445,6 +463,7 @@ def _draw(rng: np.random.Generator, i: int) -> tuple[dict, set]:
     _draw_cuda_graphs(data, on, i)
     _draw_cross_entropy(data, on, i)
     _draw_lora(data, on, i)
+    _draw_optimizer_dtypes(data, on, i)
     return data, on
 
 

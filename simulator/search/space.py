@@ -468,7 +468,7 @@ def exceeds_memory(ctx: Context, c: Candidate, cap: float) -> bool:
 
 def _bound_parts(ctx: Context, c: Candidate) -> tuple[float, list, int]:
     """(model states + reserve bytes, activation bytes per chunk of rank 0, micro-batches)."""
-    from taskgraph.memory import BF16_ADAM_STATE_BYTES, model_state_bytes
+    from taskgraph.memory import model_state_bytes, optimizer_state_bytes
     from taskgraph.overheads import keeps_master_weights
     tr, opt = ctx.base.training, ctx.base.options
     if len(_BOUND_MEMO) > 65536:
@@ -492,11 +492,11 @@ def _bound_parts(ctx: Context, c: Candidate) -> tuple[float, list, int]:
             act += acts[c.recompute_layers[li] if c.recompute_layers else c.recompute]
         chunk_acts.append(act)
     gacc = 4 if (tr.precision in ("bf16", "fp8", "fp4") and opt.fp32_grad_accum) else 2  # costing.grad_bytes_per_param
-    if keeps_master_weights(ctx.base):
-        states = model_state_bytes(params - frozen, dp=c.dp * c.cp, zero=c.zero, weight_bytes=2, grad_bytes=gacc)
-    else:   # bf16 gradients and moments, no master copy (taskgraph/memory.py static_memory)
-        states = model_state_bytes(params - frozen, dp=c.dp * c.cp, zero=c.zero, weight_bytes=2, grad_bytes=2,
-                                   optimizer_bytes=BF16_ADAM_STATE_BYTES)
+    # without master weights: bf16 gradients and moments; the precision-aware optimizer's dtypes
+    # (taskgraph/memory.py static_memory)
+    states = model_state_bytes(params - frozen, dp=c.dp * c.cp, zero=c.zero, weight_bytes=2,
+                               grad_bytes=gacc if keeps_master_weights(ctx.base) else 2,
+                               optimizer_bytes=optimizer_state_bytes(ctx.base))
     held = model_state_bytes(frozen, dp=c.dp * c.cp, zero=c.zero, weight_bytes=2).weights   # LoRA: frozen weights
     m = tr.global_batch // (c.micro_batch * c.dp)
     return states.total + held + opt.memory_reserve_gb * 2**30, chunk_acts, m
