@@ -76,6 +76,27 @@ def optimizer_state_bytes(strategy) -> int:
     return (2 if kind in ("remainder", "fp16") else 4) + STATE_ELEMENT_BYTES[dt.exp_avg] + STATE_ELEMENT_BYTES[dt.exp_avg_sq]
 
 
+def saved_optimizer_state_bytes(strategy) -> int:
+    """Bytes per parameter of the optimizer's state as a checkpoint saves it: :func:`optimizer_state_bytes`,
+    except that with Transformer Engine's masters the saved state is ``FusedAdam.get_unscaled_state``'s.
+    Megatron's distributed optimizer saves every sharding type through ``_get_main_param_and_optimizer_states``
+    (megatron/core/optimizer/distrib_optimizer.py, NVIDIA/Megatron-LM d98e8a6), which reads TE's
+    ``get_unscaled_state`` (transformer_engine/pytorch/optimizers/fused_adam.py, d0067d0): bf16 states stay
+    bf16 (2), fp32 masters of bf16 weights stay int16 remainders (2), fp16 and fp8 states are unscaled to
+    fp32 (4)."""
+    from taskgraph.overheads import master_kind
+    kind = master_kind(strategy)
+    if kind in (None, "mcore"):
+        # the plain optimizer, or Megatron-core's fp32 masters with the moments as stored (the else branch)
+        return optimizer_state_bytes(strategy)
+    dt = strategy.options.optimizer_dtypes
+
+    def unscaled(dtype: str) -> int:
+        return STATE_ELEMENT_BYTES["fp32" if dtype in ("fp16", "fp8") else dtype]
+    masters = 2 if kind == "remainder" else unscaled(dt.main_params)
+    return masters + unscaled(dt.exp_avg) + unscaled(dt.exp_avg_sq)
+
+
 def params_per_gpu(plan) -> dict[int, int]:
     """Parameters held by one GPU of each pipeline rank (TP/EP sharded). With tied embeddings and
     pp > 1 the last stage keeps its own copy of the word embedding for the LM head (Megatron-LM

@@ -102,15 +102,16 @@ def restart_parts(spec: GoodputSpec, num_gpus: int) -> tuple:
 
 
 def checkpoint_bytes(plan) -> tuple[float, float]:
-    """(bytes of one checkpoint, largest bytes one GPU writes): each parameter's 16-bit weight and
-    fp32 optimizer states (master weight, momentum, variance; ZeRO Section 3.1, K = 12) once, as a
-    sharded (Megatron distributed / torch.distributed.checkpoint) save writes them; gradients are not
-    saved. Per GPU from the static memory model (``taskgraph.memory.static_memory``)."""
-    from taskgraph.memory import ADAM_STATE_BYTES, BF16_ADAM_STATE_BYTES, params_per_gpu
-    from taskgraph.overheads import master_weights
+    """(bytes of one checkpoint, largest bytes one GPU writes): each parameter's 16-bit weight and the
+    optimizer's state as the memory model holds it (``taskgraph.memory.saved_optimizer_state_bytes``: fp32
+    master weight, momentum, variance, ZeRO Section 3.1, K = 12; bf16 moments without master weights;
+    ``options.optimizer_dtypes``' masters and moments in the dtypes Megatron's distributed optimizer saves,
+    megatron/core/optimizer/distrib_optimizer.py ``sharded_state_dict``) once, as a sharded (Megatron
+    distributed / torch.distributed.checkpoint) save writes them; gradients are not saved. Per GPU from
+    the static memory model (``taskgraph.memory.static_memory``)."""
+    from taskgraph.memory import params_per_gpu, saved_optimizer_state_bytes
     s = plan.sizes
-    # without master weights: the bf16 parameter and its two bf16 moments (taskgraph/memory.py)
-    per_param = 2 + (ADAM_STATE_BYTES if master_weights(plan) else BF16_ADAM_STATE_BYTES)
+    per_param = 2 + saved_optimizer_state_bytes(plan.strategy)
     # params_per_gpu: the parameters one GPU of each pipeline rank holds before ZeRO-3 partitioning
     # (tp-sharded), i.e. its TP shard of the stage; every such shard is saved once
     held = params_per_gpu(plan)
