@@ -27,6 +27,7 @@ from strategies.import_common import (
     recompute_fields,
 )
 from strategies.import_peft import tree_lora
+from strategies.optimizer_dtypes import OPTIMIZER_DTYPE_CHOICES, TORCH_DTYPE_NAMES, imported_optimizer_dtypes
 from strategies.pyrecipe import Ref, Unknown, evaluate_recipe, parse_recipe, recipe_functions, short
 from strategies.pyrecipe_values import plain
 
@@ -36,11 +37,12 @@ LAYOUTS = {
     "nemo": {"model": "model.config", "parallel": "trainer.strategy", "ddp": "trainer.strategy.ddp",
              "precision": "trainer.plugins", "batch": "data", "seq": "data.seq_length",
              "steps": "trainer.max_steps", "dist_opt": "optim.config.use_distributed_optimizer",
-             "nodes": "trainer.num_nodes", "devices": "trainer.devices", "tokenizer": "data.tokenizer"},
+             "nodes": "trainer.num_nodes", "devices": "trainer.devices", "tokenizer": "data.tokenizer",
+             "optim": "optim.config"},
     "bridge": {"model": "model", "parallel": "model", "ddp": "ddp", "precision": "mixed_precision",
                "batch": "train", "seq": "dataset.seq_length", "steps": "train.train_iters",
                "dist_opt": "ddp.use_distributed_optimizer", "nodes": None, "devices": None,
-               "tokenizer": "tokenizer"},
+               "tokenizer": "tokenizer", "optim": "optimizer"},
 }
 #: Megatron's FP8 recipes (TransformerConfig.fp8_recipe) -> options.fp8_recipe
 FP8_RECIPES = {"delayed": "delayed", "tensorwise": "tensorwise", "mxfp8": "mxfp8", "blockwise": "blockwise"}
@@ -279,6 +281,36 @@ def precision_fields(t: Tree, kind: str, options: dict) -> str:
     return "fp16" if fp16 else "bf16"
 
 
+def precision_aware_fields(t: Tree, kind: str, options: dict) -> None:
+    """``options.optimizer_dtypes`` from Megatron-core's ``OptimizerConfig`` (Bridge ``cfg.optimizer``, NeMo 2
+    ``optim.config``): ``use_precision_aware_optimizer`` and ``main_grads_dtype`` / ``main_params_dtype`` /
+    ``exp_avg_dtype`` / ``exp_avg_sq_dtype`` as torch dtypes (Megatron-Bridge 067f987d
+    perf_recipes/deepseek/common.py ``_enable_deepseek_precision_aware_optimizer``). A field the recipe
+    leaves unset is Megatron-core's default (optimizer_config.py d98e8a6: False, torch.float32 each)."""
+    o = LAYOUTS[kind]["optim"]
+    node = t.raw(o)
+    if not isinstance(node, dict):
+        return
+
+    def given(k: str) -> bool:   # set in the recipe (an unread helper's optimizer holds only what it sets)
+        return node.get(k) is not None
+
+    switch = given("use_precision_aware_optimizer") and t.get(f"{o}.use_precision_aware_optimizer", bool)
+    dtypes = {}
+    for k, choices in OPTIMIZER_DTYPE_CHOICES.items():
+        if not given(f"{k}_dtype"):
+            continue
+        v = t.get(f"{o}.{k}_dtype", str)
+        name = TORCH_DTYPE_NAMES.get(short(v))
+        if name not in choices:
+            torch_names = [f"torch.{n}" for n, c in TORCH_DTYPE_NAMES.items() if c in choices]
+            raise ConfigError(f"{t.where}: {o}.{k}_dtype = {v[:40]!r} is not one of {', '.join(torch_names)}; "
+                              f"give --set {o}.{k}_dtype=torch.float32")
+        dtypes[k] = name
+    imported_optimizer_dtypes(bool(switch), dtypes, lambda k: f"{t.where}: {o}.{k}_dtype", options,
+                              f"{o}.use_precision_aware_optimizer = True")
+
+
 def tree_to_strategy(tree: dict, kind: str, where: str, *, cluster: str | None, nodes: int | None,
                      vocab: int | None, gpus: int | None, saved: bool = False) -> tuple[dict, list]:
     """The strategy mapping of a NeMo 2 / Megatron-Bridge configuration tree, and the notes on what
@@ -331,6 +363,7 @@ def tree_to_strategy(tree: dict, kind: str, where: str, *, cluster: str | None, 
         else None
     g32 = t.get(f"{ddp}.grad_reduce_in_fp32", bool, False) if g32 is None else g32
     options["fp32_grad_accum"] = g32
+    precision_aware_fields(t, kind, options)
     notes: list = []
     if kind == "nemo" and t.raw("data.tokenizer") == "GPT2BPETokenizer" and not vocab:
         notes.append("data.tokenizer: none given, so NeMo's MockDataModule runs GPT-2 BPE (vocab 50257, "

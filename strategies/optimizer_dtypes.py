@@ -72,3 +72,29 @@ def check_optimizer_dtypes(o: dict, par, tr, opt) -> None:
     if dt.main_grads == "bf16" and opt.fp32_grad_accum:
         raise ConfigError(f"{where}.main_grads = 'bf16' with options.fp32_grad_accum = true: bf16 main gradients "
                           f"are Megatron's bf16 gradient buffer; set fp32_grad_accum: false or main_grads: fp32")
+
+
+#: torch dtype names (a Python recipe's ``torch.bfloat16``, read as data) -> the flag's name; Megatron-LM
+#: arguments.py (d98e8a6) maps fp32/bf16/fp16/fp8 to torch.float32/bfloat16/float16/uint8
+TORCH_DTYPE_NAMES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16",
+                     "uint8": "fp8"}
+
+
+def imported_optimizer_dtypes(switch: bool, given: dict, name_of, options: dict, switch_name: str) -> None:
+    """``options.optimizer_dtypes`` (and ``fp32_grad_accum: false`` with bf16 main grads) of an importer:
+    ``switch`` is ``use_precision_aware_optimizer``, ``given`` the dtypes read (keys of
+    :data:`OPTIMIZER_DTYPE_CHOICES`, values checked there), ``name_of(key)`` how the source spells the field
+    in an error, ``switch_name`` the switch's. Megatron-core optimizer_config.py (d98e8a6) asserts "... can only be fp32 when not using
+    precision-aware optimizer"; arguments.py that bf16 main grads go without fp32 gradient reduction."""
+    if not switch:
+        low = [k for k, v in given.items() if v != "fp32"]
+        if low:
+            raise ConfigError(f"{name_of(low[0])} = {given[low[0]]} needs the precision-aware optimizer "
+                              f"(Megatron asserts it is fp32 otherwise); set {switch_name} or make it fp32")
+        return
+    options["optimizer_dtypes"] = {k: v for k, v in given.items() if v != "fp32"}
+    if given.get("main_grads") == "bf16":
+        if options.get("fp32_grad_accum") is True:
+            raise ConfigError(f"{name_of('main_grads')} = bf16 with gradients reduced in fp32 (Megatron asserts "
+                              f"that main grads can only be fp32 then); drop one of them")
+        options["fp32_grad_accum"] = False
