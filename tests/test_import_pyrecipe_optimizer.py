@@ -55,3 +55,19 @@ def test_bad_values_one_line(lines, match):
     with pytest.raises(ConfigError, match=match) as e:
         _options(*lines)
     assert "\n" not in str(e.value)
+
+
+def test_nemo2_optim_config_and_bridge_saved_yaml():
+    from simulator.simulation.importing import check, finish
+    data = Path(__file__).parent / "data" / "pyrecipes"
+    imp = import_config("nemo", (data / "nemo_llama3_70b.py").read_text(), origin="n.py", cluster="dgx-h100", nodes=4,
+                        vocab=128256, sets={"optim.config.use_precision_aware_optimizer": True,
+                                            "optim.config.exp_avg_dtype": "torch.bfloat16",
+                                            "optim.config.exp_avg_sq_dtype": "torch.bfloat16"})
+    assert imp.strategy["options"]["optimizer_dtypes"] == {"exp_avg": "bf16", "exp_avg_sq": "bf16"}
+    check(finish(imp))
+    # Bridge's saved ConfigContainer writes a torch dtype as {_target_: torch.bfloat16, _call_: false}
+    imp = import_config("bridge", (data / "bridge_run_config.yaml").read_text(), origin="r.yaml", cluster="dgx-h100",
+                        nodes=2, sets={"optimizer.use_precision_aware_optimizer": True,
+                                       "optimizer.exp_avg_dtype": {"_target_": "torch.bfloat16", "_call_": False}})
+    assert imp.strategy["options"]["optimizer_dtypes"] == {"exp_avg": "bf16"}

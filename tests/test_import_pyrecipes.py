@@ -200,7 +200,8 @@ _FIELDS = ["model.num_layers", "model.hidden_size", "model.num_attention_heads",
            "model.recompute_num_layers", "train.global_batch_size", "train.micro_batch_size", "dataset.seq_length",
            "mixed_precision", "mixed_precision.fp8_recipe", "ddp.use_distributed_optimizer", "tokenizer.vocab_size",
            "comm_overlap", "train.train_iters", "model.expert_model_parallel_size", "model.cuda_graph_impl",
-           "model.cuda_graph_scope"]
+           "model.cuda_graph_scope", "optimizer.use_precision_aware_optimizer", "optimizer.exp_avg_dtype",
+           "optimizer.main_grads_dtype"]
 
 
 @settings(max_examples=120, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
