@@ -10,13 +10,13 @@ import pytest
 PARAMS = 128 * 64 + 2048 * 64 + 2 * (2 * 128 + 64 * 192 + 192 + 64 * 64 + 64 + 64 * 256 + 256 + 256 * 64 + 64) + 128
 
 
-def _plan(tmp_path, dtypes):
+def _plan(tmp_path, dtypes, tp: int = 1):
     from strategies.strategy_file import parse_strategy
     from taskgraph.plan import resolve
     options = {} if dtypes is None else {"optimizer_dtypes": dtypes}
     return resolve(parse_strategy({"model": {"name": "tiny", "layers": 2, "hidden": 64, "heads": 4, "vocab": 128},
                                    "cluster": {"preset": "dgx-h100", "nodes": 1},
-                                   "parallel": {"tp": 1, "pp": 1, "zero": 1},
+                                   "parallel": {"tp": tp, "pp": 1, "zero": 1},
                                    "training": {"micro_batch": 1, "global_batch": 8, "seq_len": 128},
                                    "options": options}, tmp_path))
 
@@ -43,3 +43,11 @@ def test_saved_state_is_the_held_state_without_scaled_dtypes(tmp_path):
         assert saved_optimizer_state_bytes(s) == optimizer_state_bytes(s)
     s = _plan(tmp_path, {"main_params": "fp16", "exp_avg": "fp8"}).strategy
     assert (optimizer_state_bytes(s), saved_optimizer_state_bytes(s)) == (2 + 1 + 4, 12)
+
+
+def test_tp_replicated_parameters_are_saved_once(tmp_path):
+    # tp 2: the layernorms and the row-parallel biases sit on both TP ranks but are saved once; tp x a
+    # GPU's share counted them twice (371,328 parameters for this model)
+    from simulator.goodput.setup import checkpoint_bytes
+    total, _ = checkpoint_bytes(_plan(tmp_path, None, tp=2))
+    assert total == PARAMS * (2 + 12)

@@ -112,10 +112,12 @@ def checkpoint_bytes(plan) -> tuple[float, float]:
     from taskgraph.memory import params_per_gpu, saved_optimizer_state_bytes
     s = plan.sizes
     per_param = 2 + saved_optimizer_state_bytes(plan.strategy)
+    # every parameter once: the model's own count (with its MTP modules), not tp x a GPU's share, which
+    # counts the TP-replicated norms and biases tp times and the routed experts 1/ep times
+    counts = plan.model.param_breakdown()
+    total = float((counts.total + counts.mtp) * per_param)
     # params_per_gpu: the parameters one GPU of each pipeline rank holds before ZeRO-3 partitioning
-    # (tp-sharded), i.e. its TP shard of the stage; every such shard is saved once
     held = params_per_gpu(plan)
-    total = float(sum(s.tp * n * per_param for n in held.values()))
     # a sharded save spreads each shard's bytes over the dp x cp ranks that hold it
     per_gpu = max(held.values()) * per_param / (s.dp * s.cp)
     return total, per_gpu
