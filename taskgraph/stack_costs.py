@@ -141,11 +141,18 @@ def op_as_run(plan: Plan, stack, op) -> tuple:
     if op.name == "moe_experts" and op.copy_kernels == 4 and plan.strategy.options.moe_max_nodes:
         return replace(op, copy_bytes=op.copy_bytes // 2, copy_kernels=2), 0.0, 0.0
     if op.kind == "loss":
-        ce = (stack if stack is not None else get_stack(None)).cross_entropy   # None: the default stack's
-        if ce != "fused":
-            dt = DTYPE_BYTES[plan.strategy.training.precision]   # the logits' bytes, as costing builds the head
-            return loss_as_run(op, dt, ce), 0.0, 0.0
+        run = loss_as_priced(op, stack, plan.strategy.training.precision)
+        if run is not op:
+            return run, 0.0, 0.0
     return torch_ring_attention(plan, stack, op)
+
+
+def loss_as_priced(op, stack, precision: str):
+    """The loss operator ``op`` as ``stack`` runs it (None: the default stack's loss), its logits in
+    ``precision``'s bytes as costing builds the head: :func:`loss_as_run` with the stack's
+    ``cross_entropy``; ``op`` itself for the fused loss."""
+    ce = (stack if stack is not None else get_stack(None)).cross_entropy
+    return loss_as_run(op, DTYPE_BYTES[precision], ce)
 
 
 def loss_as_run(op, dt: int, impl: str):

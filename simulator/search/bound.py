@@ -286,10 +286,8 @@ def _kernel_times(ctx, c, layer_index: int | None, part: str) -> tuple[float, fl
     elif part == "embedding":
         ops = embedding_operators(model, **kw)
     else:
-        from taskgraph.stack_costs import loss_as_run
-        from taskgraph.stacks import get_stack
-        ce = (stack if stack is not None else get_stack(None)).cross_entropy   # the loss as costing runs it
-        ops = [loss_as_run(o, dt, ce) if o.kind == "loss" else o for o in
+        from taskgraph.stack_costs import loss_as_priced  # the loss as costing runs it
+        ops = [loss_as_priced(o, stack, tr.precision) if o.kind == "loss" else o for o in
                head_operators(model, ep=c.ep, flash_attention=opt.flash_attention, moe_load=opt.moe_load,
                               moe_dispatcher=opt.moe_dispatcher, **kw)]
     profile = ProfileTable.load(opt.profile) if opt.profile else None
