@@ -22,7 +22,11 @@ NSDI 2024 Section 5, built straggler detection for exactly this):
   off), charged relative to the expected slowest of :data:`CALIBRATION_GPUS`. The value is grounded
   in Sinha et al.: their 8% median spread between the fastest and slowest of ~10^4 GPUs of one SKU
   is about ``2 * sigma * E[Z_(N:N)]`` with E[Z] ~ 3.9, i.e. sigma ~ 0.01 (our reading of
-  "variation" as the range; documented in docs/cost-model.md). Meta's PRISM (Golden et al., arXiv
+  "variation" as the range; documented in docs/cost-model.md). Healthy workers of the production
+  traces published with Lin et al. (OSDI 2025, arXiv:2505.05713; benchmarks/straggler_traces.py)
+  deviate from their DP peers per step with a normal body of sigma 0.5-0.7%, half persistent and half
+  transient: smaller than the default, but over 8-15 workers, not a fleet (docs/cost-model.md says
+  why the default stays). Meta's PRISM (Golden et al., arXiv
   2510.15596, abstract) reports 9% GPU-time variability per step at 64k GPUs, the same sigma ~ 0.011
   under the same reading (E[Z_(65536:65536)] = 4.29): per-step (transient) and per-GPU (persistent)
   slowdowns both enter a step as one normal draw per GPU, so this sigma prices both; separating them
