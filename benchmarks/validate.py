@@ -190,6 +190,8 @@ def measured_seconds(row: dict) -> float:
 
 
 # ---------------------------------------------------------------------------- row -> strategy
+#: Jean Zay's A100 partition (BLOOM): 4 x 100 Gb/s Omni-Path per 8-GPU node, per GPU
+JEAN_ZAY_NIC_GBIT = 4 * 100 / 8
 #: tr11-176B-ml.slurm ``--pad-vocab-size-to 250880``: the embedding and head BLOOM trained with (250,680 tokens)
 BLOOM_PADDED_VOCAB = 250880
 
@@ -393,6 +395,12 @@ def strategy_for(row: dict) -> tuple[dict, list[str]]:
     if "Narayanan" in row["source"]:
         # 2021: NCCL 2.7-2.11 gave a send/recv pair one channel across nodes (topologies/collectives.py)
         cluster["p2p_net_channels"] = 1
+    if "bigscience" in row["source"]:
+        # Jean Zay's A100 nodes, not a DGX: "8 GPUs per node ... 4 OmniPath links" of 100 Gb/s (the tr11-176B-ml
+        # README, bigscience-workshop/bigscience dc8d99f, "Hardware"): 400 Gb/s per node, 50 per GPU where the
+        # DGX preset has 8 x 200
+        cluster["nic_gbit"] = JEAN_ZAY_NIC_GBIT
+        notes.append(f"Jean Zay: 4 x 100 Gb/s Omni-Path per node ({JEAN_ZAY_NIC_GBIT} Gb/s per GPU)")
     d = dict(model=model, cluster=cluster, parallel=parallel,
              schedule=schedule, training=training, options=options)
     return d, notes
