@@ -190,6 +190,12 @@ def measured_seconds(row: dict) -> float:
 
 
 # ---------------------------------------------------------------------------- row -> strategy
+#: Jean Zay's A100 partition (BLOOM): 4 x 100 Gb/s Omni-Path per 8-GPU node, per GPU
+JEAN_ZAY_NIC_GBIT = 4 * 100 / 8
+#: tr11-176B-ml.slurm ``--pad-vocab-size-to 250880``: the embedding and head BLOOM trained with (250,680 tokens)
+BLOOM_PADDED_VOCAB = 250880
+
+
 def _family(row: dict) -> str:
     m = row["model"].lower()
     for fam in ("llama", "mpt", "bloom"):
@@ -221,9 +227,15 @@ def model_mapping(row: dict, notes: list, *, layers: int | None = None) -> dict:
         # + 2048 h + 13 L h + 2 h (h 4096, L 32), matches this count exactly for 1b, 7b, 13b, 30b and 70b
         m.update(mlp="gelu", position="learned", norm="layernorm", bias=True, tied_embeddings=True,
                  dropout=False, max_seq=seq)
-    elif fam == "bloom":  # BigScience 2022 Table 3 / bloom-176b preset: ALiBi, embedding LayerNorm, no dropout
+    elif fam == "bloom":
+        # BigScience 2022 Table 3 / bloom-176b preset: GELU, ALiBi, embedding LayerNorm, biases, tied. As the
+        # run trained it (bigscience-workshop/bigscience train/tr11-176B-ml/tr11-176B-ml.slurm, dc8d99f): no
+        # --hidden-dropout / --attention-dropout, so Megatron-DeepSpeed's defaults 0.1 (megatron/arguments.py,
+        # 55f8cf8; the tr11 README: "The default Megatron-LM dropout settings are inherited"), not the HF
+        # config's 0.0 (an inference config); the vocabulary padded to --pad-vocab-size-to 250880
         m.update(mlp="gelu", position="alibi", norm="layernorm", bias=True, tied_embeddings=True,
-                 embedding_norm=True, dropout=False, max_seq=seq)
+                 embedding_norm=True, dropout=True, max_seq=seq, vocab=BLOOM_PADDED_VOCAB)
+        notes.append(f"dropout 0.1 (Megatron defaults, tr11 slurm); vocab padded to {BLOOM_PADDED_VOCAB}")
     else:  # Megatron GPT (Shoeybi 2019; Narayanan 2021): GELU 4h, learned positions, biases, dropout
         m.update(mlp="gelu", position="learned", norm="layernorm", bias=True, tied_embeddings=True,
                  dropout=True, max_seq=seq)
@@ -383,6 +395,12 @@ def strategy_for(row: dict) -> tuple[dict, list[str]]:
     if "Narayanan" in row["source"]:
         # 2021: NCCL 2.7-2.11 gave a send/recv pair one channel across nodes (topologies/collectives.py)
         cluster["p2p_net_channels"] = 1
+    if "bigscience" in row["source"]:
+        # Jean Zay's A100 nodes, not a DGX: "8 GPUs per node ... 4 OmniPath links" of 100 Gb/s (the tr11-176B-ml
+        # README, bigscience-workshop/bigscience dc8d99f, "Hardware"): 400 Gb/s per node, 50 per GPU where the
+        # DGX preset has 8 x 200
+        cluster["nic_gbit"] = JEAN_ZAY_NIC_GBIT
+        notes.append(f"Jean Zay: 4 x 100 Gb/s Omni-Path per node ({JEAN_ZAY_NIC_GBIT} Gb/s per GPU)")
     d = dict(model=model, cluster=cluster, parallel=parallel,
              schedule=schedule, training=training, options=options)
     return d, notes

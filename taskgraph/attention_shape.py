@@ -44,7 +44,7 @@ def kernel_attention_shape(s: int, cp: int, cp_comm: str, causal_halved: bool, d
     return AttentionShape((d + dv) / 2, seq, share)
 
 
-def unfused_score_bytes(dt: int, dropout: bool, mask_bytes: int = 1) -> tuple[float, float]:
+def unfused_score_bytes(dt: int, dropout: bool, mask_bytes: int = 1, alibi: bool = False) -> tuple[float, float]:
     """HBM bytes per attention-score element (one (query, key) pair of one head) that the unfused
     causal attention core moves, forward and backward, counted kernel by kernel from Megatron-LM
     (``megatron/model/transformer.py`` CoreAttention: ``torch.baddbmm`` QK^T, ``FusedScaleMaskSoftmax``
@@ -60,13 +60,27 @@ def unfused_score_bytes(dt: int, dropout: bool, mask_bytes: int = 1) -> tuple[fl
     writes (2 dt + mask); softmax's reads half of dP and of its output and writes all (2 dt);
     QK^T's reads dS for dQ and again for dK (2 dt).
 
+    ``alibi``: the ALiBi bias enters as the input of QK^T's ``baddbmm`` with ``beta`` != 0
+    (bigscience-workshop/Megatron-DeepSpeed 55f8cf8, 2022-06-27, ``megatron/model/transformer.py``
+    ParallelAttention.forward: ``matmul_result = alibi[:b * np, :, :sk]``, a [b np, 1, sk] tensor,
+    then ``torch.baddbmm(matmul_result, q, k^T, beta=beta, alpha=1 / norm_factor)`` with beta 1, or
+    1 / layer_number under query-key layer scaling; HF ``BloomAttention`` likewise). PyTorch expands
+    that input and copies it into the [b np, sq, sk] result before the batched GEMM when beta != 0
+    (aten/src/ATen/native/LinearAlgebra.cpp ``common_checks_baddbmm_bmm``: ``if (beta != 0.0)
+    result.copy_(self)``, pytorch/pytorch b1b76f6), and cuBLAS then reads that C (beta != 0): a write and
+    a read of every score, 2 dt more forward. The bias needs no gradient (a buffer), so the backward is
+    unchanged.
+
     >>> unfused_score_bytes(2, True)
     (12.0, 17.0)
     >>> unfused_score_bytes(2, False)
     (7.0, 12.0)
+    >>> unfused_score_bytes(2, True, alibi=True)
+    (16.0, 17.0)
     """
     drop = 2.0 * dt + mask_bytes if dropout else 0.0
-    return 3.5 * dt + drop, 6.0 * dt + drop
+    bias = 2.0 * dt if alibi else 0.0
+    return 3.5 * dt + drop + bias, 6.0 * dt + drop
 
 
 def attention_pairs(s: int, causal_halved: bool, window: int = 0, chunk: int = 0) -> float:

@@ -21,7 +21,7 @@ from taskgraph.lora import ADAPTER_SUFFIX, NOT_TE, trainable_share
 from taskgraph.operators import embedding_operators, head_operators, layer_operators
 from taskgraph.overheads import adam_step_of, host_bound, stack_host_terms, step_overhead_s
 from taskgraph.overlap import bulk, chunk_op, pipelined, ring_exchange, ring_hbm_loss, sm_fraction, stream_shares
-from taskgraph.pipeline_p2p import activation_bytes, boundary_times
+from taskgraph.pipeline_p2p import activation_bytes, boundary_times, receiver_times
 from taskgraph.plan import DTYPE_BYTES, Plan
 from taskgraph.stack_costs import op_as_run, reduce_kind, serial_exchanges, unfused_grad_accum, zero3_copy_times
 from taskgraph.stacks import run_stack
@@ -522,7 +522,7 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
         # GPUs idle until the host launches the next action's first kernel (not in a full-iteration graph).
         pairs = {k: v + opt.p2p_host_gap_us * 1e-6 for k, v in pairs.items()}
     if ctx.stack is not None and ctx.stack.p2p_serial:
-        pairs = serial_exchanges(pairs)
+        pairs = serial_exchanges(pairs, receiver_times(plan, comm_time))
     p2p = max(pairs.values(), default=0.0)
     work = IterationWork(
         stages=tuple(stages), p2p_fwd_s=p2p, p2p_bwd_s=p2p,

@@ -424,8 +424,9 @@ def _attention_ops(c: _Ctx, layer: int) -> list:
         A = c.b * at * c.sq * c.s                         # attention scores on this GPU
         # softmax output 2as^2b + dropout mask as^2b + dropout output 2as^2b (Korthikanti 4.1)
         internals = (dt + (dt + MASK_BYTES) if m.dropout else dt) * A
-        # kernel by kernel (Megatron-LM's causal fused softmax, dropout, QK^T / PV GEMMs)
-        per_f, per_b = unfused_score_bytes(dt, m.dropout, MASK_BYTES)
+        # kernel by kernel (Megatron-LM's causal fused softmax, dropout, QK^T / PV GEMMs; ALiBi's bias
+        # copied into the scores as baddbmm's input)
+        per_f, per_b = unfused_score_bytes(dt, m.dropout, MASK_BYTES, alibi=m.position == "alibi")
         score_io_f, score_io_b = A * per_f, A * per_b
     if c.cp == 1:
         cp_comms = ()

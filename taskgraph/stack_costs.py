@@ -77,9 +77,11 @@ def zero3_copy_times(stack, plan: Plan, params: float, n: int, p: int, g: int) -
     return 0.0, 0.0, 0.0, 0.0
 
 
-def serial_exchanges(pairs: dict) -> dict:
+def serial_exchanges(pairs: dict, receiver: dict | None = None) -> dict:
     """Transfer times of a stack whose pipeline exchanges are two blocking calls in a row: each
-    boundary's transfer takes both directions' times (with their host gaps).
+    boundary's transfer takes both directions' times (with their host gaps), less what the other
+    direction's receiver runs after the wire (``receiver``: its re-assembling all-gathers and copies,
+    ``taskgraph/pipeline_p2p.py`` receiver_times), which only that receiver waits for.
 
     DeepSpeed's TrainSchedule (deepspeed/runtime/pipe/schedule.py, 2022) gives every step of a stage
     either [RecvActivation, SendGrad, ForwardPass] or [SendActivation, RecvGrad, BackwardPass], and
@@ -93,8 +95,11 @@ def serial_exchanges(pairs: dict) -> dict:
 
     >>> serial_exchanges({(0, 1): 2.0, (1, 0): 3.0})
     {(0, 1): 5.0, (1, 0): 5.0}
+    >>> serial_exchanges({(0, 1): 2.0, (1, 0): 3.0}, {(0, 1): 0.5, (1, 0): 1.0})
+    {(0, 1): 4.0, (1, 0): 4.5}
     """
-    return {(a, b): t + pairs.get((b, a), 0.0) for (a, b), t in pairs.items()}
+    own = receiver or {}
+    return {(a, b): t + pairs.get((b, a), 0.0) - own.get((b, a), 0.0) for (a, b), t in pairs.items()}
 
 
 def hp_grad_accum_bytes(plan: Plan, stack) -> int:

@@ -73,7 +73,9 @@ class Stack:
     one FlatParameter per unit, whose shard casts, flat-gradient concat, gradient divisions, casts and
     accumulation run around each collective (``taskgraph/fsdp1_flat.py``, stacks.yaml [FSDP1]);
     master_weights: the run's default for ``training.master_weights`` (False: bf16 parameters and Adam
-    moments, no fp32 master copy; only with fsdp2_copies; stacks.yaml [AM])."""
+    moments, no fp32 master copy; only with fsdp2_copies; stacks.yaml [AM]); partitioned_pipe: scattered
+    pipeline activations are DeepSpeed's PartitionedTensor (a meta send per transfer, clones around it, the
+    output re-gathered before its backward; ``taskgraph/pipeline_p2p.py``, stacks.yaml [DS-PIPE])."""
 
     name: str
     attention: str
@@ -94,6 +96,7 @@ class Stack:
     adam_bytes_per_param: int = 0
     fsdp1_flat: bool = False
     master_weights: bool = True
+    partitioned_pipe: bool = False
 
     def passes_of(self, op_name: str) -> int:
         """Passes of an operator by its role (the name after a layer prefix, e.g. ``mtp0.final_norm``)."""
@@ -181,8 +184,11 @@ def load_tables(path: str = STACKS_PATH) -> tuple[dict, dict, dict]:
         if not isinstance(master, bool) or not (master or fsdp2):
             raise ConfigError(f"stack file {path!r}: stack {name!r} master_weights = {master!r} must be true or false, "
                               f"and false only with fsdp2_copies (bf16 parameters without fp32 masters: PyTorch FSDP2)")
+        part = d.get("partitioned_pipe", False)
+        if not isinstance(part, bool):
+            raise ConfigError(f"stack file {path!r}: stack {name!r} partitioned_pipe = {part!r} must be true or false")
         stacks[str(name)] = Stack(str(name), att, passes, None if host is None else float(host), copy, acc, serial,
-                                  fsdp2, tcp, f8, dt_factor, hooks, hooks_tp, sync, ce, add, adam, flat, master)
+                                  fsdp2, tcp, f8, dt_factor, hooks, hooks_tp, sync, ce, add, adam, flat, master, part)
     cat = data.get("catalog_attention") or {}
     catalog = {"kernel": {str(a): str(k) for a, k in (cat.get("kernel") or {}).items()},
                "reference": {str(a): (float(r["head_dim"]), float(r["seq_len"]))

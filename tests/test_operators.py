@@ -81,6 +81,23 @@ def test_unfused_attention_moves_megatron_kernel_bytes():
     assert (nodrop.fwd_bytes, nodrop.bwd_input_bytes) == (7 * scores + 4 * qkvo, 12 * scores + 2 * 4 * qkvo)
 
 
+def test_unfused_alibi_copies_the_bias_into_the_scores():
+    # Megatron-DeepSpeed's (and HF Bloom's) ALiBi: torch.baddbmm(alibi, q, k^T, beta=1) copies the
+    # broadcast bias into the [b np, s, s] scores and the GEMM reads them back: 2 x 2 B more per score
+    # forward (taskgraph/attention_shape.unfused_score_bytes); backward and FlashAttention unchanged.
+    h, a, t, b, s = 14336, 112, 4, 2, 2048
+    m = ModelSpec("bloom", layers=1, hidden=h, heads=a, kv_heads=a, ffn=4 * h, vocab=250880, dropout=True)
+    kw = dict(micro_batch=b, seq_len=s, tp=t, flash_attention=False)
+    learned = by_name(layer_operators(m, **kw))["attn_core"]
+    alibi = by_name(layer_operators(dataclasses.replace(m, position="alibi"), **kw))["attn_core"]
+    scores = b * (a // t) * s * s
+    assert alibi.fwd_bytes - learned.fwd_bytes == 4 * scores == 939_524_096
+    assert alibi.bwd_input_bytes == learned.bwd_input_bytes
+    flash = dict(kw, flash_attention=True)
+    assert by_name(layer_operators(dataclasses.replace(m, position="alibi"), **flash))["attn_core"].fwd_bytes == \
+        by_name(layer_operators(m, **flash))["attn_core"].fwd_bytes
+
+
 def test_gemm_backward_split():
     for o in layer_operators(get_model("gpt3-175b"), micro_batch=1, seq_len=2048):
         if o.kind == "gemm":

@@ -7,7 +7,7 @@ import pytest
 
 from strategies.errors import ConfigError
 from strategies.strategy_file import parse_strategy
-from taskgraph.pipeline_p2p import activation_bytes, boundary_times
+from taskgraph.pipeline_p2p import activation_bytes, boundary_times, receiver_times
 from taskgraph.plan import resolve
 from topologies.collectives import collective_time
 from topologies.placement import group_ranks, rank_of
@@ -16,8 +16,10 @@ from topologies.placement import group_ranks, rank_of
 FULL = 2 * 1 * 2048 * 4096
 
 
-def _plan(sp: bool, scatter_gather: bool | None, tp: int = 8):
+def _plan(sp: bool, scatter_gather: bool | None, tp: int = 8, stack: str | None = None):
     options = {} if scatter_gather is None else {"pipeline_scatter_gather": scatter_gather}
+    if stack is not None:
+        options["stack"] = stack
     return resolve(parse_strategy({
         "model": {"preset": "llama3-8b", "layers": 4},
         "cluster": {"preset": "dgx-a100", "nodes": 2},
@@ -114,3 +116,34 @@ def test_p2p_net_channels_is_checked(bad):
     from topologies.cluster import load_cluster_yaml
     with pytest.raises(ConfigError, match="p2p_net_channels"):
         load_cluster_yaml({"preset": "dgx-h100", "nodes": 2, "p2p_net_channels": bad})
+
+
+def test_deepspeed_partitioned_tensor_meta_copies_and_output_regather():
+    # [DS-PIPE] partitioned_pipe: each transfer also sends the meta LongTensor (8 x (1 + 3 + 2 + tp + 1) B);
+    # the receiver's PartitionedTensor.full() and the clones move (5 + 8/tp) x the activation's bytes
+    # (activation) or (10 + 6/tp) x (gradient, whose receiver also all-gathers its own output again)
+    plan = _plan(sp=False, scatter_gather=True, stack="deepspeed")
+    s, c, g = plan.sizes, plan.cluster, plan.cluster.gpu
+    times, after = _times(plan), receiver_times(plan, lambda cl, k, n, r, sh: collective_time(k, n, r, cl))
+    hbm = g.hbm_bandwidth * g.efficiency.hbm_efficiency
+    for (x, y), copies in (((0, 1), FULL * (5 + 8 / 8)), ((1, 0), FULL * (10 + 6 / 8))):
+        rx, ry = rank_of(0, 0, 0, x, s), rank_of(0, 0, 0, y, s)
+        wire = collective_time("send-recv", FULL / 8, (rx, ry), c) + collective_time("send-recv", 8 * 15, (rx, ry), c)
+        gathers = (2 if x == 1 else 1) * collective_time("all-gather", FULL, tuple(group_ranks("tp", s, ry)), c)
+        assert after[(x, y)] == pytest.approx(gathers + copies / hbm, rel=1e-12)
+        assert times[(x, y)] == pytest.approx(wire + gathers + copies / hbm, rel=1e-12)
+    assert copies == FULL * 10.75 == 180_355_072      # the gradient's copies, bytes
+    # Megatron's gather (the default stack) has none of these
+    mt = _plan(sp=False, scatter_gather=True)
+    assert _times(mt)[(1, 0)] < times[(1, 0)] and _times(mt)[(0, 1)] < times[(0, 1)]
+
+
+def test_serial_exchange_keeps_the_receivers_work_out_of_the_partners_wait(tmp_path):
+    # the wire of both directions blocks both ranks (p2p_serial); a receiver's re-assembly only itself
+    from taskgraph.costing import build_work
+    plan = _plan(sp=False, scatter_gather=True, stack="deepspeed")
+    times, after = _times(plan), receiver_times(plan, lambda cl, k, n, r, sh: collective_time(k, n, r, cl))
+    pairs = build_work(plan).p2p_pairs
+    gap = plan.strategy.options.p2p_host_gap_us * 1e-6
+    for a, b in ((0, 1), (1, 0)):
+        assert pairs[(a, b)] == pytest.approx(times[(a, b)] + times[(b, a)] - after[(b, a)] + 2 * gap, rel=1e-12)

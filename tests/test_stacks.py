@@ -270,6 +270,7 @@ def test_torch_ring_attention_lengthens_the_step(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("field, value, message", [
     ("p2p_serial", "yes", "p2p_serial = 'yes' must be true or false"),
+    ("partitioned_pipe", "on", "partitioned_pipe = 'on' must be true or false"),
     ("fsdp2_copies", 1, "fsdp2_copies = 1 must be true or false"),
     ("torch_cp", "on", "torch_cp = 'on' must be true or false"),
     ("hp_grad_accum_bytes", 65, "hp_grad_accum_bytes = 65 must be an integer"),

@@ -153,6 +153,10 @@ def test_documented_assumptions(rows):
     d, _ = V.strategy_for(_row(rows, "BLOOM-176B"))
     lps = d["parallel"]["layers_per_stage"]
     assert sum(lps) == 70 and lps[0] == lps[-1] == 5 and set(lps[1:-1]) == {6}
+    # ... trained with Megatron's default dropout 0.1 and the vocabulary padded to 250,880 (tr11 slurm)
+    assert d["model"]["dropout"] is True and d["model"]["vocab"] == 250880
+    # ... on Jean Zay: 4 x 100 Gb/s Omni-Path per 8-GPU node (the tr11 README), not a DGX's 8 x 200
+    assert d["cluster"] == {"preset": "dgx-a100-80g", "nodes": 48, "nic_gbit": 50.0}
     # Narayanan 2021 Table 2's ZeRO-3 rows: DeepSpeed's early-2021 ZeRO-3 (stacks.yaml [DS-Z3-2021])
     assert V.strategy_for(_row(rows, "N21-175B-zero3-768"))[0]["options"]["stack"] == "deepspeed-zero3-2021"
     # ... the others Megatron-LM of 2021 (unfused gradient accumulation) or 2022 (stacks.yaml [MEG-2021])
