@@ -73,7 +73,11 @@ class Stack:
     one FlatParameter per unit, whose shard casts, flat-gradient concat, gradient divisions, casts and
     accumulation run around each collective (``taskgraph/fsdp1_flat.py``, stacks.yaml [FSDP1]);
     master_weights: the run's default for ``training.master_weights`` (False: bf16 parameters and Adam
-    moments, no fp32 master copy; only with fsdp2_copies; stacks.yaml [AM])."""
+    moments, no fp32 master copy; only with fsdp2_copies; stacks.yaml [AM]); ddp_flatten: Megatron-LM 2021's
+    local DDP, which keeps 16-bit gradients in no contiguous buffer (none to zero: the optimizer sets them to
+    None) and flattens, divides and copies them back around the all-reduce; fp32 gradients sit in its
+    contiguous buffer, zeroed and divided in place (``taskgraph/overheads.py`` grad_buffer_bytes, stacks.yaml
+    [MEG-2021])."""
 
     name: str
     attention: str
@@ -94,6 +98,7 @@ class Stack:
     adam_bytes_per_param: int = 0
     fsdp1_flat: bool = False
     master_weights: bool = True
+    ddp_flatten: bool = False
 
     def passes_of(self, op_name: str) -> int:
         """Passes of an operator by its role (the name after a layer prefix, e.g. ``mtp0.final_norm``)."""
@@ -181,8 +186,12 @@ def load_tables(path: str = STACKS_PATH) -> tuple[dict, dict, dict]:
         if not isinstance(master, bool) or not (master or fsdp2):
             raise ConfigError(f"stack file {path!r}: stack {name!r} master_weights = {master!r} must be true or false, "
                               f"and false only with fsdp2_copies (bf16 parameters without fp32 masters: PyTorch FSDP2)")
+        ddp_flat = d.get("ddp_flatten", False)
+        if not isinstance(ddp_flat, bool):
+            raise ConfigError(f"stack file {path!r}: stack {name!r} ddp_flatten = {ddp_flat!r} must be true or false")
         stacks[str(name)] = Stack(str(name), att, passes, None if host is None else float(host), copy, acc, serial,
-                                  fsdp2, tcp, f8, dt_factor, hooks, hooks_tp, sync, ce, add, adam, flat, master)
+                                  fsdp2, tcp, f8, dt_factor, hooks, hooks_tp, sync, ce, add, adam, flat, master,
+                                  ddp_flat)
     cat = data.get("catalog_attention") or {}
     catalog = {"kernel": {str(a): str(k) for a, k in (cat.get("kernel") or {}).items()},
                "reference": {str(a): (float(r["head_dim"]), float(r["seq_len"]))
