@@ -19,7 +19,7 @@ from taskgraph.cuda_graphs import layer_graphs
 from taskgraph.fsdp1_flat import fsdp1_microbatches
 from taskgraph.lora import ADAPTER_SUFFIX, NOT_TE, trainable_share
 from taskgraph.operators import embedding_operators, head_operators, layer_operators
-from taskgraph.overheads import adam_step_of, host_bound, stack_host_terms, step_overhead_s
+from taskgraph.overheads import adam_step_of, grad_buffer_bytes, host_bound, stack_host_terms, step_overhead_s
 from taskgraph.overlap import bulk, chunk_op, pipelined, ring_exchange, ring_hbm_loss, sm_fraction, stream_shares
 from taskgraph.pipeline_p2p import activation_bytes, boundary_times, receiver_times
 from taskgraph.plan import DTYPE_BYTES, Plan
@@ -696,9 +696,9 @@ def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, 
     opt_s = step_overhead_s(plan, shard, layers)  # gradient norm (+ fp16 found-inf), taskgraph/overheads.py
     if plan.zero < 3:
         # Megatron-LM zeroes the contiguous gradient buffer once per iteration (megatron/core/distributed/
-        # param_and_grad_buffer.py, _ParamAndGradBuffer.reset: grad_data.zero_()): a memset of every local
-        # gradient (FSDP instead frees its gradients: nothing to clear)
-        opt_s += total_params * gbp / bw
+        # param_and_grad_buffer.py, _ParamAndGradBuffer.reset: grad_data.zero_()), FSDP frees its gradients
+        # instead; Megatron 2021's flatten / divide / copy-back: taskgraph/overheads.py grad_buffer_bytes
+        opt_s += total_params * grad_buffer_bytes(plan, gbp) / bw
     opt_s *= pace
     if opt.optimizer_cpu_offload:   # the offloaded share steps on the CPU (host link, host DRAM: no pace)
         tensors = max(1, sum(1 for l in layers for op in l.ops if op.grad_bytes > 0))

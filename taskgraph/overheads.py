@@ -55,8 +55,24 @@ copy reached 4,189 GB/s (0.87) (benchmarks/kernel_data/h200-2026-11-26/membound.
 all-reduce of one float over the model-parallel and, with the distributed optimizer, data-parallel
 ranks, i.e. all GPUs) and, for fp16, the loss-scaler's found-inf check (``optimizer.py``
 ``_unscale_main_grads_and_check_for_nan``: another one-element all-reduce). Both reductions are
-latency-bound and timed with the collective model on the whole world. Data loading is assumed
-prefetched (Megatron's ``DataLoader`` with workers; not on the critical path).
+latency-bound and timed with the collective model on the whole world. The fp16 check is also a pass
+over the gradients: ``torch._amp_foreach_non_finite_check_and_unscale_(main_grads, found_inf,
+inv_scale)`` reads and writes every fp32 main gradient the optimizer steps (NVIDIA/Megatron-LM cdde433,
+2021, and d98e8a6 megatron/core/optimizer/optimizer.py; DeepSpeed's fp16 optimizers unscale the same
+way, ``grad.mul_(1. / combined_scale)``, ZeRO-3 stage3.py ``unscale_and_clip_grads``), 8 bytes per
+parameter at ``hbm_efficiency``; bf16 runs have no loss scaler. Data loading is assumed prefetched
+(Megatron's ``DataLoader`` with workers; not on the critical path).
+
+**The gradient buffer** (:func:`grad_buffer_bytes`). Megatron's DDP zeroes its contiguous gradient buffer
+once per step (a memset of every local gradient). Megatron-LM 2021's local DDP (cdde433
+megatron/model/distributed.py ``allreduce_gradients``; the stack's ``ddp_flatten``) keeps 16-bit
+gradients in no buffer unless asked (``--use-contiguous-buffers-in-ddp``, off by default, forced only by
+fp32 accumulation): ``train_step`` sets them to None (``optimizer.zero_grad()``, ``set_to_none=True``),
+and the reduction flattens them (``_flatten_dense_tensors``: a ``torch.cat``, read + write), divides the
+flat copy by the data-parallel size in place (read + write), all-reduces it and copies each slice back
+(``buf.copy_(synced)``, read + write): 6 gradient-widths per element, at data-parallel size 1 too (the
+local DDP runs the same code). Its fp32 contiguous buffer (bf16) is zeroed and divided in place
+(``buffer_.data /= ...``): 3 widths.
 """
 from __future__ import annotations
 
@@ -302,15 +318,36 @@ def adam_step_of(plan, params: float, grad_bytes: int) -> float:
 
 def step_overhead_s(plan, shard_params: float, layers: tuple = ()) -> float:
     """Per-step seconds besides the Adam update on one GPU: gradient-norm read of the local fp32
-    gradient shard plus its one-float all-reduce over every GPU, and the fp16 found-inf all-reduce;
-    on DeepSpeed's 2021 ZeRO-3 the refresh of the stage's ``layers``' persistent parameters
+    gradient shard plus its one-float all-reduce over every GPU, and for fp16 the loss scaler's unscale
+    pass over that shard and its found-inf all-reduce; on DeepSpeed's 2021 ZeRO-3 the refresh of the stage's ``layers``' persistent parameters
     (taskgraph/zero3_fetch.py)."""
     cluster, gpu = plan.cluster, plan.cluster.gpu
     norm_read = optimizer_value_bytes(plan) * shard_params / (gpu.hbm_bandwidth * gpu.efficiency.hbm_efficiency)
     t = norm_read + _allreduce_latency(cluster, plan.num_gpus) + stage_refresh_s(plan, layers)
     if plan.strategy.training.precision == "fp16":
-        t += _allreduce_latency(cluster, plan.num_gpus)
+        # the loss scaler's unscale reads and writes every gradient stepped, then its found-inf all-reduce
+        # (Megatron-LM cdde433 optimizer.py _unscale_main_grads_and_check_for_nan; module docstring)
+        t += 2 * norm_read + _allreduce_latency(cluster, plan.num_gpus)
     return t
+
+
+def grad_buffer_bytes(plan, grad_bytes: int) -> int:
+    """HBM bytes per local gradient element that the data-parallel gradient path moves once per step
+    besides the collective (module docstring): the contiguous buffer's memset (``grad_bytes``); on a
+    ``ddp_flatten`` stack (Megatron-LM 2021's local DDP) 16-bit gradients are flattened, divided and copied
+    back (6 x ``grad_bytes``, no memset) and an fp32 buffer is zeroed and divided (3 x ``grad_bytes``).
+
+    >>> from types import SimpleNamespace as N
+    >>> run = lambda stack: N(strategy=N(options=N(stack=stack)))
+    >>> grad_buffer_bytes(run("megatron-2021"), 2), grad_buffer_bytes(run("megatron-2021"), 4)
+    (12, 12)
+    >>> grad_buffer_bytes(run("megatron-2022"), 2), grad_buffer_bytes(run(None), 4)
+    (2, 4)
+    """
+    from taskgraph.stacks import get_stack
+    if not get_stack(plan.strategy.options.stack).ddp_flatten:
+        return grad_bytes
+    return 6 * grad_bytes if grad_bytes < 4 else 3 * grad_bytes
 
 
 @lru_cache(maxsize=64)
@@ -327,6 +364,7 @@ __all__ = [
     "adam_step_of",
     "adam_step_s",
     "fused_adam_bytes",
+    "grad_buffer_bytes",
     "host_bound",
     "keeps_master_weights",
     "master_copy",

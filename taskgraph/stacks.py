@@ -75,7 +75,12 @@ class Stack:
     master_weights: the run's default for ``training.master_weights`` (False: bf16 parameters and Adam
     moments, no fp32 master copy; only with fsdp2_copies; stacks.yaml [AM]); partitioned_pipe: scattered
     pipeline activations are DeepSpeed's PartitionedTensor (a meta send per transfer, clones around it, the
-    output re-gathered before its backward; ``taskgraph/pipeline_p2p.py``, stacks.yaml [DS-PIPE])."""
+    output re-gathered before its backward; ``taskgraph/pipeline_p2p.py``, stacks.yaml [DS-PIPE]);
+    ddp_flatten: Megatron-LM 2021's
+    local DDP, which keeps 16-bit gradients in no contiguous buffer (none to zero: the optimizer sets them to
+    None) and flattens, divides and copies them back around the all-reduce; fp32 gradients sit in its
+    contiguous buffer, zeroed and divided in place (``taskgraph/overheads.py`` grad_buffer_bytes, stacks.yaml
+    [MEG-2021])."""
 
     name: str
     attention: str
@@ -97,6 +102,7 @@ class Stack:
     fsdp1_flat: bool = False
     master_weights: bool = True
     partitioned_pipe: bool = False
+    ddp_flatten: bool = False
 
     def passes_of(self, op_name: str) -> int:
         """Passes of an operator by its role (the name after a layer prefix, e.g. ``mtp0.final_norm``)."""
@@ -187,8 +193,12 @@ def load_tables(path: str = STACKS_PATH) -> tuple[dict, dict, dict]:
         part = d.get("partitioned_pipe", False)
         if not isinstance(part, bool):
             raise ConfigError(f"stack file {path!r}: stack {name!r} partitioned_pipe = {part!r} must be true or false")
+        ddp_flat = d.get("ddp_flatten", False)
+        if not isinstance(ddp_flat, bool):
+            raise ConfigError(f"stack file {path!r}: stack {name!r} ddp_flatten = {ddp_flat!r} must be true or false")
         stacks[str(name)] = Stack(str(name), att, passes, None if host is None else float(host), copy, acc, serial,
-                                  fsdp2, tcp, f8, dt_factor, hooks, hooks_tp, sync, ce, add, adam, flat, master, part)
+                                  fsdp2, tcp, f8, dt_factor, hooks, hooks_tp, sync, ce, add, adam, flat, master,
+                                  part, ddp_flat)
     cat = data.get("catalog_attention") or {}
     catalog = {"kernel": {str(a): str(k) for a, k in (cat.get("kernel") or {}).items()},
                "reference": {str(a): (float(r["head_dim"]), float(r["seq_len"]))
