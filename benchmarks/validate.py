@@ -380,6 +380,12 @@ def strategy_for(row: dict) -> tuple[dict, list[str]]:
         # per-tensor current scaling only came with TE 2.2 (NVIDIA/TransformerEngine 77fa1e5,
         # 2025-03-07), after the 24.07 container
         options["fp8_recipe"] = "delayed"
+    if "NeMo" in row["source"] and cp > 1:
+        # NeMo 24.07 (Megatron-core 0.8, TE 1.8.0.dev0: the NeMo user guide's "Software Component Versions")
+        # ran TE's ring CP: TE v1.8 (3ec998e) transformer_engine/pytorch/attention.py has one CP,
+        # AttnFuncWithCP over flash_attn_p2p_communicate (cp_comm_type came with TE 1.10), and Megatron-core
+        # core_r0.8.0 TEDotProductAttention passes only cp_group, cp_global_ranks and cp_stream
+        options["cp_comm"] = "ring"
     loss = _cross_entropy(row)
     if loss is not None:
         options["cross_entropy"] = loss

@@ -361,6 +361,24 @@ def op_shape_key(op) -> str:
     return f"bytes={int(op.fwd_bytes)}"
 
 
+def dense_embedding_grad_bytes(op, elem: int, grad_accum_bytes: int) -> float:
+    """HBM bytes an embedding's weight gradient moves beyond its token rows in one micro-batch's backward:
+    PyTorch's ``F.embedding`` (sparse=False; Megatron-core's VocabParallelEmbedding, core_r0.8.0
+    tensor_parallel/layers.py) returns a dense gradient, ``embedding_dense_backward_cuda`` allocating it as
+    ``at::zeros({num_weights, hidden})`` (aten/src/ATen/native/cuda/Embedding.cu: write ``elem`` B per
+    parameter), and since no GEMM accumulates it, the main-gradient hook adds it into the
+    ``grad_accum_bytes``-byte buffer (distributed_data_parallel.py ``_make_param_hook``:
+    ``param.main_grad.add_(param.grad.data)``: read elem + grad_accum_bytes, write grad_accum_bytes).
+    ``op.params``: the embedding's local parameters (vocab / tp x hidden, learned positions too), less
+    the frozen ones (LoRA: no gradient).
+
+    >>> from taskgraph.operators import Operator
+    >>> dense_embedding_grad_bytes(Operator("embedding", "embedding", -1, (), 0, 0, 0, params=10), 2, 4)
+    120.0
+    """
+    return float(op.params - op.frozen_params) * (elem + (elem + 2 * grad_accum_bytes if grad_accum_bytes > 0 else 0))
+
+
 def grad_accumulate_bytes(op, grad_accum_bytes: int) -> float:
     """HBM bytes one micro-batch's weight-gradient GEMMs move to accumulate into the main-gradient
     buffer of ``grad_accum_bytes``-byte elements: read it and write it back (module docstring)."""
@@ -553,12 +571,23 @@ def op_time(op, pass_: str, gpu, dtype: str = "bf16", *, flash: bool = True, pro
             if op.gemms else 1.0 / (peak * eff.gemm_efficiency_max)
         ew_t = nbytes / (gpu.hbm_bandwidth * eff.elementwise_efficiency)
         return flops * per_flop + ew_t + launch * 4
-    # memory-bound kinds: elementwise, norm, embedding, loss, router (fp32 math peak is ample); a stack
-    # that does not fuse the operator makes several passes over its tensors (taskgraph/stacks.py)
+    return _membound_time(op, pass_, gpu, dtype, flops, nbytes, stack, grad_accum_bytes)
+
+
+def _membound_time(op, pass_: str, gpu, dtype: str, flops: float, nbytes: float, stack, grad_accum_bytes: int) -> float:
+    """Memory-bound kinds: elementwise, norm, embedding, loss, router (fp32 math peak is ample); a stack
+    that does not fuse the operator makes several passes over its tensors (taskgraph/stacks.py). The
+    embedding's weight gradient adds its dense gradient's zero fill and main-gradient add
+    (:func:`dense_embedding_grad_bytes`), streaming kernels."""
+    eff = gpu.efficiency
     passes = stack.passes_of(op.name) if stack is not None else 1
     ew_t = passes * nbytes / (gpu.hbm_bandwidth * eff.elementwise_efficiency)
     comp = flops / gpu.peak_flops("fp32") if flops > 0 else 0.0
-    return max(ew_t, comp) + launch * passes
+    t = max(ew_t, comp) + eff.launch_overhead * passes
+    if op.kind == "embedding" and pass_ == "bwd_weight" and op.params > op.frozen_params:
+        dense = dense_embedding_grad_bytes(op, DTYPE_BYTES[dtype], grad_accum_bytes)
+        t += dense / (gpu.hbm_bandwidth * eff.hbm_efficiency) + eff.launch_overhead * (2 if grad_accum_bytes > 0 else 1)
+    return t
 
 
 def _nvfp4_time(op, pass_: str, gpu, *, flash: bool, profile, grad_accum_bytes: int, stack, gemm_kernel) -> float:

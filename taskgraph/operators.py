@@ -39,6 +39,7 @@ from taskgraph.lora import apply_lora
 from taskgraph.model import ModelSpec
 from taskgraph.moe_dispatchers import MOE_DISPATCHERS, MoeDispatchShape
 from taskgraph.moe_routing import routed_load
+from taskgraph.rope import rope_bytes
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -159,8 +160,9 @@ class Operator:
     """attn_core only: what the fused attention kernel sees (:func:`kernel_attention_shape`)."""
     copy_bytes: int = 0
     """HBM bytes of the separate copy kernels a GEMM operator runs around its GEMMs in the forward and
-    again in the input-gradient pass (MoE token permutations), not counted in fwd_bytes /
-    bwd_input_bytes: priced after the GEMMs (taskgraph/cost.py op_time)."""
+    again in the input-gradient pass (MoE token permutations; the QKV projection's fused RoPE kernels,
+    :func:`rope_bytes`), not counted in fwd_bytes / bwd_input_bytes: priced after the GEMMs
+    (taskgraph/cost.py op_time)."""
     copy_kernels: int = 0
     """Launches of those copy kernels per pass."""
     profile_shape: str = ""
@@ -360,6 +362,8 @@ def _qk_projections(c: _Ctx, layer: int) -> tuple:
                     params=h * qkv_n + (qkv_n if m.qkv_bias else 0) + qkn,
                     saved=dt * c.Tsp * h,  # input 2sbh, sharded with sp (Korthikanti 2022 Sec. 4.2.2)
                     comms=_column_comms(c, c.T))
+        if m.position == "rope" and (not m.attention_chunk or m.is_local_attention_layer(layer)):
+            qkv = dataclasses.replace(qkv, copy_bytes=rope_bytes(c.T, at, gt, d, c.sq, dt), copy_kernels=2)
         return [qkv], dt * c.T * qkv_n, dt * c.b * c.s * 2 * gt * d
     qr, kr, rope = m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim
     ops = []

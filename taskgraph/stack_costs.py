@@ -1,7 +1,7 @@
 """What a software stack (``taskgraph/stacks.py``) or dispatcher adds to the cost records
 ``taskgraph/costing.py`` builds: DeepSpeed's unfused fp32 gradient accumulation and serial pipeline
 exchanges, PyTorch FSDP2's copy kernels and FSDP1's FlatParameter kernels, the operator as the run executes it (:func:`op_as_run`:
-PyTorch's ring attention, ``taskgraph/torch_cp.py``; DeepEP's permutations; an eager cross-entropy)."""
+PyTorch's ring attention, ``taskgraph/torch_cp.py``; Transformer Engine's ring CP, ``taskgraph/te_cp.py``; DeepEP's permutations; an eager cross-entropy)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -12,6 +12,7 @@ from taskgraph.fsdp1_flat import fsdp1_flat_times
 from taskgraph.overheads import optimizer_value_bytes
 from taskgraph.plan import DTYPE_BYTES, Plan
 from taskgraph.stacks import DEFAULT_STACK, get_stack
+from taskgraph.te_cp import te_ring_attention
 from taskgraph.torch_cp import torch_ring_attention
 
 
@@ -135,7 +136,8 @@ def unfused_grad_accum(plan: Plan, stack) -> dict:
 
 def op_as_run(plan: Plan, stack, op) -> tuple:
     """(operator, forward seconds, input-gradient seconds) to price for ``op`` as the run executes it:
-    PyTorch's ring attention for a torch stack's CP (``taskgraph/torch_cp.py``), and the routed experts
+    PyTorch's ring attention for a torch stack's CP (``taskgraph/torch_cp.py``), Transformer Engine's ring-CP
+    kernels for the others' (``options.cp_comm: ring``, ``taskgraph/te_cp.py``), and the routed experts
     behind DeepEP (``options.moe_max_nodes``: Megatron's flex dispatcher, token_dispatcher.py
     _DeepepManager): DeepEP's dispatch takes the tokens and their top-k indices as they are and hands
     each rank its tokens, which one permute groups by local expert (get_permuted_hidden_states_by_experts)
@@ -149,6 +151,8 @@ def op_as_run(plan: Plan, stack, op) -> tuple:
         run = loss_as_priced(op, stack, plan.strategy.training.precision)
         if run is not op:
             return run, 0.0, 0.0
+    if stack is None or not stack.torch_cp:
+        return (op, *te_ring_attention(plan, stack, op, DTYPE_BYTES[plan.strategy.training.precision]))
     return torch_ring_attention(plan, stack, op)
 
 

@@ -137,6 +137,9 @@ def test_small_rows_resolve(rows):
     plan = resolve(parse_strategy(d))
     assert plan.model.mlp == "swiglu" and plan.model.position == "rope" and plan.model.kv_heads == 8
     assert plan.sizes.cp == 2 and plan.sizes.dp == 4 and d["options"]["flash_attention"] is True
+    # NeMo 24.07's TE 1.8 has one CP, the p2p ring (AttnFuncWithCP; cp_comm_type came with TE 1.10)
+    assert d["options"]["cp_comm"] == "ring" == V.strategy_for(_row(rows, "NEMO-LLAMA3-70B-64"))[0]["options"]["cp_comm"]
+    assert "cp_comm" not in V.strategy_for(_row(rows, "NEMO-LLAMA2-70B-64"))[0]["options"]   # cp 1
 
 
 def test_documented_assumptions(rows):
