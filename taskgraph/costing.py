@@ -335,7 +335,7 @@ def _zero3_comms(ctx: CostContext, ops, dp_group, fwd_hide: float, bwd_hide: flo
     params = sum(op.params for op in ops) - eparams  # this TP shard's layer parameters, gathered over dp
     pb, gb = param_bytes(plan), grad_bytes_per_param(plan)
     wbytes = pb * (params + eparams)
-    shard, _ = shard_groups(plan, dp_group)
+    shard, rep = shard_groups(plan, dp_group)
     g_fwd, g_bwd, rs_each = fsdp_layer_comms(plan)
     ag, copy_out, rs, grad_cat, wait = 0.0, 0.0, 0.0, 0.0, (0.0, 0.0)
     for n, group, unit in ((params, shard, None),) + (((eparams, egroups[0], egroups),) if eparams else ()):
@@ -346,7 +346,7 @@ def _zero3_comms(ctx: CostContext, ops, dp_group, fwd_hide: float, bwd_hide: flo
             ag += comm_time(plan.cluster, "all-gather", pb * n, group, share) + cin
         copy_out += cout
         rs += rs_copy_in + _grad_reduce_time(plan, gb * n * trainable_share(ops, unit is not None), dp_group, share, unit)
-    if getattr(ctx.stack, "zero3_sync_fetch", False) and not eparams and len(shard) > 1:  # one call per tensor
+    if getattr(ctx.stack, "zero3_sync_fetch", False) and rs_each and not eparams and len(shard) > 1 == len(rep):
         ag, wait, rs_each = *layer_sync_collectives(plan, ops, costs, shard, share, comm_time, pb, gb), False
     # the prefetched gather holds its NCCL channels' SMs while the previous layer computes and shares
     # HBM with it (taskgraph/overlap.py): the pair takes bulk(hide, gather, f, g); the excess is charged here

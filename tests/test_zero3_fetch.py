@@ -98,17 +98,17 @@ def test_host_bound_adds_the_fetch_after_the_stretch_and_reduces_ahead():
     assert bwd == pytest.approx(kernels_bwd * 10e-6 + reduce + 4 * (4098 * 10e-6 + 45e-6))
 
 
-def _plan(tmp_path, stack: str, tp: int = 2, nodes: int = 1):
+def _plan(tmp_path, stack: str, tp: int = 2, nodes: int = 1, **par):
     doc = {"model": {"preset": "gpt3-175b", "layers": 2, "hidden": 1024, "heads": 8, "ffn": 4096},
            "cluster": {"preset": "dgx-a100-80g", "nodes": nodes},
-           "parallel": {"tp": tp, "pp": 1, "zero": 3}, "schedule": "1f1b",
+           "parallel": {"tp": tp, "pp": 1, "zero": 3, **par}, "schedule": "1f1b",
            "training": {"micro_batch": 4, "global_batch": 32 * nodes, "seq_len": 1024, "precision": "fp16"},
            "options": {"stack": stack}}
     return resolve(parse_strategy(doc, tmp_path))
 
 
-def _work(tmp_path, stack: str, tp: int = 2, nodes: int = 1):
-    return build_work(_plan(tmp_path, stack, tp, nodes), fidelity="operator")
+def _work(tmp_path, stack: str, tp: int = 2, nodes: int = 1, **par):
+    return build_work(_plan(tmp_path, stack, tp, nodes, **par), fidelity="operator")
 
 
 def test_plan_adds_the_fetch_to_each_layer_and_the_refresh_to_the_step(tmp_path):
@@ -177,6 +177,8 @@ def test_two_nodes_price_every_tensor_on_the_nccl_model(tmp_path):
                 if c.op == "zero3-grad-reduce-scatter"]
 
     assert reduce_scatters(ds) == [] and len(reduce_scatters(base)) == 2
+    # HSDP (which DeepSpeed 0.3.15 does not have) keeps the per-layer reduce-scatter and replica all-reduce
+    assert len(reduce_scatters(_work(tmp_path, "deepspeed-zero3-2021", 1, 2, dp_shard=8))) == 2
     ops = layer_operators(plan.model, micro_batch=4, seq_len=1024, dtype_bytes=2, flash_attention=True)
     group = tuple(range(16))
     costs = [OpCost(o.name, fwd=1e-4, bwd_input=1e-4, bwd_weight=0.0) for o in ops]
