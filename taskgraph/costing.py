@@ -28,6 +28,7 @@ from taskgraph.stacks import run_stack
 from taskgraph.stage_records import named_stage, paced, stage_parts
 from taskgraph.te_scaling import te_layer_gemms, te_scaling_applies, te_scaling_work, with_delayed_amax
 from taskgraph.work import Bucket, Comm, IterationWork, LayerWork, OpCost, StageWork
+from taskgraph.zero3_fetch import layer_sync_collectives
 from topologies.collectives import collective_time
 from topologies.comm_kernels import comm_kernels
 from topologies.placement import group_ranks, rank_of
@@ -318,25 +319,25 @@ def expert_shard_groups(plan: Plan, edp_group: tuple) -> tuple[tuple, tuple] | N
 
 
 def _zero3_comms(ctx: CostContext, ops, dp_group, fwd_hide: float, bwd_hide: float,
-                 edp_group: tuple = ()) -> tuple[tuple, tuple, tuple]:
-    """ZeRO-3 / FSDP collectives of one layer (see :func:`fsdp_layer_comms`), on the dp stream.
+                 edp_group: tuple = (), costs: tuple = ()) -> tuple[tuple, tuple, tuple, tuple]:
+    """ZeRO-3 / FSDP collectives of one layer (see :func:`fsdp_layer_comms`), on the dp stream, and a wait (below).
 
-    Prefetch (FSDP2 forward/backward prefetch; DeepSpeed ZeRO-3 prefetch, Rajbhandari 2020 Section 5.3):
-    a layer's all-gather is issued while the previous layer computes, so only max(0, t_gather -
-    t_hide) is exposed, ``t_hide`` being the compute of the layer before it in that pass (0 for the
-    first layer a stage runs in the pass). The gathered buffer lives from the gather to the end of
-    the layer's pass (``Comm.mem_bytes``). With ep > 1 the routed experts are a unit of their own over
-    the expert shard group (:func:`expert_shard_groups`): their gather and reduce-scatter follow the
-    block's on the same stream, each with its own FSDP2 copies."""
+    Prefetch (FSDP2 forward/backward prefetch; DeepSpeed ZeRO-3 prefetch, Rajbhandari 2020 Section 5.3): a layer's
+    all-gather is issued while the previous layer computes, so only max(0, t_gather - t_hide) is exposed, ``t_hide``
+    being the compute of the layer before it in that pass (0 for the first layer a stage runs in the pass). The
+    gathered buffer lives from the gather to the end of the layer's pass (``Comm.mem_bytes``). With ep > 1 the routed
+    experts are a unit of their own over the expert shard group (:func:`expert_shard_groups`): their gather and
+    reduce-scatter follow the block's on the same stream, each with its own FSDP2 copies. DeepSpeed 2021's calls
+    are per tensor, what the passes wait out (fourth) a stretch, not on the dp stream (taskgraph/zero3_fetch.py)."""
     plan = ctx.plan
     egroups = expert_shard_groups(plan, edp_group)
     eparams = sum(op.params for op in ops if op.name == "moe_experts") if egroups else 0
     params = sum(op.params for op in ops) - eparams  # this TP shard's layer parameters, gathered over dp
     pb, gb = param_bytes(plan), grad_bytes_per_param(plan)
     wbytes = pb * (params + eparams)
-    shard, _ = shard_groups(plan, dp_group)
+    shard, rep = shard_groups(plan, dp_group)
     g_fwd, g_bwd, rs_each = fsdp_layer_comms(plan)
-    ag, copy_out, rs, grad_cat = 0.0, 0.0, 0.0, 0.0
+    ag, copy_out, rs, grad_cat, wait = 0.0, 0.0, 0.0, 0.0, (0.0, 0.0)
     for n, group, unit in ((params, shard, None),) + (((eparams, egroups[0], egroups),) if eparams else ()):
         share = _shard_share(plan, dp_group) if unit is None else None
         cin, cout, rs_copy_in, cat = zero3_copy_times(ctx.stack, plan, n, len(group), pb, gb)  # FSDP2 / FSDP1
@@ -345,6 +346,8 @@ def _zero3_comms(ctx: CostContext, ops, dp_group, fwd_hide: float, bwd_hide: flo
             ag += comm_time(plan.cluster, "all-gather", pb * n, group, share) + cin
         copy_out += cout
         rs += rs_copy_in + _grad_reduce_time(plan, gb * n * trainable_share(ops, unit is not None), dp_group, share, unit)
+    if getattr(ctx.stack, "zero3_sync_fetch", False) and rs_each and not eparams and len(shard) > 1 == len(rep):
+        ag, wait, rs_each = *layer_sync_collectives(plan, ops, costs, shard, share, comm_time, pb, gb), False
     # the prefetched gather holds its NCCL channels' SMs while the previous layer computes and shares
     # HBM with it (taskgraph/overlap.py): the pair takes bulk(hide, gather, f, g); the excess is charged here
     f = stream_shares(plan, {"dp": shard}).get("dp", 0.0)
@@ -356,7 +359,7 @@ def _zero3_comms(ctx: CostContext, ops, dp_group, fwd_hide: float, bwd_hide: flo
     bpre = (Comm("dp-comm", "zero3-param-gather", bulk(bwd_hide, ag, f, g) - bwd_hide + copy_out + grad_cat, "dp",
                  mem_bytes=wbytes),) if g_bwd else ()
     bpost = (Comm("dp-comm", "zero3-grad-reduce-scatter", rs, "dp"),) if rs_each else ()
-    return fpre, bpre, bpost
+    return fpre, bpre, bpost, wait
 
 
 #: Memo of cost records shared by every build_work call (a strategy sweep re-costs the same layers
@@ -574,7 +577,7 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
         # ZeRO-3 prefetch hides a gather behind the previous layer of the pass: the stage's first
         # layer (forward) and last layer (backward) have nothing to hide behind
         edge = (j == 0, j == len(lis) - 1) if plan.zero == 3 else (False, False)
-        off = j < opt.activation_offload_layers
+        off, wait = j < opt.activation_offload_layers, (0.0, 0.0)
         bf16 = plan.layer_in_bf16(li)
         key = (plan.model.layer_kind(li), policy, groups["tp"], groups["cp"], groups["ep"], groups["etp"], edge, off,
                bf16)
@@ -587,14 +590,14 @@ def _build_stage(plan: Plan, ctx: CostContext, stage: int, lis, pols, groups: di
             if plan.zero == 3:
                 fwd_c = sum(c.fwd for c in costs)
                 bwd_c = sum(c.bwd_input + c.bwd_weight for c in costs)
-                fpre, bpre, bpost = _zero3_comms(lctx, ops, groups["dp"], 0.0 if edge[0] else fwd_c,
-                                                 0.0 if edge[1] else bwd_c, groups.get("edp", ()))
+                fpre, bpre, bpost, wait = _zero3_comms(lctx, ops, groups["dp"], 0.0 if edge[0] else fwd_c,
+                                                       0.0 if edge[1] else bwd_c, groups.get("edp", ()), costs)
                 costs[0] = _with(costs[0], fwd_pre=fpre + costs[0].fwd_pre, bwd_post=costs[0].bwd_post + bpost)
                 costs[-1] = _with(costs[-1], bwd_pre=bpre + costs[-1].bwd_pre)
             if off:
                 costs = _offloaded(plan, costs)
-            layer_cache[key] = host_bound(ops, costs, host_s, flash, host_c, ctx.stack, scale, hooks, (plan.model,
-                                          plan.shard_size if plan.zero == 3 else 1), layer_graphs(opt, ops, "layer", host_s))
+            layer_cache[key] = host_bound(ops, costs, host_s, flash, host_c, ctx.stack, scale, hooks, (
+                plan.model, plan.shard_size if plan.zero == 3 else 1, wait), layer_graphs(opt, ops, "layer", host_s))
             layer_cache[("te-gemms",) + key] = te_layer_gemms(ops)
         gemm_info[li] = layer_cache[("te-gemms",) + key]
         layers.append(LayerWork(f"layer{li}", layer_cache[key], policy))
@@ -642,10 +645,7 @@ def _stage_work(plan: Plan, layers: tuple[LayerWork, ...], dp_group: tuple[int, 
     """Gradient buckets in backward order (Megatron DDP) and the optimizer step of one stage; the
     step's GPU work runs at the stage's straggler ``pace`` (topologies/stragglers.py), and a profile
     row ``optimizer`` for the stage's parameter count replaces the streamed Adam bytes."""
-    s = plan.sizes
-    gbp = grad_bytes_per_param(plan)
-    pbytes = param_bytes(plan)
-    opt = plan.strategy.options
+    s, gbp, pbytes, opt = plan.sizes, grad_bytes_per_param(plan), param_bytes(plan), plan.strategy.options
     limit_params = (opt.grad_bucket_mb * 1e6 / gbp) if opt.grad_bucket_mb else max(
         BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_DP * s.dp)
     buckets: list[Bucket] = []

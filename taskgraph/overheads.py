@@ -108,9 +108,10 @@ def host_bound(ops, costs, host_s: float, flash: bool = True, host_coll_s: float
     Forward and backward (input + weight gradients) are judged separately. ``host_s`` per kernel,
     ``host_coll_s`` per collective (default ``host_s``); ``scale`` multiplies the kernels' host time
     and ``hook_s`` adds host seconds, (forward, backward) each (``stack_host_terms``). ``zero3``:
-    (model, shard group size) of a ZeRO-3 layer; on a stack with ``zero3_sync_fetch`` (DeepSpeed 2021)
-    its per-parameter fetch adds host time the GPU waits out, after the stretch, and its gradients'
-    reduce-scatters add host time that runs ahead (taskgraph/zero3_fetch.py). ``graphs``: (mask, replay
+    (model, shard group size[, (forward, backward) wait]) of a ZeRO-3 layer; on a stack with
+    ``zero3_sync_fetch`` (DeepSpeed 2021) its per-parameter fetch adds host time the GPU waits out, after
+    the stretch, its gradients' reduce-scatters add host time that runs ahead, and the wait (GPU work
+    the synchronizes wait out: taskgraph/zero3_fetch.py layer_sync_collectives) adds after the stretch. ``graphs``: (mask, replay
     seconds) under CUDA graphs (taskgraph/cuda_graphs.py): the ops the mask captures (their kernels and
     collectives) cost the host nothing, each replayed graph (a run of captured ops) the replay seconds.
     """
@@ -120,6 +121,8 @@ def host_bound(ops, costs, host_s: float, flash: bool = True, host_coll_s: float
     serial = (0.0, 0.0)
     if zero3 is not None and getattr(stack, "zero3_sync_fetch", False):
         serial, ahead = per_param_host_s(ops, zero3[0], zero3[1], host_s, coll_s)
+        wait = zero3[2] if len(zero3) > 2 else (0.0, 0.0)
+        serial = (serial[0] + wait[0], serial[1] + wait[1])
         hook_s = (hook_s[0] + ahead[0], hook_s[1] + ahead[1])
 
     mask, replay_s = graphs if graphs is not None else ((False,) * len(ops), 0.0)

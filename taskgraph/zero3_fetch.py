@@ -43,6 +43,11 @@ fetches). A tensor is released after use unless its reuse distance is below ``st
 last sub-modules could stay gathered between its recomputed forward and its backward: not modelled (every
 pass gathers every such tensor). The host seconds are the project's per-kernel and per-collective issue
 costs (``cluster.host_us_per_kernel``, ``cluster.host_us_per_collective``); nothing here is fitted.
+
+Each tensor's gather and reduce-scatter is also its own NCCL call, with its own latency
+(:func:`sync_fetch_collectives`, :func:`layer_sync_collectives`): the gathers run behind the host's issue of
+their copy-outs and what is left is prefetched; each gather's ``torch.zeros`` fill is waited out by the
+synchronize after it; the backward waits for the weights' reduce-scatters.
 """
 from __future__ import annotations
 
@@ -149,3 +154,68 @@ def stage_refresh_s(plan, layers) -> float:
     c = plan.cluster
     return persistent_refresh_s(ops, model, plan.shard_size, c.host_us_per_kernel * 1e-6,
                                 c.host_us_per_collective * 1e-6)
+
+
+def sync_fetch_collectives(ops, bwd_s, model, shard: int, host_s: float, time_of) -> tuple[float, float]:
+    """(gather, reduce) NCCL seconds of one layer under the per-parameter synchronous fetch, one collective
+    per tensor, each with its own latency (``time_of(kind, elements)``: the project's NCCL model of one
+    call on the shard group, ``topologies/nccl.py``). microsoft/DeepSpeed v0.3.15 (2c2a7f3):
+
+    * ``gather``: per pass, the part of each gathered tensor's ``ncclAllGather`` that outlasts the host's
+      issue of its ``shard`` copy-outs (``ProcessGroupNCCL::allgather`` issues them right after the call,
+      the GPU computing nothing meanwhile), summed: what the prefetch (``stage3.py``
+      ``prefetch_next_sub_modules``) leaves to hide behind the compute.
+    * ``reduce``: the part of the gradients' reduce-scatters the backward waits out. Each tensor's
+      ``_reduce_scatter_gradient`` runs after its gradient and after the host issued its ``shard``
+      copy-ins; the next gathered sub-module's fetch (``_allgather_param`` and ``_synchronize_communication``:
+      ``torch.cuda.synchronize()``) waits for it. A gathered tensor's call is exposed but for the backward
+      of the operators between its operator and the previous gathered one (``bwd_s``, parallel to
+      ``ops``), which run before that synchronize; a persistent tensor's call runs while the host issues
+      the next tensor's copy-ins (exposed beyond ``shard`` x ``host_s`` only). Priced as each weight's
+      reduce-scatter issued at its own sub-module's gradient hooks: ``reduce_bucket_size`` below a
+      weight's size, as DeepSpeedExamples' ZeRO-3 configs set it (Megatron-LM-v1.1.5-ZeRO3/examples:
+      6.7e7 and 9e7 elements; every GPT-3 175B weight holds >= 1.5e8).
+
+    >>> from types import SimpleNamespace as N
+    >>> gpt = N(bias=True, qkv_bias=True, qk_norm=False, norm="layernorm")
+    >>> ops = [N(kind="norm", name="ln", gemms=(), params=2), N(kind="gemm", name="qkv", gemms=(N(n=1000, k=100),),
+    ...        params=101_000), N(kind="attention", name="core", gemms=(), params=0),
+    ...        N(kind="gemm", name="out", gemms=(N(n=1000, k=100),), params=101_000)]
+    >>> t = lambda kind, e: 1e-3 if e >= 100_000 else 1e-4           # 1 ms per weight, 0.1 ms per bias
+    >>> g, r = sync_fetch_collectives(ops, [2e-4, 5e-4, 3e-4, 5e-4], gpt, 4, 1e-5, t)
+    >>> round(g * 1e6, 6), round(r * 1e6, 6)    # gathers: 2 x (1000 - 40) us; reduces: (1000 - 200) + (1000 - 300)
+    (1920.0, 1740.0)
+    >>> # ... + 4 persistent tensors x (100 - 40) us (the 4 ranks' copy-ins: 40 us)
+    """
+    if shard <= 1:
+        return 0.0, 0.0
+    window, gather, reduce, between = shard * host_s, 0.0, 0.0, 0.0
+    for op, b in zip(ops, bwd_s):
+        sizes = param_tensor_sizes(op, model)
+        big = [n for n in sizes if n >= PERSISTENCE_THRESHOLD]
+        reduce += sum(max(0.0, time_of("reduce-scatter", n) - window) for n in sizes if n < PERSISTENCE_THRESHOLD)
+        if not big:
+            between += b
+            continue
+        gather += sum(max(0.0, time_of("all-gather", n) - window) for n in big)
+        reduce += max(0.0, sum(time_of("reduce-scatter", n) for n in big) - between)
+        between = 0.0
+    return gather, reduce
+
+
+def layer_sync_collectives(plan, ops, costs, shard: tuple, share, comm_time, pbytes: int, gbytes: int) -> tuple:
+    """(gather, (forward wait, backward wait)) seconds of one layer of ``plan`` under the per-parameter
+    synchronous fetch (``costs`` parallel to ``ops``). ``gather``: :func:`sync_fetch_collectives`' gathers, each
+    call timed on the shard group ``shard`` with the contention family ``share`` (``comm_time``:
+    ``taskgraph.costing.comm_time``), ``pbytes`` per gathered element, ``gbytes`` per reduced one (fp16: 2 B, as
+    DeepSpeed 0.3.15's ``torch.half`` reduction buckets). The waits, per pass: ``_allgather_param``'s
+    ``torch.zeros`` of each gathered tensor, a fill kernel writing the full tensor at the GPU's streaming rate,
+    which the ``torch.cuda.synchronize()`` right after it waits out; the backward adds the gradients' wait."""
+    size = {"all-gather": pbytes, "reduce-scatter": gbytes}
+    gpu = plan.cluster.gpu
+    gathered = sum(n for o in ops for n in param_tensor_sizes(o, plan.model) if n >= PERSISTENCE_THRESHOLD)
+    fill = gathered * size["all-gather"] / (gpu.hbm_bandwidth * gpu.efficiency.hbm_efficiency)
+    gather, reduce = sync_fetch_collectives(ops, [c.bwd_input + c.bwd_weight for c in costs], plan.model, len(shard),
+                                            getattr(plan.cluster, "host_us_per_kernel", 0.0) * 1e-6,
+                                            lambda kind, e: comm_time(plan.cluster, kind, size[kind] * e, shard, share))
+    return gather, (fill, fill + reduce)
