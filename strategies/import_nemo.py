@@ -217,7 +217,7 @@ _NEMO_READ = {
     "trainer.num_nodes", "trainer.devices", "trainer.precision", "trainer.max_steps", "model.micro_batch_size",
     "model.global_batch_size", "model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
     "model.virtual_pipeline_model_parallel_size", "model.context_parallel_size", "model.expert_model_parallel_size",
-    "model.sequence_parallel", "model.encoder_seq_length", "model.max_position_embeddings", "model.num_layers",
+    "model.sequence_parallel", "model.cp_comm_type", "model.encoder_seq_length", "model.max_position_embeddings", "model.num_layers",
     "model.hidden_size", "model.ffn_hidden_size", "model.num_attention_heads", "model.num_query_groups",
     "model.kv_channels", "model.hidden_dropout", "model.attention_dropout", "model.normalization", "model.bias",
     "model.qkv_bias", "model.activation", "model.openai_gelu", "model.position_embedding_type",
@@ -480,6 +480,13 @@ def import_nemo(data: dict, *, cluster: str | None = None, nodes: int | None = N
     if lora is not None:
         training["lora"] = lora
     options = _options(m, optim, dist, "experts" in model, bool(model.get("shared_experts")), notes)
+    if parallel["cp"] > 1:
+        # NeMo 1 hands model.cp_comm_type to Megatron-core's TransformerConfig (default "p2p": Transformer
+        # Engine's ring, the only CP before TE 1.10: TE v1.8 3ec998e attention.py AttnFuncWithCP)
+        cp_type = m.choice("cp_comm_type", "p2p", ("p2p", "a2a", "all_gather", "a2a+p2p"))
+        options["cp_comm"] = {"p2p": "ring", "a2a": "a2a", "all_gather": "allgather"}.get(cp_type, "ring")
+        if cp_type == "a2a+p2p":
+            notes.append("model.cp_comm_type a2a+p2p (hierarchical not modeled; simulated as ring)")
     n = nodes if nodes is not None else tr.integer("num_nodes", None, hi=MAX_GPUS)
     strategy = {"model": model, "cluster": cluster_mapping(cluster, n, "nemo recipe"), "parallel": parallel,
                 "schedule": "interleaved-1f1b" if vpp > 1 else "1f1b", "training": training, "options": options}
