@@ -375,6 +375,16 @@ def strategy_for(row: dict) -> tuple[dict, list[str]]:
         # NeMo enables overlap_p2p_comm (and batch_p2p_comm off) with virtual pipelining (NeMo docs,
         # features/optimizations/communication_overlap.rst, "Pipeline-parallel Communication Overlap")
         options["p2p_overlap"] = True
+    if "NeMo" in row["source"]:
+        # NeMo-Framework-Launcher 24.07 (0b1a110) conf/training gpt3/175b, llama/llama2_70b, llama3_8b and
+        # llama3_70b.yaml (the configs the loss below follows): optim.name distributed_fused_adam (optimizer
+        # states sharded over DP, gradients reduce-scattered, parameters all-gathered: zero 1, as
+        # strategies/import_nemo.py maps it) with overlap_grad_sync and overlap_param_sync true; the two
+        # 70B configs set ub_tp_comm_overlap true (Transformer Engine userbuffers), 175B false, 8B tp 1
+        parallel["zero"] = max(parallel["zero"], 1)
+        options.update(overlap_grad_reduce=True, overlap_param_gather=True)
+        if row["model"] in ("Llama-2-70B", "Llama-3-70B"):
+            options["tp_comm_overlap"] = True
     if "NeMo" in row["source"] and row["precision"] == "fp8":
         # NeMo's fp8 runs use Transformer Engine's DelayedScaling (strategies/import_nemo.py); TE's
         # per-tensor current scaling only came with TE 2.2 (NVIDIA/TransformerEngine 77fa1e5,
