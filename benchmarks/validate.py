@@ -79,8 +79,11 @@ OPERATOR_TASK_LIMIT = 400_000
 #: dataset), and the SentencePiece models of that use (T5's for C4, Llama's) have 32,000 pieces; the file's own
 #: size was not read. GPT-2's 50,257 was assumed before (docs/changelog-validation.md, 2026-11-29).
 ZB_VOCAB = 32000
-#: Narayanan 2021 Table 1/2 give neither micro-batch size nor chunks per stage (see _vpp_assumed).
-N21_MICRO_BATCH = 1
+#: PyTorch DistributedDataParallel's default bucket, MB: bucket_cap_mb = 25 MiB (torch/nn/parallel/distributed.py;
+#: c10d reducer.hpp kDefaultBucketBytesCap = 25 * 1024 * 1024). Megatron-LM (de7dc40 megatron/training.py) wraps
+#: the model in torchDDP(module, device_ids, output_device, process_group) without bucket_cap_mb. The reducer's
+#: smaller first bucket (kDefaultFirstBucketBytes, 1 MiB) is not modelled.
+TORCH_DDP_BUCKET_MB = 25 * 1024 * 1024 / 1e6
 #: Chunks per pipeline rank assumed when a row says "interleaved" without the count: the largest
 #: divisor of layers/pp that is <= 3, i.e. the 3 chunks per stage Korthikanti 2022 used for 175B and
 #: 530B on the same code base (benchmarks/validation/README.md caveats).
@@ -292,8 +295,7 @@ def strategy_for(row: dict) -> tuple[dict, list[str]]:
     tp, pp, dp, cp, ep = (_int(row, k) for k in ("tp", "pp", "dp", "cp", "ep"))
     mb = _int(row, "micro_batch")
     if mb is None:
-        mb = N21_MICRO_BATCH
-        notes.append(f"micro_batch n/a: assumed {N21_MICRO_BATCH}")
+        raise NotExpressible("micro_batch = n/a")
     sched = row["schedule"]
     vpp_s = row["vpp"].strip()
     layers_per_stage = None
@@ -361,6 +363,19 @@ def strategy_for(row: dict) -> tuple[dict, list[str]]:
         # vocab-parallel cross entropy; in 2021 (Narayanan) also autograd's unfused gradient accumulation
         # (taskgraph/data/stacks.yaml [MEG-2021])
         options["stack"] = "megatron-2021" if "Narayanan" in row["source"] else "megatron-2022"
+    if "--DDP-impl torch" in row["notes"]:
+        if pp > 1:
+            raise NotExpressible("--DDP-impl torch with pp > 1 is not modelled")
+        # Megatron-LM examples/sc21/run_table_1.sh (de7dc40) runs 1.7B-18.4B with PyTorch's DDP: de7dc40
+        # megatron/schedules.py forward_backward_no_pipelining runs every micro-batch but the last under
+        # model.no_sync(), so the reducer's bucketed all-reduces overlap the last micro-batch's backward,
+        # in 25 MiB buckets; stacks.yaml [TORCH-DDP] for its bucket copies (no flatten, no divide pass)
+        options["overlap_grad_reduce"] = True
+        options["grad_bucket_mb"] = TORCH_DDP_BUCKET_MB
+        options["stack"] = "megatron-2021-torch-ddp"
+    elif "no launch script" in row["notes"]:
+        # Narayanan 2021 Table 2: examples/sc21 (de7dc40) has no script for it; Megatron's default --DDP-impl local
+        notes.append("DDP n/a: assumed local (reduction after the last backward)")
     if _megatron_2021_22(row) and "no scatter/gather" not in row["notes"] and tp > 1 and pp > 1 \
             and not parallel["sp"] and not layer_row:
         # Megatron-LM 2021-22 (--scatter-gather-tensors-in-pipeline, on by default) and DeepSpeed's

@@ -72,7 +72,12 @@ and the reduction flattens them (``_flatten_dense_tensors``: a ``torch.cat``, re
 flat copy by the data-parallel size in place (read + write), all-reduces it and copies each slice back
 (``buf.copy_(synced)``, read + write): 6 gradient-widths per element, at data-parallel size 1 too (the
 local DDP runs the same code). Its fp32 contiguous buffer (bf16) is zeroed and divided in place
-(``buffer_.data /= ...``): 3 widths.
+(``buffer_.data /= ...``): 3 widths. PyTorch's DDP (``--DDP-impl torch``; the stack's ``ddp_bucket_copy``)
+keeps its buckets from construction and zeroes nothing: its reducer copies each ready gradient into the
+bucket dividing by the world size in the same kernel (``Reducer::copy_grad_to_bucket``, ``at::mul_out``:
+"Divides while copying into the bucket view") and, after the all-reduce, each bucket view back
+(``copy_bucket_to_grad``, ``grad.copy_(bucket_view)``; torch/csrc/distributed/c10d/reducer.cpp with
+``gradient_as_bucket_view`` off, its default): 4 widths (stacks.yaml [TORCH-DDP]).
 """
 from __future__ import annotations
 
@@ -338,7 +343,8 @@ def grad_buffer_bytes(plan, grad_bytes: int) -> int:
     """HBM bytes per local gradient element that the data-parallel gradient path moves once per step
     besides the collective (module docstring): the contiguous buffer's memset (``grad_bytes``); on a
     ``ddp_flatten`` stack (Megatron-LM 2021's local DDP) 16-bit gradients are flattened, divided and copied
-    back (6 x ``grad_bytes``, no memset) and an fp32 buffer is zeroed and divided (3 x ``grad_bytes``).
+    back (6 x ``grad_bytes``, no memset) and an fp32 buffer is zeroed and divided (3 x ``grad_bytes``); on a
+    ``ddp_bucket_copy`` stack (PyTorch's DDP) copied into the buckets and back (4 x ``grad_bytes``).
 
     >>> from types import SimpleNamespace as N
     >>> run = lambda stack: N(strategy=N(options=N(stack=stack)))
@@ -346,9 +352,14 @@ def grad_buffer_bytes(plan, grad_bytes: int) -> int:
     (12, 12)
     >>> grad_buffer_bytes(run("megatron-2022"), 2), grad_buffer_bytes(run(None), 4)
     (2, 4)
+    >>> grad_buffer_bytes(run("megatron-2021-torch-ddp"), 2)
+    8
     """
     from taskgraph.stacks import get_stack
-    if not get_stack(plan.strategy.options.stack).ddp_flatten:
+    stack = get_stack(plan.strategy.options.stack)
+    if stack.ddp_bucket_copy:
+        return 4 * grad_bytes
+    if not stack.ddp_flatten:
         return grad_bytes
     return 6 * grad_bytes if grad_bytes < 4 else 3 * grad_bytes
 

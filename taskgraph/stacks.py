@@ -80,7 +80,9 @@ class Stack:
     local DDP, which keeps 16-bit gradients in no contiguous buffer (none to zero: the optimizer sets them to
     None) and flattens, divides and copies them back around the all-reduce; fp32 gradients sit in its
     contiguous buffer, zeroed and divided in place (``taskgraph/overheads.py`` grad_buffer_bytes, stacks.yaml
-    [MEG-2021])."""
+    [MEG-2021]); ddp_bucket_copy: PyTorch DDP's reducer (gradient_as_bucket_view off), which copies each
+    gradient into its bucket with the division fused and the reduced bucket back, and zeroes nothing
+    (``taskgraph/overheads.py`` grad_buffer_bytes, stacks.yaml [TORCH-DDP])."""
 
     name: str
     attention: str
@@ -103,6 +105,7 @@ class Stack:
     master_weights: bool = True
     partitioned_pipe: bool = False
     ddp_flatten: bool = False
+    ddp_bucket_copy: bool = False
 
     def passes_of(self, op_name: str) -> int:
         """Passes of an operator by its role (the name after a layer prefix, e.g. ``mtp0.final_norm``)."""
@@ -196,9 +199,13 @@ def load_tables(path: str = STACKS_PATH) -> tuple[dict, dict, dict]:
         ddp_flat = d.get("ddp_flatten", False)
         if not isinstance(ddp_flat, bool):
             raise ConfigError(f"stack file {path!r}: stack {name!r} ddp_flatten = {ddp_flat!r} must be true or false")
+        bucket_copy = d.get("ddp_bucket_copy", False)
+        if not isinstance(bucket_copy, bool) or (bucket_copy and ddp_flat):
+            raise ConfigError(f"stack file {path!r}: stack {name!r} ddp_bucket_copy = {bucket_copy!r} must be true or "
+                              f"false, and not true with ddp_flatten (a stack runs PyTorch's DDP or Megatron's local one)")
         stacks[str(name)] = Stack(str(name), att, passes, None if host is None else float(host), copy, acc, serial,
                                   fsdp2, tcp, f8, dt_factor, hooks, hooks_tp, sync, ce, add, adam, flat, master,
-                                  part, ddp_flat)
+                                  part, ddp_flat, bucket_copy)
     cat = data.get("catalog_attention") or {}
     catalog = {"kernel": {str(a): str(k) for a, k in (cat.get("kernel") or {}).items()},
                "reference": {str(a): (float(r["head_dim"]), float(r["seq_len"]))

@@ -53,7 +53,7 @@ OPTION_VALUES = {
     "price_per_gpu_hour_usd": [1.5],
     "overlap_interference": [False],
     "stack": ["torchtitan", "torchtitan-compile", "deepspeed", "llm-foundry", "deepspeed-zero3-2021",
-              "megatron-2021", "megatron-2022"],
+              "megatron-2021", "megatron-2021-torch-ddp", "megatron-2022"],
     "fp8_param_gather": [True],
     "activation_offload_layers": [1, 2],
     "overlap_moe_expert_parallel_comm": [True],

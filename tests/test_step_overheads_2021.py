@@ -65,3 +65,24 @@ def test_grad_buffer_bytes_by_stack_and_gradient_width(tmp_path):
     p.write_text("stacks:\n  x: {attention: catalog, ddp_flatten: 1}\n")
     with pytest.raises(ConfigError, match="stack 'x' ddp_flatten = 1 must be true or false"):
         read_stack_file(str(p))
+
+
+def test_torch_ddp_copies_into_its_buckets_and_back(tmp_path):
+    # PyTorch's DDP (stacks.yaml [TORCH-DDP]): each fp16 gradient copied into its bucket with the division fused
+    # (2 + 2) and the reduced bucket copied back (2 + 2): 8 B per element where the local DDP moves 12
+    st = get_stack("megatron-2021-torch-ddp")
+    assert st.ddp_bucket_copy and not st.ddp_flatten and st.grad_add_bytes == get_stack("megatron-2021").grad_add_bytes
+    assert grad_buffer_bytes(_plan(tmp_path, "fp16", "megatron-2021-torch-ddp"), 2) == 8
+    times = {}
+    for stack in ("megatron-2021", "megatron-2021-torch-ddp"):
+        plan = _plan(tmp_path, "fp16", stack)
+        st = build_work(plan).stages[0]
+        params = sum(op.grad_bytes for lw in st.layers for op in lw.ops) / grad_bytes_per_param(plan)
+        times[stack] = (st.optimizer_s, params, _bw(plan))
+    (t21, params, bw), (tt, _, _) = times["megatron-2021"], times["megatron-2021-torch-ddp"]
+    assert t21 - tt == pytest.approx((12 - 8) * params / bw, rel=1e-9)
+    p = tmp_path / "stacks.yaml"
+    p.write_text("stacks:\n  x: {attention: catalog, ddp_bucket_copy: true, ddp_flatten: true}\n")
+    with pytest.raises(ConfigError, match="stack 'x' ddp_bucket_copy = True must be true or false, and not true "
+                                          "with ddp_flatten"):
+        read_stack_file(str(p))

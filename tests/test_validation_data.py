@@ -143,11 +143,10 @@ def test_small_rows_resolve(rows):
 
 
 def test_documented_assumptions(rows):
-    # Narayanan Table 1: micro-batch and chunks per stage not given -> micro_batch 1, vpp <= 3
-    d, notes = V.strategy_for(_row(rows, "N21-145.6B"))
-    assert d["training"]["micro_batch"] == V.N21_MICRO_BATCH == 1
-    assert d["parallel"]["vpp"] == 2 and d["schedule"] == "interleaved-1f1b"  # 80/8 = 10 layers: 2 divides, 3 not
-    assert any("micro_batch" in n for n in notes) and any("vpp" in n for n in notes)
+    # Narayanan Table 2: no launch script -> chunks per stage <= 3 and the local DDP, assumed
+    d, notes = V.strategy_for(_row(rows, "N21-175B-ptdp-768"))
+    assert d["training"]["micro_batch"] == 1 and d["parallel"]["vpp"] == 2  # 96/12 = 8 layers: 2 divides, 3 not
+    assert any("vpp n/a" in n for n in notes) and any("DDP n/a" in n for n in notes)
     assert d["options"]["overlap_grad_reduce"] is False  # Megatron 2021: DP all-reduce after backward
     # Korthikanti 530B DP=8: gradient all-reduce NOT overlapped
     d, _ = V.strategy_for(_row(rows, "K22-530B-sel-dp8"))
@@ -163,13 +162,57 @@ def test_documented_assumptions(rows):
     # Narayanan 2021 Table 2's ZeRO-3 rows: DeepSpeed's early-2021 ZeRO-3 (stacks.yaml [DS-Z3-2021])
     assert V.strategy_for(_row(rows, "N21-175B-zero3-768"))[0]["options"]["stack"] == "deepspeed-zero3-2021"
     # ... the others Megatron-LM of 2021 (unfused gradient accumulation) or 2022 (stacks.yaml [MEG-2021])
-    for rid in ("N21-175B-ptdp-768", "N21-7.5B", "N21F12-175B-int-12"):
+    for rid in ("N21-175B-ptdp-768", "N21-39.1B", "N21F12-175B-int-12"):
         assert V.strategy_for(_row(rows, rid))[0]["options"]["stack"] == "megatron-2021", rid
+    # ... Table 1's 1.7B-18.4B launched with --DDP-impl torch (examples/sc21/run_table_1.sh, de7dc40)
+    assert V.strategy_for(_row(rows, "N21-7.5B"))[0]["options"]["stack"] == "megatron-2021-torch-ddp"
     assert V.strategy_for(_row(rows, "K22-175B-sel"))[0]["options"]["stack"] == "megatron-2022"
     assert V.strategy_for(_row(rows, "BLOOM-176B"))[0]["options"]["stack"] == "deepspeed"
     # GPT rows: GELU MLP, learned positions, the row's vocabulary
     m = V.strategy_for(_row(rows, "K22-175B-sel"))[0]["model"]
     assert m["mlp"] == "gelu" and m["position"] == "learned" and m["vocab"] == 51200
+
+
+# Megatron-LM examples/sc21/run_table_1.sh at de7dc40 (Narayanan 2021's launch scripts): TP, PP, MBS, GBS,
+# NNODES, DDP and --num-layers-per-virtual-pipeline-stage (None: not passed, non-interleaved)
+SC21_TABLE_1 = {
+    "N21-1.7B": (1, 1, 16, 512, 4, "torch", None), "N21-3.6B": (2, 1, 16, 512, 8, "torch", None),
+    "N21-7.5B": (4, 1, 16, 512, 16, "torch", None), "N21-18.4B": (8, 1, 8, 1024, 32, "torch", None),
+    "N21-39.1B": (8, 2, 4, 1536, 64, "local", None), "N21-76.1B": (8, 4, 2, 1792, 128, "local", 5),
+    "N21-145.6B": (8, 8, 2, 2304, 192, "local", 5), "N21-310.1B": (8, 16, 1, 2160, 240, "local", 3),
+    "N21-529.6B": (8, 35, 1, 2520, 315, "local", 1), "N21-1008B": (8, 64, 1, 3072, 384, "local", None)}
+
+
+@pytest.mark.parametrize("rid", sorted(SC21_TABLE_1))
+def test_narayanan_table_1_runs_its_launch_script(rows, rid):
+    tp, pp, mbs, gbs, nodes, ddp, per_chunk = SC21_TABLE_1[rid]
+    row = _row(rows, rid)
+    assert "run_table_1.sh (de7dc40)" in row["notes"] and f"--DDP-impl {ddp}" in row["notes"]
+    d, notes = V.strategy_for(row)
+    p, t, o = d["parallel"], d["training"], d["options"]
+    assert (p["tp"], p["pp"], t["micro_batch"], t["global_batch"], d["cluster"]["nodes"]) == (tp, pp, mbs, gbs, nodes)
+    assert t["recompute"] == "full" and t["precision"] == "fp16" and t["seq_len"] == 2048  # CONFIG.sh, --checkpoint-activations
+    chunks = 1 if per_chunk is None else d["model"]["layers"] // pp // per_chunk
+    assert p["vpp"] == chunks and d["schedule"] == ("interleaved-1f1b" if chunks > 1 else "1f1b")
+    # --DDP-impl torch: PyTorch DDP's 25 MiB buckets overlapped with the last backward; local: after it
+    assert o["overlap_grad_reduce"] is (ddp == "torch")
+    assert o["stack"] == {"torch": "megatron-2021-torch-ddp", "local": "megatron-2021"}[ddp]
+    assert o.get("grad_bucket_mb") == (25 * 2 ** 20 / 1e6 if ddp == "torch" else None)
+    assert not any("n/a" in n for n in notes)  # nothing assumed
+
+
+def test_narayanan_figures_12_and_18_run_their_launch_scripts(rows):
+    # run_figure_12.sh / run_figure_18.sh (de7dc40): TP 8, PP 12, MBS 1, DDP local, --checkpoint-activations,
+    # interleaved with --num-layers-per-virtual-pipeline-stage 2 (96 / 12 / 2 = 4 chunks); Figure 18 adds
+    # --no-scatter-gather-tensors-in-pipeline
+    for r in rows:
+        if r["id"].startswith(("N21F12-", "N21F18-")):
+            assert "(de7dc40)" in r["notes"], r["id"]
+            d, notes = V.strategy_for(r)
+            assert d["training"]["micro_batch"] == 1 and d["options"]["overlap_grad_reduce"] is False, r["id"]
+            assert d["parallel"]["vpp"] == (1 if "-1f1b-" in r["id"] else 4), r["id"]
+            assert d["options"].get("pipeline_scatter_gather", False) is ("-nosg-" not in r["id"]), r["id"]
+            assert d["options"]["stack"] == "megatron-2021" and not notes, r["id"]
 
 
 def test_select_and_summary():
