@@ -240,15 +240,13 @@ def _userbuffer_overlap(ctx: CostContext, op, t: dict, slots: dict, gacc: int, n
     for (phase, where), pass_ in ((("fwd", "before"), "fwd"), (("fwd", "after"), "fwd"), (("bwd", "before"), "bwd_input")):
         lst = slots[(phase, where)]
         for c in list(lst):
-            if c.category != "tp-comm" or c.overlaps or c.op not in ("tp-all-gather", "tp-reduce-scatter"):
-                continue
-            if n < 2:
+            if n < 2 or c.category != "tp-comm" or c.overlaps or c.op not in ("tp-all-gather", "tp-reduce-scatter"):
                 continue
             if c.op == "tp-all-gather":   # ring exchange: n - 1 transfers of one shard each
                 t[pass_] = ring_exchange(chunk_time(pass_, n), c.seconds / (n - 1), n, f_ring)
             else:                         # pipeline: GEMM chunks on the SMs left, RS chunk by chunk
                 splits = k.ub_pipeline_splits
-                margin = S / max(S - k.ub_pipeline_sms, 1)
+                margin = S / max(S - k.pipeline_sms(op.name), 1)   # set_sm_margin: proj 24, fc2 16 SMs
                 t[pass_] = pipelined(chunk_time(pass_, splits) * margin, c.seconds / splits, splits)
             lst.remove(c)
 

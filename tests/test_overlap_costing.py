@@ -54,6 +54,11 @@ def test_userbuffer_overlap_is_the_chunked_closed_form(tmp_path):
     chunk = op_time(chunk_op(ops["attn_out"], 4), "fwd", gpu, "bf16", grad_accum_bytes=4) * 132 / 108
     assert fused_out.fwd_post == ()
     assert fused_out.fwd == pytest.approx(pipelined(chunk, rs / 4, 4), rel=1e-12)
+    # the MLP's fc2 + reduce-scatter: fc2_fprop holds 16 SMs, not proj_fprop's 24 (NeMo-Framework-Launcher
+    # 24.07 ub_cfg_h100_h8192_tp4_*.yaml): its 4 GEMM chunks run on 132 - 16 SMs
+    rs = _layer(base, "mlp_down").fwd_post[0].seconds
+    chunk = op_time(chunk_op(ops["mlp_down"], 4), "fwd", gpu, "bf16", grad_accum_bytes=4) * 132 / 116
+    assert _layer(ub, "mlp_down").fwd == pytest.approx(pipelined(chunk, rs / 4, 4), rel=1e-12)
     # the overlap is not free: slower than the GEMM alone (on this small model the chunks' wave
     # quantization even makes it slower than no overlap: 48 tiles of a 1,024-token chunk on 132 SMs)
     assert fused_qkv.fwd > plain_qkv.fwd and fused_out.fwd > plain_out.fwd
