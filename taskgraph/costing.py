@@ -26,7 +26,7 @@ from taskgraph.plan import DTYPE_BYTES, Plan
 from taskgraph.stack_costs import op_as_run, reduce_kind, serial_exchanges, unfused_grad_accum, zero3_copy_times
 from taskgraph.stacks import run_stack
 from taskgraph.stage_records import named_stage, paced, stage_parts
-from taskgraph.te_scaling import te_layer_gemms, te_scaling_applies, te_scaling_work, with_delayed_amax
+from taskgraph.te_scaling import te_layer_gemms, te_scaling_applies, te_scaling_work, tp_gather_bytes, with_delayed_amax
 from taskgraph.work import Bucket, Comm, IterationWork, LayerWork, OpCost, StageWork
 from taskgraph.zero3_fetch import layer_sync_collectives
 from topologies.collectives import collective_time
@@ -165,7 +165,7 @@ def _op_cost(ctx: CostContext, op, policy: str, groups: dict, first_in_layer: bo
     for c in op.comms:
         ranks = groups[c.group]
         max_nodes = plan.strategy.options.moe_max_nodes
-        nbytes = c.bytes
+        nbytes = tp_gather_bytes(ctx, op, c)   # FP8 all-gathers of TE's per-tensor recipes
         if c.copies and ctx.dtype == "fp8" and recipe == "blockwise" and c.where == "before":
             # DeepSeek-V3 Section 3.3.3: the dispatch (forward) and the gradient sent to the experts'
             # down-projections (backward) travel in FP8 with 1 x 128 scales; both combines stay BF16
@@ -240,15 +240,13 @@ def _userbuffer_overlap(ctx: CostContext, op, t: dict, slots: dict, gacc: int, n
     for (phase, where), pass_ in ((("fwd", "before"), "fwd"), (("fwd", "after"), "fwd"), (("bwd", "before"), "bwd_input")):
         lst = slots[(phase, where)]
         for c in list(lst):
-            if c.category != "tp-comm" or c.overlaps or c.op not in ("tp-all-gather", "tp-reduce-scatter"):
-                continue
-            if n < 2:
+            if n < 2 or c.category != "tp-comm" or c.overlaps or c.op not in ("tp-all-gather", "tp-reduce-scatter"):
                 continue
             if c.op == "tp-all-gather":   # ring exchange: n - 1 transfers of one shard each
                 t[pass_] = ring_exchange(chunk_time(pass_, n), c.seconds / (n - 1), n, f_ring)
             else:                         # pipeline: GEMM chunks on the SMs left, RS chunk by chunk
                 splits = k.ub_pipeline_splits
-                margin = S / max(S - k.ub_pipeline_sms, 1)
+                margin = S / max(S - k.pipeline_sms(op.name), 1)   # set_sm_margin: proj 24, fc2 16 SMs
                 t[pass_] = pipelined(chunk_time(pass_, splits) * margin, c.seconds / splits, splits)
             lst.remove(c)
 

@@ -86,6 +86,9 @@ DELAYED_AMAXES = {"fwd": 3, "bwd": 2}
 TP_AMAX_BYTES = {"tensorwise": 4, "fp4": 8}
 #: kernels beside the delayed region's all-reduce: torch.cat of the buffer, the fused amax/scale update
 DELAYED_UPDATE_KERNELS = 2
+#: bytes per element of a sequence-parallel TP all-gather under TE's per-tensor FP8 (1, E4M3 / E5M2;
+#: the per-tensor scale_inv is not gathered) over the BF16 activations' 2 (:func:`tp_gather_bytes`)
+FP8_GATHER_FACTOR = 1 / 2
 
 
 def gathered(op) -> tuple[bool, bool]:
@@ -95,6 +98,26 @@ def gathered(op) -> tuple[bool, bool]:
     fwd = any(c.group == "tp" and c.op == "all-gather" and c.phase == "fwd" for c in op.comms)
     bwd = any(c.group == "tp" and c.op == "all-gather" and c.phase == "bwd" for c in op.comms)
     return fwd, bwd and not fwd
+
+
+def tp_gather_bytes(ctx, op, c) -> float:
+    """Bytes on the wire of collective ``c`` of ``op`` (``c.bytes`` counts BF16 activations): a
+    sequence-parallel TP all-gather of a Transformer Engine GEMM under per-tensor FP8 moves FP8 bytes
+    (:data:`FP8_GATHER_FACTOR`), with or without userbuffers. TE v1.8 (3ec998e, NeMo 24.07's):
+    module/layernorm_linear.py forward writes the norm output as uint8 FP8 (``ln_out_dtype =
+    torch.uint8 if fp8``) and gathers it (``gather_along_first_dim(ln_out, tp_group)``, or the
+    ``qkv_fprop`` / ``fc1_fprop`` userbuffer, FP8 since it is in ``layers_all_gather_overlap``:
+    module/base.py initialize_ub ``fp8_buf``); its backward re-gathers that saved FP8 ``ln_out`` for
+    wgrad (the bulk ``qkv_dgrad`` / ``fc1_dgrad`` buffer, FP8 likewise); base.py
+    ``grad_output_preprocess`` casts a row-parallel layer's dY to FP8 before gathering it ("FP8 case
+    with gather"; ``proj_dgrad`` / ``fc2_dgrad`` userbuffers). Reduce-scatters stay BF16 (GEMM
+    outputs; ``proj_fprop`` / ``fc2_fprop`` / ``*_wgrad`` buffers are not FP8 unless a config sets
+    ``fp8_buf``). TE 2.x keeps it ("All-gather is not supported with FP8 column-wise data": row-wise
+    FP8 gathered, module docstring)."""
+    if c.group == "tp" and c.op == "all-gather" and ctx.dtype == "fp8" and te_scaling_applies(ctx) \
+            and op.kind == "gemm" and op.gemms and not op.name.endswith(NOT_TE):
+        return c.bytes * FP8_GATHER_FACTOR
+    return c.bytes
 
 
 def te_cast_cost(op, pass_: str, recipe: str, tp: int) -> tuple[float, int]:

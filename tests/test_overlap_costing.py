@@ -54,6 +54,11 @@ def test_userbuffer_overlap_is_the_chunked_closed_form(tmp_path):
     chunk = op_time(chunk_op(ops["attn_out"], 4), "fwd", gpu, "bf16", grad_accum_bytes=4) * 132 / 108
     assert fused_out.fwd_post == ()
     assert fused_out.fwd == pytest.approx(pipelined(chunk, rs / 4, 4), rel=1e-12)
+    # the MLP's fc2 + reduce-scatter: fc2_fprop holds 16 SMs, not proj_fprop's 24 (NeMo-Framework-Launcher
+    # 24.07 ub_cfg_h100_h8192_tp4_*.yaml): its 4 GEMM chunks run on 132 - 16 SMs
+    rs = _layer(base, "mlp_down").fwd_post[0].seconds
+    chunk = op_time(chunk_op(ops["mlp_down"], 4), "fwd", gpu, "bf16", grad_accum_bytes=4) * 132 / 116
+    assert _layer(ub, "mlp_down").fwd == pytest.approx(pipelined(chunk, rs / 4, 4), rel=1e-12)
     # the overlap is not free: slower than the GEMM alone (on this small model the chunks' wave
     # quantization even makes it slower than no overlap: 48 tiles of a 1,024-token chunk on 132 SMs)
     assert fused_qkv.fwd > plain_qkv.fwd and fused_out.fwd > plain_out.fwd
@@ -140,3 +145,29 @@ def test_coarse_bucket_tail_with_hbm_loss_closed_form():
     assert bucket_tail(steps, [Bucket(0, 1, 1.0, 4.0)], 0.25) == pytest.approx((1.0, 0.0))
     # a bucket released at the end runs alone after the backward: its full length
     assert bucket_tail(steps, [Bucket(0, 0, 1.0, 4.0)], 0.25, 0.2) == pytest.approx((0.0, 4.0))
+
+
+def test_fp8_sequence_parallel_all_gathers_move_fp8_bytes(tmp_path):
+    # Transformer Engine v1.8 (3ec998e): the norm output is FP8 before its TP all-gather (forward and the
+    # backward re-gather for wgrad) and a row-parallel layer's dY is cast to FP8 before its gather; the
+    # reduce-scatters carry the BF16 GEMM outputs (taskgraph/te_scaling.py tp_gather_bytes)
+    from taskgraph.costing import comm_time
+    d = {"model": {"preset": "llama3-8b", "layers": 4}, "cluster": {"preset": "dgx-h100", "nodes": 1},
+         "parallel": {"tp": 4, "pp": 1, "sp": True}, "schedule": "1f1b",
+         "training": {"micro_batch": 1, "global_batch": 2, "seq_len": 4096, "precision": "fp8"},
+         "options": {"fp8_recipe": "delayed"}}
+    plan = resolve(parse_strategy(d, tmp_path))
+    tp = tuple(dict(representative_groups(plan.sizes, 0))["tp"])
+    bf16_bytes = 2 * 4096 * 4096            # the whole sequence's BF16 activations, h = 4,096
+    fp8_ag = comm_time(plan.cluster, "all-gather", bf16_bytes / 2, tp)
+    bf16_rs = comm_time(plan.cluster, "reduce-scatter", bf16_bytes, tp)
+    qkv, out = _layer(plan, "qkv"), _layer(plan, "attn_out")
+    assert [c.seconds for c in qkv.fwd_pre if c.op == "tp-all-gather"] == [fp8_ag]
+    assert [c.seconds for c in qkv.bwd_pre if c.op == "tp-all-gather"] == [fp8_ag]
+    assert [c.seconds for c in qkv.bwd_post if c.op == "tp-reduce-scatter"] == [bf16_rs]
+    assert [c.seconds for c in out.bwd_pre if c.op == "tp-all-gather"] == [fp8_ag]
+    assert [c.seconds for c in out.fwd_post if c.op == "tp-reduce-scatter"] == [bf16_rs]
+    assert fp8_ag < 0.61 * comm_time(plan.cluster, "all-gather", bf16_bytes, tp)   # 54 us for 88 us
+    # BF16 training gathers BF16
+    bf = resolve(parse_strategy({**d, "training": {**d["training"], "precision": "bf16"}, "options": {}}, tmp_path))
+    assert [c.seconds for c in _layer(bf, "qkv").fwd_pre] == [comm_time(bf.cluster, "all-gather", bf16_bytes, tp)]

@@ -30,9 +30,16 @@ class CommKernels:
     inter_node_channels_per_nic: int
     ub_ring_exchange_sms: int
     ub_pipeline_sms: int
+    ub_fc2_pipeline_sms: int
     ub_pipeline_splits: int
     ub_bulk_sms: int
     deepep_sms: int
+
+    def pipeline_sms(self, op_name: str) -> int:
+        """SMs Transformer Engine's pipelined GEMM + reduce-scatter holds beside the row-parallel GEMM
+        ``op_name``: the MLP's down projection is ``fc2_fprop``, any other the attention projection
+        ``proj_fprop`` (TE v1.8 module/base.py initialize_ub names; the YAML's [TE-UB-LAUNCHER])."""
+        return self.ub_fc2_pipeline_sms if op_name.startswith("mlp") else self.ub_pipeline_sms
 
 
 def _positive_int(d: dict, key: str, where: str) -> int:
@@ -49,7 +56,8 @@ def comm_kernels(path: str = COMM_KERNELS_PATH) -> CommKernels:
     check_keys(data, ("nccl", "te_userbuffers", "deepep"), where)
     nccl, ub, ep = data.get("nccl") or {}, data.get("te_userbuffers") or {}, data.get("deepep") or {}
     check_keys(nccl, ("intra_node_channels", "inter_node_channels_per_nic"), where + " nccl")
-    check_keys(ub, ("ring_exchange_sms", "pipeline_sms", "pipeline_splits", "bulk_sms"), where + " te_userbuffers")
+    check_keys(ub, ("ring_exchange_sms", "pipeline_sms", "fc2_pipeline_sms", "pipeline_splits", "bulk_sms"),
+               where + " te_userbuffers")
     check_keys(ep, ("sms",), where + " deepep")
     intra = nccl.get("intra_node_channels") or {}
     return CommKernels(
@@ -57,6 +65,7 @@ def comm_kernels(path: str = COMM_KERNELS_PATH) -> CommKernels:
         inter_node_channels_per_nic=_positive_int(nccl, "inter_node_channels_per_nic", where + " nccl"),
         ub_ring_exchange_sms=_positive_int(ub, "ring_exchange_sms", where + " te_userbuffers"),
         ub_pipeline_sms=_positive_int(ub, "pipeline_sms", where + " te_userbuffers"),
+        ub_fc2_pipeline_sms=_positive_int(ub, "fc2_pipeline_sms", where + " te_userbuffers"),
         ub_pipeline_splits=_positive_int(ub, "pipeline_splits", where + " te_userbuffers"),
         ub_bulk_sms=_positive_int(ub, "bulk_sms", where + " te_userbuffers"),
         deepep_sms=_positive_int(ep, "sms", where + " deepep"),
