@@ -159,12 +159,11 @@ class Operator:
     attn_shape: AttentionShape | None = None
     """attn_core only: what the fused attention kernel sees (:func:`kernel_attention_shape`)."""
     copy_bytes: int = 0
-    """HBM bytes of the separate copy kernels a GEMM operator runs around its GEMMs in the forward and
-    again in the input-gradient pass (MoE token permutations; the QKV projection's fused RoPE kernels,
-    :func:`rope_bytes`), not counted in fwd_bytes / bwd_input_bytes: priced after the GEMMs
-    (taskgraph/cost.py op_time)."""
-    copy_kernels: int = 0
-    """Launches of those copy kernels per pass."""
+    """HBM bytes of the copy kernels a GEMM operator runs around its GEMMs in the forward and input-gradient
+    passes (MoE token permutations; QKV's fused RoPE, :func:`rope_bytes`), outside fwd_bytes / bwd_input_bytes:
+    priced after the GEMMs (taskgraph/cost.py op_time)."""
+    copy_kernels: int = 0  # launches of those kernels per pass
+    copy_host_counted: bool = True  # the host counts them (overheads.op_kernels); not RoPE's: in [HOST-TT]'s figures
     profile_shape: str = ""
     """The shape a profile row names this operator by, when not its own (the loss as its implementation
     runs it keeps the built operator's: taskgraph/cross_entropy.py loss_as_run); "": its own."""
@@ -363,7 +362,8 @@ def _qk_projections(c: _Ctx, layer: int) -> tuple:
                     saved=dt * c.Tsp * h,  # input 2sbh, sharded with sp (Korthikanti 2022 Sec. 4.2.2)
                     comms=_column_comms(c, c.T))
         if m.position == "rope" and (not m.attention_chunk or m.is_local_attention_layer(layer)):
-            qkv = dataclasses.replace(qkv, copy_bytes=rope_bytes(c.T, at, gt, d, c.sq, dt), copy_kernels=2)
+            qkv = dataclasses.replace(qkv, copy_bytes=rope_bytes(c.T, at, gt, d, c.sq, dt), copy_kernels=2,
+                                      copy_host_counted=False)  # host: see Operator.copy_host_counted
         return [qkv], dt * c.T * qkv_n, dt * c.b * c.s * 2 * gt * d
     qr, kr, rope = m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim
     ops = []

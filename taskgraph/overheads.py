@@ -98,7 +98,7 @@ def op_kernels(op, pass_: str, stack=None) -> int:
     if flops <= 0 and nbytes <= 0:
         return 0
     if op.kind == "gemm" and op.gemms:
-        return len(op.gemms) + (op.copy_kernels if pass_ != "bwd_weight" else 0)
+        return len(op.gemms) + (op.copy_kernels if pass_ != "bwd_weight" and op.copy_host_counted else 0)
     if op.kind == "attention":
         return 1 if getattr(op, "flash", True) else 4
     return stack.passes_of(op.name) if stack is not None else 1
