@@ -151,15 +151,9 @@ def load_tables(path: str = STACKS_PATH) -> tuple[dict, dict, dict]:
         if isinstance(acc, bool) or not isinstance(acc, int) or not 0 <= acc <= 64:
             raise ConfigError(f"stack file {path!r}: stack {name!r} hp_grad_accum_bytes = {acc!r} must be an integer "
                               f"number of bytes per gradient element in [0, 64] (0: fused accumulation)")
-        serial = d.get("p2p_serial", False)
-        if not isinstance(serial, bool):
-            raise ConfigError(f"stack file {path!r}: stack {name!r} p2p_serial = {serial!r} must be true or false")
-        fsdp2 = d.get("fsdp2_copies", False)
-        if not isinstance(fsdp2, bool):
-            raise ConfigError(f"stack file {path!r}: stack {name!r} fsdp2_copies = {fsdp2!r} must be true or false")
-        tcp = d.get("torch_cp", False)
-        if not isinstance(tcp, bool):
-            raise ConfigError(f"stack file {path!r}: stack {name!r} torch_cp = {tcp!r} must be true or false")
+        serial = _flag(path, name, d, "p2p_serial")
+        fsdp2 = _flag(path, name, d, "fsdp2_copies")
+        tcp = _flag(path, name, d, "torch_cp")
         f8 = d.get("float8_casts", "")
         if f8 not in ("", "torchao", "torchao-fused"):
             raise ConfigError(f"stack file {path!r}: stack {name!r} float8_casts = {f8!r} must be 'torchao', "
@@ -170,9 +164,7 @@ def load_tables(path: str = STACKS_PATH) -> tuple[dict, dict, dict]:
                            "host times in the stack's host_us_per_kernel")
         hooks_tp = _pass_pair(path, name, d, "fsdp2_hook_kernels_tp", 0.0, (0.0, 1000.0),
                               "host times in the stack's host_us_per_kernel")
-        sync = d.get("zero3_sync_fetch", False)
-        if not isinstance(sync, bool):
-            raise ConfigError(f"stack file {path!r}: stack {name!r} zero3_sync_fetch = {sync!r} must be true or false")
+        sync = _flag(path, name, d, "zero3_sync_fetch")
         ce = d.get("cross_entropy", "fused")
         if ce not in CROSS_ENTROPY:
             raise ConfigError(f"stack file {path!r}: stack {name!r} cross_entropy = {ce!r} must be one of "
@@ -193,12 +185,8 @@ def load_tables(path: str = STACKS_PATH) -> tuple[dict, dict, dict]:
         if not isinstance(master, bool) or not (master or fsdp2):
             raise ConfigError(f"stack file {path!r}: stack {name!r} master_weights = {master!r} must be true or false, "
                               f"and false only with fsdp2_copies (bf16 parameters without fp32 masters: PyTorch FSDP2)")
-        part = d.get("partitioned_pipe", False)
-        if not isinstance(part, bool):
-            raise ConfigError(f"stack file {path!r}: stack {name!r} partitioned_pipe = {part!r} must be true or false")
-        ddp_flat = d.get("ddp_flatten", False)
-        if not isinstance(ddp_flat, bool):
-            raise ConfigError(f"stack file {path!r}: stack {name!r} ddp_flatten = {ddp_flat!r} must be true or false")
+        part = _flag(path, name, d, "partitioned_pipe")
+        ddp_flat = _flag(path, name, d, "ddp_flatten")
         bucket_copy = d.get("ddp_bucket_copy", False)
         if not isinstance(bucket_copy, bool) or (bucket_copy and ddp_flat):
             raise ConfigError(f"stack file {path!r}: stack {name!r} ddp_bucket_copy = {bucket_copy!r} must be true or "
@@ -238,6 +226,14 @@ def _ratio_table(name: str, d: dict, known: tuple, path: str) -> dict:
                               f"in (0, 4]")
         out[str(a)] = (str(r["of"]), float(r["fwd"]), float(r["bwd"]))
     return out
+
+
+def _flag(path: str, name, d: dict, key: str) -> bool:
+    """A stack's true / false field; left out: false."""
+    v = d.get(key, False)
+    if not isinstance(v, bool):
+        raise ConfigError(f"stack file {path!r}: stack {name!r} {key} = {v!r} must be true or false")
+    return v
 
 
 def _pass_pair(path: str, name, d: dict, key: str, default: float, bounds: tuple, what: str) -> tuple:
