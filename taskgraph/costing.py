@@ -21,7 +21,7 @@ from taskgraph.lora import ADAPTER_SUFFIX, NOT_TE, trainable_share
 from taskgraph.operators import embedding_operators, head_operators, layer_operators
 from taskgraph.overheads import adam_step_of, grad_buffer_bytes, host_bound, stack_host_terms, step_overhead_s
 from taskgraph.overlap import bulk, chunk_op, pipelined, ring_exchange, ring_hbm_loss, sm_fraction, stream_shares
-from taskgraph.pipeline_p2p import activation_bytes, boundary_times, receiver_times
+from taskgraph.pipeline_p2p import activation_bytes, transfer_times
 from taskgraph.plan import DTYPE_BYTES, Plan
 from taskgraph.stack_costs import op_as_run, reduce_kind, serial_exchanges, unfused_grad_accum, zero3_copy_times
 from taskgraph.stacks import run_stack
@@ -515,15 +515,16 @@ def build_work(plan: Plan, *, fidelity: str | None = None, check_profile: bool =
 
     # Pipeline transfers, rank r -> r+1 representatives (taskgraph/pipeline_p2p.py)
     sched = plan.schedule
-    times = lambda: boundary_times(plan, comm_time)
-    pairs = times() if cid is None else dict(_memo(("p2p", cid, sched.stage_to_rank), times))
+    times = lambda: transfer_times(plan, comm_time)
+    pairs, after = times() if cid is None else _memo(("p2p", cid, sched.stage_to_rank), times)
+    pairs = dict(pairs)
     if not opt.p2p_overlap and opt.p2p_host_gap_us and opt.cuda_graphs != "full_iteration":
         # Blocking exchanges synchronize the device (Megatron-LM p2p_communication._communicate:
         # torch.cuda.synchronize() after batch_isend_irecv when batch_p2p_sync, the default), so both sides'
         # GPUs idle until the host launches the next action's first kernel (not in a full-iteration graph).
         pairs = {k: v + opt.p2p_host_gap_us * 1e-6 for k, v in pairs.items()}
     if ctx.stack is not None and ctx.stack.p2p_serial:
-        pairs = serial_exchanges(pairs, receiver_times(plan, comm_time))
+        pairs = serial_exchanges(pairs, after)
     p2p = max(pairs.values(), default=0.0)
     work = IterationWork(
         stages=tuple(stages), p2p_fwd_s=p2p, p2p_bwd_s=p2p,

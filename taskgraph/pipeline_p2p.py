@@ -79,17 +79,18 @@ def activation_bytes(plan: Plan) -> float:
 def boundary_times(plan: Plan, comm_time) -> dict:
     """(sending pipeline rank, receiving pipeline rank) -> seconds of one transfer, both directions of
     every boundary between two ranks; ``comm_time(cluster, kind, nbytes, ranks, share)`` prices it."""
-    return _times(plan, comm_time)[0]
+    return transfer_times(plan, comm_time)[0]
 
 
 def receiver_times(plan: Plan, comm_time) -> dict:
     """The part of each :func:`boundary_times` entry that runs on the receiving rank after the wire
     transfer: the re-assembling all-gather(s) and, with ``partitioned_pipe``, DeepSpeed's copies
     (``taskgraph/stack_costs.py`` serial_exchanges keeps it out of the partner's wait)."""
-    return _times(plan, comm_time)[1]
+    return transfer_times(plan, comm_time)[1]
 
 
-def _times(plan: Plan, comm_time) -> tuple[dict, dict]:
+def transfer_times(plan: Plan, comm_time) -> tuple[dict, dict]:
+    """(:func:`boundary_times`, :func:`receiver_times`), computed together."""
     s, sched = plan.sizes, plan.schedule
     nbytes = activation_bytes(plan)
     # the receiving TP group re-assembles a scattered activation (module docstring)
